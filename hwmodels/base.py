@@ -1,0 +1,65 @@
+"""Interfaces shared by all device models: OpCost and the DeviceModel protocol.
+
+A device model times and costs operators that the mapper placed on it; it never
+decides placement. Costs are vectorised over the rows of an OpTrace and are per
+ONE repeat of the row (multiply by ``count`` for totals).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+# Energy components used in every breakdown (joules). Devices fill the ones they have.
+ENERGY_COMPONENTS = (
+    "compute",          # GPU/NPU/PNM arithmetic (dynamic)
+    "pim_compute",      # in-DRAM processing units (dynamic)
+    "sram",             # on-chip buffers / caches (dynamic)
+    "dram_activate",    # ACT/PRE (row cycles)
+    "dram_read_write",  # cell array + column path to the I/O
+    "dram_io",          # TSV / PHY / interposer / board I/O
+    "dram_refresh",
+    "dram_background",
+    "link",             # NVLink / PCIe / CXL transfers
+    "static",           # idle/leakage power x time of devices
+)
+
+
+@dataclass
+class OpCost:
+    """Time, energy and traffic of ops on one device (arrays over selected rows, per repeat)."""
+
+    time_s: np.ndarray
+    energy_j: dict[str, np.ndarray] = field(default_factory=dict)  # component -> joules (dynamic)
+    bytes_by_level: dict[str, np.ndarray] = field(default_factory=dict)  # memory level -> bytes moved
+    flops: np.ndarray | None = None
+    bound: np.ndarray | None = None  # "compute" | "memory" | "overhead" | "link" per row
+
+    def energy_total_j(self) -> np.ndarray:
+        tot = np.zeros_like(self.time_s, dtype=np.float64)
+        for v in self.energy_j.values():
+            tot = tot + v
+        return tot
+
+
+@runtime_checkable
+class DeviceModel(Protocol):
+    """What the engine needs from a compute device (GPU, NPU, PIM stack, PNM device)."""
+
+    name: str
+    kind: str
+
+    @property
+    def peak_flops(self) -> float: ...  # FLOP/s at the default dtype
+
+    @property
+    def peak_bandwidth_bytes_per_s(self) -> float: ...  # main-memory bandwidth
+
+    @property
+    def capacity_bytes(self) -> float: ...
+
+    @property
+    def static_power_w(self) -> float: ...  # power drawn whatever it does (idle)
+
+    def cost(self, trace, rows: np.ndarray) -> OpCost: ...  # rows: integer indices into trace

@@ -1,0 +1,61 @@
+"""Registry of hardware kinds: ``kind`` string in a YAML -> (schema, factory).
+
+Each device module registers itself at import; ``build(hw_dict, file)`` validates a
+hardware config with the kind's schema and constructs the model. A new device
+family is a module + ``register(...)``, not an if-chain.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from attnsim.config import ConfigError, validate
+
+_KINDS: dict[str, tuple[type, Callable[[Any], Any]]] = {}
+# modules that register kinds; imported lazily so that importing one model stays cheap
+_MODULES = (
+    "attnsim.hwmodels.gpu",
+    "attnsim.hwmodels.npu",
+    "attnsim.hwmodels.links",
+    "attnsim.hwmodels.dram.spec",
+    "attnsim.hwmodels.pim",
+)
+_loaded = False
+
+
+def register(kind: str, schema: type, factory: Callable[[Any], Any]) -> None:
+    _KINDS[kind] = (schema, factory)
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in _MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:  # a family not built yet
+            if exc.name != mod:
+                raise
+
+
+def kinds() -> list[str]:
+    _load_all()
+    return sorted(_KINDS)
+
+
+def schema_for(kind: str, file: str | None = None) -> type:
+    _load_all()
+    if kind not in _KINDS:
+        raise ConfigError(f"expected one of {', '.join(sorted(_KINDS))}, got {kind!r}", file=file, key="kind")
+    return _KINDS[kind][0]
+
+
+def build(hw: dict, file: str | None = None):
+    """Validate a hardware config dict (with a ``kind`` key) and build its model."""
+    if not isinstance(hw, dict) or "kind" not in hw:
+        raise ConfigError("missing required key", file=file, key="kind")
+    schema = schema_for(hw["kind"], file)
+    spec = validate(schema, hw, file=file)
+    return _KINDS[hw["kind"]][1](spec)
