@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from attnsim.config import Schema
 
@@ -23,11 +23,13 @@ class MoESpec(Schema):
     num_shared_experts: int = Field(0, ge=0)
     first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense FFN of intermediate_size")
 
-    @model_validator(mode="after")
-    def _topk(self):
-        if self.experts_per_token > self.num_experts:
-            raise ValueError(f"experts_per_token ({self.experts_per_token}) exceeds num_experts ({self.num_experts})")
-        return self
+    @field_validator("experts_per_token")
+    @classmethod
+    def _topk(cls, v: int, info: ValidationInfo):
+        e = info.data.get("num_experts")
+        if e is not None and v > e:
+            raise ValueError(f"experts_per_token ({v}) exceeds num_experts ({e})")
+        return v
 
 
 class MLASpec(Schema):
@@ -41,7 +43,12 @@ class MLASpec(Schema):
 
 
 class ModelSpec(Schema):
-    """One decoder-only transformer. Field names follow HF config.json where one exists."""
+    """One decoder-only transformer. Field names follow HF config.json where one exists.
+
+    ``head_dim`` is the q/k head dimension (for MLA: qk_nope_head_dim + qk_rope_head_dim; the
+    trace builder uses the ``mla`` dims for MLA models). ``intermediate_size`` is the dense FFN
+    size (for MoE models without dense layers, e.g. Mixtral, the per-expert size as in HF).
+    """
 
     name: str
     architecture: str = "LlamaForCausalLM"
@@ -58,7 +65,8 @@ class ModelSpec(Schema):
     max_position_embeddings: PositiveInt = 4096
     position: Literal["rope", "learned", "alibi"] = "rope"
     tie_word_embeddings: bool = False
-    bias: bool = False
+    bias: bool = False  # bias on every linear layer (GPT-3, OPT)
+    qkv_bias: bool = False  # bias on the q/k/v projections only (Qwen2); implied by ``bias``
     dtype: DType = "bf16"
     sliding_window: Optional[PositiveInt] = None
     layer_pattern: list[Literal["global", "local"]] = Field(
@@ -68,15 +76,31 @@ class ModelSpec(Schema):
     mla: Optional[MLASpec] = None
     source: str = ""
 
-    @model_validator(mode="after")
-    def _consistent(self):
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
-        if "local" in self.layer_pattern and self.sliding_window is None:
-            raise ValueError("layer_pattern has 'local' layers but sliding_window is not set")
-        if not self.layer_pattern:
+    # field validators (not one model validator) so that errors carry the key path
+    @field_validator("num_kv_heads")
+    @classmethod
+    def _gqa(cls, v: int, info: ValidationInfo):
+        h = info.data.get("num_heads")
+        if h is not None and h % v:
+            raise ValueError(f"num_heads ({h}) must be a multiple of num_kv_heads ({v})")
+        return v
+
+    @field_validator("layer_pattern")
+    @classmethod
+    def _pattern(cls, v: list, info: ValidationInfo):
+        if not v:
             raise ValueError("layer_pattern must not be empty")
-        return self
+        if "local" in v and info.data.get("sliding_window") is None:
+            raise ValueError("layer_pattern has 'local' layers but sliding_window is not set")
+        return v
+
+    @field_validator("moe")
+    @classmethod
+    def _dense_layers(cls, v, info: ValidationInfo):
+        n = info.data.get("num_layers")
+        if v is not None and n is not None and v.first_dense_layers > n:
+            raise ValueError(f"moe.first_dense_layers ({v.first_dense_layers}) exceeds num_layers ({n})")
+        return v
 
     def layer_kinds(self) -> list[str]:
         """'global' or 'local' for each layer index."""

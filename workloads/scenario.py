@@ -1,10 +1,10 @@
 """Scenario: what is being served in one run (batch, lengths, dtypes)."""
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Discriminator, Field, PositiveInt, Tag, ValidationInfo, field_validator, model_validator
 
 from attnsim.config import Schema
 from attnsim.workloads.model import DType
@@ -31,6 +31,18 @@ class LengthDistribution(Schema):
         return self
 
 
+def _lens_kind(v) -> str:
+    return "function-list" if isinstance(v, list) else "function-distribution"
+
+
+# A list or a distribution, chosen by the input's type so that errors come from that branch only.
+# The tags start with "function-", which attnsim.config drops from error key paths.
+LengthsSpec = Annotated[
+    Union[Annotated[list[PositiveInt], Tag("function-list")],
+          Annotated[LengthDistribution, Tag("function-distribution")]],
+    Discriminator(_lens_kind)]
+
+
 class Scenario(Schema):
     """Batch, lengths and storage formats of one run.
 
@@ -41,17 +53,19 @@ class Scenario(Schema):
     name: str = "scenario"
     batch_size: PositiveInt = 1
     prompt_len: PositiveInt = 2048
-    context_lens: Optional[Union[list[PositiveInt], LengthDistribution]] = None
+    context_lens: Optional[LengthsSpec] = None
     output_len: PositiveInt = 128
     kv_dtype: DType = "fp16"
     weight_dtype: DType = "fp16"
     act_dtype: DType = "fp16"
 
-    @model_validator(mode="after")
-    def _lens(self):
-        if isinstance(self.context_lens, list) and len(self.context_lens) != self.batch_size:
-            raise ValueError(f"context_lens has {len(self.context_lens)} entries, expected batch_size = {self.batch_size}")
-        return self
+    @field_validator("context_lens")
+    @classmethod
+    def _lens(cls, v, info: ValidationInfo):  # a field validator so the error names `context_lens`
+        b = info.data.get("batch_size")
+        if isinstance(v, list) and b is not None and len(v) != b:
+            raise ValueError(f"context_lens has {len(v)} entries, expected batch_size = {b}")
+        return v
 
     def prompt_lens(self) -> np.ndarray:
         """Per-request prompt lengths (int64, length batch_size), deterministic for a seed."""

@@ -1,0 +1,75 @@
+"""``attnsim run`` and ``attnsim show``."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from attnsim.config import ConfigError
+
+
+def register(sub) -> None:
+    r = sub.add_parser("run", help="simulate an experiment (default: configs/experiments/default.yaml)",
+                       description="Simulate every system x model x scenario of an experiment: a whole "
+                       "generation (prefill + decode) per run. Prints tables, or one JSON document with --json.")
+    r.add_argument("experiment", nargs="?", default=None, help="experiment YAML path or built-in name")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. models.llama2-70b.num_layers=40 (repeatable)")
+    r.add_argument("--out", default=None, help="results folder (default results/<experiment>/)")
+    r.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    r.add_argument("--no-write", action="store_true", help="do not write the HDF5 results file")
+    r.add_argument("--breakdown", action="store_true", help="also print per-op breakdown tables")
+    r.add_argument("--trace", default=None, metavar="TRACE.json",
+                   help="write a Chrome/Perfetto timeline of the prefill and first decode step of each run")
+    r.set_defaults(func=run_cmd)
+
+    s = sub.add_parser("show", help="print a results file again")
+    s.add_argument("file", help="results .h5 written by attnsim run")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--breakdown", action="store_true")
+    s.set_defaults(func=show_cmd)
+
+
+def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
+    from attnsim.report import breakdown_table, summary_table
+    from attnsim.results import dumps
+    if as_json:
+        print(dumps({"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"),
+                     "runs": docs}, indent=1))
+        return
+    print(f"experiment: {attrs.get('experiment')}")
+    print(summary_table(docs))
+    if breakdown:
+        for d in docs:
+            if d["status"] == "ok":
+                print()
+                print(breakdown_table(d, "decode_step"))
+
+
+def run_cmd(args) -> int:
+    from attnsim.experiment import load_experiment
+    from attnsim.results import write_results
+    from attnsim.runner import run_experiment
+    exp = load_experiment(args.experiment, args.sets)
+    timeline = [] if args.trace else None
+    docs = run_experiment(exp, timeline=timeline)
+    attrs = {"experiment": exp.spec.name}
+    from attnsim import __version__
+    attrs["attnsim_version"] = __version__
+    out_path = None
+    if not args.no_write:
+        out_dir = Path(args.out) if args.out else Path("results") / exp.spec.name
+        out_path = write_results(out_dir / "results.h5", docs, exp.tree.as_dict(), exp.spec.name)
+    if timeline is not None:
+        from attnsim.timeline import write_trace
+        write_trace(args.trace, timeline)
+    _print_docs(docs, attrs, args.json, args.breakdown)
+    if out_path and not args.json:
+        print(f"\nresults: {out_path}")
+    return 0
+
+
+def show_cmd(args) -> int:
+    from attnsim.results import read_results
+    attrs, docs = read_results(args.file)
+    _print_docs(docs, attrs, args.json, args.breakdown)
+    return 0

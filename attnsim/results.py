@@ -1,0 +1,125 @@
+"""Results files (HDF5): written atomically, read back by ``attnsim show``.
+
+Layout of ``results.h5`` (one experiment run):
+
+- file attrs: ``attnsim_version``, ``git_revision``, ``created_utc``, ``experiment``,
+  ``resolved_config`` (YAML text of the whole resolved config tree), ``argv``.
+- ``/runs``: a table (compound dataset), one row per run: ``system``, ``model``,
+  ``scenario``, ``batch_size``, ``status`` and every scalar metric (NaN where absent).
+- ``/run_docs``: one UTF-8 JSON document per run (the same as ``--json`` prints),
+  so nested breakdowns survive exactly.
+- ``/breakdown/<i>/<phase>/<table>``: per-run breakdown tables as two datasets,
+  ``names`` (strings) and ``values`` (float64), for tools that do not parse JSON.
+
+The file is written to a temporary name and renamed, so a failed or killed run
+never leaves a partial results file.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import yaml
+
+from attnsim import __version__
+
+SCALAR_METRICS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
+                  "dynamic_energy_per_token_j", "static_energy_per_token_j", "total_time_s")
+
+
+def git_revision() -> str:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001 - no git or not a checkout
+        return "unknown"
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def dumps(obj, **kw) -> str:
+    return json.dumps(obj, default=_json_default, **kw)
+
+
+def _runs_table(docs: list[dict]) -> np.ndarray:
+    metric_names = sorted({k for d in docs for k, v in d.get("metrics", {}).items()
+                           if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    dt = [("system", h5py.string_dtype()), ("model", h5py.string_dtype()), ("scenario", h5py.string_dtype()),
+          ("batch_size", "i8"), ("status", h5py.string_dtype())] + [(m, "f8") for m in metric_names]
+    arr = np.zeros(len(docs), dtype=dt)
+    for i, d in enumerate(docs):
+        arr[i]["system"] = d["system"]
+        arr[i]["model"] = d["model"]
+        arr[i]["scenario"] = d["scenario"]["name"]
+        arr[i]["batch_size"] = d["scenario"].get("batch_size", 0)
+        arr[i]["status"] = d["status"]
+        for m in metric_names:
+            v = d.get("metrics", {}).get(m)
+            arr[i][m] = float(v) if isinstance(v, (int, float)) else np.nan
+    return arr
+
+
+def write_results(path: str | Path, docs: list[dict], tree_dict: dict, experiment: str, argv=None) -> Path:
+    """Write runs to ``path`` atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".h5", dir=path.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["attnsim_version"] = __version__
+            f.attrs["git_revision"] = git_revision()
+            f.attrs["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            f.attrs["experiment"] = experiment
+            f.attrs["resolved_config"] = yaml.safe_dump(tree_dict, sort_keys=False)
+            f.attrs["argv"] = " ".join(argv if argv is not None else sys.argv)
+            f.create_dataset("runs", data=_runs_table(docs))
+            f.create_dataset("run_docs", data=np.array([dumps(d) for d in docs], dtype=object),
+                             dtype=h5py.string_dtype())
+            g = f.create_group("breakdown")
+            for i, d in enumerate(docs):
+                for phase, bd in d.get("breakdown", {}).items():
+                    for table, vals in bd.items():
+                        if isinstance(vals, dict):
+                            h = g.require_group(f"{i}/{phase}/{table}")
+                            h.create_dataset("names", data=np.array(list(vals), dtype=object), dtype=h5py.string_dtype())
+                            h.create_dataset("values", data=np.array(list(vals.values()), dtype=np.float64))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_results(path: str | Path) -> tuple[dict, list[dict]]:
+    """Return (file attributes, run documents)."""
+    from attnsim.config import ConfigError
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("file not found", file=path)
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            if "run_docs" not in f:
+                raise ConfigError("not an attnsim results file (no /run_docs)", file=path)
+            docs = [json.loads(s.decode() if isinstance(s, bytes) else s) for s in f["run_docs"][()]]
+    except OSError as exc:
+        raise ConfigError(f"cannot read HDF5 ({exc})", file=path) from None
+    return attrs, docs

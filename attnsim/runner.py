@@ -1,0 +1,175 @@
+"""Run an experiment: for each (system, model, scenario) simulate a whole generation.
+
+Produces one JSON-serialisable document per run (see README "Results"):
+``system``, ``model``, ``scenario``, ``status``, ``metrics``, ``breakdown`` and,
+when the experiment names a baseline, ``vs_baseline``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnsim.config import ConfigError
+from attnsim.engine import StepResult, cost_step, decode_step_weights
+from attnsim.hwmodels.system import build_system, check_parallelism
+from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
+
+
+def _replica_scenario(scenario, replicas: int):
+    """The share of a static batch that one data-parallel replica serves."""
+    if replicas == 1:
+        return scenario
+    b = math.ceil(scenario.batch_size / replicas)
+    upd = {"batch_size": b}
+    if isinstance(scenario.context_lens, list):
+        upd["context_lens"] = scenario.context_lens[:b]
+    return scenario.model_copy(update=upd)
+
+
+def simulate_generation(system, model, scenario, generation, timeline: list | None = None, pid: int = 1) -> dict:
+    """Prefill + decode of one static batch on one system; returns the run document parts.
+
+    With ``timeline`` (a list), trace events of the prefill step and of the first
+    decode step are appended to it (see attnsim.timeline).
+    """
+    spec = system.spec
+    tp = spec.parallelism.tp
+    replicas = spec.parallelism.replicas
+    sc = _replica_scenario(scenario, replicas)
+    policy = get_policy(spec.mapper.policy, file=None)
+    prompts = sc.prompt_lens()
+    final_ctx = prompts + sc.output_len
+    model_bytes = {"weights": weight_bytes(model, sc.weight_dtype),
+                   "kv": kv_cache_bytes(model, sc, final_ctx),
+                   "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp)}
+
+    def place(trace):
+        plan = policy(trace, system, model_bytes, spec.mapper.options)
+        plan.check_capacity()
+        return plan
+
+    pre_trace = build_trace(model, sc, "prefill", tp=tp)
+    pre_plan = place(pre_trace)
+    prefill = cost_step(pre_plan, system)
+
+    steps, weights = decode_step_weights(sc.output_len, generation.mode, generation.samples)
+    decode = StepResult()
+    for j, w in zip(steps, weights):
+        tr = build_trace(model, sc, "decode", tp=tp, context_lens=prompts + j)
+        step = cost_step(place(tr), system)
+        decode.scaled_add(step, w)
+        if timeline is not None and j == steps[0]:
+            from attnsim.timeline import step_events
+            timeline += step_events(pre_trace, prefill, spec.name, "prefill", pid=2 * pid - 1)
+            timeline += step_events(tr, step, spec.name, f"decode step {j}", pid=2 * pid)
+    n_dec = max(1, sc.output_len - 1)
+    per_step = decode.scaled(1.0 / n_dec) if len(steps) else StepResult()
+
+    tokens_replica = sc.batch_size * sc.output_len
+    total_s = prefill.time_s + decode.time_s
+    energy_replica = prefill.energy_j + decode.energy_j
+    metrics = {
+        "ttft_s": prefill.time_s,
+        "tpot_s": decode.time_s / n_dec if len(steps) else 0.0,
+        "tokens_per_s": tokens_replica * replicas / total_s,
+        "decode_tokens_per_s": (sc.batch_size * replicas / (decode.time_s / n_dec)) if len(steps) else 0.0,
+        "energy_per_token_j": energy_replica / tokens_replica,
+        "dynamic_energy_per_token_j": (prefill.dynamic_energy_j + decode.dynamic_energy_j) / tokens_replica,
+        "static_energy_per_token_j": (prefill.static_energy_j + decode.static_energy_j) / tokens_replica,
+        "decode_energy_per_token_j": decode.energy_j / max(1, sc.batch_size * n_dec) if len(steps) else 0.0,
+        "decode_dynamic_energy_per_token_j": decode.dynamic_energy_j / max(1, sc.batch_size * n_dec) if len(steps) else 0.0,
+        "total_time_s": total_s,
+        "prefill_time_s": prefill.time_s,
+        "decode_time_s": decode.time_s,
+        "batch_per_replica": sc.batch_size,
+        "replicas": replicas,
+        "tp": tp,
+        "decode_steps_simulated": int(len(steps)),
+        "bandwidth": _bandwidth(system, per_step),
+        "memory": _memory(pre_plan),
+        "fits": True,
+    }
+    return {"metrics": metrics,
+            "breakdown": {"prefill": prefill.breakdown(), "decode_step": per_step.breakdown()}}
+
+
+def _bandwidth(system, step: StepResult) -> dict:
+    """Achieved vs peak main-memory bandwidth per device during a mean decode step."""
+    out = {}
+    for key, b in step.bytes_by_device.items():
+        role, level = key.split(":", 1)
+        pool = system.pools.get(role)
+        if pool is None or step.time_s <= 0:
+            continue
+        peak = pool.model.peak_bandwidth_bytes_per_s
+        achieved = b / step.time_s
+        out[key] = {"achieved_gbps": achieved / 1e9, "peak_gbps": peak / 1e9,
+                    "utilization": achieved / peak if peak else 0.0}
+    return out
+
+
+def _memory(plan) -> dict:
+    return {mp.role: {"weights_gb": mp.weights_bytes / 1e9, "kv_gb": mp.kv_bytes / 1e9,
+                      "capacity_gb": mp.capacity_bytes / 1e9,
+                      "used_fraction": mp.used_bytes / mp.capacity_bytes if mp.capacity_bytes else math.inf}
+            for mp in plan.memory}
+
+
+def scenario_doc(sc) -> dict:
+    d = sc.model_dump()
+    if d.get("context_lens") is not None and not isinstance(d["context_lens"], list):
+        d["context_lens"] = {k: v for k, v in d["context_lens"].items() if v is not None}
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dict]:
+    """Simulate every (system, model, scenario) of a validated Experiment."""
+    systems = {}
+    for sname, sspec in exp.systems.items():
+        sfile = exp.tree.file_of("systems", sname)
+        get_policy(sspec.mapper.policy, file=sfile)
+        system = build_system(sspec, exp.tree.hardware, exp.tree.file_of)
+        role = next((r for r, p in system.pools.items() if p.model.kind in ("gpu", "npu")), None)
+        if role is not None:
+            check_parallelism(sspec, role, sfile)
+        systems[sname] = system
+    docs = []
+    for sname in exp.systems:
+        for mname in exp.models:
+            for scname, sc in exp.scenarios.items():
+                doc = {"system": sname, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
+                try:
+                    doc.update(simulate_generation(systems[sname], exp.models[mname], sc, exp.spec.generation,
+                                                   timeline=timeline, pid=len(docs) + 1))
+                except CapacityError as e:
+                    doc["status"] = "does_not_fit"
+                    doc["error"] = str(e)
+                docs.append(doc)
+                if progress:
+                    progress(doc)
+    if exp.spec.baseline:
+        add_baseline_ratios(docs, exp.spec.baseline)
+    return docs
+
+
+def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
+    """Attach vs_baseline (throughput and energy-efficiency ratios) to every non-baseline run."""
+    base = {(d["model"], d["scenario"]["name"]): d for d in docs if d["system"] == baseline and d["status"] == "ok"}
+    for d in docs:
+        if d["system"] == baseline or d["status"] != "ok":
+            continue
+        b = base.get((d["model"], d["scenario"]["name"]))
+        if b is None:
+            d["vs_baseline"] = {"baseline": baseline, "note": "baseline run did not complete"}
+            continue
+        m, bm = d["metrics"], b["metrics"]
+        d["vs_baseline"] = {
+            "baseline": baseline,
+            "throughput_ratio": m["tokens_per_s"] / bm["tokens_per_s"],
+            "decode_throughput_ratio": m["decode_tokens_per_s"] / bm["decode_tokens_per_s"] if bm["decode_tokens_per_s"] else float("nan"),
+            "energy_efficiency_ratio": bm["energy_per_token_j"] / m["energy_per_token_j"],
+            "dynamic_energy_efficiency_ratio": bm["dynamic_energy_per_token_j"] / m["dynamic_energy_per_token_j"],
+            "tpot_speedup": bm["tpot_s"] / m["tpot_s"] if m["tpot_s"] else float("nan"),
+        }

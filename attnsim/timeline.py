@@ -1,0 +1,61 @@
+"""Chrome/Perfetto timeline (JSON trace event format) of one simulated step.
+
+One track (thread) per device role, one event per op instance (each layer of a
+row's ``count`` is its own event), so overlap and stalls can be inspected in
+chrome://tracing or ui.perfetto.dev. Format: the Trace Event Format's complete
+events (``"ph": "X"``, times in microseconds).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def _layer_order(trace) -> list[tuple[int, int]]:
+    """(group, layer-within-group) in execution order, groups interleaved by their share of layers."""
+    keys = []
+    for g, grp in enumerate(trace.groups):
+        for i in range(grp.num_layers):
+            keys.append(((i + 0.5) / grp.num_layers, g, i))
+    return [(g, i) for _, g, i in sorted(keys)]
+
+
+def step_events(trace, step, system_name: str, phase: str, pid: int = 1, t0_us: float = 0.0) -> list[dict]:
+    """Trace events of one StepResult (its per-row times) in execution order."""
+    per_rep = step.row_time_s / np.maximum(trace["count"], 1)
+    ops, groups, devs = trace["op"], trace["layer_group"], step.row_device
+    pre = [r for r in range(len(trace)) if groups[r] < 0 and ops[r] == "embedding"]
+    post = [r for r in range(len(trace)) if groups[r] < 0 and ops[r] != "embedding"]
+    order = list(pre)
+    for g, i in _layer_order(trace):
+        order += [(r, i) for r in np.nonzero(groups == g)[0]]
+    order += post
+    tids = {d: k + 1 for k, d in enumerate(sorted(set(devs)))}
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{system_name} {phase}"}}]
+    events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": d}} for d, t in tids.items()]
+    t = t0_us
+    for item in order:
+        r, layer = (item, None) if isinstance(item, (int, np.integer)) else item
+        dur = float(per_rep[r]) * 1e6
+        args = {"cls": str(trace["cls"][r]), "flops": float(trace["flops"][r])}
+        if layer is not None:
+            args["layer_in_group"] = int(layer)
+            args["group"] = trace.groups[groups[r]].name
+        events.append({"ph": "X", "name": str(ops[r]), "pid": pid, "tid": tids[devs[r]], "ts": t, "dur": dur, "args": args})
+        t += dur
+    return events
+
+
+def write_trace(path: str | Path, events: list[dict]) -> Path:
+    """Write a trace JSON atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,119 @@
+"""System: named device pools and links built from configs/systems/*.yaml.
+
+A system YAML references hardware configs by name::
+
+    name: dgx_a100
+    devices:
+      gpu: {hardware: a100_80gb_sxm, count: 8}
+    links:
+      nvlink: {hardware: nvlink3, connects: [gpu, gpu]}
+    parallelism: {tp: 8, replicas: 1}
+    mapper: {policy: gpu_only}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pydantic import Field, PositiveInt, model_validator
+
+from attnsim.config import ConfigError, Schema
+from attnsim.hwmodels import registry
+
+
+class DevicePoolSpec(Schema):
+    hardware: str = Field(description="hardware config name or path")
+    count: PositiveInt = 1
+
+
+class LinkSpec(Schema):
+    hardware: str
+    connects: list[str] = Field(min_length=2, max_length=2, description="two device roles")
+
+
+class ParallelismSpec(Schema):
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    replicas: PositiveInt = 1
+
+
+class MapperSpec(Schema):
+    policy: str = "gpu_only"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SystemSpec(Schema):
+    name: str
+    description: str = ""
+    devices: dict[str, DevicePoolSpec]
+    links: dict[str, LinkSpec] = Field(default_factory=dict)
+    parallelism: ParallelismSpec = ParallelismSpec()
+    mapper: MapperSpec = MapperSpec()
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _roles(self):
+        if not self.devices:
+            raise ValueError("a system needs at least one device pool")
+        for lname, link in self.links.items():
+            for role in link.connects:
+                if role not in self.devices:
+                    raise ValueError(f"link '{lname}' connects unknown device role '{role}' "
+                                     f"(roles: {', '.join(self.devices)})")
+        return self
+
+
+@dataclass
+class DevicePool:
+    role: str
+    count: int
+    model: Any  # a DeviceModel
+    hardware_name: str
+
+
+@dataclass
+class System:
+    """Instantiated system: device models per role, link models, parallelism, mapper choice."""
+
+    spec: SystemSpec
+    pools: dict[str, DevicePool]
+    links: dict[str, Any] = field(default_factory=dict)
+    link_roles: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def link_between(self, a: str, b: str) -> Optional[Any]:
+        for name, roles in self.link_roles.items():
+            if set(roles) == {a, b} or (a == b and roles == (a, a)):
+                return self.links[name]
+        return None
+
+    def static_power_w(self) -> float:
+        return float(sum(p.count * p.model.static_power_w for p in self.pools.values()))
+
+
+def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System:
+    """Build device and link models; ``hardware`` maps hardware name -> config dict."""
+    pools = {}
+    for role, pool in spec.devices.items():
+        hw = hardware[pool.hardware]
+        pools[role] = DevicePool(role, pool.count, registry.build(hw, file=file_of("hardware", pool.hardware)),
+                                 pool.hardware)
+    links, roles = {}, {}
+    for lname, link in spec.links.items():
+        hw = hardware[link.hardware]
+        links[lname] = registry.build(hw, file=file_of("hardware", link.hardware))
+        roles[lname] = (link.connects[0], link.connects[1])
+    return System(spec, pools, links, roles)
+
+
+def check_parallelism(spec: SystemSpec, role: str, file: str) -> None:
+    """The compute pool must hold tp x pp x replicas devices."""
+    par = spec.parallelism
+    need = par.tp * par.pp * par.replicas
+    have = spec.devices[role].count
+    if have != need:
+        raise ConfigError(f"expected tp x pp x replicas = {par.tp} x {par.pp} x {par.replicas} = {need} devices, got {have}",
+                          file=file, key=f"devices.{role}.count")

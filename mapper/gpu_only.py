@@ -1,0 +1,31 @@
+"""gpu_only: every op on the compute pool (tensor parallel), KV in its HBM.
+
+Collectives (allreduce rows) go over the link that connects the pool to itself.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attnsim.mapper.base import MemoryPlacement, Plan, register
+
+
+def compute_role(system) -> str:
+    """The pool that runs GEMMs: the first pool of kind gpu/npu."""
+    for role, pool in system.pools.items():
+        if pool.model.kind in ("gpu", "npu"):
+            return role
+    return next(iter(system.pools))
+
+
+@register("gpu_only")
+def plan_gpu_only(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
+    """``model_bytes``: {'weights': total weight bytes, 'kv': total KV bytes at the largest context,
+    'kv_per_rank': KV bytes one TP rank holds (KV heads replicate when fewer than tp)}."""
+    role = compute_role(system)
+    tp = system.spec.parallelism.tp
+    cls = trace["cls"]
+    device = np.where(cls == "allreduce", "link", role).astype(object)
+    parallel = np.full(len(trace), tp, dtype=np.int64)
+    pool = system.pools[role]
+    mem = [MemoryPlacement(role, model_bytes["weights"] / tp, model_bytes["kv_per_rank"], pool.model.capacity_bytes)]
+    return Plan("gpu_only", trace, device, parallel, mem)

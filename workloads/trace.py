@@ -1,0 +1,402 @@
+"""Build the OpTrace of one step (prefill or decode) of a model on one tensor-parallel rank.
+
+Rows per layer group (layers sharing attention type and dense/MoE FFN), ``count`` = layers:
+attn_norm, qkv_proj, [MLA: kv_norm, mla_q_absorb], rope, attn_score, softmax, attn_context,
+[MLA: mla_v_up], out_proj, [attn_allreduce], attn_residual, ffn_norm, then either
+mlp_up, mlp_act, mlp_down or moe_router, moe_expert_up, moe_act, moe_expert_down
+[, moe_shared_up, moe_shared_act, moe_shared_down], then [mlp_allreduce], ffn_residual.
+Once per step (layer_group -1): embedding, final_norm, lm_head.
+
+Modelling choices (each documented where it is made):
+
+* Attention rows: ``m`` = query tokens per request (mean, rounded up), ``n`` = KV tokens read
+  summed over requests, ``k`` = head dim, ``batch`` = query heads on this rank. ``flops`` count
+  only the causal triangle: query position p sees min(p + 1, window) keys. ``kv_read_bytes``
+  count each visible KV token once per step (the HBM traffic of a fused / flash-attention
+  kernel that reuses K/V on chip across the query tokens of a request); in decode both views
+  coincide. A local (sliding-window) layer reads min(context, query_tokens + window - 1) tokens.
+* ``act_bytes`` of attention rows assume unfused kernels (scores and probabilities written and
+  read once); a device model with fused attention may ignore them.
+* KV written by this step is on attn_score (K, or the MLA latent) and attn_context (V).
+* MLA (DeepSeek-V2, arXiv 2405.04434 §2.1.3) uses the weight-absorbed form of DeepSeek
+  inference: W_UK is applied to the query (``mla_q_absorb``: per head nope -> kv_lora_rank),
+  scores are taken against the cached latent + rope key (k = kv_lora_rank + qk_rope_head_dim,
+  one latent shared by all heads, i.e. MQA over the latent), the context is accumulated in the
+  latent space (k = kv_lora_rank) and W_UV maps it back per head (``mla_v_up``). The latent is
+  read once per step, counted on attn_score (attn_context reads 0 KV bytes). The kv down
+  projection (and q down projection when q_lora_rank is set) is replicated on every TP rank.
+* Tensor parallelism (Megatron style): heads, FFN intermediate (per expert too) and the
+  vocabulary (padded up to a multiple of tp) are split; norms, residual adds, embedding gathers,
+  the MoE router and the MLA down projections are replicated. KV heads are split, or
+  replicated (one per rank) when num_kv_heads < tp. Ring all-reduce after out_proj and after
+  the FFN: each rank sends + receives 2 (tp-1)/tp x tokens x hidden x act bytes.
+* MoE: tokens choose top-k of E experts uniformly; the expected number of distinct experts
+  touched by T tokens is E (1 - (1 - k/E)^T) (weights read = that many experts; ``batch`` is it
+  rounded); ``m`` = average tokens per touched expert. Router softmax/top-k and the weighted
+  combine of expert outputs are not counted.
+* Quantisation scales (per-group scale/zero of int4/fp8 KV or weights) are ignored: bytes are
+  elements x dtype bytes (attnsim.workloads.model.DTYPE_BYTES).
+* lm_head runs on the last token of each request in prefill, on every token in decode.
+"""
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from attnsim.config import ConfigError
+from attnsim.workloads.model import DTYPE_BYTES, ModelSpec
+from attnsim.workloads.optrace import LayerGroup, OpTrace
+from attnsim.workloads.scenario import Scenario
+
+# FLOPs per element of elementwise ops, counting each primitive (add, mul, max, exp, tanh,
+# rsqrt, div) as one FLOP. These are counting conventions derived from the formulas:
+NORM_FLOPS = {
+    "rmsnorm": 4,    # x^2, sum, x * rsqrt(mean), * gamma
+    "layernorm": 7,  # sum, x - mean, ^2, sum, * rsqrt(var), * gamma, + beta
+}
+ROPE_FLOPS = 3       # x * cos + rotate(x) * sin: 2 mul + 1 add
+SOFTMAX_FLOPS = 5    # max, x - max, exp, sum, divide
+RESIDUAL_FLOPS = 1   # one add
+GATE_FLOPS = 1       # act(gate) * up
+
+
+def activation_flops(name: str) -> int:
+    """FLOPs per element of an activation: relu 1 (max), silu 4 (neg, exp, add, div),
+    gelu 9 (tanh form: x^3 (2), mul, add, mul, tanh, add, mul, mul; the erf form is taken equal).
+    Unknown names count as silu."""
+    n = name.lower()
+    if "relu" in n:
+        return 1
+    if n.startswith("gelu"):
+        return 9
+    return 4
+
+
+# ---------------------------------------------------------------- sizes
+
+def param_count(model: ModelSpec) -> int:
+    """Total parameters: layers (attention, norms, FFN/MoE, biases), embeddings, lm_head."""
+    h, L, H, Hkv, d = model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.head_dim
+    norm = h * (2 if model.norm == "layernorm" else 1)
+    if model.mla is not None:
+        a = model.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q = h * H * qk if a.q_lora_rank is None else h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * H * qk
+        attn = (q + h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+                + a.kv_lora_rank * H * (a.qk_nope_head_dim + a.v_head_dim) + H * a.v_head_dim * h)
+    else:
+        attn = h * (H + 2 * Hkv) * d + H * d * h
+        if model.bias or model.qkv_bias:
+            attn += (H + 2 * Hkv) * d
+        if model.bias:
+            attn += h
+    n_mats = 3 if model.ffn_gated else 2
+
+    def dense_ffn(inter: int) -> int:
+        p = n_mats * h * inter
+        if model.bias:
+            p += (n_mats - 1) * inter + h
+        return p
+
+    n_moe = 0 if model.moe is None else L - model.moe.first_dense_layers
+    per_layer_common = attn + 2 * norm
+    total = L * per_layer_common + (L - n_moe) * dense_ffn(model.intermediate_size)
+    if model.moe is not None:
+        e = model.moe
+        moe = h * e.num_experts + (e.num_experts + e.num_shared_experts) * 3 * h * e.expert_intermediate_size
+        total += n_moe * moe
+    total += model.vocab_size * h + norm  # token embedding + final norm
+    if model.position == "learned":
+        total += model.max_position_embeddings * h
+    if not model.tie_word_embeddings:
+        total += model.vocab_size * h
+    return int(total)
+
+
+def weight_bytes(model: ModelSpec, dtype: str | None = None) -> float:
+    """Bytes of all parameters stored in ``dtype`` (default: the model's dtype); scales ignored."""
+    return param_count(model) * DTYPE_BYTES[dtype or model.dtype]
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int = 1) -> int:
+    """KV heads held by one rank: split across ranks, replicated (1 per rank) when fewer than tp.
+    MLA: 1 (the latent is shared by all heads and replicated on every rank)."""
+    if model.mla is not None:
+        return 1
+    kv = model.num_kv_heads
+    return kv // tp if kv >= tp else 1
+
+
+def kv_bytes_per_token_per_layer(model: ModelSpec, kv_dtype: str, tp: int = 1) -> float:
+    """K and V bytes of one token in one layer on one rank: 2 x kv_heads x head_dim x bytes
+    (MLA: (kv_lora_rank + qk_rope_head_dim) x bytes, one latent shared by K and V)."""
+    b = DTYPE_BYTES[kv_dtype]
+    if model.mla is not None:
+        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * b
+    return 2 * kv_heads_per_rank(model, tp) * model.head_dim * b
+
+
+def kv_cache_bytes(model: ModelSpec, scenario: Scenario, tokens, tp: int = 1) -> float:
+    """KV-cache bytes for ``tokens`` cached tokens per request (int or per-request array), all
+    layers, in scenario.kv_dtype; local (sliding-window) layers keep at most the window.
+    tp = 1: the whole cache; tp > 1: what one rank holds (with KV-head replication)."""
+    _check_tp(model, tp)
+    t = np.atleast_1d(np.asarray(tokens, dtype=np.int64))
+    per = kv_bytes_per_token_per_layer(model, scenario.kv_dtype, tp)
+    kinds = model.layer_kinds()
+    n_local = kinds.count("local")
+    n_global = len(kinds) - n_local
+    held = n_global * float(t.sum())
+    if n_local:
+        held += n_local * float(np.minimum(t, model.sliding_window).sum())
+    return held * per
+
+
+# ---------------------------------------------------------------- groups and attention counts
+
+def layer_groups(model: ModelSpec) -> list[LayerGroup]:
+    """Distinct (attention type, MoE) combinations with their layer counts, in first-seen order."""
+    first_dense = 0 if model.moe is None else model.moe.first_dense_layers
+    counts: dict[tuple[str, bool], int] = {}
+    for i, kind in enumerate(model.layer_kinds()):
+        key = (kind, model.moe is not None and i >= first_dense)
+        counts[key] = counts.get(key, 0) + 1
+    return [LayerGroup(name=f"{kind}_{'moe' if moe else 'dense'}", num_layers=n, attention=kind,
+                       window=(model.sliding_window or 0) if kind == "local" else 0, moe=moe)
+            for (kind, moe), n in counts.items()]
+
+
+def _tri(n: np.ndarray, w: int) -> np.ndarray:
+    """sum_{j=1..n} min(j, w) (w = 0: unlimited), elementwise over int64 n >= 0."""
+    n = np.asarray(n, dtype=np.int64)
+    full = n * (n + 1) // 2
+    if w <= 0:
+        return full
+    capped = w * (w + 1) // 2 + (n - w) * w
+    return np.where(n <= w, full, capped)
+
+
+def attention_pairs(context_lens: np.ndarray, query_tokens: np.ndarray, window: int = 0) -> int:
+    """(query, key) pairs of causal attention: new tokens at positions c-q .. c-1 (0-based) each
+    see min(pos + 1, window) keys; summed over requests. window 0 = unlimited."""
+    c = np.asarray(context_lens, dtype=np.int64)
+    q = np.asarray(query_tokens, dtype=np.int64)
+    return int(np.sum(_tri(c, window) - _tri(c - q, window)))
+
+
+def kv_tokens_read(context_lens: np.ndarray, query_tokens: np.ndarray, window: int = 0) -> int:
+    """Distinct KV tokens visible to the new tokens, summed over requests: min(c, q + w - 1)."""
+    c = np.asarray(context_lens, dtype=np.int64)
+    if window <= 0:
+        return int(c.sum())
+    q = np.asarray(query_tokens, dtype=np.int64)
+    return int(np.minimum(c, q + window - 1).sum())
+
+
+def expected_experts(tokens: int, num_experts: int, top_k: int) -> float:
+    """Expected distinct experts chosen by ``tokens`` tokens each picking top_k of E uniformly:
+    E (1 - (1 - k/E)^T)."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+
+
+# ---------------------------------------------------------------- trace
+
+def _check_tp(model: ModelSpec, tp: int) -> None:
+    if not isinstance(tp, (int, np.integer)) or tp < 1:
+        raise ConfigError(f"expected a positive integer, got {tp!r}", key="tp")
+    problems = []
+    if model.num_heads % tp:
+        problems.append(f"num_heads {model.num_heads}")
+    if model.mla is None:
+        kv = model.num_kv_heads
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            problems.append(f"num_kv_heads {kv}")
+    dense = model.moe is None or model.moe.first_dense_layers > 0
+    if dense and model.intermediate_size % tp:
+        problems.append(f"intermediate_size {model.intermediate_size}")
+    if model.moe is not None and model.moe.expert_intermediate_size % tp:
+        problems.append(f"moe.expert_intermediate_size {model.moe.expert_intermediate_size}")
+    if problems:
+        raise ConfigError(f"tp={tp} does not divide {', '.join(problems)} of model {model.name}", key="tp")
+
+
+def _lengths(scenario: Scenario, phase: str, context_lens, query_tokens) -> tuple[np.ndarray, np.ndarray]:
+    if phase not in ("prefill", "decode"):
+        raise ConfigError(f"expected one of ('prefill', 'decode'), got {phase!r}", key="phase")
+    c = None if context_lens is None else np.atleast_1d(np.asarray(context_lens, dtype=np.int64))
+    q = None if query_tokens is None else np.atleast_1d(np.asarray(query_tokens, dtype=np.int64))
+    if phase == "decode":
+        if c is None:
+            c = scenario.prompt_lens() + 1
+        if q is None:
+            q = np.ones_like(c)
+    else:
+        if c is None and q is None:
+            c = scenario.prompt_lens()
+        if c is None:
+            c = q.copy()
+        if q is None:
+            q = c.copy()
+    if c.ndim != 1 or q.shape != c.shape:
+        raise ConfigError(f"query_tokens ({q.shape}) and context_lens ({c.shape}) must be 1-D arrays of one length",
+                          key="query_tokens")
+    if len(c) == 0 or q.min() < 1:
+        raise ConfigError("expected at least one request with >= 1 query token", key="query_tokens")
+    if np.any(c < q):
+        raise ConfigError("context_lens must be >= query_tokens (the context includes this step's tokens)",
+                          key="context_lens")
+    return c, q
+
+
+class _Rows:
+    """Collects rows; small helpers fill flops/bytes from shapes."""
+
+    def __init__(self, w: float, a: float):
+        self.rows: list[dict] = []
+        self.w, self.a = w, a
+
+    def add(self, **r) -> None:
+        self.rows.append(r)
+
+    def matmul(self, op, group, count, m, n, k, batch=1, bias=False, weight_batch=None, tokens_m=None):
+        """(m x k) @ (k x n) x batch; weight_batch = (fractional) weight matrices read;
+        tokens_m = exact total rows over the batch (MoE) when m is an average."""
+        wb = batch if weight_batch is None else weight_batch
+        rows_total = m * batch if tokens_m is None else tokens_m
+        flops = 2.0 * rows_total * n * k + (rows_total * n if bias else 0.0)
+        self.add(op=op, cls="matmul", layer_group=group, count=count, m=m, n=n, k=k, batch=batch, flops=flops,
+                 weight_bytes=wb * (k * n + (n if bias else 0)) * self.w,
+                 act_bytes=rows_total * (k + n) * self.a)
+
+    def elementwise(self, op, group, count, elements, flops_per, reads=1, writes=1, weights=0, m=0, n=0):
+        self.add(op=op, cls="elementwise", layer_group=group, count=count, m=m, n=n, batch=1,
+                 flops=float(elements) * flops_per, weight_bytes=weights * self.w,
+                 act_bytes=float(elements) * (reads + writes) * self.a)
+
+
+def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
+                context_lens: np.ndarray | None = None, query_tokens: np.ndarray | None = None) -> OpTrace:
+    """One step of ``model`` on one of ``tp`` ranks (see the module docstring for the rows).
+
+    decode: each request processes query_tokens (default 1) token(s) and attends to context_lens
+    tokens (default scenario.prompt_lens() + 1: the first decode step). prefill: each request
+    processes its prompt (query_tokens = context_lens = prompt lengths by default) causally.
+    """
+    _check_tp(model, tp)
+    c, q = _lengths(scenario, phase, context_lens, query_tokens)
+    B, T = len(c), int(q.sum())
+    wd, ad, kd = DTYPE_BYTES[scenario.weight_dtype], DTYPE_BYTES[scenario.act_dtype], DTYPE_BYTES[scenario.kv_dtype]
+    h = model.hidden_size
+    H = model.num_heads // tp
+    Hkv = kv_heads_per_rank(model, tp)
+    mla = model.mla
+    if mla is not None:
+        d_qk = mla.kv_lora_rank + mla.qk_rope_head_dim  # absorbed score dim
+        d_ctx = mla.kv_lora_rank                        # context accumulated in latent space
+        kv_tok = (mla.kv_lora_rank + mla.qk_rope_head_dim) * kd
+        k_tok, v_tok = kv_tok, 0.0                      # latent counted once, on attn_score
+        o_in = H * mla.v_head_dim
+    else:
+        d_qk = d_ctx = model.head_dim
+        k_tok = v_tok = Hkv * model.head_dim * kd
+        kv_tok = k_tok + v_tok
+        o_in = H * model.head_dim
+    norm_w = h * (2 if model.norm == "layernorm" else 1)
+    nf = NORM_FLOPS[model.norm]
+    m_attn = -(-T // B)
+    comm = 2.0 * (tp - 1) / tp * T * h * ad
+    R = _Rows(wd, ad)
+    groups = layer_groups(model)
+    moe_meta = {}
+
+    for gi, g in enumerate(groups):
+        n = g.num_layers
+        R.elementwise("attn_norm", gi, n, T * h, nf, weights=norm_w, m=T, n=h)
+        if mla is None:
+            R.matmul("qkv_proj", gi, n, T, (H + 2 * Hkv) * model.head_dim, h, bias=model.bias or model.qkv_bias)
+        else:
+            qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+            q_out = H * qk if mla.q_lora_rank is None else mla.q_lora_rank
+            # q projection (or q down-projection) fused with the kv down-projection kv_a
+            R.matmul("qkv_proj", gi, n, T, q_out + mla.kv_lora_rank + mla.qk_rope_head_dim, h)
+            if mla.q_lora_rank is not None:
+                R.elementwise("q_norm", gi, n, T * mla.q_lora_rank, NORM_FLOPS["rmsnorm"], weights=mla.q_lora_rank,
+                              m=T, n=mla.q_lora_rank)
+                R.matmul("q_up", gi, n, T, H * qk, mla.q_lora_rank)
+            R.elementwise("kv_norm", gi, n, T * mla.kv_lora_rank, NORM_FLOPS["rmsnorm"], weights=mla.kv_lora_rank,
+                          m=T, n=mla.kv_lora_rank)
+            R.matmul("mla_q_absorb", gi, n, T, mla.kv_lora_rank, mla.qk_nope_head_dim, batch=H)
+        if model.position == "rope":
+            if mla is None:
+                el = T * (H + Hkv) * model.head_dim
+            else:
+                el = T * (H + 1) * mla.qk_rope_head_dim
+            R.elementwise("rope", gi, n, el, ROPE_FLOPS)
+        pairs = attention_pairs(c, q, g.window)
+        uniq = kv_tokens_read(c, q, g.window)
+        R.add(op="attn_score", cls="attn_score", layer_group=gi, count=n, m=m_attn, n=uniq, k=d_qk, batch=H,
+              flops=2.0 * H * pairs * d_qk, act_bytes=(T * H * d_qk + H * pairs) * ad,
+              kv_read_bytes=uniq * k_tok, kv_write_bytes=T * k_tok)
+        R.add(op="softmax", cls="softmax", layer_group=gi, count=n, m=m_attn, n=uniq, k=0, batch=H,
+              flops=float(SOFTMAX_FLOPS * H * pairs), act_bytes=2.0 * H * pairs * ad)
+        R.add(op="attn_context", cls="attn_context", layer_group=gi, count=n, m=m_attn, n=uniq, k=d_ctx, batch=H,
+              flops=2.0 * H * pairs * d_ctx, act_bytes=(H * pairs + T * H * d_ctx) * ad,
+              kv_read_bytes=uniq * v_tok, kv_write_bytes=T * v_tok)
+        if mla is not None:
+            R.matmul("mla_v_up", gi, n, T, mla.v_head_dim, mla.kv_lora_rank, batch=H)
+        R.matmul("out_proj", gi, n, T, h, o_in, bias=model.bias)
+        if tp > 1:
+            R.add(op="attn_allreduce", cls="allreduce", layer_group=gi, count=n, m=T, n=h, batch=1, comm_bytes=comm)
+        R.elementwise("attn_residual", gi, n, T * h, RESIDUAL_FLOPS, reads=2, m=T, n=h)
+        R.elementwise("ffn_norm", gi, n, T * h, nf, weights=norm_w, m=T, n=h)
+        act_f = activation_flops(model.activation)
+        if not g.moe:
+            inter = model.intermediate_size // tp
+            up = inter * (2 if model.ffn_gated else 1)
+            R.matmul("mlp_up", gi, n, T, up, h, bias=model.bias)
+            R.elementwise("mlp_act", gi, n, T * inter, act_f + (GATE_FLOPS if model.ffn_gated else 0),
+                          reads=2 if model.ffn_gated else 1, m=T, n=inter)
+            R.matmul("mlp_down", gi, n, T, h, inter, bias=model.bias)
+        else:
+            e = model.moe
+            ei = e.expert_intermediate_size // tp
+            routed = T * e.experts_per_token
+            touched = expected_experts(T, e.num_experts, e.experts_per_token)
+            nb = max(1, int(round(touched)))
+            m_exp = -(-routed // nb)
+            moe_meta = {"experts_touched": touched, "experts_batch": nb}
+            R.matmul("moe_router", gi, n, T, e.num_experts, h)
+            R.matmul("moe_expert_up", gi, n, m_exp, 2 * ei, h, batch=nb, weight_batch=touched, tokens_m=routed)
+            R.elementwise("moe_act", gi, n, routed * ei, act_f + GATE_FLOPS, reads=2, m=routed, n=ei)
+            R.matmul("moe_expert_down", gi, n, m_exp, h, ei, batch=nb, weight_batch=touched, tokens_m=routed)
+            if e.num_shared_experts:
+                si = e.num_shared_experts * ei  # shared experts run as one wider MLP (DeepSeek-V2)
+                R.matmul("moe_shared_up", gi, n, T, 2 * si, h)
+                R.elementwise("moe_shared_act", gi, n, T * si, act_f + GATE_FLOPS, reads=2, m=T, n=si)
+                R.matmul("moe_shared_down", gi, n, T, h, si)
+        if tp > 1:
+            R.add(op="mlp_allreduce", cls="allreduce", layer_group=gi, count=n, m=T, n=h, batch=1, comm_bytes=comm)
+        R.elementwise("ffn_residual", gi, n, T * h, RESIDUAL_FLOPS, reads=2, m=T, n=h)
+
+    # once per step
+    learned = model.position == "learned"
+    R.add(op="embedding", cls="embedding", layer_group=-1, count=1, m=T, n=h, batch=1,
+          flops=float(T * h) if learned else 0.0,  # learned: token + position embedding add
+          weight_bytes=T * h * wd * (2 if learned else 1), act_bytes=T * h * ad)
+    R.elementwise("final_norm", -1, 1, T * h, nf, weights=norm_w, m=T, n=h)
+    last = B if phase == "prefill" else T
+    R.matmul("lm_head", -1, 1, last, -(-model.vocab_size // tp), h)
+
+    meta = {
+        "heads_per_rank": H, "kv_heads_per_rank": Hkv, "head_dim": model.head_dim,
+        "attn_score_dim": d_qk, "attn_context_dim": d_ctx,
+        "kv_bytes_per_token_per_layer": kv_tok,
+        "weight_dtype": scenario.weight_dtype, "act_dtype": scenario.act_dtype, "kv_dtype": scenario.kv_dtype,
+        "hidden_size": h, "num_layers": model.num_layers, "num_heads": model.num_heads,
+        "num_kv_heads": model.num_kv_heads, "intermediate_size": model.intermediate_size,
+        "vocab_size": model.vocab_size, "mla": mla is not None, "moe": model.moe is not None,
+        "batch_size": B, "tokens": T, **moe_meta,
+    }
+    return OpTrace.from_rows(R.rows, phase=phase, model=model.name, tp=int(tp), query_tokens=q, context_lens=c,
+                             groups=groups, meta=meta)
+
