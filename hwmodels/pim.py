@@ -1,0 +1,292 @@
+"""PIM device model (YAML ``kind: pim``): lowers attention/GEMV ops onto a PIM ISA and times the
+resulting command streams on the DRAM bank-timing engine (hwmodels/dram, API.md).
+
+A device references a DRAM preset by name (``dram: hbm3_5200_pim``; ``dram_overrides`` are
+merged into that YAML, e.g. to add PIM timings) and adds processing-unit parameters. ``units``
+DRAM-spec instances (HBM stacks, GDDR6 chips, LPDDR5X packages) form one device; their channels
+all run the lowered programs. Per op row: lower (isa/lower.py) -> distinct channel workloads ->
+engine (``run_commands`` with symmetric-channel multiplicity) -> time = slowest channel, energy
+= engine DRAM components + ``pim_compute`` (MACs x pJ/MAC) + ``sram`` (buffer bytes x pJ/B).
+Bank-level PU arithmetic is inside the MAC command timing (one MAC command = ``macs_per_command``
+MACs per bank); a CXL-PNM accelerator is decoupled from memory: time = max(stream, compute).
+
+Softmax is a fixed-latency unit op (FIX) at ``softmax_gbps_per_unit`` bytes/s per unit spread
+over its channels (AttAcc: 670.4 GB/s per HBM on the buffer die, pim_dram.md b.1). Score,
+softmax and context are timed as separate ops (no cross-head overlap: an upper bound on
+AttAcc's two-heads-in-flight pipelining, b.6).
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field, PositiveInt
+
+from attnsim.config import ConfigError, Schema
+from attnsim.hwmodels.base import OpCost
+from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_partition, lower_attention,
+                               lower_fc, stream_reads)
+
+
+class PUParams(Schema):
+    """Processing-unit parameters (defaults: AttAcc bank PU, pim_dram.md b.1)."""
+
+    macs_per_command: PositiveInt = 16   # n_mac (b.1)
+    lanes: PositiveInt = 16              # FP16 lanes per PU
+    column_bytes: PositiveInt = 32       # prefetch_size (b.1)
+    acc_bytes: PositiveInt = 2           # FP16 results
+    clock_ghz: Optional[float] = Field(None, gt=0)  # PU clock where it is not the DRAM clock
+    pj_per_mac: float = Field(0.32, ge=0)           # ALU 0.32 pJ/MAC (b.1 energy table)
+    sram_pj_per_byte: float = Field(0.0034, ge=0)   # PIM SRAM buffer (b.1 energy table)
+    softmax_gbps_per_unit: float = Field(670.4, gt=0)  # buffer-die softmax = 670.4 GB/s per HBM (b.1)
+    gb_bytes: PositiveInt = 2048         # AiM global buffer 2 KB (b.4)
+    tflops: Optional[float] = Field(None, gt=0)     # decoupled accelerator peak (CXL-PNM)
+
+
+class PIMSpec(Schema):
+    kind: Literal["pim"]
+    name: str
+    description: str = ""
+    isa: Literal["attacc", "fimdram", "aim", "cxl_pnm"]
+    dram: str
+    dram_overrides: dict = Field(default_factory=dict)
+    partition: Literal[tuple(PARTITIONS)] = "attacc_bank"
+    channels_per_item: PositiveInt = 1
+    units: PositiveInt = 1
+    capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
+    refresh: Literal["ab", "pb", "none"] = "ab"
+    static_power_w: Optional[float] = Field(None, ge=0)
+    pu: PUParams = Field(default_factory=PUParams)
+
+
+def _deep_merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_dram_for(spec: PIMSpec):
+    from attnsim.config import display_path, find_config, load_yaml
+    from attnsim.hwmodels.dram.spec import spec_from_dict
+    path = find_config("hardware", spec.dram)
+    data = _deep_merge(load_yaml(path), spec.dram_overrides)
+    return spec_from_dict(data, file=display_path(path))
+
+
+class PIMDevice:
+    """A PIM/PNM device: DeviceModel protocol (name, kind, peaks, capacity, cost)."""
+
+    kind = "pim"
+
+    def __init__(self, spec: PIMSpec, dram=None):
+        self.spec = spec
+        self.name = spec.name
+        self.dram = dram if dram is not None else load_dram_for(spec)
+        d = self.dram
+        if spec.isa != "cxl_pnm" and d.pim is None:
+            raise ConfigError(f"DRAM preset {spec.dram!r} has no pim timing block (add it with dram_overrides.pim)",
+                              key="dram")
+        self.org = Org.from_spec(d)
+        self.channels = d.org.channels * spec.units
+        self.tck_s = d.org.tck_ns * 1e-9
+        softmax_bytes_per_cycle = spec.pu.softmax_gbps_per_unit * 1e9 / d.org.channels * self.tck_s
+        self.pu = PU(macs_per_command=spec.pu.macs_per_command, column_bytes=spec.pu.column_bytes,
+                     acc_bytes=spec.pu.acc_bytes, gb_bytes=spec.pu.gb_bytes,
+                     softmax_cycles_per_element=spec.pu.acc_bytes / softmax_bytes_per_cycle)
+        self.partition = get_partition(spec.partition, spec.channels_per_item)
+
+    # ------------------------------------------------------------ protocol
+    @property
+    def pus_per_channel(self) -> int:
+        return {"bank": self.org.banks, "bg": self.org.banks // self.org.banks_per_group,
+                "buffer": 0}[self.partition.pu_level] if self.spec.isa == "attacc" else (
+            self.org.banks // 2 if self.spec.isa == "fimdram" else self.org.banks)
+
+    @property
+    def peak_flops(self) -> float:
+        if self.spec.isa == "cxl_pnm":
+            return (self.spec.pu.tflops or 0.0) * 1e12
+        n = self.dram.pim.nCCDAB
+        return 2.0 * self.spec.pu.macs_per_command * self.pus_per_channel * self.channels / (n * self.tck_s)
+
+    @property
+    def peak_bandwidth_bytes_per_s(self) -> float:
+        """Internal bandwidth the PUs see (all-bank column rate; host-bus peak for CXL-PNM)."""
+        if self.spec.isa == "cxl_pnm" or self.pus_per_channel == 0:
+            return self.dram.peak_bandwidth_gbps * 1e9 * self.spec.units
+        return (self.pus_per_channel * self.spec.pu.column_bytes * self.channels
+                / (self.dram.pim.nCCDAB * self.tck_s))
+
+    @property
+    def capacity_bytes(self) -> float:
+        per = (self.spec.capacity_gb_per_unit * 1e9 if self.spec.capacity_gb_per_unit
+               else float(self.dram.capacity_bytes))
+        return per * self.spec.units
+
+    @property
+    def static_power_w(self) -> float:
+        if self.spec.static_power_w is not None:
+            return self.spec.static_power_w
+        from attnsim.hwmodels.dram.spec import energy_params
+        return energy_params(self.dram).background_w * self.channels
+
+    # ------------------------------------------------------------ engine
+    def run(self, low: Lowered) -> tuple[float, dict[str, float], dict]:
+        """Time (s, slowest channel) and energy (J by component) of a lowering on the engine."""
+        from attnsim.hwmodels.dram.engine import make_cmds, run_commands
+        cmds = low.commands
+        mult = low.multiplicity
+        if low.isa == "cxl_pnm":  # the accelerator stripes each GEMV over every channel of the device
+            from attnsim.isa.cxl_pnm import DTYPE_BYTES, DTYPES
+            size = np.array([DTYPE_BYTES[d] for d in DTYPES])
+            n_ch = self.dram.org.channels * self.spec.units
+            cmds, mult = [], []
+            for p in low.programs:
+                gemv = p.opcode == p.isa.code("GEMV")
+                nbytes = float(np.sum((p["rows"] * p["cols"] * size[p["dtype"]])[gemv]))
+                if nbytes > 0:
+                    cmds.append(stream_reads(self.org, nbytes / n_ch))
+                    mult.append(n_ch)
+                else:  # softmax only: the accelerator's vector unit (FIX), no DRAM traffic
+                    elems = float(np.sum(p["length"][p.opcode == p.isa.code("SOFTMAX")]))
+                    rate = self.spec.pu.softmax_gbps_per_unit * 1e9 * self.spec.units
+                    c = {k: np.zeros(1, np.int64) for k in ("op", "pch", "rank", "bg", "bank", "row", "col",
+                                                             "repeat", "cycles")}
+                    c["op"][0] = ENGINE_CODES["FIX"]
+                    c["cycles"][0] = max(1, math.ceil(elems * self.spec.pu.acc_bytes / rate / self.tck_s))
+                    cmds.append(c)
+                    mult.append(1)
+        cap = self.dram.org.channels
+        t_max, energy, counts = 0.0, {}, {}
+        for s in range(0, len(cmds), cap):
+            batch = cmds[s:s + cap]
+            n = sum(len(c["op"]) for c in batch)
+            rec = make_cmds(n)
+            k = 0
+            m_arr = np.zeros(cap, np.int64)
+            for j, c in enumerate(batch):
+                sl = slice(k, k + len(c["op"]))
+                for f in ("op", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles"):
+                    rec[f][sl] = c[f]
+                rec["ch"][sl] = j
+                m_arr[j] = mult[s + j]
+                k += len(c["op"])
+            res = run_commands(self.dram, rec, multiplicity=m_arr, refresh=self.spec.refresh)
+            t_max = max(t_max, float(res.time_s))
+            for key, v in res.energy_j.items():
+                if key != "dram_background":  # static: PIMDevice.static_power_w x step time
+                    energy[key] = energy.get(key, 0.0) + float(v)
+            for key, v in res.counts.items():
+                counts[key] = counts.get(key, 0) + int(v)
+            counts["pim_bytes"] = counts.get("pim_bytes", 0) + int(getattr(res, "pim_bytes", 0))
+            counts["buf_bytes"] = counts.get("buf_bytes", 0) + int(getattr(res, "buf_bytes", 0))
+        if low.isa == "fimdram":  # MACAB scope is every bank; a FIMDRAM PU reads one of its 2 banks
+            energy["dram_read_write"] = energy.get("dram_read_write", 0.0) / 2.0
+            counts["pim_bytes"] //= 2
+        return t_max, energy, counts
+
+    # ------------------------------------------------------------ ops
+    def _items(self, trace, i: int):
+        """Per-(request, KV head) token counts, head dim, group, element bytes of row i."""
+        c = trace.cols
+        heads = int(c["batch"][i])
+        kvh = int(trace.meta.get("kv_heads_per_rank", heads)) or heads
+        k = int(c["k"][i])
+        lens = np.asarray(trace.context_lens, np.int64)
+        g = int(c["layer_group"][i])
+        if 0 <= g < len(trace.groups) and trace.groups[g].window:
+            lens = np.minimum(lens, trace.groups[g].window)
+        total = float(lens.sum())
+        kv = float(c["kv_read_bytes"][i])
+        if c["cls"][i] == "softmax" or kv <= 0:  # element size unused by softmax (results are acc_bytes)
+            from attnsim.workloads.model import DTYPE_BYTES
+            eb = DTYPE_BYTES.get(str(trace.meta.get("kv_dtype", "fp16")), 2.0)
+        else:
+            eb = kv / max(total * kvh * k, 1.0)
+        tokens = np.repeat(lens, kvh)
+        return tokens, k, max(1, heads // kvh), eb
+
+    def lower_row(self, trace, i: int) -> Lowered:
+        cls = str(trace.cols["cls"][i])
+        if cls in ("attn_score", "attn_context", "softmax"):
+            tokens, k, group, eb = self._items(trace, i)
+            phase = {"attn_score": "score", "attn_context": "context", "softmax": "softmax"}[cls]
+            n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
+            return lower_attention(self.spec.isa, phase, tokens, dhead=k, group=group, elem_bytes=eb,
+                                   n_channels=n_ch, org=self.org, pu=self.pu, partition=self.partition)
+        if cls == "matmul":
+            c = trace.cols
+            m, n, k, b = (int(c[x][i]) for x in ("m", "n", "k", "batch"))
+            wb = float(c["weight_bytes"][i]) / max(n * k * b, 1)
+            n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
+            return lower_fc(self.spec.isa, n * b, k, m, elem_bytes=wb or 2.0, n_channels=n_ch,
+                            org=self.org, pu=self.pu)
+        raise ConfigError(f"PIM device {self.name!r} cannot run op class {cls!r} "
+                          "(supported: attn_score, softmax, attn_context, matmul)", key=str(trace.cols["op"][i]))
+
+    def cost(self, trace, rows) -> OpCost:
+        rows = np.asarray(rows, np.int64)
+        n = len(rows)
+        time = np.zeros(n)
+        comps = ("dram_activate", "dram_read_write", "dram_io", "dram_refresh", "pim_compute", "sram")
+        energy = {k: np.zeros(n) for k in comps}
+        bytes_pim, bytes_buf = np.zeros(n), np.zeros(n)
+        flops = np.zeros(n)
+        bound = np.empty(n, dtype=object)
+        cache: dict = {}
+        for j, i in enumerate(rows):
+            low = self.lower_row(trace, int(i))
+            key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
+                   tuple(low.multiplicity), low.pim_bytes, low.macs)
+            if key not in cache:  # identical lowerings (e.g. same shape in two layer groups)
+                cache[key] = self.run(low)
+            t, e, cnt = cache[key]
+            compute_t = 0.0
+            if self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
+                compute_t = 2.0 * low.macs / (self.spec.pu.tflops * 1e12)
+            time[j] = max(t, compute_t)
+            bound[j] = "compute" if compute_t > t else ("overhead" if low.phase == "softmax" else "memory")
+            for k in ("dram_activate", "dram_read_write", "dram_io", "dram_refresh"):
+                energy[k][j] = e.get(k, 0.0)
+            energy["pim_compute"][j] = low.macs * self.spec.pu.pj_per_mac * 1e-12
+            energy["sram"][j] = cnt.get("buf_bytes", 0) * self.spec.pu.sram_pj_per_byte * 1e-12
+            if low.phase == "softmax":  # [assumed] one MAC-equivalent per score + buffer read and write
+                elems = float(low.meta.get("elements", 0.0))
+                energy["pim_compute"][j] = elems * self.spec.pu.pj_per_mac * 1e-12
+                energy["sram"][j] = 2.0 * elems * self.spec.pu.acc_bytes * self.spec.pu.sram_pj_per_byte * 1e-12
+            bytes_pim[j] = low.pim_bytes
+            bytes_buf[j] = cnt.get("buf_bytes", 0)
+            flops[j] = 2.0 * low.macs
+        return OpCost(time_s=time, energy_j=energy, bytes_by_level={"dram_bank": bytes_pim, "pim_buffer": bytes_buf},
+                      flops=flops, bound=bound)
+
+
+# ---------------------------------------------------------------- closed form
+
+def allbank_closed_form(dram, columns_per_row: int, macs_per_row: int | None = None,
+                        refresh: bool = True) -> dict:
+    """Closed-form all-bank PIM stream of whole rows (pim_dram.md "All-bank PIM timing constraints"):
+    row period = max(nRC, max(nRAS, nRCD + (n-1) nCCDAB + nRTP) + nRP) with n MAC commands per
+    row; bytes per period = n x banks x column bytes (one channel); refresh removes nRFC every
+    nREFI. Returns bytes/s per channel, row period and the ideal banks x bytes / nCCDAB."""
+    t, p, o = dram.timing, dram.pim, dram.org
+    n = macs_per_row or columns_per_row
+    rcd = p.nRCDRDMAC or t.nRCDRD
+    period = max(t.nRC, max(t.nRAS, rcd + (n - 1) * p.nCCDAB + t.nRTP) + t.nRP)
+    banks = o.pseudo_channels * o.ranks * o.bank_groups * o.banks_per_group
+    tck = o.tck_ns * 1e-9
+    ideal = banks * o.burst_bytes / (p.nCCDAB * tck)
+    bw = n * banks * o.burst_bytes / (period * tck)
+    if refresh:
+        bw *= 1.0 - t.nRFC / t.nREFI
+    return dict(bytes_per_s=bw, ideal_bytes_per_s=ideal, row_period_cycles=period)
+
+
+def _register() -> None:
+    from attnsim.hwmodels import registry
+    registry.register("pim", PIMSpec, PIMDevice)
+
+
+_register()

@@ -1,0 +1,482 @@
+"""GEMV lowering for decode attention (score q*K^T, context s*V) and FC layers onto the PIM ISAs.
+
+Work items are (request, KV head) pairs; each reads its K (score) or V (context) slice of
+``tokens x head_dim`` elements and multiplies it with ``group`` query vectors (GQA: query heads
+per KV head). Items are placed on channels (optionally split over ``channels_per_item``
+channels by tokens) with a longest-first greedy assignment; inside a channel the
+:class:`Partition` spreads tokens and head-dim elements over pseudo-channels, ranks, bank groups
+and banks. Presets follow AttAcc's schemes (shared/reference/pim_dram.md b.6,
+``gen_trace_attacc_bank.py``): ``attacc_bank`` = one head per channel, tokens over
+pCH x rank x BG, dhead over the banks of a BG, 16 MACs per MACAB of 32 B;
+``attacc_bg`` = PU per bank group (MACBG, tokens over pCH x rank, dhead over BGs);
+``attacc_buffer`` = PU on the buffer die fed by normal reads at the pseudo-channel bus rate.
+
+Symmetry: channels with identical work share one program (``Program.multiplicity``), and the
+caller multiplies identical layers by their ``count``; only distinct channel workloads are
+lowered and simulated, which keeps a 70B decode step at a few hundred records.
+
+The result of a lowering is a :class:`Lowered`: the ISA programs (one per distinct channel
+workload, channel field 0) and, for each, the engine command records of that channel
+(hwmodels/dram/API.md fields; op codes in ``ENGINE_CODES``). For FIMDRAM the ISA program is the
+CRF kernel; the host-side column-command stream that drives it is given as engine records.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from attnsim.config import ConfigError
+from attnsim.isa import get_isa
+from attnsim.isa.base import Program
+from attnsim.isa.fimdram import column_commands, gemv_kernel
+
+# Engine op codes, from hwmodels/dram/API.md ("values stable"); checked against Op in the tests.
+ENGINE_CODES = {"NOP": 0, "ACT": 1, "PRE": 2, "PREA": 3, "RD": 4, "WR": 5, "REF": 6, "REFPB": 7,
+                "ACTAB": 8, "MACAB": 9, "MACSB": 10, "ACTBG": 11, "MACBG": 12, "BUF": 13, "FIX": 14,
+                "BARRIER": 15, "MODE": 16}
+CMD_FIELDS = ("op", "ch", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles")
+LEVELS = ("pch", "rank", "bg", "bank")
+
+
+@dataclass(frozen=True)
+class Org:
+    """The organisation facts the lowering needs (one channel)."""
+
+    pseudo_channels: int
+    ranks: int
+    bank_groups: int
+    banks_per_group: int
+    rows: int
+    columns: int  # column commands (bursts) per row
+    burst_bytes: int
+
+    @staticmethod
+    def from_spec(spec) -> "Org":
+        o = spec.org
+        return Org(o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, o.rows, o.columns, o.burst_bytes)
+
+    def size(self, level: str) -> int:
+        return {"pch": self.pseudo_channels, "rank": self.ranks, "bg": self.bank_groups,
+                "bank": self.banks_per_group}[level]
+
+    @property
+    def banks(self) -> int:
+        return self.pseudo_channels * self.ranks * self.bank_groups * self.banks_per_group
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Where tokens and head-dim elements of one work item go inside a channel."""
+
+    name: str
+    token_levels: tuple[str, ...]
+    dhead_levels: tuple[str, ...]
+    pu_level: str = "bank"  # "bank" | "bg" | "buffer"
+    channels_per_item: int = 1
+
+    def slots(self, org: Org) -> tuple[int, int]:
+        for lv in self.token_levels + self.dhead_levels:
+            if lv not in LEVELS:
+                raise ConfigError(f"expected levels from {', '.join(LEVELS)}, got {lv!r}", key="partition")
+        if len(set(self.token_levels + self.dhead_levels)) != len(self.token_levels + self.dhead_levels):
+            raise ConfigError("a level is used twice", key="partition")
+        return (math.prod(org.size(lv) for lv in self.token_levels),
+                math.prod(org.size(lv) for lv in self.dhead_levels))
+
+
+PARTITIONS = {
+    "attacc_bank": Partition("attacc_bank", ("pch", "rank", "bg"), ("bank",), "bank"),
+    "attacc_bg": Partition("attacc_bg", ("pch", "rank"), ("bg",), "bg"),
+    "attacc_buffer": Partition("attacc_buffer", ("pch",), (), "buffer"),
+}
+
+
+def get_partition(name: str, channels_per_item: int = 1) -> Partition:
+    if name not in PARTITIONS:
+        raise ConfigError(f"expected one of {', '.join(PARTITIONS)}, got {name!r}", key="partition")
+    p = PARTITIONS[name]
+    return Partition(p.name, p.token_levels, p.dhead_levels, p.pu_level, channels_per_item)
+
+
+@dataclass(frozen=True)
+class PU:
+    """Processing-unit facts the lowering needs."""
+
+    macs_per_command: int = 16  # AttAcc trace-gen n_mac = 16 (pim_dram.md b.1)
+    column_bytes: int = 32      # AttAcc prefetch_size = 32 B (b.1); AiM 256 bit (b.4)
+    acc_bytes: int = 2          # result element (FP16)
+    softmax_cycles_per_element: float = 0.0  # buffer-die softmax unit, CK cycles per score
+    gb_bytes: int = 2048        # AiM global buffer (2 KB, b.4); FIMDRAM GRF_A tile = 8 x 32 B
+
+
+@dataclass
+class Lowered:
+    """Distinct channel workloads of one op: program, engine records, channels running it."""
+
+    isa: str
+    phase: str
+    programs: list[Program]
+    commands: list[dict[str, np.ndarray]]
+    multiplicity: np.ndarray          # channels running each program
+    macs: float = 0.0                 # useful MACs over all channels
+    pim_bytes: float = 0.0            # matrix bytes read by PUs over all channels
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def channels_used(self) -> int:
+        return int(self.multiplicity.sum())
+
+
+# ---------------------------------------------------------------- placement
+
+def assign_items(tokens: Sequence[int], n_channels: int, channels_per_item: int = 1) -> list[tuple[tuple[int, ...], int]]:
+    """Place item slices on channels; returns distinct per-channel slice lists with multiplicity.
+
+    Each item of ``tokens[i]`` tokens is cut into ``channels_per_item`` slices (sizes differ by
+    at most one); slices go longest first to the least loaded channel (LPT). Idle channels are
+    not listed.
+    """
+    if n_channels < 1 or channels_per_item < 1:
+        raise ConfigError(f"expected positive channel counts, got {n_channels}, {channels_per_item}")
+    tokens = np.asarray(tokens, np.int64)
+    slices = []
+    for t in tokens:
+        q, r = divmod(int(t), channels_per_item)
+        slices += [q + 1] * r + [q] * (channels_per_item - r)
+    slices = sorted((s for s in slices if s > 0), reverse=True)
+    if not slices:
+        return []
+    if slices[0] == slices[-1]:  # uniform: closed form
+        q, r = divmod(len(slices), n_channels)
+        out = []
+        if r:
+            out.append(((slices[0],) * (q + 1), r))
+        if q:
+            out.append(((slices[0],) * q, n_channels - r))
+        return out
+    heap = [(0, c) for c in range(min(n_channels, len(slices)))]
+    work: dict[int, list[int]] = {c: [] for _, c in heap}
+    for s in slices:
+        load, c = heapq.heappop(heap)
+        work[c].append(s)
+        heapq.heappush(heap, (load + s, c))
+    return sorted(Counter(tuple(w) for w in work.values()).items(), key=lambda kv: -sum(kv[0]))
+
+
+# ---------------------------------------------------------------- engine records
+
+class _Cmds:
+    def __init__(self):
+        self.rows: list[tuple] = []
+
+    def add(self, op, ch=0, pch=-1, rank=-1, bg=-1, bank=-1, row=0, col=0, repeat=1, cycles=0):
+        self.rows.append((ENGINE_CODES[op], ch, pch, rank, bg, bank, row, col, repeat, cycles))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        a = np.array(self.rows, dtype=np.int64).reshape(-1, len(CMD_FIELDS))
+        return {k: a[:, i].copy() for i, k in enumerate(CMD_FIELDS)}
+
+
+def attacc_commands(prog: Program, org: Org, pu: PU) -> dict[str, np.ndarray]:
+    """Expand an AttAcc program (one channel) into engine records."""
+    cmd = _Cmds()
+    f = prog.fields
+    open_row = 0  # MACAB records carry the row opened by the last ACTAB (the engine checks it)
+    for i, mn in enumerate(prog.mnemonics()):
+        ch = int(f["ch"][i])
+        if mn == "ACTAB":
+            open_row = int(f["row"][i])
+            cmd.add("ACTAB", ch, row=open_row)
+        elif mn == "PREA":
+            cmd.add("PREA", ch)
+        elif mn == "MACAB":
+            cmd.add("MACAB", ch, row=open_row, col=int(f["col"][i]), repeat=int(f["repeat"][i]))
+        elif mn in ("WRGB", "MVSB", "MVGB"):
+            for p in range(org.pseudo_channels):
+                cmd.add("BUF", ch, pch=p, repeat=int(f["bursts"][i]))
+        elif mn == "SFM":
+            cmd.add("FIX", ch, cycles=max(1, math.ceil(int(f["length"][i]) * pu.softmax_cycles_per_element)))
+        elif mn == "BARRIER":
+            cmd.add("BARRIER", ch)
+        elif mn == "REFAB":
+            cmd.add("REF", ch)
+        elif mn in ("RD", "WR", "MACSB"):
+            b = int(f["bank"][i])
+            bpg, bgs, rk = org.banks_per_group, org.bank_groups, org.ranks
+            cmd.add(mn, ch, pch=b // (bpg * bgs * rk), rank=(b // (bpg * bgs)) % rk, bg=(b // bpg) % bgs,
+                    bank=b % bpg, col=int(f["col"][i]), repeat=int(f["repeat"][i]))
+    return cmd.arrays()
+
+
+def aim_commands(prog: Program, org: Org, pu: PU, af_cycles: int = 1) -> dict[str, np.ndarray]:
+    """Expand an AiM program (channel 0 of its mask) into engine records."""
+    cmd = _Cmds()
+    f = prog.fields
+    for i, mn in enumerate(prog.mnemonics()):
+        if mn in ("WR_GB", "WR_AFLUT"):
+            cmd.add("BUF", 0, pch=0, repeat=int(f["opsize"][i]))
+        elif mn in ("MAC_ABK", "EWMUL", "EWADD"):
+            cmd.add("ACTAB", 0, row=int(f["row"][i]))
+            cmd.add("MACAB", 0, row=int(f["row"][i]), repeat=int(f["opsize"][i]))
+            cmd.add("PREA", 0)
+        elif mn in ("RD_MAC", "RD_AF", "WR_BIAS"):
+            cmd.add("BUF", 0, pch=0, repeat=max(1, org.bank_groups * org.banks_per_group * pu.acc_bytes // 32))
+        elif mn == "AF":
+            cmd.add("FIX", 0, cycles=af_cycles)
+        elif mn in ("SYNC", "EOC"):
+            cmd.add("BARRIER", 0)
+        elif mn in ("MAC_SBK", "COPY_BKGB", "COPY_GBBK"):
+            b = int(f["bank"][i])
+            op = {"MAC_SBK": "MACSB", "COPY_BKGB": "RD", "COPY_GBBK": "WR"}[mn]
+            cmd.add(op, 0, pch=0, rank=0, bg=b // org.banks_per_group, bank=b % org.banks_per_group,
+                    row=int(f["row"][i]), repeat=int(f["opsize"][i]))
+    return cmd.arrays()
+
+
+# ---------------------------------------------------------------- per-channel schedules
+
+def _item_dims(org: Org, part: Partition, pu: PU, tokens: int, dhead: int, elem_bytes: float, group: int):
+    T, D = part.slots(org)
+    tok_slot = -(-tokens // T)
+    cols_tok = max(1, math.ceil(math.ceil(dhead / D) * elem_bytes / pu.column_bytes))
+    per_cmd = max(1, pu.macs_per_command // max(1, int(pu.column_bytes // elem_bytes)))
+    passes = -(-group // per_cmd)
+    return T, D, tok_slot, cols_tok, passes
+
+
+def _attacc_channel(slices, phase, org, part, pu, dhead, elem_bytes, group, row0=0) -> Program:
+    """AttAcc bank-level program of one channel running ``slices`` (token counts) in order."""
+    recs, row = [], row0
+    for t in slices:
+        T, D, tok_slot, cols_tok, passes = _item_dims(org, part, pu, t, dhead, elem_bytes, group)
+        if phase == "softmax":
+            recs.append(("SFM", dict(ch=0, length=t * group)))
+            recs.append(("BARRIER", dict(ch=0)))
+            continue
+        cols = tok_slot * cols_tok
+        per_pch = T // org.pseudo_channels
+        if phase == "score":
+            recs.append(("WRGB", dict(ch=0, bursts=max(1, math.ceil(dhead * elem_bytes * group / 32)))))
+        else:  # context: softmax output of this pCH's tokens into the GEMV buffers
+            recs.append(("MVGB", dict(ch=0, bursts=max(1, math.ceil(tok_slot * per_pch * group * pu.acc_bytes / 32)))))
+        done = 0
+        while done < cols:
+            n = min(org.columns, cols - done)
+            recs.append(("ACTAB", dict(ch=0, row=row % org.rows)))
+            rep = n * passes
+            while rep > 0:  # repeat field is 12 bits
+                recs.append(("MACAB", dict(ch=0, col=0, repeat=min(rep, 4095))))
+                rep -= 4095
+            recs.append(("PREA", dict(ch=0)))
+            if phase == "score":  # scores of the tokens finished in this row, per pCH
+                toks = n / cols_tok
+                recs.append(("MVSB", dict(ch=0, bursts=max(1, math.ceil(toks * per_pch * group * pu.acc_bytes / 32)))))
+            done += n
+            row += 1
+        if phase == "context":  # per-token-slot partial outputs of this pCH
+            recs.append(("MVSB", dict(ch=0, bursts=max(1, math.ceil(dhead * group * pu.acc_bytes * per_pch / 32)))))
+        recs.append(("BARRIER", dict(ch=0)))
+    return Program.from_records(get_isa("attacc"), recs)
+
+
+def _bg_channel(slices, phase, org, part, pu, dhead, elem_bytes, group, row0=0) -> dict[str, np.ndarray]:
+    """BG-level PU (one PU per bank group): interleaved MACBG records, engine form only."""
+    cmd, row = _Cmds(), row0
+    for t in slices:
+        T, D, tok_slot, cols_tok, passes = _item_dims(org, part, pu, t, dhead, elem_bytes, group)
+        if phase == "softmax":
+            cmd.add("FIX", cycles=max(1, math.ceil(t * group * pu.softmax_cycles_per_element)))
+            continue
+        # one PU per bank group reads its banks one after the other: an ACTBG round opens one row
+        # in every bank of each BG, i.e. columns x banks_per_group column ops per PU
+        cols = tok_slot * cols_tok
+        for p in range(org.pseudo_channels):
+            cmd.add("BUF", pch=p, repeat=max(1, math.ceil(dhead * elem_bytes * group / 32)))
+        done = 0
+        while done < cols:
+            n = min(org.columns * org.banks_per_group, cols - done)
+            for b in range(org.bank_groups):
+                cmd.add("ACTBG", bg=b, row=row % org.rows)
+            for _ in range(n * passes):
+                for b in range(org.bank_groups):
+                    cmd.add("MACBG", bg=b, row=row % org.rows)
+            cmd.add("PREA")
+            done += n
+            row += 1
+        cmd.add("BARRIER")
+    return cmd.arrays()
+
+
+def stream_reads(org: Org, nbytes: float, row0: int = 0) -> dict[str, np.ndarray]:
+    """Sequential read stream of ``nbytes`` on one channel: whole-row RD macro records rotating
+    over pseudo-channels, bank groups and banks (bank-level parallelism), auto-precharge off."""
+    cmd = _Cmds()
+    bursts = int(math.ceil(nbytes / org.burst_bytes))
+    k, row = 0, row0
+    while bursts > 0:
+        n = min(org.columns, bursts)
+        p = k % org.pseudo_channels
+        bg = (k // org.pseudo_channels) % org.bank_groups
+        bank = (k // (org.pseudo_channels * org.bank_groups)) % org.banks_per_group
+        cmd.add("RD", pch=p, rank=0, bg=bg, bank=bank, row=row % org.rows, repeat=n)
+        bursts -= n
+        k += 1
+        if k % (org.pseudo_channels * org.bank_groups * org.banks_per_group) == 0:
+            row += 1
+    return cmd.arrays()
+
+
+def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:
+    """AiM program of one channel: tokens over the 16 banks (score) / outputs over banks (context)."""
+    recs, row = [], 0
+    banks = org.bank_groups * org.banks_per_group
+    for t in slices:
+        if phase == "softmax":
+            recs.append(("AF", dict(ch_mask=1)))  # softmax approximated by the LUT activation unit
+            continue
+        if phase == "score":
+            cols = -(-t // banks) * math.ceil(dhead * elem_bytes / pu.column_bytes)
+            gb_fills = 1
+            gb_cols = math.ceil(dhead * elem_bytes / pu.column_bytes)
+        else:
+            cols = -(-dhead // banks) * math.ceil(t * elem_bytes / pu.column_bytes)
+            gb_fills = math.ceil(t * pu.acc_bytes / pu.gb_bytes)
+            gb_cols = min(64, math.ceil(t * pu.acc_bytes / pu.column_bytes))
+        for _ in range(group):  # one query vector per pass through the rows
+            for _ in range(gb_fills):
+                recs.append(("WR_GB", dict(opsize=max(1, min(64, gb_cols)), ch_mask=1, gb_col=0)))
+            done = 0
+            while done < cols:
+                n = min(64, org.columns, cols - done)
+                recs.append(("MAC_ABK", dict(opsize=n, ch_mask=1, row=row % org.rows)))
+                done += n
+                row += 1
+            recs.append(("RD_MAC", dict(ch_mask=1, reg=0)))
+    recs.append(("EOC", {}))
+    return Program.from_records(get_isa("aim"), recs)
+
+
+def _fimdram_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> dict[str, np.ndarray]:
+    """Host command stream driving the FIMDRAM GEMV CRF kernel on one channel.
+
+    One PU per 2 banks (b.3); per pass the kernel consumes ``column_commands(gemv_kernel())``
+    all-bank column commands (16 MACs of 32 B per PU + 1 NOP), GRF_A is written by the host per
+    128-element input tile and GRF_B read back per pass (BUF on every pCH)."""
+    cmd, row = _Cmds(), 0
+    per_pass = column_commands(gemv_kernel())
+    macs_per_pass = per_pass - 1
+    pus = org.banks // 2
+    for t in slices:
+        if phase == "softmax":
+            cmd.add("FIX", cycles=max(1, math.ceil(t * group * pu.softmax_cycles_per_element)))
+            continue
+        nbytes = t * dhead * elem_bytes
+        cols_pu = math.ceil(nbytes / (pu.column_bytes * pus))
+        passes = math.ceil(cols_pu / macs_per_pass) * group
+        tiles = 1 if phase == "score" else math.ceil(t / 128)
+        passes_per_row = max(1, org.columns // macs_per_pass)
+        for _ in range(tiles):
+            for p in range(org.pseudo_channels):
+                cmd.add("BUF", pch=p, repeat=8)  # WRIO_TO_GRF: 8 x 256 bit GRF_A
+        done = 0
+        while done < passes:
+            n = min(passes_per_row, passes - done)
+            cmd.add("ACTAB", row=row % org.rows)
+            cmd.add("MACAB", row=row % org.rows, repeat=n * per_pass)
+            cmd.add("PREA")
+            for p in range(org.pseudo_channels):
+                cmd.add("BUF", pch=p, repeat=8 * n)  # GRF_B -> host
+            done += n
+            row += 1
+        cmd.add("BARRIER")
+    return cmd.arrays()
+
+
+def _cxl_program(slices, phase, dhead, elem_bytes, group) -> Program:
+    recs = []
+    dt = {1.0: 3, 2.0: 1, 4.0: 0, 0.5: 5}.get(float(elem_bytes), 1)
+    addr = 0
+    for t in slices:
+        if phase == "softmax":
+            recs.append(("SOFTMAX", dict(buf=1, length=t * group)))
+            continue
+        n_in = dhead if phase == "score" else t
+        recs.append(("LOAD_VEC", dict(dst=0, addr=0, length=n_in * group, dtype=dt)))
+        recs.append(("GEMV", dict(dst=1, src=0, base=addr % (1 << 40), rows=t, cols=dhead, dtype=dt,
+                                  trans=int(phase == "context"), vectors=group)))
+        recs.append(("STORE", dict(src=1, addr=0, length=(t if phase == "score" else dhead) * group, dtype=dt)))
+        addr += int(t * dhead * elem_bytes)
+    recs.append(("BARRIER", {}))
+    return Program.from_records(get_isa("cxl_pnm"), recs)
+
+
+# ---------------------------------------------------------------- public entry points
+
+def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, group: int, elem_bytes: float,
+                    n_channels: int, org: Org, pu: PU, partition: Partition | None = None) -> Lowered:
+    """Lower one attention phase ("score" | "softmax" | "context") of all work items.
+
+    ``tokens``: context length of every (request, KV head) item; ``group``: query heads per KV
+    head; ``n_channels``: PIM channels of the whole system (stacks x channels). For ``cxl_pnm``
+    the whole device streams each item (``n_channels`` = number of PNM devices).
+    """
+    if phase not in ("score", "softmax", "context"):
+        raise ConfigError(f"expected score, softmax or context, got {phase!r}", key="phase")
+    part = partition or PARTITIONS["attacc_bank"]
+    tokens = np.asarray(tokens, np.int64)
+    work = assign_items(tokens, n_channels, part.channels_per_item if isa == "attacc" else 1)
+    progs, cmds, mult = [], [], []
+    for slices, m in work:
+        if isa == "attacc":
+            if part.pu_level == "bank":
+                p = _attacc_channel(slices, phase, org, part, pu, dhead, elem_bytes, group)
+                c = attacc_commands(p, org, pu)
+            elif part.pu_level == "bg":
+                p, c = None, _bg_channel(slices, phase, org, part, pu, dhead, elem_bytes, group)
+            else:  # buffer die: normal reads at the pseudo-channel bus rate
+                c = _Cmds()
+                if phase == "softmax":
+                    c.add("FIX", cycles=max(1, math.ceil(sum(slices) * group * pu.softmax_cycles_per_element)))
+                    c = c.arrays()
+                else:
+                    c = stream_reads(org, sum(slices) * dhead * elem_bytes)
+                p = None
+        elif isa == "aim":
+            p = _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group)
+            c = aim_commands(p, org, pu)
+        elif isa == "fimdram":
+            p = gemv_kernel()
+            c = _fimdram_channel(slices, phase, org, pu, dhead, elem_bytes, group)
+        elif isa == "cxl_pnm":
+            p = _cxl_program(slices, phase, dhead, elem_bytes, group)
+            c = None  # filled by the device model: the item is striped over all device channels
+        else:
+            raise ConfigError(f"expected attacc, fimdram, aim or cxl_pnm, got {isa!r}", key="isa")
+        if p is not None:
+            p.multiplicity = m
+        progs.append(p)
+        cmds.append(c)
+        mult.append(m)
+    macs = 0.0 if phase == "softmax" else float(tokens.sum()) * dhead * group
+    pim_bytes = 0.0 if phase == "softmax" else float(tokens.sum()) * dhead * elem_bytes
+    return Lowered(isa, phase, progs, cmds, np.array(mult, np.int64), macs, pim_bytes,
+                   meta=dict(partition=part.name, items=len(tokens), elements=float(tokens.sum()) * group))
+
+
+def lower_fc(isa: str, n_out: int, k_in: int, vectors: int, *, elem_bytes: float, n_channels: int,
+             org: Org, pu: PU) -> Lowered:
+    """FC GEMV y = W x (``n_out x k_in`` weights, ``vectors`` input vectors), outputs spread over
+    all channels; each channel computes its output rows like a score GEMV (rows = outputs,
+    cols = k_in), so the attention schedules are reused with tokens = outputs per channel."""
+    per = -(-n_out // n_channels)
+    active = -(-n_out // per)
+    tokens = [per] * (active - 1) + [n_out - per * (active - 1)]
+    low = lower_attention(isa, "score", tokens, dhead=k_in, group=vectors, elem_bytes=elem_bytes,
+                          n_channels=n_channels, org=org, pu=pu)
+    low.phase = "fc"
+    return low
