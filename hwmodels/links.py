@@ -35,7 +35,7 @@ class LinkSpec(Schema):
 
 
 class LinkModel:
-    """Analytical link model; ``cost`` handles allreduce rows of an OpTrace."""
+    """Analytical link model; ``cost`` handles allreduce and transfer rows of an OpTrace."""
 
     kind = "link"
 
@@ -90,7 +90,8 @@ class LinkModel:
     def cost(self, trace, rows: np.ndarray) -> OpCost:
         rows = np.asarray(rows, dtype=np.int64)
         cls = trace.cols["cls"][rows]
-        comm = np.where(cls == "allreduce", trace.cols["comm_bytes"][rows].astype(np.float64), 0.0)
+        raw = trace.cols["comm_bytes"][rows].astype(np.float64)
+        comm = np.where(cls == "allreduce", raw, 0.0)
         n = int(getattr(trace, "tp", 1) or 1)
         if n > 1:
             steps = 2.0 * (n - 1)
@@ -98,6 +99,10 @@ class LinkModel:
         else:
             time_s = np.zeros(len(rows))
         total_bytes = comm * n if n > 1 else np.zeros(len(rows))
+        # point-to-point transfers (mapper-added rows): every rank moves comm_bytes over its own link
+        xfer = np.where(cls == "transfer", raw, 0.0)
+        time_s = time_s + np.where(xfer > 0, xfer / self.bandwidth_bytes_per_s + self.latency_s, 0.0)
+        total_bytes = total_bytes + xfer * n
         bound = np.full(len(rows), "link").astype(str)
         return OpCost(time_s=time_s, energy_j={"link": self.transfer_energy_j(total_bytes)},
                       bytes_by_level={"link": total_bytes}, flops=np.zeros(len(rows)), bound=bound)

@@ -14,7 +14,8 @@ op              str     role name, e.g. ``qkv_proj``, ``attn_score`` (breakdown 
 cls             str     compute class a device model dispatches on:
                         ``matmul`` (activations x weights), ``attn_score``,
                         ``attn_context``, ``softmax``, ``elementwise``,
-                        ``allreduce``, ``embedding``
+                        ``allreduce``, ``embedding``, ``transfer`` (a
+                        point-to-point copy a mapper adds, e.g. q to PIM)
 layer_group     int64   index into ``OpTrace.groups`` (-1: not per layer)
 count           int64   identical repeats (layers) this row stands for
 m, n, k         int64   matmul dims: (m x k) @ (k x n). For attention rows:
@@ -26,7 +27,8 @@ weight_bytes    float64 weight bytes read
 act_bytes       float64 activation bytes read + written
 kv_read_bytes   float64 KV-cache bytes read
 kv_write_bytes  float64 KV-cache bytes written
-comm_bytes      float64 bytes each rank sends+receives in a collective
+comm_bytes      float64 bytes each rank sends+receives in a collective, or
+                        moves in a transfer
 =============== ======= ==========================================================
 """
 from __future__ import annotations
@@ -39,7 +41,8 @@ COLUMNS = ("op", "cls", "layer_group", "count", "m", "n", "k", "batch", "flops",
            "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes")
 INT_COLUMNS = ("layer_group", "count", "m", "n", "k", "batch")
 FLOAT_COLUMNS = ("flops", "weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes")
-OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding")
+OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding",
+              "transfer")
 
 
 @dataclass
