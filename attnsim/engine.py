@@ -82,57 +82,143 @@ def _add(d: dict, keys, values) -> None:
         d[k] = d.get(k, 0.0) + float(v)
 
 
-def cost_step(plan, system) -> StepResult:
-    """Time and energy of one placed step (all TP ranks; one replica)."""
+def _device_model(system, plan, role: str):
+    """The model that costs rows placed on ``role``: a pool, a named link or the collective link."""
+    if role == "link":
+        return _collective_link(system, plan)
+    if role.startswith("link:"):
+        return system.links[role.split(":", 1)[1]]
+    return system.pools[role].model
+
+
+def cost_rows(plan, system):
+    """Per-row time (x count) and per-row dynamic energy by component (x count x parallel devices).
+
+    Returns (row_time_s, {component: row energy}, {device:level: row bytes per device}, row_flops).
+    """
     trace = plan.trace
+    n = len(trace)
     count = trace["count"].astype(np.float64)
-    ops = trace["op"]
-    res = StepResult()
-    row_time = np.zeros(len(trace))
-    row_energy = np.zeros(len(trace))
+    row_time = np.zeros(n)
+    row_energy: dict[str, np.ndarray] = {}
+    row_bytes: dict[str, np.ndarray] = {}
+    row_flops = np.zeros(n)
     for role in np.unique(plan.device):
         rows = np.nonzero(plan.device == role)[0]
-        if role == "link":
-            model = _collective_link(system, plan)
-            if model is None:
-                continue
-            devices_per_row = np.ones(len(rows))  # a link's energy is counted once per transfer
-            ndev = 1
-        else:
-            model = system.pools[role].model
-            devices_per_row = plan.parallel[rows].astype(np.float64)
-            ndev = None
+        model = _device_model(system, plan, str(role))
+        if model is None:  # no collective link (tp = 1): collectives are free
+            continue
+        is_link = str(role).startswith("link")
+        devices_per_row = np.ones(len(rows)) if is_link else plan.parallel[rows].astype(np.float64)
         c = model.cost(trace, rows)
-        t = np.asarray(c.time_s, dtype=np.float64) * count[rows]
-        row_time[rows] = t
-        e_rows = np.zeros(len(rows))
+        row_time[rows] = np.asarray(c.time_s, dtype=np.float64) * count[rows]
         for comp, e in c.energy_j.items():
-            ej = np.asarray(e, dtype=np.float64) * count[rows] * devices_per_row
-            res.energy_j_by_component[comp] = res.energy_j_by_component.get(comp, 0.0) + float(ej.sum())
-            e_rows += ej
-        row_energy[rows] = e_rows
-        res.time_s_by_device[role] = res.time_s_by_device.get(role, 0.0) + float(t.sum())
-        res.energy_j_by_device[role] = res.energy_j_by_device.get(role, 0.0) + float(e_rows.sum())
-        if c.flops is not None:
-            res.flops += float(np.sum(np.asarray(c.flops) * count[rows] * devices_per_row))
+            arr = row_energy.setdefault(comp, np.zeros(n))
+            arr[rows] += np.asarray(e, dtype=np.float64) * count[rows] * devices_per_row
         for level, b in c.bytes_by_level.items():
-            key = f"{role}:{level}"
-            res.bytes_by_device[key] = res.bytes_by_device.get(key, 0.0) + float(np.sum(np.asarray(b) * count[rows]))
-        del ndev
+            arr = row_bytes.setdefault(f"{role}:{level}", np.zeros(n))
+            arr[rows] += np.asarray(b, dtype=np.float64) * count[rows]
+        if c.flops is not None:
+            row_flops[rows] = np.asarray(c.flops, dtype=np.float64) * count[rows] * devices_per_row
+    return row_time, row_energy, row_bytes, row_flops
+
+
+def _effective_times(plan, row_time: np.ndarray) -> np.ndarray:
+    """Row times after overlap: in a concurrent stage only the slowest device's rows count."""
+    eff = row_time.copy()
+    if plan.stage is None:
+        return eff
+    for st in np.unique(plan.stage[plan.stage >= 0]):
+        rows = np.nonzero(plan.stage == st)[0]
+        devs = plan.device[rows]
+        per_dev = {d: row_time[rows[devs == d]].sum() for d in np.unique(devs)}
+        crit = max(per_dev, key=per_dev.get)
+        eff[rows[devs != crit]] = 0.0
+    return eff
+
+
+def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepResult:
+    trace = plan.trace
+    res = StepResult()
+    ops = trace["op"]
+    row_e_total = np.zeros(len(trace))
+    for comp, arr in row_energy.items():
+        res.energy_j_by_component[comp] = float(arr.sum())
+        row_e_total += arr
+    for role in np.unique(plan.device):
+        rows = plan.device == role
+        res.time_s_by_device[str(role)] = float(row_time[rows].sum())
+        res.energy_j_by_device[str(role)] = float(row_e_total[rows].sum())
+    for key, arr in row_bytes.items():
+        res.bytes_by_device[key] = float(arr.sum())
+    res.flops = float(row_flops.sum())
     res.time_s = float(row_time.sum())
     res.row_time_s = row_time
     res.row_device = plan.device
     _add(res.time_s_by_op, ops, row_time)
-    _add(res.energy_j_by_op, ops, row_energy)
+    _add(res.energy_j_by_op, ops, row_e_total)
     res.static_energy_j = system.static_power_w() / max(1, system.spec.parallelism.replicas) * res.time_s
     return res
 
 
+def cost_step(plan, system) -> StepResult:
+    """Time and energy of one placed step (all TP ranks; one replica).
+
+    ``time_s_by_device`` is the time each device is on the critical path; work a
+    concurrent stage hides behind a slower device is not counted in the step time
+    (its energy is).
+    """
+    row_time, row_energy, row_bytes, row_flops = cost_rows(plan, system)
+    return _assemble(plan, system, _effective_times(plan, row_time), row_energy, row_bytes, row_flops)
+
+
+def cost_step_pipelined(plans: list, system) -> StepResult:
+    """One decode step whose batch is split into sub-batches pipelined across devices.
+
+    Per layer, sub-batch b needs time T[d, b] on device d (its rows in layer order).
+    A cyclic two-or-more-stage pipeline has a period of at least each device's total
+    (sum_b T[d, b]) and each sub-batch's chain (sum_d T[d, b]); the layer takes
+    period = max of those. Non-layer rows run sequentially. Energy is the sum.
+    """
+    parts = [cost_rows(p, system) for p in plans]
+    groups = plans[0].trace["layer_group"]
+    scale = np.ones(len(groups))
+    for g in np.unique(groups[groups >= 0]):
+        rows = groups == g
+        t = {}  # (device, sub-batch) -> time of this layer group
+        for b, (p, part) in enumerate(zip(plans, parts)):
+            eff = _effective_times(p, part[0])
+            for d in np.unique(p.device[rows]):
+                t[(d, b)] = t.get((d, b), 0.0) + eff[rows & (p.device == d)].sum()
+        devs = sorted({d for d, _ in t})
+        nb = len(plans)
+        dev_tot = max(sum(t.get((d, b), 0.0) for b in range(nb)) for d in devs)
+        chain = max(sum(t.get((d, b), 0.0) for d in devs) for b in range(nb))
+        serial = sum(t.values())
+        scale[rows] = max(dev_tot, chain) / serial if serial > 0 else 1.0
+    row_time = sum(_effective_times(p, part[0]) for p, part in zip(plans, parts)) * scale
+    row_energy = {}
+    for part in parts:
+        for k, v in part[1].items():
+            row_energy[k] = row_energy.get(k, 0.0) + v
+    row_bytes = {}
+    for part in parts:
+        for k, v in part[2].items():
+            row_bytes[k] = row_bytes.get(k, 0.0) + v
+    row_flops = sum(part[3] for part in parts)
+    return _assemble(plans[0], system, row_time, row_energy, row_bytes, row_flops)
+
+
 def _collective_link(system, plan):
-    """The link that carries the compute pool's collectives."""
-    roles = [r for r in np.unique(plan.device) if r != "link"]
-    role = roles[0] if roles else next(iter(system.pools))
-    return system.link_between(role, role)
+    """The link that carries collectives: the first pool of the plan with a link to itself."""
+    for role in plan.device:
+        role = str(role)
+        if role.startswith("link") or role not in system.pools:
+            continue
+        link = system.link_between(role, role)
+        if link is not None:
+            return link
+    return None
 
 
 def decode_step_weights(output_len: int, mode: str, samples: int) -> tuple[np.ndarray, np.ndarray]:

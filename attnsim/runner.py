@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.engine import StepResult, cost_step, decode_step_weights
+from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights
 from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
@@ -55,10 +55,20 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     prefill = cost_step(pre_plan, system)
 
     steps, weights = decode_step_weights(sc.output_len, generation.mode, generation.samples)
+    def decode_step(ctx):
+        tr = build_trace(model, sc, "decode", tp=tp, context_lens=ctx)
+        plan = place(tr)
+        s = plan.pipeline_subbatches
+        if s <= 1:
+            return tr, cost_step(plan, system)
+        # pipelined over sub-batches: one plan per contiguous slice of the batch
+        subs = [place(build_trace(model, sc.model_copy(update={"batch_size": len(part)}), "decode", tp=tp,
+                                  context_lens=part)) for part in np.array_split(ctx, s) if len(part)]
+        return tr, cost_step_pipelined(subs, system)
+
     decode = StepResult()
     for j, w in zip(steps, weights):
-        tr = build_trace(model, sc, "decode", tp=tp, context_lens=prompts + j)
-        step = cost_step(place(tr), system)
+        tr, step = decode_step(prompts + j)
         decode.scaled_add(step, w)
         if timeline is not None and j == steps[0]:
             from attnsim.timeline import step_events
@@ -67,24 +77,33 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     n_dec = max(1, sc.output_len - 1)
     per_step = decode.scaled(1.0 / n_dec) if len(steps) else StepResult()
 
-    tokens_replica = sc.batch_size * sc.output_len
+    # replicas: each active replica serves ceil(batch / replicas) requests (the slowest share sets
+    # the time); idle replicas still draw static power.
+    batch = scenario.batch_size
+    active = min(replicas, batch)
+    tokens = batch * sc.output_len
+    dec_tokens = batch * (sc.output_len - 1)
     total_s = prefill.time_s + decode.time_s
-    energy_replica = prefill.energy_j + decode.energy_j
+    static_w = system.static_power_w()
+    dyn_j = (prefill.dynamic_energy_j + decode.dynamic_energy_j) * active
+    static_j = static_w * total_s
+    dec_dyn_j = decode.dynamic_energy_j * active
     metrics = {
         "ttft_s": prefill.time_s,
         "tpot_s": decode.time_s / n_dec if len(steps) else 0.0,
-        "tokens_per_s": tokens_replica * replicas / total_s,
-        "decode_tokens_per_s": (sc.batch_size * replicas / (decode.time_s / n_dec)) if len(steps) else 0.0,
-        "energy_per_token_j": energy_replica / tokens_replica,
-        "dynamic_energy_per_token_j": (prefill.dynamic_energy_j + decode.dynamic_energy_j) / tokens_replica,
-        "static_energy_per_token_j": (prefill.static_energy_j + decode.static_energy_j) / tokens_replica,
-        "decode_energy_per_token_j": decode.energy_j / max(1, sc.batch_size * n_dec) if len(steps) else 0.0,
-        "decode_dynamic_energy_per_token_j": decode.dynamic_energy_j / max(1, sc.batch_size * n_dec) if len(steps) else 0.0,
+        "tokens_per_s": tokens / total_s,
+        "decode_tokens_per_s": batch / (decode.time_s / n_dec) if len(steps) else 0.0,
+        "energy_per_token_j": (dyn_j + static_j) / tokens,
+        "dynamic_energy_per_token_j": dyn_j / tokens,
+        "static_energy_per_token_j": static_j / tokens,
+        "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else 0.0,
+        "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else 0.0,
         "total_time_s": total_s,
         "prefill_time_s": prefill.time_s,
         "decode_time_s": decode.time_s,
         "batch_per_replica": sc.batch_size,
         "replicas": replicas,
+        "active_replicas": active,
         "tp": tp,
         "decode_steps_simulated": int(len(steps)),
         "bandwidth": _bandwidth(system, per_step),
@@ -154,6 +173,10 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
     return docs
 
 
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
 def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
     """Attach vs_baseline (throughput and energy-efficiency ratios) to every non-baseline run."""
     base = {(d["model"], d["scenario"]["name"]): d for d in docs if d["system"] == baseline and d["status"] == "ok"}
@@ -171,5 +194,8 @@ def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
             "decode_throughput_ratio": m["decode_tokens_per_s"] / bm["decode_tokens_per_s"] if bm["decode_tokens_per_s"] else float("nan"),
             "energy_efficiency_ratio": bm["energy_per_token_j"] / m["energy_per_token_j"],
             "dynamic_energy_efficiency_ratio": bm["dynamic_energy_per_token_j"] / m["dynamic_energy_per_token_j"],
+            "decode_energy_efficiency_ratio": _ratio(bm["decode_energy_per_token_j"], m["decode_energy_per_token_j"]),
+            "decode_dynamic_energy_efficiency_ratio": _ratio(bm["decode_dynamic_energy_per_token_j"],
+                                                             m["decode_dynamic_energy_per_token_j"]),
             "tpot_speedup": bm["tpot_s"] / m["tpot_s"] if m["tpot_s"] else float("nan"),
         }

@@ -188,6 +188,32 @@ class PIMDevice:
         return t_max, energy, counts
 
     # ------------------------------------------------------------ ops
+    def _streams(self, trace, i: int) -> bool:
+        """Rows a decoupled near-memory accelerator (cxl_pnm) runs as a roofline over its internal
+        bandwidth instead of lowering: element-wise ops, embeddings, and prefill attention/GEMM."""
+        if self.spec.isa != "cxl_pnm":
+            return False
+        cls = str(trace.cols["cls"][i])
+        return cls in ("elementwise", "embedding") or trace.phase == "prefill"
+
+    def _stream_pj_per_byte(self) -> dict:
+        """DRAM energy per byte of a streaming read, measured once on the engine (a lowered GEMV)."""
+        if getattr(self, "_pj_cache", None) is None:
+            low = lower_fc(self.spec.isa, 4096, 4096, 1, elem_bytes=2.0, n_channels=1, org=self.org, pu=self.pu)
+            _, e, _ = self.run(low)
+            nbytes = max(float(low.pim_bytes), 1.0)
+            self._pj_cache = {k: v / nbytes for k, v in e.items() if k.startswith("dram_")}
+        return self._pj_cache
+
+    def _stream_cost(self, trace, i: int):
+        c = trace.cols
+        nbytes = float(c["weight_bytes"][i] + c["act_bytes"][i] + c["kv_read_bytes"][i] + c["kv_write_bytes"][i])
+        fl = float(c["flops"][i])
+        t = max(nbytes / self.peak_bandwidth_bytes_per_s, fl / self.peak_flops)
+        e = {k: v * nbytes for k, v in self._stream_pj_per_byte().items()}
+        e["pim_compute"] = fl / 2.0 * self.spec.pu.pj_per_mac * 1e-12
+        return t, e, fl, nbytes
+
     def _items(self, trace, i: int):
         """Per-(request, KV head) token counts, head dim, group, element bytes of row i."""
         c = trace.cols
@@ -199,6 +225,11 @@ class PIMDevice:
         if 0 <= g < len(trace.groups) and trace.groups[g].window:
             lens = np.minimum(lens, trace.groups[g].window)
         total = float(lens.sum())
+        n_row = float(c["n"][i])
+        if n_row > 0 and total > 0 and abs(n_row - total) > 0.5:
+            # a mapper split this row (e.g. the cold share of a tiered KV): scale every request's length
+            lens = np.maximum(np.rint(lens * (n_row / total)).astype(np.int64), 0)
+            total = float(lens.sum())
         kv = float(c["kv_read_bytes"][i])
         if c["cls"][i] == "softmax" or kv <= 0:  # element size unused by softmax (results are acc_bytes)
             from attnsim.workloads.model import DTYPE_BYTES
@@ -237,6 +268,13 @@ class PIMDevice:
         bound = np.empty(n, dtype=object)
         cache: dict = {}
         for j, i in enumerate(rows):
+            if self._streams(trace, int(i)):
+                t, e, fl, b = self._stream_cost(trace, int(i))
+                time[j], flops[j], bytes_pim[j] = t, fl, b
+                bound[j] = "compute" if fl / self.peak_flops >= b / self.peak_bandwidth_bytes_per_s else "memory"
+                for k, v in e.items():
+                    energy[k][j] = v
+                continue
             low = self.lower_row(trace, int(i))
             key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
                    tuple(low.multiplicity), low.pim_bytes, low.macs)

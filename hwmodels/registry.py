@@ -19,6 +19,7 @@ _MODULES = (
     "attnsim.hwmodels.links",
     "attnsim.hwmodels.dram.spec",
     "attnsim.hwmodels.pim",
+    "attnsim.hwmodels.memory",
 )
 _loaded = False
 

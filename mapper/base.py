@@ -45,9 +45,11 @@ class Plan:
 
     policy: str
     trace: Any  # OpTrace
-    device: np.ndarray  # str per row
+    device: np.ndarray  # str per row: a device role, "link" (the compute pool's collective link) or "link:<name>"
     parallel: np.ndarray  # int per row
     memory: list[MemoryPlacement] = field(default_factory=list)
+    stage: np.ndarray | None = None  # int per row; rows sharing a stage id >= 0 run concurrently across devices
+    pipeline_subbatches: int = 1  # >1: decode layers pipelined over sub-batches across devices (engine)
     programs: dict = field(default_factory=dict)  # PIM/PNM isa programs per row (later policies)
     notes: list[str] = field(default_factory=list)
 
@@ -72,12 +74,77 @@ def register(name: str):
 
 
 def get_policy(name: str, file: str | None = None) -> Callable:
-    import attnsim.mapper.gpu_only  # noqa: F401  (registers built-in policies)
+    _load_builtin()
     if name not in _POLICIES:
         raise ConfigError(f"expected one of {', '.join(sorted(_POLICIES))}, got {name!r}", file=file, key="mapper.policy")
     return _POLICIES[name]
 
 
+def _load_builtin() -> None:
+    """Import the built-in policy modules (each registers itself)."""
+    import importlib
+    for mod in ("gpu_only", "attacc", "neupims", "cxl_pnm", "offload", "tiered"):
+        importlib.import_module(f"attnsim.mapper.{mod}")
+
+
 def policies() -> list[str]:
-    import attnsim.mapper.gpu_only  # noqa: F401
+    _load_builtin()
     return sorted(_POLICIES)
+
+
+# ---------------------------------------------------------------- helpers shared by policies
+
+ATTENTION_CLASSES = ("attn_score", "softmax", "attn_context")
+MODEL_COLUMNS = ("flops", "weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes")
+
+
+def role_of_kind(system, *kinds: str) -> str | None:
+    """First device role whose model kind is one of ``kinds``."""
+    for role, pool in system.pools.items():
+        if pool.model.kind in kinds:
+            return role
+    return None
+
+
+def link_name_between(system, a: str, b: str, file: str | None = None) -> str:
+    """Name of the link connecting roles a and b (ConfigError if none)."""
+    for name, roles in system.link_roles.items():
+        if set(roles) == {a, b}:
+            return name
+    raise ConfigError(f"policy needs a link between '{a}' and '{b}' (have: "
+                      f"{', '.join(f'{n}: {r[0]}-{r[1]}' for n, r in system.link_roles.items()) or 'none'})",
+                      file=file, key="links")
+
+
+def insert_rows(trace, before: dict[int, list[dict]] | None = None, after: dict[int, list[dict]] | None = None):
+    """A copy of ``trace`` with extra rows placed before / after given row indices.
+
+    Returns (new trace, index map old row -> new row, mask of the inserted rows).
+    """
+    from attnsim.workloads.optrace import OpTrace
+    before, after = before or {}, after or {}
+    out, old_to_new, added = [], [], []
+    for i, r in enumerate(trace.rows()):
+        for extra, is_self in ((before.get(i, []), False), ([r], True), (after.get(i, []), False)):
+            for row in extra:
+                if is_self:
+                    old_to_new.append(len(out))
+                out.append(row)
+                added.append(not is_self)
+    new = OpTrace.from_rows(out, phase=trace.phase, model=trace.model, tp=trace.tp,
+                            query_tokens=trace.query_tokens, context_lens=trace.context_lens,
+                            groups=trace.groups, meta=dict(trace.meta))
+    return new, np.array(old_to_new, dtype=np.int64), np.array(added, dtype=bool)
+
+
+def transfer_row(op: str, like: dict, nbytes: float) -> dict:
+    """A point-to-point transfer row repeated like ``like`` (same layer group and count)."""
+    return {"op": op, "cls": "transfer", "layer_group": like["layer_group"], "count": like["count"],
+            "m": 0, "n": 0, "k": 0, "batch": 1, "flops": 0.0, "weight_bytes": 0.0, "act_bytes": 0.0,
+            "kv_read_bytes": 0.0, "kv_write_bytes": 0.0, "comm_bytes": float(nbytes)}
+
+
+def model_totals(trace) -> dict[str, float]:
+    """FLOPs and bytes of the model's own ops (mapper-added transfer rows excluded), one rank."""
+    keep = trace["cls"] != "transfer"
+    return {c: float(np.sum(trace[c][keep] * trace["count"][keep])) for c in MODEL_COLUMNS}

@@ -33,7 +33,7 @@ def test_preset_numbers():
     assert NPU.peak_flops == pytest.approx(2 * 8 * 128 * 128 * 1e9)
     assert NPU.peak_vector_ops == pytest.approx(8 * 128 * 1e9)
     assert NPU.peak_bandwidth_bytes_per_s == pytest.approx(1024e9)
-    assert NPU.capacity_bytes == pytest.approx(32e9)
+    assert NPU.capacity_bytes == pytest.approx(32 * 2**30, rel=1e-3)  # 32 GiB
 
 
 def test_hand_computed_cycles_weight_stationary():

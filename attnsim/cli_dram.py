@@ -1,0 +1,179 @@
+"""``attnsim dram``: run a DRAM device spec on a synthetic pattern or a request trace."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+
+from attnsim.config import ConfigError
+
+JSON_KEYS = ("cycles", "clock_domain", "tck_s", "time_s", "bytes", "bandwidth_gbps", "peak_bandwidth_gbps",
+             "row_hits", "row_misses", "row_conflicts", "refresh_time_s", "energy_j", "sim_wall_s", "compile_s")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("dram", help="time a request stream on a DRAM device (bank-level engine)",
+                              description="Run a DRAM preset (name) or spec (YAML) on a synthetic pattern or a "
+                                          "trace (one request a line: <hex address> <R|W> [<arrival cycle>]).")
+    p.add_argument("--device", required=True, help="preset name (e.g. hbm3_6400) or path to a kind: dram YAML")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pattern", choices=("sequential", "random", "strided"), default="sequential")
+    src.add_argument("--trace", help="request trace file")
+    p.add_argument("--requests", type=int, default=100_000, help="number of requests of the pattern")
+    p.add_argument("--stride", type=int, default=4096, help="bytes between requests (strided pattern)")
+    p.add_argument("--channels", type=int, help="override the number of channels")
+    p.add_argument("--banks", type=int, help="override banks per rank (bank groups x banks per group)")
+    p.add_argument("--write-fraction", type=float, default=0.0, help="probability that a request is a write")
+    p.add_argument("--no-refresh", action="store_true", help="disable refresh")
+    p.add_argument("--refresh", choices=("ab", "pb"), help="all-bank (default of the preset) or per-bank refresh")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
+    p.add_argument("--page", choices=("open", "closed"), default="open")
+    p.add_argument("--queue", type=int, default=32, help="controller queue entries per pseudo-channel")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_dram)
+
+
+def device_spec(ref: str, channels: int | None = None, banks: int | None = None):
+    """Load a spec and apply --channels/--banks overrides (re-validated)."""
+    from attnsim.hwmodels.dram.spec import load_dram_spec, spec_from_dict
+    spec = load_dram_spec(ref)
+    if channels is None and banks is None:
+        return spec
+    d = spec.model_dump()
+    if channels is not None:
+        d["org"]["channels"] = channels
+    if banks is not None:
+        if banks < 1 or banks & (banks - 1):
+            raise ConfigError(f"expected a power of two, got {banks}", key="--banks")
+        bpg = min(d["org"]["banks_per_group"], banks)
+        d["org"]["banks_per_group"] = bpg
+        d["org"]["bank_groups"] = banks // bpg
+    return spec_from_dict(d, file=f"{ref} (with --channels/--banks)")
+
+
+def pattern(spec, kind: str, n: int, stride: int, write_fraction: float, seed: int):
+    """Synthetic request stream: byte addresses and is_write flags (all arriving at cycle 0)."""
+    if n < 1:
+        raise ConfigError(f"expected a positive integer, got {n}", key="--requests")
+    if not 0.0 <= write_fraction <= 1.0:
+        raise ConfigError(f"expected a value in [0, 1], got {write_fraction}", key="--write-fraction")
+    rng = np.random.default_rng(seed)
+    bb = spec.org.burst_bytes
+    cap = spec.capacity_bytes
+    if kind == "sequential":
+        addr = (np.arange(n, dtype=np.int64) * bb) % cap
+    elif kind == "random":
+        addr = rng.integers(0, cap // bb, n, dtype=np.int64) * bb
+    else:
+        if stride <= 0 or stride % bb:
+            raise ConfigError(f"expected a positive multiple of the burst size ({bb} B), got {stride}", key="--stride")
+        addr = (np.arange(n, dtype=np.int64) * stride) % cap
+    w = rng.random(n) < write_fraction if write_fraction > 0 else np.zeros(n, bool)
+    return addr, w
+
+
+def read_trace(path: str):
+    """Parse a trace: ``<hex address> <R|W> [<arrival cycle>]`` per line; '#' comments and blank lines skipped."""
+    addrs, ws, arrs = [], [], []
+    try:
+        f = open(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read trace ({exc.strerror})", file=path) from None
+    with f:
+        for no, line in enumerate(f, 1):
+            s = line.split("#", 1)[0].strip()
+            if not s:
+                continue
+            parts = s.split()
+            if len(parts) not in (2, 3):
+                raise ConfigError(f"expected '<hex address> <R|W> [<arrival cycle>]', got {s!r}", file=f"{path}:{no}")
+            try:
+                a = int(parts[0], 16)
+                if a < 0:
+                    raise ValueError
+            except ValueError:
+                raise ConfigError(f"expected a hex address, got {parts[0]!r}", file=f"{path}:{no}") from None
+            rw = parts[1].upper()
+            if rw not in ("R", "W"):
+                raise ConfigError(f"expected R or W, got {parts[1]!r}", file=f"{path}:{no}")
+            t = 0
+            if len(parts) == 3:
+                try:
+                    t = int(parts[2])
+                    if t < 0:
+                        raise ValueError
+                except ValueError:
+                    raise ConfigError(f"expected a non-negative integer arrival cycle, got {parts[2]!r}",
+                                      file=f"{path}:{no}") from None
+                if arrs and t < arrs[-1]:
+                    raise ConfigError(f"arrival cycles must not decrease ({t} < {arrs[-1]})", file=f"{path}:{no}")
+            addrs.append(a)
+            ws.append(rw == "W")
+            arrs.append(t)
+    if not addrs:
+        raise ConfigError("trace has no requests", file=path)
+    return np.array(addrs, dtype=np.uint64), np.array(ws), np.array(arrs, dtype=np.int64)
+
+
+def warm_up(spec) -> float:
+    """Compile (or load from Numba's cache) the kernels on a tiny stream; returns seconds."""
+    from attnsim.hwmodels.dram.controller import simulate_requests
+    t0 = time.perf_counter()
+    simulate_requests(spec, np.arange(8, dtype=np.int64) * spec.org.burst_bytes, np.arange(8) % 2 == 1)
+    return time.perf_counter() - t0
+
+
+def simulate(args) -> dict:
+    from attnsim.hwmodels.dram.controller import simulate_requests
+    spec = device_spec(args.device, args.channels, args.banks)
+    if args.trace:
+        addr, w, arr = read_trace(args.trace)
+        cap = spec.capacity_bytes
+        if addr.max() >= cap:
+            raise ConfigError(f"address 0x{int(addr.max()):x} beyond the device capacity ({cap} B)", file=args.trace)
+    else:
+        addr, w = pattern(spec, args.pattern, args.requests, args.stride, args.write_fraction, args.seed)
+        arr = None
+    compile_s = warm_up(spec)
+    refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
+    r = simulate_requests(spec, addr, w, arr, mapping=args.mapping, page=args.page, queue=args.queue,
+                          refresh=refresh)
+    out = {
+        "device": spec.name, "requests": int(r.requests), "cycles": int(r.cycles), "clock_domain": r.clock_domain,
+        "tck_s": r.tck_s, "time_s": r.time_s, "bytes": int(r.bytes), "bandwidth_gbps": r.bandwidth_gbps,
+        "peak_bandwidth_gbps": r.peak_bandwidth_gbps, "row_hits": r.row_hits, "row_misses": r.row_misses,
+        "row_conflicts": r.row_conflicts, "refresh_time_s": r.refresh_time_s, "energy_j": r.energy_j,
+        "energy_pj_per_bit": r.energy_total_j / (8 * r.bytes) * 1e12 if r.bytes else 0.0,
+        "mean_latency_cycles": r.mean_latency_cycles, "sim_wall_s": r.sim_wall_s, "compile_s": compile_s,
+    }
+    out["energy_j"] = {k: float(v) for k, v in out["energy_j"].items()}
+    for k, v in out.items():
+        if isinstance(v, (np.floating, np.integer)):
+            out[k] = v.item()
+    return out
+
+
+def run_dram(args) -> int:
+    out = simulate(args)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    rows = [("device", out["device"]), ("requests", out["requests"]),
+            ("cycles", f"{out['cycles']} ({out['clock_domain']})"), ("time", f"{out['time_s'] * 1e6:.3f} us"),
+            ("bytes", out["bytes"]),
+            ("bandwidth", f"{out['bandwidth_gbps']:.2f} GB/s of {out['peak_bandwidth_gbps']:.2f} "
+                          f"({100 * out['bandwidth_gbps'] / out['peak_bandwidth_gbps']:.1f} %)"),
+            ("row hits / misses / conflicts", f"{out['row_hits']} / {out['row_misses']} / {out['row_conflicts']}"),
+            ("refresh time", f"{out['refresh_time_s'] * 1e6:.3f} us"),
+            ("mean latency", f"{out['mean_latency_cycles']:.1f} cycles"),
+            ("energy", f"{sum(out['energy_j'].values()) * 1e6:.3f} uJ ({out['energy_pj_per_bit']:.2f} pJ/bit)")]
+    rows += [(f"  {k}", f"{v * 1e6:.3f} uJ") for k, v in out["energy_j"].items()]
+    rows += [("sim wall (compile excluded)", f"{out['sim_wall_s']:.3f} s"), ("compile / cache load", f"{out['compile_s']:.2f} s")]
+    w = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{w}}  {v}")
+    return 0

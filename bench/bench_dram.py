@@ -1,0 +1,90 @@
+"""DRAM engine benchmark: simulated requests/s, achieved/peak bandwidth vs closed forms, PIM throughput,
+energy per bit. Prints figures; asserts nothing. Usage: python bench/bench_dram.py [--quick]"""
+import resource
+import sys
+import time
+
+import numpy as np
+
+from attnsim.cli_dram import device_spec, warm_up
+from attnsim.hwmodels.dram import F_AP, Op, cmds_from, load_dram_spec, run_commands, simulate_requests
+
+QUICK = "--quick" in sys.argv
+
+
+def rate(name, n, kind):
+    spec = load_dram_spec(name)
+    warm_up(spec)
+    if kind == "sequential":
+        addr = np.arange(n, dtype=np.int64) * 32
+    else:
+        addr = np.random.default_rng(0).integers(0, spec.capacity_bytes // 32, n) * 32
+    t0 = time.perf_counter()
+    r = simulate_requests(spec, addr, 0)
+    wall = time.perf_counter() - t0
+    print(f"  {name:12s} {kind:10s} {n:>10,d} req: engine {r.sim_wall_s:7.3f} s ({n / r.sim_wall_s / 1e6:7.2f} M req/s), "
+          f"end-to-end {wall:6.2f} s ({n / wall / 1e6:6.2f} M req/s), {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak")
+
+
+def patterns(name, n=200_000):
+    spec = device_spec(name, channels=1)
+    t, o = spec.timing, spec.org
+    seq = np.arange(n, dtype=np.int64) * o.burst_bytes
+    rnd = np.random.default_rng(1).integers(0, spec.capacity_bytes // o.burst_bytes, n) * o.burst_bytes
+    stride = o.burst_bytes * o.pseudo_channels * o.bank_groups * o.columns * o.banks_per_group * o.ranks
+    strd = np.arange(n // 20, dtype=np.int64) * stride
+    ideal = n / o.pseudo_channels * t.nBL
+    frac = 1 - t.nRFC / t.nREFI
+    r = simulate_requests(spec, seq, 0)
+    r256 = simulate_requests(spec, seq, 0, queue=256)
+    print(f"  {name:12s} sequential  {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak (queue 32), "
+          f"{r256.bandwidth_gbps / r256.peak_bandwidth_gbps:.3f} (queue 256); closed form 1 - nRFC/nREFI = {frac:.3f}; "
+          f"cycles {r256.cycles} vs {ideal / frac:.0f} ({100 * (r256.cycles / (ideal / frac) - 1):+.2f} %)")
+    r = simulate_requests(spec, rnd, 0)
+    print(f"  {name:12s} random      {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak, hits {r.row_hits / n:.3f}")
+    r = simulate_requests(spec, strd, 0)
+    per = max(t.nRC, max(t.nRAS, t.nRCDRD + t.nRTP) + t.nRP)
+    cf = (len(strd) - 1) * per / frac
+    print(f"  {name:12s} strided     {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak (same bank, new row each); "
+          f"cycles {r.cycles} vs closed form {cf:.0f} ({100 * (r.cycles / cf - 1):+.2f} %)")
+    r = simulate_requests(device_spec(name), np.arange(n, dtype=np.int64) * o.burst_bytes, 0)
+    print(f"  {name:12s} streaming read energy {r.energy_total_j / (8 * r.bytes) * 1e12:.2f} pJ/bit "
+          + ", ".join(f"{k} {v / (8 * r.bytes) * 1e12:.2f}" for k, v in r.energy_j.items()))
+
+
+def pim(rows=2000, macs=32):
+    out = {}
+    for name in ("hbm3_5200_pim", "hbm3_5200_pim_npc"):
+        s = load_dram_spec(name)
+        t, p = s.timing, s.pim
+        c = cmds_from(op=[Op.MACAB] * rows, row=np.arange(rows) % 9 + 1, repeat=macs, flags=F_AP)
+        r = run_commands(s, c, multiplicity=s.org.channels)
+        span = t.nRCDRD + (macs - 1) * p.nCCDAB
+        per = max(max(span + t.nRTP, t.nRAS) + t.nRP, t.nRC)
+        ideal_bps = s.banks_per_channel * s.org.channels * 32 / (p.nCCDAB * s.tck_s)
+        cf_bps = ideal_bps * (macs * p.nCCDAB / per) * (1 - t.nRFC / t.nREFI)
+        got = r.pim_bytes / r.time_s
+        out[name] = r.time_s
+        print(f"  {name:18s} all-bank PIM {got / 1e12:6.2f} TB/s per stack; banks x 32 B / nCCDAB = {ideal_bps / 1e12:.2f}; "
+              f"closed form with ACT/PRE + refresh overhead {cf_bps / 1e12:.2f} ({100 * (got / cf_bps - 1):+.2f} %)")
+    print(f"  power-constrained / NPC time ratio: {out['hbm3_5200_pim'] / out['hbm3_5200_pim_npc']:.3f} "
+          f"(nCCDAB 6 vs 4: 1.5 without ACT/PRE overhead)")
+
+
+if __name__ == "__main__":
+    n_big = 1_000_000 if QUICK else 10_000_000
+    print("speed (one core, compile excluded):")
+    rate("hbm3_6400", n_big, "sequential")
+    rate("hbm3_6400", n_big // 5, "random")
+    rate("lpddr5_6400", n_big // 5, "random")
+    print("bandwidth vs closed form (one channel of each device, with refresh):")
+    for name in ("hbm2_2000", "hbm3_6400", "lpddr5_6400"):
+        patterns(name)
+    for name in ("lpddr5x_8533", "ddr5_4800", "hbm3e_9600", "gddr6_aim"):
+        s = device_spec(name)
+        r = simulate_requests(s, np.arange(200_000, dtype=np.int64) * s.org.burst_bytes, 0)
+        print(f"  {name:12s} sequential {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak, "
+              f"{r.energy_total_j / (8 * r.bytes) * 1e12:.2f} pJ/bit")
+    print("PIM:")
+    pim()
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")

@@ -1,0 +1,272 @@
+"""Memory-controller front end for request streams: address mapping, open/closed page, FR-FCFS.
+
+Each channel has one bounded request queue of ``queue`` entries per pseudo-channel (default 32,
+DRAMsim3's trans queue size, dram_timing.md §1; HBM pseudo-channels have their own data buses). Scheduling is event-driven FR-FCFS: among queued requests the next command
+(PRE, ACT or the column command) that can issue earliest goes first; ties go to row hits, then to
+the oldest. A PRE that would close a row still wanted by a queued hit is held back. Closed page:
+auto-precharge after the last queued hit of the row. Requests enter the queue in arrival order,
+when there is room, once their arrival cycle is reached. Timing rules and refresh are those of the
+command engine (kernel.py), so the emitted command stream replays to the same cycles.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from attnsim.config import ConfigError
+from attnsim.hwmodels.dram import kernel as K
+from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
+from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
+
+DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
+
+
+def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
+    """Byte addresses -> (channel, flat bank index, row) arrays using the mapping string (API.md)."""
+    o = spec.org
+    mapping = mapping or spec.default_mapping
+    try:
+        parts = parse_mapping(mapping, o)
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="mapping") from None
+    a = np.asarray(addr, dtype=np.uint64)
+    shift = int(np.log2(o.burst_bytes))
+    f = {}
+    for name, bits in reversed(parts):
+        f[name] = ((a >> np.uint64(shift)) & np.uint64((1 << bits) - 1)).astype(np.int64) if bits else 0
+        shift += bits
+    z = np.zeros(a.shape, np.int64)
+    ch = f.get("Ch", z) + z
+    pc, ra, bg, ba = (f.get(x, z) + z for x in ("Pc", "Ra", "Bg", "Ba"))
+    row = f.get("Ro", z) + z
+    k = (((ch * o.pseudo_channels + pc) * o.ranks + ra) * o.bank_groups + bg) * o.banks_per_group + ba
+    return ch, k, row
+
+
+@njit(cache=True)
+def _counting_order(ch, n_ch):
+    """Stable order of requests grouped by channel, and group starts."""
+    cnt = np.zeros(n_ch + 1, np.int64)
+    for i in range(ch.shape[0]):
+        cnt[ch[i] + 1] += 1
+    for c in range(n_ch):
+        cnt[c + 1] += cnt[c]
+    pos = cnt[:-1].copy()
+    order = np.empty(ch.shape[0], np.int64)
+    for i in range(ch.shape[0]):
+        c = ch[i]
+        order[pos[c]] = i
+        pos[c] += 1
+    return order, cnt
+
+
+@njit(cache=True)
+def _emit(E, ne, op, flags, k, row, arrival, T):
+    if ne >= E.shape[0]:
+        return ne + 1
+    B, G, R, P = T[K.T_B], T[K.T_G], T[K.T_R], T[K.T_P]
+    E[ne, 0] = op
+    E[ne, 1] = flags
+    E[ne, 2] = k // (B * G * R * P)
+    E[ne, 3] = (k // (B * G * R)) % P
+    E[ne, 4] = (k // (B * G)) % R
+    E[ne, 5] = (k // B) % G
+    E[ne, 6] = k % B
+    E[ne, 7] = row
+    E[ne, 8] = arrival
+    return ne + 1
+
+
+@njit(cache=True)
+def ctrl_kernel(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E):
+    """FR-FCFS over each channel in ``chans``; returns the number of emitted commands (E rows)."""
+    NB = T[K.T_G] * T[K.T_B]
+    hp = np.zeros(BS.shape[0], np.int64)      # queued hits to the open row, per bank
+    q = np.empty(qcap, np.int64)
+    qc = np.empty(qcap, np.int64)             # classification per slot: -1 none yet
+    ne = 0
+    INF = 1 << 62
+    for ci in range(chans.shape[0]):
+        ch = chans[ci]
+        nxt = starts[ch]
+        end = starts[ch + 1]
+        qn = 0
+        horizon = CS[ch, K.C_LAST]
+        lat = 0.0
+        while nxt < end or qn > 0:
+            while qn < qcap and nxt < end and (qn == 0 or arr[order[nxt]] <= horizon):
+                i = order[nxt]
+                q[qn] = i
+                qc[qn] = -1
+                qn += 1
+                nxt += 1
+                if BS[kq[i], K.B_ROW] == rowq[i]:
+                    hp[kq[i]] += 1
+            best = -1
+            bt = INF
+            bkind = 3
+            for e in range(qn):
+                i = q[e]
+                k = kq[i]
+                cur = BS[k, K.B_ROW]
+                if cur == rowq[i]:
+                    kind = 0
+                    t = K.earliest_col(k, wq[i], T, BS, GS, RS, US, CS)
+                elif cur < 0:
+                    kind = 1
+                    t = K.earliest_act(k, T, BS, GS, RS, CS)
+                else:
+                    if hp[k] > 0:
+                        continue
+                    kind = 2
+                    t = K.earliest_pre(k, T, BS, CS)
+                if arr[i] > t:
+                    t = arr[i]
+                if t < bt or (t == bt and kind == 0 and bkind != 0):
+                    best = e
+                    bt = t
+                    bkind = kind
+            if qn < qcap and nxt < end and arr[order[nxt]] <= bt:
+                horizon = bt
+                continue
+            i = q[best]
+            k = kq[i]
+            r = k // NB
+            due = K.due_of(r, T, RS)
+            if bt >= due:
+                if T[K.T_REFMODE] == 2:
+                    idx = RS[r, K.R_PBNEXT]
+                    ne = _emit(E, ne, K.REFPB, 0, r * NB + idx, 0, due, T)
+                    stride = NB // T[K.T_PBG]
+                    for j in range(T[K.T_PBG]):
+                        hp[r * NB + idx + j * stride] = 0
+                else:
+                    ne = _emit(E, ne, K.REF, 0, r * NB, 0, due, T)
+                    for j in range(NB):
+                        hp[r * NB + j] = 0
+                K.auto_refresh(r, T, BS, RS, CS, ST, ch)
+                continue
+            if bkind == 2:
+                K.commit_pre(k, bt, T, BS, CS, ST)
+                hp[k] = 0
+                if qc[best] < 0:
+                    qc[best] = 2
+                    ST[ch, K.S_CONF] += 1
+                ne = _emit(E, ne, K.PRE, 0, k, 0, arr[i], T)
+            elif bkind == 1:
+                K.commit_act(k, rowq[i], bt, T, BS, GS, RS, CS, ST)
+                c = 0
+                for e in range(qn):
+                    j = q[e]
+                    if kq[j] == k and rowq[j] == rowq[i]:
+                        c += 1
+                hp[k] = c
+                if qc[best] < 0:
+                    qc[best] = 1
+                    ST[ch, K.S_MISS] += 1
+                ne = _emit(E, ne, K.ACT, 0, k, rowq[i], arr[i], T)
+            else:
+                K.commit_col(k, wq[i], bt, 1, T, BS, GS, RS, US, CS, ST)
+                hp[k] -= 1
+                if qc[best] < 0:
+                    ST[ch, K.S_HIT] += 1
+                fl = 0
+                if closed and hp[k] == 0:
+                    K.auto_pre(k, T, BS, ST, ch)
+                    fl = K.F_AP
+                ne = _emit(E, ne, K.WR if wq[i] == 1 else K.RD, fl, k, rowq[i], arr[i], T)
+                done = bt + (T[K.T_CWL] if wq[i] == 1 else T[K.T_CL]) + T[K.T_BL]
+                lat += done - arr[i]
+                for e in range(best, qn - 1):
+                    q[e] = q[e + 1]
+                    qc[e] = qc[e + 1]
+                qn -= 1
+        LAT[ch] = lat
+    return ne
+
+
+@dataclass
+class RequestResult(CommandResult):
+    requests: int = 0
+    bandwidth_gbps: float = 0.0
+    peak_bandwidth_gbps: float = 0.0
+    mean_latency_cycles: float = 0.0
+    commands: np.ndarray | None = None  # emitted command stream (emit=True)
+
+
+def _symmetric(ch, k, row, w, arr, order, starts, n_ch, spec) -> bool:
+    """True if every channel gets the same local request sequence (bank within channel, row, R/W, arrival)."""
+    cnt = np.diff(starts)
+    if n_ch < 2 or np.any(cnt != cnt[0]) or cnt[0] == 0:
+        return False
+    bpc = spec.banks_per_channel
+    idx = order.reshape(n_ch, -1)
+    for arrx in (k % bpc, row, w, arr):
+        v = arrx[idx]
+        if not np.all(v == v[0:1]):
+            return False
+    return True
+
+
+def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None = None, page: str = "open",
+                      queue: int = DEFAULT_QUEUE, refresh: str | None = None, symmetry: bool = True,
+                      emit: bool = False) -> RequestResult:
+    """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival."""
+    spec = load_dram_spec(spec)
+    addr = np.asarray(addr)
+    n = addr.shape[0]
+    w = np.ascontiguousarray(np.broadcast_to(np.asarray(is_write, dtype=np.int64), (n,)))
+    arr = np.zeros(n, np.int64) if arrival is None else np.ascontiguousarray(np.asarray(arrival, dtype=np.int64))
+    if arr.shape != (n,) or np.any(arr < 0):
+        raise ConfigError("expected one non-negative arrival cycle per request", key="arrival")
+    if np.any(np.diff(arr) < 0):
+        order = np.argsort(arr, kind="stable")
+        addr, w, arr = addr[order], w[order], arr[order]
+    if page not in ("open", "closed"):
+        raise ConfigError(f"expected open or closed, got {page!r}", key="page")
+    if not isinstance(queue, (int, np.integer)) or queue < 1:
+        raise ConfigError(f"expected a positive integer, got {queue!r}", key="queue")
+    refresh = spec.default_refresh if refresh is None else refresh
+    T = timing_vector(spec, refresh)
+    ch, k, row = decode(spec, addr, mapping)
+    n_ch = spec.org.channels
+    order, starts = _counting_order(ch, n_ch)
+    present = np.diff(starts) > 0
+    mult = np.ones(n_ch)
+    chans = np.flatnonzero(present).astype(np.int64)
+    if symmetry and not emit and _symmetric(ch, k, row, w, arr, order, starts, n_ch, spec):
+        chans = chans[:1]
+        mult[:] = 0
+        mult[0] = n_ch
+        present = np.zeros(n_ch, bool)
+        present[0] = True
+    BS, GS, RS, US, CS, ST = K.new_state(n_ch, T)
+    LAT = np.zeros(n_ch)
+    cap = 3 * n + 64 + (n // 4 if refresh != "none" else 0) if emit else 0
+    E = np.zeros((cap, 9), np.int64)
+    w0 = time.perf_counter()
+    ne = ctrl_kernel(order, starts, chans, k, row, w, arr, int(queue) * spec.org.pseudo_channels, page == "closed", T, BS, GS, RS, US, CS, ST,
+                     LAT, E)
+    wall = time.perf_counter() - w0
+    if emit and ne > cap:  # pragma: no cover - capacity is 3 commands per request + refreshes
+        raise ConfigError(f"internal: command emission buffer too small ({ne} > {cap})")
+    base = summarize(spec, T, RS, CS, ST, mult, present, wall)
+    res = RequestResult(**base.__dict__)
+    res.requests = n
+    res.peak_bandwidth_gbps = spec.peak_bandwidth_gbps
+    res.bandwidth_gbps = res.bytes / res.time_s / 1e9 if res.cycles else 0.0
+    res.mean_latency_cycles = float((LAT * mult).sum() / n) if n else 0.0
+    if emit:
+        res.commands = _to_cmds(E[:ne])
+    return res
+
+
+def _to_cmds(E: np.ndarray) -> np.ndarray:
+    c = np.zeros(E.shape[0], CMD_DTYPE)
+    for j, f in enumerate(("op", "flags", "ch", "pch", "rank", "bg", "bank", "row", "arrival")):
+        c[f] = E[:, j]
+    c["repeat"] = 1
+    return c

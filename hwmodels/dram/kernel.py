@@ -1,0 +1,754 @@
+"""Numba bank-timing kernel shared by the command-stream engine and the request controller.
+
+State is a handful of int64 arrays (bank, bank group, rank, bus = pseudo-channel, channel); rules are the
+JEDEC-style minimum distances of shared/reference/dram_timing.md §1 (Ramulator 2.1 names) and the
+all-bank PIM rules of shared/reference/pim_dram.md ("All-bank PIM timing constraints", AttAcc
+HBM3-PIM.cpp). Records of a channel issue in order; every primitive computes the earliest legal cycle,
+triggers due refreshes of the ranks it touches, then commits. See hwmodels/dram/API.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEG = -(1 << 40)  # "long ago"
+
+# ---- op codes (API.md table; values stable)
+NOP, ACT, PRE, PREA, RD, WR, REF, REFPB, ACTAB, MACAB, MACSB, ACTBG, MACBG, BUF, FIX, BARRIER, MODE = range(17)
+N_OPS = 17
+F_AP = 1
+
+# ---- timing parameter vector T (filled by engine.timing_vector)
+(T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
+ T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
+ T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH) = range(39)
+N_T = 39
+
+# ---- state columns
+B_ROW, B_ACT, B_PRE, B_RD, B_WR, B_ACTT, B_MSB = range(7)
+N_B = 7
+G_ACT, G_RD, G_WR = range(3)
+N_G = 3
+R_ACT, R_RD, R_WR, R_FAW0, R_FAW1, R_FAW2, R_FAW3, R_FAWI, R_DUE, R_PBNEXT = range(10)
+N_R = 10
+U_DATA, U_BUF, U_MAC = range(3)
+N_U = 3
+C_LAST, C_ROWBUS, C_COLBUS, C_DONE, C_FIX = range(5)
+N_C = 5
+
+# ---- statistics per channel
+(S_ACT, S_ACTCMD, S_PRE, S_PRECMD, S_RD, S_WR, S_MACAB, S_MACBANK, S_MACSB, S_MACBG, S_BUFU, S_FIXC, S_REF,
+ S_REFPB, S_REFBANKCYC, S_HIT, S_MISS, S_CONF, S_MODE, S_BARRIER) = range(20)
+N_S = 20
+STAT_NAMES = ("bank_acts", "act_cmds", "bank_pres", "pre_cmds", "rd_bursts", "wr_bursts", "macab_ops",
+              "mac_bank_ops", "macsb_ops", "macbg_ops", "buf_units", "fix_cycles", "refs", "refpbs",
+              "refresh_bank_cycles", "row_hits", "row_misses", "row_conflicts", "mode_switches", "barriers")
+
+
+def new_state(n_ch: int, T: np.ndarray):
+    """Fresh state arrays for ``n_ch`` channels (all banks closed, first refresh due at nREFI/nREFIpb)."""
+    P, R, G, B = int(T[T_P]), int(T[T_R]), int(T[T_G]), int(T[T_B])
+    nu = n_ch * P
+    nr = nu * R
+    ng = nr * G
+    nb = ng * B
+    BS = np.full((nb, N_B), 0, np.int64)
+    BS[:, B_ROW] = -1
+    BS[:, B_ACTT] = NEG
+    BS[:, B_MSB] = 0
+    GS = np.zeros((ng, N_G), np.int64)
+    RS = np.zeros((nr, N_R), np.int64)
+    RS[:, R_FAW0:R_FAW3 + 1] = NEG
+    RS[:, R_DUE] = T[T_REFIPB] if T[T_REFMODE] == 2 else T[T_REFI]
+    US = np.zeros((nu, N_U), np.int64)
+    CS = np.zeros((n_ch, N_C), np.int64)
+    ST = np.zeros((n_ch, N_S), np.int64)
+    return BS, GS, RS, US, CS, ST
+
+
+# ============================================================== refresh
+
+@njit(cache=True)
+def refresh_rank(r, due, pb_idx, T, BS, CS, ST, ch):
+    """Refresh rank ``r`` (all-bank, or the per-bank group ``pb_idx`` if pb_idx >= 0) no earlier than ``due``.
+
+    Out of band: no command-bus slot, does not block other ranks; open banks are precharged first.
+    """
+    NB = T[T_G] * T[T_B]
+    base = r * NB
+    if pb_idx < 0:
+        lo, n, stride = 0, NB, 1
+        rfc = T[T_RFC]
+    else:
+        stride = NB // T[T_PBG]
+        lo, n = pb_idx, T[T_PBG]
+        rfc = T[T_RFCPB]
+    tp = due
+    anyopen = False
+    for j in range(n):
+        k = base + lo + j * stride
+        if BS[k, B_ROW] >= 0:
+            anyopen = True
+            if BS[k, B_PRE] > tp:
+                tp = BS[k, B_PRE]
+    if anyopen:
+        for j in range(n):
+            k = base + lo + j * stride
+            if BS[k, B_ROW] >= 0:
+                BS[k, B_ROW] = -1
+                ST[ch, S_PRE] += 1
+                if tp + T[T_RP] > BS[k, B_ACT]:
+                    BS[k, B_ACT] = tp + T[T_RP]
+    tr = due
+    for j in range(n):
+        k = base + lo + j * stride
+        if BS[k, B_ACT] > tr:
+            tr = BS[k, B_ACT]
+    for j in range(n):
+        k = base + lo + j * stride
+        BS[k, B_ACT] = tr + rfc
+    if pb_idx < 0:
+        ST[ch, S_REF] += 1
+    else:
+        ST[ch, S_REFPB] += 1
+    ST[ch, S_REFBANKCYC] += rfc * n
+    return tr
+
+
+@njit(cache=True)
+def auto_refresh(r, T, BS, RS, CS, ST, ch):
+    """Perform the refresh of rank ``r`` that is due (auto mode); returns its REF cycle."""
+    due = RS[r, R_DUE]
+    if T[T_REFMODE] == 2:
+        idx = RS[r, R_PBNEXT]
+        tr = refresh_rank(r, due, idx, T, BS, CS, ST, ch)
+        RS[r, R_PBNEXT] = (idx + 1) % ((T[T_G] * T[T_B]) // T[T_PBG])
+        RS[r, R_DUE] = due + T[T_REFIPB]
+    else:
+        tr = refresh_rank(r, due, -1, T, BS, CS, ST, ch)
+        RS[r, R_DUE] = due + T[T_REFI]
+    return tr
+
+
+# ============================================================== single-bank primitives
+
+@njit(cache=True)
+def earliest_act(k, T, BS, GS, RS, CS):
+    B = T[T_B]
+    NB = T[T_G] * B
+    g = k // B
+    r = k // NB
+    ch = r // (T[T_R] * T[T_P])
+    t = BS[k, B_ACT]
+    if GS[g, G_ACT] > t:
+        t = GS[g, G_ACT]
+    if RS[r, R_ACT] > t:
+        t = RS[r, R_ACT]
+    f = RS[r, R_FAW0 + RS[r, R_FAWI]] + T[T_FAW]
+    if f > t:
+        t = f
+    if CS[ch, C_LAST] > t:
+        t = CS[ch, C_LAST]
+    if CS[ch, C_ROWBUS] > t:
+        t = CS[ch, C_ROWBUS]
+    return t
+
+
+@njit(cache=True)
+def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
+    B = T[T_B]
+    NB = T[T_G] * B
+    g = k // B
+    r = k // NB
+    ch = r // (T[T_R] * T[T_P])
+    BS[k, B_ROW] = row
+    BS[k, B_ACT] = t + T[T_RC]
+    if t + T[T_RAS] > BS[k, B_PRE]:
+        BS[k, B_PRE] = t + T[T_RAS]
+    BS[k, B_RD] = t + T[T_RCDRD]
+    BS[k, B_WR] = t + T[T_RCDWR]
+    BS[k, B_ACTT] = t
+    if t + T[T_RRDL] > GS[g, G_ACT]:
+        GS[g, G_ACT] = t + T[T_RRDL]
+    if t + T[T_RRDS] > RS[r, R_ACT]:
+        RS[r, R_ACT] = t + T[T_RRDS]
+    i = RS[r, R_FAWI]
+    RS[r, R_FAW0 + i] = t
+    RS[r, R_FAWI] = (i + 1) & 3
+    CS[ch, C_LAST] = t
+    CS[ch, C_ROWBUS] = t + T[T_ROWCMD]
+    ST[ch, S_ACT] += 1
+    ST[ch, S_ACTCMD] += 1
+
+
+@njit(cache=True)
+def earliest_pre(k, T, BS, CS):
+    ch = k // (T[T_G] * T[T_B] * T[T_R] * T[T_P])
+    t = BS[k, B_PRE]
+    if CS[ch, C_LAST] > t:
+        t = CS[ch, C_LAST]
+    if CS[ch, C_ROWBUS] > t:
+        t = CS[ch, C_ROWBUS]
+    return t
+
+
+@njit(cache=True)
+def commit_pre(k, t, T, BS, CS, ST):
+    ch = k // (T[T_G] * T[T_B] * T[T_R] * T[T_P])
+    BS[k, B_ROW] = -1
+    if t + T[T_RP] > BS[k, B_ACT]:
+        BS[k, B_ACT] = t + T[T_RP]
+    CS[ch, C_LAST] = t
+    CS[ch, C_ROWBUS] = t + T[T_ROWCMD]
+    ST[ch, S_PRE] += 1
+    ST[ch, S_PRECMD] += 1
+
+
+@njit(cache=True)
+def auto_pre(k, T, BS, ST, ch):
+    """Auto-precharge (RDA/WRA): at the bank's earliest PRE, no command slot."""
+    if BS[k, B_ROW] < 0:
+        return
+    tp = BS[k, B_PRE]
+    BS[k, B_ROW] = -1
+    if tp + T[T_RP] > BS[k, B_ACT]:
+        BS[k, B_ACT] = tp + T[T_RP]
+    ST[ch, S_PRE] += 1
+
+
+@njit(cache=True)
+def earliest_col(k, is_wr, T, BS, GS, RS, US, CS):
+    """Earliest RD (is_wr=0), WR (1) or MACSB (2) to bank k (row assumed open)."""
+    B = T[T_B]
+    NB = T[T_G] * B
+    g = k // B
+    r = k // NB
+    u = r // T[T_R]
+    ch = u // T[T_P]
+    if is_wr == 1:
+        t = BS[k, B_WR]
+        if GS[g, G_WR] > t:
+            t = GS[g, G_WR]
+        if RS[r, R_WR] > t:
+            t = RS[r, R_WR]
+        d = US[u, U_DATA] - T[T_CWL]
+        if d > t:
+            t = d
+    else:
+        if is_wr == 0:
+            t = BS[k, B_RD]
+            d = US[u, U_DATA] - T[T_CL]
+            if d > t:
+                t = d
+        else:
+            t = BS[k, B_ACTT] + T[T_RCDMAC]
+            if BS[k, B_MSB] > t:
+                t = BS[k, B_MSB]
+        if GS[g, G_RD] > t:
+            t = GS[g, G_RD]
+        if RS[r, R_RD] > t:
+            t = RS[r, R_RD]
+    if CS[ch, C_LAST] > t:
+        t = CS[ch, C_LAST]
+    cb = T[T_COLBUS]
+    if CS[ch, cb] > t:
+        t = CS[ch, cb]
+    return t
+
+
+@njit(cache=True)
+def col_spacing(is_wr, T):
+    sp = T[T_CCDL]
+    if is_wr == 2:
+        if T[T_CCDSB] > sp:
+            sp = T[T_CCDSB]
+    elif T[T_BL] > sp:
+        sp = T[T_BL]
+    return sp
+
+
+@njit(cache=True)
+def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
+    """Commit m column ops to bank k, the first at t, spaced by col_spacing (same bank)."""
+    B = T[T_B]
+    NB = T[T_G] * B
+    g = k // B
+    r = k // NB
+    u = r // T[T_R]
+    ch = u // T[T_P]
+    tl = t + (m - 1) * col_spacing(is_wr, T)
+    if is_wr == 1:
+        v = tl + T[T_CCDL]
+        if v > GS[g, G_WR]:
+            GS[g, G_WR] = v
+        v = tl + T[T_CCDS]
+        if v > RS[r, R_WR]:
+            RS[r, R_WR] = v
+        end = tl + T[T_CWL] + T[T_BL]
+        v = end + T[T_WTRL]
+        if v > GS[g, G_RD]:
+            GS[g, G_RD] = v
+        v = end + T[T_WTRS]
+        if v > RS[r, R_RD]:
+            RS[r, R_RD] = v
+        US[u, U_DATA] = end
+        v = end + T[T_WR]
+        if v > BS[k, B_PRE]:
+            BS[k, B_PRE] = v
+        ST[ch, S_WR] += m
+    else:
+        v = tl + T[T_CCDL]
+        if v > GS[g, G_RD]:
+            GS[g, G_RD] = v
+        v = tl + T[T_CCDS]
+        if v > RS[r, R_RD]:
+            RS[r, R_RD] = v
+        end = tl + T[T_CL] + T[T_BL]
+        v = tl + T[T_RTP]
+        if v > BS[k, B_PRE]:
+            BS[k, B_PRE] = v
+        if is_wr == 0:
+            v = tl + T[T_RTW]
+            if v > RS[r, R_WR]:
+                RS[r, R_WR] = v
+            US[u, U_DATA] = end
+            ST[ch, S_RD] += m
+        else:
+            BS[k, B_MSB] = tl + T[T_CCDSB]
+            ST[ch, S_MACSB] += m
+            ST[ch, S_MACBANK] += m
+    if end > CS[ch, C_DONE]:
+        CS[ch, C_DONE] = end
+    CS[ch, C_LAST] = tl
+    CS[ch, T[T_COLBUS]] = tl + 1
+
+
+@njit(cache=True)
+def due_of(r, T, RS):
+    if T[T_REFMODE] == 0:
+        return 1 << 62
+    return RS[r, R_DUE]
+
+
+@njit(cache=True)
+def prim_pre(k, T, BS, GS, RS, CS, ST):
+    """Explicit/implicit PRE of bank k (no-op if closed)."""
+    NB = T[T_G] * T[T_B]
+    r = k // NB
+    ch = r // (T[T_R] * T[T_P])
+    while True:
+        if BS[k, B_ROW] < 0:
+            return
+        t = earliest_pre(k, T, BS, CS)
+        if t >= due_of(r, T, RS):
+            auto_refresh(r, T, BS, RS, CS, ST, ch)
+            continue
+        commit_pre(k, t, T, BS, CS, ST)
+        return
+
+
+@njit(cache=True)
+def prim_act(k, row, arrival, T, BS, GS, RS, CS, ST):
+    """ACT bank k to row (precharging an open bank first)."""
+    NB = T[T_G] * T[T_B]
+    r = k // NB
+    ch = r // (T[T_R] * T[T_P])
+    if BS[k, B_ROW] >= 0:
+        prim_pre(k, T, BS, GS, RS, CS, ST)
+    while True:
+        t = earliest_act(k, T, BS, GS, RS, CS)
+        if arrival > t:
+            t = arrival
+        if t >= due_of(r, T, RS):
+            auto_refresh(r, T, BS, RS, CS, ST, ch)
+            continue
+        commit_act(k, row, t, T, BS, GS, RS, CS, ST)
+        return
+
+
+@njit(cache=True)
+def prim_col(k, row, is_wr, n, flags, arrival, T, BS, GS, RS, US, CS, ST):
+    """n column ops (RD=0, WR=1, MACSB=2) to (bank k, row): implicit PRE/ACT, closed-form bursts between refreshes."""
+    NB = T[T_G] * T[T_B]
+    r = k // NB
+    ch = r // (T[T_R] * T[T_P])
+    cls = 0
+    if BS[k, B_ROW] != row:
+        cls = 2 if BS[k, B_ROW] >= 0 else 1
+        prim_act(k, row, arrival, T, BS, GS, RS, CS, ST)
+    sp = col_spacing(is_wr, T)
+    i = 0
+    while i < n:
+        if BS[k, B_ROW] != row:  # closed by a refresh
+            cls = 1
+            prim_act(k, row, arrival, T, BS, GS, RS, CS, ST)
+        t = earliest_col(k, is_wr, T, BS, GS, RS, US, CS)
+        if arrival > t:
+            t = arrival
+        due = due_of(r, T, RS)
+        if t >= due:
+            auto_refresh(r, T, BS, RS, CS, ST, ch)
+            continue
+        m = n - i
+        lim = (due - t + sp - 1) // sp
+        if lim < m:
+            m = lim
+        commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST)
+        if cls == 0:
+            ST[ch, S_HIT] += m
+        else:
+            ST[ch, S_HIT] += m - 1
+            ST[ch, S_MISS + cls - 1] += 1
+        cls = 0
+        i += m
+    if flags & F_AP:
+        auto_pre(k, T, BS, ST, ch)
+
+
+# ============================================================== scopes (all-bank / bank-group ops)
+
+@njit(cache=True)
+def make_scope(ch, pch, rank, bg, bank, T, banks, ranks, bgs, pcs):
+    """Fill index lists of the scope (-1 = all at that level); returns (n_banks, n_ranks, n_bgs, n_pcs)."""
+    P, R, G, B = T[T_P], T[T_R], T[T_G], T[T_B]
+    p0, p1 = (0, P) if pch < 0 else (pch, pch + 1)
+    r0, r1 = (0, R) if rank < 0 else (rank, rank + 1)
+    g0, g1 = (0, G) if bg < 0 else (bg, bg + 1)
+    b0, b1 = (0, B) if bank < 0 else (bank, bank + 1)
+    nb = 0
+    nr = 0
+    ng = 0
+    npc = 0
+    for p in range(p0, p1):
+        u = ch * P + p
+        pcs[npc] = u
+        npc += 1
+        for rr in range(r0, r1):
+            ri = u * R + rr
+            ranks[nr] = ri
+            nr += 1
+            for gg in range(g0, g1):
+                gi = ri * G + gg
+                bgs[ng] = gi
+                ng += 1
+                for bb in range(b0, b1):
+                    banks[nb] = gi * B + bb
+                    nb += 1
+    return nb, nr, ng, npc
+
+
+@njit(cache=True)
+def scope_due(nr, ranks, T, RS):
+    """Index into ranks[] of the rank with the smallest refresh due, and that due."""
+    best = 0
+    d = due_of(ranks[0], T, RS)
+    for i in range(1, nr):
+        v = due_of(ranks[i], T, RS)
+        if v < d:
+            d = v
+            best = i
+    return best, d
+
+
+@njit(cache=True)
+def prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST):
+    """PREA over the scope banks (no-op if all closed)."""
+    while True:
+        t = -1
+        for i in range(nb):
+            k = banks[i]
+            if BS[k, B_ROW] >= 0 and BS[k, B_PRE] > t:
+                t = BS[k, B_PRE]
+        if t < 0:
+            return
+        if CS[ch, C_LAST] > t:
+            t = CS[ch, C_LAST]
+        if CS[ch, C_ROWBUS] > t:
+            t = CS[ch, C_ROWBUS]
+        j, d = scope_due(nr, ranks, T, RS)
+        if t >= d:
+            auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
+            continue
+        for i in range(nb):
+            k = banks[i]
+            if BS[k, B_ROW] >= 0:
+                BS[k, B_ROW] = -1
+                if t + T[T_RP] > BS[k, B_ACT]:
+                    BS[k, B_ACT] = t + T[T_RP]
+                ST[ch, S_PRE] += 1
+        CS[ch, C_LAST] = t
+        CS[ch, C_ROWBUS] = t + T[T_PIMROW]
+        ST[ch, S_PRECMD] += 1
+        return
+
+
+@njit(cache=True)
+def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS, RS, CS, ST):
+    """ACTAB (bgmode=0: no tRRD/tFAW) or ACTBG (bgmode=1: tRRD_S/L + tFAW, one ACT per BG) over the scope."""
+    anyopen = False
+    for i in range(nb):
+        if BS[banks[i], B_ROW] >= 0:
+            anyopen = True
+    if anyopen:
+        prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST)
+    while True:
+        t = arrival
+        for i in range(nb):
+            if BS[banks[i], B_ACT] > t:
+                t = BS[banks[i], B_ACT]
+        if bgmode == 1:
+            for i in range(ng):
+                if GS[bgs[i], G_ACT] > t:
+                    t = GS[bgs[i], G_ACT]
+            for i in range(nr):
+                r = ranks[i]
+                if RS[r, R_ACT] > t:
+                    t = RS[r, R_ACT]
+                # all BGs of the scope in this rank open at t: tFAW over the ACTs so far + these
+                f = RS[r, R_FAW0 + RS[r, R_FAWI]] + T[T_FAW]
+                if f > t:
+                    t = f
+        if CS[ch, C_LAST] > t:
+            t = CS[ch, C_LAST]
+        if CS[ch, C_ROWBUS] > t:
+            t = CS[ch, C_ROWBUS]
+        j, d = scope_due(nr, ranks, T, RS)
+        if t >= d:
+            auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
+            continue
+        break
+    for i in range(nb):
+        k = banks[i]
+        BS[k, B_ROW] = row
+        BS[k, B_ACT] = t + T[T_RC]
+        if t + T[T_RAS] > BS[k, B_PRE]:
+            BS[k, B_PRE] = t + T[T_RAS]
+        BS[k, B_RD] = t + T[T_RCDRD]
+        BS[k, B_WR] = t + T[T_RCDWR]
+        BS[k, B_ACTT] = t
+    if bgmode == 1:
+        for i in range(ng):
+            if t + T[T_RRDL] > GS[bgs[i], G_ACT]:
+                GS[bgs[i], G_ACT] = t + T[T_RRDL]
+        for i in range(nr):
+            r = ranks[i]
+            if t + T[T_RRDS] > RS[r, R_ACT]:
+                RS[r, R_ACT] = t + T[T_RRDS]
+            w = RS[r, R_FAWI]
+            RS[r, R_FAW0 + w] = t
+            RS[r, R_FAWI] = (w + 1) & 3
+    CS[ch, C_LAST] = t
+    CS[ch, C_ROWBUS] = t + T[T_PIMROW]
+    ST[ch, S_ACT] += nb
+    ST[ch, S_ACTCMD] += 1
+
+
+@njit(cache=True)
+def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
+              T, BS, GS, RS, US, CS, ST):
+    """MACAB (bgmode=0, spacing nCCDAB per pseudo-channel) or MACBG (bgmode=1, nCCD_L/nCCD_S) x n."""
+    cls = 0
+    nopen = 0
+    for i in range(nb):
+        if BS[banks[i], B_ROW] == row:
+            nopen += 1
+    if nopen != nb:
+        anyopen = False
+        for i in range(nb):
+            if BS[banks[i], B_ROW] >= 0:
+                anyopen = True
+        cls = 2 if anyopen else 1
+        prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS, RS, CS, ST)
+    sp = T[T_CCDAB] if bgmode == 0 else T[T_CCDL]
+    i = 0
+    while i < n:
+        closed = False
+        for q in range(nb):
+            if BS[banks[q], B_ROW] != row:
+                closed = True
+        if closed:
+            cls = 1
+            prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS, RS, CS, ST)
+        t = arrival
+        for q in range(nb):
+            v = BS[banks[q], B_ACTT] + T[T_RCDMAC]
+            if v > t:
+                t = v
+        if bgmode == 0:
+            for q in range(npc):
+                if US[pcs[q], U_MAC] > t:
+                    t = US[pcs[q], U_MAC]
+        else:
+            for q in range(ng):
+                if GS[bgs[q], G_RD] > t:
+                    t = GS[bgs[q], G_RD]
+            for q in range(nr):
+                if RS[ranks[q], R_RD] > t:
+                    t = RS[ranks[q], R_RD]
+        if CS[ch, C_LAST] > t:
+            t = CS[ch, C_LAST]
+        cb = T[T_COLBUS]
+        if CS[ch, cb] > t:
+            t = CS[ch, cb]
+        j, due = scope_due(nr, ranks, T, RS)
+        if t >= due:
+            auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
+            continue
+        m = n - i
+        lim = (due - t + sp - 1) // sp
+        if lim < m:
+            m = lim
+        tl = t + (m - 1) * sp
+        for q in range(nb):
+            k = banks[q]
+            if tl + T[T_RTP] > BS[k, B_PRE]:
+                BS[k, B_PRE] = tl + T[T_RTP]
+        if bgmode == 0:
+            for q in range(npc):
+                US[pcs[q], U_MAC] = tl + T[T_CCDAB]
+            ST[ch, S_MACAB] += m
+        else:
+            for q in range(ng):
+                if tl + T[T_CCDL] > GS[bgs[q], G_RD]:
+                    GS[bgs[q], G_RD] = tl + T[T_CCDL]
+            for q in range(nr):
+                if tl + T[T_CCDS] > RS[ranks[q], R_RD]:
+                    RS[ranks[q], R_RD] = tl + T[T_CCDS]
+            ST[ch, S_MACBG] += m
+        ST[ch, S_MACBANK] += m * nb
+        end = tl + T[T_CL] + T[T_BL]
+        if end > CS[ch, C_DONE]:
+            CS[ch, C_DONE] = end
+        CS[ch, C_LAST] = tl
+        CS[ch, cb] = tl + 1
+        if cls == 0:
+            ST[ch, S_HIT] += m
+        else:
+            ST[ch, S_HIT] += m - 1
+            ST[ch, S_MISS + cls - 1] += 1
+        cls = 0
+        i += m
+    if flags & F_AP:
+        for q in range(nb):
+            auto_pre(banks[q], T, BS, ST, ch)
+
+
+# ============================================================== the record walker
+
+@njit(cache=True)
+def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, GS, RS, US, CS, ST, scratch):
+    """Walk command records in order. Record arrays are plain numpy arrays (see API.md)."""
+    P, R, G, B = T[T_P], T[T_R], T[T_G], T[T_B]
+    NB = G * B
+    banks = scratch[0]
+    ranks = scratch[1]
+    bgs = scratch[2]
+    pcs = scratch[3]
+    for i in range(op.shape[0]):
+        o = op[i]
+        ch = np.int64(chn[i])
+        a = arr[i]
+        if a > CS[ch, C_LAST] and o != REF and o != REFPB:  # not-before cycle: in-order time moves up
+            CS[ch, C_LAST] = a                               # (REF/REFPB: out of band, arrival = due)
+        if o == NOP:
+            continue
+        if o == ACT or o == PRE or o == RD or o == WR or o == MACSB or o == REFPB:
+            k = (((ch * P + pch[i]) * R + rank[i]) * G + bg[i]) * B + bank[i]
+            if o == RD:
+                prim_col(k, np.int64(row[i]), 0, np.int64(rep[i]), flags[i], a, T, BS, GS, RS, US, CS, ST)
+            elif o == WR:
+                prim_col(k, np.int64(row[i]), 1, np.int64(rep[i]), flags[i], a, T, BS, GS, RS, US, CS, ST)
+            elif o == MACSB:
+                prim_col(k, np.int64(row[i]), 2, np.int64(rep[i]), flags[i], a, T, BS, GS, RS, US, CS, ST)
+            elif o == ACT:
+                prim_act(k, np.int64(row[i]), a, T, BS, GS, RS, CS, ST)
+            elif o == PRE:
+                prim_pre(k, T, BS, GS, RS, CS, ST)
+            else:  # REFPB: the per-bank refresh group holding this bank
+                rr = k // NB
+                stride = NB // T[T_PBG]
+                refresh_rank(rr, a, (k % NB) % stride, T, BS, CS, ST, ch)
+            continue
+        if o == FIX:
+            t = CS[ch, C_LAST]
+            if a > t:
+                t = a
+            CS[ch, C_LAST] = t
+            if CS[ch, C_FIX] > t:
+                t = CS[ch, C_FIX]
+            CS[ch, C_FIX] = t + cyc[i]
+            if t + cyc[i] > CS[ch, C_DONE]:
+                CS[ch, C_DONE] = t + cyc[i]
+            ST[ch, S_FIXC] += cyc[i]
+            continue
+        if o == BARRIER or o == MODE:
+            t = CS[ch, C_LAST]
+            if CS[ch, C_DONE] > t:
+                t = CS[ch, C_DONE]
+            if a > t:
+                t = a
+            if o == MODE:
+                t += T[T_MODE]
+                ST[ch, S_MODE] += 1
+                CS[ch, C_DONE] = t
+            else:
+                ST[ch, S_BARRIER] += 1
+            CS[ch, C_LAST] = t
+            continue
+        nb, nr, ng, npc = make_scope(ch, np.int64(pch[i]), np.int64(rank[i]), np.int64(bg[i]), np.int64(bank[i]),
+                                     T, banks, ranks, bgs, pcs)
+        if o == PREA:
+            prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST)
+        elif o == ACTAB or o == ACTBG:
+            prim_actx(ch, np.int64(row[i]), 1 if o == ACTBG else 0, a, nb, banks, nr, ranks, ng, bgs,
+                      T, BS, GS, RS, CS, ST)
+        elif o == MACAB or o == MACBG:
+            prim_macx(ch, np.int64(row[i]), 1 if o == MACBG else 0, np.int64(rep[i]), flags[i], a, nb, banks,
+                      nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST)
+        elif o == REF:
+            for q in range(nr):
+                refresh_rank(ranks[q], a, -1, T, BS, CS, ST, ch)
+        elif o == BUF:
+            t = CS[ch, C_LAST]
+            if a > t:
+                t = a
+            cb = T[T_COLBUS]
+            if CS[ch, cb] > t:
+                t = CS[ch, cb]
+            CS[ch, C_LAST] = t
+            CS[ch, cb] = t + 1
+            unit = T[T_BUFUNITBG] if bg[i] >= 0 else T[T_BUFUNIT]
+            for q in range(npc):
+                u = pcs[q]
+                s = t
+                if US[u, U_BUF] > s:
+                    s = US[u, U_BUF]
+                e = s + T[T_BUFSETUP] + rep[i] * unit
+                US[u, U_BUF] = e
+                if e > CS[ch, C_DONE]:
+                    CS[ch, C_DONE] = e
+            ST[ch, S_BUFU] += rep[i] * npc
+    return 0
+
+
+@njit(cache=True)
+def tail_refreshes(T, RS, CS, ST):
+    """Count (for energy only) refreshes that fall in idle time up to each channel's end."""
+    if T[T_REFMODE] == 0:
+        return
+    per = T[T_REFIPB] if T[T_REFMODE] == 2 else T[T_REFI]
+    rpc = T[T_R] * T[T_P]
+    for r in range(RS.shape[0]):
+        ch = r // rpc
+        end = CS[ch, C_DONE]
+        if CS[ch, C_LAST] > end:
+            end = CS[ch, C_LAST]
+        due = RS[r, R_DUE]
+        if due <= end:
+            nref = (end - due) // per + 1
+            if T[T_REFMODE] == 2:
+                ST[ch, S_REFPB] += nref
+                ST[ch, S_REFBANKCYC] += nref * T[T_RFCPB] * T[T_PBG]
+            else:
+                ST[ch, S_REF] += nref
+                ST[ch, S_REFBANKCYC] += nref * T[T_RFC] * T[T_G] * T[T_B]

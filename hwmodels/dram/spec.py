@@ -1,0 +1,308 @@
+"""DRAM device spec (YAML ``kind: dram``): organisation, timing (CK cycles), PIM timing, energy.
+
+Timing names follow Ramulator 2.1 (shared/reference/dram_timing.md §1); the energy block accepts
+per-command energies or IDD/VDD currents converted with DRAMsim3's formulas (dram_timing.md §2,
+DRAMsim3 src/configuration.cc ``InitPowerParams``). Presets live in configs/hardware/*.yaml.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from pydantic import Field, PositiveInt, model_validator
+
+from attnsim.config import ConfigError, Schema, display_path, find_config, load_yaml, validate
+
+NonNegInt = Field(ge=0)
+
+
+class Organisation(Schema):
+    channels: PositiveInt
+    pseudo_channels: PositiveInt = 1
+    ranks: PositiveInt = 1
+    bank_groups: PositiveInt
+    banks_per_group: PositiveInt
+    rows: PositiveInt
+    columns: PositiveInt            # bursts per row (column commands per row), not DQ columns
+    burst_bytes: PositiveInt        # bytes moved by one column command on one pseudo-channel
+    data_rate_mtps: float = Field(gt=0)
+    tck_ns: float = Field(gt=0)     # command clock CK period
+    channel_width_bits: PositiveInt  # whole channel (all pseudo-channels)
+
+    @model_validator(mode="after")
+    def _pow2(self):
+        for k in ("channels", "pseudo_channels", "ranks", "bank_groups", "banks_per_group", "rows", "columns",
+                  "burst_bytes"):
+            v = getattr(self, k)
+            if v & (v - 1):
+                raise ValueError(f"{k}: expected a power of two (address mapping), got {v}")
+        if self.channel_width_bits % self.pseudo_channels:
+            raise ValueError(f"channel_width_bits: expected a multiple of pseudo_channels ({self.pseudo_channels}), "
+                             f"got {self.channel_width_bits}")
+        return self
+
+
+class Timing(Schema):
+    nBL: PositiveInt
+    nCL: PositiveInt
+    nCWL: PositiveInt
+    nRCDRD: PositiveInt
+    nRCDWR: PositiveInt
+    nRP: PositiveInt
+    nRAS: PositiveInt
+    nRC: PositiveInt
+    nWR: PositiveInt
+    nRTP: PositiveInt
+    nCCD_S: PositiveInt
+    nCCD_L: PositiveInt
+    nRRD_S: PositiveInt
+    nRRD_L: PositiveInt
+    nFAW: PositiveInt
+    nWTR_S: PositiveInt
+    nWTR_L: PositiveInt
+    nRTW: PositiveInt
+    nRFC: PositiveInt
+    nRFCpb: PositiveInt
+    nREFI: PositiveInt
+    nREFIpb: PositiveInt
+    row_cmd_cycles: PositiveInt = 1     # command-bus slots of a row command (ACT/PRE)
+    separate_row_col_bus: bool = True   # HBM has separate row/column command pins (JESD235/238)
+
+
+class PIMTiming(Schema):
+    nCCDAB: PositiveInt                 # MACAB -> MACAB (channel)
+    nCCDSB: PositiveInt                 # MACSB -> MACSB (same bank)
+    nRCDRDMAC: Optional[PositiveInt] = None  # ACT(AB) -> MAC; default nRCDRD
+    row_cmd_cycles: PositiveInt = 2     # ACTAB/PREA on the command bus (AttAcc HBM3-PIM.cpp)
+    buf_setup_cycles: int = Field(default=0, ge=0)
+    buf_cycles_per_unit: Optional[PositiveInt] = None  # per 32 B; default max(nBL, nCCD_S)
+    mode_switch_cycles: int = Field(default=0, ge=0)
+    access_pj_per_bit: float = Field(default=0.0, ge=0)  # bank -> PU access energy
+    buf_pj_per_bit: float = Field(default=0.0, ge=0)     # PIM datapath transfer energy
+
+
+class IDD(Schema):
+    vdd_v: float = Field(gt=0)
+    idd0_ma: float = Field(ge=0)
+    idd2n_ma: float = Field(ge=0)
+    idd3n_ma: float = Field(ge=0)
+    idd4r_ma: float = Field(ge=0)
+    idd4w_ma: float = Field(ge=0)
+    idd5ab_ma: float = Field(ge=0)
+    idd5pb_ma: Optional[float] = Field(default=None, ge=0)
+    devices_per_channel: float = Field(default=1.0, gt=0)
+
+
+class Energy(Schema):
+    io_pj_per_bit: float = Field(ge=0)
+    act_pj: Optional[float] = Field(default=None, ge=0)           # one ACT+PRE of one bank
+    rd_pj_per_bit: Optional[float] = Field(default=None, ge=0)    # array + column path, per bit read
+    wr_pj_per_bit: Optional[float] = Field(default=None, ge=0)
+    ref_pj: Optional[float] = Field(default=None, ge=0)           # one all-bank REF of one rank
+    refpb_pj: Optional[float] = Field(default=None, ge=0)         # one per-bank REF
+    background_w: Optional[float] = Field(default=None, ge=0)     # per channel, banks open (IDD3N)
+    idd: Optional[IDD] = None
+
+    @model_validator(mode="after")
+    def _complete(self):
+        if self.idd is None:
+            missing = [k for k in ("act_pj", "rd_pj_per_bit", "wr_pj_per_bit", "ref_pj", "background_w")
+                       if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"{missing[0]}: expected a value (or an idd block to derive it from), got none")
+        return self
+
+
+class DRAMSpec(Schema):
+    kind: Literal["dram"]
+    name: str
+    description: str = ""
+    org: Organisation
+    timing: Timing
+    pim: Optional[PIMTiming] = None
+    energy: Energy
+    default_mapping: str = "RoRaBaCoBgPcCh"
+    default_refresh: Literal["ab", "pb", "none"] = "ab"
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        t, o = self.timing, self.org
+        def need(ok, key, what, got):
+            if not ok:
+                raise ValueError(f"{key}: expected {what}, got {got}")
+        need(t.nRC >= t.nRAS + t.nRP, "timing.nRC", f"nRC >= nRAS + nRP = {t.nRAS + t.nRP}", t.nRC)
+        need(t.nRAS >= t.nRCDRD, "timing.nRAS", f"nRAS >= nRCDRD = {t.nRCDRD}", t.nRAS)
+        need(t.nFAW >= t.nRRD_S, "timing.nFAW", f"nFAW >= nRRD_S = {t.nRRD_S}", t.nFAW)
+        need(t.nRRD_L >= t.nRRD_S, "timing.nRRD_L", f"nRRD_L >= nRRD_S = {t.nRRD_S}", t.nRRD_L)
+        need(t.nCCD_L >= t.nCCD_S, "timing.nCCD_L", f"nCCD_L >= nCCD_S = {t.nCCD_S}", t.nCCD_L)
+        need(t.nWTR_L >= t.nWTR_S, "timing.nWTR_L", f"nWTR_L >= nWTR_S = {t.nWTR_S}", t.nWTR_L)
+        need(t.nRFC < t.nREFI, "timing.nRFC", f"nRFC < nREFI = {t.nREFI} (else the device only refreshes)", t.nRFC)
+        need(t.nRFCpb < t.nREFIpb * self.banks_per_rank, "timing.nRFCpb",
+             f"nRFCpb < nREFIpb x banks per rank = {t.nREFIpb * self.banks_per_rank}", t.nRFCpb)
+        # one burst = pc_width x data_rate x nBL x tCK bits (within 2 %: tCK is rounded in the presets)
+        pc_bits = o.channel_width_bits // o.pseudo_channels
+        bits = pc_bits * o.data_rate_mtps * 1e6 * t.nBL * o.tck_ns * 1e-9
+        need(abs(bits - 8 * o.burst_bytes) <= 0.02 * 8 * o.burst_bytes, "org.burst_bytes",
+             f"pseudo-channel width x data rate x nBL x tCK = {bits / 8:.2f} B", o.burst_bytes)
+        try:
+            parse_mapping(self.default_mapping, o)
+        except ValueError as exc:
+            raise ValueError(f"default_mapping: {exc}") from None
+        return self
+
+    # ---- derived
+    @property
+    def tck_s(self) -> float:
+        return self.org.tck_ns * 1e-9
+
+    @property
+    def banks_per_rank(self) -> int:
+        return self.org.bank_groups * self.org.banks_per_group
+
+    @property
+    def banks_per_channel(self) -> int:
+        return self.org.pseudo_channels * self.org.ranks * self.banks_per_rank
+
+    @property
+    def row_bytes(self) -> int:
+        return self.org.columns * self.org.burst_bytes
+
+    @property
+    def peak_bandwidth_gbps(self) -> float:
+        """channels x pseudo-channels x one burst per nBL cycles (1e9 B/s)."""
+        o = self.org
+        return o.channels * o.pseudo_channels * o.burst_bytes / (self.timing.nBL * self.tck_s) / 1e9
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.org.channels * self.banks_per_channel * self.org.rows * self.row_bytes
+
+
+# --------------------------------------------------------------- address mapping
+
+MAPPING_LETTERS = {"Ro": "rows", "Ra": "ranks", "Bg": "bank_groups", "Ba": "banks_per_group",
+                   "Co": "columns", "Pc": "pseudo_channels", "Ch": "channels"}
+
+
+def parse_mapping(text: str, org: Organisation) -> list[tuple[str, int]]:
+    """'RoBaBgCoCh' -> [(field, bits)] from most to least significant; fields of size 1 may be omitted."""
+    parts = []
+    s = str(text)
+    if len(s) % 2:
+        raise ValueError(f"address mapping {text!r}: expected two-letter fields from {', '.join(MAPPING_LETTERS)}")
+    for i in range(0, len(s), 2):
+        f = s[i:i + 2]
+        if f not in MAPPING_LETTERS:
+            raise ValueError(f"address mapping {text!r}: unknown field {f!r} (known: {', '.join(MAPPING_LETTERS)})")
+        if f in [p for p, _ in parts]:
+            raise ValueError(f"address mapping {text!r}: field {f!r} twice")
+        parts.append((f, int(math.log2(getattr(org, MAPPING_LETTERS[f])))))
+    for f, attr in MAPPING_LETTERS.items():
+        if getattr(org, attr) > 1 and f not in [p for p, _ in parts]:
+            raise ValueError(f"address mapping {text!r}: missing field {f!r} ({attr} = {getattr(org, attr)})")
+    return parts
+
+
+# --------------------------------------------------------------- energy (derived per-event values)
+
+@dataclass(frozen=True)
+class EnergyParams:
+    act_pj: float
+    rd_pj_per_bit: float
+    wr_pj_per_bit: float
+    io_pj_per_bit: float
+    ref_pj: float
+    refpb_pj: float
+    background_w: float   # per channel
+
+
+def energy_params(spec: DRAMSpec) -> EnergyParams:
+    """Per-event energies; missing values derived from IDD with DRAMsim3's formulas (dram_timing.md §2)."""
+    e, t, o = spec.energy, spec.timing, spec.org
+    d = {}
+    if e.idd is not None:
+        i = e.idd
+        tck = o.tck_ns * 1e-9
+        k = i.vdd_v * 1e-3 * i.devices_per_channel * 1e12  # mA -> A, J -> pJ
+        # ACT: VDD (IDD0 tRC - (IDD3N tRAS + IDD2N tRP)) x devices
+        d["act_pj"] = k * (i.idd0_ma * t.nRC - (i.idd3n_ma * t.nRAS + i.idd2n_ma * t.nRP)) * tck
+        # RD/WR: VDD (IDD4x - IDD3N) x burst cycles; pseudo-channels share the channel current
+        bits = 8 * o.burst_bytes * o.pseudo_channels
+        d["rd_pj_per_bit"] = k * (i.idd4r_ma - i.idd3n_ma) * t.nBL * tck / bits
+        d["wr_pj_per_bit"] = k * (i.idd4w_ma - i.idd3n_ma) * t.nBL * tck / bits
+        # REFab: VDD (IDD5AB - IDD3N) x tRFC x devices (per rank: the currents are per device set)
+        d["ref_pj"] = k * (i.idd5ab_ma - i.idd3n_ma) * t.nRFC * tck / o.ranks
+        i5pb = i.idd5pb_ma if i.idd5pb_ma is not None else i.idd5ab_ma / spec.banks_per_rank
+        d["refpb_pj"] = k * max(i5pb - i.idd3n_ma / spec.banks_per_rank, 0.0) * t.nRFCpb * tck / o.ranks
+        d["background_w"] = i.vdd_v * i.idd3n_ma * 1e-3 * i.devices_per_channel
+    vals = {}
+    for key in ("act_pj", "rd_pj_per_bit", "wr_pj_per_bit", "ref_pj", "background_w"):
+        v = getattr(e, key)
+        vals[key] = float(v if v is not None else d[key])
+    refpb = e.refpb_pj if e.refpb_pj is not None else d.get(
+        "refpb_pj", vals["ref_pj"] * t.nRFCpb / t.nRFC / spec.banks_per_rank)
+    return EnergyParams(io_pj_per_bit=float(e.io_pj_per_bit), refpb_pj=float(refpb), **vals)
+
+
+# --------------------------------------------------------------- loading
+
+def load_dram_spec(ref, overrides: dict | None = None) -> DRAMSpec:
+    """Load a preset name (configs/hardware/NAME.yaml) or a YAML path; ConfigError on bad input."""
+    if isinstance(ref, DRAMSpec):
+        return ref
+    if isinstance(ref, dict):
+        return spec_from_dict(ref, file="<dict>")
+    path = find_config("hardware", str(ref))
+    data = load_yaml(path)
+    if overrides:
+        data = {**data, **overrides}
+    return spec_from_dict(data, file=display_path(path))
+
+
+def spec_from_dict(data: dict, file: str | None = None) -> DRAMSpec:
+    if data.get("kind") != "dram":
+        raise ConfigError(f"expected 'dram', got {data.get('kind')!r}", file=file, key="kind")
+    try:
+        return validate(DRAMSpec, data, file=file)
+    except ConfigError as exc:  # fold "key: ..." messages of model validators into the key path
+        m = re.match(r"^([A-Za-z_][\w.]*): (expected .*)$", exc.message)
+        if m:
+            key = ".".join(p for p in (exc.key, m.group(1)) if p)
+            raise ConfigError(m.group(2), file=exc.file, key=key) from None
+        raise
+
+
+class DRAMDevice:
+    """Registry product: a validated spec with the engine entry points bound."""
+
+    kind = "dram"
+
+    def __init__(self, spec: DRAMSpec):
+        self.spec = spec
+        self.name = spec.name
+
+    @property
+    def peak_bandwidth_bytes_per_s(self) -> float:
+        return self.spec.peak_bandwidth_gbps * 1e9
+
+    @property
+    def capacity_bytes(self) -> float:
+        return float(self.spec.capacity_bytes)
+
+    def run_commands(self, cmds, **kw):
+        from attnsim.hwmodels.dram.engine import run_commands
+        return run_commands(self.spec, cmds, **kw)
+
+    def simulate_requests(self, addr, is_write, arrival=None, **kw):
+        from attnsim.hwmodels.dram.controller import simulate_requests
+        return simulate_requests(self.spec, addr, is_write, arrival, **kw)
+
+
+def _register() -> None:
+    from attnsim.hwmodels import registry
+    registry.register("dram", DRAMSpec, DRAMDevice)
+
+
+_register()

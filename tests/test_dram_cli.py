@@ -1,0 +1,54 @@
+"""`attnsim dram` CLI: JSON keys, trace parsing errors with file:line, overrides."""
+import json
+
+import pytest
+
+from attnsim.cli import main
+from attnsim.cli_dram import JSON_KEYS
+
+
+def run(capsys, *argv):
+    rc = main(["dram", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_json_has_the_contract_keys_and_respects_peak(capsys):
+    rc, out, _ = run(capsys, "--device", "lpddr5_6400", "--pattern", "random", "--requests", "3000",
+                     "--write-fraction", "0.3", "--json", "--channels", "2", "--banks", "8")
+    assert rc == 0
+    d = json.loads(out)
+    for k in JSON_KEYS:
+        assert k in d
+    assert d["bandwidth_gbps"] <= d["peak_bandwidth_gbps"]
+    assert d["peak_bandwidth_gbps"] == pytest.approx(2 * 12.8)
+    assert d["row_hits"] + d["row_misses"] + d["row_conflicts"] == 3000
+    assert d["time_s"] == pytest.approx(d["cycles"] * d["tck_s"])
+    assert set(d["energy_j"]) == {"dram_activate", "dram_read_write", "dram_io", "dram_refresh", "dram_background"}
+
+
+def test_no_refresh_and_table_output(capsys):
+    rc, out, _ = run(capsys, "--device", "hbm2_2000", "--requests", "20000", "--no-refresh", "--json")
+    assert json.loads(out)["refresh_time_s"] == 0
+    rc, out, _ = run(capsys, "--device", "hbm2_2000", "--requests", "2000", "--pattern", "strided", "--stride", "8192")
+    assert rc == 0 and "bandwidth" in out
+
+
+def test_trace_and_errors(capsys, tmp_path):
+    t = tmp_path / "ok.trace"
+    t.write_text("# addr rw arrival\n0x0 R\n0x20 W 4\n0x40 r 9\n")
+    rc, out, _ = run(capsys, "--device", "hbm2_2000", "--trace", str(t), "--json")
+    assert rc == 0 and json.loads(out)["bytes"] == 96
+    bad = tmp_path / "bad.trace"
+    for text, what in (("0x0 R\n0x20 X\n", ":2: expected R or W"), ("0x0 R\nqq R\n", ":2: expected a hex address"),
+                       ("0x0 R 5\n0x20 R 2\n", ":2: arrival cycles must not decrease"),
+                       ("0x0 R 1 2\n", ":1: expected '<hex address>")):
+        bad.write_text(text)
+        rc, out, err = run(capsys, "--device", "hbm2_2000", "--trace", str(bad))
+        assert rc == 2 and what in err and out == ""
+    rc, out, err = run(capsys, "--device", "nosuch_dram")
+    assert rc == 2 and "unknown hardware config" in err
+    rc, out, err = run(capsys, "--device", "hbm2_2000", "--banks", "3")
+    assert rc == 2 and "--banks" in err
+    rc, out, err = run(capsys, "--device", "hbm2_2000", "--mapping", "RoCh")
+    assert rc == 2 and "mapping" in err
