@@ -189,11 +189,14 @@ class PIMDevice:
 
     # ------------------------------------------------------------ ops
     def _streams(self, trace, i: int) -> bool:
-        """Rows a decoupled near-memory accelerator (cxl_pnm) runs as a roofline over its internal
-        bandwidth instead of lowering: element-wise ops, embeddings, and prefill attention/GEMM."""
+        """Rows a decoupled near-memory accelerator runs as a roofline over the device's internal
+        bandwidth instead of lowering: element-wise ops and embeddings, and in prefill the
+        attention (AiM/CENT) or everything (CXL-PNM's matrix unit)."""
+        cls = str(trace.cols["cls"][i])
+        if self.spec.isa == "aim":  # CENT: element-wise and prefill attention on the controller's vector units
+            return cls in ("elementwise", "embedding") or (trace.phase == "prefill" and cls != "matmul")
         if self.spec.isa != "cxl_pnm":
             return False
-        cls = str(trace.cols["cls"][i])
         return cls in ("elementwise", "embedding") or trace.phase == "prefill"
 
     def _stream_pj_per_byte(self) -> dict:

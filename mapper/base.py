@@ -50,6 +50,7 @@ class Plan:
     memory: list[MemoryPlacement] = field(default_factory=list)
     stage: np.ndarray | None = None  # int per row; rows sharing a stage id >= 0 run concurrently across devices
     pipeline_subbatches: int = 1  # >1: decode layers pipelined over sub-batches across devices (engine)
+    added: np.ndarray | None = None  # rows the mapper added (overheads not in the model: merges, copies)
     programs: dict = field(default_factory=dict)  # PIM/PNM isa programs per row (later policies)
     notes: list[str] = field(default_factory=list)
 
@@ -144,7 +145,10 @@ def transfer_row(op: str, like: dict, nbytes: float) -> dict:
             "kv_read_bytes": 0.0, "kv_write_bytes": 0.0, "comm_bytes": float(nbytes)}
 
 
-def model_totals(trace) -> dict[str, float]:
-    """FLOPs and bytes of the model's own ops (mapper-added transfer rows excluded), one rank."""
+def model_totals(trace, added: np.ndarray | None = None) -> dict[str, float]:
+    """FLOPs and bytes of the model's own ops, one rank: mapper-added rows (transfers, and the rows
+    in ``added``, e.g. a partial-softmax merge) excluded."""
     keep = trace["cls"] != "transfer"
+    if added is not None:
+        keep &= ~added
     return {c: float(np.sum(trace[c][keep] * trace["count"][keep])) for c in MODEL_COLUMNS}

@@ -32,12 +32,17 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
     kv = model_bytes["kv_per_rank"]
     memory = [MemoryPlacement(gpu, model_bytes["weights"] / tp, kv * f, system.pools[gpu].model.capacity_bytes),
               MemoryPlacement(far, 0.0, kv * (1 - f), system.pools[far].model.capacity_bytes)]
+    if f == 0.0:  # all KV far: exactly the attacc placement
+        from attnsim.mapper.attacc import plan_attacc
+        plan = plan_attacc(trace, system, model_bytes, {})
+        plan.policy, plan.memory = "tiered", memory
+        return plan
     if trace.phase == "prefill":
         tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
         device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
         device[added] = link
         return Plan("tiered", tr, device, np.full(len(tr), tp, dtype=np.int64), memory)
-    rows, dev, stage = [], [], []
+    rows, dev, stage, added = [], [], [], []
     act = DTYPE_BYTES[trace.meta.get("act_dtype", "fp16")]
     b = float(np.sum(trace.query_tokens))
     heads, dh = trace.meta["heads_per_rank"], trace.meta.get("attn_context_dim", trace.meta["head_dim"])
@@ -49,6 +54,7 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
                 rows.append(transfer_row("far_send_q", like, b * heads * trace.meta.get("attn_score_dim", dh) * act))
                 dev.append(link)
                 stage.append(-1)
+                added.append(len(rows) - 1)
             hot, cold = dict(r), dict(r)
             for c in SPLIT:
                 hot[c] = r[c] * f if c != "n" else int(round(r[c] * f))
@@ -63,19 +69,22 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
                 rows.append(transfer_row("far_partial_out", like, b * heads * (dh + 2) * act))
                 dev.append(link)
                 stage.append(-1)
+                added.append(len(rows) - 1)
                 rows.append({**like, "op": "softmax_merge", "cls": "elementwise", "m": int(b), "n": heads * dh,
                              "k": 0, "batch": 1, "flops": 4.0 * b * heads * dh, "weight_bytes": 0.0,
                              "act_bytes": 3.0 * b * heads * (dh + 2) * act, "kv_read_bytes": 0.0,
                              "kv_write_bytes": 0.0, "comm_bytes": 0.0})
                 dev.append(gpu)
                 stage.append(-1)
+                added.append(len(rows) - 1)
             continue
         rows.append(r)
-        placed = far if (r["cls"] in ATTENTION_CLASSES and f == 0) else gpu
-        dev.append("link" if r["cls"] == "allreduce" else placed)
+        dev.append("link" if r["cls"] == "allreduce" else gpu)
         stage.append(-1)
     tr = OpTrace.from_rows(rows, phase=trace.phase, model=trace.model, tp=trace.tp,
                            query_tokens=trace.query_tokens, context_lens=trace.context_lens,
                            groups=trace.groups, meta=dict(trace.meta))
+    mask = np.zeros(len(tr), dtype=bool)
+    mask[added] = True
     return Plan("tiered", tr, np.array(dev, dtype=object), np.full(len(tr), tp, dtype=np.int64), memory,
-                stage=np.array(stage, dtype=np.int64))
+                stage=np.array(stage, dtype=np.int64), added=mask)
