@@ -12,7 +12,8 @@ import sys
 from attnsim.config import ConfigError
 
 # modules that add subcommands: each has register(subparsers)
-_COMMAND_MODULES = ("attnsim.cli_run", "attnsim.cli_dram", "attnsim.cli_isa")
+_COMMAND_MODULES = ("attnsim.cli_run", "attnsim.cli_dram", "attnsim.cli_isa", "attnsim.cli_sweep", "attnsim.cli_serve",
+                    "attnsim.cli_validate")
 
 
 def build_parser() -> argparse.ArgumentParser:

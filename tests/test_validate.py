@@ -1,0 +1,36 @@
+"""attnsim validate: the bundled validation set passes; a row outside tolerance makes the exit non-zero."""
+import json
+
+import pytest
+
+from attnsim import validate
+from attnsim.cli import main
+
+
+def test_attacc_reproduction_and_limits_within_tolerance(capsys):
+    rc = main(["validate", "--set", "attacc", "--set", "limits", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert rc == 0, [r for r in rows if not r["ok"]]
+    names = {r["name"] for r in rows if r["set"] == "attacc"}
+    assert len(names) == 6
+    assert sum(r["set"] == "limits" for r in rows) >= 10
+
+
+def test_gpu_calibration_rows_within_stated_tolerance(capsys):
+    rc = main(["validate", "--set", "gpu", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 2 * (9 + 6) * 5  # 2 GPUs x 15 token rows x (4 ops + sum)
+    assert rc == 0, [r["name"] for r in rows if not r["ok"]]
+
+
+def test_row_outside_tolerance_fails_the_command(monkeypatch, capsys):
+    monkeypatch.setattr(validate, "SETS", {"fake": lambda: [validate.Row("fake", "x", 1.3, 1.0, 0.25)]})
+    assert main(["validate"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_row_semantics():
+    assert validate.Row("s", "r", 1.2, 1.0, 0.25).ok
+    assert not validate.Row("s", "r", 0.7, 1.0, 0.25).ok
+    assert validate.Row("s", "r", 0.99, 1.0, 0.0, check="upper_bound").ok
+    assert not validate.Row("s", "r", 1.01, 1.0, 0.0, check="upper_bound").ok
