@@ -46,6 +46,7 @@ class ExperimentSpec(Schema):
     generation: GenerationSpec = GenerationSpec()
     seed: int = 0
     reliability: Optional[dict[str, Any]] = None
+    serving: Optional[dict[str, Any]] = None
 
     @model_validator(mode="after")
     def _baseline(self):
@@ -64,6 +65,7 @@ class Experiment:
     systems: dict[str, SystemSpec]
     scenarios: dict[str, Scenario]
     source: Optional[Path]
+    reliability: dict = None  # scenario name -> ReliabilitySpec (or None): experiment section + scenario overrides
 
 
 def _ref_name(ref: str) -> str:
@@ -175,7 +177,20 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
         if not isinstance(d, dict) or "kind" not in d:
             raise ConfigError("missing required key", file=f, key="kind")
         validate(registry.schema_for(d["kind"], f), d, file=f)
-    return Experiment(tree, spec, models, systems, scenarios, source)
+    reliability = {}
+    from attnsim.reliability_run import load_spec, merged_section
+    for n, sc in scenarios.items():
+        section = merged_section(spec.reliability, sc.reliability)
+        prefix = "reliability" if sc.reliability is None else f"scenarios.{n}.reliability"
+        reliability[n] = load_spec(section, exp_file, prefix) if section is not None else None
+        if reliability[n] is not None:
+            from attnsim.reliability_run import role_tiers
+            for sname, sspec in systems.items():
+                try:
+                    role_tiers(reliability[n], sspec)
+                except ConfigError as e:
+                    raise ConfigError(f"{e.message} (system {sname})", file=exp_file, key=e.key) from None
+    return Experiment(tree, spec, models, systems, scenarios, source, reliability)
 
 
 def load_experiment(path: Optional[str | Path] = None, sets: Optional[list[str]] = None) -> Experiment:

@@ -11,6 +11,11 @@ Layout of ``results.h5`` (one experiment run):
 - ``/breakdown/<i>/<phase>/<table>``: per-run breakdown tables as two datasets,
   ``names`` (strings) and ``values`` (float64), for tools that do not parse JSON.
 
+Sweep stores (``attnsim sweep``; layout in :mod:`attnsim.sweep.store`) are read by
+:func:`read_results` too: their points come back as run documents (in expansion order), with the
+sweep name as ``experiment`` and a one-line ``sweep_summary`` attribute, so ``attnsim show``
+summarises both kinds of file.
+
 The file is written to a temporary name and renamed, so a failed or killed run
 never leaves a partial results file.
 """
@@ -112,6 +117,9 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
     """Return (file attributes, run documents)."""
     from attnsim.config import ConfigError
     path = Path(path)
+    from attnsim.sweep.store import is_sweep_store
+    if is_sweep_store(path):
+        return _read_sweep_store(path)
     if not path.is_file():
         raise ConfigError("file not found", file=path)
     try:
@@ -122,4 +130,17 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
             docs = [json.loads(s.decode() if isinstance(s, bytes) else s) for s in f["run_docs"][()]]
     except OSError as exc:
         raise ConfigError(f"cannot read HDF5 ({exc})", file=path) from None
+    return attrs, docs
+
+
+def _read_sweep_store(path: Path) -> tuple[dict, list[dict]]:
+    """(attrs, run documents) of a sweep store, for ``attnsim show``."""
+    from collections import Counter
+    from attnsim.sweep.store import open_store
+    st = open_store(path)
+    attrs = dict(st.attrs)
+    docs = list(st.iter_docs())
+    counts = Counter(d.get("status", "") for d in docs)
+    attrs["experiment"] = f"{attrs.get('sweep_name', '?')} (sweep {attrs.get('sweep_id', '?')}, shard {attrs.get('shard', '?')}: " \
+        f"{len(docs)} of {attrs.get('n_points_total', '?')} points; " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")"
     return attrs, docs

@@ -155,13 +155,22 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
             check_parallelism(sspec, role, sfile)
         systems[sname] = system
     docs = []
+    rel = exp.reliability or {}
     for sname in exp.systems:
         for mname in exp.models:
             for scname, sc in exp.scenarios.items():
                 doc = {"system": sname, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
+                system, rspec = systems[sname], rel.get(scname)
+                if rspec is not None:  # tier refresh intervals change the PIM/PNM devices' refresh
+                    from attnsim.reliability_run import hardware_with_refresh
+                    hw = hardware_with_refresh(exp.tree.hardware, exp.systems[sname], rspec)
+                    system = build_system(exp.systems[sname], hw, exp.tree.file_of)
                 try:
-                    doc.update(simulate_generation(systems[sname], exp.models[mname], sc, exp.spec.generation,
+                    doc.update(simulate_generation(system, exp.models[mname], sc, exp.spec.generation,
                                                    timeline=timeline, pid=len(docs) + 1))
+                    if rspec is not None:
+                        from attnsim.reliability_run import reliability_metrics
+                        doc["metrics"].update(reliability_metrics(rspec, exp.systems[sname], exp.models[mname], sc, doc))
                 except CapacityError as e:
                     doc["status"] = "does_not_fit"
                     doc["error"] = str(e)

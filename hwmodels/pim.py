@@ -56,6 +56,9 @@ class PIMSpec(Schema):
     units: PositiveInt = 1
     capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
     refresh: Literal["ab", "pb", "none"] = "ab"
+    # retention time the refresh is sized for (JEDEC tREF = 64 ms at <= 85 C, cxl_reliability.md §3.1);
+    # relaxing it stretches nREFI / nREFIpb by interval / 64 (the same rows refreshed less often)
+    refresh_interval_ms: float = Field(64.0, gt=0)
     static_power_w: Optional[float] = Field(None, ge=0)
     pu: PUParams = Field(default_factory=PUParams)
 
@@ -72,6 +75,13 @@ def load_dram_for(spec: PIMSpec):
     from attnsim.hwmodels.dram.spec import spec_from_dict
     path = find_config("hardware", spec.dram)
     data = _deep_merge(load_yaml(path), spec.dram_overrides)
+    scale = spec.refresh_interval_ms / 64.0
+    if scale != 1.0:
+        timing = dict(data.get("timing", {}))
+        for key in ("nREFI", "nREFIpb"):
+            if key in timing and timing[key]:
+                timing[key] = max(1, int(round(timing[key] * scale)))
+        data["timing"] = timing
     return spec_from_dict(data, file=display_path(path))
 
 

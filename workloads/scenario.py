@@ -58,6 +58,7 @@ class Scenario(Schema):
     kv_dtype: DType = "fp16"
     weight_dtype: DType = "fp16"
     act_dtype: DType = "fp16"
+    reliability: Optional[dict] = None  # overrides merged onto the experiment's reliability section
 
     @field_validator("context_lens")
     @classmethod

@@ -38,11 +38,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Optional, Union
+from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
 import numpy as np
 import yaml
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
 from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
                             set_dotted, validate)
@@ -93,7 +93,8 @@ class RangeSpec(Schema):
         return [float(x) for x in v]
 
 
-Values = Union[list[Any], RangeSpec]
+Values = Annotated[Union[Annotated[RangeSpec, Tag("range")], Annotated[list[Any], Tag("list")]],
+                   Discriminator(lambda v: "range" if isinstance(v, (dict, RangeSpec)) else "list")]
 
 
 class Distribution(Schema):

@@ -86,8 +86,9 @@ class ReliabilitySpec(Schema):
     accuracy_slo: AccuracySlo
     due_policy: Literal["recompute", "drop"] = "recompute"
     objective: Literal["latency_x_energy", "energy", "latency"] = "latency_x_energy"
-    residency_s: float = Field(1.0, gt=0)
+    residency_s: Optional[float] = Field(None, gt=0)   # KV lifetime; None: the simulated generation time
     tiers: dict[str, TierSchema]
+    role_tiers: dict[str, str] = {}                    # system device role -> tier (default: the only tier)
 
     @model_validator(mode="after")
     def _check(self):

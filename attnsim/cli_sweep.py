@@ -1,0 +1,143 @@
+"""``attnsim sweep``, ``attnsim merge``, ``attnsim export`` and ``attnsim plot``."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from attnsim.config import ConfigError
+
+
+def register(sub) -> None:
+    s = sub.add_parser("sweep", help="run a batch sweep into a resumable HDF5 store",
+                       description="Run every point of a sweep file (grid / zip / ranges / random samples over "
+                       "any config key). Re-running resumes: finished points are skipped.")
+    s.add_argument("sweep", help="sweep YAML path or built-in name (configs/sweeps/)")
+    s.add_argument("--out", default=None, help="store file (default results/<sweep name>.h5)")
+    s.add_argument("--executor", default="local", choices=("local", "dask", "slurm"),
+                   help="local process pool, dask.distributed, or one SLURM array shard (default local)")
+    s.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    s.add_argument("--shard", default=None, metavar="I/N",
+                   help="run slice I of N into its own shard file (default from SLURM_ARRAY_TASK_ID/COUNT "
+                   "with --executor slurm)")
+    s.add_argument("--scheduler", default=None, metavar="ADDRESS", help="dask scheduler address (else a LocalCluster)")
+    s.add_argument("--emit-sbatch", nargs="?", const="-", default=None, metavar="FILE",
+                   help="write a ready sbatch array script (to FILE or stdout) and exit")
+    s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra fixed override for every point (repeatable)")
+    s.add_argument("--cache", default=None, metavar="DIR", help="sub-result cache folder "
+                   "(default $ATTNSIM_CACHE_DIR or .attnsim-cache beside the store; 'off' disables)")
+    s.add_argument("--checkpoint-s", type=float, default=300.0, help="fold the journal into the HDF5 this often")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--figures", action="store_true", help="render the sweep's figures block when done")
+    s.add_argument("--fig-dir", default=None, help="folder the figures' paths are relative to (default: the store's)")
+    s.add_argument("--point-fn", default=None, help=argparse_suppress())
+    s.set_defaults(func=sweep_cmd)
+
+    m = sub.add_parser("merge", help="merge shard stores of one sweep")
+    m.add_argument("shards", nargs="+", help="shard .h5 files")
+    m.add_argument("-o", "--out", required=True, help="merged store to write")
+    m.set_defaults(func=merge_cmd)
+
+    e = sub.add_parser("export", help="export a sweep store or results file as a flat CSV")
+    e.add_argument("file")
+    e.add_argument("--csv", action="store_true", required=True, help="write CSV (the only format so far)")
+    e.add_argument("-o", "--out", default=None, help="CSV path (default: FILE with .csv)")
+    e.set_defaults(func=export_cmd)
+
+    p = sub.add_parser("plot", help="render a figure recipe from a sweep store or results file")
+    p.add_argument("file")
+    p.add_argument("--recipe", default=None, help="recipe name (see --list)")
+    p.add_argument("--x", default=None)
+    p.add_argument("--y", default=None)
+    p.add_argument("--hue", default=None)
+    p.add_argument("--z", default=None, help="colour metric (heatmap) or third metric (pareto)")
+    p.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE", help="select rows (repeatable)")
+    p.add_argument("--width", choices=("single", "double"), default="single")
+    p.add_argument("--title", default=None)
+    p.add_argument("-o", "--out", default=None, help="figure file (.pdf/.png; the other format is written beside it)")
+    p.add_argument("--all", action="store_true", help="render every figure of the store's sweep definition")
+    p.add_argument("--fig-dir", default=None)
+    p.add_argument("--list", action="store_true", help="list recipes")
+    p.set_defaults(func=plot_cmd)
+
+
+def argparse_suppress():
+    import argparse
+    return argparse.SUPPRESS
+
+
+def sweep_cmd(args) -> int:
+    from attnsim.sweep.executors import emit_sbatch, parse_shard, run_sweep
+    from attnsim.sweep.spec import load_sweep
+    sweep = load_sweep(args.sweep, extra_sets=args.sets)
+    out = Path(args.out) if args.out else Path("results") / f"{sweep.spec.name}.h5"
+    if args.emit_sbatch is not None:
+        extra = [f"--set {x}" for x in args.sets]
+        text = emit_sbatch(args.sweep, sweep, out, extra)
+        if args.emit_sbatch == "-":
+            print(text)
+        else:
+            Path(args.emit_sbatch).write_text(text)
+            print(f"wrote {args.emit_sbatch} ({sweep.n_points} points)", file=sys.stderr)
+        return 0
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
+                        scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
+                        progress=not args.no_progress, checkpoint_s=args.checkpoint_s)
+    print(summary.text())
+    if args.figures and sweep.spec.figures:
+        _render_all(summary.out, sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else summary.out.parent)
+    return 0
+
+
+def merge_cmd(args) -> int:
+    from attnsim.sweep.merge import merge_stores
+    n = merge_stores(args.shards, args.out)
+    print(f"merged {len(args.shards)} shards: {n} points -> {args.out}")
+    return 0
+
+
+def export_cmd(args) -> int:
+    from attnsim.sweep.table import load_table, write_csv
+    t = load_table(args.file)
+    out = Path(args.out) if args.out else Path(args.file).with_suffix(".csv")
+    write_csv(t, out)
+    print(f"wrote {out} ({len(t)} rows, {len(t.columns) + len(t.breakdown)} columns)")
+    return 0
+
+
+def _render_all(path: Path, figures, fig_dir: Path) -> None:
+    from attnsim.plots import render
+    from attnsim.sweep.table import load_table
+    table = load_table(path)
+    for fs in figures:
+        out = fig_dir / fs.out
+        paths = render(table, fs.recipe, out, x=fs.x, y=fs.y, hue=fs.hue, z=fs.z, where=fs.where, width=fs.width,
+                       title=fs.title)
+        print("figure: " + ", ".join(map(str, paths)))
+
+
+def plot_cmd(args) -> int:
+    from attnsim.plots import RECIPES, render
+    from attnsim.sweep.table import load_table, parse_where
+    if args.list:
+        for name, fn in RECIPES.items():
+            print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
+        return 0
+    if args.all:
+        import yaml
+        from attnsim.config import validate
+        from attnsim.sweep.spec import SweepSpec
+        table = load_table(args.file)
+        if table.kind != "sweep":
+            raise ConfigError("--all needs a sweep store (its sweep definition lists the figures)", file=args.file)
+        spec = validate(SweepSpec, yaml.safe_load(table.attrs["sweep_definition"]), file=args.file)
+        _render_all(Path(args.file), spec.figures, Path(args.fig_dir) if args.fig_dir else Path(args.file).parent)
+        return 0
+    if not args.recipe or not args.out:
+        raise ConfigError("needs --recipe NAME and -o FILE (or --all, --list)", file="plot")
+    table = load_table(args.file)
+    paths = render(table, args.recipe, Path(args.out), x=args.x, y=args.y, hue=args.hue, z=args.z,
+                   where=parse_where(args.where), width=args.width, title=args.title)
+    print("figure: " + ", ".join(map(str, paths)))
+    return 0

@@ -1,0 +1,348 @@
+"""Run a sweep's points: local process pool, dask.distributed, or one SLURM-array shard.
+
+The driver (:func:`run_sweep`) validates every point first, then hands resolved configs to an
+executor and streams each finished point into the store (:class:`attnsim.sweep.store.StoreWriter`);
+only a bounded window of points is in flight, so the driver's memory does not grow with the sweep.
+Executors only differ in where :func:`execute_point` runs; results are identical.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib
+import multiprocessing as mp
+import os
+import socket
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional
+
+from attnsim.config import ConfigError, ConfigTree
+from attnsim.sweep import cache as _cache
+from attnsim.sweep.spec import Sweep, canonical_json, sweep_definition_yaml
+from attnsim.sweep.store import FORMAT, StoreWriter, make_record, open_store
+
+DEFAULT_POINT_FN = "attnsim.sweep.executors:simulate_point"
+EXECUTORS = ("local", "dask", "slurm")
+
+
+# ---------------------------------------------------------------- one point (runs in a worker)
+
+def simulate_point(tree_dict: dict, files: dict) -> dict:
+    """The default point function: one run (system x model x scenario) of a resolved config tree."""
+    from attnsim.experiment import validate_tree
+    from attnsim.runner import run_experiment
+    tree = ConfigTree(**tree_dict, files=files)
+    exp = validate_tree(tree)
+    return run_experiment(exp)[0]
+
+
+def _resolve_fn(spec: str) -> Callable:
+    mod, _, name = spec.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def execute_point(task: dict) -> dict:
+    """Run one point and return its store record; failures become records with status invalid/error."""
+    if task.get("cache_dir") is not None and os.environ.get(_cache.ENV) != task["cache_dir"]:
+        os.environ[_cache.ENV] = task["cache_dir"]
+    before = _cache.stats()
+    t0 = time.perf_counter()
+    files = {tuple(k): v for k, v in task["files"]}
+    try:
+        doc = _resolve_fn(task.get("point_fn") or DEFAULT_POINT_FN)(task["tree"], files)
+    except ConfigError as exc:
+        doc = _failed_doc(task, "invalid", str(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug in one point must not stop the sweep
+        tb = traceback.extract_tb(exc.__traceback__)[-1]
+        doc = _failed_doc(task, "error", f"{type(exc).__name__}: {exc} ({Path(tb.filename).name}:{tb.lineno})")
+    after = _cache.stats()
+    return make_record(task["index"], task["key"], task["params"], doc, task["resolved"],
+                       elapsed_s=time.perf_counter() - t0, worker=f"{socket.gethostname()}:{os.getpid()}",
+                       cache={k: after[k] - before[k] for k in after})
+
+
+def _failed_doc(task: dict, status: str, error: str) -> dict:
+    tree = task["tree"]
+    scen = {"name": task["scenario"], **(tree["scenarios"].get(task["scenario"]) or {})}
+    return {"system": task["system"], "model": task["model"], "scenario": scen, "status": status, "error": error}
+
+
+# ---------------------------------------------------------------- executors
+
+def _run_serial(tasks: Iterator[dict]) -> Iterator[dict]:
+    for t in tasks:
+        yield execute_point(t)
+
+
+def _windowed(submit, tasks: Iterator[dict], window: int, wait_one) -> Iterator[dict]:
+    pending = set()
+    for t in tasks:
+        pending.add(submit(t))
+        if len(pending) >= window:
+            done, pending = wait_one(pending)
+            for f in done:
+                yield f.result()
+    while pending:
+        done, pending = wait_one(pending)
+        for f in done:
+            yield f.result()
+
+
+def _run_local(tasks: Iterator[dict], workers: int) -> Iterator[dict]:
+    if workers <= 1:
+        yield from _run_serial(tasks)
+        return
+    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        def wait_one(p):
+            done, rest = cf.wait(p, return_when=cf.FIRST_COMPLETED)
+            return done, rest
+        try:
+            yield from _windowed(lambda t: pool.submit(execute_point, t), tasks, 2 * workers, wait_one)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def dask_client(workers: int, scheduler: Optional[str] = None, jobqueue=None):
+    """A dask.distributed Client: existing scheduler, dask-jobqueue cluster, or a LocalCluster."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise ConfigError("the dask executor needs dask.distributed: pip install 'attnsim[dask]'",
+                          file="--executor") from None
+    if scheduler:
+        return Client(scheduler)
+    if jobqueue is not None:
+        try:
+            import dask_jobqueue
+        except ImportError:
+            raise ConfigError("a dask.jobqueue block needs dask-jobqueue: pip install 'attnsim[slurm]'",
+                              file="dask.jobqueue") from None
+        cls = dask_jobqueue.SLURMCluster if jobqueue.kind == "slurm" else dask_jobqueue.PBSCluster
+        kw = jobqueue.model_dump(exclude={"kind", "jobs"}, exclude_none=True)
+        cluster = cls(**kw)
+        cluster.scale(jobs=jobqueue.jobs)
+        return Client(cluster)
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    return Client(cluster)
+
+
+def _run_dask(tasks: Iterator[dict], workers: int, scheduler: Optional[str], jobqueue) -> Iterator[dict]:
+    from dask.distributed import wait as dwait
+    client = dask_client(workers, scheduler, jobqueue)
+    try:
+        n = max(1, sum(client.nthreads().values()) if scheduler or jobqueue else workers)
+
+        def wait_one(p):
+            res = dwait(list(p), return_when="FIRST_COMPLETED")
+            return res.done, set(res.not_done)
+        yield from _windowed(lambda t: client.submit(execute_point, t, pure=False), tasks, 4 * n + 4, wait_one)
+    finally:
+        cluster = client.cluster if not scheduler else None
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+# ---------------------------------------------------------------- shards
+
+def parse_shard(text: Optional[str]) -> tuple[int, int]:
+    """``"I/N"`` (0 <= I < N) -> (I, N); None -> from SLURM_ARRAY_TASK_ID/COUNT, else (0, 1)."""
+    if text is None:
+        tid, cnt = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
+        if tid is None or cnt is None:
+            return 0, 1
+        lo = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        return int(tid) - lo, int(cnt)
+    try:
+        i, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise ConfigError(f"expected I/N (e.g. 0/4), got {text!r}", file="--shard") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ConfigError(f"expected 0 <= I < N, got {text!r}", file="--shard")
+    return i, n
+
+
+def shard_path(out: Path, shard: tuple[int, int]) -> Path:
+    i, n = shard
+    if n == 1:
+        return out
+    return out.with_name(f"{out.stem}.shard{i}of{n}{out.suffix}")
+
+
+# ---------------------------------------------------------------- driver
+
+@dataclass
+class SweepSummary:
+    out: Path
+    n_points: int = 0          # points of the whole sweep
+    n_shard: int = 0           # distinct points of this shard
+    duplicates: int = 0        # points whose resolved config equals an earlier point's
+    already_done: int = 0      # skipped because the store had them (resume)
+    simulated: int = 0         # run by this invocation
+    invalid_up_front: int = 0
+    wall_s: float = 0.0
+    status_counts: Counter = field(default_factory=Counter)
+    failures: list = field(default_factory=list)  # (params label, error) of invalid/error points
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    def text(self) -> str:
+        rate = self.simulated / self.wall_s if self.wall_s > 0 else 0.0
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(self.status_counts.items()))
+        lines = [f"sweep: {self.n_shard} points in this store ({self.n_points} in the sweep"
+                 + (f", {self.duplicates} duplicate configs run once" if self.duplicates else "") + ")",
+                 f"  this run: {self.simulated} simulated in {self.wall_s:.1f} s ({rate:.2f} points/s), "
+                 f"{self.already_done} already done",
+                 f"  store: {counts or 'empty'}"]
+        hr = _cache.hit_rate(self.cache_hits, self.cache_misses)
+        lines.append(f"  sub-result cache: {self.cache_hits} hits / {self.cache_hits + self.cache_misses} lookups"
+                     + (f" (hit rate {hr:.1%})" if hr == hr else ""))
+        if self.failures:
+            reasons = Counter(e for _, e in self.failures)
+            lines.append(f"  failed: {len(self.failures)} points")
+            for e, c in reasons.most_common(5):
+                example = next(p for p, e2 in self.failures if e2 == e)
+                lines.append(f"    {c} x {e}  (e.g. {example})")
+        lines.append(f"  results: {self.out}")
+        return "\n".join(lines)
+
+
+def _task(sweep: Sweep, index: int, point_fn: Optional[str], cache_dir: Optional[str]) -> dict:
+    pt = sweep.resolve(index, check=False)
+    d = pt.tree.as_dict()
+    return {"index": index, "key": pt.key, "params": pt.params, "tree": d,
+            "files": [[list(k), v] for k, v in pt.tree.files.items()], "resolved": canonical_json(d),
+            "system": pt.system, "model": pt.model, "scenario": pt.scenario, "point_fn": point_fn,
+            "cache_dir": cache_dir}
+
+
+def store_meta(sweep: Sweep, shard: tuple[int, int], argv=None) -> dict:
+    import json
+    import yaml
+    from attnsim import __version__
+    from attnsim.results import git_revision
+    return {"format": FORMAT, "attnsim_version": __version__, "git_revision": git_revision(),
+            "sweep_name": sweep.spec.name, "sweep_id": sweep.sweep_id, "sweep_definition": sweep_definition_yaml(sweep),
+            "base_config": yaml.safe_dump(sweep.base_tree.as_dict(), sort_keys=False),
+            "parameters": json.dumps(sweep.param_names), "n_points_total": sweep.n_points,
+            "shard": f"{shard[0]}/{shard[1]}", "argv": " ".join(argv if argv is not None else sys.argv)}
+
+
+def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: Optional[int] = None,
+              shard: Optional[tuple[int, int]] = None, scheduler: Optional[str] = None,
+              cache_dir: Optional[str | Path] = None, point_fn: Optional[str] = None, progress: bool = True,
+              checkpoint_s: float = 300.0, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+              argv=None) -> SweepSummary:
+    """Run (or resume) a sweep into the store ``out`` (or its shard file); returns a summary."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"expected one of {', '.join(EXECUTORS)}, got {executor!r}", file="--executor")
+    if shard is None:
+        shard = parse_shard(None) if executor == "slurm" else (0, 1)
+    workers = workers or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or os.cpu_count() or 1
+    out_path = shard_path(Path(out), shard)
+    cache_dir = str(cache_dir) if cache_dir is not None else os.environ.get(_cache.ENV) or str(out_path.parent / ".attnsim-cache")
+    old_env = os.environ.get(_cache.ENV)
+    os.environ[_cache.ENV] = cache_dir  # inherited by pool workers; dask workers get it in each task
+    try:
+        return _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress,
+                      checkpoint_s, log, argv)
+    finally:
+        if old_env is None:
+            os.environ.pop(_cache.ENV, None)
+        else:
+            os.environ[_cache.ENV] = old_env
+
+
+def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress, checkpoint_s,
+           log, argv) -> SweepSummary:
+    t0 = time.perf_counter()
+    summary = SweepSummary(out=out_path, n_points=sweep.n_points)
+    si, sn = shard
+    writer = StoreWriter(out_path, store_meta(sweep, shard, argv), sweep.param_dtypes(), checkpoint_s=checkpoint_s)
+    try:
+        # pass 1: resolve + validate every point (dedupe is global, so every shard sees every key)
+        seen: set = set()
+        to_run: list[int] = []
+        for i, params in sweep.iter_params():
+            pt = sweep.resolve(i, params, check=(i % sn == si))
+            if pt.key in seen:
+                summary.duplicates += 1
+                continue
+            seen.add(pt.key)
+            if i % sn != si:
+                continue
+            summary.n_shard += 1
+            if pt.key in writer.done_keys:
+                summary.already_done += 1
+                continue
+            if pt.error is not None:
+                task = _task(sweep, i, point_fn, cache_dir)
+                writer.append(make_record(i, pt.key, pt.params, _failed_doc(task, "invalid", pt.error), task["resolved"]))
+                summary.invalid_up_front += 1
+                continue
+            to_run.append(i)
+        del seen
+        if summary.invalid_up_front:
+            log(f"{summary.invalid_up_front} invalid points recorded (not run); summary at the end")
+        tasks = (_task(sweep, i, point_fn, cache_dir) for i in to_run)
+        if executor == "dask":
+            dspec = sweep.spec.dask
+            results = _run_dask(tasks, workers, scheduler or (dspec.scheduler if dspec else None),
+                                dspec.jobqueue if dspec else None)
+        else:
+            results = _run_local(tasks, workers)
+        from tqdm import tqdm
+        with tqdm(total=len(to_run), unit="pt", desc=f"{sweep.spec.name}" + (f" [{si}/{sn}]" if sn > 1 else ""),
+                  disable=not progress, dynamic_ncols=True, smoothing=0.1) as bar:
+            for rec in results:
+                writer.append(rec)
+                summary.simulated += 1
+                summary.cache_hits += rec["cache"].get("hits", 0)
+                summary.cache_misses += rec["cache"].get("misses", 0)
+                bar.update(1)
+    finally:
+        writer.close()
+    summary.wall_s = time.perf_counter() - t0
+    cols = open_store(out_path).columns()
+    if len(cols.get("status", [])):
+        summary.status_counts = Counter(cols["status"].tolist())
+        params = open_store(out_path).parameters
+        for j, st in enumerate(cols["status"]):
+            if st in ("invalid", "error"):
+                label = ", ".join(f"{p}={cols[p][j]}" for p in params if p in cols)
+                summary.failures.append((label, str(cols["error"][j])))
+    return summary
+
+
+# ---------------------------------------------------------------- sbatch
+
+def emit_sbatch(sweep_file: str, sweep: Sweep, out: str | Path, extra_args: Iterable[str] = ()) -> str:
+    """A ready sbatch script: one array task per shard, then the merge command to run afterwards."""
+    s = sweep.spec.slurm
+    if s is None:
+        from attnsim.sweep.spec import SlurmSpec
+        s = SlurmSpec()
+    out = Path(out)
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=attnsim-{sweep.spec.name}", f"#SBATCH --array=0-{s.shards - 1}",
+             f"#SBATCH --cpus-per-task={s.cpus_per_task}", f"#SBATCH --time={s.time}", f"#SBATCH --mem={s.mem}",
+             f"#SBATCH --output={out.parent / (out.stem + '.shard%a.log')}"]
+    if s.partition:
+        lines.append(f"#SBATCH --partition={s.partition}")
+    if s.account:
+        lines.append(f"#SBATCH --account={s.account}")
+    lines += [x if x.startswith("#") else x for x in s.extra]
+    shards = " ".join(str(shard_path(out, (i, s.shards))) for i in range(s.shards))
+    lines += ["", f"# {sweep.n_points} points in {s.shards} shards; each array task runs one deterministic slice",
+              "# (points i with i % N == SLURM_ARRAY_TASK_ID) into its own shard file. Re-submitting resumes.",
+              "set -euo pipefail",
+              f"attnsim sweep {sweep_file} --executor slurm --out {out} --workers \"$SLURM_CPUS_PER_TASK\" "
+              f"--no-progress {' '.join(extra_args)}".rstrip(),
+              "", "# when every task has finished:",
+              f"#   attnsim merge {shards} -o {out}", ""]
+    return "\n".join(lines)
