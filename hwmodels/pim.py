@@ -143,6 +143,17 @@ class PIMDevice:
         return energy_params(self.dram).background_w * self.channels
 
     # ------------------------------------------------------------ engine
+    ENGINE_CACHE_VERSION = 1  # bump when the lowering or the engine changes results
+
+    def _run_cached(self, low: Lowered):
+        """``run`` through the shared sub-result cache (attnsim.sweep.cache): the engine's time and
+        energy for this device config and these command streams are reused across sweep points."""
+        from attnsim.sweep.cache import cached
+        key = ("pim.run", self.ENGINE_CACHE_VERSION, self.spec.model_dump(), self.dram.model_dump(), low.isa,
+               low.phase, [dict(c) if c is not None else None for c in low.commands], low.multiplicity,
+               [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in low.programs] if low.isa == "cxl_pnm" else None)
+        return cached(key, lambda: self.run(low))
+
     def run(self, low: Lowered) -> tuple[float, dict[str, float], dict]:
         """Time (s, slowest channel) and energy (J by component) of a lowering on the engine."""
         from attnsim.hwmodels.dram.engine import make_cmds, run_commands
@@ -292,7 +303,7 @@ class PIMDevice:
             key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
                    tuple(low.multiplicity), low.pim_bytes, low.macs)
             if key not in cache:  # identical lowerings (e.g. same shape in two layer groups)
-                cache[key] = self.run(low)
+                cache[key] = self._run_cached(low)
             t, e, cnt = cache[key]
             compute_t = 0.0
             if self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
