@@ -2,19 +2,23 @@
 
 Per row (one repeat), after /work/shared/reference/gpu_calibration.md §7:
 
-* ``matmul``: ``t = t_kernel + max(t_compute, t_memory)`` (plain max; a smooth max calibrated worse
-  on the knee rows of the vidur tables, see docs in the preset YAMLs).
+* ``matmul``: ``t = t_kernel + smax(t_compute, t_memory)`` (p-norm smooth max, ``overlap_p``; fitted per GPU,
+  see the preset YAMLs; ``overlap_p: .inf`` gives the plain max).
 
   - ``t_memory = bytes / (BW * eta(bytes))`` with ``eta(b) = mem_eta_max * b / (b + min(b, mem_half_bytes))``:
     eta saturates from ~0.6 at tens of MB to ~mem_eta_max at hundreds of MB. Algebraically this is
     ``(b + min(b, mem_half_bytes)) / (BW * mem_eta_max)``, i.e. a fixed "tail" cost of ``mem_half_bytes``
     of streaming, which is what the small-matrix rows of gpu_calibration.md §4.1 show; the tail never
     exceeds the transfer itself, so tiny kernels (a 1-token residual add, 2 us in §4.1) stay launch-bound.
-  - ``t_compute = waves * t_wave``: the output (M x N, ``batch`` times) is cut into tiles of
-    ``tile_m x tile_n``; M below ``tile_m`` is padded only to the MMA granularity ``mma_m`` (GEMV-like
-    kernels for decode); ``waves = ceil(tiles / num_sms)``; with fewer tiles than SMs the K loop is split
-    (split-K) over the idle SMs. ``t_wave = 2 * tm * tn * K_split / (peak_per_sm * compute_eta)``.
-    Small M therefore wastes compute (padding), and partial last waves cost a whole wave.
+  - ``t_compute``: the output (M x N, ``batch`` times) is cut into tiles ``tm x tn``; M below ``tm`` is
+    padded only to the MMA granularity ``mma_m`` (GEMV-like kernels for decode); ``waves = ceil(tiles /
+    num_sms)``; with fewer tiles than SMs the K loop is split (split-K) over the idle SMs. Per wave,
+    ``t_wave = 2 * tm * tn * (K_split + k_overhead) / (peak_per_sm * compute_eta)``: ``k_overhead`` is the
+    per-tile prologue/epilogue (pipeline fill, output write, split-K reduction) expressed as K-depth, so
+    shallow-K GEMMs reach a lower fraction of peak (vidur §4.1: A100 out-proj K=2,048 at 62 % vs K=8,192
+    at 80 %). cuBLAS picks the kernel per shape; the model takes the fastest of the candidate ``tiles``
+    (each with its best split-K), which is what its heuristics approximate. Small M therefore wastes
+    compute (padding), and partial last waves cost a whole wave.
 * ``attn_score`` / ``attn_context``: roofline on the KV (+activation) bytes and FLOPs with attention
   efficiencies; ``software_stack: eager`` uses the unfused PyTorch efficiencies (§4.2: 53-70 % of peak
   BW), ``fused`` the flash-decoding ones.
@@ -29,7 +33,7 @@ b.1 energy table); on-chip traffic: each HBM byte passes L2 and L1 once (AttAcc 
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import List, Literal, Optional, Tuple
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
@@ -68,8 +72,10 @@ class GPUSpec(Schema):
     mem_half_mb: float = Field(ge=0, description="streaming tail (MB, 1e6); eta = mem_eta_max / 2 up to this size")
     # --- compute efficiency and tiling
     compute_eta: float = Field(gt=0, le=1, description="fraction of per-SM peak a full tile wave achieves")
-    tile_m: PositiveInt = 128
-    tile_n: PositiveInt = 128
+    k_overhead: float = Field(0.0, ge=0, description="per-tile prologue/epilogue cost as K-depth (elements)")
+    tiles: List[Tuple[PositiveInt, PositiveInt]] = Field(
+        default_factory=lambda: [(128, 128)], min_length=1,
+        description="candidate CTA tiles (M x N); the fastest per shape is used")
     mma_m: PositiveInt = Field(16, description="M granularity of the MMA instruction (padding quantum for small M)")
     split_k: bool = True
     max_split_k: PositiveInt = Field(16, description="largest split-K factor considered")
@@ -150,19 +156,20 @@ class GPUModel:
         k = np.maximum(np.asarray(k, dtype=np.int64), 0)
         batch = np.maximum(np.asarray(batch, dtype=np.int64), 1)
         m, n, k, batch = np.broadcast_arrays(np.atleast_1d(m), np.atleast_1d(n), np.atleast_1d(k), np.atleast_1d(batch))
-        tm = np.minimum(s.tile_m, _ceil_div(np.maximum(m, 1), s.mma_m) * s.mma_m)
-        tn = np.full_like(tm, s.tile_n)
-        tiles = batch * _ceil_div(m, tm) * _ceil_div(n, tn)
-        # split-K: the kernel picks the split s (1..max_split_k, K slices >= min_k_split) that minimises
-        # waves(tiles * s) * ceil(K / s): fills SMs when there are few output tiles
+        per_sm = (self.peak_flops if peak is None else peak) / s.num_sms
+        # split-K: the kernel picks the split (1..max_split_k, K slices >= min_k_split) that minimises
+        # waves(tiles * split) * (ceil(K / split) + k_overhead): fills SMs when there are few output tiles
         max_split = np.clip(k // s.min_k_split, 1, s.max_split_k if s.split_k else 1)
         cand = np.arange(1, (s.max_split_k if s.split_k else 1) + 1)[:, None]
-        waves = _ceil_div(tiles[None, :] * cand, s.num_sms)
-        work = np.where(cand <= max_split[None, :], waves * _ceil_div(k[None, :], cand), np.iinfo(np.int64).max)
-        best_idx = work.argmin(axis=0)
-        best = work[best_idx, np.arange(work.shape[1])]  # = waves * K-slice length
-        per_sm = (self.peak_flops if peak is None else peak) / s.num_sms
-        t = 2.0 * tm * tn * best / (per_sm * s.compute_eta)
+        t = np.full(m.shape, np.inf)
+        for tile_m, tile_n in s.tiles:
+            tm = np.minimum(tile_m, _ceil_div(np.maximum(m, 1), s.mma_m) * s.mma_m)
+            tiles = batch * _ceil_div(m, tm) * _ceil_div(n, tile_n)
+            waves = _ceil_div(tiles[None, :] * cand, s.num_sms)
+            work = waves * (_ceil_div(k[None, :], cand) + s.k_overhead)  # = waves * effective K-slice depth
+            work = np.where(cand <= max_split[None, :], work, np.inf)
+            t = np.minimum(t, 2.0 * tm * tile_n * work.min(axis=0) / (per_sm * s.compute_eta))
+        tiles = batch * (m > 0) * (n > 0)
         return np.where(tiles > 0, t, 0.0)
 
     def combine(self, t_compute, t_memory) -> np.ndarray:
