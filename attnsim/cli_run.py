@@ -18,6 +18,8 @@ def register(sub) -> None:
     r.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     r.add_argument("--no-write", action="store_true", help="do not write the HDF5 results file")
     r.add_argument("--breakdown", action="store_true", help="also print per-op breakdown tables")
+    r.add_argument("--no-figures", action="store_true",
+                   help="do not draw the summary figures (latency by device, energy by component) next to the results")
     r.add_argument("--trace", default=None, metavar="TRACE.json",
                    help="write a Chrome/Perfetto timeline of the prefill and first decode step of each run")
     r.set_defaults(func=run_cmd)
@@ -59,13 +61,29 @@ def run_cmd(args) -> int:
     if not args.no_write:
         out_dir = Path(args.out) if args.out else Path("results") / exp.spec.name
         out_path = write_results(out_dir / "results.h5", docs, exp.tree.as_dict(), exp.spec.name)
+        if not args.no_figures and any(d["status"] == "ok" for d in docs):
+            figures = summary_figures(out_path)
     if timeline is not None:
         from attnsim.timeline import write_trace
         write_trace(args.trace, timeline)
     _print_docs(docs, attrs, args.json, args.breakdown)
     if out_path and not args.json:
         print(f"\nresults: {out_path}")
+        if not args.no_figures and any(d["status"] == "ok" for d in docs):
+            print("figures: " + ", ".join(str(p) for p in figures if p.suffix == ".pdf"))
     return 0
+
+
+def summary_figures(results_h5: Path) -> list[Path]:
+    """Decode-step latency by device and energy per token by component, one bar per run."""
+    from attnsim.plots import render
+    from attnsim.sweep.table import load_table
+    table = load_table(results_h5)
+    table = table.select({"status": "ok"})
+    out = []
+    for recipe in ("latency_by_device", "energy_breakdown"):
+        out += render(table, recipe, results_h5.parent / f"{recipe}.pdf", width="double")
+    return out
 
 
 def show_cmd(args) -> int:
