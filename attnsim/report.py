@@ -36,6 +36,14 @@ def summary_table(docs: list[dict]) -> str:
                      _fmt(m["energy_per_token_j"]), f"{mem:.0%}" if mem is not None else "-",
                      _fmt(vb.get("throughput_ratio"), "x") if "throughput_ratio" in vb else "-",
                      _fmt(vb.get("energy_efficiency_ratio"), "x") if "energy_efficiency_ratio" in vb else "-"])
+    if any("accuracy_proxy" in d.get("metrics", {}) for d in docs):
+        header += ["silent err/tok", "acc. proxy", "SLO"]
+        for r, d in zip(rows, docs):
+            m = d.get("metrics", {})
+            if "accuracy_proxy" in m:
+                r += [_fmt(m["silent_errors_per_token"]), _fmt(m["accuracy_proxy"]), "met" if m["slo_met"] else "BROKEN"]
+            else:
+                r += ["-", "-", "-"]
     out = table(rows, header)
     notes = [f"  {d['system']} / {d['model']} / {d['scenario']['name']}: {d['error']}" for d in docs if d.get("error")]
     return out + ("\n\nnot run:\n" + "\n".join(notes) if notes else "")
