@@ -1,0 +1,141 @@
+"""``attnsim serve``: request-level serving simulation of an experiment's ``serving:`` section."""
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "latency_s", "queue_s",
+                   "energy_j", "preemptions", "prefix_hit_tokens")
+
+
+def register(sub) -> None:
+    r = sub.add_parser("serve", help="simulate serving a request trace (continuous batching)",
+                       description="Serve the experiment's request trace (serving: section) on every system x model x "
+                       "scenario with iteration-level continuous batching, and on every prefill/decode "
+                       "disaggregation pair. Prints a summary, or one JSON document with --json; per-request rows "
+                       "go to the HDF5 results (/requests) and, with --csv, to a CSV file.")
+    r.add_argument("experiment", help="experiment YAML path or built-in name")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. experiment.serving.trace.rate_per_s=8 (repeatable)")
+    r.add_argument("--out", default=None, help="results folder (default results/<experiment>/)")
+    r.add_argument("--json", action="store_true", help="print one JSON document instead of the summary")
+    r.add_argument("--no-write", action="store_true", help="do not write the HDF5 results file")
+    r.add_argument("--csv", default=None, metavar="FILE.csv", help="also write per-request rows to a CSV file")
+    r.set_defaults(func=serve_cmd)
+
+
+def _fmt(v, scale=1.0, nd=3):
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return "-"
+    return f"{v * scale:.{nd}f}"
+
+
+def summary_table(docs) -> str:
+    head = ("system", "status", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "lat p50/p99 s",
+            "SLO %", "goodput", "J/req", "preempt", "prefix hit")
+    rows = [head]
+    for d in docs:
+        if d["status"] != "ok":
+            rows.append((d["system"], d["status"]) + ("",) * (len(head) - 2))
+            continue
+        m = d["metrics"]
+        sv = d.get("serving", {})
+        hit = sv.get("prefix_hit_rate", sv.get("prefill_pool", {}).get("prefix_hit_rate", 0.0))
+        rows.append((d["system"], "ok", _fmt(m["throughput_rps"], nd=2), _fmt(m["output_tokens_per_s"], nd=0),
+                     f"{_fmt(m['ttft_p50'], 1e3, 1)}/{_fmt(m['ttft_p99'], 1e3, 1)}",
+                     f"{_fmt(m['tpot_p50'], 1e3, 2)}/{_fmt(m['tpot_p99'], 1e3, 2)}",
+                     f"{_fmt(m['latency_p50'], nd=2)}/{_fmt(m['latency_p99'], nd=2)}",
+                     _fmt(m["slo_attainment"], 100, 1), _fmt(m["goodput_rps"], nd=2),
+                     _fmt(m["energy_per_request_j"], nd=1), str(m["preemptions"]), _fmt(hit, 100, 1) + "%"))
+    w = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) for r in rows]
+    lines.insert(1, "  ".join("-" * x for x in w))
+    out = "\n".join(lines)
+    errs = [f"{d['system']}: {d['error']}" for d in docs if d["status"] != "ok"]
+    return out + ("\n" + "\n".join(errs) if errs else "")
+
+
+def request_rows(docs) -> np.ndarray:
+    import h5py
+    dt = [("run", "i8"), ("system", h5py.string_dtype()), ("model", h5py.string_dtype()),
+          ("scenario", h5py.string_dtype()), ("request", "i8")] + \
+         [(c, "i8" if c in ("prompt_tokens", "output_tokens", "preemptions", "prefix_hit_tokens") else "f8")
+          for c in REQUEST_COLUMNS]
+    parts = []
+    for i, d in enumerate(docs):
+        req = d.get("_requests")
+        if req is None:
+            continue
+        n = len(req["arrival_s"])
+        a = np.zeros(n, dtype=dt)
+        a["run"] = i
+        a["system"] = d["system"]
+        a["model"] = d["model"]
+        a["scenario"] = d["scenario"]["name"]
+        a["request"] = np.arange(n)
+        for c in REQUEST_COLUMNS:
+            a[c] = req[c]
+        parts.append(a)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dt)
+
+
+def write_serve_results(path: Path, docs, tree_dict: dict, experiment: str) -> Path:
+    """results.h5 as ``attnsim run`` writes it plus a ``/requests`` table; atomic (temp + rename)."""
+    import h5py
+    from attnsim.results import write_results
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-serve-", suffix=".h5", dir=path.parent)
+    os.close(fd)
+    try:
+        clean = [{k: v for k, v in d.items() if not k.startswith("_")} for d in docs]
+        write_results(tmp, clean, tree_dict, experiment)
+        with h5py.File(tmp, "a") as f:
+            f.create_dataset("requests", data=request_rows(docs))
+            f.attrs["command"] = "serve"
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_csv(path, docs) -> None:
+    rows = request_rows(docs)
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{path.name}")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(rows.dtype.names)
+        for r in rows:
+            w.writerow([x.decode() if isinstance(x, bytes) else x for x in r.tolist()])
+    os.replace(tmp, path)
+
+
+def serve_cmd(args) -> int:
+    from attnsim import __version__
+    from attnsim.results import dumps
+    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    exp, serving = load_serving_experiment(args.experiment, args.sets)
+    docs = serve_experiment(exp, serving)
+    out_path = None
+    if not args.no_write:
+        out_dir = Path(args.out) if args.out else Path("results") / exp.spec.name
+        out_path = write_serve_results(out_dir / "results.h5", docs, exp.tree.as_dict(), exp.spec.name)
+    if args.csv:
+        write_csv(args.csv, docs)
+    if args.json:
+        clean = [{k: v for k, v in d.items() if not k.startswith("_")} for d in docs]
+        print(dumps({"experiment": exp.spec.name, "attnsim_version": __version__, "command": "serve",
+                     "runs": clean}, indent=1))
+    else:
+        print(f"experiment: {exp.spec.name} (serve)")
+        print(summary_table(docs))
+        if out_path:
+            print(f"\nresults: {out_path}")
+    return 0

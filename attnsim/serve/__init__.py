@@ -1,0 +1,9 @@
+"""attnsim.serve: request-level serving simulation (issue 7).
+
+Request traces (requests.py) -> iteration-level continuous batching (scheduler.py) whose
+iterations are costed by the device models through the mapper and ``engine.cost_step``
+(costing.py, memoised) -> per-request and aggregate metrics (metrics.py). Technique
+families: paged KV (paging.py), prefix caching (prefix.py), KV eviction / selection
+budgets (kvpolicy.py), prefill/decode disaggregation (disagg.py). Entry point:
+``attnsim serve`` (attnsim/cli_serve.py) and :func:`attnsim.serve.run.serve_experiment`.
+"""

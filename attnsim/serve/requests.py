@@ -1,0 +1,235 @@
+"""Request traces: synthetic (seeded arrivals + length distributions) or read from a user file.
+
+A trace is a :class:`RequestTrace` of numpy arrays sorted by arrival time. Synthetic arrivals:
+
+* ``poisson``: exponential inter-arrival times with mean 1 / rate (a Poisson process);
+* ``gamma``: Gamma inter-arrival times with mean 1 / rate and coefficient of variation ``cv``
+  (shape k = 1 / cv^2; cv > 1 is burstier than Poisson, cv = 1 is Poisson);
+* ``constant``: evenly spaced arrivals 1 / rate apart.
+
+Lengths: ``fixed`` (mean), ``uniform`` (low..high inclusive), ``lognormal`` (arithmetic mean and
+std, optionally clipped to low/high). Every draw comes from one ``numpy.random.default_rng(seed)``
+in a fixed order (arrivals, prompts, outputs, prefixes), so a seed gives identical traces.
+
+Files: CSV with a header or JSON Lines, columns ``arrival_s, prompt_tokens, output_tokens`` and
+optionally ``prefix_id`` (an integer >= 0 naming a shared prompt prefix) and ``prefix_tokens``
+(its length; default ``trace.prefix_tokens``). A bad row raises ConfigError naming ``line N``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field, PositiveInt, model_validator
+
+from attnsim.config import ConfigError, Schema
+
+
+class LengthDist(Schema):
+    """A token-length distribution (prompt or output)."""
+
+    dist: Literal["fixed", "uniform", "lognormal"] = "fixed"
+    mean: Optional[float] = Field(None, gt=0)
+    std: Optional[float] = Field(None, ge=0)
+    low: Optional[PositiveInt] = None
+    high: Optional[PositiveInt] = None
+
+    @model_validator(mode="after")
+    def _params(self):
+        need = {"fixed": ("mean",), "uniform": ("low", "high"), "lognormal": ("mean", "std")}[self.dist]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"distribution '{self.dist}' needs {', '.join(missing)}")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low ({self.low}) exceeds high ({self.high})")
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.dist == "fixed":
+            x = np.full(n, self.mean)
+        elif self.dist == "uniform":
+            x = rng.integers(self.low, self.high + 1, size=n)
+        else:  # lognormal with the given arithmetic mean and std
+            sigma2 = np.log1p(self.std ** 2 / self.mean ** 2)
+            x = rng.lognormal(np.log(self.mean) - sigma2 / 2, np.sqrt(sigma2), size=n)
+        x = np.rint(x).astype(np.int64)
+        return np.clip(x, self.low or 1, self.high or np.iinfo(np.int64).max)
+
+
+class PrefixSpec(Schema):
+    """Synthetic shared prefixes: a fraction of requests start with one of ``num_prefixes``
+    system prompts of ``tokens`` tokens each (chosen uniformly)."""
+
+    num_prefixes: PositiveInt = 1
+    tokens: PositiveInt = 512
+    fraction: float = Field(1.0, ge=0, le=1)
+
+
+class TraceSpec(Schema):
+    """``serving.trace``: synthetic load or a file. Lengths default to the scenario's
+    prompt_len / output_len (fixed) when not given."""
+
+    file: Optional[str] = Field(None, description="CSV or JSONL of requests (overrides synthetic)")
+    num_requests: PositiveInt = 100
+    rate_per_s: Optional[float] = Field(None, gt=0, description="mean arrival rate; null = all arrive at t=0")
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    cv: float = Field(1.0, gt=0, description="gamma inter-arrival coefficient of variation")
+    prompt: Optional[LengthDist] = None
+    output: Optional[LengthDist] = None
+    prefix: Optional[PrefixSpec] = None
+    prefix_tokens: PositiveInt = Field(512, description="file rows with a prefix_id but no prefix_tokens")
+    seed: int = 0
+
+
+@dataclass
+class RequestTrace:
+    """Requests sorted by arrival. prefix_id -1 = none; prefix_tokens <= prompt_tokens."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    prefix_id: np.ndarray
+    prefix_tokens: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def subset(self, idx) -> "RequestTrace":
+        return RequestTrace(*(a[idx] for a in (self.arrival_s, self.prompt_tokens, self.output_tokens,
+                                               self.prefix_id, self.prefix_tokens)))
+
+    @classmethod
+    def from_arrays(cls, arrival_s, prompt_tokens, output_tokens, prefix_id=None, prefix_tokens=None) -> "RequestTrace":
+        a = np.asarray(arrival_s, dtype=np.float64)
+        n = len(a)
+        pid = np.full(n, -1, np.int64) if prefix_id is None else np.asarray(prefix_id, dtype=np.int64)
+        ptok = np.zeros(n, np.int64) if prefix_tokens is None else np.asarray(prefix_tokens, dtype=np.int64)
+        order = np.argsort(a, kind="stable")
+        return cls(a[order], np.asarray(prompt_tokens, np.int64)[order], np.asarray(output_tokens, np.int64)[order],
+                   pid[order], np.where(pid >= 0, ptok, 0)[order])
+
+
+def _arrivals(spec: TraceSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    if spec.rate_per_s is None:
+        return np.zeros(n)
+    mean = 1.0 / spec.rate_per_s
+    if spec.arrival == "constant":
+        gaps = np.full(n, mean)
+    elif spec.arrival == "poisson":
+        gaps = rng.exponential(mean, size=n)
+    else:
+        k = 1.0 / spec.cv ** 2
+        gaps = rng.gamma(k, mean / k, size=n)
+    t = np.cumsum(gaps)
+    return t - t[0]  # the first request arrives at t = 0
+
+
+def synthetic_trace(spec: TraceSpec, default_prompt: int, default_output: int) -> RequestTrace:
+    """Draw a seeded synthetic trace (see the module docstring)."""
+    rng = np.random.default_rng(spec.seed)
+    n = spec.num_requests
+    arr = _arrivals(spec, rng, n)
+    prompt = (spec.prompt or LengthDist(dist="fixed", mean=default_prompt)).sample(rng, n)
+    output = (spec.output or LengthDist(dist="fixed", mean=default_output)).sample(rng, n)
+    pid = np.full(n, -1, np.int64)
+    ptok = np.zeros(n, np.int64)
+    if spec.prefix is not None:
+        p = spec.prefix
+        shared = rng.random(n) < p.fraction
+        which = rng.integers(0, p.num_prefixes, size=n)
+        pid = np.where(shared, which, -1)
+        ptok = np.where(shared, p.tokens, 0)
+        prompt = np.where(shared, prompt + p.tokens, prompt)  # the prefix comes before the request's own tokens
+    return RequestTrace.from_arrays(arr, prompt, output, pid, ptok)
+
+
+_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_id", "prefix_tokens")
+_REQUIRED = _COLUMNS[:3]
+
+
+def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
+    unknown = [k for k in row if k not in _COLUMNS]
+    if unknown:
+        raise ConfigError(f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file, key=f"line {line}")
+    out = []
+    for k in _COLUMNS:
+        v = row.get(k)
+        if v is None or v == "":
+            if k in _REQUIRED:
+                raise ConfigError(f"missing {k}", file=file, key=f"line {line}")
+            out.append(None)
+            continue
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{k}: expected a number, got {v!r}", file=file, key=f"line {line}") from None
+        if not np.isfinite(x):
+            raise ConfigError(f"{k}: expected a finite number, got {v!r}", file=file, key=f"line {line}")
+        if k == "arrival_s":
+            if x < 0:
+                raise ConfigError(f"arrival_s: expected a value >= 0, got {v!r}", file=file, key=f"line {line}")
+        else:
+            if x != int(x):
+                raise ConfigError(f"{k}: expected an integer, got {v!r}", file=file, key=f"line {line}")
+            lo = 0 if k == "prefix_id" else 1
+            if x < lo:
+                raise ConfigError(f"{k}: expected an integer >= {lo}, got {v!r}", file=file, key=f"line {line}")
+            x = int(x)
+        out.append(x)
+    arr, prompt, output, pid, ptok = out
+    if pid is None:
+        pid, ptok = -1, 0
+    elif ptok is None:
+        ptok = default_prefix
+    if pid >= 0 and ptok > prompt:
+        raise ConfigError(f"prefix_tokens ({ptok}) exceed prompt_tokens ({prompt})", file=file, key=f"line {line}")
+    return arr, prompt, output, pid, ptok
+
+
+def read_trace_file(path: str | Path, default_prefix: int = 512) -> RequestTrace:
+    """Read a CSV (header row) or JSONL (one object per line) request file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("file not found", file=str(path))
+    file = str(path)
+    rows = []
+    text = p.read_text().splitlines()
+    if p.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        for i, line in enumerate(text, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"invalid JSON ({e.msg})", file=file, key=f"line {i}") from None
+            if not isinstance(obj, dict):
+                raise ConfigError("expected a JSON object", file=file, key=f"line {i}")
+            rows.append(_parse_row(obj, file, i, default_prefix))
+    else:
+        reader = csv.DictReader(text)
+        if reader.fieldnames is None:
+            raise ConfigError("empty file (expected a header row arrival_s,prompt_tokens,output_tokens)", file=file)
+        for i, row in enumerate(reader, start=2):
+            if row.get(None):
+                raise ConfigError("more values than header columns", file=file, key=f"line {i}")
+            rows.append(_parse_row({k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items()},
+                                   file, i, default_prefix))
+    if not rows:
+        raise ConfigError("no requests in file", file=file)
+    a = np.array(rows, dtype=object)
+    return RequestTrace.from_arrays(a[:, 0].astype(float), a[:, 1].astype(np.int64), a[:, 2].astype(np.int64),
+                                    a[:, 3].astype(np.int64), a[:, 4].astype(np.int64))
+
+
+def build_request_trace(spec: TraceSpec, default_prompt: int, default_output: int,
+                        base: Optional[Path] = None) -> RequestTrace:
+    if spec.file is not None:
+        p = Path(spec.file)
+        if not p.is_absolute() and base is not None and not p.exists():
+            p = base / p
+        return read_trace_file(p, spec.prefix_tokens)
+    return synthetic_trace(spec, default_prompt, default_output)

@@ -1,0 +1,245 @@
+"""Serve an experiment: load (with the ``serving:`` section and the links it names), then for
+every system x model x scenario (colocated) and every disaggregation pair x model x scenario,
+simulate the request trace and summarise.
+
+A run document has ``system``, ``model``, ``scenario``, ``status``, ``metrics`` (metrics.py),
+``serving`` (pool facts: KV capacity, blocks, memo, preemptions, prefix hits, accuracy proxy),
+``breakdown.iterations`` (all iterations' time/energy tables) and, kept out of JSON,
+``_requests`` (per-request columns for the HDF5 ``/requests`` table).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from attnsim.config import ConfigError, display_path, find_config, load_yaml, validate
+from attnsim.experiment import load_tree, validate_tree
+from attnsim.hwmodels import registry
+from attnsim.hwmodels.system import build_system, check_parallelism
+from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.runner import scenario_doc
+from attnsim.serve.costing import IterationCoster
+from attnsim.serve.disagg import simulate_disagg
+from attnsim.serve.kvpolicy import accuracy_proxy
+from attnsim.serve.metrics import mean_in_system_from_times, request_table, summarize
+from attnsim.serve.requests import build_request_trace
+from attnsim.serve.scheduler import Pool, ServeError, simulate_pool
+from attnsim.serve.spec import ServingSpec
+
+
+def load_serving_experiment(path=None, sets: Optional[list[str]] = None):
+    """(Experiment, ServingSpec): the experiment, its validated ``serving:`` section, with the
+    link hardware the section names loaded into the tree (so ``--set hardware.<link>...`` works)."""
+    sets = list(sets or ())
+    tree, src = load_tree(path, sets)
+    exp_file = tree.file_of("experiment")
+    raw = tree.experiment.get("serving") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping", file=exp_file, key="serving")
+    serving = validate(ServingSpec, raw, file=exp_file, prefix="serving")
+    links = [(d.link, f"serving.disaggregation.{i}.link") for i, d in enumerate(serving.disaggregation)]
+    if serving.scheduler.preemption == "swap":
+        links.append((serving.scheduler.swap_link, "serving.scheduler.swap_link"))
+    base = src.parent if src is not None else None
+    for ref, key in links:
+        name = Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
+        if name in tree.hardware:
+            continue
+        try:
+            p = find_config("hardware", ref, base)
+        except ConfigError as e:
+            raise ConfigError(e.message, file=exp_file, key=key) from None
+        tree.hardware[name] = load_yaml(p)
+        tree.files[("hardware", name)] = display_path(p)
+    tree.apply_sets([s for s in sets if s.split("=", 1)[0].split(".")[0] != "experiment"])
+    exp = validate_tree(tree, src)
+    for i, d in enumerate(serving.disaggregation):
+        for role in ("prefill", "decode"):
+            if getattr(d, role) not in exp.systems:
+                raise ConfigError(f"expected one of the experiment's systems ({', '.join(exp.systems)}), "
+                                  f"got {getattr(d, role)!r}", file=exp_file, key=f"serving.disaggregation.{i}.{role}")
+        kind = tree.hardware[Path(d.link).stem if d.link.endswith(".yaml") else d.link].get("kind")
+        if kind != "link":
+            raise ConfigError(f"expected a hardware config of kind link, got kind {kind!r}", file=exp_file,
+                              key=f"serving.disaggregation.{i}.link")
+    return exp, serving
+
+
+def _link(exp, ref: str):
+    name = Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
+    return registry.build(exp.tree.hardware[name], file=exp.tree.file_of("hardware", name))
+
+
+def _systems(exp) -> dict:
+    out = {}
+    for sname, sspec in exp.systems.items():
+        sfile = exp.tree.file_of("systems", sname)
+        get_policy(sspec.mapper.policy, file=sfile)
+        system = build_system(sspec, exp.tree.hardware, exp.tree.file_of)
+        role = next((r for r, p in system.pools.items() if p.model.kind in ("gpu", "npu")), None)
+        if role is not None:
+            check_parallelism(sspec, role, sfile)
+        out[sname] = system
+    return out
+
+
+def _pool(system, model, sc, serving, exp, cache: dict) -> Pool:
+    key = (system.name, model.name, sc.name)
+    if key not in cache:
+        coster = IterationCoster(system, model, sc, serving.memo.context_bucket, serving.memo.token_bucket,
+                                 serving.memo.relative_bucket, serving.memo.batch_relative_bucket)
+        swap = _link(exp, serving.scheduler.swap_link) if serving.scheduler.preemption == "swap" else None
+        cache[key] = Pool(system, model, sc, serving, coster, swap_link=swap)
+    return cache[key]
+
+
+def _serving_facts(pool: Pool, stats: list[dict]) -> dict:
+    d = dict(pool.describe())
+    for k in ("preemptions", "swaps", "peak_kv_blocks", "prefix_lookups", "prefix_hits", "prefix_hit_tokens"):
+        d[k] = int(sum(s[k] for s in stats))
+    d["peak_kv_fraction"] = max(s["peak_kv_fraction"] for s in stats)
+    d["mean_fragmentation"] = float(np.mean([s["mean_fragmentation"] for s in stats]))
+    d["max_batch"] = max(s["max_batch"] for s in stats)
+    d["prefix_hit_rate"] = d["prefix_hits"] / d["prefix_lookups"] if d["prefix_lookups"] else 0.0
+    d["memo_entries"] = len(pool.coster.memo)
+    d["memo_lookups"] = pool.coster.lookups
+    return d
+
+
+def layout_locality(pool: Pool, block_ids: list, dram: str) -> dict:
+    """Row-buffer locality of reading one layer's K blocks of a request as the allocator placed them
+    vs the same number of contiguous blocks (DRAM engine, request level)."""
+    from attnsim.serve.paging import kv_read_locality
+    bb = int(pool.block_bytes / pool.model.num_layers / 2)  # one layer's K (or V) block on one rank
+    paged = kv_read_locality(dram, block_ids, bb)
+    contig = kv_read_locality(dram, np.arange(len(block_ids)), bb)
+    return {"dram": dram, "blocks": len(block_ids), "block_bytes": bb,
+            "paged_row_hit_rate": paged["row_hit_rate"], "contiguous_row_hit_rate": contig["row_hit_rate"],
+            "paged_bandwidth_gbps": float(paged["bandwidth_gbps"]),
+            "contiguous_bandwidth_gbps": float(contig["bandwidth_gbps"])}
+
+
+def serve_colocated(system, model, sc, serving, trace, pool: Pool) -> dict:
+    """One system serving the trace (data-parallel replicas get requests round-robin)."""
+    R = system.spec.parallelism.replicas
+    n = len(trace)
+    cols = {k: np.full(n, np.nan) for k in ("first_token_s", "finish_s", "admit_s")}
+    energy = np.zeros(n)
+    pre = np.zeros(n, np.int64)
+    hit = np.zeros(n, np.int64)
+    total_e = 0.0
+    area = 0.0
+    stats, iters = [], 0
+    for k in range(R):
+        idx = np.arange(k, n, R)
+        if not len(idx):
+            continue
+        sub = trace.subset(idx)
+        r = simulate_pool(pool, sub.arrival_s, sub.prompt_tokens, sub.output_tokens, sub.prefix_id, sub.prefix_tokens,
+                          labels=idx)
+        cols["first_token_s"][idx] = r.first_token_s
+        cols["finish_s"][idx] = r.finish_s
+        cols["admit_s"][idx] = r.admit_s
+        energy[idx] = r.energy_j
+        pre[idx] = r.preemptions
+        hit[idx] = r.prefix_hit_tokens
+        total_e += r.busy_energy_j + r.idle_energy_j + r.swap_energy_j
+        area += r.in_system_area
+        stats.append(r.stats)
+        iters += r.iterations
+    req = request_table(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, cols["first_token_s"],
+                        cols["finish_s"], cols["admit_s"], energy, pre, hit)
+    m = summarize(req, serving.slo, total_e, in_system_area=area)
+    facts = _serving_facts(pool, stats)
+    facts["iterations"] = iters
+    if serving.kv.locality_dram and stats and stats[0]["sample_block_ids"]:
+        facts["kv_layout_locality"] = layout_locality(pool, stats[0]["sample_block_ids"], serving.kv.locality_dram)
+    return {"metrics": m, "serving": facts, "_requests": req,
+            "breakdown": {"iterations": pool.coster.total().breakdown()}}
+
+
+def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) -> dict:
+    for p in (pre_pool, dec_pool):
+        if p.system.spec.parallelism.replicas != 1:
+            raise ConfigError(f"disaggregation with data-parallel replicas is not modelled ({p.name} has "
+                              f"{p.system.spec.parallelism.replicas})", key="serving.disaggregation")
+    out = simulate_disagg(pre_pool, dec_pool, trace, link, dspec, labels=np.arange(len(trace)))
+    req = request_table(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, out["first_token_s"],
+                        out["finish_s"], out["admit_s"], out["energy_j"], out["preemptions"], out["prefix_hit_tokens"])
+    fin = out["finish_s"]
+    m = summarize(req, serving.slo, out["total_energy_j"],
+                  in_system_area=mean_in_system_from_times(trace.arrival_s, fin, float(fin.max())) * float(fin.max()))
+    m["kv_transfer_s_mean"] = out["kv_transfer_s_mean"]
+    m["link_energy_j"] = out["link_energy_j"]
+    stats_p = [out["prefill"].stats]
+    facts = {"prefill_pool": _serving_facts(pre_pool, stats_p)}
+    if out["decode"] is not None:
+        facts["decode_pool"] = _serving_facts(dec_pool, [out["decode"].stats])
+    return {"metrics": m, "serving": facts, "_requests": req,
+            "breakdown": {"prefill_pool": pre_pool.coster.total().breakdown(),
+                          "decode_pool": dec_pool.coster.total().breakdown()}}
+
+
+def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
+    systems = _systems(exp)
+    base = exp.source.parent if exp.source is not None else None
+    docs = []
+    for mname, model in exp.models.items():
+        for scname, sc in exp.scenarios.items():
+            trace = build_request_trace(serving.trace, sc.prompt_len, sc.output_len, base)
+            acc = None
+            if serving.accuracy_proxy and serving.kv.policy.kind != "none":
+                ctx = int(min(4096, max(64, np.mean(trace.prompt_tokens + trace.output_tokens // 2))))
+                acc = accuracy_proxy(serving.kv.policy, tokens=ctx, prompt=int(min(ctx, np.mean(trace.prompt_tokens))),
+                                     seed=exp.spec.seed)
+            runs = []
+            if serving.colocated:
+                runs += [(s, None) for s in exp.systems]
+            runs += [(None, d) for d in serving.disaggregation]
+            pools: dict = {}
+            for sname, d in runs:
+                label = sname if d is None else (d.name or f"{d.prefill}->{d.decode}")
+                doc = {"system": label, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
+                try:
+                    if d is None:
+                        sysm = systems[sname]
+                        doc.update(serve_colocated(sysm, model, sc, serving,
+                                                   trace, _pool(sysm, model, sc, serving, exp, pools)))
+                    else:
+                        doc["disaggregation"] = d.model_dump()
+                        pp = _pool(systems[d.prefill], model, sc, serving, exp, pools)
+                        dp = _pool(systems[d.decode], model, sc, serving, exp, pools)
+                        doc.update(serve_disagg(d, pp, dp, _link(exp, d.link), serving, trace))
+                except ServeError as e:
+                    doc["status"] = "cannot_serve"
+                    doc["error"] = str(e)
+                except CapacityError as e:
+                    doc["status"] = "does_not_fit"
+                    doc["error"] = str(e)
+                if acc is not None:
+                    doc.setdefault("serving", {})["kv_policy_accuracy"] = acc
+                docs.append(doc)
+                if progress:
+                    progress(doc)
+    return docs
+
+
+def quick_pool(system: str = "h100_x1", model: str = "llama3-8b", scenario: Optional[dict] = None,
+               serving: Optional[dict] = None, sets: Optional[list[str]] = None):
+    """(Pool, Experiment, ServingSpec) from built-in names, for scripts, benches and tests."""
+    from attnsim.experiment import load_experiment
+    from attnsim.workloads.scenario import Scenario
+    base = [f"experiment.systems=[{system}]", f"experiment.models=[{model}]", "experiment.baseline=null"]
+    exp = load_experiment(None, base + list(sets or ()))
+    sv = validate(ServingSpec, serving or {}, prefix="serving")
+    sc = validate(Scenario, {"name": "serve", **(scenario or {})})
+    sysm = _systems(exp)[system]
+    coster = IterationCoster(sysm, exp.models[model], sc, sv.memo.context_bucket, sv.memo.token_bucket,
+                             sv.memo.relative_bucket, sv.memo.batch_relative_bucket)
+    swap = None
+    if sv.scheduler.preemption == "swap":
+        from attnsim.config import find_config
+        swap = registry.build(load_yaml(find_config("hardware", sv.scheduler.swap_link)))
+    return Pool(sysm, exp.models[model], sc, sv, coster, swap_link=swap), exp, sv

@@ -1,0 +1,75 @@
+"""``serving:`` section of an experiment (validated here, not by ExperimentSpec).
+
+Defaults that come from a serving system are marked with their source; the rest are knobs.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from attnsim.config import Schema
+from attnsim.serve.kvpolicy import KVPolicySpec
+from attnsim.serve.requests import TraceSpec
+
+
+class SchedulerSpec(Schema):
+    max_batch: PositiveInt = 256              # vLLM max_num_seqs default (vllm/config.py, ASSUMPTION: v0.6 default)
+    max_tokens_per_iter: PositiveInt = 2048   # vLLM max_num_batched_tokens default with chunked prefill (same source)
+    chunked_prefill: bool = True              # Sarathi-Serve style mixed batches (Agrawal et al., OSDI 2024)
+    preemption: Literal["recompute", "swap"] = "recompute"   # vLLM's two preemption modes (Kwon et al., SOSP 2023 §4.5)
+    swap_link: str = Field("pcie5_x16", description="hardware link (kind: link) between device and host for swap")
+    memory_fraction: float = Field(0.9, gt=0, le=1)  # vLLM gpu_memory_utilization default 0.9 (ASSUMPTION: activations in the rest)
+
+
+class KVSpec(Schema):
+    block_tokens: PositiveInt = 16            # vLLM default block size 16 tokens (Kwon et al., SOSP 2023 §7)
+    layout: Literal["paged", "contiguous"] = "paged"
+    reserve_tokens: Optional[PositiveInt] = Field(
+        None, description="contiguous layout: tokens reserved per request beyond its prompt (default: the trace's longest output)")
+    policy: KVPolicySpec = KVPolicySpec()
+    prefix_caching: bool = False
+    locality_dram: Optional[str] = Field(
+        None, description="DRAM preset: replay the longest request's block list vs a contiguous layout on it")
+
+
+class MemoSpec(Schema):
+    context_bucket: PositiveInt = 32          # decode context grid (tokens); costing.py documents the error
+    token_bucket: PositiveInt = 16            # prefill chunk grid (tokens)
+    relative_bucket: float = Field(0.125, ge=0, le=0.5, description="geometric grid: points per octave = 1 / this; 0 = uniform")
+    batch_relative_bucket: float = Field(0.0, ge=0, le=0.5, description="geometric grid for the decode count (0 = exact)")
+
+
+class SLOSpec(Schema):
+    ttft_s: PositiveFloat = 2.0               # ASSUMPTION: chat-style targets in the range DistServe uses (Zhong et al., OSDI 2024)
+    tpot_s: PositiveFloat = 0.1
+
+
+class DisaggSpec(Schema):
+    """A prefill pool and a decode pool (two systems of the experiment) joined by a link."""
+
+    name: Optional[str] = None
+    prefill: str
+    decode: str
+    link: str = Field(description="hardware link config (kind: link) carrying the KV")
+    layerwise_overlap: bool = True            # layer-by-layer KV streaming during prefill (DistServe/Splitwise)
+    parallel_links: Optional[PositiveInt] = Field(None, description="links used in parallel (default: prefill tp)")
+
+
+class ServingSpec(Schema):
+    trace: TraceSpec = TraceSpec()
+    scheduler: SchedulerSpec = SchedulerSpec()
+    kv: KVSpec = KVSpec()
+    memo: MemoSpec = MemoSpec()
+    slo: SLOSpec = SLOSpec()
+    colocated: bool = Field(True, description="serve every experiment system on its own (continuous batching)")
+    disaggregation: list[DisaggSpec] = Field(default_factory=list)
+    accuracy_proxy: bool = Field(True, description="estimate the KV policy's attention error (reliability L0 proxy)")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kv.prefix_caching and self.kv.policy.kind not in ("none", "quest"):
+            raise ValueError("prefix caching with an evicting KV policy is not modelled (use kind none or quest)")
+        if not self.colocated and not self.disaggregation:
+            raise ValueError("nothing to run: colocated is false and no disaggregation pairs are given")
+        return self
