@@ -56,6 +56,9 @@ class PIMSpec(Schema):
     units: PositiveInt = 1
     capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
     refresh: Literal["ab", "pb", "none"] = "ab"
+    # KV layout in the banks: 0 = contiguous per (request, head); > 0 = paged, blocks of this many tokens
+    # (e.g. vLLM's 16), each starting a new row in every bank (isa/lower.py Partition.kv_block_tokens)
+    kv_block_tokens: int = Field(0, ge=0)
     # retention time the refresh is sized for (JEDEC tREF = 64 ms at <= 85 C, cxl_reliability.md §3.1);
     # relaxing it stretches nREFI / nREFIpb by interval / 64 (the same rows refreshed less often)
     refresh_interval_ms: float = Field(64.0, gt=0)
@@ -106,6 +109,9 @@ class PIMDevice:
                      acc_bytes=spec.pu.acc_bytes, gb_bytes=spec.pu.gb_bytes,
                      softmax_cycles_per_element=spec.pu.acc_bytes / softmax_bytes_per_cycle)
         self.partition = get_partition(spec.partition, spec.channels_per_item)
+        if spec.kv_block_tokens:
+            import dataclasses
+            self.partition = dataclasses.replace(self.partition, kv_block_tokens=spec.kv_block_tokens)
 
     # ------------------------------------------------------------ protocol
     @property

@@ -78,6 +78,17 @@ class Partition:
     dhead_levels: tuple[str, ...]
     pu_level: str = "bank"  # "bank" | "bg" | "buffer"
     channels_per_item: int = 1
+    # paged KV: tokens per KV block (0 = contiguous). A block's slice in every bank starts a new row
+    # (the rest of a physical row holds other blocks, which this item's all-bank MACs cannot use), so
+    # small blocks cost extra ACT/PRE rounds per item: the row-buffer locality of the paged layout.
+    kv_block_tokens: int = 0
+
+    def block_cols(self, org: "Org", cols_tok: int) -> int:
+        """Columns of one KV block in each bank (0 = contiguous)."""
+        if self.kv_block_tokens <= 0:
+            return 0
+        T, _ = self.slots(org)
+        return -(-self.kv_block_tokens // T) * cols_tok
 
     def slots(self, org: Org) -> tuple[int, int]:
         for lv in self.token_levels + self.dhead_levels:
@@ -244,8 +255,13 @@ def _item_dims(org: Org, part: Partition, pu: PU, tokens: int, dhead: int, elem_
     T, D = part.slots(org)
     tok_slot = -(-tokens // T)
     cols_tok = max(1, math.ceil(math.ceil(dhead / D) * elem_bytes / pu.column_bytes))
-    per_cmd = max(1, pu.macs_per_command // max(1, int(pu.column_bytes // elem_bytes)))
-    passes = -(-group // per_cmd)
+    # a column holds e = column_bytes / elem_bytes elements; the PU has macs_per_command lanes, so a
+    # query needs ceil(e / lanes) commands per column (fp8/int8/int4 KV: 2/2/4 at 16 lanes and 32 B
+    # columns), and one command serves lanes // e queries when e < lanes (GQA groups)
+    e = max(1, int(pu.column_bytes // elem_bytes))
+    per_cmd = max(1, pu.macs_per_command // e)
+    cmds_per_col = max(1, -(-e // pu.macs_per_command))
+    passes = -(-group // per_cmd) * cmds_per_col
     return T, D, tok_slot, cols_tok, passes
 
 
@@ -265,8 +281,11 @@ def _attacc_channel(slices, phase, org, part, pu, dhead, elem_bytes, group, row0
         else:  # context: softmax output of this pCH's tokens into the GEMV buffers
             recs.append(("MVGB", dict(ch=0, bursts=max(1, math.ceil(tok_slot * per_pch * group * pu.acc_bytes / 32)))))
         done = 0
+        bcols = part.block_cols(org, cols_tok)
         while done < cols:
             n = min(org.columns, cols - done)
+            if bcols:  # a row holds (part of) one block only
+                n = min(n, bcols - done % bcols)
             recs.append(("ACTAB", dict(ch=0, row=row % org.rows)))
             rep = n * passes
             while rep > 0:  # repeat field is 12 bits
@@ -298,8 +317,11 @@ def _bg_channel(slices, phase, org, part, pu, dhead, elem_bytes, group, row0=0) 
         for p in range(org.pseudo_channels):
             cmd.add("BUF", pch=p, repeat=max(1, math.ceil(dhead * elem_bytes * group / 32)))
         done = 0
+        bcols = part.block_cols(org, cols_tok) * org.banks_per_group
         while done < cols:
             n = min(org.columns * org.banks_per_group, cols - done)
+            if bcols:
+                n = min(n, bcols - done % bcols)
             for b in range(org.bank_groups):
                 cmd.add("ACTBG", bg=b, row=row % org.rows)
             for _ in range(n * passes):

@@ -15,14 +15,13 @@ controller (``attnsim.hwmodels.dram.simulate_requests``) to measure row-buffer h
 bandwidth, so a contiguous layout and the scattered block lists the allocator really hands out
 can be compared on real bank timing.
 
-PIM cost hook: ``PIM_LAYOUT_HOOK`` is where a PIM/PNM mapper policy (attacc, cxl_pnm) would ask for
-the row-buffer locality of the current block layout and scale its attention command streams. The
-policies do not consume it yet (see the issue note in the serve README draft); the serving
-results therefore do not include a paged-layout effect on PIM attention time.
+On PIM devices the layout is simulated by the DRAM engine directly: with ``kv.layout: paged`` every
+PIM device lowers attention over ``block_tokens``-token blocks, each starting a new row in every
+bank (``attnsim.serve.run.pim_hardware_for_layout``, isa/lower.py ``Partition.kv_block_tokens``), so
+small blocks cost extra ACT/PRE rounds in the command streams the engine times.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -87,7 +86,3 @@ def kv_read_locality(dram_spec, blocks, block_bytes: int, address_mapping: Optio
             "row_misses": int(misses), "row_conflicts": int(conf),
             "row_hit_rate": hits / max(1, hits + misses + conf)}
 
-
-# A PIM/PNM mapper policy may set this to a callable(plan, block_layout) -> plan that rewrites the
-# attention programs for the serving block layout. None: not available (see the module docstring).
-PIM_LAYOUT_HOOK: Optional[Callable] = None

@@ -72,12 +72,27 @@ def _link(exp, ref: str):
     return registry.build(exp.tree.hardware[name], file=exp.tree.file_of("hardware", name))
 
 
-def _systems(exp) -> dict:
+def pim_hardware_for_layout(hardware: dict, serving) -> dict:
+    """Hardware table with the serving KV layout applied to PIM devices: with paged KV every PIM/PNM
+    device lowers attention over ``kv.block_tokens``-token blocks (isa/lower.py Partition), unless
+    its config sets ``kv_block_tokens`` itself."""
+    if serving is None or serving.kv.layout != "paged":
+        return hardware
     out = {}
+    for name, cfg in hardware.items():
+        if isinstance(cfg, dict) and cfg.get("kind") == "pim" and "kv_block_tokens" not in cfg:
+            cfg = {**cfg, "kv_block_tokens": serving.kv.block_tokens}
+        out[name] = cfg
+    return out
+
+
+def _systems(exp, serving=None) -> dict:
+    out = {}
+    hardware = pim_hardware_for_layout(exp.tree.hardware, serving)
     for sname, sspec in exp.systems.items():
         sfile = exp.tree.file_of("systems", sname)
         get_policy(sspec.mapper.policy, file=sfile)
-        system = build_system(sspec, exp.tree.hardware, exp.tree.file_of)
+        system = build_system(sspec, hardware, exp.tree.file_of)
         role = next((r for r, p in system.pools.items() if p.model.kind in ("gpu", "npu")), None)
         if role is not None:
             check_parallelism(sspec, role, sfile)
@@ -183,7 +198,7 @@ def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) ->
 
 
 def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
-    systems = _systems(exp)
+    systems = _systems(exp, serving)
     base = exp.source.parent if exp.source is not None else None
     docs = []
     for mname, model in exp.models.items():
@@ -235,7 +250,7 @@ def quick_pool(system: str = "h100_x1", model: str = "llama3-8b", scenario: Opti
     exp = load_experiment(None, base + list(sets or ()))
     sv = validate(ServingSpec, serving or {}, prefix="serving")
     sc = validate(Scenario, {"name": "serve", **(scenario or {})})
-    sysm = _systems(exp)[system]
+    sysm = _systems(exp, sv)[system]
     coster = IterationCoster(sysm, exp.models[model], sc, sv.memo.context_bucket, sv.memo.token_bucket,
                              sv.memo.relative_bucket, sv.memo.batch_relative_bucket)
     swap = None
