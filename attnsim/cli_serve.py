@@ -25,6 +25,10 @@ def register(sub) -> None:
     r.add_argument("--json", action="store_true", help="print one JSON document instead of the summary")
     r.add_argument("--no-write", action="store_true", help="do not write the HDF5 results file")
     r.add_argument("--csv", default=None, metavar="FILE.csv", help="also write per-request rows to a CSV file")
+    r.add_argument("--slo-vs-load", default=None, metavar="RATES",
+                   help="comma-separated arrival rates: serve at each and draw SLO attainment and goodput vs load "
+                        "per system into --figure (default serve_slo.pdf)")
+    r.add_argument("--figure", default="serve_slo.pdf", help="figure file for --slo-vs-load")
     r.set_defaults(func=serve_cmd)
 
 
@@ -118,6 +122,20 @@ def write_csv(path, docs) -> None:
 
 
 def serve_cmd(args) -> int:
+    if args.slo_vs_load:
+        from attnsim.config import ConfigError
+        from attnsim.serve.plots import slo_vs_load
+        try:
+            rates = [float(x) for x in args.slo_vs_load.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"expected comma-separated numbers, got {args.slo_vs_load!r}", file="--slo-vs-load") from None
+        if not rates or min(rates) <= 0:
+            raise ConfigError(f"expected positive arrival rates, got {args.slo_vs_load!r}", file="--slo-vs-load")
+        paths, table = slo_vs_load(args.experiment, rates, args.figure, args.sets)
+        for name, rows in table.items():
+            print(name, ", ".join(f"{r:g}/s: {100 * s:.0f}% SLO, {g:.2f} good/s" for r, s, g in rows))
+        print("figure: " + ", ".join(str(p) for p in paths))
+        return 0
     from attnsim import __version__
     from attnsim.results import dumps
     from attnsim.serve.run import load_serving_experiment, serve_experiment

@@ -123,6 +123,7 @@ def plot_cmd(args) -> int:
     if args.list:
         for name, fn in RECIPES.items():
             print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
+        print(f"{'latency_cdf':22s} TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file")
         return 0
     if args.all:
         import yaml
@@ -136,6 +137,11 @@ def plot_cmd(args) -> int:
         return 0
     if not args.recipe or not args.out:
         raise ConfigError("needs --recipe NAME and -o FILE (or --all, --list)", file="plot")
+    if args.recipe == "latency_cdf":  # per-request rows of `attnsim serve` results
+        from attnsim.serve.plots import _read_requests, latency_cdf
+        paths = latency_cdf(_read_requests(args.file)[0], Path(args.out))
+        print("figure: " + ", ".join(map(str, paths)))
+        return 0
     table = load_table(args.file)
     paths = render(table, args.recipe, Path(args.out), x=args.x, y=args.y, hue=args.hue, z=args.z,
                    where=parse_where(args.where), width=args.width, title=args.title)
