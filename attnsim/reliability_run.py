@@ -94,5 +94,52 @@ def reliability_metrics(spec, system_spec, model, scenario, doc: dict) -> dict:
     out = expected_errors(footprint, residency, spec, kv_heads_total=kv_heads, head_dim=head_dim,
                           context_tokens=int(prompts.mean() + scenario.output_len))
     out["kv_residency_s"] = residency
+    # DUE policy: recompute re-fetches the detected-bad KV (one token of one layer per event, from
+    # the slowest tier holding KV); drop leaves it out (counted in the accuracy proxy instead)
+    if spec.due_policy == "recompute" and footprint:
+        from attnsim.workloads.trace import kv_bytes_per_token_per_layer
+        per = kv_bytes_per_token_per_layer(model, scenario.kv_dtype)
+        slowest = min(spec.tiers[t].read_gbps for t in footprint) * 1e9
+        out["due_recompute_time_per_token_s"] = out["detected_errors_per_token"] * per / slowest
+    else:
+        out["due_recompute_time_per_token_s"] = 0.0
     out["refresh_interval_ms"] = {t: effective_refresh_ms(spec, t) for t in sorted(set(tiers.values()))}
     return out
+
+
+def kv_storage_costs(spec, system_spec) -> dict | None:
+    """ECC overheads of the KV's storage per device role, fed into the timing and energy models.
+
+    For each role mapped to a tier: the bit-share-weighted mix of its field groups' codes:
+    ``bandwidth`` = inline transfer overhead per KV byte, ``capacity`` = visible storage overhead,
+    ``pj_per_byte`` = decode energy per KV byte read, ``decode_latency_s`` (pipelined in the
+    controller; reported only). ``combine_storage_costs`` weights them by where the KV is placed.
+    Returns None when no code adds any overhead (none, on-die or sideband codes only).
+    """
+    from attnsim.hwmodels.reliability.ecc import get_scheme
+    h = high_bit_fraction(spec.kv_format)
+    out = {}
+    for role, tier in role_tiers(spec, system_spec).items():
+        if role not in system_spec.devices:
+            continue
+        ecc = spec.tiers[tier].ecc
+        hi, lo = get_scheme(ecc.high), get_scheme(ecc.low)
+        out[role] = {"bandwidth": h * hi.bandwidth_overhead + (1 - h) * lo.bandwidth_overhead,
+                     "capacity": h * hi.visible_overhead + (1 - h) * lo.visible_overhead,
+                     "pj_per_byte": h * hi.energy_pj_per_byte + (1 - h) * lo.energy_pj_per_byte,
+                     "decode_latency_s": max(hi.decode_latency_s, lo.decode_latency_s)}
+    if all(v["bandwidth"] == 0 and v["capacity"] == 0 and v["pj_per_byte"] == 0 for v in out.values()):
+        return None
+    return out
+
+
+def combine_storage_costs(per_role: dict, kv_bytes_by_role: dict) -> dict:
+    """Weight per-role ECC overheads by the KV bytes each role holds (a placement's memory)."""
+    total = sum(b for r, b in kv_bytes_by_role.items() if r in per_role)
+    if total <= 0:
+        return {"bytes_scale": 1.0, "capacity_scale": 1.0, "pj_per_byte": 0.0, "role": None}
+    w = {r: b / total for r, b in kv_bytes_by_role.items() if r in per_role}
+    return {"bytes_scale": 1.0 + sum(w[r] * per_role[r]["bandwidth"] for r in w),
+            "capacity_scale": 1.0 + sum(w[r] * per_role[r]["capacity"] for r in w),
+            "pj_per_byte": sum(w[r] * per_role[r]["pj_per_byte"] for r in w),
+            "role": max(w, key=w.get)}

@@ -28,11 +28,16 @@ def _replica_scenario(scenario, replicas: int):
     return scenario.model_copy(update=upd)
 
 
-def simulate_generation(system, model, scenario, generation, timeline: list | None = None, pid: int = 1) -> dict:
+def simulate_generation(system, model, scenario, generation, timeline: list | None = None, pid: int = 1,
+                        kv_storage: dict | None = None) -> dict:
     """Prefill + decode of one static batch on one system; returns the run document parts.
 
     With ``timeline`` (a list), trace events of the prefill step and of the first
-    decode step are appended to it (see attnsim.timeline).
+    decode step are appended to it (see attnsim.timeline). ``kv_storage`` (from the
+    reliability section, attnsim.reliability_run.kv_storage_costs) adds the KV's ECC
+    overheads: ``bytes_scale`` on KV traffic (inline check bits), ``capacity_scale`` on
+    KV capacity, and ``pj_per_byte`` of ECC decode energy on KV reads (component ``ecc``),
+    per device role, weighted by where the policy places the KV.
     """
     spec = system.spec
     tp = spec.parallelism.tp
@@ -41,29 +46,55 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     policy = get_policy(spec.mapper.policy, file=None)
     prompts = sc.prompt_lens()
     final_ctx = prompts + sc.output_len
+    ks = {}
+    if kv_storage:  # weight each role's ECC overheads by the KV it holds in an unscaled placement
+        from attnsim.reliability_run import combine_storage_costs
+        base = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, final_ctx),
+                "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp)}
+        probe = policy(build_trace(model, sc, "decode", tp=tp, context_lens=final_ctx), system, base,
+                       spec.mapper.options)
+        ks = combine_storage_costs(kv_storage, {mp.role: mp.kv_bytes for mp in probe.memory})
+    cap_scale = ks.get("capacity_scale", 1.0)
     model_bytes = {"weights": weight_bytes(model, sc.weight_dtype),
-                   "kv": kv_cache_bytes(model, sc, final_ctx),
-                   "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp)}
+                   "kv": kv_cache_bytes(model, sc, final_ctx) * cap_scale,
+                   "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp) * cap_scale}
+
+    def build(*args, **kw):
+        tr = build_trace(*args, **kw)
+        if ks.get("bytes_scale", 1.0) != 1.0:  # inline ECC: check bits travel with the KV
+            for col in ("kv_read_bytes", "kv_write_bytes"):
+                tr.cols[col] = tr.cols[col] * ks["bytes_scale"]
+        return tr
 
     def place(trace):
         plan = policy(trace, system, model_bytes, spec.mapper.options)
         plan.check_capacity()
         return plan
 
-    pre_trace = build_trace(model, sc, "prefill", tp=tp)
+    def cost(plan):
+        step = cost_step(plan, system)
+        if ks.get("pj_per_byte"):  # ECC decode energy on every KV byte read (all TP ranks)
+            e = plan.trace.total("kv_read_bytes") * tp * ks["pj_per_byte"] * 1e-12
+            step.energy_j_by_component["ecc"] = step.energy_j_by_component.get("ecc", 0.0) + e
+            step.energy_j_by_op["kv_ecc_decode"] = step.energy_j_by_op.get("kv_ecc_decode", 0.0) + e
+            role = ks.get("role") or next(iter(system.pools))
+            step.energy_j_by_device[role] = step.energy_j_by_device.get(role, 0.0) + e
+        return step
+
+    pre_trace = build(model, sc, "prefill", tp=tp)
     pre_plan = place(pre_trace)
-    prefill = cost_step(pre_plan, system)
+    prefill = cost(pre_plan)
 
     steps, weights = decode_step_weights(sc.output_len, generation.mode, generation.samples)
     def decode_step(ctx):
-        tr = build_trace(model, sc, "decode", tp=tp, context_lens=ctx)
+        tr = build(model, sc, "decode", tp=tp, context_lens=ctx)
         plan = place(tr)
         s = plan.pipeline_subbatches
         if s <= 1:
-            return tr, cost_step(plan, system)
+            return tr, cost(plan)
         # pipelined over sub-batches: one plan per contiguous slice of the batch
-        subs = [place(build_trace(model, sc.model_copy(update={"batch_size": len(part)}), "decode", tp=tp,
-                                  context_lens=part)) for part in np.array_split(ctx, s) if len(part)]
+        subs = [place(build(model, sc.model_copy(update={"batch_size": len(part)}), "decode", tp=tp,
+                            context_lens=part)) for part in np.array_split(ctx, s) if len(part)]
         return tr, cost_step_pipelined(subs, system)
 
     decode = StepResult()
@@ -160,14 +191,15 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
         for mname in exp.models:
             for scname, sc in exp.scenarios.items():
                 doc = {"system": sname, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
-                system, rspec = systems[sname], rel.get(scname)
+                system, rspec, kv_storage = systems[sname], rel.get(scname), None
                 if rspec is not None:  # tier refresh intervals change the PIM/PNM devices' refresh
-                    from attnsim.reliability_run import hardware_with_refresh
+                    from attnsim.reliability_run import hardware_with_refresh, kv_storage_costs
                     hw = hardware_with_refresh(exp.tree.hardware, exp.systems[sname], rspec)
                     system = build_system(exp.systems[sname], hw, exp.tree.file_of)
+                    kv_storage = kv_storage_costs(rspec, exp.systems[sname])
                 try:
                     doc.update(simulate_generation(system, exp.models[mname], sc, exp.spec.generation,
-                                                   timeline=timeline, pid=len(docs) + 1))
+                                                   timeline=timeline, pid=len(docs) + 1, kv_storage=kv_storage))
                     if rspec is not None:
                         from attnsim.reliability_run import reliability_metrics
                         doc["metrics"].update(reliability_metrics(rspec, exp.systems[sname], exp.models[mname], sc, doc))

@@ -21,6 +21,7 @@ ENERGY_COMPONENTS = (
     "dram_io",          # TSV / PHY / interposer / board I/O
     "dram_refresh",
     "dram_background",
+    "ecc",              # ECC decode of KV reads (reliability section)
     "link",             # NVLink / PCIe / CXL transfers
     "static",           # idle/leakage power x time of devices
 )

@@ -149,7 +149,7 @@ class PIMDevice:
         return energy_params(self.dram).background_w * self.channels
 
     # ------------------------------------------------------------ engine
-    ENGINE_CACHE_VERSION = 1  # bump when the lowering or the engine changes results
+    ENGINE_CACHE_VERSION = 2  # bump when the lowering or the engine changes results
 
     def _run_cached(self, low: Lowered):
         """``run`` through the shared sub-result cache (attnsim.sweep.cache): the engine's time and
@@ -157,7 +157,8 @@ class PIMDevice:
         from attnsim.sweep.cache import cached
         key = ("pim.run", self.ENGINE_CACHE_VERSION, self.spec.model_dump(), self.dram.model_dump(), low.isa,
                low.phase, [dict(c) if c is not None else None for c in low.commands], low.multiplicity,
-               [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in low.programs] if low.isa == "cxl_pnm" else None)
+               [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in low.programs] if low.isa == "cxl_pnm" else None,
+               low.meta.get("storage_bytes_ratio", 1.0))
         return cached(key, lambda: self.run(low))
 
     def run(self, low: Lowered) -> tuple[float, dict[str, float], dict]:
@@ -173,6 +174,9 @@ class PIMDevice:
             for p in low.programs:
                 gemv = p.opcode == p.isa.code("GEMV")
                 nbytes = float(np.sum((p["rows"] * p["cols"] * size[p["dtype"]])[gemv]))
+                # the program names the element format; storage may hold more per element (inline ECC
+                # check bits, quantization scales): stream the bytes actually stored
+                nbytes *= float(low.meta.get("storage_bytes_ratio", 1.0))
                 if nbytes > 0:
                     cmds.append(stream_reads(self.org, nbytes / n_ch))
                     mult.append(n_ch)

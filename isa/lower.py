@@ -421,7 +421,8 @@ def _fimdram_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> dict[s
 
 def _cxl_program(slices, phase, dhead, elem_bytes, group) -> Program:
     recs = []
-    dt = {1.0: 3, 2.0: 1, 4.0: 0, 0.5: 5}.get(float(elem_bytes), 1)
+    fmt = 0.5 if elem_bytes < 1.0 else (1.0 if elem_bytes < 2.0 else (2.0 if elem_bytes < 4.0 else 4.0))
+    dt = {1.0: 3, 2.0: 1, 4.0: 0, 0.5: 5}[fmt]  # the element format the stored bytes hold
     addr = 0
     for t in slices:
         if phase == "softmax":
@@ -486,8 +487,13 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
         mult.append(m)
     macs = 0.0 if phase == "softmax" else float(tokens.sum()) * dhead * group
     pim_bytes = 0.0 if phase == "softmax" else float(tokens.sum()) * dhead * elem_bytes
-    return Lowered(isa, phase, progs, cmds, np.array(mult, np.int64), macs, pim_bytes,
-                   meta=dict(partition=part.name, items=len(tokens), elements=float(tokens.sum()) * group))
+    meta = dict(partition=part.name, items=len(tokens), elements=float(tokens.sum()) * group)
+    if isa == "cxl_pnm":  # stored bytes per element vs the program's element format (see PIMDevice.run)
+        fmt = {1.0: 1.0, 2.0: 2.0, 4.0: 4.0, 0.5: 0.5}.get(float(elem_bytes))
+        if fmt is None:
+            fmt = 0.5 if elem_bytes < 1.0 else (1.0 if elem_bytes < 2.0 else (2.0 if elem_bytes < 4.0 else 4.0))
+            meta["storage_bytes_ratio"] = float(elem_bytes) / fmt
+    return Lowered(isa, phase, progs, cmds, np.array(mult, np.int64), macs, pim_bytes, meta=meta)
 
 
 def lower_fc(isa: str, n_out: int, k_in: int, vectors: int, *, elem_bytes: float, n_channels: int,
