@@ -33,6 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
     p.add_argument("--page", choices=("open", "closed"), default="open")
     p.add_argument("--queue", type=int, default=32, help="controller queue entries per pseudo-channel")
+    p.add_argument("--no-extrapolate", action="store_true",
+                   help="simulate periodic patterns (sequential, strided) in full instead of extrapolating the "
+                        "steady state over whole refresh windows")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_dram)
 
@@ -140,8 +143,9 @@ def simulate(args) -> dict:
         arr = None
     compile_s = warm_up(spec)
     refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
+    extrapolate = not args.trace and not getattr(args, "no_extrapolate", False)
     r = simulate_requests(spec, addr, w, arr, mapping=args.mapping, page=args.page, queue=args.queue,
-                          refresh=refresh)
+                          refresh=refresh, extrapolate=extrapolate)
     out = {
         "device": spec.name, "requests": int(r.requests), "cycles": int(r.cycles), "clock_domain": r.clock_domain,
         "tck_s": r.tck_s, "time_s": r.time_s, "bytes": int(r.bytes), "bandwidth_gbps": r.bandwidth_gbps,
@@ -149,6 +153,9 @@ def simulate(args) -> dict:
         "row_conflicts": r.row_conflicts, "refresh_time_s": r.refresh_time_s, "energy_j": r.energy_j,
         "energy_pj_per_bit": r.energy_total_j / (8 * r.bytes) * 1e12 if r.bytes else 0.0,
         "mean_latency_cycles": r.mean_latency_cycles, "sim_wall_s": r.sim_wall_s, "compile_s": compile_s,
+        # steady-state extrapolation (periodic patterns; --no-extrapolate to simulate in full)
+        "extrapolated": bool(r.extrapolated),
+        "steady": ({k: v for k, v in r.steady.items() if k != "channels"} if r.extrapolated else None),
     }
     out["energy_j"] = {k: float(v) for k, v in out["energy_j"].items()}
     for k, v in out.items():
@@ -172,6 +179,10 @@ def run_dram(args) -> int:
             ("mean latency", f"{out['mean_latency_cycles']:.1f} cycles"),
             ("energy", f"{sum(out['energy_j'].values()) * 1e6:.3f} uJ ({out['energy_pj_per_bit']:.2f} pJ/bit)")]
     rows += [(f"  {k}", f"{v * 1e6:.3f} uJ") for k, v in out["energy_j"].items()]
+    if out["extrapolated"]:
+        st = out["steady"]
+        rows.append(("steady state", f"extrapolated after {st['windows']} refresh windows "
+                                     f"({st['simulated_requests']} requests per channel simulated)"))
     rows += [("sim wall (compile excluded)", f"{out['sim_wall_s']:.3f} s"), ("compile / cache load", f"{out['compile_s']:.2f} s")]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -1,5 +1,6 @@
 """DRAM engine benchmark: simulated requests/s, achieved/peak bandwidth vs closed forms, PIM throughput,
 energy per bit. Prints figures; asserts nothing. Usage: python bench/bench_dram.py [--quick]"""
+import os
 import resource
 import sys
 import time
@@ -12,18 +13,45 @@ from attnsim.hwmodels.dram import F_AP, Op, cmds_from, load_dram_spec, run_comma
 QUICK = "--quick" in sys.argv
 
 
-def rate(name, n, kind):
+RAMULATOR2_REQ_PER_S = 0.3e6  # issue 3: Ramulator 2 runs about 0.3 M requests/s on these machines
+
+
+def stream(spec, kind, n):
+    bb = spec.org.burst_bytes
+    if kind == "sequential":
+        return np.arange(n, dtype=np.int64) * bb
+    if kind == "strided":  # power-of-two stride <= 4 KiB that keeps n requests inside the device (no wrap)
+        stride = max(bb, min(4096, 1 << int(np.log2(spec.capacity_bytes // n))))
+        return np.arange(n, dtype=np.int64) * stride
+    return np.random.default_rng(0).integers(0, spec.capacity_bytes // bb, n) * bb
+
+
+def rate(name, n, kind, extrapolate=False):
+    """Simulated requests/s on one core (engine = scheduler kernel, compile excluded; end-to-end incl. decode)."""
     spec = load_dram_spec(name)
     warm_up(spec)
-    if kind == "sequential":
-        addr = np.arange(n, dtype=np.int64) * 32
-    else:
-        addr = np.random.default_rng(0).integers(0, spec.capacity_bytes // 32, n) * 32
+    addr = stream(spec, kind, n)
     t0 = time.perf_counter()
-    r = simulate_requests(spec, addr, 0)
+    r = simulate_requests(spec, addr, 0, extrapolate=extrapolate)
     wall = time.perf_counter() - t0
-    print(f"  {name:12s} {kind:10s} {n:>10,d} req: engine {r.sim_wall_s:7.3f} s ({n / r.sim_wall_s / 1e6:7.2f} M req/s), "
+    how = "extrapolated" if r.extrapolated else ("full" if not extrapolate else "full (no steady state)")
+    print(f"  {name:12s} {kind:10s} {n:>10,d} req {how:18s}: engine {r.sim_wall_s:6.3f} s "
+          f"({n / r.sim_wall_s / 1e6:7.2f} M req/s, {n / r.sim_wall_s / RAMULATOR2_REQ_PER_S:6.0f}x Ramulator 2), "
           f"end-to-end {wall:6.2f} s ({n / wall / 1e6:6.2f} M req/s), {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak")
+    return r
+
+
+def extrapolation_error(name, n, kind):
+    spec = device_spec(name, channels=1)
+    addr = stream(spec, kind, n)
+    full = simulate_requests(spec, addr, 0)
+    ext = simulate_requests(spec, addr, 0, extrapolate=True)
+    if not ext.extrapolated:
+        print(f"  {name:12s} {kind:10s} not settled within {ext.steady} windows: simulated in full")
+        return
+    print(f"  {name:12s} {kind:10s} {n:>9,d} req, {ext.steady['simulated_requests']:>8,d} simulated: cycles error "
+          f"{100 * (ext.cycles / full.cycles - 1):+.4f} %, energy {100 * (ext.energy_total_j / full.energy_total_j - 1):+.4f} %, "
+          f"engine {full.sim_wall_s:.3f} -> {ext.sim_wall_s:.3f} s")
 
 
 def patterns(name, n=200_000):
@@ -73,10 +101,23 @@ def pim(rows=2000, macs=32):
 
 if __name__ == "__main__":
     n_big = 1_000_000 if QUICK else 10_000_000
-    print("speed (one core, compile excluded):")
-    rate("hbm3_6400", n_big, "sequential")
-    rate("hbm3_6400", n_big // 5, "random")
-    rate("lpddr5_6400", n_big // 5, "random")
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime 1/5/15 min) on "
+          f"{os.cpu_count()} cores")
+    print("compile / cache load:")
+    for name in ("hbm3_6400",):
+        t0 = time.perf_counter()
+        warm_up(load_dram_spec(name))
+        print(f"  {name}: {time.perf_counter() - t0:.2f} s (Numba cache {'warm' if time.perf_counter() - t0 < 3 else 'cold'})")
+    print("speed (one core, compile excluded; full = every request through exact FR-FCFS):")
+    for name in ("hbm3_6400", "hbm2_2000", "lpddr5_6400"):
+        for kind in ("sequential", "strided", "random"):
+            rate(name, n_big, kind)
+        for kind in ("sequential", "strided"):
+            rate(name, n_big, kind, extrapolate=True)
+    print("steady-state extrapolation error vs full simulation (one channel):")
+    for name in ("hbm3_6400", "hbm2_2000", "lpddr5_6400"):
+        for kind, n in (("sequential", 1_000_000), ("strided", 200_000)):
+            extrapolation_error(name, n, kind)
     print("bandwidth vs closed form (one channel of each device, with refresh):")
     for name in ("hbm2_2000", "hbm3_6400", "lpddr5_6400"):
         patterns(name)

@@ -52,3 +52,14 @@ def test_trace_and_errors(capsys, tmp_path):
     assert rc == 2 and "--banks" in err
     rc, out, err = run(capsys, "--device", "hbm2_2000", "--mapping", "RoCh")
     assert rc == 2 and "mapping" in err
+
+
+def test_periodic_pattern_is_extrapolated_unless_disabled(capsys):
+    argv = ("--device", "lpddr5_6400", "--channels", "1", "--requests", "400000", "--json")
+    d = json.loads(run(capsys, *argv)[1])
+    full = json.loads(run(capsys, *argv, "--no-extrapolate")[1])
+    assert d["extrapolated"] is True and full["extrapolated"] is False and full["steady"] is None
+    assert d["steady"]["simulated_requests"] < 400000
+    assert d["cycles"] == pytest.approx(full["cycles"], rel=1e-3)
+    rnd = json.loads(run(capsys, "--device", "lpddr5_6400", "--pattern", "random", "--requests", "2000", "--json")[1])
+    assert rnd["extrapolated"] is False

@@ -89,9 +89,16 @@ def test_more_banks_never_slower(seed):
     n = 400
     addr = rng.integers(0, 1 << 24, n) * 32
     w = rng.random(n) < 0.2
+    # in-order service (queue 1): strictly never slower
+    cycles = [simulate_requests(device_spec("hbm3_6400", channels=1, banks=b), addr, w, refresh="none",
+                                queue=1).cycles for b in (2, 4, 8, 16)]
+    assert all(a >= b for a, b in zip(cycles, cycles[1:])), cycles
+    # FR-FCFS (queue 32) is greedy: a different bank spread can reorder commands worse (scheduling anomaly,
+    # identical in the reference queue scan): 3 of 300 seeds, at most +6.5 % (e.g. seed 515: 1437 -> 1471
+    # cycles for 8 -> 16 banks), so FR-FCFS is only held to 10 %
     cycles = [simulate_requests(device_spec("hbm3_6400", channels=1, banks=b), addr, w, refresh="none").cycles
               for b in (2, 4, 8, 16)]
-    assert all(a >= b for a, b in zip(cycles, cycles[1:])), cycles
+    assert all(a >= b / 1.10 for a, b in zip(cycles, cycles[1:])), cycles
 
 
 def test_symmetric_reduction_equals_full_simulation():

@@ -18,32 +18,51 @@ from numba import njit
 
 from attnsim.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
+from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
+from attnsim.hwmodels.dram.sched import ctrl_kernel_fast
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
 
 
 def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
-    """Byte addresses -> (channel, flat bank index, row) arrays using the mapping string (API.md)."""
+    """Byte addresses -> (channel, flat bank index, row) int64 arrays using the mapping string (API.md)."""
     o = spec.org
     mapping = mapping or spec.default_mapping
     try:
         parts = parse_mapping(mapping, o)
     except ValueError as exc:
         raise ConfigError(str(exc), key="mapping") from None
-    a = np.asarray(addr, dtype=np.uint64)
     shift = int(np.log2(o.burst_bytes))
-    f = {}
+    names = ("Ch", "Pc", "Ra", "Bg", "Ba", "Ro")
+    sh = np.zeros(6, np.uint64)
+    mk = np.zeros(6, np.uint64)
     for name, bits in reversed(parts):
-        f[name] = ((a >> np.uint64(shift)) & np.uint64((1 << bits) - 1)).astype(np.int64) if bits else 0
+        if name in names:
+            sh[names.index(name)] = shift
+            mk[names.index(name)] = (1 << bits) - 1
         shift += bits
-    z = np.zeros(a.shape, np.int64)
-    ch = f.get("Ch", z) + z
-    pc, ra, bg, ba = (f.get(x, z) + z for x in ("Pc", "Ra", "Bg", "Ba"))
-    row = f.get("Ro", z) + z
-    k = (((ch * o.pseudo_channels + pc) * o.ranks + ra) * o.bank_groups + bg) * o.banks_per_group + ba
+    a = np.ascontiguousarray(np.asarray(addr).astype(np.uint64, copy=False))
+    n = a.shape[0]
+    ch, k, row = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch, k, row)
     return ch, k, row
+
+
+@njit(cache=True)
+def _decode_kernel(a, sh, mk, P, R, G, B, ch, k, row):
+    """One pass over the addresses (the mapping as shift/mask per field; mask 0 = field absent)."""
+    for i in range(a.shape[0]):
+        x = a[i]
+        c = np.int64((x >> sh[0]) & mk[0])
+        pc = np.int64((x >> sh[1]) & mk[1])
+        ra = np.int64((x >> sh[2]) & mk[2])
+        bg = np.int64((x >> sh[3]) & mk[3])
+        ba = np.int64((x >> sh[4]) & mk[4])
+        ch[i] = c
+        k[i] = (((c * P + pc) * R + ra) * G + bg) * B + ba
+        row[i] = np.int64((x >> sh[5]) & mk[5])
 
 
 @njit(cache=True)
@@ -81,8 +100,10 @@ def _emit(E, ne, op, flags, k, row, arrival, T):
 
 
 @njit(cache=True)
-def ctrl_kernel(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E):
-    """FR-FCFS over each channel in ``chans``; returns the number of emitted commands (E rows)."""
+def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E):
+    """Reference FR-FCFS: scans the whole queue for every command (O(queue) per command). Over each channel
+    in ``chans``; returns the number of emitted commands (E rows). sched.ctrl_kernel_fast gives the same
+    order (tests/test_dram_sched.py)."""
     NB = T[K.T_G] * T[K.T_B]
     hp = np.zeros(BS.shape[0], np.int64)      # queued hits to the open row, per bank
     q = np.empty(qcap, np.int64)
@@ -195,6 +216,8 @@ class RequestResult(CommandResult):
     peak_bandwidth_gbps: float = 0.0
     mean_latency_cycles: float = 0.0
     commands: np.ndarray | None = None  # emitted command stream (emit=True)
+    extrapolated: bool = False          # steady-state extrapolation used (extrapolate=True on a periodic stream)
+    steady: dict | None = None          # its details (windows, period, simulated requests per channel)
 
 
 def _symmetric(ch, k, row, w, arr, order, starts, n_ch, spec) -> bool:
@@ -202,19 +225,30 @@ def _symmetric(ch, k, row, w, arr, order, starts, n_ch, spec) -> bool:
     cnt = np.diff(starts)
     if n_ch < 2 or np.any(cnt != cnt[0]) or cnt[0] == 0:
         return False
-    bpc = spec.banks_per_channel
-    idx = order.reshape(n_ch, -1)
-    for arrx in (k % bpc, row, w, arr):
-        v = arrx[idx]
-        if not np.all(v == v[0:1]):
-            return False
+    return bool(_same_channels(order, starts, k, row, w, arr, spec.banks_per_channel))
+
+
+@njit(cache=True)
+def _same_channels(order, starts, k, row, w, arr, bpc):
+    m = starts[1] - starts[0]
+    for c in range(1, starts.shape[0] - 1):
+        for j in range(m):
+            i0 = order[starts[0] + j]
+            i = order[starts[c] + j]
+            if k[i] % bpc != k[i0] % bpc or row[i] != row[i0] or w[i] != w[i0] or arr[i] != arr[i0]:
+                return False
     return True
 
 
 def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None = None, page: str = "open",
                       queue: int = DEFAULT_QUEUE, refresh: str | None = None, symmetry: bool = True,
-                      emit: bool = False) -> RequestResult:
-    """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival."""
+                      emit: bool = False, scheduler: str = "fast", extrapolate: bool = False,
+                      steady_windows: int = steady.DEFAULT_WINDOWS) -> RequestResult:
+    """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival.
+
+    ``scheduler``: "fast" (per-bank FIFOs + heap, sched.py) or "scan" (reference queue scan; same results).
+    ``extrapolate``: on a periodic stream (steady.is_periodic), simulate ``steady_windows`` refresh windows per
+    channel and extrapolate the rest (steady.py); ignored otherwise (``.extrapolated`` says which was used)."""
     spec = load_dram_spec(spec)
     addr = np.asarray(addr)
     n = addr.shape[0]
@@ -229,6 +263,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         raise ConfigError(f"expected open or closed, got {page!r}", key="page")
     if not isinstance(queue, (int, np.integer)) or queue < 1:
         raise ConfigError(f"expected a positive integer, got {queue!r}", key="queue")
+    if scheduler not in ("fast", "scan"):
+        raise ConfigError(f"expected fast or scan, got {scheduler!r}", key="scheduler")
     refresh = spec.default_refresh if refresh is None else refresh
     T = timing_vector(spec, refresh)
     ch, k, row = decode(spec, addr, mapping)
@@ -243,25 +279,74 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         mult[0] = n_ch
         present = np.zeros(n_ch, bool)
         present[0] = True
-    BS, GS, RS, US, CS, ST = K.new_state(n_ch, T)
-    LAT = np.zeros(n_ch)
-    cap = 3 * n + 64 + (n // 4 if refresh != "none" else 0) if emit else 0
-    E = np.zeros((cap, 9), np.int64)
-    w0 = time.perf_counter()
-    ne = ctrl_kernel(order, starts, chans, k, row, w, arr, int(queue) * spec.org.pseudo_channels, page == "closed", T, BS, GS, RS, US, CS, ST,
-                     LAT, E)
-    wall = time.perf_counter() - w0
-    if emit and ne > cap:  # pragma: no cover - capacity is 3 commands per request + refreshes
-        raise ConfigError(f"internal: command emission buffer too small ({ne} > {cap})")
+    periodic = (extrapolate and not emit and scheduler == "fast" and steady_windows >= 8
+                and steady.is_periodic(addr, w, arr))
+    qcap = int(queue) * spec.org.pseudo_channels
+    cap = 3 * n + 64 if emit else 0
+    wall = 0.0
+    while True:  # at most twice: emission buffer too small, or the stream did not settle
+        BS, GS, RS, US, CS, ST = K.new_state(n_ch, T)
+        LAT = np.zeros(n_ch)
+        E = np.zeros((cap, 9), np.int64)
+        nc = chans.shape[0]
+        maxw = steady_windows if periodic else 0
+        WN = np.zeros(nc, np.int64)
+        WR = np.zeros((nc, max(maxw, 1)), np.int64)
+        WS = np.zeros((nc, max(maxw, 1), K.N_S), np.int64)
+        WL = np.zeros((nc, max(maxw, 1)))
+        WF = np.zeros((nc, max(maxw, 1)), np.int64)
+        win = steady.window_cycles(T)
+        w0 = time.perf_counter()
+        if scheduler == "scan":
+            ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
+                                  CS, ST, LAT, E)
+        else:
+            ne = ctrl_kernel_fast(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
+                                  CS, ST, LAT, E, -1, win, maxw, WN, WR, WS, WL, WF)
+        info = None
+        if periodic and np.any(WN >= 0):
+            info = _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w[0], arr[0], ST, CS, RS, LAT)
+        wall += time.perf_counter() - w0
+        if emit and ne > cap:
+            cap = ne
+            continue
+        if periodic and np.any(WN >= 0) and info is None:
+            periodic = False
+            continue
+        break
     base = summarize(spec, T, RS, CS, ST, mult, present, wall)
     res = RequestResult(**base.__dict__)
     res.requests = n
     res.peak_bandwidth_gbps = spec.peak_bandwidth_gbps
     res.bandwidth_gbps = res.bytes / res.time_s / 1e9 if res.cycles else 0.0
     res.mean_latency_cycles = float((LAT * mult).sum() / n) if n else 0.0
+    res.extrapolated = info is not None
+    res.steady = info
     if emit:
         res.commands = _to_cmds(E[:ne])
     return res
+
+
+def _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w0, a0, ST, CS, RS, LAT):
+    """Apply steady.extrapolate_channel to every channel that stopped early; None if one did not settle."""
+    tail = int((T[K.T_CWL] if w0 else T[K.T_CL]) + T[K.T_BL])
+    per = {}
+    for ci, c in enumerate(chans):
+        nw = int(WN[ci])
+        if nw < 0:
+            continue
+        ex = steady.extrapolate_channel(WR[ci, :nw], WS[ci, :nw], WL[ci, :nw], WF[ci, :nw], int(starts[c + 1] - starts[c]),
+                                        win, tail, int(a0))
+        if ex is None:
+            return None
+        cyc, st, lat, inf = ex
+        ST[c] = st
+        CS[c, K.C_DONE] = cyc
+        CS[c, K.C_LAST] = cyc - tail
+        LAT[c] = lat
+        per[int(c)] = inf
+    first = next(iter(per.values()))
+    return {**first, "channels": per}
 
 
 def _to_cmds(E: np.ndarray) -> np.ndarray:

@@ -216,7 +216,7 @@ def summarize(spec: DRAMSpec, T, RS, CS, ST, multiplicity=1, present=None, wall=
         "dram_background": ep.background_w * busy_s,
     }
     counts = {name: s[name] for name in K.STAT_NAMES}
-    n_ranks = max(1.0, float((m > 0).sum()) * o.pseudo_channels * o.ranks)
+    n_ranks = max(1.0, float(m.sum()) * o.pseudo_channels * o.ranks)  # ranks represented (symmetry: x multiplicity)
     nbr = o.bank_groups * o.banks_per_group
     return CommandResult(
         cycles=int(cyc.max()) if cyc.size else 0, cycles_per_channel=cyc.astype(np.int64), tck_s=spec.tck_s,

@@ -11,6 +11,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# Hot-path kernels: no NRT (no allocation inside, so no reference counting of the array arguments at every
+# call -- it cost ~40 % of the time), numpy error model (no zero-division branches; divisors are validated).
+hot = njit(cache=True, _nrt=False, error_model="numpy")
+inline = njit(cache=True, _nrt=False, error_model="numpy", inline="always")  # Numba-IR inlined (few call sites)
+
 NEG = -(1 << 40)  # "long ago"
 
 # ---- op codes (API.md table; values stable)
@@ -25,8 +30,8 @@ F_AP = 1
 N_T = 39
 
 # ---- state columns
-B_ROW, B_ACT, B_PRE, B_RD, B_WR, B_ACTT, B_MSB = range(7)
-N_B = 7
+B_ROW, B_ACT, B_PRE, B_RD, B_WR, B_ACTT, B_MSB, B_G, B_R, B_U, B_CH = range(11)
+N_B = 11  # B_G..B_CH: the bank's bank-group/rank/pseudo-channel/channel index (constant; saves divisions)
 G_ACT, G_RD, G_WR = range(3)
 N_G = 3
 R_ACT, R_RD, R_WR, R_FAW0, R_FAW1, R_FAW2, R_FAW3, R_FAWI, R_DUE, R_PBNEXT = range(10)
@@ -56,6 +61,11 @@ def new_state(n_ch: int, T: np.ndarray):
     BS[:, B_ROW] = -1
     BS[:, B_ACTT] = NEG
     BS[:, B_MSB] = 0
+    k = np.arange(nb)
+    BS[:, B_G] = k // B
+    BS[:, B_R] = k // (G * B)
+    BS[:, B_U] = k // (R * G * B)
+    BS[:, B_CH] = k // (P * R * G * B)
     GS = np.zeros((ng, N_G), np.int64)
     RS = np.zeros((nr, N_R), np.int64)
     RS[:, R_FAW0:R_FAW3 + 1] = NEG
@@ -68,7 +78,7 @@ def new_state(n_ch: int, T: np.ndarray):
 
 # ============================================================== refresh
 
-@njit(cache=True)
+@hot
 def refresh_rank(r, due, pb_idx, T, BS, CS, ST, ch):
     """Refresh rank ``r`` (all-bank, or the per-bank group ``pb_idx`` if pb_idx >= 0) no earlier than ``due``.
 
@@ -115,7 +125,7 @@ def refresh_rank(r, due, pb_idx, T, BS, CS, ST, ch):
     return tr
 
 
-@njit(cache=True)
+@hot
 def auto_refresh(r, T, BS, RS, CS, ST, ch):
     """Perform the refresh of rank ``r`` that is due (auto mode); returns its REF cycle."""
     due = RS[r, R_DUE]
@@ -132,13 +142,11 @@ def auto_refresh(r, T, BS, RS, CS, ST, ch):
 
 # ============================================================== single-bank primitives
 
-@njit(cache=True)
+@hot
 def earliest_act(k, T, BS, GS, RS, CS):
-    B = T[T_B]
-    NB = T[T_G] * B
-    g = k // B
-    r = k // NB
-    ch = r // (T[T_R] * T[T_P])
+    g = BS[k, B_G]
+    r = BS[k, B_R]
+    ch = BS[k, B_CH]
     t = BS[k, B_ACT]
     if GS[g, G_ACT] > t:
         t = GS[g, G_ACT]
@@ -154,13 +162,11 @@ def earliest_act(k, T, BS, GS, RS, CS):
     return t
 
 
-@njit(cache=True)
+@hot
 def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
-    B = T[T_B]
-    NB = T[T_G] * B
-    g = k // B
-    r = k // NB
-    ch = r // (T[T_R] * T[T_P])
+    g = BS[k, B_G]
+    r = BS[k, B_R]
+    ch = BS[k, B_CH]
     BS[k, B_ROW] = row
     BS[k, B_ACT] = t + T[T_RC]
     if t + T[T_RAS] > BS[k, B_PRE]:
@@ -181,9 +187,9 @@ def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
     ST[ch, S_ACTCMD] += 1
 
 
-@njit(cache=True)
+@hot
 def earliest_pre(k, T, BS, CS):
-    ch = k // (T[T_G] * T[T_B] * T[T_R] * T[T_P])
+    ch = BS[k, B_CH]
     t = BS[k, B_PRE]
     if CS[ch, C_LAST] > t:
         t = CS[ch, C_LAST]
@@ -192,9 +198,9 @@ def earliest_pre(k, T, BS, CS):
     return t
 
 
-@njit(cache=True)
+@hot
 def commit_pre(k, t, T, BS, CS, ST):
-    ch = k // (T[T_G] * T[T_B] * T[T_R] * T[T_P])
+    ch = BS[k, B_CH]
     BS[k, B_ROW] = -1
     if t + T[T_RP] > BS[k, B_ACT]:
         BS[k, B_ACT] = t + T[T_RP]
@@ -204,7 +210,7 @@ def commit_pre(k, t, T, BS, CS, ST):
     ST[ch, S_PRECMD] += 1
 
 
-@njit(cache=True)
+@hot
 def auto_pre(k, T, BS, ST, ch):
     """Auto-precharge (RDA/WRA): at the bank's earliest PRE, no command slot."""
     if BS[k, B_ROW] < 0:
@@ -216,15 +222,13 @@ def auto_pre(k, T, BS, ST, ch):
     ST[ch, S_PRE] += 1
 
 
-@njit(cache=True)
+@hot
 def earliest_col(k, is_wr, T, BS, GS, RS, US, CS):
     """Earliest RD (is_wr=0), WR (1) or MACSB (2) to bank k (row assumed open)."""
-    B = T[T_B]
-    NB = T[T_G] * B
-    g = k // B
-    r = k // NB
-    u = r // T[T_R]
-    ch = u // T[T_P]
+    g = BS[k, B_G]
+    r = BS[k, B_R]
+    u = BS[k, B_U]
+    ch = BS[k, B_CH]
     if is_wr == 1:
         t = BS[k, B_WR]
         if GS[g, G_WR] > t:
@@ -256,7 +260,7 @@ def earliest_col(k, is_wr, T, BS, GS, RS, US, CS):
     return t
 
 
-@njit(cache=True)
+@hot
 def col_spacing(is_wr, T):
     sp = T[T_CCDL]
     if is_wr == 2:
@@ -267,15 +271,13 @@ def col_spacing(is_wr, T):
     return sp
 
 
-@njit(cache=True)
+@hot
 def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
     """Commit m column ops to bank k, the first at t, spaced by col_spacing (same bank)."""
-    B = T[T_B]
-    NB = T[T_G] * B
-    g = k // B
-    r = k // NB
-    u = r // T[T_R]
-    ch = u // T[T_P]
+    g = BS[k, B_G]
+    r = BS[k, B_R]
+    u = BS[k, B_U]
+    ch = BS[k, B_CH]
     tl = t + (m - 1) * col_spacing(is_wr, T)
     if is_wr == 1:
         v = tl + T[T_CCDL]
@@ -323,14 +325,14 @@ def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
     CS[ch, T[T_COLBUS]] = tl + 1
 
 
-@njit(cache=True)
+@hot
 def due_of(r, T, RS):
     if T[T_REFMODE] == 0:
         return 1 << 62
     return RS[r, R_DUE]
 
 
-@njit(cache=True)
+@hot
 def prim_pre(k, T, BS, GS, RS, CS, ST):
     """Explicit/implicit PRE of bank k (no-op if closed)."""
     NB = T[T_G] * T[T_B]
@@ -347,7 +349,7 @@ def prim_pre(k, T, BS, GS, RS, CS, ST):
         return
 
 
-@njit(cache=True)
+@hot
 def prim_act(k, row, arrival, T, BS, GS, RS, CS, ST):
     """ACT bank k to row (precharging an open bank first)."""
     NB = T[T_G] * T[T_B]
@@ -366,7 +368,7 @@ def prim_act(k, row, arrival, T, BS, GS, RS, CS, ST):
         return
 
 
-@njit(cache=True)
+@hot
 def prim_col(k, row, is_wr, n, flags, arrival, T, BS, GS, RS, US, CS, ST):
     """n column ops (RD=0, WR=1, MACSB=2) to (bank k, row): implicit PRE/ACT, closed-form bursts between refreshes."""
     NB = T[T_G] * T[T_B]
@@ -407,7 +409,7 @@ def prim_col(k, row, is_wr, n, flags, arrival, T, BS, GS, RS, US, CS, ST):
 
 # ============================================================== scopes (all-bank / bank-group ops)
 
-@njit(cache=True)
+@hot
 def make_scope(ch, pch, rank, bg, bank, T, banks, ranks, bgs, pcs):
     """Fill index lists of the scope (-1 = all at that level); returns (n_banks, n_ranks, n_bgs, n_pcs)."""
     P, R, G, B = T[T_P], T[T_R], T[T_G], T[T_B]
@@ -437,7 +439,7 @@ def make_scope(ch, pch, rank, bg, bank, T, banks, ranks, bgs, pcs):
     return nb, nr, ng, npc
 
 
-@njit(cache=True)
+@hot
 def scope_due(nr, ranks, T, RS):
     """Index into ranks[] of the rank with the smallest refresh due, and that due."""
     best = 0
@@ -450,7 +452,7 @@ def scope_due(nr, ranks, T, RS):
     return best, d
 
 
-@njit(cache=True)
+@hot
 def prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST):
     """PREA over the scope banks (no-op if all closed)."""
     while True:
@@ -482,7 +484,7 @@ def prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST):
         return
 
 
-@njit(cache=True)
+@hot
 def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS, RS, CS, ST):
     """ACTAB (bgmode=0: no tRRD/tFAW) or ACTBG (bgmode=1: tRRD_S/L + tFAW, one ACT per BG) over the scope."""
     anyopen = False
@@ -543,7 +545,7 @@ def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS
     ST[ch, S_ACTCMD] += 1
 
 
-@njit(cache=True)
+@hot
 def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
               T, BS, GS, RS, US, CS, ST):
     """MACAB (bgmode=0, spacing nCCDAB per pseudo-channel) or MACBG (bgmode=1, nCCD_L/nCCD_S) x n."""
@@ -635,7 +637,7 @@ def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs,
 
 # ============================================================== the record walker
 
-@njit(cache=True)
+@hot
 def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, GS, RS, US, CS, ST, scratch):
     """Walk command records in order. Record arrays are plain numpy arrays (see API.md)."""
     P, R, G, B = T[T_P], T[T_R], T[T_G], T[T_B]
@@ -731,7 +733,7 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
     return 0
 
 
-@njit(cache=True)
+@hot
 def tail_refreshes(T, RS, CS, ST):
     """Count (for energy only) refreshes that fall in idle time up to each channel's end."""
     if T[T_REFMODE] == 0:
@@ -752,3 +754,14 @@ def tail_refreshes(T, RS, CS, ST):
             else:
                 ST[ch, S_REF] += nref
                 ST[ch, S_REFBANKCYC] += nref * T[T_RFC] * T[T_G] * T[T_B]
+
+
+# Numba-IR inlined copies of the per-command primitives for the request scheduler's hot loop (sched.py): a
+# Numba call passes every array as ~7 scalars on the stack and is not inlined by LLVM, which dominated there.
+earliest_act_i = inline(earliest_act.py_func)
+earliest_pre_i = inline(earliest_pre.py_func)
+earliest_col_i = inline(earliest_col.py_func)
+commit_act_i = inline(commit_act.py_func)
+commit_pre_i = inline(commit_pre.py_func)
+commit_col_i = inline(commit_col.py_func)
+auto_pre_i = inline(auto_pre.py_func)
