@@ -1,6 +1,6 @@
 """GPU device model: tile/wave-quantised compute + bytes-dependent HBM efficiency + kernel overheads.
 
-Per row (one repeat), after /work/shared/reference/gpu_calibration.md §7:
+Per row (one repeat), after shared/reference/gpu_calibration.md §7:
 
 * ``matmul``: ``t = t_kernel + smax(t_compute, t_memory)`` (p-norm smooth max, ``overlap_p``; fitted per GPU,
   see the preset YAMLs; ``overlap_p: .inf`` gives the plain max).

@@ -1,6 +1,6 @@
 """Model zoo, HF config loader and parameter / KV-size hand calculations.
 
-Published numbers: /work/shared/reference/models.md §1 (dims, derived KV sizes per token) and
+Published numbers: shared/reference/models.md §1 (dims, derived KV sizes per token) and
 the task brief's published model sizes (Llama-2 paper arXiv 2307.09288: 7B / 70B; GPT-3 paper
 arXiv 2005.14165 Table 2.1: 175.0B; Mixtral paper arXiv 2401.04088: 46.7B total).
 """
