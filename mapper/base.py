@@ -152,3 +152,58 @@ def model_totals(trace, added: np.ndarray | None = None) -> dict[str, float]:
     if added is not None:
         keep &= ~added
     return {c: float(np.sum(trace[c][keep] * trace["count"][keep])) for c in MODEL_COLUMNS}
+
+
+def check_options(options: dict, allowed: dict, policy: str) -> dict:
+    bad = sorted(set(options) - set(allowed))
+    if bad:
+        raise ConfigError(f"unknown option(s) {', '.join(bad)} for policy {policy} (known: {', '.join(allowed)})",
+                          key="mapper.options")
+    return {**allowed, **options}
+
+
+def pim_pair(system, policy: str):
+    """(gpu role, pim role, link device id) with the PIM pool matched to the TP ranks."""
+    gpu = role_of_kind(system, "gpu", "npu")
+    pim = role_of_kind(system, "pim")
+    if gpu is None or pim is None:
+        raise ConfigError(f"policy {policy} needs a gpu/npu pool and a pim pool (have: "
+                          f"{', '.join(f'{r}: {p.model.kind}' for r, p in system.pools.items())})", key="devices")
+    tp = system.spec.parallelism.tp
+    if system.pools[pim].count != tp * system.spec.parallelism.replicas:
+        raise ConfigError(f"policy {policy} pairs each tensor-parallel rank with one PIM device: expected "
+                          f"{tp * system.spec.parallelism.replicas} PIM devices, got {system.pools[pim].count}",
+                          key=f"devices.{pim}.count")
+    return gpu, pim, "link:" + link_name_between(system, gpu, pim)
+
+
+def attention_io_rows(trace, act_bytes: float) -> tuple[dict, dict]:
+    """Transfer rows around each attention block: q + the new token's K/V in, the output back.
+
+    Returns (before, after) insert maps for ``insert_rows``.
+    """
+    meta, cls, grp = trace.meta, trace["cls"], trace["layer_group"]
+    b = float(np.sum(trace.query_tokens))
+    q_bytes = b * meta["heads_per_rank"] * meta.get("attn_score_dim", meta["head_dim"]) * act_bytes
+    o_bytes = b * meta["heads_per_rank"] * meta.get("attn_context_dim", meta["head_dim"]) * act_bytes
+    before, after = {}, {}
+    for i in np.nonzero(cls == "attn_score")[0]:
+        same = (grp == grp[i]) & np.isin(cls, ATTENTION_CLASSES)
+        kv_new = float(np.sum(trace["kv_write_bytes"][same]))
+        like = {"layer_group": grp[i], "count": trace["count"][i]}
+        before[int(i)] = [transfer_row("pim_send_q_kv", like, q_bytes + kv_new)]
+    for j in np.nonzero(cls == "attn_context")[0]:
+        like = {"layer_group": grp[j], "count": trace["count"][j]}
+        after[int(j)] = [transfer_row("pim_recv_out", like, o_bytes)]
+    return before, after
+
+
+def kv_writeback_rows(trace) -> dict:
+    """After each prefill attention block: write the prompt's K/V into the PIM stacks."""
+    cls, grp = trace["cls"], trace["layer_group"]
+    after = {}
+    for j in np.nonzero(cls == "attn_context")[0]:
+        same = (grp == grp[j]) & np.isin(cls, ATTENTION_CLASSES)
+        like = {"layer_group": grp[j], "count": trace["count"][j]}
+        after[int(j)] = [transfer_row("pim_write_kv", like, float(np.sum(trace["kv_write_bytes"][same])))]
+    return after

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.mapper.attacc import check_options, kv_writeback_rows
-from attnsim.mapper.base import MemoryPlacement, Plan, insert_rows, link_name_between, register, role_of_kind
+from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_rows, kv_writeback_rows,
+                                 link_name_between, register, role_of_kind)
 
 OPTIONS = {"prefill_on_gpu": True}
 

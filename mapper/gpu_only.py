@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.mapper.base import MemoryPlacement, Plan, register
-
-
-def compute_role(system) -> str:
-    """The pool that runs GEMMs: the first pool of kind gpu/npu."""
-    for role, pool in system.pools.items():
-        if pool.model.kind in ("gpu", "npu"):
-            return role
-    return next(iter(system.pools))
+from attnsim.mapper.base import MemoryPlacement, Plan, register, role_of_kind
 
 
 @register("gpu_only")
 def plan_gpu_only(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     """``model_bytes``: {'weights': total weight bytes, 'kv': total KV bytes at the largest context,
     'kv_per_rank': KV bytes one TP rank holds (KV heads replicate when fewer than tp)}."""
-    role = compute_role(system)
+    role = role_of_kind(system, "gpu", "npu") or next(iter(system.pools))
     tp = system.spec.parallelism.tp
     cls = trace["cls"]
     device = np.where(cls == "allreduce", "link", role).astype(object)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.mapper.attacc import attention_io_rows, check_options, kv_writeback_rows, pim_pair
-from attnsim.mapper.base import ATTENTION_CLASSES, MemoryPlacement, Plan, insert_rows, register
+from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
+                                 insert_rows, kv_writeback_rows, pim_pair, register)
 from attnsim.workloads.model import DTYPE_BYTES
 
 OPTIONS = {"dual_row_buffer": True, "subbatches": 2}

@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.mapper.attacc import check_options
-from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, insert_rows, link_name_between,
-                                 register, role_of_kind, transfer_row)
+from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
+                                 link_name_between, register, role_of_kind, transfer_row)
 
 OPTIONS = {"topk_fraction": 1.0, "offload_weights": False, "overlap": True}
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.mapper.attacc import check_options, kv_writeback_rows, pim_pair
-from attnsim.mapper.base import ATTENTION_CLASSES, MemoryPlacement, Plan, insert_rows, register, transfer_row
+from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
+                                 kv_writeback_rows, pim_pair, register, transfer_row)
 from attnsim.workloads.model import DTYPE_BYTES
 from attnsim.workloads.optrace import OpTrace
 
