@@ -220,12 +220,14 @@ class PIMDevice:
 
     # ------------------------------------------------------------ ops
     def _streams(self, trace, i: int) -> bool:
-        """Rows a decoupled near-memory accelerator runs as a roofline over the device's internal
-        bandwidth instead of lowering: element-wise ops and embeddings, and in prefill the
-        attention (AiM/CENT) or everything (CXL-PNM's matrix unit)."""
+        """Rows run as a roofline over the device's internal bandwidth and peak FLOP/s instead of
+        lowering: element-wise ops and embeddings, and every prefill row (CXL-PNM's matrix unit;
+        AiM's bank MACs, where prefill GEMMs are compute-bound)."""
         cls = str(trace.cols["cls"][i])
-        if self.spec.isa == "aim":  # CENT: element-wise and prefill attention on the controller's vector units
-            return cls in ("elementwise", "embedding") or (trace.phase == "prefill" and cls != "matmul")
+        if self.spec.isa == "aim":  # CENT: element-wise ops on the controller's vector units; prefill
+            # (compute-bound GEMMs on the bank MACs) as a roofline over the banks' MAC rate and bandwidth
+            # rather than millions of lowered MAC16 records
+            return cls in ("elementwise", "embedding") or trace.phase == "prefill"
         if self.spec.isa != "cxl_pnm":
             return False
         return cls in ("elementwise", "embedding") or trace.phase == "prefill"
