@@ -43,6 +43,8 @@ def test_run_json_contract_and_show_roundtrip(tmp_path, capsys):
         assert np.isclose(vb["throughput_ratio"], r["metrics"]["tokens_per_s"] / base["metrics"]["tokens_per_s"])
         assert np.isclose(vb["energy_efficiency_ratio"], base["metrics"]["energy_per_token_j"] / r["metrics"]["energy_per_token_j"])
     h5 = out / "results.h5"
+    for fig in ("latency_by_device", "energy_breakdown"):  # summary figures beside the results
+        assert (out / f"{fig}.pdf").read_bytes()[:4] == b"%PDF" and (out / f"{fig}.png").stat().st_size > 1000
     with h5py.File(h5) as f:
         assert "resolved_config" in f.attrs and f["runs"].shape == (3,)
         assert "llama2-70b" in f.attrs["resolved_config"]
