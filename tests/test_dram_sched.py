@@ -1,4 +1,5 @@
-"""Fast FR-FCFS scheduler == reference queue scan; steady-state extrapolation error; window-period detection."""
+"""Fast FR-FCFS schedulers (flat min-scan, heap) == reference queue scan; steady-state extrapolation error;
+window-period detection."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -17,8 +18,9 @@ def _short_refresh(name):
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), name=st.sampled_from(["hbm3_6400", "lpddr5_6400", "ddr5_4800", "hbm2_2000"]),
        page=st.sampled_from(["open", "closed"]), mode=st.sampled_from(["ab", "pb", "none"]),
-       span_bits=st.sampled_from([8, 14, 22]), gap=st.sampled_from([0, 4, 40]))
-def test_fast_scheduler_issues_exactly_the_scan_order(seed, name, page, mode, span_bits, gap):
+       span_bits=st.sampled_from([8, 14, 22]), gap=st.sampled_from([0, 4, 40]),
+       sched=st.sampled_from(["fast", "heap"]))
+def test_fast_scheduler_issues_exactly_the_scan_order(seed, name, page, mode, span_bits, gap, sched):
     """Same commands in the same order at the same cycles (REF records included), same statistics."""
     spec = _short_refresh(name)
     rng = np.random.default_rng(seed)
@@ -27,11 +29,34 @@ def test_fast_scheduler_issues_exactly_the_scan_order(seed, name, page, mode, sp
     w = rng.random(n) < rng.random()
     arr = np.cumsum(rng.integers(0, gap + 1, n))
     kw = dict(page=page, queue=int(rng.integers(1, 40)), refresh=mode, emit=True)
-    a = simulate_requests(spec, addr, w, arr, scheduler="fast", **kw)
+    a = simulate_requests(spec, addr, w, arr, scheduler=sched, **kw)
     b = simulate_requests(spec, addr, w, arr, scheduler="scan", **kw)
     assert np.array_equal(a.commands, b.commands)
     assert a.cycles == b.cycles and a.counts == b.counts
     assert a.mean_latency_cycles == b.mean_latency_cycles
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_flat_scheduler_many_banks_and_far_arrivals(seed):
+    """The flat scheduler's multi-word bank bitmasks (256 banks per channel) and its exact fallback when every
+    candidate lies beyond the key's cycle field (2**25 cycles; arrival gaps of 2**26, refresh off there to keep
+    the test short) still give the scan's order."""
+    spec = _short_refresh("hbm3_6400")
+    if seed % 2:
+        spec = spec.model_copy(update=dict(org=spec.org.model_copy(update=dict(ranks=4, bank_groups=8))))
+        assert spec.banks_per_channel == 256
+    far = seed % 4 >= 2
+    rng = np.random.default_rng(seed)
+    n = 400
+    addr = rng.integers(0, 1 << 24, n) * spec.org.burst_bytes
+    w = rng.random(n) < 0.4
+    arr = np.cumsum(rng.integers(0, 8, n) + (rng.random(n) < 0.02) * (1 << (26 if far else 12)))
+    kw = dict(queue=int(rng.integers(8, 40)), refresh="none" if far else "ab", emit=True)
+    a = simulate_requests(spec, addr, w, arr, scheduler="fast", **kw)
+    b = simulate_requests(spec, addr, w, arr, scheduler="scan", **kw)
+    assert np.array_equal(a.commands, b.commands)
+    assert a.cycles == b.cycles and a.counts == b.counts
+    assert a.cycles > (1 << 26) or not far
 
 
 def test_fast_scheduler_equals_scan_on_long_random_streams_all_channels():
@@ -40,11 +65,13 @@ def test_fast_scheduler_equals_scan_on_long_random_streams_all_channels():
     n = 20_000
     addr = rng.integers(0, spec.capacity_bytes // 32, n) * 32
     w = rng.random(n) < 0.3
-    a = simulate_requests(spec, addr, w)
     b = simulate_requests(spec, addr, w, scheduler="scan")
-    assert (a.cycles, a.row_hits, a.row_misses, a.row_conflicts) == (b.cycles, b.row_hits, b.row_misses,
-                                                                      b.row_conflicts)
-    assert np.array_equal(a.cycles_per_channel, b.cycles_per_channel)
+    for sched in ("fast", "heap"):
+        a = simulate_requests(spec, addr, w, scheduler=sched)
+        assert (a.cycles, a.row_hits, a.row_misses, a.row_conflicts) == (b.cycles, b.row_hits, b.row_misses,
+                                                                          b.row_conflicts)
+        assert np.array_equal(a.cycles_per_channel, b.cycles_per_channel)
+        assert a.energy_j == b.energy_j and a.mean_latency_cycles == b.mean_latency_cycles
 
 
 def _same_bank_stride(spec):

@@ -20,6 +20,7 @@ from attnsim.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
+from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
 from attnsim.hwmodels.dram.sched import ctrl_kernel_fast
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
@@ -209,6 +210,20 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     return ne
 
 
+@njit(cache=True)
+def _by_channel(order, k, row, w, arr):
+    """The request arrays permuted into channel order (one pass)."""
+    n = order.shape[0]
+    k2, row2, w2, arr2 = np.empty(n, k.dtype), np.empty(n, row.dtype), np.empty(n, w.dtype), np.empty(n, arr.dtype)
+    for j in range(n):
+        i = order[j]
+        k2[j] = k[i]
+        row2[j] = row[i]
+        w2[j] = w[i]
+        arr2[j] = arr[i]
+    return k2, row2, w2, arr2
+
+
 @dataclass
 class RequestResult(CommandResult):
     requests: int = 0
@@ -246,7 +261,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
                       steady_windows: int = steady.DEFAULT_WINDOWS) -> RequestResult:
     """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival.
 
-    ``scheduler``: "fast" (per-bank FIFOs + heap, sched.py) or "scan" (reference queue scan; same results).
+    ``scheduler``: "fast" (exact per-bank candidate keys + one min-scan per command, flat.py), "heap" (per-bank
+    FIFOs + lazy heap, sched.py) or "scan" (reference queue scan); all three give the same results.
     ``extrapolate``: on a periodic stream (steady.is_periodic), simulate ``steady_windows`` refresh windows per
     channel and extrapolate the rest (steady.py); ignored otherwise (``.extrapolated`` says which was used)."""
     spec = load_dram_spec(spec)
@@ -263,8 +279,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         raise ConfigError(f"expected open or closed, got {page!r}", key="page")
     if not isinstance(queue, (int, np.integer)) or queue < 1:
         raise ConfigError(f"expected a positive integer, got {queue!r}", key="queue")
-    if scheduler not in ("fast", "scan"):
-        raise ConfigError(f"expected fast or scan, got {scheduler!r}", key="scheduler")
+    if scheduler not in ("fast", "heap", "scan"):
+        raise ConfigError(f"expected fast, heap or scan, got {scheduler!r}", key="scheduler")
     refresh = spec.default_refresh if refresh is None else refresh
     T = timing_vector(spec, refresh)
     ch, k, row = decode(spec, addr, mapping)
@@ -279,8 +295,13 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         mult[0] = n_ch
         present = np.zeros(n_ch, bool)
         present[0] = True
-    periodic = (extrapolate and not emit and scheduler == "fast" and steady_windows >= 8
+    if scheduler == "fast" and (n >= AGE_LIMIT or spec.banks_per_channel > MAX_BANKS):
+        scheduler = "heap"  # beyond the flat scheduler's key fields (flat.py)
+    periodic = (extrapolate and not emit and scheduler != "scan" and steady_windows >= 8
                 and steady.is_periodic(addr, w, arr))
+    if n > 1 and n_ch > 1:  # channel-contiguous copies: the scheduler then reads the stream sequentially
+        k, row, w, arr = _by_channel(order, k, row, w, arr)
+        order = np.arange(n, dtype=np.int64)
     qcap = int(queue) * spec.org.pseudo_channels
     cap = 3 * n + 64 if emit else 0
     wall = 0.0
@@ -301,8 +322,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
             ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
                                   CS, ST, LAT, E)
         else:
-            ne = ctrl_kernel_fast(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
-                                  CS, ST, LAT, E, -1, win, maxw, WN, WR, WS, WL, WF)
+            kern = ctrl_kernel_flat if scheduler == "fast" else ctrl_kernel_fast
+            ne = kern(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
+                      CS, ST, LAT, E, -1, win, maxw, WN, WR, WS, WL, WF)
         info = None
         if periodic and np.any(WN >= 0):
             info = _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w[0], arr[0], ST, CS, RS, LAT)
