@@ -32,6 +32,9 @@ class LinkSpec(Schema):
     energy_pj_per_bit: float = Field(ge=0)
     efficiency: float = Field(1.0, gt=0, le=1, description="achieved fraction of the raw bandwidth")
     static_power_w: float = Field(0.0, ge=0)
+    # latency term of an all-reduce: ring = 2(n-1) latency steps (NCCL ring); tree = 2 ceil(log2 n) steps
+    # (double binary tree / NVLS-like, for small messages). The bandwidth term is 2(n-1)/n x bytes either way.
+    allreduce: Literal["ring", "tree"] = "ring"
 
 
 class LinkModel:
@@ -72,13 +75,19 @@ class LinkModel:
     def transfer_energy_j(self, nbytes) -> np.ndarray:
         return np.asarray(nbytes, dtype=np.float64) * 8.0 * self.spec.energy_pj_per_bit * 1e-12
 
+    def latency_steps(self, n):
+        """Latency steps of one all-reduce over ``n`` ranks (``allreduce``: ring or tree)."""
+        n = np.asarray(n, dtype=np.float64)
+        if self.spec.allreduce == "tree":
+            return 2.0 * np.ceil(np.log2(np.maximum(n, 1.0)))
+        return 2.0 * (n - 1.0)
+
     def allreduce_time_s(self, bytes_per_rank, n_ranks) -> np.ndarray:
         """Ring all-reduce of ``bytes_per_rank`` (the tensor size on each rank) over ``n_ranks``."""
         s = np.asarray(bytes_per_rank, dtype=np.float64)
         n = np.asarray(n_ranks, dtype=np.float64)
-        steps = 2.0 * (n - 1.0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            t = steps / n * s / self.bandwidth_bytes_per_s + steps * self.latency_s
+            t = 2.0 * (n - 1.0) / n * s / self.bandwidth_bytes_per_s + self.latency_steps(n) * self.latency_s
         return np.where(n > 1, t, 0.0)
 
     def allreduce_energy_j(self, bytes_per_rank, n_ranks) -> np.ndarray:
@@ -94,8 +103,7 @@ class LinkModel:
         comm = np.where(cls == "allreduce", raw, 0.0)
         n = int(getattr(trace, "tp", 1) or 1)
         if n > 1:
-            steps = 2.0 * (n - 1)
-            time_s = comm / self.bandwidth_bytes_per_s + np.where(comm > 0, steps * self.latency_s, 0.0)
+            time_s = comm / self.bandwidth_bytes_per_s + np.where(comm > 0, self.latency_steps(n) * self.latency_s, 0.0)
         else:
             time_s = np.zeros(len(rows))
         total_bytes = comm * n if n > 1 else np.zeros(len(rows))

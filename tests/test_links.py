@@ -84,3 +84,13 @@ def test_bad_link_config():
         registry.build(dict(data, efficiency=1.2), file="l.yaml")
     with pytest.raises(ConfigError, match="l.yaml: latency_us"):
         registry.build(dict(data, latency_us=-1.0), file="l.yaml")
+
+
+def test_tree_allreduce_latency_grows_logarithmically():
+    from attnsim.hwmodels.links import LinkModel, LinkSpec
+    ring = LinkModel(LinkSpec(name="r", bandwidth_gbps=100, latency_us=2.0, energy_pj_per_bit=1.0))
+    tree = LinkModel(LinkSpec(name="t", bandwidth_gbps=100, latency_us=2.0, energy_pj_per_bit=1.0, allreduce="tree"))
+    for n, ring_steps, tree_steps in ((2, 2, 2), (8, 14, 6), (16, 30, 8)):
+        bw = 2 * (n - 1) / n * 1e6 / 100e9
+        assert float(ring.allreduce_time_s(1e6, n)) == pytest.approx(bw + ring_steps * 2e-6)
+        assert float(tree.allreduce_time_s(1e6, n)) == pytest.approx(bw + tree_steps * 2e-6)
