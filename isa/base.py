@@ -27,7 +27,7 @@ a label. Every error is an :class:`attnsim.config.ConfigError` naming the file a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 

@@ -121,10 +121,20 @@ def record_row(rec: dict) -> dict:
     return row
 
 
+class JournalChanged(RuntimeError):
+    """A journal segment was folded and deleted by a running writer while being read."""
+
+
 def read_journal(path: Path) -> Iterator[tuple[Path, dict]]:
-    """Yield (segment, record) for every complete record of a store's journal; torn lines are dropped."""
+    """Yield (segment, record) for every complete record of a store's journal; torn lines are dropped.
+
+    Raises JournalChanged if a listed segment disappears (a concurrent fold): re-read the store."""
     for seg in sorted(journal_dir(path).glob("seg-*.jsonl")):
-        with open(seg, "rb") as fh:
+        try:
+            fh = open(seg, "rb")
+        except FileNotFoundError:
+            raise JournalChanged(str(seg)) from None
+        with fh:
             for line in fh:
                 if not line.endswith(b"\n"):
                     break  # torn by a kill: the point was in flight
@@ -248,8 +258,7 @@ def _write_attrs(f: h5py.File, meta: dict) -> None:
         f.attrs[k] = v if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
 
-def fold_into(path: Path, records: Iterable[dict], meta: dict, param_kinds: dict, skip_keys: Optional[set] = None,
-              sort_by_index: bool = False) -> int:
+def fold_into(path: Path, records: Iterable[dict], meta: dict, param_kinds: dict, skip_keys: Optional[set] = None) -> int:
     """Atomically produce ``path`` = old contents + ``records`` (keys already present skipped).
 
     Returns the number of records appended. The live file is never modified in place.
@@ -454,6 +463,15 @@ class Store:
         self.path = Path(path)
         if not self.path.exists() and not journal_dir(self.path).is_dir():
             raise ConfigError("file not found", file=self.path)
+        # a running sweep may fold journal segments into the HDF5 between our two reads: start over
+        for _ in range(20):
+            try:
+                return self._load()
+            except JournalChanged:
+                time.sleep(0.01)
+        self._load()
+
+    def _load(self) -> None:
         self.attrs: dict = {}
         self._cols: dict[str, np.ndarray] = {}
         self._bd: dict[str, np.ndarray] = {}

@@ -113,7 +113,7 @@ class EccScheme:
             due = det if self.reports_due else 0.0
             sdc = sil + (0.0 if self.reports_due else det)
             if not self.reports_due:
-                sil_bits += _symbol_bits_given(self, p, detected=True)
+                sil_bits += _detected_symbol_bits(self, p)
             # silent erroneous bits per codeword, a fraction k/n of them in data bits
             return EccOutcome(c0, cor, due, sdc, sil_bits / self.n_bits, due)
         return _two_level_outcome(self, p)
@@ -235,7 +235,9 @@ def _symbol_chunk(s: EccScheme, p: float):
     return c0, cor, det, sil, sil_bits
 
 
-def _symbol_bits_given(s: EccScheme, p: float, detected: bool) -> float:
+def _detected_symbol_bits(s: EccScheme, p: float) -> float:
+    """Expected erroneous bits per codeword in patterns the code detects but does not correct (they turn
+    silent when the code cannot report a DUE, as on-die codes)."""
     pmf, q = _symbol_pmf(s, p)
     fm = s.miscorrect_fraction()
     j = np.arange(pmf.size)
