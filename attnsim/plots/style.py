@@ -66,7 +66,9 @@ def save(fig, out: str | Path, dpi: int = 300) -> list[Path]:
     else:
         paths.append(out.with_suffix(".pdf"))
     for p in paths:
-        fig.savefig(p, dpi=dpi)
+        # no creation date / software stamp: the same results give byte-identical figures
+        meta = {"CreationDate": None} if p.suffix == ".pdf" else ({"Date": None} if p.suffix == ".svg" else {"Software": None})
+        fig.savefig(p, dpi=dpi, metadata=meta)
     return paths
 
 
