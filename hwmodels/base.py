@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+from pydantic import Field
+
+from attnsim.config import Schema
 
 # Energy components used in every breakdown (joules). Devices fill the ones they have.
 ENERGY_COMPONENTS = (
@@ -64,3 +67,19 @@ class DeviceModel(Protocol):
     def static_power_w(self) -> float: ...  # power drawn whatever it does (idle)
 
     def cost(self, trace, rows: np.ndarray) -> OpCost: ...  # rows: integer indices into trace
+
+
+class HBMEnergySpec(Schema):
+    """Per-bit energy of a device's own DRAM (HBM) traffic, split like the FGDRAM / AttAcc table
+    (shared/reference/pim_dram.md b.1): row activation, cell array + column path, TSV/PHY/interposer I/O."""
+
+    dram_activate_pj_per_bit: float = Field(ge=0)
+    dram_read_write_pj_per_bit: float = Field(ge=0)
+    dram_io_pj_per_bit: float = Field(ge=0)
+
+    def dram_energy_j(self, nbytes) -> dict:
+        """Energy components (J) of moving ``nbytes`` (array) to or from the device's DRAM."""
+        bits = np.asarray(nbytes, dtype=np.float64) * 8.0
+        return {"dram_activate": bits * self.dram_activate_pj_per_bit * 1e-12,
+                "dram_read_write": bits * self.dram_read_write_pj_per_bit * 1e-12,
+                "dram_io": bits * self.dram_io_pj_per_bit * 1e-12}

@@ -40,12 +40,11 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsim.config import Schema
 from attnsim.hwmodels import registry
-from attnsim.hwmodels.base import OpCost
-
-BITS_PER_BYTE = 8.0
+from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 
 
-class GPUSpec(Schema):
+
+class GPUSpec(HBMEnergySpec):
     """One GPU (hardware YAML with ``kind: gpu``). Units are in the key names."""
 
     kind: Literal["gpu"] = "gpu"
@@ -87,9 +86,6 @@ class GPUSpec(Schema):
     attn_compute_eta_unfused: float = Field(gt=0, le=1)
     attn_compute_eta_fused: float = Field(gt=0, le=1)
     # --- energy
-    dram_activate_pj_per_bit: float = Field(ge=0)
-    dram_read_write_pj_per_bit: float = Field(ge=0)
-    dram_io_pj_per_bit: float = Field(ge=0)
     l2_pj_per_byte: float = Field(ge=0)
     l1_pj_per_byte: float = Field(ge=0)
     compute_pj_per_flop: float = Field(ge=0)
@@ -237,11 +233,8 @@ class GPUModel:
         bound[t_ovh > t_body] = "overhead"
         bound[ar] = "link"
 
-        bits = hbm_bytes * BITS_PER_BYTE
         energy = {
-            "dram_activate": bits * s.dram_activate_pj_per_bit * 1e-12,
-            "dram_read_write": bits * s.dram_read_write_pj_per_bit * 1e-12,
-            "dram_io": bits * s.dram_io_pj_per_bit * 1e-12,
+            **s.dram_energy_j(hbm_bytes),
             "sram": hbm_bytes * (s.l2_pj_per_byte + s.l1_pj_per_byte) * 1e-12,
             "compute": dyn_flops * s.compute_pj_per_flop * 1e-12,
         }

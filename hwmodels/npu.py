@@ -24,10 +24,10 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsim.config import Schema
 from attnsim.hwmodels import registry
-from attnsim.hwmodels.base import OpCost
+from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 
 
-class NPUSpec(Schema):
+class NPUSpec(HBMEnergySpec):
     """One NPU (hardware YAML with ``kind: npu``)."""
 
     kind: Literal["npu"] = "npu"
@@ -49,9 +49,6 @@ class NPUSpec(Schema):
     mac_pj: float = Field(ge=0, description="energy per MAC")
     vector_pj_per_op: float = Field(ge=0)
     sram_pj_per_byte: float = Field(ge=0)
-    dram_activate_pj_per_bit: float = Field(ge=0)
-    dram_read_write_pj_per_bit: float = Field(ge=0)
-    dram_io_pj_per_bit: float = Field(ge=0)
 
 
 def _ceil_div(a, b):
@@ -146,13 +143,10 @@ class NPUModel:
         sa = mm | score | ctx
         macs = np.where(sa, flops / 2.0, 0.0)
         vec_ops = np.where(vec, flops, 0.0)
-        bits = nbytes * 8.0
         energy = {
             "compute": (macs * s.mac_pj + vec_ops * s.vector_pj_per_op) * 1e-12,
             "sram": nbytes * s.sram_pj_per_byte * 1e-12,  # every HBM byte lands in the scratchpad once
-            "dram_activate": bits * s.dram_activate_pj_per_bit * 1e-12,
-            "dram_read_write": bits * s.dram_read_write_pj_per_bit * 1e-12,
-            "dram_io": bits * s.dram_io_pj_per_bit * 1e-12,
+            **s.dram_energy_j(nbytes),
         }
         return OpCost(time_s=time_s, energy_j=energy, bytes_by_level={"hbm": nbytes},
                       flops=np.where(ar, 0.0, flops), bound=bound.astype(str))
