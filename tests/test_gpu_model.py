@@ -301,8 +301,10 @@ def test_gemv_flat_until_ridge_then_grows(name, n, k):
     assert np.all(t <= t[0] * 1.10), t  # weight streaming dominates far below the ridge point
     big = int(8 * ridge)
     t_big, t_big2 = cost_rows(g, [mm_row(big, k, n), mm_row(2 * big, k, n)]).time_s
-    # beyond the ridge, time grows ~linearly with M: doubling M from w >= 2 waves needs >= 2w - 1 waves (>= 1.5x)
-    assert t_big > 2 * t[0] and t_big2 > 1.45 * t_big
+    # beyond the ridge, time grows ~linearly with M: doubling M from w >= 2 waves needs >= 2w - 1 waves of
+    # one tile shape (>= 1.5x); the fastest-tile choice may switch to a shape with fuller waves, which hypothesis
+    # showed can bring the ratio down to ~1.33 (h100_sxm, N 3584, K 2048), so hold it to 1.25
+    assert t_big > 2 * t[0] and t_big2 > 1.25 * t_big
     # monotone in M
     m_all = np.unique(np.geomspace(1, 4 * big, 40).astype(int))
     t_all = cost_rows(g, [mm_row(int(m), k, n) for m in m_all]).time_s
