@@ -48,7 +48,8 @@ def git_revision() -> str:
         return "unknown"
 
 
-def _json_default(o):
+def json_default(o):
+    """``json.dumps`` default for numpy scalars and arrays."""
     if isinstance(o, (np.integer,)):
         return int(o)
     if isinstance(o, (np.floating,)):
@@ -59,7 +60,7 @@ def _json_default(o):
 
 
 def dumps(obj, **kw) -> str:
-    return json.dumps(obj, default=_json_default, **kw)
+    return json.dumps(obj, default=json_default, **kw)
 
 
 def _runs_table(docs: list[dict]) -> np.ndarray:

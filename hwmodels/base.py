@@ -30,6 +30,11 @@ ENERGY_COMPONENTS = (
 )
 
 
+def ceil_div(a, b):
+    """Integer ceiling division (numpy arrays or ints)."""
+    return -(-a // b)
+
+
 @dataclass
 class OpCost:
     """Time, energy and traffic of ops on one device (arrays over selected rows, per repeat)."""

@@ -41,6 +41,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsim.config import Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
+from attnsim.hwmodels.base import ceil_div as _ceil_div
 
 
 
@@ -89,10 +90,6 @@ class GPUSpec(HBMEnergySpec):
     l2_pj_per_byte: float = Field(ge=0)
     l1_pj_per_byte: float = Field(ge=0)
     compute_pj_per_flop: float = Field(ge=0)
-
-
-def _ceil_div(a, b):
-    return -(-a // b)
 
 
 class GPUModel:

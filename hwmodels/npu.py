@@ -25,6 +25,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsim.config import Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
+from attnsim.hwmodels.base import ceil_div as _ceil_div
 
 
 class NPUSpec(HBMEnergySpec):
@@ -49,10 +50,6 @@ class NPUSpec(HBMEnergySpec):
     mac_pj: float = Field(ge=0, description="energy per MAC")
     vector_pj_per_op: float = Field(ge=0)
     sram_pj_per_byte: float = Field(ge=0)
-
-
-def _ceil_div(a, b):
-    return -(-a // b)
 
 
 class NPUModel:

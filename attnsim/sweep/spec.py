@@ -44,6 +44,7 @@ import numpy as np
 import yaml
 from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
+from attnsim.results import json_default as _json_default
 from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
                             set_dotted, validate)
 
@@ -212,16 +213,6 @@ class SweepSpec(Schema):
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON (sorted keys, no spaces) used for hashing and storing configs."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def config_key(tree_dict: dict) -> str:

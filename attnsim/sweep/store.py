@@ -52,6 +52,7 @@ from typing import Iterable, Iterator, Optional
 import h5py
 import numpy as np
 
+from attnsim.results import json_default as _json_default
 from attnsim.config import ConfigError
 
 FORMAT = "attnsim.sweep/1"
@@ -442,16 +443,6 @@ class StoreWriter:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 # ---------------------------------------------------------------- reading
