@@ -99,7 +99,7 @@ def pim(rows=2000, macs=32):
           f"(nCCDAB 6 vs 4: 1.5 without ACT/PRE overhead)")
 
 
-if __name__ == "__main__":
+def main() -> None:
     n_big = 1_000_000 if QUICK else 10_000_000
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime 1/5/15 min) on "
           f"{os.cpu_count()} cores")
@@ -129,3 +129,7 @@ if __name__ == "__main__":
     print("PIM:")
     pim()
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

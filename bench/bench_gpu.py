@@ -1,17 +1,16 @@
-"""Print the GPU model's calibration errors against tests/data/gpu_calibration.yaml (vidur §4.1 tables,
+"""Print the GPU model's calibration errors against configs/validation/gpu_calibration.yaml (vidur §4.1 tables,
 LLMCompass A100 GEMMs, GPT-3 layer) and the model's evaluation speed. Usage: python bench/bench_gpu.py"""
 from __future__ import annotations
 
 import time
-from pathlib import Path
-
 import numpy as np
 import yaml
 
+from attnsim.configs import CONFIG_ROOT
 from attnsim.hwmodels.gpu import load_hardware
 from attnsim.workloads.optrace import OpTrace
 
-DATA = yaml.safe_load((Path(__file__).resolve().parent.parent / "tests" / "data" / "gpu_calibration.yaml").read_text())
+DATA = yaml.safe_load((CONFIG_ROOT / "validation" / "gpu_calibration.yaml").read_text())
 
 
 def mm(m, k, n):
