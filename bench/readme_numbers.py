@@ -1,0 +1,135 @@
+"""Regenerate (or check) the simulated numbers quoted in README.md, so they cannot go stale.
+
+README.md holds blocks between ``<!-- readme-numbers:NAME -->`` and ``<!-- /readme-numbers:NAME -->``;
+each NAME is produced by one generator below from real attnsim runs (simulated quantities only, never
+wall times, so the output is deterministic). tests/test_readme_numbers.py regenerates every block and
+compares it with the README.
+
+    python bench/readme_numbers.py            # rewrite the blocks in README.md
+    python bench/readme_numbers.py --check    # exit 1 and print a diff if README.md is stale
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCK = re.compile(r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /readme-numbers:(?P=name) -->)", re.S)
+
+
+def _serve(experiment: str, sets: list[str] = ()) -> list[dict]:
+    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    return serve_experiment(*load_serving_experiment(experiment, list(sets)))
+
+
+def _lat(m: dict, what: str) -> str:
+    p50, p99 = m[f"{what}_p50"], m[f"{what}_p99"]
+    if what == "tpot":
+        return f"{p50 * 1e3:.1f} / {p99 * 1e3:.1f} ms"
+    if p50 >= 10:
+        return f"{p50:.0f} / {p99:.0f} s"
+    return f"{p50 * 1e3:.0f} / {p99 * 1e3:.0f} ms"
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}".replace("%", " %")
+
+
+def serve_examples() -> str:
+    """The serving examples table (configs/experiments/serve_*.yaml)."""
+    lines = ["| example | variant | req/s | TTFT p50 / p99 | TPOT p50 / p99 | SLO | goodput | note |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def add(example, variant, run, note):
+        m = run["metrics"]
+        lines.append(f"| {example} | {variant} | {m['throughput_rps']:.2f} | {_lat(m, 'ttft')} | {_lat(m, 'tpot')} | "
+                     f"{_pct(m['slo_attainment'])} | {m['goodput_rps']:.2f}/s | {note} |")
+
+    rate5 = ["experiment.serving.trace.rate_per_s=5"]
+    for i, (variant, sets) in enumerate((("paged, 16-token blocks", rate5),
+                                         ("contiguous (prompt + 1024 reserved)", rate5 + ["experiment.serving.kv.layout=contiguous"]))):
+        (run,) = _serve("serve_paging", sets)
+        s = run["serving"]
+        add("`serve_paging` (Llama-2-13B, 1 x H100, 5 req/s*)" if i == 0 else "", variant, run,
+            f"fragmentation {_pct(s['mean_fragmentation'])}, max batch {s['max_batch']}")
+    for i, (variant, sets) in enumerate((("caching on", []), ("off", ["experiment.serving.kv.prefix_caching=false"]))):
+        (run,) = _serve("serve_prefix", sets)
+        s, m = run["serving"], run["metrics"]
+        note = (f"hit rate {_pct(s['prefix_hit_rate'])}, " if s["prefix_hits"] else "") + f"{m['energy_per_request_j']:.0f} J/request"
+        add("`serve_prefix` (Llama-3-8B, 1 x H100, 12 req/s, 90 % share 4 x 1536-token prefixes)" if i == 0 else "",
+            variant, run, note)
+    policies = (("none", "experiment.serving.kv.policy={kind: none}"),
+                ("streaming (4 + 1020)", "experiment.serving.kv.policy={kind: streaming, sink_tokens: 4, window_tokens: 1020}"),
+                ("h2o (256 + 256)", "experiment.serving.kv.policy={kind: h2o, heavy_tokens: 256, recent_tokens: 256}"),
+                ("snapkv (1024)", None),
+                ("quest (1024, pages 16)", "experiment.serving.kv.policy={kind: quest, budget_tokens: 1024, page_tokens: 16}"))
+    for i, (variant, s) in enumerate(policies):
+        (run,) = _serve("serve_eviction", [s] if s else [])
+        acc = run["serving"].get("kv_policy_accuracy")
+        note = "KV full, overloaded" if acc is None else f"attention error {acc['rel_err']:.3f}"
+        if variant.startswith(("h2o", "snapkv")):
+            note += " (optimistic scores)"
+        add("`serve_eviction` (Llama-2-13B, 1 x H100, 4-8k prompts, 1.5 req/s)" if i == 0 else "", variant, run, note)
+    labels = {"a100_hbm3_x8": "A100-HBM3 x8 colocated", "attacc": "AttAcc colocated"}
+    for i, run in enumerate(_serve("serve_disagg")):
+        m = run["metrics"]
+        add("`serve_disagg` (GPT-3 175B, 1 req/s)" if i == 0 else "", labels.get(run["system"], run["system"] + ", NVLink3"),
+            run, ("two systems: " if run.get("disaggregation") else "") + f"{m['energy_per_request_j']:.0f} J/request")
+    return "\n".join(lines) + "\n"
+
+
+def serve_slo_load() -> str:
+    """SLO attainment vs arrival rate on serve_disagg (what ``attnsim serve --slo-vs-load`` plots)."""
+    names = {"a100_hbm3_x8": "A100", "attacc": "AttAcc"}
+    parts = []
+    for rate in (2, 2.5):
+        runs = _serve("serve_disagg", [f"experiment.serving.trace.rate_per_s={rate}",
+                                       "experiment.serving.trace.num_requests=300"])
+        slo = " / ".join(f"{r['metrics']['slo_attainment']:.0%}".replace("%", " %") for r in runs)
+        good = " / ".join(f"{r['metrics']['goodput_rps']:.2f}" for r in runs)
+        who = ", ".join(names.get(r["system"], "disaggregated") for r in runs)
+        parts.append(f"at {rate:g} req/s SLO attainment {slo} ({who}), goodput {good} req/s")
+    return "SLO attainment vs load on `serve_disagg` (300 requests per point): " + "; ".join(parts) + ".\n"
+
+
+GENERATORS = {"serve-examples": serve_examples, "serve-slo-load": serve_slo_load}
+
+
+def render(text: str, names=None) -> str:
+    """``text`` with every block (or those in ``names``) regenerated."""
+    def sub(mt):
+        name = mt.group("name")
+        if names is not None and name not in names:
+            return mt.group(0)
+        if name not in GENERATORS:
+            raise SystemExit(f"error: README.md: readme-numbers:{name}: no generator (have: {', '.join(GENERATORS)})")
+        return mt.group(1) + GENERATORS[name]() + mt.group(4)
+    return BLOCK.sub(sub, text)
+
+
+def blocks(text: str) -> dict[str, str]:
+    return {mt.group("name"): mt.group("body") for mt in BLOCK.finditer(text)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="compare only; exit 1 if README.md is stale")
+    ap.add_argument("names", nargs="*", help="blocks to regenerate (default: all)")
+    args = ap.parse_args()
+    old = README.read_text()
+    new = render(old, set(args.names) or None)
+    if args.check:
+        if new != old:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "README.md", "generated"))
+            sys.exit(1)
+        print("README.md numbers are current")
+        return
+    README.write_text(new)
+    print(f"README.md: {len(blocks(new))} block(s) regenerated")
+
+
+if __name__ == "__main__":
+    main()
