@@ -14,13 +14,16 @@ and are validated the same way as files.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 try:  # installed package
     from attnsim.configs import CONFIG_ROOT
@@ -44,10 +47,152 @@ class ConfigError(ValueError):
         super().__init__(": ".join(parts + [message]))
 
 
-class Schema(BaseModel):
-    """Base of every config schema: unknown keys rejected, values immutable."""
+# ---------------------------------------------------------------- numbers
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+INT_LIMIT = 2 ** 53
+"""Largest magnitude of any integer attnsim accepts from a config, trace or program (2**53 =
+9007199254740992: exact as a float64, far inside int64, so no reader can wrap or overflow)."""
+
+
+def _int_expected(lo: int, hi: int) -> str:
+    def name(v):
+        return "2**53" if v == INT_LIMIT else "-2**53" if v == -INT_LIMIT else str(v)
+    return f"expected an integer in [{name(lo)}, {name(hi)}]"
+
+
+def check_int(value: Any, file: str | os.PathLike | None = None, key: str | None = None,
+              lo: int = -INT_LIMIT, hi: int = INT_LIMIT) -> int:
+    """Return ``value`` as a Python int in ``[lo, hi]``, else raise ConfigError.
+
+    The one integer rule for every reader (configs, request traces, DRAM traces, asm operands):
+    accepts ints, numpy integers, integral finite floats and strings in decimal (or ``0x``/``0o``/
+    ``0b`` with an optional sign, ``_`` separators refused). Booleans are refused. The error is
+    ``"<file>: <key>: expected an integer in [lo, hi], got <value>"``; the default bounds are
+    ``±INT_LIMIT`` (2**53), pass tighter physical limits where a reader has them.
+    """
+    v: Any = value
+    if isinstance(v, (bool, type(None))):
+        v = None
+    elif isinstance(v, numbers.Integral):
+        v = int(v)
+    elif isinstance(v, float):
+        v = int(v) if math.isfinite(v) and v == int(v) else None
+    elif isinstance(v, (str, bytes)):
+        text = (v.decode("utf-8", "replace") if isinstance(v, bytes) else v).strip()
+        v = None
+        if text and "_" not in text and len(text) <= 64:
+            try:
+                v = int(text, 10)
+            except ValueError:
+                try:
+                    v = int(text, 0)
+                except ValueError:
+                    v = None
+    else:
+        v = None
+    if v is None or not lo <= v <= hi:
+        raise ConfigError(f"{_int_expected(lo, hi)}, got {_short_repr(value)}", file=file, key=key)
+    return v
+
+
+def check_float(value: Any, file: str | os.PathLike | None = None, key: str | None = None,
+                lo: float = -math.inf, hi: float = math.inf) -> float:
+    """Return ``value`` as a finite float in ``[lo, hi]``, else raise ConfigError.
+
+    Accepts real numbers (not booleans) and numeric strings; ``inf``/``nan`` (and values such as
+    ``1e999`` that overflow to inf) give ``"expected a finite number, got inf"``.
+    """
+    v: Any = value
+    if isinstance(v, bool):
+        v = None
+    elif isinstance(v, numbers.Real):
+        v = float(v) if not isinstance(v, numbers.Integral) or abs(v) <= 2 ** 1023 else math.inf
+    elif isinstance(v, (str, bytes)):
+        try:
+            v = float(v)
+        except ValueError:
+            v = None
+    else:
+        v = None
+    if v is None:
+        raise ConfigError(f"expected a number, got {_short_repr(value)}", file=file, key=key)
+    if not math.isfinite(v):
+        raise ConfigError(f"expected a finite number, got {_short_repr(v)}", file=file, key=key)
+    if not lo <= v <= hi:
+        raise ConfigError(f"expected a number in [{lo:g}, {hi:g}], got {_short_repr(value)}", file=file, key=key)
+    return v
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # inf, -inf, nan
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def number_problem(value: Any) -> str | None:
+    """The finite-number / integer-bound rule for one value: a message, or None if it is fine."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"expected a finite number, got {value}"
+    if isinstance(value, numbers.Integral):
+        return None if -INT_LIMIT <= value <= INT_LIMIT else f"{_int_expected(-INT_LIMIT, INT_LIMIT)}, got {_short_repr(value)}"
+    if isinstance(value, numbers.Real):  # numpy floats
+        return None if math.isfinite(float(value)) else f"expected a finite number, got {float(value)}"
+    return None
+
+
+def find_bad_number(data: Any, path: tuple = ()) -> tuple[tuple, str] | None:
+    """First value in a nested dict/list/tuple that breaks :func:`number_problem`: (key path, message).
+
+    Pydantic models inside are skipped (each Schema checks itself). Iterative, so any depth is safe.
+    """
+    stack = [(path, data)]
+    while stack:
+        p, v = stack.pop()
+        if isinstance(v, BaseModel):
+            continue
+        if isinstance(v, Mapping):
+            stack.extend((p + (k,), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((p + (i,), x) for i, x in reversed(list(enumerate(v))))
+        else:
+            msg = number_problem(v)
+            if msg:
+                return p, msg
+    return None
+
+
+def check_numbers(data: Any, file: str | os.PathLike | None = None, key: str | None = None) -> None:
+    """Raise ConfigError at the first non-finite float or out-of-range integer in ``data``
+    (nested dicts/lists), naming its dotted key path below ``key``."""
+    bad = find_bad_number(data)
+    if bad is not None:
+        path, msg = bad
+        raise ConfigError(msg, file=file, key=".".join(([key] if key else []) + [str(x) for x in path]) or None)
+
+
+class Schema(BaseModel):
+    """Base of every config schema: unknown keys rejected, values immutable, numbers sane.
+
+    Numbers: every float field refuses inf/NaN (``allow_inf_nan=False``: "expected a finite number,
+    got inf"), and after validation every int anywhere in the model's own fields (free-form
+    ``dict[str, Any]`` sections included; nested Schemas check themselves) must be within
+    ±:data:`INT_LIMIT`, and every float in a free-form section must be finite.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self):
+        for name, finfo in type(self).model_fields.items():
+            bad = find_bad_number(getattr(self, name))
+            if bad is not None:
+                path, msg = bad
+                sub = ".".join([finfo.alias or name] + [str(x) for x in path])
+                raise PydanticCustomError("config_number", "{msg}", {"msg": msg, "path": sub})
+        return self
 
 
 # ---------------------------------------------------------------- file helpers
@@ -61,21 +206,130 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def load_yaml(path: str | os.PathLike) -> dict:
-    """Read a YAML mapping; syntax errors and non-mappings become ConfigError."""
+def read_text_file(path: str | os.PathLike, file: str | None = None) -> str:
+    """Read a UTF-8 text file (a leading BOM is dropped); every failure is one ConfigError.
+
+    The shared reader for configs, request traces, DRAM traces and asm sources. ``file`` is the
+    name used in messages (default :func:`display_path`). Errors: ``file not found``, ``not a
+    file``, ``cannot read (<reason>)``, and ``not UTF-8 text: invalid byte 0xff at byte offset 17``.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError("file not found", file=path)
+    name = file if file is not None else display_path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=name) from None
+    except IsADirectoryError:
+        raise ConfigError("expected a file, got a directory", file=name) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read ({exc.strerror or exc})", file=name) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset {exc.start}",
+                          file=name) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+YAML_MAX_VALUES = 1_000_000
+"""Most values (scalars + collections) one YAML document may hold once aliases are expanded."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (merge keys ``<<`` keep their meaning)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            keys = [k for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
+            firsts: dict = {}
+            for key_node in keys:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:
+                    continue
+                if key in firsts:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1, firsts[key])
+                firsts[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, line, first):
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+def _expanded_size(root, limit: int) -> int:
+    """Number of values in the node graph once aliases are expanded (exact, memoised per node)."""
+    size: dict[int, int] = {}
+    order, stack = [], [root]
+    while stack:  # post-order without recursion
+        n = stack.pop()
+        if id(n) in size:
+            continue
+        size[id(n)] = -1
+        order.append(n)
+        if isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            stack.extend(x for kv in n.value for x in kv)
+    for n in reversed(order):
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            total += sum(size[id(c)] for c in n.value)
+        elif isinstance(n, yaml.MappingNode):
+            total += sum(size[id(k)] + size[id(v)] for k, v in n.value)
+        size[id(n)] = total
+    return size[id(root)]
+
+
+def parse_yaml(text: str, file: str | None = None):
+    """Parse one YAML document with attnsim's rules (any top-level value; None if empty).
+
+    Rules (shared by every YAML attnsim reads, ``--set`` values included): safe tags only,
+    duplicate keys refused (``<file>: line 7: duplicate key 'batch_size' (first at line 3)``),
+    aliases may not expand the document beyond :data:`YAML_MAX_VALUES` values, and every
+    syntax error is a one-line ConfigError naming the line.
+    """
+    loader = None
+    try:
+        loader = _Loader(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        n = _expanded_size(node, YAML_MAX_VALUES)
+        if n > YAML_MAX_VALUES:
+            raise ConfigError(f"YAML aliases expand the document to {n:,} values; the limit is {YAML_MAX_VALUES:,}",
+                              file=file)
+        return loader.construct_document(node)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"duplicate key {exc.key!r} (first at line {exc.first})", file=file,
+                          key=f"line {exc.line}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
+        if mark is None and isinstance(exc, yaml.reader.ReaderError):
+            line = text.count("\n", 0, exc.position) + 1
+            raise ConfigError(f"invalid YAML (control character {exc.character:#04x} not allowed)", file=file,
+                              key=f"line {line}") from None
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
-        raise ConfigError(f"invalid YAML ({getattr(exc, 'problem', exc)})", file=display_path(path), key=where) from None
+        raise ConfigError(f"invalid YAML ({getattr(exc, 'problem', None) or exc})", file=file, key=where) from None
+    except RecursionError:
+        raise ConfigError("invalid YAML (nested too deeply)", file=file) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    """Read a YAML mapping from a file (:func:`read_text_file` + :func:`parse_yaml`)."""
+    path = Path(path)
+    name = display_path(path)
+    data = parse_yaml(read_text_file(path, file=name), file=name)
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", file=display_path(path))
+        raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", file=name)
     return data
 
 
@@ -131,6 +385,8 @@ def _describe_expected(err: dict) -> str:
         return "expected an integer"
     if t in ("float_parsing", "float_type"):
         return "expected a number"
+    if t == "finite_number":
+        return "expected a finite number"
     if t in ("bool_parsing", "bool_type"):
         return "expected true or false"
     if t in ("string_type",):
@@ -160,6 +416,9 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
     """Turn the first pydantic error into a ConfigError with a dotted key path."""
     err = exc.errors(include_url=False)[0]
     loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
+    if err.get("type") == "config_number":  # Schema's number check: message complete, sub-path in ctx
+        key = ".".join(([prefix] if prefix else []) + loc + [err["ctx"]["path"]])
+        return ConfigError(err["ctx"]["msg"], file=file, key=key)
     key = ".".join(([prefix] if prefix else []) + loc) or None
     value = err.get("input")
     msg = _positive_int_hint(_describe_expected(err), value)
@@ -179,7 +438,8 @@ def validate(schema: type[BaseModel], data: Mapping, file: str | None = None, pr
 # ---------------------------------------------------------------- overrides
 
 def parse_set(item: str) -> tuple[list[str], Any]:
-    """Parse ``a.b.c=value`` (value as YAML: numbers, booleans, lists)."""
+    """Parse ``a.b.c=value`` (value as YAML by :func:`parse_yaml`: numbers, booleans, lists; text
+    that is not YAML stays a string)."""
     if "=" not in item:
         raise ConfigError(f"expected KEY=VALUE, got {item!r}", file="--set")
     key, raw = item.split("=", 1)
@@ -187,9 +447,11 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"expected a dotted key like models.llama2-70b.num_layers, got {key!r}", file="--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+        value = parse_yaml(raw, file="--set") if raw.strip() else ""
+    except ConfigError as exc:
+        if not exc.message.startswith("invalid YAML"):  # duplicate keys, alias bombs: refused
+            raise ConfigError(exc.message, file="--set", key=key) from None
+        value = raw  # not YAML: the text itself
     return key.split("."), value
 
 
