@@ -24,6 +24,7 @@ from attnsim.serve.costing import IterationCoster
 from attnsim.serve.disagg import simulate_disagg
 from attnsim.serve.kvpolicy import accuracy_proxy
 from attnsim.serve.metrics import mean_in_system_from_times, request_table, summarize
+from attnsim.serve.replicate import combine, replication_seeds
 from attnsim.serve.requests import build_request_trace
 from attnsim.serve.scheduler import Pool, ServeError, simulate_pool
 from attnsim.serve.spec import ServingSpec
@@ -34,16 +35,33 @@ def load_serving_experiment(path=None, sets: Optional[list[str]] = None):
     link hardware the section names loaded into the tree (so ``--set hardware.<link>...`` works)."""
     sets = list(sets or ())
     tree, src = load_tree(path, sets)
+    serving_spec(tree)
+    load_serving_hardware(tree, src.parent if src is not None else None)
+    tree.apply_sets([s for s in sets if s.split("=", 1)[0].split(".")[0] != "experiment"])
+    return experiment_from_tree(tree, src)
+
+
+def serving_spec(tree) -> ServingSpec:
+    """The validated ``serving:`` section of a config tree."""
     exp_file = tree.file_of("experiment")
     raw = tree.experiment.get("serving") or {}
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping", file=exp_file, key="serving")
-    serving = validate(ServingSpec, raw, file=exp_file, prefix="serving")
+    return validate(ServingSpec, raw, file=exp_file, prefix="serving")
+
+
+def serving_hardware_refs(serving: ServingSpec) -> list[tuple[str, str]]:
+    """(hardware reference, key) of every link the serving section names."""
     links = [(d.link, f"serving.disaggregation.{i}.link") for i, d in enumerate(serving.disaggregation)]
     if serving.scheduler.preemption == "swap":
         links.append((serving.scheduler.swap_link, "serving.scheduler.swap_link"))
-    base = src.parent if src is not None else None
-    for ref, key in links:
+    return links
+
+
+def load_serving_hardware(tree, base: Optional[Path]) -> None:
+    """Load the link hardware the tree's serving section names (those not loaded yet)."""
+    exp_file = tree.file_of("experiment")
+    for ref, key in serving_hardware_refs(serving_spec(tree)):
         name = Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
         if name in tree.hardware:
             continue
@@ -53,7 +71,12 @@ def load_serving_experiment(path=None, sets: Optional[list[str]] = None):
             raise ConfigError(e.message, file=exp_file, key=key) from None
         tree.hardware[name] = load_yaml(p)
         tree.files[("hardware", name)] = display_path(p)
-    tree.apply_sets([s for s in sets if s.split("=", 1)[0].split(".")[0] != "experiment"])
+
+
+def experiment_from_tree(tree, src=None):
+    """(Experiment, ServingSpec) of a complete config tree (``--set`` applied), validated."""
+    exp_file = tree.file_of("experiment")
+    serving = serving_spec(tree)
     exp = validate_tree(tree, src)
     for i, d in enumerate(serving.disaggregation):
         for role in ("prefill", "decode"):
@@ -65,6 +88,14 @@ def load_serving_experiment(path=None, sets: Optional[list[str]] = None):
             raise ConfigError(f"expected a hardware config of kind link, got kind {kind!r}", file=exp_file,
                               key=f"serving.disaggregation.{i}.link")
     return exp, serving
+
+
+def serve_point(tree) -> dict:
+    """The sweep point function's serving branch: one colocated run of a restricted config tree
+    (one system, model, scenario), without the per-request columns."""
+    exp, serving = experiment_from_tree(tree)
+    (doc,) = serve_experiment(exp, serving)
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
 def _link(exp, ref: str):
@@ -138,6 +169,7 @@ def layout_locality(pool: Pool, block_ids: list, dram: str) -> dict:
 
 def serve_colocated(system, model, sc, serving, trace, pool: Pool) -> dict:
     """One system serving the trace (data-parallel replicas get requests round-robin)."""
+    pool.coster.usage.clear()  # the breakdown is this run's iterations (pools are shared between runs)
     R = system.spec.parallelism.replicas
     n = len(trace)
     cols = {k: np.full(n, np.nan) for k in ("first_token_s", "finish_s", "admit_s")}
@@ -180,6 +212,8 @@ def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) ->
         if p.system.spec.parallelism.replicas != 1:
             raise ConfigError(f"disaggregation with data-parallel replicas is not modelled ({p.name} has "
                               f"{p.system.spec.parallelism.replicas})", key="serving.disaggregation")
+    pre_pool.coster.usage.clear()
+    dec_pool.coster.usage.clear()
     out = simulate_disagg(pre_pool, dec_pool, trace, link, dspec, labels=np.arange(len(trace)))
     req = request_table(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, out["first_token_s"],
                         out["finish_s"], out["admit_s"], out["energy_j"], out["preemptions"], out["prefix_hit_tokens"])
@@ -198,16 +232,21 @@ def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) ->
 
 
 def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
+    """Run documents for every (model, scenario) x (colocated system | disaggregation pair); with
+    ``serving.replications`` > 1 each is the combination of that many seeded traces (replicate.py)."""
     systems = _systems(exp, serving)
     base = exp.source.parent if exp.source is not None else None
+    seeds = replication_seeds(serving.trace.seed, serving.replications)
     docs = []
     for mname, model in exp.models.items():
         for scname, sc in exp.scenarios.items():
-            trace = build_request_trace(serving.trace, sc.prompt_len, sc.output_len, base)
+            traces = [build_request_trace(serving.trace.model_copy(update={"seed": s}), sc.prompt_len, sc.output_len, base)
+                      for s in seeds]
             acc = None
             if serving.accuracy_proxy and serving.kv.policy.kind != "none":
-                ctx = int(min(4096, max(64, np.mean(trace.prompt_tokens + trace.output_tokens // 2))))
-                acc = accuracy_proxy(serving.kv.policy, tokens=ctx, prompt=int(min(ctx, np.mean(trace.prompt_tokens))),
+                tr0 = traces[0]
+                ctx = int(min(4096, max(64, np.mean(tr0.prompt_tokens + tr0.output_tokens // 2))))
+                acc = accuracy_proxy(serving.kv.policy, tokens=ctx, prompt=int(min(ctx, np.mean(tr0.prompt_tokens))),
                                      seed=exp.spec.seed)
             runs = []
             if serving.colocated:
@@ -216,29 +255,36 @@ def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
             pools: dict = {}
             for sname, d in runs:
                 label = sname if d is None else (d.name or f"{d.prefill}->{d.decode}")
-                doc = {"system": label, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
-                try:
-                    if d is None:
-                        sysm = systems[sname]
-                        doc.update(serve_colocated(sysm, model, sc, serving,
-                                                   trace, _pool(sysm, model, sc, serving, exp, pools)))
-                    else:
-                        doc["disaggregation"] = d.model_dump()
-                        pp = _pool(systems[d.prefill], model, sc, serving, exp, pools)
-                        dp = _pool(systems[d.decode], model, sc, serving, exp, pools)
-                        doc.update(serve_disagg(d, pp, dp, _link(exp, d.link), serving, trace))
-                except ServeError as e:
-                    doc["status"] = "cannot_serve"
-                    doc["error"] = str(e)
-                except CapacityError as e:
-                    doc["status"] = "does_not_fit"
-                    doc["error"] = str(e)
+                reps = [_serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools)
+                        for trace in traces]
+                doc = combine(reps, seeds, serving.confidence, exp.spec.seed)
                 if acc is not None:
                     doc.setdefault("serving", {})["kv_policy_accuracy"] = acc
                 docs.append(doc)
                 if progress:
                     progress(doc)
     return docs
+
+
+def _serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools) -> dict:
+    """One run document: ``sname`` colocated (d is None) or disaggregation pair ``d`` on ``trace``."""
+    doc = {"system": label, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
+    try:
+        if d is None:
+            sysm = systems[sname]
+            doc.update(serve_colocated(sysm, model, sc, serving, trace, _pool(sysm, model, sc, serving, exp, pools)))
+        else:
+            doc["disaggregation"] = d.model_dump()
+            pp = _pool(systems[d.prefill], model, sc, serving, exp, pools)
+            dp = _pool(systems[d.decode], model, sc, serving, exp, pools)
+            doc.update(serve_disagg(d, pp, dp, _link(exp, d.link), serving, trace))
+    except ServeError as e:
+        doc["status"] = "cannot_serve"
+        doc["error"] = str(e)
+    except CapacityError as e:
+        doc["status"] = "does_not_fit"
+        doc["error"] = str(e)
+    return doc
 
 
 def quick_pool(system: str = "h100_x1", model: str = "llama3-8b", scenario: Optional[dict] = None,

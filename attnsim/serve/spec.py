@@ -65,11 +65,17 @@ class ServingSpec(Schema):
     colocated: bool = Field(True, description="serve every experiment system on its own (continuous batching)")
     disaggregation: list[DisaggSpec] = Field(default_factory=list)
     accuracy_proxy: bool = Field(True, description="estimate the KV policy's attention error (reliability L0 proxy)")
+    replications: PositiveInt = Field(1, le=1000, description="independently seeded traces per run (seeds trace.seed + r); "
+                                      "metrics are means with bootstrap confidence intervals (serve/replicate.py)")
+    confidence: float = Field(0.95, gt=0, lt=1, description="confidence level of the replications' intervals")
 
     @model_validator(mode="after")
     def _check(self):
         if self.kv.prefix_caching and self.kv.policy.kind not in ("none", "quest"):
             raise ValueError("prefix caching with an evicting KV policy is not modelled (use kind none or quest)")
+        if self.replications > 1 and self.trace.file is not None:
+            raise ValueError("replications > 1 need a synthetic trace (a trace file replays the same requests "
+                             "in every replication)")
         if not self.colocated and not self.disaggregation:
             raise ValueError("nothing to run: colocated is false and no disaggregation pairs are given")
         return self
