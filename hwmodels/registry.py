@@ -3,10 +3,15 @@
 Each device module registers itself at import; ``build(hw_dict, file)`` validates a
 hardware config with the kind's schema and constructs the model. A new device
 family is a module + ``register(...)``, not an if-chain.
+
+Thread-safe: the first lookup imports every family under a lock and only then
+publishes ``_loaded``, so a concurrent lookup (a dask worker with several threads)
+waits for the imports instead of seeing a partial registry.
 """
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Any, Callable
 
 from attnsim.config import ConfigError, validate
@@ -22,6 +27,8 @@ _MODULES = (
     "attnsim.hwmodels.memory",
 )
 _loaded = False
+_loading = False
+_load_lock = threading.RLock()
 
 
 def register(kind: str, schema: type, factory: Callable[[Any], Any]) -> None:
@@ -29,16 +36,23 @@ def register(kind: str, schema: type, factory: Callable[[Any], Any]) -> None:
 
 
 def _load_all() -> None:
-    global _loaded
+    global _loaded, _loading
     if _loaded:
         return
-    _loaded = True
-    for mod in _MODULES:
+    with _load_lock:
+        if _loaded or _loading:  # _loading: a lookup from inside a family's import (same thread)
+            return
+        _loading = True
         try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:  # a family not built yet
-            if exc.name != mod:
-                raise
+            for mod in _MODULES:
+                try:
+                    importlib.import_module(mod)
+                except ModuleNotFoundError as exc:  # a family not built yet
+                    if exc.name != mod:
+                        raise
+            _loaded = True  # published only after every import finished
+        finally:
+            _loading = False
 
 
 def kinds() -> list[str]:

@@ -38,7 +38,7 @@ def test_entries_are_shared_across_processes(tmp_path, monkeypatch):
         p.join()
         assert calls == expect_miss and stats == {"hits": 1 - expect_miss, "misses": expect_miss}
         assert v == [7.0] * 3
-    assert len(list(tmp_path.glob("*/*.pkl"))) == 1 and not list(tmp_path.glob("*/.tmp-*"))
+    assert len(list(tmp_path.glob("*/*.json"))) == 1 and not list(tmp_path.glob("*/.tmp-*"))
 
 
 def test_in_process_memo_and_off_switch(monkeypatch):
