@@ -37,6 +37,7 @@ class StepResult:
     bytes_by_device: dict = field(default_factory=dict)  # bytes moved per ONE device of the role (main memory)
     row_time_s: np.ndarray | None = None  # per trace row (x count), one step only (for timelines)
     row_device: np.ndarray | None = None
+    row_trace: object = None  # the OpTrace those rows index (the plan's: mapper-added rows included)
 
     @property
     def dynamic_energy_j(self) -> float:
@@ -155,6 +156,7 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     res.time_s = float(row_time.sum())
     res.row_time_s = row_time
     res.row_device = plan.device
+    res.row_trace = trace
     _add(res.time_s_by_op, ops, row_time)
     _add(res.energy_j_by_op, ops, row_e_total)
     res.static_energy_j = system.static_power_w() / max(1, system.spec.parallelism.replicas) * res.time_s

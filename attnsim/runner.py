@@ -103,8 +103,8 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         decode.scaled_add(step, w)
         if timeline is not None and j == steps[0]:
             from attnsim.timeline import step_events
-            timeline += step_events(pre_trace, prefill, spec.name, "prefill", pid=2 * pid - 1)
-            timeline += step_events(tr, step, spec.name, f"decode step {j}", pid=2 * pid)
+            timeline += step_events(prefill, spec.name, "prefill", pid=2 * pid - 1)
+            timeline += step_events(step, spec.name, f"decode step {j}", pid=2 * pid)
     n_dec = max(1, sc.output_len - 1)
     per_step = decode.scaled(1.0 / n_dec) if len(steps) else StepResult()
 

@@ -24,8 +24,15 @@ def _layer_order(trace) -> list[tuple[int, int]]:
     return [(g, i) for _, g, i in sorted(keys)]
 
 
-def step_events(trace, step, system_name: str, phase: str, pid: int = 1, t0_us: float = 0.0) -> list[dict]:
-    """Trace events of one StepResult (its per-row times) in execution order."""
+def step_events(step, system_name: str, phase: str, pid: int = 1, t0_us: float = 0.0) -> list[dict]:
+    """Trace events of one StepResult in execution order.
+
+    The rows are those of the placed trace (``step.row_trace``: the mapper's copy, with its split and
+    added transfer rows), so times, devices and ops always line up.
+    """
+    trace = step.row_trace
+    if trace is None or step.row_time_s is None or len(step.row_time_s) != len(trace):
+        raise ValueError("step_events needs the StepResult of one costed step (row_trace and row_time_s)")
     per_rep = step.row_time_s / np.maximum(trace["count"], 1)
     ops, groups, devs = trace["op"], trace["layer_group"], step.row_device
     pre = [r for r in range(len(trace)) if groups[r] < 0 and ops[r] == "embedding"]
@@ -56,6 +63,6 @@ def write_trace(path: str | Path, events: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     with os.fdopen(fd, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
+        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f, allow_nan=False)
     os.replace(tmp, path)
     return path

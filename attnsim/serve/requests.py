@@ -192,12 +192,11 @@ def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
 
 def read_trace_file(path: str | Path, default_prefix: int = 512) -> RequestTrace:
     """Read a CSV (header row) or JSONL (one object per line) request file."""
+    from attnsim.config import read_text_file
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("file not found", file=str(path))
     file = str(path)
     rows = []
-    text = p.read_text().splitlines()
+    text = read_text_file(p, file=file).splitlines()  # missing, unreadable, not UTF-8: one ConfigError
     if p.suffix.lower() in (".jsonl", ".ndjson", ".json"):
         for i, line in enumerate(text, start=1):
             if not line.strip():

@@ -112,9 +112,16 @@ def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
     cfg = attrs.get("resolved_config")
 
     def resolved(row: int) -> dict:
-        import yaml
-        tree = yaml.safe_load(cfg) if cfg else {}
-        return tree
+        """The config tree of run ``row`` alone (its system, model, scenario), as a sweep point's."""
+        from attnsim.config import ConfigTree, parse_yaml
+        from attnsim.sweep.spec import _restrict
+        tree = (parse_yaml(cfg, file=f"{path}: resolved_config") if cfg else None) or {}
+        d = docs[row]
+        try:
+            one = _restrict(ConfigTree(**tree), d["system"], d["model"], d["scenario"]["name"])
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"resolved_config does not hold run {row} ({exc})", file=str(path)) from None
+        return one.as_dict()
     return Table(path, "run", attrs, cols, bd, [], lambda: iter(docs), resolved)
 
 
