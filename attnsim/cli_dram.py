@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 
@@ -167,7 +166,8 @@ def simulate(args) -> dict:
 def run_dram(args) -> int:
     out = simulate(args)
     if args.json:
-        print(json.dumps(out))
+        from attnsim.results import dumps
+        print(dumps(out))
         return 0
     rows = [("device", out["device"]), ("requests", out["requests"]),
             ("cycles", f"{out['cycles']} ({out['clock_domain']})"), ("time", f"{out['time_s'] * 1e6:.3f} us"),

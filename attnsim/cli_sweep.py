@@ -126,13 +126,12 @@ def plot_cmd(args) -> int:
         print(f"{'latency_cdf':22s} TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file")
         return 0
     if args.all:
-        import yaml
-        from attnsim.config import validate
+        from attnsim.config import parse_yaml, validate
         from attnsim.sweep.spec import SweepSpec
         table = load_table(args.file)
         if table.kind != "sweep":
             raise ConfigError("--all needs a sweep store (its sweep definition lists the figures)", file=args.file)
-        spec = validate(SweepSpec, yaml.safe_load(table.attrs["sweep_definition"]), file=args.file)
+        spec = validate(SweepSpec, parse_yaml(table.attrs["sweep_definition"], file=args.file) or {}, file=args.file)
         _render_all(Path(args.file), spec.figures, Path(args.fig_dir) if args.fig_dir else Path(args.file).parent)
         return 0
     if not args.recipe or not args.out:

@@ -1,7 +1,6 @@
 """``attnsim validate``: measured vs published for the bundled validation set."""
 from __future__ import annotations
 
-import json
 
 
 def register(sub) -> None:
@@ -19,7 +18,8 @@ def validate_cmd(args) -> int:
     from attnsim.validate import run
     rows = run(args.sets)
     if args.json:
-        print(json.dumps([r.as_dict() for r in rows], indent=1))
+        from attnsim.results import dumps
+        print(dumps([r.as_dict() for r in rows], indent=1))
     else:
         body = [[r.set, r.name, f"{r.measured:.4g}", f"{r.published:.4g}",
                  f"{r.error:+.1%}" if r.check == "relative" else "-",

@@ -383,6 +383,8 @@ def _describe_expected(err: dict) -> str:
         return f"expected a value {word} {bound}"
     if t in ("int_parsing", "int_type", "int_from_float"):
         return "expected an integer"
+    if t == "int_parsing_size":
+        return _int_expected(-INT_LIMIT, INT_LIMIT)
     if t in ("float_parsing", "float_type"):
         return "expected a number"
     if t == "finite_number":
@@ -446,13 +448,20 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"expected a dotted key like models.llama2-70b.num_layers, got {key!r}", file="--set")
+    return key.split("."), parse_value(raw, file="--set", key=key)
+
+
+def parse_value(raw: str, file: str = "--set", key: str | None = None) -> Any:
+    """A command-line value as YAML (:func:`parse_yaml` rules); text that is not YAML stays a string,
+    "" for an empty value. Duplicate keys and alias bombs are refused."""
+    if not raw.strip():
+        return ""
     try:
-        value = parse_yaml(raw, file="--set") if raw.strip() else ""
+        return parse_yaml(raw, file=file)
     except ConfigError as exc:
-        if not exc.message.startswith("invalid YAML"):  # duplicate keys, alias bombs: refused
-            raise ConfigError(exc.message, file="--set", key=key) from None
-        value = raw  # not YAML: the text itself
-    return key.split("."), value
+        if not exc.message.startswith("invalid YAML"):
+            raise ConfigError(exc.message, file=file, key=key) from None
+        return raw
 
 
 def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import math
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,62 @@ def json_default(o):
 
 
 def dumps(obj, **kw) -> str:
-    return json.dumps(obj, default=json_default, **kw)
+    """Strict JSON (``allow_nan=False``: a non-finite number raises ValueError instead of printing
+    ``Infinity``/``NaN``, which strict parsers reject); numpy values via :func:`json_default`."""
+    return json.dumps(obj, default=json_default, allow_nan=False, **kw)
+
+
+def _non_finite(v) -> bool:
+    return isinstance(v, (float, np.floating)) and not math.isfinite(float(v))
+
+
+def check_finite_doc(doc: dict) -> list[str]:
+    """Dotted key paths of every non-finite number (inf, -inf, NaN) in a run document.
+
+    Keys starting with ``_`` (in-memory extras such as ``_requests``, never written as JSON) are
+    skipped. An undefined metric (e.g. TPOT when every output is one token) must be ``None``.
+    """
+    bad, stack = [], [((), doc)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((path + (str(k),), x) for k, x in v.items() if not (not path and str(k).startswith("_")))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((path + (str(i),), x) for i, x in enumerate(v))
+        elif isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            if not np.isfinite(v).all():
+                bad.append(".".join(path))
+        elif _non_finite(v):
+            bad.append(".".join(path))
+    return sorted(bad)
+
+
+def finalize_doc(doc: dict) -> dict:
+    """The finite-number rule for run documents (called by the runner and ``attnsim serve``).
+
+    A run whose document holds a non-finite number is not a result: a ``status: ok`` run becomes
+    ``status: error`` with ``error`` naming the metrics (``non-finite result: metrics.ttft_s = inf,
+    ...``), and every such value becomes ``None`` so the document stays strict JSON. Returns ``doc``.
+    """
+    bad = check_finite_doc(doc)
+    if not bad:
+        return doc
+    shown = []
+    for p in bad:
+        node = doc
+        *head, last = p.split(".")
+        for k in head:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        key = int(last) if isinstance(node, list) else last
+        if isinstance(node, tuple):
+            continue
+        shown.append(f"{p} = {node[key] if not isinstance(node[key], np.ndarray) else 'array with non-finite values'}")
+        node[key] = None
+    if doc.get("status") == "ok":
+        doc["status"] = "error"
+        more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
+        doc["error"] = "non-finite result: " + ", ".join(shown[:3]) + more
+    return doc
 
 
 def _runs_table(docs: list[dict]) -> np.ndarray:

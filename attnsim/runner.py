@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from attnsim.config import ConfigError
+from attnsim.results import finalize_doc
 from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights
 from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
@@ -206,16 +207,20 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
                 except CapacityError as e:
                     doc["status"] = "does_not_fit"
                     doc["error"] = str(e)
+                finalize_doc(doc)  # a non-finite metric makes the run an error, never `ok`
                 docs.append(doc)
                 if progress:
                     progress(doc)
     if exp.spec.baseline:
         add_baseline_ratios(docs, exp.spec.baseline)
+        for doc in docs:
+            finalize_doc(doc)
     return docs
 
 
-def _ratio(a: float, b: float) -> float:
-    return a / b if b else float("nan")
+def _ratio(a, b):
+    """a / b, or None (undefined) when b is zero or missing."""
+    return a / b if a is not None and b else None
 
 
 def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
@@ -231,12 +236,12 @@ def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
         m, bm = d["metrics"], b["metrics"]
         d["vs_baseline"] = {
             "baseline": baseline,
-            "throughput_ratio": m["tokens_per_s"] / bm["tokens_per_s"],
-            "decode_throughput_ratio": m["decode_tokens_per_s"] / bm["decode_tokens_per_s"] if bm["decode_tokens_per_s"] else float("nan"),
-            "energy_efficiency_ratio": bm["energy_per_token_j"] / m["energy_per_token_j"],
-            "dynamic_energy_efficiency_ratio": bm["dynamic_energy_per_token_j"] / m["dynamic_energy_per_token_j"],
+            "throughput_ratio": _ratio(m["tokens_per_s"], bm["tokens_per_s"]),
+            "decode_throughput_ratio": _ratio(m["decode_tokens_per_s"], bm["decode_tokens_per_s"]),
+            "energy_efficiency_ratio": _ratio(bm["energy_per_token_j"], m["energy_per_token_j"]),
+            "dynamic_energy_efficiency_ratio": _ratio(bm["dynamic_energy_per_token_j"], m["dynamic_energy_per_token_j"]),
             "decode_energy_efficiency_ratio": _ratio(bm["decode_energy_per_token_j"], m["decode_energy_per_token_j"]),
             "decode_dynamic_energy_efficiency_ratio": _ratio(bm["decode_dynamic_energy_per_token_j"],
                                                              m["decode_dynamic_energy_per_token_j"]),
-            "tpot_speedup": bm["tpot_s"] / m["tpot_s"] if m["tpot_s"] else float("nan"),
+            "tpot_speedup": _ratio(bm["tpot_s"], m["tpot_s"]),
         }

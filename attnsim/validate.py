@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import yaml
 
-from attnsim.config import CONFIG_ROOT, ConfigError, get_dotted
+from attnsim.config import CONFIG_ROOT, ConfigError, get_dotted, load_yaml
 
 
 @dataclass
@@ -41,7 +40,7 @@ class Row:
 
 
 def _load(name: str) -> dict:
-    return yaml.safe_load((CONFIG_ROOT / "validation" / f"{name}.yaml").read_text())
+    return load_yaml(CONFIG_ROOT / "validation" / f"{name}.yaml")
 
 
 def gpu_rows() -> list[Row]:

@@ -1,10 +1,11 @@
 """Serving metrics: per-request latencies and run aggregates.
 
 Per request (seconds from its arrival): TTFT = first token - arrival; end-to-end latency =
-last token - arrival; TPOT = (last token - first token) / (output_tokens - 1) (NaN for one-token
-outputs); queueing delay = first admission - arrival. Energy per request = the share of every
-iteration's energy (dynamic + static during the iteration) in proportion to the tokens it
-processed in that iteration (+ its KV transfers/swaps).
+last token - arrival; TPOT = (last token - first token) / (output_tokens - 1) (NaN in the
+per-request table for one-token outputs; an aggregate with no defined value is None, so run
+documents hold only finite numbers); queueing delay = first admission - arrival. Energy per
+request = the share of every iteration's energy (dynamic + static during the iteration) in
+proportion to the tokens it processed in that iteration (+ its KV transfers/swaps).
 
 Run aggregates: mean and p50/p90/p99 of TTFT, TPOT, latency; makespan = last finish - first
 arrival; throughput = requests (and output tokens) / makespan; SLO attainment = fraction of
@@ -36,8 +37,8 @@ def _stats(name: str, x: np.ndarray, out: dict) -> None:
     x = x[np.isfinite(x)]
     if not len(x):
         for p in PERCENTILES:
-            out[f"{name}_p{p}"] = float("nan")
-        out[f"{name}_mean"] = float("nan")
+            out[f"{name}_p{p}"] = None
+        out[f"{name}_mean"] = None
         return
     out[f"{name}_mean"] = float(x.mean())
     for p, v in zip(PERCENTILES, np.percentile(x, PERCENTILES)):
@@ -55,9 +56,9 @@ def summarize(req: dict, slo, total_energy_j: float, in_system_area: float | Non
     makespan = end - start
     out_tok = int(np.sum(req["output_tokens"]))
     m["makespan_s"] = makespan
-    m["throughput_rps"] = n / makespan if makespan > 0 else float("nan")
-    m["output_tokens_per_s"] = out_tok / makespan if makespan > 0 else float("nan")
-    m["total_tokens_per_s"] = (out_tok + int(np.sum(req["prompt_tokens"]))) / makespan if makespan > 0 else float("nan")
+    m["throughput_rps"] = n / makespan if makespan > 0 else None
+    m["output_tokens_per_s"] = out_tok / makespan if makespan > 0 else None
+    m["total_tokens_per_s"] = (out_tok + int(np.sum(req["prompt_tokens"]))) / makespan if makespan > 0 else None
     ok_ttft = req["ttft_s"] <= slo.ttft_s
     ok_tpot = np.where(np.isnan(req["tpot_s"]), True, req["tpot_s"] <= slo.tpot_s)
     ok = ok_ttft & ok_tpot
@@ -66,7 +67,7 @@ def summarize(req: dict, slo, total_energy_j: float, in_system_area: float | Non
     m["slo_attainment"] = float(ok.mean())
     m["ttft_attainment"] = float(ok_ttft.mean())
     m["tpot_attainment"] = float(ok_tpot.mean())
-    m["goodput_rps"] = float(ok.sum() / makespan) if makespan > 0 else float("nan")
+    m["goodput_rps"] = float(ok.sum() / makespan) if makespan > 0 else None
     m["energy_j"] = total_energy_j
     m["energy_per_request_j"] = total_energy_j / n
     m["attributed_energy_per_request_j"] = float(np.mean(req["energy_j"]))
@@ -79,8 +80,8 @@ def summarize(req: dict, slo, total_energy_j: float, in_system_area: float | Non
     m["ttft_s"], m["tpot_s"] = m["ttft_mean"], m["tpot_mean"]
     m["tokens_per_s"] = m["output_tokens_per_s"]
     m["energy_per_token_j"] = m["energy_per_output_token_j"]
-    m["arrival_rate_per_s"] = (n - 1) / (float(arr.max()) - start) if n > 1 and arr.max() > start else float("nan")
-    m["littles_law_rhs"] = m["arrival_rate_per_s"] * float(np.mean(lat))
+    m["arrival_rate_per_s"] = (n - 1) / (float(arr.max()) - start) if n > 1 and arr.max() > start else None
+    m["littles_law_rhs"] = m["arrival_rate_per_s"] * float(np.mean(lat)) if m["arrival_rate_per_s"] is not None else None
     return m
 
 

@@ -63,7 +63,7 @@ def slo_vs_load(experiment: str, rates: list[float], out, sets=None) -> tuple[li
             ok = d["status"] == "ok"
             m = d.get("metrics", {})
             table.setdefault(d["system"], []).append((rate, m.get("slo_attainment", 0.0) if ok else np.nan,
-                                                      m.get("goodput_rps", 0.0) if ok else np.nan))
+                                                      m.get("goodput_rps") if ok and m.get("goodput_rps") is not None else np.nan))
     with paper_style():
         fig, axes = new_figure("double", aspect=0.35, ncols=2)
         for name, rows in table.items():

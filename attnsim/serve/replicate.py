@@ -67,6 +67,9 @@ def combine(docs: list[dict], seeds: list[int], confidence: float, seed: int) ->
         if isinstance(v0, bool) or not isinstance(v0, (int, float)):
             metrics[k] = v0
             continue
+        if any(d["metrics"].get(k) is None for d in docs):  # undefined in a replication: undefined
+            metrics[k] = None
+            continue
         vals = np.array([float(d["metrics"][k]) for d in docs])
         metrics[k] = float(vals.mean())
         if k in CI_METRICS:

@@ -19,6 +19,7 @@ from attnsim.experiment import load_tree, validate_tree
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.results import finalize_doc
 from attnsim.runner import scenario_doc
 from attnsim.serve.costing import IterationCoster
 from attnsim.serve.disagg import simulate_disagg
@@ -260,6 +261,7 @@ def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
                 doc = combine(reps, seeds, serving.confidence, exp.spec.seed)
                 if acc is not None:
                     doc.setdefault("serving", {})["kv_policy_accuracy"] = acc
+                finalize_doc(doc)  # a non-finite metric makes the run an error, never `ok`
                 docs.append(doc)
                 if progress:
                     progress(doc)

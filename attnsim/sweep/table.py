@@ -69,13 +69,13 @@ class Table:
 
 
 def parse_where(items: list[str]) -> dict:
-    import yaml
+    from attnsim.config import parse_value
     out = {}
     for it in items or []:
         if "=" not in it:
             raise ConfigError(f"expected COLUMN=VALUE, got {it!r}", file="--where")
         k, v = it.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        out[k.strip()] = parse_value(v, file="--where", key=k.strip())
     return out
 
 
