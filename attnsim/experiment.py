@@ -13,12 +13,15 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
-from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml,
+from attnsim.config import (CONFIG_ROOT, ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml,
                             validate)
 from attnsim.hwmodels import registry
-from attnsim.hwmodels.system import SystemSpec
+from attnsim.hwmodels.system import SystemSpec, ref_name
+from attnsim.mapper.base import validate_options
+from attnsim.outputs import SafeName
+from attnsim.workloads.limits import MAX_EXACT_DECODE_STEPS
 from attnsim.workloads.model import ModelSpec
-from attnsim.workloads.scenario import Scenario
+from attnsim.workloads.scenario import Scenario, context_window
 
 DEFAULT_EXPERIMENT = "default"
 
@@ -37,7 +40,7 @@ class GenerationSpec(Schema):
 
 
 class ExperimentSpec(Schema):
-    name: str
+    name: SafeName  # becomes results/<name>/: no path separators or '..' (attnsim.outputs)
     description: str = ""
     systems: list[str] = Field(min_length=1)
     models: list[str] = Field(min_length=1)
@@ -68,8 +71,13 @@ class Experiment:
     reliability: dict = None  # scenario name -> ReliabilitySpec (or None): experiment section + scenario overrides
 
 
-def _ref_name(ref: str) -> str:
-    return Path(ref).stem if ref.endswith((".yaml", ".yml", ".json")) else ref
+def _claim(seen: dict, name: str, ref: str, key: str, file: str, what: str) -> None:
+    """Refuse two references that resolve to the same tree name (one would silently replace the other)."""
+    if name in seen:
+        other_key, other = seen[name]
+        raise ConfigError(f"expected each {what} once, got {ref!r} named {name!r} like {other_key} ({other!r})",
+                          file=file, key=key)
+    seen[name] = (key, ref)
 
 
 def _load_model_dict(ref: str, base: Optional[Path]) -> tuple[dict, str]:
@@ -104,25 +112,33 @@ def load_tree(path: Optional[str | Path] = None, sets: Optional[list[str]] = Non
     scen = exp.get("scenarios")
     if not isinstance(scen, dict) or not all(isinstance(v, dict) for v in scen.values()):
         raise ConfigError("expected a mapping of scenario name -> settings", file=exp_file, key="scenarios")
-    for ref in exp["models"]:
+    seen: dict = {}
+    for i, ref in enumerate(exp["models"]):
         try:
             data, f = _load_model_dict(ref, base)
         except ConfigError as e:
             if e.file is None:
                 raise ConfigError(e.message, file=exp_file, key="models") from None
             raise
-        tree.models[_ref_name(ref)] = data
-        tree.files[("models", _ref_name(ref))] = f
+        # a HF config.json is known by its model's name (_name_or_path or folder), not the file stem
+        name = str(data["name"]) if ref.endswith(".json") else ref_name(ref)
+        _claim(seen, name, ref, f"models.{i}", exp_file, "model")
+        if name != ref_name(ref):
+            exp["models"][i] = name  # the resolved tree refers to models by name (the file is in tree.files)
+        tree.models[name] = data
+        tree.files[("models", name)] = f
     for name, sc in scen.items():
         tree.scenarios[name] = dict(sc)
         tree.files[("scenarios", name)] = exp_file
-    for ref in exp["systems"]:
+    seen = {}
+    for i, ref in enumerate(exp["systems"]):
         try:
             p = find_config("systems", ref, base)
         except ConfigError as e:
             raise ConfigError(e.message, file=exp_file, key="systems") from None
         sysd = load_yaml(p)
-        sname = _ref_name(ref)
+        sname = ref_name(ref)
+        _claim(seen, sname, ref, f"systems.{i}", exp_file, "system")
         tree.systems[sname] = sysd
         tree.files[("systems", sname)] = display_path(p)
     _load_hardware(tree, base)
@@ -144,13 +160,17 @@ def _load_hardware(tree: ConfigTree, base: Optional[Path]) -> None:
                 pending.append((ent["hardware"], sfile, f"{section}.{role}.hardware"))
     while pending:
         ref, f, key = pending.pop()
-        name = _ref_name(str(ref))
-        if name in tree.hardware:
-            continue
+        name = ref_name(str(ref))
         try:
             p = find_config("hardware", str(ref), base)
         except ConfigError as e:
             raise ConfigError(e.message, file=f, key=key) from None
+        if name in tree.hardware:
+            had = tree.files.get(("hardware", name))
+            if had is not None and not _same_file(had, p):
+                raise ConfigError(f"expected one hardware file per name, got {ref!r} named {name!r} like {had!r}",
+                                  file=f, key=key)
+            continue
         hw = load_yaml(p)
         tree.hardware[name] = hw
         tree.files[("hardware", name)] = display_path(p)
@@ -158,6 +178,40 @@ def _load_hardware(tree: ConfigTree, base: Optional[Path]) -> None:
         for k in ("dram", "memory"):
             if isinstance(hw.get(k), str):
                 pending.append((hw[k], display_path(p), k))
+
+
+def _check_system_refs(sspec: SystemSpec, tree: ConfigTree, file: str) -> None:
+    """Every hardware a system names must be in the tree (a --set cannot load a new file)."""
+    for section, entries in (("devices", sspec.devices), ("links", sspec.links)):
+        for role, ent in entries.items():
+            if ref_name(ent.hardware) not in tree.hardware:
+                raise ConfigError(f"expected hardware loaded with the experiment ({', '.join(sorted(tree.hardware))}), "
+                                  f"got {ent.hardware!r}", file=file, key=f"{section}.{role}.hardware")
+
+
+def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: ConfigTree, file: str) -> None:
+    """Per scenario: exact decode steps within MAX_EXACT_DECODE_STEPS; per model x scenario: prompt +
+    output within the model's context window (workloads.scenario.context_window)."""
+    for n, sc in scenarios.items():
+        if spec.generation.mode == "exact" and sc.output_len > MAX_EXACT_DECODE_STEPS:
+            raise ConfigError(f"expected at most {MAX_EXACT_DECODE_STEPS} decode steps with generation.mode exact "
+                              f"(use mode: sampled), got {sc.output_len}", file=file, key=f"scenarios.{n}.output_len")
+        for mname, model in models.items():
+            ok, _ = context_window(model, sc)
+            if not ok:
+                plen = int(sc.prompt_lens().max())
+                key = f"scenarios.{n}.{'prompt_len' if sc.context_lens is None else 'context_lens'}"
+                raise ConfigError(
+                    f"expected prompt + output_len <= {model.max_positions} (the positions of model {mname}, "
+                    f"{tree.file_of('models', mname)}; or set scenarios.{n}.beyond_max_position: allow), "
+                    f"got {plen} + {sc.output_len} = {plen + sc.output_len}", file=file, key=key)
+
+
+def _same_file(shown: str, p: Path) -> bool:
+    """Is ``shown`` (a display_path: built-in relative name or a path) the file ``p``?"""
+    if shown == display_path(p):
+        return True
+    return any(q.is_file() and q.resolve() == p.resolve() for q in (Path(shown), CONFIG_ROOT / shown))
 
 
 def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment:
@@ -171,7 +225,11 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
         scenarios[n] = validate(Scenario, d, file=exp_file, prefix=f"scenarios.{n}")
     systems = {}
     for n, d in tree.systems.items():
-        systems[n] = validate(SystemSpec, d, file=tree.file_of("systems", n))
+        sfile = tree.file_of("systems", n)
+        systems[n] = validate(SystemSpec, d, file=sfile)
+        _check_system_refs(systems[n], tree, sfile)
+        validate_options(systems[n].mapper.policy, systems[n].mapper.options, file=sfile)
+    _check_scenarios(spec, models, scenarios, tree, exp_file)
     for n, d in tree.hardware.items():
         f = tree.file_of("hardware", n)
         if not isinstance(d, dict) or "kind" not in d:

@@ -68,7 +68,8 @@ def hardware_with_refresh(hardware: dict, system_spec, spec) -> dict:
         pool = system_spec.devices.get(role)
         if pool is None:
             continue
-        cfg = hw[pool.hardware]
+        from attnsim.hwmodels.system import ref_name
+        cfg = hw[ref_name(pool.hardware)]
         if cfg.get("kind") == "pim":
             cfg["refresh_interval_ms"] = effective_refresh_ms(spec, tier)
     return hw

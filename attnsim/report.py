@@ -24,9 +24,9 @@ def summary_table(docs: list[dict]) -> str:
     header = ["system", "model", "scenario", "batch", "TTFT ms", "TPOT ms", "tok/s", "J/token", "mem used", "vs base thr", "vs base J"]
     rows = []
     for d in docs:
-        m = d.get("metrics", {})
+        m = d.get("metrics") or {}
         vb = d.get("vs_baseline", {})
-        mem = max((x["used_fraction"] for x in m.get("memory", {}).values()), default=None)
+        mem = max((x["used_fraction"] for x in (m.get("memory") or {}).values()), default=None)
         if d["status"] != "ok":
             rows.append([d["system"], d["model"], d["scenario"]["name"], d["scenario"].get("batch_size", ""),
                          d["status"], "", "", "", "", "", ""])
@@ -39,14 +39,16 @@ def summary_table(docs: list[dict]) -> str:
     if any("accuracy_proxy" in d.get("metrics", {}) for d in docs):
         header += ["silent err/tok", "acc. proxy", "SLO"]
         for r, d in zip(rows, docs):
-            m = d.get("metrics", {})
+            m = d.get("metrics") or {}
             if "accuracy_proxy" in m:
                 r += [_fmt(m["silent_errors_per_token"]), _fmt(m["accuracy_proxy"]), "met" if m["slo_met"] else "BROKEN"]
             else:
                 r += ["-", "-", "-"]
     out = table(rows, header)
     notes = [f"  {d['system']} / {d['model']} / {d['scenario']['name']}: {d['error']}" for d in docs if d.get("error")]
-    return out + ("\n\nnot run:\n" + "\n".join(notes) if notes else "")
+    notes_ = list(dict.fromkeys(f"  {d['model']} / {d['scenario']['name']}: {n}" for d in docs for n in d.get("notes", ())))
+    return out + ("\n\nnot run:\n" + "\n".join(notes) if notes else "") + \
+        ("\n\nnotes:\n" + "\n".join(notes_) if notes_ else "")
 
 
 def breakdown_table(doc: dict, phase: str = "decode_step", top: int = 12) -> str:

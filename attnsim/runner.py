@@ -15,7 +15,20 @@ from attnsim.results import finalize_doc
 from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights
 from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.workloads.scenario import context_window
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
+
+#: The keys of a run document's ``metrics`` (every status: null values when the run did not complete)
+METRIC_KEYS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
+               "dynamic_energy_per_token_j", "static_energy_per_token_j", "decode_energy_per_token_j",
+               "decode_dynamic_energy_per_token_j", "total_time_s", "prefill_time_s", "decode_time_s",
+               "batch_per_replica", "replicas", "active_replicas", "tp", "decode_steps_simulated",
+               "bandwidth", "memory", "fits")
+
+
+def null_metrics(fits: bool | None = None) -> dict:
+    """``metrics`` of a run that produced none: every key of METRIC_KEYS, null (``fits`` as given)."""
+    return {**dict.fromkeys(METRIC_KEYS), "fits": fits}
 
 
 def _replica_scenario(scenario, replicas: int):
@@ -192,6 +205,9 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
         for mname in exp.models:
             for scname, sc in exp.scenarios.items():
                 doc = {"system": sname, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
+                note = context_window(exp.models[mname], sc)[1]
+                if note:
+                    doc["notes"] = [note]
                 system, rspec, kv_storage = systems[sname], rel.get(scname), None
                 if rspec is not None:  # tier refresh intervals change the PIM/PNM devices' refresh
                     from attnsim.reliability_run import hardware_with_refresh, kv_storage_costs
@@ -207,6 +223,7 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
                 except CapacityError as e:
                     doc["status"] = "does_not_fit"
                     doc["error"] = str(e)
+                    doc["metrics"] = null_metrics(fits=False)
                 finalize_doc(doc)  # a non-finite metric makes the run an error, never `ok`
                 docs.append(doc)
                 if progress:

@@ -13,12 +13,20 @@ A system YAML references hardware configs by name::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from attnsim.config import ConfigError, Schema
 from attnsim.hwmodels import registry
+
+
+def ref_name(ref: str) -> str:
+    """The name a config reference is known by in a ConfigTree: the file stem for a path
+    (``./my_gpu.yaml`` -> ``my_gpu``), else the reference itself (a built-in name)."""
+    ref = str(ref)
+    return Path(ref).stem if ref.endswith((".yaml", ".yml", ".json")) else ref
 
 
 class DevicePoolSpec(Schema):
@@ -35,6 +43,13 @@ class ParallelismSpec(Schema):
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     replicas: PositiveInt = 1
+
+    @field_validator("pp")
+    @classmethod
+    def _pp(cls, v: int):
+        if v != 1:  # the engine has no pipeline stages: pp > 1 would only change device counts and power
+            raise ValueError("pipeline parallelism is not modelled yet; expected 1")
+        return v
 
 
 class MapperSpec(Schema):
@@ -95,16 +110,17 @@ class System:
 
 
 def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System:
-    """Build device and link models; ``hardware`` maps hardware name -> config dict."""
+    """Build device and link models; ``hardware`` maps hardware name (``ref_name`` of the
+    system's references) -> config dict."""
     pools = {}
     for role, pool in spec.devices.items():
-        hw = hardware[pool.hardware]
-        pools[role] = DevicePool(role, pool.count, registry.build(hw, file=file_of("hardware", pool.hardware)),
-                                 pool.hardware)
+        name = ref_name(pool.hardware)
+        pools[role] = DevicePool(role, pool.count, registry.build(hardware[name], file=file_of("hardware", name)),
+                                 name)
     links, roles = {}, {}
     for lname, link in spec.links.items():
-        hw = hardware[link.hardware]
-        links[lname] = registry.build(hw, file=file_of("hardware", link.hardware))
+        name = ref_name(link.hardware)
+        links[lname] = registry.build(hardware[name], file=file_of("hardware", name))
         roles[lname] = (link.connects[0], link.connects[1])
     return System(spec, pools, links, roles)
 

@@ -65,13 +65,26 @@ class Plan:
 
 
 _POLICIES: dict[str, Callable] = {}
+_OPTIONS: dict[str, dict] = {}  # policy -> its mapper.options (name -> default)
 
 
-def register(name: str):
+def register(name: str, options: dict | None = None):
+    """Register a policy and the ``mapper.options`` it accepts (name -> default; none if omitted)."""
     def deco(fn):
         _POLICIES[name] = fn
+        _OPTIONS[name] = dict(options or {})
         return fn
     return deco
+
+
+def validate_options(name: str, options: dict, file: str | None = None) -> dict:
+    """A system's ``mapper.policy`` and ``mapper.options`` checked before any run (ConfigError naming
+    ``file``); returns the options with defaults filled in. Policies call ``check_options`` too."""
+    get_policy(name, file=file)
+    try:
+        return check_options(options or {}, _OPTIONS[name], name)
+    except ConfigError as e:
+        raise ConfigError(e.message, file=file, key=e.key) from None
 
 
 def get_policy(name: str, file: str | None = None) -> Callable:
@@ -157,7 +170,7 @@ def model_totals(trace, added: np.ndarray | None = None) -> dict[str, float]:
 def check_options(options: dict, allowed: dict, policy: str) -> dict:
     bad = sorted(set(options) - set(allowed))
     if bad:
-        raise ConfigError(f"unknown option(s) {', '.join(bad)} for policy {policy} (known: {', '.join(allowed)})",
+        raise ConfigError(f"unknown option(s) {', '.join(bad)} for policy {policy} (known: {', '.join(allowed) or 'none'})",
                           key="mapper.options")
     return {**allowed, **options}
 

@@ -17,7 +17,7 @@ from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_ro
 OPTIONS = {"prefill_on_gpu": True}
 
 
-@register("cxl_pnm")
+@register("cxl_pnm", options=OPTIONS)
 def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "cxl_pnm")
     pnm = role_of_kind(system, "pim")

@@ -1,18 +1,22 @@
 """gpu_only: every op on the compute pool (tensor parallel), KV in its HBM.
 
-Collectives (allreduce rows) go over the link that connects the pool to itself.
+Collectives (allreduce rows) go over the link that connects the pool to itself. No
+``mapper.options`` (any given is refused, like every policy's unknown options).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from attnsim.mapper.base import MemoryPlacement, Plan, register, role_of_kind
+from attnsim.mapper.base import MemoryPlacement, Plan, check_options, register, role_of_kind
+
+OPTIONS: dict = {}
 
 
-@register("gpu_only")
+@register("gpu_only", options=OPTIONS)
 def plan_gpu_only(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     """``model_bytes``: {'weights': total weight bytes, 'kv': total KV bytes at the largest context,
     'kv_per_rank': KV bytes one TP rank holds (KV heads replicate when fewer than tp)}."""
+    check_options(options or {}, OPTIONS, "gpu_only")
     role = role_of_kind(system, "gpu", "npu") or next(iter(system.pools))
     tp = system.spec.parallelism.tp
     cls = trace["cls"]

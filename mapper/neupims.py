@@ -19,7 +19,7 @@ from attnsim.workloads.model import DTYPE_BYTES
 OPTIONS = {"dual_row_buffer": True, "subbatches": 2}
 
 
-@register("neupims")
+@register("neupims", options=OPTIONS)
 def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "neupims")
     npu, pim, link = pim_pair(system, "neupims")

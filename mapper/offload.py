@@ -18,7 +18,7 @@ from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check
 OPTIONS = {"topk_fraction": 1.0, "offload_weights": False, "overlap": True}
 
 
-@register("offload")
+@register("offload", options=OPTIONS)
 def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "offload")
     f = float(opts["topk_fraction"])

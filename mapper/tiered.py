@@ -21,7 +21,7 @@ OPTIONS = {"hot_fraction": 0.25}
 SPLIT = ("n", "flops", "kv_read_bytes", "act_bytes")
 
 
-@register("tiered")
+@register("tiered", options=OPTIONS)
 def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "tiered")
     f = float(opts["hot_fraction"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from attnsim.config import ConfigError, display_path, validate
@@ -42,9 +43,13 @@ def _div(a, b):
 
 
 def _name(path: Path, cfg: dict) -> str:
-    if cfg.get("_name_or_path"):
-        return str(cfg["_name_or_path"]).rstrip("/").split("/")[-1]
-    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    """The model's name: the last part of ``_name_or_path`` (``meta-llama/Llama-2-7b-hf`` ->
+    ``Llama-2-7b-hf``), else the folder of a ``config.json``, else the file stem; characters
+    other than letters, digits, ``._-`` become ``-``."""
+    raw = str(cfg.get("_name_or_path") or "").replace("\\", "/").rstrip("/").split("/")[-1]
+    if not raw.strip("."):
+        raw = path.resolve().parent.name if path.name == "config.json" else path.stem
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-") or "model"
 
 
 def _dtype(cfg: dict, file: str) -> str:
@@ -65,6 +70,7 @@ def _llama_like(arch: str, cfg: dict, file: str) -> dict:
         "activation": cfg.get("hidden_activation") or cfg.get("hidden_act", "silu"),
         "norm": "rmsnorm", "vocab_size": cfg["vocab_size"],
         "max_position_embeddings": cfg.get("max_position_embeddings", 4096), "position": "rope",
+        "rope_scaling": _rope_scaling(cfg),
         "tie_word_embeddings": cfg.get("tie_word_embeddings", arch == "Gemma2ForCausalLM"),
     }
     if arch == "Qwen2ForCausalLM":
@@ -90,6 +96,20 @@ def _llama_like(arch: str, cfg: dict, file: str) -> dict:
         d["moe"] = {"num_experts": cfg["num_local_experts"], "experts_per_token": cfg["num_experts_per_tok"],
                     "expert_intermediate_size": cfg["intermediate_size"]}
     return d
+
+
+def _rope_scaling(cfg: dict):
+    """HF ``rope_scaling`` -> RopeScalingSpec fields (None when absent); the type-specific
+    parameters (beta_fast, low_freq_factor, ...) do not change costs and are not kept."""
+    rs = cfg.get("rope_scaling")
+    if not isinstance(rs, dict):
+        return rs  # None, or a value the schema rejects
+    if rs.get("factor") is None:  # e.g. rope_type "default": nothing scaled
+        return None
+    out = {"type": rs.get("rope_type") or rs.get("type") or "linear", "factor": rs["factor"]}
+    if rs.get("original_max_position_embeddings") is not None:
+        out["original_max_position_embeddings"] = rs["original_max_position_embeddings"]
+    return out
 
 
 def _deepseek(cfg: dict, file: str) -> dict:

@@ -6,6 +6,7 @@ from typing import Literal, Optional
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from attnsim.config import Schema
+from attnsim.workloads.limits import MAX_LAYERS, MAX_TOKENS
 
 DTYPE_BYTES = {
     "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
@@ -42,6 +43,15 @@ class MLASpec(Schema):
     v_head_dim: PositiveInt
 
 
+class RopeScalingSpec(Schema):
+    """RoPE context extension (HF ``rope_scaling``): the model is used up to ``factor`` x
+    ``original_max_position_embeddings`` (default: ``max_position_embeddings``) positions."""
+
+    type: str = Field(description="HF rope_type / type: linear, dynamic, yarn, llama3, longrope, ...")
+    factor: float = Field(ge=1, le=MAX_TOKENS)
+    original_max_position_embeddings: Optional[int] = Field(None, gt=0, le=MAX_TOKENS)
+
+
 class ModelSpec(Schema):
     """One decoder-only transformer. Field names follow HF config.json where one exists.
 
@@ -52,7 +62,7 @@ class ModelSpec(Schema):
 
     name: str
     architecture: str = "LlamaForCausalLM"
-    num_layers: PositiveInt
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     hidden_size: PositiveInt
     num_heads: PositiveInt
     num_kv_heads: PositiveInt
@@ -62,7 +72,8 @@ class ModelSpec(Schema):
     activation: str = "silu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     vocab_size: PositiveInt
-    max_position_embeddings: PositiveInt = 4096
+    max_position_embeddings: int = Field(4096, gt=0, le=MAX_TOKENS)
+    rope_scaling: Optional[RopeScalingSpec] = None
     position: Literal["rope", "learned", "alibi"] = "rope"
     tie_word_embeddings: bool = False
     bias: bool = False  # bias on every linear layer (GPT-3, OPT)
@@ -101,6 +112,16 @@ class ModelSpec(Schema):
         if v is not None and n is not None and v.first_dense_layers > n:
             raise ValueError(f"moe.first_dense_layers ({v.first_dense_layers}) exceeds num_layers ({n})")
         return v
+
+    @property
+    def max_positions(self) -> int:
+        """Longest sequence (prompt + output tokens) the model is used for: max_position_embeddings,
+        or with rope_scaling factor x original_max_position_embeddings if that is larger."""
+        rs = self.rope_scaling
+        if rs is None:
+            return self.max_position_embeddings
+        base = rs.original_max_position_embeddings or self.max_position_embeddings
+        return max(self.max_position_embeddings, int(rs.factor * base))
 
     def layer_kinds(self) -> list[str]:
         """'global' or 'local' for each layer index."""

@@ -4,20 +4,23 @@ from __future__ import annotations
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
-from pydantic import Discriminator, Field, PositiveInt, Tag, ValidationInfo, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
 from attnsim.config import Schema
+from attnsim.workloads.limits import MAX_BATCH, MAX_TOKENS
 from attnsim.workloads.model import DType
+
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]  # a positive token count within workloads.limits
 
 
 class LengthDistribution(Schema):
     """A named, seeded distribution of per-request prompt (context) lengths."""
 
     dist: Literal["fixed", "uniform", "normal", "lognormal"]
-    mean: Optional[float] = Field(None, gt=0)
-    std: Optional[float] = Field(None, ge=0)
-    low: Optional[PositiveInt] = None
-    high: Optional[PositiveInt] = None
+    mean: Optional[float] = Field(None, gt=0, le=MAX_TOKENS)
+    std: Optional[float] = Field(None, ge=0, le=MAX_TOKENS)
+    low: Optional[Tokens] = None
+    high: Optional[Tokens] = None
     seed: int = 0
 
     @model_validator(mode="after")
@@ -38,7 +41,7 @@ def _lens_kind(v) -> str:
 # A list or a distribution, chosen by the input's type so that errors come from that branch only.
 # The tags start with "function-", which attnsim.config drops from error key paths.
 LengthsSpec = Annotated[
-    Union[Annotated[list[PositiveInt], Tag("function-list")],
+    Union[Annotated[list[Tokens], Tag("function-list")],
           Annotated[LengthDistribution, Tag("function-distribution")]],
     Discriminator(_lens_kind)]
 
@@ -47,14 +50,19 @@ class Scenario(Schema):
     """Batch, lengths and storage formats of one run.
 
     Per-request prompt lengths come from ``context_lens`` (a list of length
-    ``batch_size``, or a distribution) or, if absent, ``prompt_len`` for all.
+    ``batch_size``, or a distribution) or, if absent, ``prompt_len`` for all. Sizes are bounded
+    by attnsim.workloads.limits; ``prompt + output_len`` by the model's context window
+    (``ModelSpec.max_positions``) unless ``beyond_max_position: allow``.
     """
 
     name: str = "scenario"
-    batch_size: PositiveInt = 1
-    prompt_len: PositiveInt = 2048
+    batch_size: int = Field(1, gt=0, le=MAX_BATCH)
+    prompt_len: Tokens = 2048
     context_lens: Optional[LengthsSpec] = None
-    output_len: PositiveInt = 128
+    output_len: Tokens = 128
+    beyond_max_position: Literal["refuse", "allow"] = Field(
+        "refuse", description="prompt + output beyond the model's max_position_embeddings: refuse the run, "
+        "or allow it (extrapolation; the run document's notes say so)")
     kv_dtype: DType = "fp16"
     weight_dtype: DType = "fp16"
     act_dtype: DType = "fp16"
@@ -88,7 +96,24 @@ class Scenario(Schema):
             sigma2 = np.log1p(var / c.mean ** 2)
             mu = np.log(c.mean) - sigma2 / 2
             x = rng.lognormal(mu, np.sqrt(sigma2), size=n)
-        x = np.rint(x).astype(np.int64)
-        lo = c.low or 1
-        hi = c.high or np.iinfo(np.int64).max
-        return np.clip(x, lo, hi)
+        # clip in floating point before the integer cast (a huge draw must not wrap around int64)
+        return np.clip(np.rint(x), c.low or 1, c.high or MAX_TOKENS).astype(np.int64)
+
+
+def context_window(model, sc: Scenario) -> tuple[bool, str | None]:
+    """Does the scenario's longest sequence (prompt + output_len tokens) fit ``model``'s window?
+
+    Returns (accepted, note): not accepted when it exceeds ``model.max_positions`` and
+    ``beyond_max_position`` is ``refuse``; the note (for the run document) says when rope_scaling
+    is applied or positions are extrapolated, else None. Raises nothing."""
+    need = int(sc.prompt_lens().max()) + sc.output_len
+    rs, limit = model.rope_scaling, model.max_positions
+    base = (rs.original_max_position_embeddings or model.max_position_embeddings) if rs else limit
+    if need > limit:
+        return (sc.beyond_max_position == "allow",
+                f"prompt + output = {need} tokens exceed model {model.name}'s {limit} positions "
+                f"(beyond_max_position: allow): positions are extrapolated; costs are modelled, quality is not")
+    if need > base:
+        return True, (f"prompt + output = {need} tokens > {base} original positions: rope_scaling {rs.type} "
+                      f"x{rs.factor:g} applied (model {model.name} used up to {limit} positions)")
+    return True, None

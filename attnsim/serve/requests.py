@@ -24,19 +24,21 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
 from attnsim.config import ConfigError, Schema
+from attnsim.workloads.limits import MAX_REQUESTS, MAX_TOKENS
+from attnsim.workloads.scenario import Tokens
 
 
 class LengthDist(Schema):
     """A token-length distribution (prompt or output)."""
 
     dist: Literal["fixed", "uniform", "lognormal"] = "fixed"
-    mean: Optional[float] = Field(None, gt=0)
-    std: Optional[float] = Field(None, ge=0)
-    low: Optional[PositiveInt] = None
-    high: Optional[PositiveInt] = None
+    mean: Optional[float] = Field(None, gt=0, le=MAX_TOKENS)
+    std: Optional[float] = Field(None, ge=0, le=MAX_TOKENS)
+    low: Optional[Tokens] = None
+    high: Optional[Tokens] = None
 
     @model_validator(mode="after")
     def _params(self):
@@ -56,16 +58,16 @@ class LengthDist(Schema):
         else:  # lognormal with the given arithmetic mean and std
             sigma2 = np.log1p(self.std ** 2 / self.mean ** 2)
             x = rng.lognormal(np.log(self.mean) - sigma2 / 2, np.sqrt(sigma2), size=n)
-        x = np.rint(x).astype(np.int64)
-        return np.clip(x, self.low or 1, self.high or np.iinfo(np.int64).max)
+        # clip in floating point before the integer cast (a huge draw must not wrap around int64)
+        return np.clip(np.rint(x), self.low or 1, self.high or MAX_TOKENS).astype(np.int64)
 
 
 class PrefixSpec(Schema):
     """Synthetic shared prefixes: a fraction of requests start with one of ``num_prefixes``
     system prompts of ``tokens`` tokens each (chosen uniformly)."""
 
-    num_prefixes: PositiveInt = 1
-    tokens: PositiveInt = 512
+    num_prefixes: int = Field(1, gt=0, le=MAX_REQUESTS)
+    tokens: Tokens = 512
     fraction: float = Field(1.0, ge=0, le=1)
 
 
@@ -74,14 +76,14 @@ class TraceSpec(Schema):
     prompt_len / output_len (fixed) when not given."""
 
     file: Optional[str] = Field(None, description="CSV or JSONL of requests (overrides synthetic)")
-    num_requests: PositiveInt = 100
+    num_requests: int = Field(100, gt=0, le=MAX_REQUESTS, description="synthetic requests (workloads.limits.MAX_REQUESTS)")
     rate_per_s: Optional[float] = Field(None, gt=0, description="mean arrival rate; null = all arrive at t=0")
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
     cv: float = Field(1.0, gt=0, description="gamma inter-arrival coefficient of variation")
     prompt: Optional[LengthDist] = None
     output: Optional[LengthDist] = None
     prefix: Optional[PrefixSpec] = None
-    prefix_tokens: PositiveInt = Field(512, description="file rows with a prefix_id but no prefix_tokens")
+    prefix_tokens: Tokens = Field(512, description="file rows with a prefix_id but no prefix_tokens")
     seed: int = 0
 
 
@@ -175,9 +177,10 @@ def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
         else:
             if x != int(x):
                 raise ConfigError(f"{k}: expected an integer, got {v!r}", file=file, key=f"line {line}")
-            lo = 0 if k == "prefix_id" else 1
-            if x < lo:
-                raise ConfigError(f"{k}: expected an integer >= {lo}, got {v!r}", file=file, key=f"line {line}")
+            lo, hi = (0, np.iinfo(np.int64).max) if k == "prefix_id" else (1, MAX_TOKENS)
+            if not lo <= x <= hi:
+                want = f">= {lo}" if x < lo else f"<= {hi}"
+                raise ConfigError(f"{k}: expected an integer {want}, got {v!r}", file=file, key=f"line {line}")
             x = int(x)
         out.append(x)
     arr, prompt, output, pid, ptok = out
@@ -188,6 +191,12 @@ def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
     if pid >= 0 and ptok > prompt:
         raise ConfigError(f"prefix_tokens ({ptok}) exceed prompt_tokens ({prompt})", file=file, key=f"line {line}")
     return arr, prompt, output, pid, ptok
+
+
+def _check_count(rows: list, file: str, line: int) -> None:
+    if len(rows) >= MAX_REQUESTS:
+        raise ConfigError(f"expected at most {MAX_REQUESTS} requests (workloads.limits.MAX_REQUESTS), got more",
+                          file=file, key=f"line {line}")
 
 
 def read_trace_file(path: str | Path, default_prefix: int = 512) -> RequestTrace:
@@ -207,6 +216,7 @@ def read_trace_file(path: str | Path, default_prefix: int = 512) -> RequestTrace
                 raise ConfigError(f"invalid JSON ({e.msg})", file=file, key=f"line {i}") from None
             if not isinstance(obj, dict):
                 raise ConfigError("expected a JSON object", file=file, key=f"line {i}")
+            _check_count(rows, file, i)
             rows.append(_parse_row(obj, file, i, default_prefix))
     else:
         reader = csv.DictReader(text)
@@ -215,6 +225,7 @@ def read_trace_file(path: str | Path, default_prefix: int = 512) -> RequestTrace
         for i, row in enumerate(reader, start=2):
             if row.get(None):
                 raise ConfigError("more values than header columns", file=file, key=f"line {i}")
+            _check_count(rows, file, i)
             rows.append(_parse_row({k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items()},
                                    file, i, default_prefix))
     if not rows:

@@ -1,0 +1,267 @@
+"""Settings take effect or are refused (issue 10): pipeline parallelism, HF model names, context
+windows (rope_scaling), hardware referenced by path, mapper options, metrics of runs that did not
+complete, and size limits (workloads.limits). Errors exit 2, name file and key, and write nothing."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from attnsim.cli import main
+from attnsim.config import CONFIG_ROOT, ConfigError, validate
+from attnsim.experiment import load_experiment
+from attnsim.mapper.base import policies, validate_options
+from attnsim.runner import METRIC_KEYS
+from attnsim.serve.requests import TraceSpec, read_trace_file
+from attnsim.workloads.hf import model_from_hf_config
+from attnsim.workloads.limits import MAX_BATCH, MAX_EXACT_DECODE_STEPS, MAX_LAYERS, MAX_REQUESTS, MAX_TOKENS
+from attnsim.workloads.scenario import Scenario
+
+HF_DIR = Path(__file__).parent / "data" / "hf_configs"
+TINY = {"name": "tiny", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+        "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 4096}
+FAST = {"mode": "sampled", "samples": 2}
+
+
+def _write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _experiment(tmp_path, models=("tiny.yaml",), systems=("h100_x1",), scenario=None, **extra) -> Path:
+    if not (tmp_path / "tiny.yaml").exists():
+        _write(tmp_path / "tiny.yaml", TINY)
+    exp = {"name": "semantics", "systems": list(systems), "models": list(models),
+           "scenarios": {"s": scenario or {"batch_size": 2, "prompt_len": 64, "output_len": 4}},
+           "generation": FAST, **extra}
+    return _write(tmp_path / "exp.yaml", exp)
+
+
+def _refused(capsys, tmp_path, args, *words):
+    """``attnsim run`` exits 2 with one error line holding every word, and writes no results."""
+    out = tmp_path / "out"
+    rc = main(["run", *map(str, args), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert err.startswith("error: ") and "\n" not in err
+    for w in words:
+        assert str(w) in err, (w, err)
+    assert not out.exists()
+    return err
+
+
+def _runs(capsys, args) -> list[dict]:
+    rc = main(["run", "--json", "--no-write", *map(str, args)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    return json.loads(captured.out)["runs"]
+
+
+def _system(tmp_path, name="mine", **over) -> Path:
+    sysd = yaml.safe_load((CONFIG_ROOT / "systems" / "h100_x1.yaml").read_text())
+    sysd.update(name=name, **over)
+    return _write(tmp_path / f"{name}.yaml", sysd)
+
+
+# ---------------------------------------------------------------- pipeline parallelism
+
+def test_pp_above_one_is_refused(tmp_path, capsys):
+    s = _system(tmp_path, devices={"gpu": {"hardware": "h100_sxm", "count": 2}}, parallelism={"tp": 1, "pp": 2})
+    exp = _experiment(tmp_path, systems=[str(s)])
+    _refused(capsys, tmp_path, [exp], "mine.yaml: parallelism.pp:", "pipeline parallelism is not modelled yet; expected 1",
+             "got 2")
+
+
+# ---------------------------------------------------------------- HF config.json names
+
+def _hf(tmp_path, folder: str, src: str, name_or_path=None) -> Path:
+    cfg = json.loads((HF_DIR / src).read_text())
+    cfg.pop("_name_or_path", None)
+    if name_or_path is not None:
+        cfg["_name_or_path"] = name_or_path
+    return _write(tmp_path / folder / "config.json", json.dumps(cfg))
+
+
+def test_two_hf_configs_keep_their_names(tmp_path, capsys):
+    a = _hf(tmp_path, "a", "Llama-2-7b-hf.json", "meta-llama/Llama 2 7b?")  # sanitised
+    b = _hf(tmp_path, "mistral-folder", "Mistral-7B-v0.1.json")              # folder name
+    exp = _experiment(tmp_path, models=[str(a), str(b)], scenario={"batch_size": 1, "prompt_len": 32, "output_len": 2})
+    runs = _runs(capsys, [exp])
+    assert [r["model"] for r in runs] == ["Llama-2-7b", "mistral-folder"]
+    assert runs[0]["metrics"]["ttft_s"] != runs[1]["metrics"]["ttft_s"]
+
+
+def test_hf_configs_with_one_name_are_refused(tmp_path, capsys):
+    a = _hf(tmp_path, "a", "Llama-2-7b-hf.json", "org/same")
+    b = _hf(tmp_path, "b", "Mistral-7B-v0.1.json", "other/same")
+    exp = _experiment(tmp_path, models=[str(a), str(b)])
+    _refused(capsys, tmp_path, [exp], "exp.yaml: models.1:", "named 'same'", "models.0")
+
+
+def test_same_model_or_system_twice_is_refused(tmp_path, capsys):
+    exp = _experiment(tmp_path, models=["tiny.yaml", "tiny.yaml"])
+    _refused(capsys, tmp_path, [exp], "exp.yaml: models.1:", "expected each model once")
+    exp = _experiment(tmp_path, systems=["h100_x1", str(_system(tmp_path, "h100_x1"))])
+    _refused(capsys, tmp_path, [exp], "exp.yaml: systems.1:", "expected each system once")
+
+
+# ---------------------------------------------------------------- context window
+
+def test_prompt_beyond_max_position_embeddings_is_refused(tmp_path, capsys):
+    exp = _experiment(tmp_path, models=["llama3-8b"], scenario={"prompt_len": 32768, "output_len": 128})
+    _refused(capsys, tmp_path, [exp], "exp.yaml: scenarios.s.prompt_len:", "<= 8192", "llama3-8b",
+             "32768 + 128 = 32896", "beyond_max_position: allow")
+    # a length distribution's longest draw counts, and its key is named
+    dist = {"dist": "uniform", "low": 3000, "high": 4200, "seed": 1}
+    exp = _experiment(tmp_path, scenario={"batch_size": 16, "context_lens": dist, "output_len": 2})
+    assert validate(Scenario, {"batch_size": 16, "context_lens": dist}).prompt_lens().max() > 4094
+    _refused(capsys, tmp_path, [exp], "scenarios.s.context_lens:", "<= 4096")
+
+
+def test_beyond_max_position_allow_runs_and_says_so(tmp_path, capsys):
+    sc = {"batch_size": 1, "prompt_len": 4096, "output_len": 4}
+    exp = _experiment(tmp_path, scenario={**sc, "beyond_max_position": "allow"})
+    (run,) = _runs(capsys, [exp])
+    assert run["status"] == "ok" and "4100 tokens exceed model tiny's 4096 positions" in run["notes"][0]
+    exp = _experiment(tmp_path, scenario={**sc, "prompt_len": 4092})  # 4092 + 4 = 4096 fits (vLLM's max_model_len rule)
+    assert "notes" not in _runs(capsys, [exp])[0]
+
+
+def test_rope_scaling_extends_the_window_and_is_noted(tmp_path, capsys):
+    _write(tmp_path / "tiny.yaml", {**TINY, "rope_scaling": {"type": "yarn", "factor": 4.0}})
+    exp = _experiment(tmp_path, scenario={"batch_size": 1, "prompt_len": 16000, "output_len": 4})
+    (run,) = _runs(capsys, [exp])
+    assert "rope_scaling yarn x4 applied" in run["notes"][0] and "16384" in run["notes"][0]
+    exp = _experiment(tmp_path, scenario={"batch_size": 1, "prompt_len": 16384, "output_len": 4})
+    _refused(capsys, tmp_path, [exp], "scenarios.s.prompt_len:", "<= 16384", "16384 + 4 = 16388")
+
+
+def test_hf_rope_scaling_is_read():
+    m = model_from_hf_config(HF_DIR / "Llama-3.1-405B.json")
+    assert (m.rope_scaling.type, m.rope_scaling.factor, m.rope_scaling.original_max_position_embeddings) == \
+        ("llama3", 8.0, 8192)
+    assert m.max_positions == 131072
+    ds = model_from_hf_config(HF_DIR / "DeepSeek-V2-Lite.json")
+    assert ds.rope_scaling.type == "yarn" and ds.max_positions == 40 * 4096
+    assert model_from_hf_config(HF_DIR / "Llama-2-7b-hf.json").rope_scaling is None
+
+
+# ---------------------------------------------------------------- hardware referenced by path
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_hardware_by_path(tmp_path, capsys, absolute):
+    p = _write(tmp_path / "hw" / "my_gpu.yaml", (CONFIG_ROOT / "hardware" / "h100_sxm.yaml").read_text())
+    ref = str(p) if absolute else "./hw/my_gpu.yaml"
+    s = _system(tmp_path, devices={"gpu": {"hardware": ref, "count": 1}})
+    exp = _experiment(tmp_path, systems=[str(s), "h100_x1"])
+    runs = _runs(capsys, [exp])
+    assert [r["status"] for r in runs] == ["ok", "ok"]
+    assert runs[0]["metrics"]["tpot_s"] == pytest.approx(runs[1]["metrics"]["tpot_s"])  # same device data
+
+
+def test_two_hardware_files_with_one_stem_are_refused(tmp_path, capsys):
+    src = (CONFIG_ROOT / "hardware" / "h100_sxm.yaml").read_text()
+    a = _write(tmp_path / "a" / "gpu.yaml", src)
+    b = _write(tmp_path / "b" / "gpu.yaml", src.replace("H100-SXM", "H100-other"))
+    s1 = _system(tmp_path, "s1", devices={"gpu": {"hardware": str(a), "count": 1}})
+    s2 = _system(tmp_path, "s2", devices={"gpu": {"hardware": str(b), "count": 1}})
+    exp = _experiment(tmp_path, systems=[str(s1), str(s2)])
+    _refused(capsys, tmp_path, [exp], "devices.gpu.hardware:", "expected one hardware file per name", "'gpu'")
+
+
+def test_set_to_unloaded_hardware_is_refused(tmp_path, capsys):
+    exp = _experiment(tmp_path)
+    _refused(capsys, tmp_path, [exp, "--set", "systems.h100_x1.devices.gpu.hardware=a100_80gb_sxm"],
+             "systems/h100_x1.yaml: devices.gpu.hardware:", "expected hardware loaded with the experiment",
+             "got 'a100_80gb_sxm'")
+
+
+# ---------------------------------------------------------------- mapper options
+
+def test_gpu_only_refuses_unknown_options(tmp_path, capsys):
+    s = _system(tmp_path, mapper={"policy": "gpu_only", "options": {"pipelin": True}})
+    exp = _experiment(tmp_path, systems=[str(s)])
+    _refused(capsys, tmp_path, [exp], "mine.yaml: mapper.options:", "unknown option(s) pipelin for policy gpu_only",
+             "known: none")
+
+
+@pytest.mark.parametrize("policy", policies())
+def test_every_policy_validates_options_the_same_way(policy):
+    with pytest.raises(ConfigError) as ei:
+        validate_options(policy, {"no_such_option": 1}, file="sys.yaml")
+    assert str(ei.value).startswith(f"sys.yaml: mapper.options: unknown option(s) no_such_option for policy {policy}")
+    assert isinstance(validate_options(policy, {}, file="sys.yaml"), dict)
+
+
+# ---------------------------------------------------------------- metrics of runs that did not complete
+
+def test_does_not_fit_has_every_metric_key(tmp_path, capsys):
+    exp = _experiment(tmp_path, models=["tiny.yaml", "llama2-70b"],
+                      scenario={"batch_size": 1, "prompt_len": 64, "output_len": 2})
+    ok, big = _runs(capsys, [exp])
+    assert (ok["status"], big["status"]) == ("ok", "does_not_fit")
+    assert set(ok["metrics"]) == set(big["metrics"]) == set(METRIC_KEYS)
+    assert all(v is None for k, v in big["metrics"].items() if k != "fits") and big["metrics"]["fits"] is False
+    rc = main(["run", str(exp), "--out", str(tmp_path / "o")])  # tables and the results file take it
+    assert rc == 0 and (tmp_path / "o" / "results.h5").is_file()
+    capsys.readouterr()
+
+
+# ---------------------------------------------------------------- sizes (workloads.limits)
+
+@pytest.mark.parametrize("key,value,limit", [
+    ("models.tiny.num_layers", 10 ** 9, MAX_LAYERS),
+    ("models.tiny.max_position_embeddings", 10 ** 12, MAX_TOKENS),
+    ("scenarios.s.batch_size", 10 ** 9, MAX_BATCH),
+    ("scenarios.s.prompt_len", 10 ** 9, MAX_TOKENS),
+    ("scenarios.s.output_len", 10 ** 9, MAX_TOKENS),
+    ("scenarios.s.context_lens.mean", 1e30, MAX_TOKENS),
+])
+def test_sizes_beyond_the_limits_are_refused(tmp_path, capsys, key, value, limit):
+    exp = _experiment(tmp_path, scenario={"batch_size": 2, "prompt_len": 64, "output_len": 4,
+                                          "context_lens": {"dist": "normal", "mean": 64, "std": 8}})
+    where = "tiny.yaml" if key.startswith("models") else "exp.yaml"
+    _refused(capsys, tmp_path, [exp, "--set", f"{key}={value}"], f"{where}: {key.split('.', 2)[-1] if where == 'tiny.yaml' else key}:",
+             f"<= {limit}", "got")
+
+
+def test_exact_decode_steps_are_bounded(tmp_path, capsys):
+    exp = _experiment(tmp_path, scenario={"prompt_len": 64, "output_len": MAX_EXACT_DECODE_STEPS + 1,
+                                          "beyond_max_position": "allow"}, generation={"mode": "exact"})
+    _refused(capsys, tmp_path, [exp], "scenarios.s.output_len:", f"at most {MAX_EXACT_DECODE_STEPS} decode steps",
+             "use mode: sampled", f"got {MAX_EXACT_DECODE_STEPS + 1}")
+
+
+def test_length_draws_never_wrap():
+    sc = validate(Scenario, {"batch_size": 4096, "context_lens": {"dist": "normal", "mean": MAX_TOKENS,
+                                                                   "std": MAX_TOKENS, "seed": 3}})
+    x = sc.prompt_lens()
+    assert x.min() >= 1 and x.max() == MAX_TOKENS      # the tail is clipped at the limit, not wrapped to 1
+    assert np.sum(x == MAX_TOKENS) > 1000 and np.sum(x == 1) > 100   # ~half above, ~16 % below 0
+
+
+def test_serving_sizes_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=rf"num_requests: expected a value <= {MAX_REQUESTS}, got 1000000000"):
+        validate(TraceSpec, {"num_requests": 10 ** 9}, file="e.yaml", prefix="serving.trace")
+    with pytest.raises(ConfigError, match=rf"serving.trace.prompt.mean: expected a value <= {MAX_TOKENS}"):
+        validate(TraceSpec, {"prompt": {"dist": "fixed", "mean": 1e30}}, file="e.yaml", prefix="serving.trace")
+    f = _write(tmp_path / "t.csv", "arrival_s,prompt_tokens,output_tokens\n0,10,10\n1,1e30,10\n")
+    with pytest.raises(ConfigError, match=rf"t.csv: line 3: prompt_tokens: expected an integer <= {MAX_TOKENS}, got '1e30'"):
+        read_trace_file(f)
+
+
+def test_serving_num_requests_refused_by_cli(tmp_path, capsys):
+    exp = _experiment(tmp_path, serving={"trace": {"num_requests": 10 ** 9}})
+    rc = main(["serve", str(exp), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "exp.yaml: serving.trace.num_requests: expected a value <= 1048576, got 1000000000" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_built_in_experiments_still_load():
+    for name in ("default", "attacc_gpt3_175b", "systems_compare", "reliability_tiering"):
+        exp = load_experiment(name)
+        assert exp.scenarios
