@@ -1,2 +1,16 @@
-"""attnsim: cycle-approximate simulator of LLM inference on memory-centric hardware."""
-__version__ = "0.1.0"
+"""attnsim: cycle-approximate simulator of LLM inference on memory-centric hardware.
+
+``__version__`` is derived from git when the package is built or installed (setuptools-scm writes
+``attnsim/_version.py``); ``BUILD_COMMIT`` is the commit it was built from ("" when unknown).
+"""
+try:
+    from attnsim import _version as _v
+    __version__: str = _v.version
+    BUILD_COMMIT: str = getattr(_v, "commit_id", None) or ""
+except ImportError:  # a source tree that was never built/installed with setuptools-scm
+    try:
+        from importlib.metadata import version as _dist_version
+        __version__ = _dist_version("attnsim")
+    except Exception:  # noqa: BLE001 - not installed at all
+        __version__ = "0.1.0+unknown"
+    BUILD_COMMIT = ""

@@ -22,6 +22,9 @@ def register(sub) -> None:
     s.add_argument("--scheduler", default=None, metavar="ADDRESS", help="dask scheduler address (else a LocalCluster)")
     s.add_argument("--emit-sbatch", nargs="?", const="-", default=None, metavar="FILE",
                    help="write a ready sbatch array script (to FILE or stdout) and exit")
+    s.add_argument("--retry-failed", action="store_true", help="re-run the store's invalid/error points")
+    s.add_argument("--allow-version-mismatch", action="store_true",
+                   help="resume a store written by another attnsim version (recorded in its other_versions)")
     s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="extra fixed override for every point (repeatable)")
     s.add_argument("--cache", default=None, metavar="DIR", help="sub-result cache folder "
@@ -36,6 +39,7 @@ def register(sub) -> None:
     m = sub.add_parser("merge", help="merge shard stores of one sweep")
     m.add_argument("shards", nargs="+", help="shard .h5 files")
     m.add_argument("-o", "--out", required=True, help="merged store to write")
+    m.add_argument("--allow-version-mismatch", action="store_true", help="merge shards of different attnsim versions")
     m.set_defaults(func=merge_cmd)
 
     e = sub.add_parser("export", help="export a sweep store or results file as a flat CSV")
@@ -83,8 +87,13 @@ def sweep_cmd(args) -> int:
     shard = parse_shard(args.shard) if args.shard is not None else None
     summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
                         scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
-                        progress=not args.no_progress, checkpoint_s=args.checkpoint_s)
+                        progress=not args.no_progress, checkpoint_s=args.checkpoint_s,
+                        retry_failed=args.retry_failed, allow_version_mismatch=args.allow_version_mismatch)
     print(summary.text())
+    if summary.all_failed:
+        print(f"error: {summary.out}: expected at least one ok point, got {sum(summary.status_counts.values())} "
+              "failed (see above; fix, then re-run with --retry-failed)", file=sys.stderr)
+        return 3
     if args.figures and sweep.spec.figures:
         _render_all(summary.out, sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else summary.out.parent)
     return 0
@@ -92,7 +101,7 @@ def sweep_cmd(args) -> int:
 
 def merge_cmd(args) -> int:
     from attnsim.sweep.merge import merge_stores
-    n = merge_stores(args.shards, args.out)
+    n = merge_stores(args.shards, args.out, allow_version_mismatch=args.allow_version_mismatch)
     print(f"merged {len(args.shards)} shards: {n} points -> {args.out}")
     return 0
 

@@ -22,6 +22,7 @@ never leaves a partial results file.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import math
@@ -40,13 +41,23 @@ SCALAR_METRICS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "en
                   "dynamic_energy_per_token_j", "static_energy_per_token_j", "total_time_s")
 
 
+@functools.lru_cache(maxsize=1)
 def git_revision() -> str:
+    """The commit of the running code: the live checkout's (``+dirty`` with uncommitted changes) when
+    attnsim runs from its own git checkout, else the commit it was built from, else ``unknown``."""
+    from attnsim import BUILD_COMMIT
+    root = Path(__file__).resolve().parent.parent
     try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or "unknown"
-    except Exception:  # noqa: BLE001 - no git or not a checkout
-        return "unknown"
+        def git(*a):
+            return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+        top = git("rev-parse", "--show-toplevel")
+        if top and Path(top).resolve() == root and (root / "pyproject.toml").is_file():
+            rev = git("rev-parse", "--short", "HEAD")
+            if rev:
+                return rev + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except Exception:  # noqa: BLE001 - no git, or a hung one
+        pass
+    return BUILD_COMMIT or "unknown"
 
 
 def json_default(o):
@@ -174,7 +185,7 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
     """Return (file attributes, run documents)."""
     from attnsim.config import ConfigError
     path = Path(path)
-    from attnsim.sweep.store import is_sweep_store
+    from attnsim.sweep.store import is_sweep_store, json_doc
     if is_sweep_store(path):
         return _read_sweep_store(path)
     if not path.is_file():
@@ -182,11 +193,11 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
     try:
         with h5py.File(path, "r") as f:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-            if "run_docs" not in f:
+            if not isinstance(f.get("run_docs"), h5py.Dataset) or f["run_docs"].ndim != 1:
                 raise ConfigError("not an attnsim results file (no /run_docs)", file=path)
-            docs = [json.loads(s.decode() if isinstance(s, bytes) else s) for s in f["run_docs"][()]]
-    except OSError as exc:
-        raise ConfigError(f"cannot read HDF5 ({exc})", file=path) from None
+            docs = [json_doc(s, path, f"/run_docs[{i}]") for i, s in enumerate(f["run_docs"][()])]
+    except (OSError, KeyError, TypeError) as exc:
+        raise ConfigError(f"cannot read HDF5 ({' '.join(str(exc).split())})", file=path) from None
     return attrs, docs
 
 

@@ -191,6 +191,14 @@ class SweepSummary:
     failures: list = field(default_factory=list)  # (params label, error) of invalid/error points
     cache_hits: int = 0
     cache_misses: int = 0
+    retried: int = 0           # failed points dropped from the store to run again (--retry-failed)
+    shards: int = 1
+
+    @property
+    def all_failed(self) -> bool:
+        """An unsharded store that holds points, none of them ok or does_not_fit (the CLI exits 3)."""
+        return self.shards == 1 and bool(self.status_counts) and not (
+            self.status_counts.get("ok") or self.status_counts.get("does_not_fit"))
 
     def text(self) -> str:
         rate = self.simulated / self.wall_s if self.wall_s > 0 else 0.0
@@ -198,7 +206,7 @@ class SweepSummary:
         lines = [f"sweep: {self.n_shard} points in this store ({self.n_points} in the sweep"
                  + (f", {self.duplicates} duplicate configs run once" if self.duplicates else "") + ")",
                  f"  this run: {self.simulated} simulated in {self.wall_s:.1f} s ({rate:.2f} points/s), "
-                 f"{self.already_done} already done",
+                 f"{self.already_done} already done" + (f", {self.retried} failed points re-run" if self.retried else ""),
                  f"  store: {counts or 'empty'}"]
         hr = _cache.hit_rate(self.cache_hits, self.cache_misses)
         lines.append(f"  sub-result cache: {self.cache_hits} hits / {self.cache_hits + self.cache_misses} lookups"
@@ -238,8 +246,12 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
               shard: Optional[tuple[int, int]] = None, scheduler: Optional[str] = None,
               cache_dir: Optional[str | Path] = None, point_fn: Optional[str] = None, progress: bool = True,
               checkpoint_s: float = 300.0, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-              argv=None) -> SweepSummary:
-    """Run (or resume) a sweep into the store ``out`` (or its shard file); returns a summary."""
+              argv=None, retry_failed: bool = False, allow_version_mismatch: bool = False) -> SweepSummary:
+    """Run (or resume) a sweep into the store ``out`` (or its shard file); returns a summary.
+
+    ``retry_failed`` re-runs the store's invalid/error points; ``allow_version_mismatch`` resumes a
+    store written by another attnsim version. A sweep whose every point is invalid is refused
+    (ConfigError) and leaves no store behind."""
     if executor not in EXECUTORS:
         raise ConfigError(f"expected one of {', '.join(EXECUTORS)}, got {executor!r}", file="--executor")
     if shard is None:
@@ -251,7 +263,7 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
     os.environ[_cache.ENV] = cache_dir  # inherited by pool workers; dask workers get it in each task
     try:
         return _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress,
-                      checkpoint_s, log, argv)
+                      checkpoint_s, log, argv, retry_failed=retry_failed, allow_version_mismatch=allow_version_mismatch)
     finally:
         if old_env is None:
             os.environ.pop(_cache.ENV, None)
@@ -260,11 +272,14 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
 
 
 def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress, checkpoint_s,
-           log, argv) -> SweepSummary:
+           log, argv, retry_failed=False, allow_version_mismatch=False) -> SweepSummary:
     t0 = time.perf_counter()
     summary = SweepSummary(out=out_path, n_points=sweep.n_points)
     si, sn = shard
-    writer = StoreWriter(out_path, store_meta(sweep, shard, argv), sweep.param_dtypes(), checkpoint_s=checkpoint_s)
+    writer = StoreWriter(out_path, store_meta(sweep, shard, argv), sweep.param_dtypes(), checkpoint_s=checkpoint_s,
+                         allow_version_mismatch=allow_version_mismatch, retry_failed=retry_failed)
+    summary.retried, summary.shards = writer.retried, sn
+    invalid: list = []  # (index, key, params, error): recorded after pass 1, unless every point is invalid
     try:
         # pass 1: resolve + validate every point (dedupe is global, so every shard sees every key)
         seen: set = set()
@@ -282,12 +297,20 @@ def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, poin
                 summary.already_done += 1
                 continue
             if pt.error is not None:
-                task = _task(sweep, i, point_fn, cache_dir)
-                writer.append(make_record(i, pt.key, pt.params, _failed_doc(task, "invalid", pt.error), task["resolved"]))
-                summary.invalid_up_front += 1
+                invalid.append((i, pt.key, pt.params, pt.error))
                 continue
             to_run.append(i)
         del seen
+        if sn == 1 and invalid and not to_run and not summary.already_done:  # (a shard records them: merge needs it)
+            i, _, params, err = invalid[0]
+            label = ", ".join(f"{k}={v}" for k, v in params.items())
+            raise ConfigError(f"expected at least one valid point, got {len(invalid)} invalid of {len(invalid)} "
+                              f"(nothing run, no store written); first: point {i} ({label}): {err}", file=sweep.file)
+        for i, key, params, err in invalid:
+            task = _task(sweep, i, point_fn, cache_dir)
+            writer.append(make_record(i, key, params, _failed_doc(task, "invalid", err), task["resolved"]))
+        summary.invalid_up_front = len(invalid)
+        del invalid
         if summary.invalid_up_front:
             log(f"{summary.invalid_up_front} invalid points recorded (not run); summary at the end")
         tasks = (_task(sweep, i, point_fn, cache_dir) for i in to_run)
@@ -307,7 +330,7 @@ def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, poin
                 summary.cache_misses += rec["cache"].get("misses", 0)
                 bar.update(1)
     finally:
-        writer.close()
+        writer.close(keep_empty=summary.n_shard == 0)  # a refused or interrupted new store is not left behind
     summary.wall_s = time.perf_counter() - t0
     cols = open_store(out_path).columns()
     if len(cols.get("status", [])):

@@ -24,6 +24,9 @@ scale: linear|log}``, ``{start, stop, factor}`` (geometric, stop included when h
 distributions: ``{uniform: [lo, hi]}``, ``{loguniform: [lo, hi]}``, ``{randint: [lo, hi]}``
 (inclusive), ``{choice: [...]}``; drawn with numpy ``default_rng(seed)`` in key order.
 
+Sizes: a sweep has at most ``MAX_POINTS`` (10^6) points; ranges, grids, random blocks and their cross
+product are counted before anything is expanded, and a larger sweep is refused with the count.
+
 A point's key is a hash of its resolved config (the ConfigTree restricted to its system, model,
 scenario and their hardware); points that resolve to the same config (a parameter that does not affect
 them) are run once. Points are validated before anything runs; invalid ones are reported with their
@@ -49,6 +52,7 @@ from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_
                             set_dotted, validate)
 
 SHORTHANDS = ("system", "model", "scenario")
+MAX_POINTS = 1_000_000  # points of one sweep (and values of one range / samples of one block); counted first
 _SECTION_OF = {"system": "systems", "model": "models", "scenario": "scenarios"}
 _TREE_SECTIONS = ("experiment", "models", "systems", "hardware", "scenarios")
 
@@ -75,6 +79,16 @@ class RangeSpec(Schema):
         if (self.factor or self.scale == "log") and self.start <= 0:
             raise ValueError("geometric/log ranges need start > 0")
         return self
+
+    def count(self) -> float:
+        """Number of values (computed, nothing allocated; may be inf)."""
+        if self.step is not None:
+            span = (self.stop - self.start) / self.step
+            return math.floor(span + 1e-9) + 1 if math.isfinite(span) else math.inf
+        if self.factor is not None:
+            span = math.log(self.stop / self.start) / math.log(self.factor) if self.stop > 0 else math.inf
+            return math.floor(span + 1e-9) + 1 if math.isfinite(span) else math.inf
+        return self.num
 
     def values(self, ints: bool) -> list:
         if self.step is not None:
@@ -228,6 +242,15 @@ def _all_ints(vals) -> bool:
     return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals)
 
 
+def check_count(n: float, file: str, key: str, what: str = "points") -> None:
+    """Refuse a sweep (block, range) of more than MAX_POINTS points before anything is allocated."""
+    if n > MAX_POINTS:
+        got = f"{n:,}" if math.isfinite(n) else "an unbounded number"
+        raise ConfigError(f"expected at most {MAX_POINTS:,} {what} per sweep (attnsim.sweep.spec.MAX_POINTS), "
+                          f"got {got}; split the sweep" + ("" if what == "samples" else " or sample it with a random block"),
+                          file=file, key=key)
+
+
 def _block_values(v: Values, ints_hint: bool) -> list:
     if isinstance(v, RangeSpec):
         ints = ints_hint and all(float(x).is_integer() for x in (v.start, v.stop, v.step or 1, v.factor or 2))
@@ -239,6 +262,7 @@ def _block_points(block: Block, file: str, where: str) -> tuple[list[str], list[
     """(keys, list of value tuples) of one block."""
     if block.random is not None:
         r = block.random
+        check_count(r.samples, file, f"{where}.samples", "samples")
         rng = np.random.default_rng(r.seed)
         keys = list(r.params)
         cols = [r.params[k].draw(rng, r.samples) for k in keys]
@@ -247,11 +271,14 @@ def _block_points(block: Block, file: str, where: str) -> tuple[list[str], list[
     keys = list(d)
     cols = []
     for k in keys:
+        if isinstance(d[k], RangeSpec):
+            check_count(d[k].count(), file, f"{where}.{k}", "values")
         vals = _block_values(d[k], ints_hint=True)
         if not vals:
             raise ConfigError("no values", file=file, key=f"{where}.{k}")
         cols.append(vals)
     if block.grid is not None:
+        check_count(math.prod(len(c) for c in cols), file, where)
         return keys, list(itertools.product(*cols))
     lens = {len(c) for c in cols}
     if len(lens) != 1:
@@ -549,6 +576,7 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
             have = ", ".join(getattr(tree, head)) or "none"
             raise ConfigError(f"expected {head}.<name>.<key> with a name of this sweep (have: {have})",
                               file=file, key=f"parameters.{k}")
+    check_count(math.prod(len(rows) for _, rows in axes), file, "parameters")
     definition = json.loads(canonical_json(data))
     return Sweep(spec, source, file, tree, axes, names, definition)
 

@@ -424,7 +424,7 @@ def check_layout(f: h5py.File, path) -> int:
     return n
 
 
-def _json_cell(raw, path, key: str):
+def json_doc(raw, path, key: str):
     """Decode one JSON document stored in a string dataset (a dict), else ConfigError."""
     try:
         obj = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
@@ -529,7 +529,7 @@ def iter_records(path: Path, journal: bool = True) -> Iterator[dict]:
                     r = res[j]
                     yield {"index": int(block["index"][j]), "key": block["key"][j],
                            "params": {p: _py(block[p][j]) for p in params},
-                           "doc": _json_cell(docs[j], path, f"/docs[{lo + j}]"),
+                           "doc": json_doc(docs[j], path, f"/docs[{lo + j}]"),
                            "resolved": r.decode() if isinstance(r, bytes) else r,
                            "elapsed_s": _float(block["elapsed_s"][j]),
                            "finished_unix_s": _float(block["finished_unix_s"][j]),
@@ -815,7 +815,7 @@ class Store:
         with _reading(self.path) if self._n_h5 else _null() as f:
             for i in order:
                 if i < self._n_h5:
-                    yield _json_cell(f["docs"][i], self.path, f"/docs[{i}]")
+                    yield json_doc(f["docs"][i], self.path, f"/docs[{i}]")
                 else:
                     yield self._journal[i - self._n_h5]["doc"]
 
@@ -824,9 +824,9 @@ class Store:
         i = int(self._order()[row])
         if i < self._n_h5:
             with _reading(self.path) as f:
-                return _json_cell(f["resolved"][i], self.path, f"/resolved[{i}]")
+                return json_doc(f["resolved"][i], self.path, f"/resolved[{i}]")
         r = self._journal[i - self._n_h5]["resolved"]
-        return _json_cell(r, self.path, f"journal record {self._journal[i - self._n_h5]['key']}") \
+        return json_doc(r, self.path, f"journal record {self._journal[i - self._n_h5]['key']}") \
             if isinstance(r, str) else r
 
 

@@ -21,10 +21,11 @@ from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
 from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
-from attnsim.hwmodels.dram.sched import ctrl_kernel_fast
+from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, gap_refresh
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
+MAX_EMIT = 1 << 25  # emitted command records (emit=True): 2.4 GB
 
 
 def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
@@ -159,6 +160,9 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
             r = k // NB
             due = K.due_of(r, T, RS)
             if bt >= due:
+                ng, ne = gap_refresh(r, arr[q[0]], T, BS, RS, ST, ch, E, ne)  # q[0]: the oldest queued request
+                if ng > 0:  # idle rank: its refreshes in closed form (banks closed: no queued hits)
+                    continue
                 if T[K.T_REFMODE] == 2:
                     idx = RS[r, K.R_PBNEXT]
                     ne = _emit(E, ne, K.REFPB, 0, r * NB + idx, 0, due, T)
@@ -258,20 +262,23 @@ def _same_channels(order, starts, k, row, w, arr, bpc):
 def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None = None, page: str = "open",
                       queue: int = DEFAULT_QUEUE, refresh: str | None = None, symmetry: bool = True,
                       emit: bool = False, scheduler: str = "fast", extrapolate: bool = False,
-                      steady_windows: int = steady.DEFAULT_WINDOWS) -> RequestResult:
+                      steady_windows: int = steady.DEFAULT_WINDOWS, idle_skip: bool = True) -> RequestResult:
     """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival.
 
     ``scheduler``: "fast" (exact per-bank candidate keys + one min-scan per command, flat.py), "heap" (per-bank
     FIFOs + lazy heap, sched.py) or "scan" (reference queue scan); all three give the same results.
     ``extrapolate``: on a periodic stream (steady.is_periodic), simulate ``steady_windows`` refresh windows per
-    channel and extrapolate the rest (steady.py); ignored otherwise (``.extrapolated`` says which was used)."""
+    channel and extrapolate the rest (steady.py); ignored otherwise (``.extrapolated`` says which was used).
+    Idle gaps cost nothing: the scheduler jumps to the next arrival and refreshes an idle rank in closed form
+    (kernel.refresh_gap; ``idle_skip=False`` walks them one by one, same results, for tests)."""
     spec = load_dram_spec(spec)
     addr = np.asarray(addr)
     n = addr.shape[0]
     w = np.ascontiguousarray(np.broadcast_to(np.asarray(is_write, dtype=np.int64), (n,)))
     arr = np.zeros(n, np.int64) if arrival is None else np.ascontiguousarray(np.asarray(arrival, dtype=np.int64))
-    if arr.shape != (n,) or np.any(arr < 0):
-        raise ConfigError("expected one non-negative arrival cycle per request", key="arrival")
+    top = K.max_cycle(spec.banks_per_channel)
+    if arr.shape != (n,) or np.any(arr < 0) or np.any(arr > top):
+        raise ConfigError(f"expected one arrival cycle in [0, {top}] per request", key="arrival")
     if np.any(np.diff(arr) < 0):
         order = np.argsort(arr, kind="stable")
         addr, w, arr = addr[order], w[order], arr[order]
@@ -282,7 +289,7 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     if scheduler not in ("fast", "heap", "scan"):
         raise ConfigError(f"expected fast, heap or scan, got {scheduler!r}", key="scheduler")
     refresh = spec.default_refresh if refresh is None else refresh
-    T = timing_vector(spec, refresh)
+    T = timing_vector(spec, refresh, idle_skip)
     ch, k, row = decode(spec, addr, mapping)
     n_ch = spec.org.channels
     order, starts = _counting_order(ch, n_ch)
@@ -330,6 +337,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
             info = _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w[0], arr[0], ST, CS, RS, LAT)
         wall += time.perf_counter() - w0
         if emit and ne > cap:
+            if ne > MAX_EMIT:
+                raise ConfigError(f"the emitted command stream would hold {ne} records (limit {MAX_EMIT}; "
+                                  "refreshes of long idle gaps count)", key="emit")
             cap = ne
             continue
         if periodic and np.any(WN >= 0) and info is None:

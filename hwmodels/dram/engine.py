@@ -63,8 +63,9 @@ def cmds_from(**cols) -> np.ndarray:
     return c
 
 
-def timing_vector(spec: DRAMSpec, refresh: str = "ab") -> np.ndarray:
-    """Flatten the spec into the kernel's int64 parameter vector."""
+def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True) -> np.ndarray:
+    """Flatten the spec into the kernel's int64 parameter vector (``idle_skip=False``: walk every refresh of an
+    idle gap instead of the closed form, for tests)."""
     t, o, p = spec.timing, spec.org, spec.pim
     T = np.zeros(K.N_T, np.int64)
     vals = {K.T_BL: t.nBL, K.T_CL: t.nCL, K.T_CWL: t.nCWL, K.T_RCDRD: t.nRCDRD, K.T_RCDWR: t.nRCDWR,
@@ -74,7 +75,7 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab") -> np.ndarray:
             K.T_REFIPB: t.nREFIpb, K.T_ROWCMD: t.row_cmd_cycles,
             K.T_COLBUS: K.C_COLBUS if t.separate_row_col_bus else K.C_ROWBUS,
             K.T_P: o.pseudo_channels, K.T_R: o.ranks, K.T_G: o.bank_groups, K.T_B: o.banks_per_group,
-            K.T_NCH: o.channels}
+            K.T_NCH: o.channels, K.T_IDLESKIP: int(bool(idle_skip))}
     if p is not None:
         vals.update({K.T_CCDAB: p.nCCDAB, K.T_CCDSB: p.nCCDSB, K.T_RCDMAC: p.nRCDRDMAC or t.nRCDRD,
                      K.T_PIMROW: p.row_cmd_cycles, K.T_BUFSETUP: p.buf_setup_cycles,
@@ -132,7 +133,8 @@ def check_cmds(spec: DRAMSpec, cmds: np.ndarray) -> None:
     col = np.isin(op, np.array(_COLUMN + (Op.BUF,), np.uint8))
     bad(col & (cmds["repeat"] < 1), "repeat must be >= 1")
     bad((op == Op.FIX) & (cmds["cycles"] < 0), "cycles must be >= 0")
-    bad(cmds["arrival"] < 0, "arrival must be >= 0")
+    top = K.max_cycle(spec.banks_per_channel)
+    bad((cmds["arrival"] < 0) | (cmds["arrival"] > top), f"arrival must be in [0, {top}]")
 
 
 def _opname(code) -> str:
@@ -269,11 +271,11 @@ def expand_macros(cmds: np.ndarray) -> np.ndarray:
     return out
 
 
-def raw_run(spec, cmds: np.ndarray, refresh: str | None = None):
+def raw_run(spec, cmds: np.ndarray, refresh: str | None = None, idle_skip: bool = True):
     """Kernel only: (cycles per channel, statistics [channel, kernel.STAT_NAMES]) without idle-tail refreshes."""
     spec = load_dram_spec(spec)
     check_cmds(spec, cmds)
-    T = timing_vector(spec, spec.default_refresh if refresh is None else refresh)
+    T = timing_vector(spec, spec.default_refresh if refresh is None else refresh, idle_skip)
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     c = cmds
     K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],

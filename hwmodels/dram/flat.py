@@ -25,7 +25,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from attnsim.hwmodels.dram import kernel as K
-from attnsim.hwmodels.dram.sched import _emit
+from attnsim.hwmodels.dram.sched import _emit, gap_refresh, oldest_arrival
 
 INF = 1 << 62
 KEYMAX = (1 << 63) - 1  # above every key (ages < AGE_LIMIT - 1)
@@ -352,6 +352,12 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             r = BS[k, K.B_R]
             due = K.due_of(r, T, RS)
             if bt >= due:
+                ng, ne = gap_refresh(r, oldest_arrival(kbase, kbase + nbc, bhead, sreq, arr), T, BS, RS, ST, ch, E, ne)
+                if ng > 0:  # idle rank: its refreshes in closed form; every bank of the rank changed
+                    for kk in range(r * NB, (r + 1) * NB):
+                        nwh += _bank(kk, kk - kbase, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS,
+                                     GS, RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW)
+                    continue
                 if T[K.T_REFMODE] == 2:
                     idx = RS[r, K.R_PBNEXT]
                     if ne < ecap:

@@ -18,6 +18,12 @@ inline = njit(cache=True, _nrt=False, error_model="numpy", inline="always")  # N
 
 NEG = -(1 << 40)  # "long ago"
 
+
+def max_cycle(banks_per_channel: int) -> int:
+    """Largest accepted arrival cycle: 2**53, less where per-channel statistics (refresh bank-cycles, up to
+    cycles x banks) could leave int64."""
+    return min(1 << 53, (1 << 62) // max(1, int(banks_per_channel)))
+
 # ---- op codes (API.md table; values stable)
 NOP, ACT, PRE, PREA, RD, WR, REF, REFPB, ACTAB, MACAB, MACSB, ACTBG, MACBG, BUF, FIX, BARRIER, MODE = range(17)
 N_OPS = 17
@@ -26,8 +32,9 @@ F_AP = 1
 # ---- timing parameter vector T (filled by engine.timing_vector)
 (T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
- T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH) = range(39)
-N_T = 39
+ T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
+ T_IDLESKIP) = range(40)
+N_T = 40  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
 
 # ---- state columns
 B_ROW, B_ACT, B_PRE, B_RD, B_WR, B_ACTT, B_MSB, B_G, B_R, B_U, B_CH = range(11)
@@ -138,6 +145,56 @@ def auto_refresh(r, T, BS, RS, CS, ST, ch):
         tr = refresh_rank(r, due, -1, T, BS, CS, ST, ch)
         RS[r, R_DUE] = due + T[T_REFI]
     return tr
+
+
+@hot
+def refresh_gap(r, t, T, BS, RS, ST, ch):
+    """Every refresh of rank ``r`` due at or before cycle ``t`` in closed form, when the rank is idle over them.
+
+    Idle: all banks of the rank closed and each bank ready (B_ACT) by the due of its next refresh; then every
+    refresh happens exactly at its due (nRFC < nREFI), so N = (t - due) // period + 1 refreshes leave each
+    refreshed bank ready at (its last due) + nRFC, and the counts and statistics of N auto_refresh calls. The
+    caller guarantees that the walk would perform all of them (no command to the rank before cycle t).
+    Returns N, or 0 (nothing done) when the rank is not idle or T_IDLESKIP is off: the caller then walks.
+    """
+    due = RS[r, R_DUE]
+    if T[T_IDLESKIP] == 0 or T[T_REFMODE] == 0 or t < due:
+        return 0
+    NB = T[T_G] * T[T_B]
+    base = r * NB
+    pb = T[T_REFMODE] == 2
+    per = T[T_REFIPB] if pb else T[T_REFI]
+    n = (t - due) // per + 1
+    if n < 2:
+        return 0
+    if pb:
+        ng = NB // T[T_PBG]          # per-bank refresh groups, refreshed round robin
+        rfc = T[T_RFCPB]
+        if rfc > ng * per:
+            return 0
+        idx = RS[r, R_PBNEXT]
+        for k in range(base, base + NB):
+            off = ((k - base) % ng - idx) % ng   # position of the bank's group in the round
+            if BS[k, B_ROW] >= 0 or (off < n and BS[k, B_ACT] > due + off * per):
+                return 0
+        for k in range(base, base + NB):
+            off = ((k - base) % ng - idx) % ng
+            if off < n:
+                BS[k, B_ACT] = due + (off + ((n - 1 - off) // ng) * ng) * per + rfc
+        RS[r, R_PBNEXT] = (idx + n) % ng
+        ST[ch, S_REFPB] += n
+        ST[ch, S_REFBANKCYC] += n * rfc * T[T_PBG]
+    else:
+        rfc = T[T_RFC]
+        for k in range(base, base + NB):
+            if BS[k, B_ROW] >= 0 or BS[k, B_ACT] > due:
+                return 0
+        for k in range(base, base + NB):
+            BS[k, B_ACT] = due + (n - 1) * per + rfc
+        ST[ch, S_REF] += n
+        ST[ch, S_REFBANKCYC] += n * rfc * NB
+    RS[r, R_DUE] = due + n * per
+    return n
 
 
 # ============================================================== single-bank primitives
@@ -362,7 +419,8 @@ def prim_act(k, row, arrival, T, BS, GS, RS, CS, ST):
         if arrival > t:
             t = arrival
         if t >= due_of(r, T, RS):
-            auto_refresh(r, T, BS, RS, CS, ST, ch)
+            if refresh_gap(r, t, T, BS, RS, ST, ch) == 0:  # t only grows in this loop: exact
+                auto_refresh(r, T, BS, RS, CS, ST, ch)
             continue
         commit_act(k, row, t, T, BS, GS, RS, CS, ST)
         return
@@ -516,7 +574,8 @@ def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS
             t = CS[ch, C_ROWBUS]
         j, d = scope_due(nr, ranks, T, RS)
         if t >= d:
-            auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
+            if refresh_gap(ranks[j], t, T, BS, RS, ST, ch) == 0:  # t only grows in this loop: exact
+                auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
             continue
         break
     for i in range(nb):

@@ -152,6 +152,42 @@ def _emit(E, ne, op, flags, k, row, arrival, T):
     E[ne, 8] = arrival
 
 
+@K.hot
+def gap_refresh(r, t, T, BS, RS, ST, ch, E, ne):
+    """kernel.refresh_gap of rank ``r`` up to cycle ``t`` with its REF/REFPB records emitted (as many as E holds).
+
+    Schedulers pass t = the arrival of the oldest queued request: no command issues before it, so the walk would
+    perform every refresh due by then (before the rank's next command or as idle-tail refreshes). Returns
+    (refreshes done, emitted-record count)."""
+    due = RS[r, K.R_DUE]
+    idx = RS[r, K.R_PBNEXT]
+    n = K.refresh_gap(r, t, T, BS, RS, ST, ch)
+    NB = T[K.T_G] * T[K.T_B]
+    pb = T[K.T_REFMODE] == 2
+    per = T[K.T_REFIPB] if pb else T[K.T_REFI]
+    ng = NB // T[K.T_PBG]
+    j = 0
+    while j < n and ne < E.shape[0]:
+        if pb:
+            _emit(E, ne, K.REFPB, 0, r * NB + (idx + j) % ng, 0, due + j * per, T)
+        else:
+            _emit(E, ne, K.REF, 0, r * NB, 0, due + j * per, T)
+        ne += 1
+        j += 1
+    return n, ne + (n - j)
+
+
+@K.inline
+def oldest_arrival(k0, k1, bhead, sreq, arr):
+    """Arrival of the oldest queued request of banks [k0, k1) (arrivals grow with queue age)."""
+    a = INF
+    for kk in range(k0, k1):
+        s = bhead[kk]
+        if s >= 0 and arr[sreq[s]] < a:
+            a = arr[sreq[s]]
+    return a
+
+
 @njit(cache=True)
 def ctrl_kernel_fast(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                      limit, win, maxw, WN, WR, WS, WL, WF):
@@ -296,6 +332,15 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             r = BS[k, K.B_R]
             due = K.due_of(r, T, RS)
             if bt >= due:
+                ng, ne = gap_refresh(r, oldest_arrival(ch * nbc, (ch + 1) * nbc, bhead, sreq, arr), T, BS, RS, ST,
+                                     ch, E, ne)
+                if ng > 0:  # idle rank: its refreshes in closed form; every bank of the rank changed
+                    for kk in range(r * NB, (r + 1) * NB):
+                        if bhead[kk] >= 0 and dmark[kk] == 0:
+                            dmark[kk] = 1
+                            dirty[nd] = kk
+                            nd += 1
+                    continue
                 if T[K.T_REFMODE] == 2:
                     idx = RS[r, K.R_PBNEXT]
                     if ne < ecap:
