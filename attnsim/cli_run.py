@@ -33,8 +33,9 @@ def register(sub) -> None:
 
 def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
     from attnsim.report import breakdown_table, summary_table
-    from attnsim.results import dumps
-    if as_json:
+    from attnsim.results import dumps, finalize_doc
+    if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
+        docs = [finalize_doc(dict(d)) for d in docs]
         print(dumps({"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"),
                      "runs": docs}, indent=1))
         return

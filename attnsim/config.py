@@ -233,6 +233,8 @@ def read_text_file(path: str | os.PathLike, file: str | None = None) -> str:
 
 YAML_MAX_VALUES = 1_000_000
 """Most values (scalars + collections) one YAML document may hold once aliases are expanded."""
+YAML_MAX_DEPTH = 64
+"""Deepest nesting of collections in one YAML document."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -284,16 +286,31 @@ def _expanded_size(root, limit: int) -> int:
     return size[id(root)]
 
 
+def _check_depth(text: str, file: str | None) -> None:
+    """Refuse nesting deeper than YAML_MAX_DEPTH (PyYAML's composer recurses per level)."""
+    depth = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > YAML_MAX_DEPTH:
+                raise ConfigError(f"invalid YAML (nested deeper than {YAML_MAX_DEPTH} levels)", file=file,
+                                  key=f"line {ev.start_mark.line + 1}")
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def parse_yaml(text: str, file: str | None = None):
     """Parse one YAML document with attnsim's rules (any top-level value; None if empty).
 
     Rules (shared by every YAML attnsim reads, ``--set`` values included): safe tags only,
     duplicate keys refused (``<file>: line 7: duplicate key 'batch_size' (first at line 3)``),
     aliases may not expand the document beyond :data:`YAML_MAX_VALUES` values, and every
-    syntax error is a one-line ConfigError naming the line.
+    syntax error is a one-line ConfigError naming the line; nesting is limited to
+    :data:`YAML_MAX_DEPTH` levels.
     """
     loader = None
     try:
+        _check_depth(text, file)
         loader = _Loader(text)
         node = loader.get_single_node()
         if node is None:
