@@ -1,0 +1,469 @@
+"""Fuzz harnesses, one per input reader: a hypothesis strategy of inputs and a function that feeds one input
+to the reader. The contract: the reader returns a result or raises a one-line ConfigError; any other
+exception, a multi-line message or an execution over :data:`HANG_S` seconds is a failure.
+
+Used by tests/test_fuzz_readers.py (a bounded number of examples) and bench/fuzz.py (for a given time)::
+
+    failure = HARNESSES["asm"].check(example)   # None, or Failure(kind, location, message)
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from hypothesis import strategies as st
+
+from attnsim.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+HANG_S = 10.0   # one execution longer than this is reported as a hang
+_WORK = Path(tempfile.mkdtemp(prefix="attnsim-fuzz-"))
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str        # exception type, "multi-line ConfigError" or "hang"
+    location: str    # innermost repository frame "path:line (function)"
+    message: str
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return self.kind, self.location
+
+
+class _Hang(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang()
+
+
+def _location(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if f.filename.startswith(str(REPO)) and "/tests/" not in f.filename]
+    f = (ours or frames or [None])[-1]
+    if f is None:
+        return "?"
+    return f"{os.path.relpath(f.filename, REPO) if f.filename.startswith(str(REPO)) else f.filename}:{f.lineno} ({f.name})"
+
+
+@dataclass(frozen=True)
+class Harness:
+    name: str
+    strategy: Any                 # hypothesis strategy of one input
+    feed: Callable[[Any], Any]    # run the reader on one input
+
+    def check(self, example) -> Failure | None:
+        """Run one input; None if the reader returned or raised a one-line ConfigError."""
+        use_alarm = hasattr(signal, "setitimer")
+        if use_alarm:
+            old = signal.signal(signal.SIGALRM, _alarm)
+            signal.setitimer(signal.ITIMER_REAL, HANG_S)
+        try:
+            self.feed(example)
+        except ConfigError as exc:
+            if "\n" in str(exc):
+                return Failure("multi-line ConfigError", _location(exc), str(exc)[:200])
+        except _Hang as exc:
+            return Failure("hang", _location(exc), f"over {HANG_S:.0f} s")
+        except Exception as exc:  # noqa: BLE001 - what is looked for
+            return Failure(type(exc).__name__, _location(exc), str(exc)[:200])
+        finally:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+        return None
+
+
+# ---------------------------------------------------------------- value strategies
+
+HUGE = 2 ** 63
+INTS = st.one_of(st.integers(-3, 70), st.integers(-2 ** 70, 2 ** 70),
+                 st.sampled_from([0, 1, -1, 2 ** 31, HUGE - 1, HUGE, 2 ** 64, 10 ** 9, 10 ** 30]))
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from([0.0, -0.0, 0.5, 1.5, 1e-9, 1e30, 1e300, float("inf"), float("nan")]))
+TEXT = st.text(max_size=8)
+LEAF = st.one_of(INTS, FLOATS, TEXT, st.booleans(), st.none())
+VALUE = st.one_of(LEAF, st.lists(LEAF, max_size=3), st.dictionaries(TEXT, LEAF, max_size=2))
+# textual tokens for line-based formats
+TOKENS = st.one_of(st.sampled_from(["0", "1", "-1", "1.5", "1e30", "1e400", "inf", "-inf", "nan", "NaN", "",
+                                    str(HUGE), str(2 ** 64), "0x40", "0x" + "f" * 17, "R", "W", "x", "true", "null",
+                                    "\xff", "\x00", "#", ",", "[1", "{", '"']),
+                   INTS.map(str), FLOATS.map(repr), st.text(max_size=6))
+
+
+def _paths(d: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every key path (mapping keys and list indices) of a nested structure."""
+    out = []
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.append(prefix + (k,))
+            out += _paths(v, prefix + (k,))
+    elif isinstance(d, list):
+        for i, v in enumerate(d):
+            out.append(prefix + (i,))
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+def _apply(d: Any, path: tuple, value: Any, delete: bool) -> None:
+    node = d
+    for p in path[:-1]:
+        node = node[p]
+    if delete and isinstance(node, dict):
+        node.pop(path[-1], None)
+    elif isinstance(node, (dict, list)):
+        node[path[-1]] = value
+
+
+def mutations(base: Any, n: int = 3):
+    """Strategy: a deep copy of ``base`` with up to ``n`` values replaced, removed, or keys added."""
+    paths = _paths(base)
+    one = st.tuples(st.sampled_from(paths), VALUE, st.sampled_from(["set", "set", "delete", "add"]), TEXT)
+
+    def build(muts):
+        d = copy.deepcopy(base)
+        for path, value, how, newkey in muts:
+            try:
+                if how == "add":
+                    parent = path[:-1]
+                    node = d
+                    for p in parent:
+                        node = node[p]
+                    if isinstance(node, dict):
+                        node[newkey or "extra"] = value
+                else:
+                    _apply(d, path, value, how == "delete")
+            except (KeyError, IndexError, TypeError):
+                pass  # an earlier mutation removed or replaced the parent
+        return d
+    return st.lists(one, max_size=n).map(build)
+
+
+def corrupt(text_strategy):
+    """Strategy: the bytes of a text, sometimes with bytes inserted, replaced or cut off."""
+    def apply(args):
+        text, how, pos, junk = args
+        data = text.encode() if isinstance(text, str) else text
+        pos = pos % (len(data) + 1)
+        if how == "insert":
+            return data[:pos] + junk + data[pos:]
+        if how == "replace":
+            return data[:pos] + junk + data[pos + len(junk):]
+        if how == "truncate":
+            return data[:pos]
+        return data
+    return st.tuples(text_strategy, st.sampled_from(["none", "none", "insert", "replace", "truncate"]),
+                     st.integers(0, 1 << 16), st.binary(min_size=1, max_size=4)).map(apply)
+
+
+def _write(name: str, data) -> Path:
+    p = _WORK / name
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    p.write_bytes(data)
+    return p
+
+
+def _dump(d) -> str:
+    return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+
+
+# ---------------------------------------------------------------- readers
+
+from bad_inputs.cases import DRAM, EXP, HF, HW, MODEL, SWEEP, SYS  # noqa: E402  (base documents)
+
+_EXP_LOCAL = {**copy.deepcopy(EXP), "systems": ["sys.yaml"], "models": ["model.yaml"]}
+_SYS_LOCAL = copy.deepcopy(SYS)
+_SYS_LOCAL["devices"]["gpu"]["hardware"] = "hw.yaml"
+
+
+def _config_strategy():
+    doc = st.sampled_from(["exp", "sys", "hw", "model"])
+    texts = st.tuples(mutations(_EXP_LOCAL), mutations(_SYS_LOCAL), mutations(HW), mutations(MODEL)).map(
+        lambda t: [_dump(x) for x in t])
+    return st.tuples(texts, doc, corrupt(st.just(b""))).map(lambda a: (a[0], a[1], a[2]))
+
+
+def feed_config(example) -> None:
+    """Experiment + system + hardware + model YAML -> attnsim.experiment.load_experiment (load + validate)."""
+    from attnsim.experiment import load_experiment
+    texts, which, junk = example
+    names = ["exp", "sys", "hw", "model"]
+    for name, text in zip(names, texts):
+        data = text.encode()
+        if name == which and junk:
+            data = data[: len(data) // 2] + junk + data[len(data) // 2:]
+        _write(f"{name}.yaml", data)
+    load_experiment(str(_WORK / "exp.yaml"))
+
+
+_TREE = None
+
+
+def _base_tree():
+    global _TREE
+    if _TREE is None:
+        from attnsim.experiment import load_tree
+        p = _write("set_exp.yaml", _dump(EXP))
+        _TREE = load_tree(str(p))[0]
+    return _TREE
+
+
+def _set_strategy():
+    tree_keys = st.sampled_from(sorted({".".join(map(str, p)) for s in ("experiment", "models", "systems", "hardware",
+                                                                        "scenarios")
+                                        for p in [(s,) + q for q in _paths(_set_base_dict()[s])]}))
+    key = st.one_of(tree_keys, tree_keys.map(lambda k: k + ".x"), st.text(max_size=12))
+    value = st.one_of(TOKENS, st.sampled_from([".inf", ".nan", "-.inf", "[1, 2", "{a: 1}", "[]", "~", "1e400",
+                                               "!!python/none ''", "&a [*a]", "*b"]))
+    item = st.one_of(st.tuples(key, value).map(lambda kv: f"{kv[0]}={kv[1]}"), st.text(max_size=16))
+    return st.lists(item, min_size=1, max_size=3)
+
+
+def _set_base_dict():
+    return _base_tree().as_dict()
+
+
+def feed_set(items) -> None:
+    """``--set`` items -> parse_set + ConfigTree.apply_sets + validate_tree."""
+    from attnsim.experiment import validate_tree
+    tree = _base_tree().copy()
+    tree.apply_sets(items)
+    validate_tree(tree)
+
+
+def feed_hf(data) -> None:
+    """HF config.json bytes -> workloads.hf.model_from_hf_config."""
+    from attnsim.workloads.hf import model_from_hf_config
+    d = _WORK / "hf"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_bytes(data)
+    model_from_hf_config(d / "config.json")
+
+
+_REQ_COLS = ["arrival_s", "prompt_tokens", "output_tokens", "prefix_id", "prefix_tokens"]
+
+
+def _requests_strategy():
+    header = st.one_of(st.just(_REQ_COLS[:3]), st.just(_REQ_COLS), st.lists(st.sampled_from(_REQ_COLS + ["x", ""]),
+                                                                            max_size=6))
+    csv_text = st.tuples(header, st.lists(st.lists(TOKENS, max_size=6), max_size=4)).map(
+        lambda hr: "\n".join([",".join(hr[0])] + [",".join(r) for r in hr[1]]) + "\n")
+    json_val = st.one_of(LEAF, st.lists(LEAF, max_size=2))
+    jsonl_text = st.lists(st.one_of(
+        st.dictionaries(st.sampled_from(_REQ_COLS + ["x"]), json_val, max_size=6).map(json.dumps),
+        st.builds(lambda a, p, o: json.dumps({"arrival_s": a, "prompt_tokens": p, "output_tokens": o}),
+                  FLOATS, INTS, INTS),
+        TEXT), max_size=4).map(lambda rows: "\n".join(rows) + "\n")
+    return st.one_of(st.tuples(st.just("csv"), corrupt(csv_text)), st.tuples(st.just("jsonl"), corrupt(jsonl_text)))
+
+
+def feed_requests(example) -> None:
+    """CSV / JSONL request trace -> attnsim.serve.requests.read_trace_file."""
+    from attnsim.serve.requests import read_trace_file
+    suffix, data = example
+    read_trace_file(_write(f"req.{suffix}", data))
+
+
+def _dram_trace_strategy():
+    addr = st.one_of(st.integers(0, 1 << 34).map(hex), st.integers(0, 1 << 70).map(hex), TOKENS)
+    line = st.one_of(st.tuples(addr, st.sampled_from(["R", "W", "r", "w", "X"]), st.one_of(st.just(""), TOKENS)).map(
+        lambda t: " ".join(x for x in t if x)), TOKENS, st.just("# comment"))
+    return corrupt(st.lists(line, max_size=6).map(lambda ls: "\n".join(ls) + "\n"))
+
+
+def feed_dram_trace(data) -> None:
+    """DRAM request trace -> attnsim.cli_dram.read_trace."""
+    from attnsim.cli_dram import read_trace
+    read_trace(str(_write("t.txt", data)))
+
+
+def feed_dram_spec(data) -> None:
+    """DRAM spec mapping -> hwmodels.dram.spec.spec_from_dict (then its derived sizes)."""
+    from attnsim.hwmodels.dram.spec import spec_from_dict
+    spec = spec_from_dict(data, file="d.yaml")
+    spec.capacity_bytes
+
+
+def _asm_strategy():
+    from attnsim.isa import ISA_NAMES, get_isa
+
+    def program(isa_name):
+        isa = get_isa(isa_name)
+        mn = st.sampled_from(sorted(op.mnemonic for op in isa.opcodes) + ["FLY", ""])
+        names = sorted({n for op in isa.opcodes for f in op.fields for n in f.enum} | {"L0", "L1"})
+        operand = st.one_of(TOKENS, st.sampled_from(names), st.tuples(st.sampled_from(names), TOKENS).map(
+            lambda t: f"{t[0]}[{t[1]}]"), st.tuples(st.sampled_from(sorted(isa.field_names) or ["x"]), TOKENS).map(
+            lambda t: f"{t[0]}={t[1]}"))
+        line = st.tuples(st.sampled_from(["", "", "L0: ", "L1: "]), mn, st.lists(operand, max_size=4)).map(
+            lambda t: f"{t[0]}{t[1]} {', '.join(t[2])}")
+        return corrupt(st.lists(line, max_size=6).map(lambda ls: "\n".join(ls) + "\n")).map(lambda b: (isa_name, b))
+    return st.sampled_from(ISA_NAMES).flatmap(program)
+
+
+def feed_asm(example) -> None:
+    """Assembly text -> isa.base.assemble_file + encode (what `attnsim asm` does)."""
+    from attnsim.isa import get_isa
+    from attnsim.isa.base import assemble_file, encode
+    isa_name, data = example
+    isa = get_isa(isa_name)
+    encode(assemble_file(isa, _write("p.s", data)), validate=False)
+
+
+def _disasm_strategy():
+    from attnsim.isa import ISA_NAMES, get_isa
+
+    def words(isa_name):
+        isa = get_isa(isa_name)
+        wb = isa.word_bytes
+        codes = sorted(op.code for op in isa.opcodes)
+        word = st.one_of(
+            st.tuples(st.sampled_from(codes), st.integers(0, (1 << (isa.word_bits - isa.opcode_bits)) - 1)).map(
+                lambda t: (t[0] << (isa.word_bits - isa.opcode_bits) | t[1]).to_bytes(wb, "little")),
+            st.binary(min_size=wb, max_size=wb))
+        return st.one_of(st.lists(word, max_size=6).map(b"".join), st.binary(max_size=3 * wb)).map(lambda b: (isa_name, b))
+    return st.sampled_from(ISA_NAMES).flatmap(words)
+
+
+def feed_disasm(example) -> None:
+    """Binary words -> isa.base.decode_file + disassemble (what `attnsim disasm` does)."""
+    from attnsim.isa import get_isa
+    from attnsim.isa.base import decode_file, disassemble
+    isa_name, data = example
+    disassemble(decode_file(get_isa(isa_name), _write("p.bin", data)))
+
+
+def feed_sweep(data) -> None:
+    """Sweep mapping -> attnsim.sweep.spec.build_sweep, then the first points resolved."""
+    from attnsim.sweep.spec import build_sweep
+    sw = build_sweep(data, file="sweep.yaml", source=_sweep_base())
+    for i in range(min(sw.n_points, 3)):
+        sw.resolve(i)
+
+
+def _sweep_base() -> Path:
+    d = _WORK / "sweepdir"
+    if not d.is_dir():
+        d.mkdir()
+        (d / "exp.yaml").write_text(_dump(EXP))
+    return d / "sweep.yaml"
+
+
+def _sweep_strategy():
+    values = st.one_of(st.lists(LEAF, max_size=4), LEAF,
+                       st.fixed_dictionaries({"start": LEAF, "stop": LEAF}, optional={
+                           "step": LEAF, "num": LEAF, "factor": LEAF, "scale": st.sampled_from(["linear", "log", "x"])}))
+    keys = st.sampled_from(["scenario.batch_size", "scenario.prompt_len", "model.num_layers", "system",
+                            "hardware.h100_sxm.hbm_bandwidth_gbps", "experiment.seed", "bogus.key", "scenario"])
+    block = st.one_of(st.dictionaries(keys, values, max_size=2).map(lambda g: {"grid": g}),
+                      st.dictionaries(keys, st.lists(LEAF, max_size=3), max_size=2).map(lambda z: {"zip": z}),
+                      st.builds(lambda n, k, d: {"random": {"samples": n, "params": {k: d}}}, INTS, keys,
+                                st.dictionaries(st.sampled_from(["uniform", "loguniform", "randint", "choice", "x"]),
+                                                st.lists(LEAF, max_size=3), max_size=1)))
+    base = st.lists(block, max_size=2).map(lambda ps: {**SWEEP, "parameters": ps})
+    return st.one_of(base, mutations(SWEEP))
+
+
+_STORE = None
+
+
+def _valid_store() -> Path:
+    global _STORE
+    if _STORE is None:
+        import contextlib
+        import io
+        from attnsim.cli import main
+        d = _WORK / "store_src"
+        d.mkdir(exist_ok=True)
+        (d / "exp.yaml").write_text(_dump(EXP))
+        (d / "sweep.yaml").write_text(_dump(SWEEP))
+        old = os.getcwd()
+        os.chdir(d)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                assert main(["sweep", "sweep.yaml", "--workers", "1", "--no-progress", "--out", "s.h5",
+                             "--cache", "off"]) == 0
+        finally:
+            os.chdir(old)
+        _STORE = (d / "s.h5").read_bytes()
+    return _STORE
+
+
+_STORE_OBJECTS = ["/points", "/points/index", "/points/key", "/points/status", "/points/ttft_s", "/points/system",
+                  "/docs", "/resolved", "/breakdown"]
+_STORE_ATTRS = ["format", "sweep_definition", "parameters", "n_points_total", "shard", "sweep_id", "attnsim_version"]
+
+
+def _store_strategy():
+    edit = st.one_of(
+        st.tuples(st.just("del"), st.sampled_from(_STORE_OBJECTS), st.none()),
+        st.tuples(st.just("data"), st.sampled_from(_STORE_OBJECTS[1:7]),
+                  st.one_of(st.lists(INTS.filter(lambda x: abs(x) < HUGE), max_size=3),
+                            st.lists(FLOATS, max_size=3), st.lists(TEXT, max_size=3))),
+        st.tuples(st.just("attr"), st.sampled_from(_STORE_ATTRS), st.one_of(TEXT, INTS.filter(lambda x: abs(x) < HUGE),
+                                                                             FLOATS)),
+        st.tuples(st.just("delattr"), st.sampled_from(_STORE_ATTRS), st.none()))
+    raw = st.tuples(st.sampled_from(["none", "none", "none", "truncate", "flip"]), st.integers(0, 1 << 20),
+                    st.binary(min_size=1, max_size=8))
+    return st.tuples(st.lists(edit, max_size=3), raw, st.sampled_from(["show", "table"]))
+
+
+def feed_store(example) -> None:
+    """A valid sweep store with objects / attributes deleted or replaced, or bytes cut or flipped ->
+    attnsim.results.read_results (``attnsim show``) or attnsim.sweep.table.load_table (export / plot)."""
+    import h5py
+    import numpy as np
+    from attnsim.results import read_results
+    from attnsim.sweep.table import load_table
+    edits, (how, pos, junk), reader = example
+    p = _write("s.h5", _valid_store())
+    with h5py.File(p, "r+") as f:
+        for kind, name, value in edits:
+            if kind == "del" and name in f:
+                del f[name]
+            elif kind == "data":
+                if name in f:
+                    del f[name]
+                arr = np.array(value, dtype=h5py.string_dtype()) if value and isinstance(value[0], str) else np.array(value)
+                f.create_dataset(name, data=arr)
+            elif kind == "attr":
+                f.attrs[name] = value
+            elif kind == "delattr" and name in f.attrs:
+                del f.attrs[name]
+    if how != "none":
+        data = p.read_bytes()
+        pos %= len(data)
+        p.write_bytes(data[:pos] if how == "truncate" else data[:pos] + junk + data[pos + len(junk):])
+    if reader == "show":
+        read_results(p)
+    else:
+        load_table(p)
+
+
+HARNESSES: dict[str, Harness] = {}
+
+
+def _register(name, strategy_fn, feed):
+    HARNESSES[name] = Harness(name, st.deferred(strategy_fn), feed)
+
+
+_register("config", _config_strategy, feed_config)
+_register("set", _set_strategy, feed_set)
+_register("hf", lambda: corrupt(mutations(HF).map(lambda d: json.dumps(d, allow_nan=True))), feed_hf)
+_register("requests", _requests_strategy, feed_requests)
+_register("dram_trace", _dram_trace_strategy, feed_dram_trace)
+_register("dram_spec", lambda: mutations(DRAM, 4), feed_dram_spec)
+_register("asm", _asm_strategy, feed_asm)
+_register("disasm", _disasm_strategy, feed_disasm)
+_register("sweep", _sweep_strategy, feed_sweep)
+_register("store", _store_strategy, feed_store)
