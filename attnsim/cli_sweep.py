@@ -22,13 +22,18 @@ def register(sub) -> None:
     s.add_argument("--scheduler", default=None, metavar="ADDRESS", help="dask scheduler address (else a LocalCluster)")
     s.add_argument("--emit-sbatch", nargs="?", const="-", default=None, metavar="FILE",
                    help="write a ready sbatch array script (to FILE or stdout) and exit")
+    s.add_argument("--merge-after", action="store_true",
+                   help="with --emit-sbatch: the first array task submits the merge as a dependent job")
+    s.add_argument("--dry-run", action="store_true",
+                   help="print the job script (--emit-sbatch, or the dask.jobqueue worker script) and exit")
     s.add_argument("--retry-failed", action="store_true", help="re-run the store's invalid/error points")
     s.add_argument("--allow-version-mismatch", action="store_true",
                    help="resume a store written by another attnsim version (recorded in its other_versions)")
     s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="extra fixed override for every point (repeatable)")
-    s.add_argument("--cache", default=None, metavar="DIR", help="sub-result cache folder "
-                   "(default $ATTNSIM_CACHE_DIR or .attnsim-cache beside the store; 'off' disables)")
+    s.add_argument("--cache", default=None, metavar="DIR", help="sub-result cache: a folder, or one SQLite "
+                   "file (sqlite:PATH or *.sqlite) (default $ATTNSIM_CACHE_DIR or .attnsim-cache beside the store; "
+                   "'off' disables)")
     s.add_argument("--checkpoint-s", type=float, default=300.0, help="fold the journal into the HDF5 this often")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--figures", action="store_true", help="render the sweep's figures block when done")
@@ -75,15 +80,12 @@ def sweep_cmd(args) -> int:
     from attnsim.sweep.spec import load_sweep
     sweep = load_sweep(args.sweep, extra_sets=args.sets)
     out = Path(args.out) if args.out else Path("results") / f"{sweep.spec.name}.h5"
+    if args.merge_after and args.emit_sbatch is None:
+        raise ConfigError("needs --emit-sbatch", file="--merge-after")
     if args.emit_sbatch is not None:
-        extra = [f"--set {x}" for x in args.sets]
-        text = emit_sbatch(args.sweep, sweep, out, extra)
-        if args.emit_sbatch == "-":
-            print(text)
-        else:
-            Path(args.emit_sbatch).write_text(text)
-            print(f"wrote {args.emit_sbatch} ({sweep.n_points} points)", file=sys.stderr)
-        return 0
+        return _emit_sbatch(args, sweep, out)
+    if args.dry_run:
+        return _dry_run_jobqueue(sweep)
     shard = parse_shard(args.shard) if args.shard is not None else None
     summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
                         scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
@@ -96,6 +98,38 @@ def sweep_cmd(args) -> int:
         return 3
     if args.figures and sweep.spec.figures:
         _render_all(summary.out, sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else summary.out.parent)
+    return 0
+
+
+def _emit_sbatch(args, sweep, out: Path) -> int:
+    import os
+    from attnsim.sweep.executors import emit_sbatch
+    target = None if args.emit_sbatch == "-" or args.dry_run else Path(args.emit_sbatch)
+    if target is not None and not os.access(target.absolute().parent, os.W_OK):
+        raise ConfigError(f"a writable folder, got {str(target.absolute().parent)!r}", file="--emit-sbatch")
+    text = emit_sbatch(sweep, out, sweep_arg=args.sweep, sets=args.sets, cache=args.cache,
+                       merge_after=args.merge_after, make_dirs=target is not None)
+    if target is None:
+        print(text, end="")
+        return 0
+    import shlex
+    from attnsim.fileio import atomic_path
+    with atomic_path(target) as tmp:
+        Path(tmp).write_text(text)
+    print(f"wrote {target} ({sweep.n_points} points); submit with: sbatch {shlex.quote(str(target))}", file=sys.stderr)
+    return 0
+
+
+def _dry_run_jobqueue(sweep) -> int:
+    from attnsim.sweep.executors import jobqueue_cluster
+    jq = sweep.spec.dask.jobqueue if sweep.spec.dask else None
+    if jq is None:
+        raise ConfigError("needs --emit-sbatch or a dask.jobqueue section in the sweep", file="--dry-run")
+    cluster = jobqueue_cluster(jq, check_submit=False)
+    try:
+        print(cluster.job_script(), end="")
+    finally:
+        cluster.close()
     return 0
 
 

@@ -289,6 +289,7 @@ def _strict_loads(text):
     return json.loads(text, parse_constant=refuse)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_overflowing_metric_gives_error_status_and_strict_json(tmp_path, capsys):
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
@@ -335,3 +336,20 @@ def test_show_json_is_strict_for_an_old_file_with_infinity(tmp_path, capsys):
     rc, text, _ = _cli(capsys, "show", str(out / "results.h5"), "--json")
     (run,) = _strict_loads(text)["runs"]
     assert rc == 0 and run["status"] == "error" and run["error"] == "non-finite result: metrics.ttft_s = inf"
+
+
+def test_replications_keep_undefined_metrics_undefined():
+    from attnsim.serve.replicate import combine
+    docs = [{"status": "ok", "metrics": {"ttft_mean": t, "tpot_mean": p}} for t, p in ((1.0, None), (3.0, 0.5))]
+    m = combine(docs, [0, 1], 0.95, 0)["metrics"]
+    assert m["ttft_mean"] == 2.0 and m["tpot_mean"] is None
+    assert m["ttft_mean_ci_low"] <= 2.0 <= m["ttft_mean_ci_high"]
+
+
+def test_check_numbers_names_the_nested_key():
+    from attnsim.config import check_numbers
+    check_numbers({"a": [1, 2.5, {"b": "x"}]}, file="c.json")
+    with pytest.raises(ConfigError, match=r"^c.json: cfg.rope_scaling.factor: expected a finite number, got inf$"):
+        check_numbers({"rope_scaling": {"factor": math.inf}}, file="c.json", key="cfg")
+    with pytest.raises(ConfigError, match=r"^c.json: 0.1: expected an integer in \[-2\*\*53, 2\*\*53\]"):
+        check_numbers([[0, 2 ** 64]], file="c.json")

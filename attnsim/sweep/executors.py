@@ -11,6 +11,7 @@ import concurrent.futures as cf
 import importlib
 import multiprocessing as mp
 import os
+import shlex
 import socket
 import sys
 import time
@@ -97,15 +98,25 @@ def _run_local(tasks: Iterator[dict], workers: int) -> Iterator[dict]:
         yield from _run_serial(tasks)
         return
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    # Ctrl-C reaches the whole process group: workers ignore it (no tracebacks from them) and the
+    # driver, which gets the KeyboardInterrupt, stops them; finished points are already in the journal
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint) as pool:
         def wait_one(p):
             done, rest = cf.wait(p, return_when=cf.FIRST_COMPLETED)
             return done, rest
         try:
             yield from _windowed(lambda t: pool.submit(execute_point, t), tasks, 2 * workers, wait_one)
         except BaseException:
+            procs = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:  # running points are abandoned (re-run on resume), not waited for
+                proc.terminate()
             raise
+
+
+def _ignore_sigint() -> None:
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def dask_client(workers: int, scheduler: Optional[str] = None, jobqueue=None):
@@ -123,13 +134,57 @@ def dask_client(workers: int, scheduler: Optional[str] = None, jobqueue=None):
         except ImportError:
             raise ConfigError("a dask.jobqueue block needs dask-jobqueue: pip install 'attnsim[slurm]'",
                               file="dask.jobqueue") from None
-        cls = dask_jobqueue.SLURMCluster if jobqueue.kind == "slurm" else dask_jobqueue.PBSCluster
-        kw = jobqueue.model_dump(exclude={"kind", "jobs"}, exclude_none=True)
-        cluster = cls(**kw)
+        cluster = jobqueue_cluster(jobqueue)
         cluster.scale(jobs=jobqueue.jobs)
         return Client(cluster)
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     return Client(cluster)
+
+
+def _jobqueue_class(jobqueue, check_submit: bool = True):
+    """SLURMCluster / PBSCluster; refuses (one line) when dask-jobqueue or the submit command is missing."""
+    import shutil
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise ConfigError("a dask.jobqueue block needs dask-jobqueue: pip install 'attnsim[slurm]'",
+                          file="dask.jobqueue") from None
+    cls, submit = ((dask_jobqueue.SLURMCluster, "sbatch") if jobqueue.kind == "slurm"
+                   else (dask_jobqueue.PBSCluster, "qsub"))
+    if check_submit and shutil.which(submit) is None:
+        raise ConfigError(f"needs the {submit} command on PATH (run on a {jobqueue.kind} login node), got none",
+                          file="dask.jobqueue", key="kind")
+    return cls
+
+
+def check_executor(sweep: Sweep, executor: str, scheduler: Optional[str] = None) -> None:
+    """Refuse, before any file is written, an executor that cannot start here (dask missing, no sbatch)."""
+    if executor != "dask":
+        return
+    try:
+        import dask.distributed  # noqa: F401
+    except ImportError:
+        raise ConfigError("the dask executor needs dask.distributed: pip install 'attnsim[dask]'",
+                          file="--executor") from None
+    dspec = sweep.spec.dask
+    if dspec and dspec.jobqueue and not (scheduler or dspec.scheduler):
+        _jobqueue_class(dspec.jobqueue)
+
+
+def jobqueue_cluster(jobqueue, check_submit: bool = True):
+    """The dask-jobqueue cluster of a ``dask.jobqueue`` section (named fields + ``options`` passed through).
+
+    One thread per worker process unless ``processes`` says otherwise (the point function holds the GIL).
+    """
+    cls = _jobqueue_class(jobqueue, check_submit)
+    kw = jobqueue.model_dump(exclude={"kind", "jobs", "options"}, exclude_none=True)
+    kw.setdefault("processes", jobqueue.cores)
+    kw.update(jobqueue.options)
+    try:
+        return cls(**kw)
+    except TypeError as exc:  # an option the cluster class does not take
+        raise ConfigError(f"options accepted by {cls.__name__}, got {exc}", file="dask.jobqueue",
+                          key="options") from None
 
 
 def _run_dask(tasks: Iterator[dict], workers: int, scheduler: Optional[str], jobqueue) -> Iterator[dict]:
@@ -254,11 +309,16 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
     (ConfigError) and leaves no store behind."""
     if executor not in EXECUTORS:
         raise ConfigError(f"expected one of {', '.join(EXECUTORS)}, got {executor!r}", file="--executor")
+    check_executor(sweep, executor, scheduler)
     if shard is None:
         shard = parse_shard(None) if executor == "slurm" else (0, 1)
     workers = workers or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or os.cpu_count() or 1
     out_path = shard_path(Path(out), shard)
     cache_dir = str(cache_dir) if cache_dir is not None else os.environ.get(_cache.ENV) or str(out_path.parent / ".attnsim-cache")
+    why = _cache.check_location(cache_dir)
+    if why is not None:  # read-only, full, or not ours: one warning, then in-process memo only
+        log(f"warning: sub-result cache {cache_dir}: {why}; continuing without it")
+        cache_dir = ""
     old_env = os.environ.get(_cache.ENV)
     os.environ[_cache.ENV] = cache_dir  # inherited by pool workers; dask workers get it in each task
     try:
@@ -345,27 +405,81 @@ def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, poin
 
 # ---------------------------------------------------------------- sbatch
 
-def emit_sbatch(sweep_file: str, sweep: Sweep, out: str | Path, extra_args: Iterable[str] = ()) -> str:
-    """A ready sbatch script: one array task per shard, then the merge command to run afterwards."""
-    s = sweep.spec.slurm
-    if s is None:
-        from attnsim.sweep.spec import SlurmSpec
-        s = SlurmSpec()
-    out = Path(out)
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=attnsim-{sweep.spec.name}", f"#SBATCH --array=0-{s.shards - 1}",
-             f"#SBATCH --cpus-per-task={s.cpus_per_task}", f"#SBATCH --time={s.time}", f"#SBATCH --mem={s.mem}",
-             f"#SBATCH --output={out.parent / (out.stem + '.shard%a.log')}"]
+def _sbatch_value(v) -> str:
+    """A value on an ``#SBATCH`` line: sbatch reads double quotes and backslash escapes there, and an
+    unescaped ``#`` starts a comment."""
+    t = str(v)
+    if "\n" in t or "\r" in t:
+        raise ConfigError(f"a value without line breaks, got {t!r}", file="--emit-sbatch")
+    t = "".join("\\" + c if c in '\\"#' else c for c in t)
+    return f'"{t}"' if any(c.isspace() for c in t) else t
+
+
+def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, sets: Iterable[str] = (),
+                cache: Optional[str] = None, merge_after: bool = False, environ=None, make_dirs: bool = False) -> str:
+    """A ready sbatch array script: one task per shard (each resumes its own shard file).
+
+    Every user string is shell-quoted and every path absolute; the environment of the tasks (venv,
+    ``NUMBA_CACHE_DIR``, ``ATTNSIM_CONFIG_PATH``) comes from the sweep's ``slurm:`` section, else from
+    ``environ`` (default: this process's). ``merge_after``: the first task submits the merge as a job
+    depending on the whole array (``--dependency=afterok:$SLURM_ARRAY_JOB_ID``). ``make_dirs``: create
+    the log folder now (Slurm opens the log before the script runs; a missing folder fails the task silently).
+    """
+    from attnsim.sweep.spec import SlurmSpec
+    s = sweep.spec.slurm or SlurmSpec()
+    env = os.environ if environ is None else environ
+    here = sweep.source.parent if sweep.source is not None else Path.cwd()
+
+    def absolute(p: str) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else (here / q).absolute()
+
+    out = Path(out).absolute()
+    log_dir = absolute(s.log_dir) if s.log_dir else out.parent / "logs"
+    venv = str(absolute(s.venv)) if s.venv else env.get("VIRTUAL_ENV")
+    numba = str(absolute(s.numba_cache_dir)) if s.numba_cache_dir else (env.get("NUMBA_CACHE_DIR")
+                                                                       or str(out.parent / ".numba-cache"))
+    config_path = s.config_path or env.get("ATTNSIM_CONFIG_PATH")
+    python = str(Path(venv) / "bin" / "python") if venv else sys.executable
+    if make_dirs:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    job = "attnsim-" + "".join(c if c.isalnum() or c in "._-" else "_" for c in sweep.spec.name)
+    sweep_ref = str(sweep.source) if sweep.source is not None else str(sweep_arg)
+    if cache and cache != "off":
+        cache = ("sqlite:" + os.path.abspath(cache[7:]) if cache.startswith("sqlite:") else os.path.abspath(cache))
+    logs = str(log_dir).replace("%", "%%")  # Slurm expands %-patterns in log names
+    q = shlex.quote
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={_sbatch_value(job)}", f"#SBATCH --array=0-{s.shards - 1}",
+             f"#SBATCH --cpus-per-task={s.cpus_per_task}", f"#SBATCH --time={_sbatch_value(s.time)}",
+             f"#SBATCH --mem={_sbatch_value(s.mem)}",
+             f"#SBATCH --output={_sbatch_value(logs + '/' + job + '_%A_%a.log')}"]
     if s.partition:
-        lines.append(f"#SBATCH --partition={s.partition}")
+        lines.append(f"#SBATCH --partition={_sbatch_value(s.partition)}")
     if s.account:
-        lines.append(f"#SBATCH --account={s.account}")
-    lines += [x if x.startswith("#") else x for x in s.extra]
-    shards = " ".join(str(shard_path(out, (i, s.shards))) for i in range(s.shards))
+        lines.append(f"#SBATCH --account={_sbatch_value(s.account)}")
+    lines += list(s.extra)  # the sweep file's own lines (module load ...), taken as written
     lines += ["", f"# {sweep.n_points} points in {s.shards} shards; each array task runs one deterministic slice",
               "# (points i with i % N == SLURM_ARRAY_TASK_ID) into its own shard file. Re-submitting resumes.",
-              "set -euo pipefail",
-              f"attnsim sweep {sweep_file} --executor slurm --out {out} --workers \"$SLURM_CPUS_PER_TASK\" "
-              f"--no-progress {' '.join(extra_args)}".rstrip(),
-              "", "# when every task has finished:",
-              f"#   attnsim merge {shards} -o {out}", ""]
-    return "\n".join(lines)
+              "set -eo pipefail", f"mkdir -p {q(str(log_dir))}", f"cd {q(str(Path.cwd()))}"]
+    if venv:
+        lines.append(f"source {q(str(Path(venv) / 'bin' / 'activate'))}")
+    lines.append("set -u")
+    exports = {"NUMBA_CACHE_DIR": numba, **({"ATTNSIM_CONFIG_PATH": config_path} if config_path else {}), **s.env}
+    lines += [f"export {k}={q(str(v))}" for k, v in exports.items()]
+    lines.append('mkdir -p "$NUMBA_CACHE_DIR"  # compiled DRAM kernels, shared by every task')
+    shards = [str(shard_path(out, (i, s.shards))) for i in range(s.shards)]
+    merge = shlex.join([python, "-m", "attnsim", "merge", *shards, "-o", str(out)])
+    if merge_after:
+        opts = [f"--job-name={job}-merge", "--kill-on-invalid-dep=yes", f"--output={logs}/{job}-merge_%j.log",
+                f"--time={s.time}", f"--mem={s.mem}"]
+        opts += [f"--partition={s.partition}"] * bool(s.partition) + [f"--account={s.account}"] * bool(s.account)
+        lines += ['if [ "$SLURM_ARRAY_TASK_ID" = "${SLURM_ARRAY_TASK_MIN:-0}" ]; then  # once: the merge job',
+                  f'  sbatch --parsable --dependency=afterok:"$SLURM_ARRAY_JOB_ID" {shlex.join(opts)} --wrap {q(merge)} \\',
+                  '    || echo "warning: could not submit the merge job; run it by hand: "' + q(merge) + " >&2",
+                  "fi"]
+    cmd = [python, "-m", "attnsim", "sweep", sweep_ref, "--executor", "slurm", "--out", str(out)]
+    cmd += (["--cache", cache] if cache else []) + [a for x in sets for a in ("--set", x)]
+    lines += [shlex.join(cmd) + ' --workers "$SLURM_CPUS_PER_TASK" --no-progress']
+    if not merge_after:
+        lines += ["", "# when every task has finished:", f"#   {merge}"]
+    return "\n".join(lines) + "\n"
