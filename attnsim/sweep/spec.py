@@ -172,12 +172,22 @@ class DaskJobqueue(Schema):
     kind: Literal["slurm", "pbs"] = "slurm"
     jobs: PositiveInt = 1
     cores: PositiveInt = 1
-    processes: PositiveInt = 1
+    processes: Optional[PositiveInt] = Field(None, description="worker processes per job (default: cores, "
+                                             "i.e. one thread per process: the point function holds the GIL)")
     memory: str = "4GB"
     walltime: str = "01:00:00"
     queue: Optional[str] = None
     account: Optional[str] = None
     job_extra_directives: list[str] = Field(default_factory=list)
+    options: dict[str, Any] = Field(default_factory=dict, description="any other keyword arguments of the "
+                                    "cluster class (job_script_prologue, local_directory, interface, ...)")
+
+    @model_validator(mode="after")
+    def _no_repeats(self):
+        both = sorted(set(self.options) & (set(type(self).model_fields) - {"options"}))
+        if both:
+            raise ValueError(f"options repeats named keys {both}: set them directly")
+        return self
 
 
 class DaskSpec(Schema):
@@ -195,6 +205,20 @@ class SlurmSpec(Schema):
     partition: Optional[str] = None
     account: Optional[str] = None
     extra: list[str] = Field(default_factory=list, description="more '#SBATCH ...' lines or shell lines (module load ...)")
+    log_dir: Optional[str] = Field(None, description="folder of the task logs (default: logs/ beside the store)")
+    venv: Optional[str] = Field(None, description="virtual environment activated by each task (default $VIRTUAL_ENV)")
+    numba_cache_dir: Optional[str] = Field(None, description="shared Numba cache (default $NUMBA_CACHE_DIR, "
+                                           "else .numba-cache beside the store)")
+    config_path: Optional[str] = Field(None, description="ATTNSIM_CONFIG_PATH of the tasks (default: the current one)")
+    env: dict[str, str] = Field(default_factory=dict, description="more environment variables exported by each task")
+
+    @model_validator(mode="after")
+    def _env_names(self):
+        import re
+        bad = [k for k in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"env names must be shell variable names, got {bad}")
+        return self
 
 
 class FigureSpec(Schema):
