@@ -104,7 +104,7 @@ def test_small_aliases_are_fine():
 @pytest.mark.parametrize("text, words", [
     ("a: [1\n", "f.yaml: line 2: invalid YAML ("),
     ("a: \x07\n", "f.yaml: line 1: invalid YAML (control character 0x07 not allowed)"),
-    ("[" * 5000 + "]" * 5000, "f.yaml: line 1: invalid YAML (nested deeper than 64 levels)"),
+    ("[" * 200 + "]" * 200, "f.yaml: line 1: invalid YAML (nested deeper than 64 levels)"),
     ("a:\n" + "".join(" " * i + "- \n" for i in range(1, 80)), "f.yaml: line 65: invalid YAML (nested deeper than 64"),
 ])
 def test_yaml_syntax_errors_are_one_line(text, words):
