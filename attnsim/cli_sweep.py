@@ -160,6 +160,14 @@ def _render_all(path: Path, figures, fig_dir: Path) -> None:
         print("figure: " + ", ".join(map(str, paths)))
 
 
+def _sweep_definition(table) -> str:
+    text = table.attrs.get("sweep_definition")
+    if not isinstance(text, str):
+        raise ConfigError("attribute missing (every store written by attnsim sweep has it)", file=table.path,
+                          key="sweep_definition")
+    return text
+
+
 def plot_cmd(args) -> int:
     from attnsim.plots import RECIPES, render
     from attnsim.sweep.table import load_table, parse_where
@@ -174,7 +182,7 @@ def plot_cmd(args) -> int:
         table = load_table(args.file)
         if table.kind != "sweep":
             raise ConfigError("--all needs a sweep store (its sweep definition lists the figures)", file=args.file)
-        spec = validate(SweepSpec, parse_yaml(table.attrs["sweep_definition"], file=args.file) or {}, file=args.file)
+        spec = validate(SweepSpec, parse_yaml(_sweep_definition(table), file=args.file) or {}, file=args.file)
         _render_all(Path(args.file), spec.figures, Path(args.fig_dir) if args.fig_dir else Path(args.file).parent)
         return 0
     if not args.recipe or not args.out:

@@ -196,7 +196,9 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
             if not isinstance(f.get("run_docs"), h5py.Dataset) or f["run_docs"].ndim != 1:
                 raise ConfigError("not an attnsim results file (no /run_docs)", file=path)
             docs = [json_doc(s, path, f"/run_docs[{i}]") for i, s in enumerate(f["run_docs"][()])]
-    except (OSError, KeyError, TypeError) as exc:
+    except ConfigError:
+        raise
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:  # h5py on damaged files
         raise ConfigError(f"cannot read HDF5 ({' '.join(str(exc).split())})", file=path) from None
     return attrs, docs
 

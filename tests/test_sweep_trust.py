@@ -153,6 +153,24 @@ def test_corrupt_run_document_is_named_by_readers_of_documents(tmp_path, capsys)
         list(open_store(path).iter_docs())
 
 
+def test_plot_all_names_a_missing_sweep_definition(tmp_path, capsys):
+    path = _fake_store(tmp_path / "d.h5")  # a store written without a sweep definition
+    assert main(["plot", str(path), "--all", "--fig-dir", str(tmp_path / "figs")]) == 2
+    _one_line_error(capsys, path, "sweep_definition")
+    assert not (tmp_path / "figs").exists()
+
+
+def test_damaged_hdf5_bytes_are_a_one_line_error(tmp_path, capsys):
+    path = _fake_store(tmp_path / "d.h5")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = b"\xa5" * 64
+    path.write_bytes(bytes(data[: len(data) * 3 // 4]))
+    for argv in (["show", str(path)], ["export", str(path), "--csv", "-o", str(tmp_path / "d.csv")]):
+        assert main(argv) == 2
+        _one_line_error(capsys, path)
+    assert not (tmp_path / "d.csv").exists()
+
+
 def test_torn_last_journal_line_is_still_dropped_silently(tmp_path):
     path = _fake_store(tmp_path / "t.h5", n=1)
     jd = journal_dir(path)

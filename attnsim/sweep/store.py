@@ -368,8 +368,8 @@ def _reading(path: Path) -> Iterator[h5py.File]:
             yield f
     except (ConfigError, JournalChanged):
         raise
-    except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        msg = " ".join(str(exc).split()) or type(exc).__name__
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError, RuntimeError) as exc:
+        msg = " ".join(str(exc).split()) or type(exc).__name__  # h5py: RuntimeError on damaged metadata
         raise ConfigError(f"cannot read the store ({msg})", file=path) from None
 
 
@@ -864,7 +864,7 @@ def is_sweep_store(path: str | Path) -> bool:
     try:
         with h5py.File(p, "r") as f:
             return f.attrs.get("format") == FORMAT
-    except OSError:
+    except (OSError, RuntimeError, ValueError, KeyError):  # not HDF5, or damaged: the results reader says so
         return False
 
 
