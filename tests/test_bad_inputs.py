@@ -4,6 +4,8 @@ line), without a traceback and without writing or changing any file (the folder 
 and after). ``python bench/fuzz.py --cases`` classifies the same cases in a watched child process
 (clean / traceback / silent / message / wrote / hang / memory)."""
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -45,3 +47,15 @@ def test_bad_input_is_one_clean_error(case, tmp_path, monkeypatch, stores):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert outcome.klass == "clean", f"{outcome.klass}: {outcome.detail}"
+
+
+@pytest.mark.parametrize("case_id", ["experiment-non-utf8", "dram-trace-bad-hex", "store-show-text-file"])
+def test_the_real_command_line_agrees(case_id, tmp_path, stores):
+    """The in-process runner sees what a user sees: `python -m attnsim ...` exits 2 with one error line."""
+    case = next(c for c in CASES if c.id == case_id)
+    work = materialise(case, tmp_path, stores)
+    r = subprocess.run([sys.executable, "-m", "attnsim", *case.argv], cwd=work, capture_output=True, text=True,
+                       timeout=300)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert all(n in lines[0] for n in case.names)

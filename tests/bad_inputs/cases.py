@@ -129,7 +129,7 @@ exp_case("unknown-top-key", mut(EXP, ("sytems", ["h100_x1"])), ("exp.yaml", "syt
 exp_case("missing-name", mut(EXP, ("name", DELETE)), ("exp.yaml", "name"))
 exp_case("name-not-string", mut(EXP, ("name", [1, 2])), ("exp.yaml", "name"))
 exp_case("name-traversal", mut(EXP, ("name", "../../x")), ("exp.yaml", "name"))
-exp_case("name-absolute", mut(EXP, ("name", "/tmp/attnsim-abs-name")), ("exp.yaml", "name"))
+exp_case("name-absolute", mut(EXP, ("name", "/tmp/attnsim-abs/name")), ("exp.yaml", "name"))
 exp_case("systems-string", mut(EXP, ("systems", "h100_x1")), ("exp.yaml", "systems"))
 exp_case("systems-empty", mut(EXP, ("systems", [])), ("exp.yaml", "systems"))
 exp_case("systems-unknown", mut(EXP, ("systems", ["no_such_system"])), ("exp.yaml", "systems"))
@@ -574,7 +574,7 @@ sweep_case("alias-bomb", "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *
            "g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n"
            "name: sw\nbase: exp.yaml\nparameters: [{grid: {scenario.batch_size: *h}}]\n", ())
 sweep_case("name-traversal", mut(SWEEP, ("name", "../../x")), ("name",))
-sweep_case("name-absolute", mut(SWEEP, ("name", "/tmp/attnsim-abs-sweep")), ("name",))
+sweep_case("name-absolute", mut(SWEEP, ("name", "/tmp/attnsim-abs/sweep")), ("name",))
 sweep_case("duplicate-key", dump(SWEEP) + "name: other\n", ("name",))
 sweep_case("figure-recipe-unknown", mut(SWEEP, ("figures", [{"recipe": "no_such_recipe", "out": "f.pdf"}])), ("figures",))
 sweep_case("figure-out-traversal", mut(SWEEP, ("figures", [{"recipe": "pareto", "out": "../../f.pdf",
@@ -680,8 +680,11 @@ BROKEN_STORES = {
     "results-run-docs-not-objects": Store("results", _h5(_run_docs_not_objects)),
     "results-no-run-docs": Store("results", _h5(lambda f: f.__delitem__("run_docs"))),
 }
+ONLY_FOR = {"sweep-docs-not-json": ("show",)}  # export/plot read the columns, not the run documents
 for cmd, argv in STORE_READERS.items():
     for sname, content in BROKEN_STORES.items():
+        if cmd not in ONLY_FOR.get(sname, (cmd,)):
+            continue
         case("store", f"{cmd}-{sname}", argv, {"s.h5": content}, ("s.h5",))
     case("store", f"{cmd}-missing-file", argv, {}, ("s.h5",))
 
@@ -784,9 +787,7 @@ PENDING = frozenset({
     "serving-locality-dram-unknown",
     "set-descend-into-scalar",
     "set-sweep-invalidates-every-point",
-    "store-export-sweep-docs-not-json",
     "store-plot-all-figure-traversal",
-    "store-plot-sweep-docs-not-json",
     "sweep-checkpoint-nan",
     "sweep-checkpoint-negative",
     "sweep-figure-out-traversal",

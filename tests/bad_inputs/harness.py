@@ -8,9 +8,11 @@ Used by tests/test_fuzz_readers.py (a bounded number of examples) and bench/fuzz
 """
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import os
+import shutil
 import signal
 import tempfile
 import traceback
@@ -26,6 +28,7 @@ from attnsim.config import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 HANG_S = 10.0   # one execution longer than this is reported as a hang
 _WORK = Path(tempfile.mkdtemp(prefix="attnsim-fuzz-"))
+atexit.register(shutil.rmtree, _WORK, True)
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,8 @@ def write_files(folder: Path, files: dict, stores: dict | None = None) -> None:
             p.write_text(content)
 
 
-# absolute paths some cases name (e.g. ``name: /tmp/attnsim-abs-name``): they must not appear either
-OUTSIDE = ("/tmp/attnsim-abs-name", "/tmp/attnsim-abs-sweep", "/tmp/attnsim-abs-sweep.h5")
+# the folder that the absolute names of some cases point into (``name: /tmp/attnsim-abs/name``): it must not appear
+OUTSIDE = "/tmp/attnsim-abs"
 
 
 def materialise(case: Case, root: Path, stores: dict) -> Path:
@@ -93,6 +93,8 @@ def run_case(case: Case, root: Path) -> Outcome:
     """Run ``attnsim <case.argv>`` in ``root/w`` (see :func:`materialise`) and classify it."""
     from attnsim.cli import main
     folder = root / "w"
+    if os.path.lexists(OUTSIDE):
+        shutil.rmtree(OUTSIDE, ignore_errors=True)
     before = snapshot(root)
     out, err = io.StringIO(), io.StringIO()
     old = os.getcwd()
@@ -111,10 +113,9 @@ def run_case(case: Case, root: Path) -> Outcome:
         os.chdir(old)
     after = snapshot(root)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    for p in OUTSIDE:
-        if os.path.lexists(p):
-            changed.append(p)
-            shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+    if os.path.lexists(OUTSIDE):
+        changed.append(OUTSIDE)
+        shutil.rmtree(OUTSIDE, ignore_errors=True)
     text = err.getvalue()
     lines = text.splitlines()
     if rc == 0:
