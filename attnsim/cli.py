@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from attnsim.config import ConfigError
@@ -34,20 +35,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Run one command; bad input -> ``error: ...`` and 2, Ctrl-C -> ``interrupted`` and 130, a closed
+    stdout pipe (``attnsim show ... | head``) -> quiet exit 141 (128 + SIGPIPE)."""
     try:
-        rc = args.func(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        try:
+            rc = args.func(args)
+        finally:
+            sys.stdout.flush()  # a closed pipe fails here, inside the handler, not at interpreter exit
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (e.g. captured by a test)
+        pass
 
 
 if __name__ == "__main__":

@@ -10,19 +10,19 @@ exit with status 2; no output file is written then.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from attnsim.config import ConfigError
 from attnsim.isa import ISA_NAMES, get_isa
 from attnsim.isa.base import assemble_file, decode_file, describe, disassemble, encode
+from attnsim.outputs import check_output
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    from attnsim.fileio import atomic_path
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(data)
 
 
 def run_asm(args) -> int:
@@ -32,8 +32,9 @@ def run_asm(args) -> int:
         return 0
     if not args.file:
         raise ConfigError("missing input FILE.s", key="asm")
-    prog = assemble_file(isa, args.file)
     out = Path(args.output) if args.output else Path(args.file).with_suffix(".bin")
+    check_output(out, "-o", inputs=[args.file])  # never the source (asm p.s -o p.s)
+    prog = assemble_file(isa, args.file)
     _write_atomic(out, encode(prog, validate=False))
     print(f"{args.file}: {len(prog)} {isa.name} instructions -> {out} ({len(prog) * isa.word_bytes} B)")
     return 0
@@ -41,6 +42,8 @@ def run_asm(args) -> int:
 
 def run_disasm(args) -> int:
     isa = get_isa(args.isa)
+    if args.output:
+        check_output(args.output, "-o", inputs=[args.file])
     prog = decode_file(isa, args.file)
     text = disassemble(prog)
     if args.output:

@@ -53,15 +53,14 @@ def run_cmd(args) -> int:
     from attnsim.results import write_results
     from attnsim.runner import run_experiment
     exp = load_experiment(args.experiment, args.sets)
+    out_path = check_run_outputs(args, exp.spec.name, SUMMARY_RECIPES)
     timeline = [] if args.trace else None
     docs = run_experiment(exp, timeline=timeline)
     attrs = {"experiment": exp.spec.name}
     from attnsim import __version__
     attrs["attnsim_version"] = __version__
-    out_path = None
-    if not args.no_write:
-        out_dir = Path(args.out) if args.out else Path("results") / exp.spec.name
-        out_path = write_results(out_dir / "results.h5", docs, exp.tree.as_dict(), exp.spec.name)
+    if out_path is not None:
+        out_path = write_results(out_path, docs, exp.tree.as_dict(), exp.spec.name)
         if not args.no_figures and any(d["status"] == "ok" for d in docs):
             figures = summary_figures(out_path)
     if timeline is not None:
@@ -75,6 +74,31 @@ def run_cmd(args) -> int:
     return 0
 
 
+SUMMARY_RECIPES = ("latency_by_device", "energy_breakdown")  # drawn beside the results by attnsim run
+
+
+def check_run_outputs(args, name: str, figures=()) -> Path | None:
+    """Check every path ``run``/``serve`` will write (results folder, results.h5, the figures beside it,
+    ``--trace``, ``--csv``) before any simulation; returns the results.h5 path (None with --no-write)."""
+    from attnsim.outputs import check_output
+    from attnsim.plots.style import figure_paths
+    inputs = [args.experiment] if args.experiment and Path(args.experiment).is_file() else []
+    out_path = None
+    if not args.no_write:
+        out_dir = Path(args.out) if args.out else Path("results") / name
+        check_output(out_dir, "--out", kind="dir", inputs=inputs)
+        out_path = check_output(out_dir / "results.h5", "--out", inputs=inputs)
+        if not getattr(args, "no_figures", True):
+            for recipe in figures:
+                figure_paths(out_dir / f"{recipe}.pdf", "--out")
+    produced = inputs + ([out_path] if out_path else [])
+    for flag in ("trace", "csv"):
+        if getattr(args, flag, None):
+            check_output(getattr(args, flag), f"--{flag}", inputs=produced)
+            produced.append(getattr(args, flag))
+    return out_path
+
+
 def summary_figures(results_h5: Path) -> list[Path]:
     """Decode-step latency by device and energy per token by component, one bar per run."""
     from attnsim.plots import render
@@ -82,7 +106,7 @@ def summary_figures(results_h5: Path) -> list[Path]:
     table = load_table(results_h5)
     table = table.select({"status": "ok"})
     out = []
-    for recipe in ("latency_by_device", "energy_breakdown"):
+    for recipe in SUMMARY_RECIPES:
         out += render(table, recipe, results_h5.parent / f"{recipe}.pdf", width="double")
     return out
 

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -90,35 +88,29 @@ def request_rows(docs) -> np.ndarray:
 def write_serve_results(path: Path, docs, tree_dict: dict, experiment: str) -> Path:
     """results.h5 as ``attnsim run`` writes it plus a ``/requests`` table; atomic (temp + rename)."""
     import h5py
+    from attnsim.fileio import atomic_path
     from attnsim.results import write_results
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-serve-", suffix=".h5", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".h5") as tmp:
         clean = [{k: v for k, v in d.items() if not k.startswith("_")} for d in docs]
         write_results(tmp, clean, tree_dict, experiment)
         with h5py.File(tmp, "a") as f:
             f.create_dataset("requests", data=request_rows(docs))
             f.attrs["command"] = "serve"
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 
 def write_csv(path, docs) -> None:
+    from attnsim.fileio import atomic_path
     rows = request_rows(docs)
     path = Path(path)
-    tmp = path.with_name(f".tmp-{path.name}")
-    with open(tmp, "w", newline="") as fh:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, suffix=".csv") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(rows.dtype.names)
         for r in rows:
             w.writerow([x.decode() if isinstance(x, bytes) else x for x in r.tolist()])
-    os.replace(tmp, path)
 
 
 def serve_cmd(args) -> int:
@@ -131,6 +123,8 @@ def serve_cmd(args) -> int:
             raise ConfigError(f"expected comma-separated numbers, got {args.slo_vs_load!r}", file="--slo-vs-load") from None
         if not rates or min(rates) <= 0:
             raise ConfigError(f"expected positive arrival rates, got {args.slo_vs_load!r}", file="--slo-vs-load")
+        from attnsim.plots.style import figure_paths
+        figure_paths(args.figure, "--figure")
         paths, table = slo_vs_load(args.experiment, rates, args.figure, args.sets)
         for name, rows in table.items():
             print(name, ", ".join(f"{r:g}/s: {100 * s:.0f}% SLO, {g:.2f} good/s" for r, s, g in rows))
@@ -139,12 +133,12 @@ def serve_cmd(args) -> int:
     from attnsim import __version__
     from attnsim.results import dumps
     from attnsim.serve.run import load_serving_experiment, serve_experiment
+    from attnsim.cli_run import check_run_outputs
     exp, serving = load_serving_experiment(args.experiment, args.sets)
+    out_path = check_run_outputs(args, exp.spec.name)
     docs = serve_experiment(exp, serving)
-    out_path = None
-    if not args.no_write:
-        out_dir = Path(args.out) if args.out else Path("results") / exp.spec.name
-        out_path = write_serve_results(out_dir / "results.h5", docs, exp.tree.as_dict(), exp.spec.name)
+    if out_path is not None:
+        out_path = write_serve_results(out_path, docs, exp.tree.as_dict(), exp.spec.name)
     if args.csv:
         write_csv(args.csv, docs)
     if args.json:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from attnsim.config import ConfigError
+from attnsim.outputs import check_output
 
 
 def register(sub) -> None:
@@ -54,7 +55,7 @@ def register(sub) -> None:
     e.set_defaults(func=export_cmd)
 
     p = sub.add_parser("plot", help="render a figure recipe from a sweep store or results file")
-    p.add_argument("file")
+    p.add_argument("file", nargs="?", help="results .h5 of attnsim run/serve, or a sweep store (not needed for --list)")
     p.add_argument("--recipe", default=None, help="recipe name (see --list)")
     p.add_argument("--x", default=None)
     p.add_argument("--y", default=None)
@@ -80,6 +81,9 @@ def sweep_cmd(args) -> int:
     from attnsim.sweep.spec import load_sweep
     sweep = load_sweep(args.sweep, extra_sets=args.sets)
     out = Path(args.out) if args.out else Path("results") / f"{sweep.spec.name}.h5"
+    check_output(out, "--out", inputs=[args.sweep] if Path(args.sweep).is_file() else [])
+    if args.figures and sweep.spec.figures:  # every figure path checked before the sweep runs
+        _figure_targets(sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else out.parent, out)
     if args.merge_after and args.emit_sbatch is None:
         raise ConfigError("needs --emit-sbatch", file="--merge-after")
     if args.emit_sbatch is not None:
@@ -135,6 +139,7 @@ def _dry_run_jobqueue(sweep) -> int:
 
 def merge_cmd(args) -> int:
     from attnsim.sweep.merge import merge_stores
+    check_output(args.out, "-o", inputs=args.shards)
     n = merge_stores(args.shards, args.out, allow_version_mismatch=args.allow_version_mismatch)
     print(f"merged {len(args.shards)} shards: {n} points -> {args.out}")
     return 0
@@ -142,19 +147,32 @@ def merge_cmd(args) -> int:
 
 def export_cmd(args) -> int:
     from attnsim.sweep.table import load_table, write_csv
-    t = load_table(args.file)
     out = Path(args.out) if args.out else Path(args.file).with_suffix(".csv")
+    check_output(out, "-o", inputs=[args.file])
+    t = load_table(args.file)
     write_csv(t, out)
     print(f"wrote {out} ({len(t)} rows, {len(t.columns) + len(t.breakdown)} columns)")
     return 0
 
 
+def _figure_targets(figures, fig_dir: Path, store: Path) -> list[Path]:
+    """The file of each figure of a sweep definition, checked writable and inside ``fig_dir``."""
+    from attnsim.outputs import inside
+    from attnsim.plots.style import figure_paths
+    check_output(fig_dir, "--fig-dir", kind="dir", inputs=[store])
+    outs = []
+    for i, fs in enumerate(figures):
+        outs.append(inside(fig_dir, fs.out, f"figures.{i}.out", file=str(store)))
+        figure_paths(outs[-1], f"figures.{i}.out", inputs=[store])
+    return outs
+
+
 def _render_all(path: Path, figures, fig_dir: Path) -> None:
     from attnsim.plots import render
     from attnsim.sweep.table import load_table
+    outs = _figure_targets(figures, fig_dir, path)
     table = load_table(path)
-    for fs in figures:
-        out = fig_dir / fs.out
+    for fs, out in zip(figures, outs):
         paths = render(table, fs.recipe, out, x=fs.x, y=fs.y, hue=fs.hue, z=fs.z, where=fs.where, width=fs.width,
                        title=fs.title)
         print("figure: " + ", ".join(map(str, paths)))
@@ -176,6 +194,8 @@ def plot_cmd(args) -> int:
             print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
         print(f"{'latency_cdf':22s} TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file")
         return 0
+    if not args.file:
+        raise ConfigError("needs a results file or sweep store (or --list)", file="plot")
     if args.all:
         from attnsim.config import parse_yaml, validate
         from attnsim.sweep.spec import SweepSpec
@@ -187,9 +207,17 @@ def plot_cmd(args) -> int:
         return 0
     if not args.recipe or not args.out:
         raise ConfigError("needs --recipe NAME and -o FILE (or --all, --list)", file="plot")
+    from attnsim.plots.style import figure_paths
+    figure_paths(args.out, "-o", inputs=[args.file])
     if args.recipe == "latency_cdf":  # per-request rows of `attnsim serve` results
         from attnsim.serve.plots import _read_requests, latency_cdf
-        paths = latency_cdf(_read_requests(args.file)[0], Path(args.out))
+        if not Path(args.file).is_file():
+            raise ConfigError("file not found", file=args.file)
+        try:
+            requests = _read_requests(args.file)[0]
+        except OSError:
+            raise ConfigError("expected an attnsim serve results file (HDF5), got unreadable data", file=args.file) from None
+        paths = latency_cdf(requests, Path(args.out))
         print("figure: " + ", ".join(map(str, paths)))
         return 0
     table = load_table(args.file)

@@ -24,11 +24,9 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
-import os
 import math
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import h5py
@@ -150,11 +148,10 @@ def _runs_table(docs: list[dict]) -> np.ndarray:
 
 def write_results(path: str | Path, docs: list[dict], tree_dict: dict, experiment: str, argv=None) -> Path:
     """Write runs to ``path`` atomically (temp file + rename)."""
+    from attnsim.fileio import atomic_path
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".h5", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".h5") as tmp:  # mode from the umask (0644), not mkstemp's 0600
         with h5py.File(tmp, "w") as f:
             f.attrs["attnsim_version"] = __version__
             f.attrs["git_revision"] = git_revision()
@@ -173,11 +170,6 @@ def write_results(path: str | Path, docs: list[dict], tree_dict: dict, experimen
                             h = g.require_group(f"{i}/{phase}/{table}")
                             h.create_dataset("names", data=np.array(list(vals), dtype=object), dtype=h5py.string_dtype())
                             h.create_dataset("values", data=np.array(list(vals.values()), dtype=np.float64))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 

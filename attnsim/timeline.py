@@ -8,8 +8,6 @@ events (``"ph": "X"``, times in microseconds).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -58,11 +56,10 @@ def step_events(step, system_name: str, phase: str, pid: int = 1, t0_us: float =
 
 
 def write_trace(path: str | Path, events: list[dict]) -> Path:
-    """Write a trace JSON atomically."""
+    """Write a trace JSON atomically (mode from the umask)."""
+    from attnsim.fileio import atomic_path
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
+    with atomic_path(path, suffix=".json") as tmp, open(tmp, "w") as f:
         json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f, allow_nan=False)
-    os.replace(tmp, path)
     return path

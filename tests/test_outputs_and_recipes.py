@@ -96,3 +96,248 @@ def test_roofline_every_system(every_system):
     assert main(["plot", str(every_system / "res" / "results.h5"), "--recipe", "roofline", "--where",
                  "system=attacc", "-o", str(out)]) == 0
     assert out.stat().st_size > 1000 and out.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
+
+
+# ---------------------------------------------------------------- output paths, checked before any work
+
+TINY = ["--set", "experiment.systems=[dgx_h100]", "--set", "experiment.baseline=null",
+        "--set", "experiment.models=[llama2-7b]", "--set", "scenarios.chat.batch_size=1",
+        "--set", "scenarios.chat.prompt_len=16", "--set", "scenarios.chat.output_len=2"]
+
+
+def _files(root: Path) -> set:
+    return {p.relative_to(root) for p in root.rglob("*")}
+
+
+def _refused(capsys, root: Path, argv, *needles) -> str:
+    """Exit 2, one stderr line 'error: ...' naming every needle, and nothing written under root."""
+    before = _files(root)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, (n, err)
+    assert _files(root) == before
+    return err
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    ro = tmp_path / "ro.json"
+    ro.write_text("{}")
+    ro.chmod(0o444)
+    (tmp_path / "rodir").mkdir()
+    (tmp_path / "rodir").chmod(0o555)
+    yield tmp_path
+    (tmp_path / "rodir").chmod(0o755)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--out", "afile"], ["afile", "--out", "expected a directory"]),
+    (["--out", "afile/sub"], ["afile/sub", "--out", "is a file"]),
+    (["--out", "rodir/sub"], ["rodir/sub", "read-only"]),
+    (["--trace", "adir"], ["adir", "--trace", "expected a file path, got a directory"]),
+    (["--trace", "afile/t.json"], ["afile/t.json", "'afile' is a file"]),
+    (["--trace", "ro.json"], ["ro.json", "--trace", "read-only file"]),
+    (["--trace", "rodir/t.json"], ["rodir/t.json", "read-only"]),
+    (["--out", "res", "--trace", "res/results.h5"], ["res/results.h5", "--trace", "output is the input"]),
+])
+def test_run_output_paths_refused_before_work(work, capsys, args, needles):
+    _refused(capsys, work, ["run", *TINY, *args], *needles)
+
+
+def test_run_output_paths_ok_create_folders(work, capsys):
+    assert main(["run", *TINY, "--out", "new/res", "--trace", "deep/er/t.json", "--no-figures"]) == 0
+    assert (work / "new/res/results.h5").stat().st_size > 0
+    assert json.loads((work / "deep/er/t.json").read_text())["traceEvents"]
+
+
+def test_serve_output_paths(work, capsys):
+    exp = work / "s.yaml"
+    exp.write_text("name: s\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios:\n  c: {prompt_len: 32, output_len: 2}\n"
+                   "serving:\n  trace: {num_requests: 3, rate_per_s: 50, seed: 1}\n")
+    _refused(capsys, work, ["serve", str(exp), "--out", "afile"], "afile", "expected a directory")
+    _refused(capsys, work, ["serve", str(exp), "--csv", "adir"], "adir", "--csv", "got a directory")
+    _refused(capsys, work, ["serve", str(exp), "--csv", str(exp)], "--csv", "output is the input")
+    _refused(capsys, work, ["serve", str(exp), "--no-write", "--csv", "rodir/r.csv"], "rodir/r.csv", "read-only")
+    _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "adir"], "--figure", "got a directory")
+    _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "afile/f.pdf"], "'afile' is a file")
+    assert main(["serve", str(exp), "--out", "res", "--csv", "missing/dir/r.csv"]) == 0
+    assert (work / "missing/dir/r.csv").read_text().startswith("run,system")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("store")
+    sw = d / "sw.yaml"
+    sw.write_text("name: tiny\nbase: default\nset:\n  experiment.generation.mode: sampled\n"
+                  "  experiment.generation.samples: 2\n  scenarios.chat.output_len: 3\n  scenarios.chat.prompt_len: 32\n"
+                  "parameters:\n  - grid:\n      system: [h100_x1]\n      model: [llama2-7b]\n"
+                  "      scenario.batch_size: [1, 2]\n"
+                  "figures:\n  - {recipe: tpot_vs_batch, out: figs/t.pdf}\n")
+    assert main(["sweep", str(sw), "--out", str(d / "st.h5"), "--no-progress", "--workers", "1",
+                 "--cache", "off"]) == 0
+    return d / "st.h5"
+
+
+def test_sweep_merge_export_plot_output_paths(work, store, capsys):
+    import shutil
+    st = work / "st.h5"
+    shutil.copy(store, st)
+    sw = work / "sw.yaml"
+    sw.write_text((store.parent / "sw.yaml").read_text())
+    _refused(capsys, work, ["sweep", str(sw), "--out", "adir"], "adir", "--out", "got a directory")
+    _refused(capsys, work, ["sweep", str(sw), "--out", str(sw)], "--out", "output is the input")
+    _refused(capsys, work, ["sweep", str(sw), "--out", "x.h5", "--figures", "--fig-dir", "afile"], "--fig-dir",
+             "expected a directory")
+    _refused(capsys, work, ["merge", "st.h5", "-o", "st.h5"], "-o", "output is the input")
+    _refused(capsys, work, ["merge", "st.h5", "-o", "adir"], "adir", "got a directory")
+    _refused(capsys, work, ["export", "st.h5", "--csv", "-o", "st.h5"], "output is the input")
+    _refused(capsys, work, ["export", "st.h5", "--csv", "-o", "rodir/x.csv"], "rodir/x.csv", "read-only")
+    _refused(capsys, work, ["export", "st.h5", "--csv", "-o", "adir"], "adir", "got a directory")
+    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "st.h5"], "st.h5", "output is the input")
+    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "adir/f.png/"], "directory path")
+    (work / "ro.png").write_bytes(b"old")
+    (work / "ro.png").chmod(0o444)
+    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "ro.png"], "ro.png", "read-only")
+    _refused(capsys, work, ["plot", "st.h5", "--all", "--fig-dir", "afile"], "afile", "--fig-dir")
+    (work / "adir" / "f.pdf").mkdir()  # the PNG's sibling is a folder: refused before the PNG is drawn
+    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "adir/f.png"], "adir/f.pdf",
+             "got a directory")
+    assert main(["plot", "st.h5", "--all", "--fig-dir", "figs"]) == 0
+    assert (work / "figs/figs/t.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_asm_never_overwrites_its_source(work, capsys):
+    src = Path(__file__).parent / "data" / "isa" / "attacc_score.s"
+    p = work / "p.s"
+    p.write_bytes(src.read_bytes())
+    (work / "link.s").symlink_to(p)
+    for out in ("p.s", "link.s", "nothere/../p.s", str(p)):
+        _refused(capsys, work, ["asm", "--isa", "attacc", "p.s", "-o", out], "-o", "output is the input")
+    assert p.read_bytes() == src.read_bytes()
+    assert main(["asm", "--isa", "attacc", "p.s"]) == 0 and (work / "p.bin").stat().st_size > 0
+    capsys.readouterr()
+    _refused(capsys, work, ["disasm", "--isa", "attacc", "p.bin", "-o", "p.bin"], "output is the input")
+    _refused(capsys, work, ["asm", "--isa", "attacc", "p.s", "-o", "adir"], "adir", "got a directory")
+
+
+# ---------------------------------------------------------------- modes, names, pipes
+
+def test_written_files_honour_the_umask(work, capsys):
+    import os
+    old = os.umask(0o022)
+    try:
+        assert main(["run", *TINY, "--out", "res", "--trace", "t.json"]) == 0
+        src = Path(__file__).parent / "data" / "isa" / "attacc_score.s"
+        assert main(["asm", "--isa", "attacc", str(src), "-o", "p.bin"]) == 0
+        assert main(["export", "res/results.h5", "--csv", "-o", "r.csv"]) == 0
+        os.umask(0o027)
+        assert main(["plot", "res/results.h5", "--recipe", "pareto", "-o", "p027.png"]) == 0
+    finally:
+        os.umask(old)
+    for f in ("res/results.h5", "res/latency_by_device.pdf", "res/energy_breakdown.png", "t.json", "p.bin", "r.csv"):
+        assert (work / f).stat().st_mode & 0o777 == 0o644, f
+    assert (work / "p027.png").stat().st_mode & 0o777 == 0o640
+    assert not list(work.rglob(".*tmp*"))  # no temporary files left behind
+
+
+@pytest.mark.parametrize("name", ["../../x", "/tmp/abs", "a/b", ".hidden", "..", "x\\y", " lead"])
+def test_traversal_names_refused(work, capsys, name):
+    exp = work / "e.yaml"
+    exp.write_text(f"name: {json.dumps(name)}\nsystems: [dgx_h100]\nmodels: [llama2-7b]\n"
+                   "scenarios:\n  c: {batch_size: 1, prompt_len: 16, output_len: 2}\n")
+    _refused(capsys, work, ["run", str(exp)], "e.yaml", "name", "plain name", repr(name))
+    _refused(capsys, work, ["run", *TINY, "--set", f"experiment.name={json.dumps(name)}"], "name", "plain name")
+    sw = work / "sw.yaml"
+    sw.write_text(f"name: {json.dumps(name)}\nbase: default\n")
+    _refused(capsys, work, ["sweep", str(sw)], "sw.yaml", "name", "plain name")
+
+
+def test_plain_names_accepted():
+    from attnsim.outputs import check_name
+    for n in ("default", "my run 2", "café", "a.b-c+d_e", "x" * 128):
+        assert check_name(n) == n
+    with pytest.raises(Exception):
+        check_name("x" * 129)
+
+
+def test_sweep_figure_paths_stay_inside(work, store, capsys):
+    """A sweep file or a store's own definition cannot send figures outside the figure folder."""
+    import shutil
+
+    import h5py
+    import yaml
+    sw = work / "sw.yaml"
+    for bad in ("../evil.pdf", "/tmp/evil.pdf", "a/../../evil.pdf"):
+        sw.write_text((store.parent / "sw.yaml").read_text().replace("figs/t.pdf", bad))
+        _refused(capsys, work, ["sweep", str(sw), "--out", "x.h5", "--figures"], "sw.yaml", "figures.0.out", bad)
+    st = work / "st.h5"
+    shutil.copy(store, st)
+    with h5py.File(st, "a") as f:  # a store whose own definition was tampered with
+        d = yaml.safe_load(f.attrs["sweep_definition"])
+        d["figures"][0]["out"] = "../../evil.pdf"
+        f.attrs["sweep_definition"] = yaml.safe_dump(d)
+    _refused(capsys, work, ["plot", "st.h5", "--all", "--fig-dir", "figs"], "st.h5", "figures.0.out", "'..'")
+    assert not (work.parent / "evil.pdf").exists()
+
+
+def test_plot_list_needs_no_file(capsys):
+    from attnsim.plots import RECIPES
+    assert main(["plot", "--list"]) == 0
+    listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    assert set(RECIPES) | {"latency_cdf"} == set(listed)
+    assert main(["plot", "--recipe", "pareto", "-o", "x.pdf"]) == 2
+    assert "needs a results file" in capsys.readouterr().err
+
+
+def test_latency_cdf_recipe(work, capsys):
+    exp = work / "s.yaml"
+    exp.write_text("name: s\nsystems: [h100_x1, dgx_h100]\nmodels: [llama2-7b]\nscenarios:\n"
+                   "  c: {prompt_len: 32, output_len: 2}\nserving:\n  trace: {num_requests: 4, rate_per_s: 50, seed: 1}\n")
+    assert main(["serve", str(exp), "--out", "res"]) == 0
+    assert main(["plot", "res/results.h5", "--recipe", "latency_cdf", "-o", "cdf.png"]) == 0
+    assert (work / "cdf.png").stat().st_size > 1000 and (work / "cdf.pdf").read_bytes()[:4] == b"%PDF"
+    capsys.readouterr()
+    _refused(capsys, work, ["plot", "nothere.h5", "--recipe", "latency_cdf", "-o", "c2.png"], "nothere.h5", "not found")
+    _refused(capsys, work, ["plot", str(exp), "--recipe", "latency_cdf", "-o", "c2.png"], "s.yaml", "HDF5")
+
+
+def test_broken_pipe_is_quiet(every_system):
+    """`attnsim show ... | head -1`: no BrokenPipeError traceback, exit 141 (128 + SIGPIPE)."""
+    import subprocess
+    import sys
+    code = ("import sys; from attnsim.cli import main; sys.exit(main(sys.argv[1:]))")
+    p = subprocess.Popen([sys.executable, "-c", code, "show", str(every_system / "res" / "results.h5"), "--json",
+                          "--breakdown"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()  # the reader goes away, like `head -1`
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_keyboard_interrupt_one_line(monkeypatch, capsys):
+    import attnsim.cli_run as cr
+
+    def boom(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cr, "show_cmd", boom)
+    assert main(["show", "x.h5"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_request_trace_not_utf8(work, capsys):
+    bad = work / "req.csv"
+    bad.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n0,\xff\xfe,3\n")
+    exp = work / "s.yaml"
+    exp.write_text(f"name: s\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios:\n  c: {{prompt_len: 32, output_len: 2}}\n"
+                   f"serving:\n  trace: {{file: {bad}}}\n")
+    _refused(capsys, work, ["serve", str(exp), "--out", "res"], "req.csv", "not UTF-8", "0xff")
+    bad.write_bytes(b'{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 3}\n\x80\n')
+    jl = bad.rename(work / "req.jsonl")
+    exp.write_text(exp.read_text().replace(str(bad), str(jl)))
+    _refused(capsys, work, ["serve", str(exp), "--out", "res"], "req.jsonl", "not UTF-8", "0x80")

@@ -52,23 +52,32 @@ def new_figure(width: str = "single", aspect: float = GOLDEN, nrows: int = 1, nc
     return fig, ax
 
 
-def save(fig, out: str | Path, dpi: int = 300) -> list[Path]:
-    """Write ``out`` and its sibling in the other format (vector PDF + PNG); returns both paths."""
+def figure_paths(out: str | Path, flag: str = "-o", inputs=()) -> list[Path]:
+    """``out`` and its sibling in the other format (PDF <-> PNG; SVG gets a PNG), after checking both
+    can be written (:func:`attnsim.outputs.check_output`); call it before rendering."""
+    from attnsim.config import ConfigError
+    from attnsim.outputs import check_output
+    check_output(out, flag, inputs=inputs)  # the path as given (a trailing '/' means a folder)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     suffix = out.suffix.lower()
     if suffix not in (".pdf", ".png", ".svg"):
-        from attnsim.config import ConfigError
-        raise ConfigError(f"expected a .pdf, .png or .svg file, got {out.name!r}", file="-o")
-    paths = [out]
-    if suffix in (".pdf", ".svg"):
-        paths.append(out.with_suffix(".png"))
-    else:
-        paths.append(out.with_suffix(".pdf"))
+        raise ConfigError(f"expected a .pdf, .png or .svg file, got {out.name!r}", file=str(out), key=flag)
+    paths = [out, out.with_suffix(".pdf" if suffix == ".png" else ".png")]
+    check_output(paths[1], flag, inputs=inputs)
+    return paths
+
+
+def save(fig, out: str | Path, dpi: int = 300) -> list[Path]:
+    """Write ``out`` and its sibling in the other format (vector PDF + PNG), each atomically with the
+    umask's mode (:mod:`attnsim.fileio`); returns both paths."""
+    from attnsim.fileio import atomic_path
+    paths = figure_paths(out)
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
         # no creation date / software stamp: the same results give byte-identical figures
         meta = {"CreationDate": None} if p.suffix == ".pdf" else ({"Date": None} if p.suffix == ".svg" else {"Software": None})
-        fig.savefig(p, dpi=dpi, metadata=meta)
+        with atomic_path(p, suffix=p.suffix, fsync=False) as tmp:
+            fig.savefig(tmp, dpi=dpi, metadata=meta, format=p.suffix.lower()[1:])
     return paths
 
 

@@ -50,6 +50,7 @@ from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 from attnsim.results import json_default as _json_default
 from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
                             set_dotted, validate)
+from attnsim.outputs import RelativePath, SafeName
 
 SHORTHANDS = ("system", "model", "scenario")
 MAX_POINTS = 1_000_000  # points of one sweep (and values of one range / samples of one block); counted first
@@ -225,7 +226,8 @@ class FigureSpec(Schema):
     """One figure rendered after the sweep (``attnsim plot --all``)."""
 
     recipe: str
-    out: str = Field(description="output file (.pdf or .png; the other format is written beside it)")
+    out: RelativePath = Field(description="output file (.pdf or .png; the other format is written beside it), "
+                              "relative to the figure folder, no '..'")
     x: Optional[str] = None
     y: Optional[str] = None
     hue: Optional[str] = None
@@ -236,7 +238,7 @@ class FigureSpec(Schema):
 
 
 class SweepSpec(Schema):
-    name: str
+    name: SafeName  # becomes results/<name>.h5: no path separators or '..' (attnsim.outputs)
     description: str = ""
     base: str = "default"
     set: Union[dict[str, Any], list[str]] = Field(default_factory=dict)

@@ -1,0 +1,143 @@
+"""One check for every output path a command will write, run before any work.
+
+``check_output(path, flag, kind="file" | "dir", inputs=())`` raises a one-line
+:class:`~attnsim.config.ConfigError` ``<path>: <flag>: <what>`` (the CLI prints ``error: ...`` and
+exits 2) when the path cannot be written, so no simulation runs and no file is written:
+
+* a file output that is an existing folder, or a folder output that is an existing file;
+* a path whose parent chain runs through a file (``results.h5/x.csv``);
+* a read-only target: the existing file, or the nearest existing folder (missing folders are
+  created at write time), lacks write permission, no write bit is set in its mode (a file marked
+  read-only, even for root), or it sits on a read-only file system;
+* an output that is one of the command's ``inputs`` (same file by ``os.path.samefile``, or the same
+  resolved path), e.g. ``attnsim asm p.s -o p.s``.
+
+:data:`SafeName` (a pydantic ``str`` type; :func:`check_name` is its rule) is the one validator for
+names that become file or folder names (experiment and sweep ``name:``, hence ``results/<name>/``):
+letters, digits, ``_ . + -`` and inner spaces, at most 128 characters, not starting with ``.`` or a
+space, no path separators, so ``../../x`` or ``/tmp/x`` cannot leave ``results/``.
+:data:`RelativePath` / :func:`inside` keep a figure path (``figures[].out``) inside its folder.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Annotated, Iterable, Literal, Optional
+
+from pydantic import AfterValidator
+
+from attnsim.config import ConfigError
+
+NAME_RE = re.compile(r"[\w+\-](?:[\w.+\- ]{0,126}[\w.+\-])?")
+NAME_RULE = "a plain name (letters, digits, '_.+-', inner spaces; at most 128; no '/', no leading '.')"
+
+
+def _writable(p: Path, st: os.stat_result) -> bool:
+    return os.access(p, os.W_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)) and bool(st.st_mode & 0o222)
+
+
+def _nearest_existing(p: Path) -> tuple[Path, Optional[os.stat_result]]:
+    q = p
+    while True:
+        try:
+            return q, q.stat()
+        except FileNotFoundError:
+            if q.parent == q:
+                return q, None
+            q = q.parent
+        except NotADirectoryError:  # a component on the way is a file
+            q = q.parent
+        except OSError as exc:  # pragma: no cover - e.g. permission denied on a parent
+            raise ConfigError(f"cannot inspect ({exc.strerror or exc})", file=str(q)) from None
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists() and os.path.samefile(a, b):
+            return True
+    except OSError:  # pragma: no cover
+        pass
+    return a.resolve() == b.resolve()
+
+
+def check_output(path: str | os.PathLike, flag: str, kind: Literal["file", "dir"] = "file",
+                 inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """Refuse an output path that cannot be written as ``kind`` (see the module docstring); returns it."""
+    p = Path(path)
+    name = str(path)
+    if kind == "file" and name.endswith(("/", os.sep)):
+        raise ConfigError("expected a file path, got a directory path (trailing '/')", file=name, key=flag)
+    for src in inputs:
+        if src is not None and _same(p, Path(src)):
+            raise ConfigError(f"output is the input file {str(src)!r}; choose another path", file=name, key=flag)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        st = None
+    except OSError as exc:
+        raise ConfigError(f"cannot inspect ({exc.strerror or exc})", file=name, key=flag) from None
+    if st is not None:
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if kind == "file" and is_dir:
+            raise ConfigError("expected a file path, got a directory", file=name, key=flag)
+        if kind == "dir" and not is_dir:
+            raise ConfigError("expected a directory, got a file", file=name, key=flag)
+        if kind == "file" and not stat.S_ISREG(st.st_mode):
+            raise ConfigError("expected a regular file path, got a special file", file=name, key=flag)
+        if not _writable(p, st):
+            raise ConfigError(f"read-only {'directory' if is_dir else 'file'}", file=name, key=flag)
+        if kind == "dir":
+            return p
+    anchor, ast = _nearest_existing(p.parent if st is not None or kind == "file" else p)
+    if ast is None:  # pragma: no cover - nothing exists up to the root
+        raise ConfigError("no existing parent directory", file=name, key=flag)
+    if not stat.S_ISDIR(ast.st_mode):
+        raise ConfigError(f"{str(anchor)!r} is a file, not a directory", file=name, key=flag)
+    if not _writable(anchor, ast):
+        raise ConfigError(f"directory {str(anchor)!r} is read-only", file=name, key=flag)
+    return p
+
+
+def check_name(name: str, what: str = "name", file: Optional[str] = None) -> str:
+    """``name`` if it is safe as one file or folder name (see :data:`NAME_RE`), else a ConfigError."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ConfigError(f"expected {NAME_RULE}, got {name!r}", file=file, key=what)
+    return name
+
+
+def _safe_name(v: str) -> str:
+    if not NAME_RE.fullmatch(v):
+        raise ValueError(f"expected {NAME_RULE}")  # validate() appends ", got <value>"
+    return v
+
+
+SafeName = Annotated[str, AfterValidator(_safe_name)]
+
+
+def _relative_problem(rel: str) -> Optional[str]:
+    r = Path(rel)
+    if not str(rel) or r.is_absolute() or ".." in r.parts or str(rel).startswith("~"):
+        return "expected a path relative to the figure folder, without '..'"
+    return None
+
+
+def _relative(v: str) -> str:
+    problem = _relative_problem(v)
+    if problem:
+        raise ValueError(problem)  # validate() appends ", got <value>"
+    return v
+
+
+RelativePath = Annotated[str, AfterValidator(_relative)]
+
+
+def inside(folder: str | os.PathLike, rel: str, what: str, file: Optional[str] = None) -> Path:
+    """``folder / rel`` where ``rel`` is relative and stays inside ``folder`` (no '..', not absolute)."""
+    problem = _relative_problem(rel)
+    if problem:
+        raise ConfigError(f"{problem}, got {str(rel)!r}", file=file, key=what)
+    return Path(folder) / rel
