@@ -746,11 +746,14 @@ case("output", "sweep-out-under-file", SWEEP_ARGV + ("--out", "taken/s.h5"), {"t
 case("output", "sbatch-missing-dir", ("sweep", "sweep.yaml", "--emit-sbatch", "missing/dir/job.sh"), {}, ("missing/dir",))
 case("output", "sbatch-is-dir", ("sweep", "sweep.yaml", "--emit-sbatch", "odir"), {"odir": DIR}, ("odir",))
 
-assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
+
 
 # Cases that fail today (see /tmp/bad_inputs_status.md / the helper report for the cause of each); they are
 # left out of tests/test_bad_inputs.py until fixed. `python bench/fuzz.py --cases` still runs them.
 PENDING = frozenset({
+    "system-attacc-option-wrong-type",
+    "sweep-fixed-set-unknown-key",
+    "serving-swap-link-unknown",
     "asm-non-utf8",
     "asm-operand-2p63",
     "asm-operand-hex-2p64",
@@ -801,3 +804,42 @@ PENDING = frozenset({
     "system-link-hardware-is-gpu",
     "system-link-unknown-role",
 })
+
+# ---------------------------------------------------------------- more: reliability section, mapper options, validate
+
+REL = {"temperature_c": 45, "refresh_interval_ms": 64, "kv_format": "bf16", "accuracy_slo": {"max_rel_attention_error": 0.05},
+       "due_policy": "recompute", "role_tiers": {"gpu": "hbm"},
+       "tiers": {"hbm": {"read_gbps": 3350, "read_pj_per_byte": 28.72, "refresh_mw_per_gb": 14.5, "capacity_gb": 80,
+                         "ecc": {"high": "hbm3_ondie", "low": "hbm3_ondie"}, "errors": {"lambda_soft_per_bit_h": 2.4e-11}}}}
+EXP_REL = mut(EXP, ("reliability", REL), ("scenarios.chat.kv_dtype", "bf16"))
+exp_case("reliability-temperature-nan", dump(mut(EXP_REL, ("reliability.temperature_c", DELETE))).replace(
+    "reliability:\n", "reliability:\n  temperature_c: .nan\n", 1), ("exp.yaml", "reliability.temperature_c"))
+exp_case("reliability-kv-format-unknown", mut(EXP_REL, ("reliability.kv_format", "fp3")), ("exp.yaml", "reliability.kv_format"))
+exp_case("reliability-due-policy-unknown", mut(EXP_REL, ("reliability.due_policy", "pray")), ("exp.yaml", "reliability.due_policy"))
+exp_case("reliability-role-tier-unknown", mut(EXP_REL, ("reliability.role_tiers", {"gpu": "nowhere"})),
+         ("exp.yaml", "reliability"))
+exp_case("reliability-ecc-unknown", mut(EXP_REL, ("reliability.tiers.hbm.ecc.high", "magic")), ("exp.yaml", "reliability.tiers"))
+exp_case("reliability-capacity-negative", mut(EXP_REL, ("reliability.tiers.hbm.capacity_gb", -1)),
+         ("exp.yaml", "reliability.tiers.hbm.capacity_gb"))
+exp_case("scenario-reliability-unknown-key", mut(EXP_REL, ("scenarios.chat.reliability", {"temperatur_c": 50})),
+         ("exp.yaml", "scenarios.chat.reliability"))
+exp_case("beyond-max-position-unknown", mut(EXP, ("scenarios.chat.beyond_max_position", "sometimes")),
+         ("exp.yaml", "scenarios.chat.beyond_max_position"))
+sys_case("attacc-option-wrong-type", mut(yaml.safe_load(builtin("systems", "attacc")), ("mapper.options.pipeline", "often")),
+         ("mapper.options",))
+case("set", "validate-unknown-set", ("validate", "--set", "no_such_set"), {}, ("no_such_set",))
+case("set", "sweep-fixed-shorthand", ("sweep", "sweep.yaml", "--workers", "1", "--set", "scenario.batch_size=4"), {},
+     ("scenario.batch_size",))
+sweep_case("fixed-set-shorthand", mut(SWEEP, ("set", {"scenario.batch_size": 4})), ("set",))
+sweep_case("fixed-set-unknown-key", mut(SWEEP, ("set", {"models.llama2-7b.num_layer": 4})), ("num_layer",))
+serve_case("kv-policy-unknown", [("serving.kv.policy", {"kind": "psychic"})], ("serving.kv.policy",))
+serve_case("swap-link-unknown", [("serving.scheduler.swap_link", "no_such_link")], ("serving.scheduler.swap_link",))
+serve_case("memo-bucket-over-half", [("serving.memo", {"relative_bucket": 0.9})], ("serving.memo.relative_bucket",))
+case("serving", "trace-file-missing", SERVE_ARGV, {"exp.yaml": dump(mut(SERVE, ("serving.trace.file", "nope.csv")))}, ("nope.csv",))
+dtrace("arrival-fraction", "0x40 R 1.5\n", ("1",))
+dtrace("address-negative", "-0x40 R\n", ("1",))
+dtrace("address-decimal-word", "0x40 R\nforty R\n", ("2",))
+disasm_case("fimdram-unknown-opcode", b"\xff\xff\xff\xff", ("word 0",), isa="fimdram")
+disasm_case("aim-truncated", b"\x00" * 5, (), isa="aim")
+disasm_case("cxl-pnm-garbage", b"\xff" * 16, ("word 0",), isa="cxl_pnm")
+assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
