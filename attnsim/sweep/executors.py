@@ -14,6 +14,7 @@ import os
 import shlex
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -28,6 +29,7 @@ from attnsim.sweep.store import FORMAT, StoreWriter, make_record, open_store
 
 DEFAULT_POINT_FN = "attnsim.sweep.executors:simulate_point"
 EXECUTORS = ("local", "dask", "slurm")
+_ENV_LOCK = threading.Lock()
 
 
 # ---------------------------------------------------------------- one point (runs in a worker)
@@ -49,7 +51,8 @@ def _resolve_fn(spec: str) -> Callable:
 def execute_point(task: dict) -> dict:
     """Run one point and return its store record; failures become records with status invalid/error."""
     if task.get("cache_dir") is not None and os.environ.get(_cache.ENV) != task["cache_dir"]:
-        os.environ[_cache.ENV] = task["cache_dir"]
+        with _ENV_LOCK:  # threads of one dask worker share the environment
+            os.environ[_cache.ENV] = task["cache_dir"]
     before = _cache.stats()
     t0 = time.perf_counter()
     files = {tuple(k): v for k, v in task["files"]}
