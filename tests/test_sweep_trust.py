@@ -334,10 +334,13 @@ def test_version_is_recorded_and_mismatches_are_refused_unless_allowed(tmp_path,
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
 def test_store_files_honour_the_umask(tmp_path, umask, mode):
+    from attnsim.sweep.table import write_csv
     old = os.umask(umask)
     try:
         path = _fake_store(tmp_path / "u.h5")
+        csv_path = write_csv(load_table(path), tmp_path / "u.csv")
     finally:
         os.umask(old)
-    assert os.stat(path).st_mode & 0o777 == mode
+    assert os.stat(path).st_mode & 0o777 == mode == os.stat(csv_path).st_mode & 0o777
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["u.csv", "u.h5"]  # no temporary or lock files left
     assert load_table(path).columns["key"].tolist() == ["k00000", "k00001", "k00002"]

@@ -128,17 +128,16 @@ def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
 def write_csv(table: Table, out: str | Path) -> Path:
     """A flat CSV: point columns, then breakdown columns (``phase/table/name``)."""
     import csv
+    from attnsim.fileio import atomic_path
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     names = list(table.columns) + list(table.breakdown)
     cols = [table.columns.get(n, table.breakdown.get(n)) for n in names]
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "w", newline="") as fh:
+    with atomic_path(out, suffix=".csv") as tmp, open(tmp, "w", newline="") as fh:  # no partial CSV on failure
         w = csv.writer(fh)
         w.writerow(names)
         for i in range(len(table)):
             w.writerow([_cell(c[i]) for c in cols])
-    tmp.replace(out)
     return out
 
 
