@@ -296,7 +296,10 @@ class SqliteStore(_Store):
         self.path = path
         self._local = threading.local()
         super().__init__(_load_key(path.with_name(path.name + ".key"), create=True))
-        self._conn().commit()
+        try:
+            self._conn().commit()
+        except sqlite3.Error as exc:
+            raise OSError(f"sqlite: {exc}") from None
 
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
@@ -312,7 +315,7 @@ class SqliteStore(_Store):
     def get(self, k: str):
         try:
             row = self._conn().execute("SELECT mac, payload FROM entries WHERE k = ?", (k,)).fetchone()
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise OSError(f"sqlite: {exc}") from None
         if row is None:
             raise KeyError(k)
@@ -322,11 +325,11 @@ class SqliteStore(_Store):
 
     def put(self, k: str, value) -> None:
         mac, payload = self.pack(k, value)
-        c = self._conn()
         try:
+            c = self._conn()
             with c:
                 c.execute("INSERT OR REPLACE INTO entries (k, mac, payload) VALUES (?, ?, ?)", (k, mac, payload))
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise OSError(f"sqlite: {exc}") from None
 
 
