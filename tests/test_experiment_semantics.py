@@ -265,3 +265,16 @@ def test_built_in_experiments_still_load():
     for name in ("default", "attacc_gpt3_175b", "systems_compare", "reliability_tiering"):
         exp = load_experiment(name)
         assert exp.scenarios
+
+
+def test_serving_requests_beyond_the_window(tmp_path, capsys):
+    trace = {"num_requests": 4, "prompt": {"dist": "uniform", "low": 100, "high": 5000}, "output": {"dist": "fixed", "mean": 8}}
+    exp = _experiment(tmp_path, serving={"trace": trace})
+    rc = main(["serve", str(exp), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "exp.yaml: serving.trace: expected prompt + output tokens <= 4096" in err and "+ 8 = " in err
+    assert not (tmp_path / "out").exists()
+    exp = _experiment(tmp_path, serving={"trace": trace}, scenario={"beyond_max_position": "allow"})
+    rc = main(["serve", str(exp), "--json", "--no-write"])
+    (doc,) = json.loads(capsys.readouterr().out)["runs"]
+    assert rc == 0 and doc["status"] == "ok" and "positions are extrapolated" in doc["notes"][0]

@@ -64,7 +64,7 @@ class Scenario(Schema):
         "refuse", description="prompt + output beyond the model's max_position_embeddings: refuse the run, "
         "or allow it (extrapolation; the run document's notes say so)")
     kv_dtype: DType = "fp16"
-    weight_dtype: DType = "fp16"
+    weight_dtype: Optional[DType] = Field(None, description="storage dtype of the weights (default: the model's dtype)")
     act_dtype: DType = "fp16"
     reliability: Optional[dict] = None  # overrides merged onto the experiment's reliability section
 
@@ -100,13 +100,14 @@ class Scenario(Schema):
         return np.clip(np.rint(x), c.low or 1, c.high or MAX_TOKENS).astype(np.int64)
 
 
-def context_window(model, sc: Scenario) -> tuple[bool, str | None]:
-    """Does the scenario's longest sequence (prompt + output_len tokens) fit ``model``'s window?
+def context_window(model, sc: Scenario, need: int | None = None) -> tuple[bool, str | None]:
+    """Does the longest sequence (``need`` tokens; default the scenario's longest prompt +
+    output_len) fit ``model``'s window? Rule of vLLM's max_model_len: prompt + output <= window.
 
     Returns (accepted, note): not accepted when it exceeds ``model.max_positions`` and
     ``beyond_max_position`` is ``refuse``; the note (for the run document) says when rope_scaling
     is applied or positions are extrapolated, else None. Raises nothing."""
-    need = int(sc.prompt_lens().max()) + sc.output_len
+    need = int(sc.prompt_lens().max()) + sc.output_len if need is None else int(need)
     rs, limit = model.rope_scaling, model.max_positions
     base = (rs.original_max_position_embeddings or model.max_position_embeddings) if rs else limit
     if need > limit:

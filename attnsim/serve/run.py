@@ -238,11 +238,15 @@ def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
     systems = _systems(exp, serving)
     base = exp.source.parent if exp.source is not None else None
     seeds = replication_seeds(serving.trace.seed, serving.replications)
-    docs = []
-    for mname, model in exp.models.items():
+    docs, prepared = [], {}
+    for mname, model in exp.models.items():  # every trace is built and checked before any simulation
         for scname, sc in exp.scenarios.items():
             traces = [build_request_trace(serving.trace.model_copy(update={"seed": s}), sc.prompt_len, sc.output_len, base)
                       for s in seeds]
+            prepared[mname, scname] = traces, _context_note(exp, mname, scname, traces)
+    for mname, model in exp.models.items():
+        for scname, sc in exp.scenarios.items():
+            traces, note = prepared[mname, scname]
             acc = None
             if serving.accuracy_proxy and serving.kv.policy.kind != "none":
                 tr0 = traces[0]
@@ -261,11 +265,31 @@ def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
                 doc = combine(reps, seeds, serving.confidence, exp.spec.seed)
                 if acc is not None:
                     doc.setdefault("serving", {})["kv_policy_accuracy"] = acc
+                if note:
+                    doc["notes"] = [note]
                 finalize_doc(doc)  # a non-finite metric makes the run an error, never `ok`
                 docs.append(doc)
                 if progress:
                     progress(doc)
     return docs
+
+
+def _context_note(exp, mname: str, scname: str, traces) -> str | None:
+    """The longest request (prompt + output tokens) against the model's context window
+    (workloads.scenario.context_window): ConfigError if refused, else the run document's note."""
+    from attnsim.workloads.scenario import context_window
+    model, sc = exp.models[mname], exp.scenarios[scname]
+
+    def longest(t):
+        j = int(np.argmax(t.prompt_tokens + t.output_tokens))
+        return int(t.prompt_tokens[j]), int(t.output_tokens[j])
+    p, o = max((longest(t) for t in traces), key=sum)
+    ok, note = context_window(model, sc, p + o)
+    if not ok:
+        raise ConfigError(f"expected prompt + output tokens <= {model.max_positions} (the positions of model {mname}, "
+                          f"{exp.tree.file_of('models', mname)}; or set scenarios.{scname}.beyond_max_position: allow), "
+                          f"got {p} + {o} = {p + o}", file=exp.tree.file_of("experiment"), key="serving.trace")
+    return note
 
 
 def _serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools) -> dict:
@@ -294,7 +318,9 @@ def quick_pool(system: str = "h100_x1", model: str = "llama3-8b", scenario: Opti
     """(Pool, Experiment, ServingSpec) from built-in names, for scripts, benches and tests."""
     from attnsim.experiment import load_experiment
     from attnsim.workloads.scenario import Scenario
-    base = [f"experiment.systems=[{system}]", f"experiment.models=[{model}]", "experiment.baseline=null"]
+    import json
+    base = [f"experiment.systems=[{system}]", f"experiment.models=[{model}]", "experiment.baseline=null",
+            f"experiment.scenarios={{serve: {json.dumps(scenario or {})}}}"]  # validated against the model as given
     exp = load_experiment(None, base + list(sets or ()))
     sv = validate(ServingSpec, serving or {}, prefix="serving")
     sc = validate(Scenario, {"name": "serve", **(scenario or {})})
