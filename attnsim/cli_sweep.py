@@ -106,11 +106,10 @@ def sweep_cmd(args) -> int:
 
 
 def _emit_sbatch(args, sweep, out: Path) -> int:
-    import os
     from attnsim.sweep.executors import emit_sbatch
     target = None if args.emit_sbatch == "-" or args.dry_run else Path(args.emit_sbatch)
-    if target is not None and not os.access(target.absolute().parent, os.W_OK):
-        raise ConfigError(f"a writable folder, got {str(target.absolute().parent)!r}", file="--emit-sbatch")
+    if target is not None:
+        check_output(target, "--emit-sbatch", inputs=[args.sweep] if Path(args.sweep).is_file() else [])
     text = emit_sbatch(sweep, out, sweep_arg=args.sweep, sets=args.sets, cache=args.cache,
                        merge_after=args.merge_after, make_dirs=target is not None)
     if target is None:

@@ -238,6 +238,8 @@ def test_emit_sbatch_dry_run_and_jobqueue(tmp_path, monkeypatch, capsys):
     target = tmp_path / "job.sh"
     assert main(["sweep", str(p), "--emit-sbatch", str(target), "--dry-run"]) == 0
     assert "#SBATCH --array=0-3" in capsys.readouterr().out and not target.exists()
+    assert main(["sweep", str(p), "--emit-sbatch", str(p / "job.sh")]) == 2  # a folder that is a file
+    assert "--emit-sbatch" in capsys.readouterr().err and not (tmp_path / "logs").exists()
     assert main(["sweep", str(p), "--executor", "dask", "--dry-run"]) == 0
     job = capsys.readouterr().out
     assert "#SBATCH" in job and "export MARK=1" in job and "--nworkers 2" in job  # one thread per process
