@@ -17,6 +17,8 @@ import copy
 import math
 import numbers
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -173,16 +175,76 @@ def check_numbers(data: Any, file: str | os.PathLike | None = None, key: str | N
         raise ConfigError(msg, file=file, key=".".join(([key] if key else []) + [str(x) for x in path]) or None)
 
 
+def _number_kind(ann: Any) -> str | None:
+    """'int' / 'float' for a number annotation (through Annotated/Optional), 'list:int' etc. for a
+    list/tuple of them, else None (bool, str, unions with non-numbers, models...)."""
+    origin = typing.get_origin(ann)
+    if origin is typing.Annotated:
+        return _number_kind(typing.get_args(ann)[0])
+    if origin in (typing.Union, types.UnionType):  # e.g. Optional[int], list[int] | a model
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        if any(a is bool or a is typing.Any for a in args):
+            return None
+        kinds = {_number_kind(a) for a in args} - {None}
+        return kinds.pop() if len(kinds) == 1 else None
+    if origin in (list, tuple):
+        kinds = {_number_kind(a) for a in typing.get_args(ann) if a is not Ellipsis}
+        k = kinds.pop() if len(kinds) == 1 else None
+        return f"list:{k}" if k in ("int", "float") else None
+    if ann is int:
+        return "int"
+    if ann is float:
+        return "float"
+    return None
+
+
+_NUMBER_FIELDS: dict[type, dict[str, tuple[str, str]]] = {}
+
+
+def _number_fields(cls) -> dict[str, tuple[str, str]]:
+    """Input key -> (field name, number kind) of the number fields of a schema (cached per class)."""
+    out = _NUMBER_FIELDS.get(cls)
+    if out is None:
+        out = {}
+        for name, f in cls.model_fields.items():
+            kind = _number_kind(f.annotation)
+            if kind:
+                out[name] = (name, kind)
+                if f.alias:
+                    out[f.alias] = (name, kind)
+        _NUMBER_FIELDS[cls] = out
+    return out
+
+
 class Schema(BaseModel):
     """Base of every config schema: unknown keys rejected, values immutable, numbers sane.
 
-    Numbers: every float field refuses inf/NaN (``allow_inf_nan=False``: "expected a finite number,
+    Numbers: true/false is refused where a number is expected; every float field refuses inf/NaN (``allow_inf_nan=False``: "expected a finite number,
     got inf"), and after validation every int anywhere in the model's own fields (free-form
     ``dict[str, Any]`` sections included; nested Schemas check themselves) must be within
     ±:data:`INT_LIMIT`, and every float in a free-form section must be finite.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        """true/false is not a number (pydantic's lax mode would read it as 1/0)."""
+        if isinstance(data, dict):
+            fields = _number_fields(cls)
+            for key, v in data.items():
+                if key not in fields:
+                    continue
+                kind = fields[key][1]
+                want = "expected an integer" if kind.endswith("int") else "expected a number"
+                if isinstance(v, bool) and not kind.startswith("list"):
+                    raise PydanticCustomError("config_number", "{msg}", {"msg": f"{want}, got {v}", "path": str(key)})
+                if kind.startswith("list") and isinstance(v, (list, tuple)):
+                    for i, x in enumerate(v):
+                        if isinstance(x, bool):
+                            raise PydanticCustomError("config_number", "{msg}", {"msg": f"{want}, got {x}", "path": f"{key}.{i}"})
+        return data
 
     @model_validator(mode="after")
     def _numbers_in_range(self):
@@ -481,8 +543,14 @@ def parse_value(raw: str, file: str = "--set", key: str | None = None) -> Any:
         return raw
 
 
-def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False) -> None:
-    """Set ``tree[p0][p1]...=value``; lists are indexed by integer parts."""
+def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False, prefix: Iterable[str] = ()) -> None:
+    """Set ``tree[p0][p1]...=value``; lists are indexed by integer parts. Error keys are
+    ``prefix + path`` (the whole ``--set`` key, e.g. ``systems.h100_x1.devices.gpu.count``)."""
+    pre = [str(p) for p in prefix]
+
+    def where(n: int) -> str:
+        return ".".join(pre + [str(p) for p in path[:n]])
+
     node: Any = tree
     for i, part in enumerate(path[:-1]):
         if isinstance(node, list):
@@ -490,12 +558,13 @@ def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False)
                 node = node[int(part)]
                 continue
             except (ValueError, IndexError):
-                raise ConfigError(f"no list element {part!r}", file="--set", key=".".join(path[: i + 1])) from None
+                raise ConfigError(f"no list element {part!r}", file="--set", key=where(i + 1)) from None
         if not isinstance(node, dict):
-            raise ConfigError("cannot descend into a non-mapping value", file="--set", key=".".join(path[:i + 1]))
+            raise ConfigError(f"expected a mapping to hold key {part!r}, got {_short_repr(node)}", file="--set",
+                              key=where(i))
         if part not in node:
             if not create:
-                raise ConfigError(f"unknown key (known: {', '.join(map(str, node)) or 'none'})", file="--set", key=".".join(path[: i + 1]))
+                raise ConfigError(f"unknown key (known: {', '.join(map(str, node)) or 'none'})", file="--set", key=where(i + 1))
             node[part] = {}
         node = node[part]
     last = path[-1]
@@ -503,11 +572,12 @@ def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False)
         try:
             node[int(last)] = value
         except (ValueError, IndexError):
-            raise ConfigError(f"no list element {last!r}", file="--set", key=".".join(path)) from None
+            raise ConfigError(f"no list element {last!r}", file="--set", key=where(len(path))) from None
     elif isinstance(node, dict):
         node[last] = value
     else:
-        raise ConfigError("cannot set a key inside a non-mapping value", file="--set", key=".".join(path))
+        raise ConfigError(f"expected a mapping to hold key {last!r}, got {_short_repr(node)}", file="--set",
+                          key=where(len(path) - 1))
 
 
 def get_dotted(tree: Mapping, path: Iterable[str]) -> Any:
@@ -556,7 +626,7 @@ class ConfigTree:
             if section == "experiment":
                 if len(path) < 2:
                     raise ConfigError("expected experiment.<key>=VALUE", file="--set", key=section)
-                set_dotted(self.experiment, path[1:], value, create=True)
+                set_dotted(self.experiment, path[1:], value, create=True, prefix=path[:1])
                 continue
             table = getattr(self, section)
             if len(path) < 3:
@@ -564,5 +634,5 @@ class ConfigTree:
             if path[1] not in table:
                 raise ConfigError(f"{section} '{path[1]}' is not part of this experiment (have: {', '.join(table) or 'none'})",
                                   file="--set", key=".".join(path[:2]))
-            set_dotted(table[path[1]], path[2:], value, create=True)
+            set_dotted(table[path[1]], path[2:], value, create=True, prefix=path[:2])
         return self

@@ -224,6 +224,11 @@ def _cli(capsys, *argv):
     ("experiment.seed=9223372036854775808", "seed: expected an integer in [-2**53, 2**53], got 9223372036854775808"),
     ("scenarios.s.batch_size=1.0e+30", "scenarios.s.batch_size: expected an integer in [-2**53, 2**53], got 1e+30"),
     ("scenarios.s.batch_size={a: 1, a: 2}", "--set: scenarios.s.batch_size: duplicate key 'a' (first at line 1)"),
+    ("scenarios.s.batch_size=true", "tiny.yaml: scenarios.s.batch_size: expected an integer, got True"),
+    ("scenarios.s.context_lens=[1, true]", "scenarios.s.context_lens.1: expected an integer, got True"),
+    ("hardware.nvlink3.latency_us=false", "hardware/nvlink3.yaml: latency_us: expected a number, got False"),
+    ("systems.dgx_a100.devices.gpu.count.x=1",
+     "--set: systems.dgx_a100.devices.gpu.count: expected a mapping to hold key 'x', got 8"),
 ])
 def test_run_refuses_bad_numbers(tmp_path, capsys, setting, words):
     exp = tmp_path / "tiny.yaml"
