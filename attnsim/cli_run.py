@@ -87,10 +87,10 @@ def check_run_outputs(args, name: str, figures=()) -> Path | None:
     if not args.no_write:
         out_dir = Path(args.out) if args.out else Path("results") / name
         check_output(out_dir, "--out", kind="dir", inputs=inputs)
-        out_path = check_output(out_dir / "results.h5", "--out", inputs=inputs)
+        out_path = check_output(out_dir / "results.h5", "--out", inputs=inputs, create=True)
         if not getattr(args, "no_figures", True):
             for recipe in figures:
-                figure_paths(out_dir / f"{recipe}.pdf", "--out")
+                figure_paths(out_dir / f"{recipe}.pdf", "--out", create=True)
     produced = inputs + ([out_path] if out_path else [])
     for flag in ("trace", "csv"):
         if getattr(args, flag, None):

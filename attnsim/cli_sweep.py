@@ -81,7 +81,8 @@ def sweep_cmd(args) -> int:
     from attnsim.sweep.spec import load_sweep
     sweep = load_sweep(args.sweep, extra_sets=args.sets)
     out = Path(args.out) if args.out else Path("results") / f"{sweep.spec.name}.h5"
-    check_output(out, "--out", inputs=[args.sweep] if Path(args.sweep).is_file() else [])
+    sources = [args.sweep] if Path(args.sweep).is_file() else []
+    check_output(out, "--out", inputs=sources, create=True)  # a store folder is created, like results/
     if args.figures and sweep.spec.figures:  # every figure path checked before the sweep runs
         _figure_targets(sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else out.parent, out)
     if args.merge_after and args.emit_sbatch is None:
@@ -162,7 +163,7 @@ def _figure_targets(figures, fig_dir: Path, store: Path) -> list[Path]:
     outs = []
     for i, fs in enumerate(figures):
         outs.append(inside(fig_dir, fs.out, f"figures.{i}.out", file=str(store)))
-        figure_paths(outs[-1], f"figures.{i}.out", inputs=[store])
+        figure_paths(outs[-1], f"figures.{i}.out", inputs=[store], create=True)
     return outs
 
 

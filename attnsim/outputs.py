@@ -5,6 +5,9 @@
 exits 2) when the path cannot be written, so no simulation runs and no file is written:
 
 * a file output that is an existing folder, or a folder output that is an existing file;
+* a file output whose folder does not exist (a typo; ``create=True`` for the paths attnsim picks
+  itself, such as ``results/<name>.h5``, and for figure paths inside a figure folder); folder
+  outputs (``--out DIR``, ``--fig-dir``) are created with their parents;
 * a path whose parent chain runs through a file (``results.h5/x.csv``);
 * a read-only target: the existing file, or the nearest existing folder (missing folders are
   created at write time), lacks write permission, no write bit is set in its mode (a file marked
@@ -63,7 +66,7 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def check_output(path: str | os.PathLike, flag: str, kind: Literal["file", "dir"] = "file",
-                 inputs: Iterable[str | os.PathLike] = ()) -> Path:
+                 inputs: Iterable[str | os.PathLike] = (), create: bool = False) -> Path:
     """Refuse an output path that cannot be written as ``kind`` (see the module docstring); returns it."""
     p = Path(path)
     name = str(path)
@@ -97,6 +100,8 @@ def check_output(path: str | os.PathLike, flag: str, kind: Literal["file", "dir"
         raise ConfigError("no existing parent directory", file=name, key=flag)
     if not stat.S_ISDIR(ast.st_mode):
         raise ConfigError(f"{str(anchor)!r} is a file, not a directory", file=name, key=flag)
+    if kind == "file" and not create and anchor != p.parent:
+        raise ConfigError(f"directory {str(p.parent)!r} does not exist", file=name, key=flag)
     if not _writable(anchor, ast):
         raise ConfigError(f"directory {str(anchor)!r} is read-only", file=name, key=flag)
     return p

@@ -149,10 +149,13 @@ def test_run_output_paths_refused_before_work(work, capsys, args, needles):
     _refused(capsys, work, ["run", *TINY, *args], *needles)
 
 
-def test_run_output_paths_ok_create_folders(work, capsys):
-    assert main(["run", *TINY, "--out", "new/res", "--trace", "deep/er/t.json", "--no-figures"]) == 0
-    assert (work / "new/res/results.h5").stat().st_size > 0
-    assert json.loads((work / "deep/er/t.json").read_text())["traceEvents"]
+def test_run_output_folders_created_files_need_their_folder(work, capsys):
+    _refused(capsys, work, ["run", *TINY, "--no-write", "--trace", "missing/dir/t.json"], "missing/dir",
+             "does not exist")
+    (work / "deep").mkdir()
+    assert main(["run", *TINY, "--out", "new/res", "--trace", "deep/t.json"]) == 0
+    assert (work / "new/res/results.h5").stat().st_size > 0 and (work / "new/res/energy_breakdown.pdf").exists()
+    assert json.loads((work / "deep/t.json").read_text())["traceEvents"]
 
 
 def test_serve_output_paths(work, capsys):
@@ -165,8 +168,9 @@ def test_serve_output_paths(work, capsys):
     _refused(capsys, work, ["serve", str(exp), "--no-write", "--csv", "rodir/r.csv"], "rodir/r.csv", "read-only")
     _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "adir"], "--figure", "got a directory")
     _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "afile/f.pdf"], "'afile' is a file")
-    assert main(["serve", str(exp), "--out", "res", "--csv", "missing/dir/r.csv"]) == 0
-    assert (work / "missing/dir/r.csv").read_text().startswith("run,system")
+    _refused(capsys, work, ["serve", str(exp), "--csv", "missing/dir/r.csv"], "missing/dir", "does not exist")
+    assert main(["serve", str(exp), "--out", "new/res", "--csv", "r.csv"]) == 0
+    assert (work / "r.csv").read_text().startswith("run,system") and (work / "new/res/results.h5").exists()
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +199,9 @@ def test_sweep_merge_export_plot_output_paths(work, store, capsys):
              "expected a directory")
     _refused(capsys, work, ["merge", "st.h5", "-o", "st.h5"], "-o", "output is the input")
     _refused(capsys, work, ["merge", "st.h5", "-o", "adir"], "adir", "got a directory")
+    _refused(capsys, work, ["merge", "st.h5", "-o", "missing/m.h5"], "'missing'", "does not exist")
+    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "missing/p.pdf"], "does not exist")
+    _refused(capsys, work, ["export", "st.h5", "--csv", "-o", "missing/x.csv"], "does not exist")
     _refused(capsys, work, ["export", "st.h5", "--csv", "-o", "st.h5"], "output is the input")
     _refused(capsys, work, ["export", "st.h5", "--csv", "-o", "rodir/x.csv"], "rodir/x.csv", "read-only")
     _refused(capsys, work, ["export", "st.h5", "--csv", "-o", "adir"], "adir", "got a directory")

@@ -52,18 +52,18 @@ def new_figure(width: str = "single", aspect: float = GOLDEN, nrows: int = 1, nc
     return fig, ax
 
 
-def figure_paths(out: str | Path, flag: str = "-o", inputs=()) -> list[Path]:
+def figure_paths(out: str | Path, flag: str = "-o", inputs=(), create: bool = False) -> list[Path]:
     """``out`` and its sibling in the other format (PDF <-> PNG; SVG gets a PNG), after checking both
     can be written (:func:`attnsim.outputs.check_output`); call it before rendering."""
     from attnsim.config import ConfigError
     from attnsim.outputs import check_output
-    check_output(out, flag, inputs=inputs)  # the path as given (a trailing '/' means a folder)
+    check_output(out, flag, inputs=inputs, create=create)  # as given: a trailing '/' means a folder
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in (".pdf", ".png", ".svg"):
         raise ConfigError(f"expected a .pdf, .png or .svg file, got {out.name!r}", file=str(out), key=flag)
     paths = [out, out.with_suffix(".pdf" if suffix == ".png" else ".png")]
-    check_output(paths[1], flag, inputs=inputs)
+    check_output(paths[1], flag, inputs=inputs, create=create)
     return paths
 
 
@@ -71,7 +71,7 @@ def save(fig, out: str | Path, dpi: int = 300) -> list[Path]:
     """Write ``out`` and its sibling in the other format (vector PDF + PNG), each atomically with the
     umask's mode (:mod:`attnsim.fileio`); returns both paths."""
     from attnsim.fileio import atomic_path
-    paths = figure_paths(out)
+    paths = figure_paths(out, create=True)
     paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
         # no creation date / software stamp: the same results give byte-identical figures
