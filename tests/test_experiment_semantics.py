@@ -89,7 +89,7 @@ def test_two_hf_configs_keep_their_names(tmp_path, capsys):
     a = _hf(tmp_path, "a", "Llama-2-7b-hf.json", "meta-llama/Llama 2 7b?")  # sanitised
     b = _hf(tmp_path, "mistral-folder", "Mistral-7B-v0.1.json")              # folder name
     exp = _experiment(tmp_path, models=[str(a), str(b)], scenario={"batch_size": 1, "prompt_len": 32, "output_len": 2})
-    runs = _runs(capsys, [exp])
+    runs = _runs(capsys, [exp, "--set", "models.Llama-2-7b.num_layers=2", "--set", "models.mistral-folder.num_layers=2"])
     assert [r["model"] for r in runs] == ["Llama-2-7b", "mistral-folder"]
     assert runs[0]["metrics"]["ttft_s"] != runs[1]["metrics"]["ttft_s"]
 
@@ -205,7 +205,7 @@ def test_does_not_fit_has_every_metric_key(tmp_path, capsys):
     assert (ok["status"], big["status"]) == ("ok", "does_not_fit")
     assert set(ok["metrics"]) == set(big["metrics"]) == set(METRIC_KEYS)
     assert all(v is None for k, v in big["metrics"].items() if k != "fits") and big["metrics"]["fits"] is False
-    rc = main(["run", str(exp), "--out", str(tmp_path / "o")])  # tables and the results file take it
+    rc = main(["run", str(exp), "--out", str(tmp_path / "o"), "--no-figures"])  # tables and the results file take it
     assert rc == 0 and (tmp_path / "o" / "results.h5").is_file()
     capsys.readouterr()
 
@@ -278,3 +278,19 @@ def test_serving_requests_beyond_the_window(tmp_path, capsys):
     rc = main(["serve", str(exp), "--json", "--no-write"])
     (doc,) = json.loads(capsys.readouterr().out)["runs"]
     assert rc == 0 and doc["status"] == "ok" and "positions are extrapolated" in doc["notes"][0]
+
+
+@pytest.mark.parametrize("replications", [1, 2])
+def test_serving_runs_that_did_not_complete_have_every_metric_key(tmp_path, capsys, replications):
+    scen = {"ok": {"prompt_len": 64, "output_len": 4},
+            "huge": {"prompt_len": 600000, "output_len": 4, "beyond_max_position": "allow"}}  # KV never fits
+    exp = _write(tmp_path / "serve.yaml", {
+        "name": "serve_keys", "systems": ["h100_x1"], "models": ["llama3-8b"], "scenarios": scen,
+        "serving": {"trace": {"num_requests": 3, "rate_per_s": 10}, "replications": replications,
+                    "disaggregation": [{"prefill": "h100_x1", "decode": "h100_x1", "link": "nvlink4"}]}})
+    rc = main(["serve", str(exp), "--json", "--no-write"])
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert rc == 0 and [r["status"] for r in runs] == ["ok", "ok", "cannot_serve", "cannot_serve"]
+    for good, bad in ((runs[0], runs[2]), (runs[1], runs[3])):  # colocated, disaggregated
+        assert set(bad["metrics"]) == set(good["metrics"]) and all(v is None for v in bad["metrics"].values())
+    assert set(runs[1]["metrics"]) - set(runs[0]["metrics"]) == {"kv_transfer_s_mean", "link_energy_j"}

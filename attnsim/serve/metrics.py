@@ -85,6 +85,15 @@ def summarize(req: dict, slo, total_energy_j: float, in_system_area: float | Non
     return m
 
 
+def metric_keys() -> tuple[str, ...]:
+    """The keys :func:`summarize` returns (a run that produced no metrics has them all, null)."""
+    from types import SimpleNamespace
+    one, zero = np.ones(1), np.zeros(1)
+    req = {"arrival_s": zero, "latency_s": one, "ttft_s": one, "tpot_s": one, "queue_s": zero,
+           "output_tokens": one, "prompt_tokens": one, "energy_j": one, "preemptions": zero}
+    return tuple(summarize(req, SimpleNamespace(ttft_s=1.0, tpot_s=1.0), 1.0))
+
+
 def mean_in_system_from_times(arrival, finish, horizon_end: float) -> float:
     """Time average of the number of requests between arrival and finish over [0, horizon_end]."""
     return float(np.sum(np.minimum(finish, horizon_end) - np.minimum(arrival, horizon_end))) / horizon_end

@@ -208,6 +208,20 @@ def serve_colocated(system, model, sc, serving, trace, pool: Pool) -> dict:
             "breakdown": {"iterations": pool.coster.total().breakdown()}}
 
 
+DISAGG_METRICS = ("kv_transfer_s_mean", "link_energy_j")  # beyond summarize()'s keys
+
+
+def null_metrics(disagg: bool, replications: int) -> dict:
+    """``metrics`` of a serving run that produced none (cannot_serve, does_not_fit): the keys an ok
+    run of the same kind has, null."""
+    from attnsim.serve.metrics import metric_keys
+    from attnsim.serve.replicate import CI_METRICS
+    keys = list(metric_keys()) + (list(DISAGG_METRICS) if disagg else [])
+    if replications > 1:
+        keys += [f"{k}_{b}" for k in CI_METRICS if k in keys for b in ("ci_low", "ci_high")]
+    return dict.fromkeys(keys)
+
+
 def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) -> dict:
     for p in (pre_pool, dec_pool):
         if p.system.spec.parallelism.replicas != 1:
@@ -221,8 +235,7 @@ def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) ->
     fin = out["finish_s"]
     m = summarize(req, serving.slo, out["total_energy_j"],
                   in_system_area=mean_in_system_from_times(trace.arrival_s, fin, float(fin.max())) * float(fin.max()))
-    m["kv_transfer_s_mean"] = out["kv_transfer_s_mean"]
-    m["link_energy_j"] = out["link_energy_j"]
+    m.update({k: out[k] for k in DISAGG_METRICS})
     stats_p = [out["prefill"].stats]
     facts = {"prefill_pool": _serving_facts(pre_pool, stats_p)}
     if out["decode"] is not None:
@@ -267,6 +280,8 @@ def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
                     doc.setdefault("serving", {})["kv_policy_accuracy"] = acc
                 if note:
                     doc["notes"] = [note]
+                if doc.get("status") != "ok" and not doc.get("metrics"):
+                    doc["metrics"] = null_metrics(d is not None, len(seeds))
                 finalize_doc(doc)  # a non-finite metric makes the run an error, never `ok`
                 docs.append(doc)
                 if progress:
