@@ -58,8 +58,14 @@ def step_events(step, system_name: str, phase: str, pid: int = 1, t0_us: float =
 def write_trace(path: str | Path, events: list[dict]) -> Path:
     """Write a trace JSON atomically (mode from the umask)."""
     from attnsim.fileio import atomic_path
+    from attnsim.config import ConfigError
     path = Path(path)
+    try:  # strict JSON; serialised before anything is written
+        text = json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}, allow_nan=False)
+    except ValueError:
+        raise ConfigError("expected finite event times, got inf/NaN (a run overflowed: see its error in the "
+                          "results)", file=str(path)) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, suffix=".json") as tmp, open(tmp, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f, allow_nan=False)
+        f.write(text)
     return path

@@ -358,3 +358,13 @@ def test_check_numbers_names_the_nested_key():
         check_numbers({"rope_scaling": {"factor": math.inf}}, file="c.json", key="cfg")
     with pytest.raises(ConfigError, match=r"^c.json: 0.1: expected an integer in \[-2\*\*53, 2\*\*53\]"):
         check_numbers([[0, 2 ** 64]], file="c.json")
+
+
+def test_trace_with_non_finite_times_is_refused_before_writing(tmp_path):
+    from attnsim.timeline import write_trace
+    out = tmp_path / "sub" / "t.json"
+    with pytest.raises(ConfigError, match=r"t.json: expected finite event times, got inf/NaN"):
+        write_trace(out, [{"ph": "X", "name": "x", "ts": 0.0, "dur": math.inf}])
+    assert not (tmp_path / "sub").exists()
+    write_trace(out, [{"ph": "X", "name": "x", "ts": 0.0, "dur": 1.0}])
+    assert _strict_loads(out.read_text())["traceEvents"][0]["dur"] == 1.0
