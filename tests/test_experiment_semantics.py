@@ -294,3 +294,17 @@ def test_serving_runs_that_did_not_complete_have_every_metric_key(tmp_path, caps
     for good, bad in ((runs[0], runs[2]), (runs[1], runs[3])):  # colocated, disaggregated
         assert set(bad["metrics"]) == set(good["metrics"]) and all(v is None for v in bad["metrics"].values())
     assert set(runs[1]["metrics"]) - set(runs[0]["metrics"]) == {"kv_transfer_s_mean", "link_energy_j"}
+
+
+def test_sweep_model_values_with_one_name_are_refused(tmp_path):
+    from attnsim.sweep.spec import load_sweep
+    a = _hf(tmp_path, "a", "Llama-2-7b-hf.json")
+    b = _hf(tmp_path, "b", "Mistral-7B-v0.1.json")   # both files are named config.json
+    other = _write(tmp_path / "m" / "llama2-7b.yaml", {**TINY, "name": "llama2-7b"})  # like the built-in
+    base = _experiment(tmp_path, models=["llama2-7b"])
+    for values in ([str(a), str(b)], ["llama2-7b", str(other)]):
+        sweep = _write(tmp_path / "sw.yaml", {"name": "sw", "base": str(base), "parameters": [{"grid": {"model": values}}]})
+        with pytest.raises(ConfigError, match=r"sw.yaml: parameters.model: expected one model file per name, got .* named"):
+            load_sweep(sweep)
+    sweep = _write(tmp_path / "sw.yaml", {"name": "sw", "base": str(base), "parameters": [{"grid": {"model": [str(a)]}}]})
+    assert load_sweep(sweep).n_points == 1

@@ -502,10 +502,11 @@ def _restrict(tree: ConfigTree, system: str, model: str, scenario: str) -> Confi
 
 def _extend_tree(tree: ConfigTree, systems: list[str], models: list[str], base_dir: Optional[Path], file: str) -> None:
     """Load systems/models named by shorthand values that the base experiment does not reference."""
-    from attnsim.experiment import _load_hardware, _load_model_dict
+    from attnsim.experiment import _load_hardware, _load_model_dict, _same_file
     for ref in models:
         name = _ref_name(ref)
         if name in tree.models:
+            _check_same(tree, "models", name, ref, base_dir, file, _same_file)
             continue
         try:
             data, f = _load_model_dict(str(ref), base_dir)
@@ -516,6 +517,7 @@ def _extend_tree(tree: ConfigTree, systems: list[str], models: list[str], base_d
     for ref in systems:
         name = _ref_name(ref)
         if name in tree.systems:
+            _check_same(tree, "systems", name, ref, base_dir, file, _same_file)
             continue
         try:
             p = find_config("systems", str(ref), base_dir)
@@ -524,6 +526,19 @@ def _extend_tree(tree: ConfigTree, systems: list[str], models: list[str], base_d
         tree.systems[name] = load_yaml(p)
         tree.files[("systems", name)] = display_path(p)
     _load_hardware(tree, base_dir)
+
+
+def _check_same(tree: ConfigTree, section: str, name: str, ref, base_dir, file: str, same) -> None:
+    """A shorthand value whose name the tree already holds must be that same file (else one would
+    silently stand for the other)."""
+    try:
+        p = find_config(section, str(ref), base_dir)
+    except ConfigError:
+        return  # a built-in name already in the tree
+    had = tree.files.get((section, name))
+    if had is not None and not same(had, p):
+        raise ConfigError(f"expected one {section[:-1]} file per name, got {str(ref)!r} named {name!r} like {had!r}",
+                          file=file, key=f"parameters.{section[:-1]}")
 
 
 def _apply_fixed_sets(tree: ConfigTree, sets, file: str) -> None:
