@@ -81,6 +81,8 @@ def sweep_cmd(args) -> int:
     from attnsim.sweep.spec import load_sweep
     sweep = load_sweep(args.sweep, extra_sets=args.sets)
     out = Path(args.out) if args.out else Path("results") / f"{sweep.spec.name}.h5"
+    if args.fig_dir and not args.figures:
+        raise ConfigError("only applies with --figures", file="--fig-dir")
     sources = [args.sweep] if Path(args.sweep).is_file() else []
     check_output(out, "--out", inputs=sources, create=True)  # a store folder is created, like results/
     if args.figures and sweep.spec.figures:  # every figure path checked before the sweep runs
@@ -196,6 +198,10 @@ def plot_cmd(args) -> int:
         return 0
     if not args.file:
         raise ConfigError("needs a results file or sweep store (or --list)", file="plot")
+    if args.fig_dir and not args.all:
+        raise ConfigError("only applies with --all (use -o FILE for one figure)", file="--fig-dir")
+    if args.all and (args.recipe or args.out):
+        raise ConfigError("--all renders the store's own figures; drop --recipe/-o, or drop --all", file="plot")
     if args.all:
         from attnsim.config import parse_yaml, validate
         from attnsim.sweep.spec import SweepSpec

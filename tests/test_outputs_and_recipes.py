@@ -214,6 +214,10 @@ def test_sweep_merge_export_plot_output_paths(work, store, capsys):
     (work / "adir" / "f.pdf").mkdir()  # the PNG's sibling is a folder: refused before the PNG is drawn
     _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "adir/f.png"], "adir/f.pdf",
              "got a directory")
+    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "f.pdf", "--fig-dir", "figs"], "--fig-dir",
+             "only applies with --all")
+    _refused(capsys, work, ["plot", "st.h5", "--all", "-o", "f.pdf"], "--all")
+    _refused(capsys, work, ["sweep", str(sw), "--out", "x.h5", "--fig-dir", "figs"], "--fig-dir", "--figures")
     assert main(["plot", "st.h5", "--all", "--fig-dir", "figs"]) == 0
     assert (work / "figs/figs/t.pdf").read_bytes()[:4] == b"%PDF"
 
