@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import fcntl
 import glob
 import json
@@ -100,6 +101,8 @@ def make_record(index: int, key: str, params: dict, doc: dict, resolved: str, el
 
 def _float(v) -> float:
     """``v`` as a float if it is a number (bools are not), else NaN."""
+    if type(v) is float:
+        return v
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         return np.nan
     try:
@@ -137,6 +140,7 @@ def _breakdown_columns(doc: dict) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=8192)
 def _h5name(x) -> str:
     """One HDF5 path component (no '/', never empty, '.' or '..')."""
     s = str(x).replace("/", "_")
@@ -240,8 +244,20 @@ def _kind_of(v) -> str:
 _RANK = {"i8": 0, "f8": 1, "str": 2}
 
 
+def _ints_fit(vals) -> bool:
+    ints = [v for v in vals if type(v) is int]
+    return not ints or (_I8_MIN <= min(ints) and max(ints) <= _I8_MAX)
+
+
 def _widen(kind: Optional[str], vals) -> str:
     """The narrowest kind (i8 < f8 < str) that holds ``kind`` values and every non-None ``vals``."""
+    if kind == "str":
+        return kind
+    types = set(map(type, vals)) - {type(None)}
+    if kind == "f8" and types <= {float, int} and (int not in types or _ints_fit(vals)):
+        return kind  # the common cases, without a Python loop per value
+    if kind == "i8" and types <= {int} and _ints_fit(vals):
+        return kind
     for v in vals:
         if v is not None:
             vk = _kind_of(v)
@@ -315,10 +331,11 @@ def _append_batch(f: h5py.File, recs: list[dict], param_kinds: dict) -> None:
                 names.append(k)
     for name in names:
         vals = [r.get(name) for r in rows]
-        if name in pts:
-            ds = pts[name]
-            kind = _widen(_ds_kind(ds), vals)
-            if kind != _ds_kind(ds):
+        ds = pts.get(name)
+        if ds is not None:
+            have = _ds_kind(ds)
+            kind = _widen(have, vals)
+            if kind != have:
                 ds = _retype(pts, name, kind)
         else:
             kind = FIXED_COLUMNS.get(name) or _widen(param_kinds.get(name), vals)
@@ -667,9 +684,15 @@ class StoreWriter:
         return self._keys
 
     def _open_segment(self) -> None:
-        self._seq += 1
-        self._seg = self._jdir / f"seg-{socket.gethostname()}-{os.getpid()}-{self._seq:06d}.jsonl"
-        self._fd = os.open(self._seg, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        """A new segment file (never one left by another process with the same host name and pid)."""
+        while True:
+            self._seq += 1
+            self._seg = self._jdir / f"seg-{socket.gethostname()}-{os.getpid()}-{self._seq:06d}.jsonl"
+            try:
+                self._fd = os.open(self._seg, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+                return
+            except FileExistsError:
+                continue
 
     def append(self, rec: dict) -> None:
         """Record one finished point (written whole before returning: survives a kill of this process)."""
