@@ -2,7 +2,8 @@
 to the reader. The contract: the reader returns a result or raises a one-line ConfigError; any other
 exception, a multi-line message or an execution over :data:`HANG_S` seconds is a failure.
 
-Used by tests/test_fuzz_readers.py (a bounded number of examples) and bench/fuzz.py (for a given time)::
+Used by tests/test_fuzz_readers.py (a bounded number of hypothesis examples) and bench/fuzz.py (for a given
+time: hypothesis examples as a seed corpus, then fast :func:`mutate` rounds on them)::
 
     failure = HARNESSES["asm"].check(example)   # None, or Failure(kind, location, message)
 """
@@ -46,6 +47,10 @@ class _Hang(BaseException):
     pass
 
 
+class Unusable(Exception):
+    """Raised by a feed function when it cannot build the reader's input from an example (not a failure)."""
+
+
 def _alarm(signum, frame):
     raise _Hang()
 
@@ -73,6 +78,8 @@ class Harness:
             signal.setitimer(signal.ITIMER_REAL, HANG_S)
         try:
             self.feed(example)
+        except Unusable:
+            return None
         except ConfigError as exc:
             if "\n" in str(exc):
                 return Failure("multi-line ConfigError", _location(exc), str(exc)[:200])
@@ -430,27 +437,93 @@ def feed_store(example) -> None:
     from attnsim.sweep.table import load_table
     edits, (how, pos, junk), reader = example
     p = _write("s.h5", _valid_store())
-    with h5py.File(p, "r+") as f:
-        for kind, name, value in edits:
-            if kind == "del" and name in f:
-                del f[name]
-            elif kind == "data":
-                if name in f:
+    try:
+        with h5py.File(p, "r+") as f:
+            for kind, name, value in edits:
+                if kind == "del" and name in f:
                     del f[name]
-                arr = np.array(value, dtype=h5py.string_dtype()) if value and isinstance(value[0], str) else np.array(value)
-                f.create_dataset(name, data=arr)
-            elif kind == "attr":
-                f.attrs[name] = value
-            elif kind == "delattr" and name in f.attrs:
-                del f.attrs[name]
-    if how != "none":
-        data = p.read_bytes()
-        pos %= len(data)
-        p.write_bytes(data[:pos] if how == "truncate" else data[:pos] + junk + data[pos + len(junk):])
+                elif kind == "data":
+                    if name in f:
+                        del f[name]
+                    arr = (np.array(value, dtype=h5py.string_dtype()) if value and isinstance(value[0], str)
+                           else np.array(value))
+                    f.create_dataset(name, data=arr)
+                elif kind == "attr":
+                    f.attrs[name] = value
+                elif kind == "delattr" and name in f.attrs:
+                    del f.attrs[name]
+        if how != "none":
+            data = p.read_bytes()
+            pos %= len(data)
+            p.write_bytes(data[:pos] if how == "truncate" else data[:pos] + junk + data[pos + len(junk):])
+    except Exception as exc:  # noqa: BLE001 - h5py refused the edit itself: nothing to read
+        raise Unusable(exc) from None
     if reader == "show":
         read_results(p)
     else:
         load_table(p)
+
+
+# ---------------------------------------------------------------- fast mutation (bench/fuzz.py)
+
+_INTERESTING = [0, 1, -1, 2, 3, 7, 64, 255, 4096, 2 ** 31, 2 ** 53 + 1, HUGE - 1, HUGE, 2 ** 64, 10 ** 9, 10 ** 30, -HUGE,
+                0.0, -0.0, 0.5, 1e-9, 1e30, 1e300, float("inf"), float("-inf"), float("nan"), True, False, None, "", "x",
+                "\n", "\xff", "../../x", "/abs", "1e400", "0x" + "f" * 17, [], {}, [1, 2], {"a": 1}]
+_BYTE_TOKENS = [b"\xff", b"\x00", b"\n", b",", b":", b" ", b"#", b"[", b"{", b"}", b"'", b'"', b"*a", b"&a", b"!!", b"0x",
+                b"-", b"9223372036854775808", b"18446744073709551616", b"1e400", b"nan", b"inf", b"\t", b"\xc3\x28"]
+
+
+def _mutate_bytes(b: bytes, rng) -> bytes:
+    pos = rng.randrange(len(b) + 1)
+    r = rng.random()
+    if r < 0.3:
+        return b[:pos] + rng.choice(_BYTE_TOKENS) + b[pos:]
+    if r < 0.5 and b:
+        end = min(len(b), pos + rng.randrange(1, 9))
+        return b[:pos] + b[end:]
+    if r < 0.7 and b:
+        i = rng.randrange(len(b))
+        return b[:i] + bytes([b[i] ^ (1 << rng.randrange(8))]) + b[i + 1:]
+    if r < 0.85 and b:
+        i, j = sorted(rng.randrange(len(b) + 1) for _ in range(2))
+        return b[:pos] + b[i:j] + b[pos:]  # duplicate a span
+    return b[:pos] + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4))) + b[pos:]
+
+
+def mutate(x, rng, depth: int = 0):
+    """A randomly changed copy of an example (bytes/str edited, numbers swapped for edge values, list items
+    and mapping keys removed, duplicated or replaced); ``rng`` is a ``random.Random``."""
+    if isinstance(x, bytes):
+        return _mutate_bytes(x, rng)
+    if isinstance(x, str):
+        if rng.random() < 0.2:
+            return rng.choice([v for v in _INTERESTING if isinstance(v, str)])
+        return _mutate_bytes(x.encode("utf-8", "surrogatepass"), rng).decode("utf-8", "surrogateescape")
+    if isinstance(x, (bool, int, float)) or x is None:
+        return rng.choice(_INTERESTING)
+    if isinstance(x, (list, tuple)):
+        items = list(x)
+        r = rng.random()
+        if items and (r < 0.7 or depth > 6):
+            i = rng.randrange(len(items))
+            items[i] = mutate(items[i], rng, depth + 1)
+        elif items and r < 0.85 and isinstance(x, list):
+            del items[rng.randrange(len(items))]
+        elif items and isinstance(x, list):
+            items.insert(rng.randrange(len(items) + 1), copy.deepcopy(rng.choice(items)))
+        return tuple(items) if isinstance(x, tuple) else items
+    if isinstance(x, dict):
+        d = dict(x)
+        r = rng.random()
+        if d and r < 0.7:
+            k = rng.choice(list(d))
+            d[k] = mutate(d[k], rng, depth + 1)
+        elif d and r < 0.85:
+            del d[rng.choice(list(d))]
+        else:
+            d[rng.choice(["extra", "", "\n", "name", "kind"])] = copy.deepcopy(rng.choice(_INTERESTING))
+        return d
+    return x
 
 
 HARNESSES: dict[str, Harness] = {}
