@@ -308,3 +308,19 @@ def test_sweep_model_values_with_one_name_are_refused(tmp_path):
             load_sweep(sweep)
     sweep = _write(tmp_path / "sw.yaml", {"name": "sw", "base": str(base), "parameters": [{"grid": {"model": [str(a)]}}]})
     assert load_sweep(sweep).n_points == 1
+
+
+def test_sweep_points_that_did_not_run_have_every_metric_key(tmp_path):
+    from attnsim.sweep.executors import run_sweep
+    from attnsim.sweep.spec import load_sweep
+    from attnsim.sweep.store import open_store
+    base = _experiment(tmp_path, models=["tiny.yaml", "llama2-70b"],
+                       scenario={"batch_size": 1, "prompt_len": 64, "output_len": 2})
+    sweep = _write(tmp_path / "sw.yaml", {"name": "sw", "base": str(base),
+                                          "parameters": [{"grid": {"scenario.batch_size": [1, 10 ** 9]}}]})
+    run_sweep(load_sweep(sweep), tmp_path / "s.h5", workers=1, progress=False, log=lambda s: None)
+    docs = {(d["model"], d["scenario"]["batch_size"]): d for d in open_store(tmp_path / "s.h5").iter_docs()}
+    assert {k: d["status"] for k, d in docs.items()} == {
+        ("tiny", 1): "ok", ("llama2-70b", 1): "does_not_fit", ("tiny", 10 ** 9): "invalid", ("llama2-70b", 10 ** 9): "invalid"}
+    for d in docs.values():
+        assert set(d["metrics"]) == set(METRIC_KEYS)

@@ -72,7 +72,19 @@ def execute_point(task: dict) -> dict:
 def _failed_doc(task: dict, status: str, error: str) -> dict:
     tree = task["tree"]
     scen = {"name": task["scenario"], **(tree["scenarios"].get(task["scenario"]) or {})}
-    return {"system": task["system"], "model": task["model"], "scenario": scen, "status": status, "error": error}
+    return {"system": task["system"], "model": task["model"], "scenario": scen, "status": status, "error": error,
+            "metrics": _null_metrics(tree)}
+
+
+def _null_metrics(tree: dict) -> dict:
+    """The metric keys of an ok run of the point's kind (serving or static), null."""
+    serving = tree["experiment"].get("serving")
+    if isinstance(serving, dict):
+        from attnsim.serve.run import null_metrics
+        reps = serving.get("replications", 1)
+        return null_metrics(False, reps if isinstance(reps, int) and not isinstance(reps, bool) else 1)
+    from attnsim.runner import null_metrics
+    return null_metrics()
 
 
 # ---------------------------------------------------------------- executors
