@@ -26,7 +26,7 @@ def register(sub) -> None:
     r.add_argument("--slo-vs-load", default=None, metavar="RATES",
                    help="comma-separated arrival rates: serve at each and draw SLO attainment and goodput vs load "
                         "per system into --figure (default serve_slo.pdf)")
-    r.add_argument("--figure", default="serve_slo.pdf", help="figure file for --slo-vs-load")
+    r.add_argument("--figure", default=None, help="figure file for --slo-vs-load (default serve_slo.pdf)")
     r.set_defaults(func=serve_cmd)
 
 
@@ -114,9 +114,16 @@ def write_csv(path, docs) -> None:
 
 
 def serve_cmd(args) -> int:
+    from attnsim.config import ConfigError
+    if args.figure is not None and not args.slo_vs_load:
+        raise ConfigError("only applies with --slo-vs-load", file="--figure")
     if args.slo_vs_load:
-        from attnsim.config import ConfigError
         from attnsim.serve.plots import slo_vs_load
+        ignored = [f for f, v in (("--out", args.out), ("--csv", args.csv), ("--json", args.json)) if v]
+        if ignored:
+            raise ConfigError(f"--slo-vs-load draws one figure and writes no results; drop {', '.join(ignored)}",
+                              file="--slo-vs-load")
+        args.figure = args.figure or "serve_slo.pdf"
         try:
             rates = [float(x) for x in args.slo_vs_load.split(",") if x.strip()]
         except ValueError:

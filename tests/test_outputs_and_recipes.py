@@ -169,6 +169,10 @@ def test_serve_output_paths(work, capsys):
     _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "adir"], "--figure", "got a directory")
     _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "afile/f.pdf"], "'afile' is a file")
     _refused(capsys, work, ["serve", str(exp), "--csv", "missing/dir/r.csv"], "missing/dir", "does not exist")
+    _refused(capsys, work, ["serve", str(exp), "--figure", "f.pdf"], "--figure", "--slo-vs-load")
+    _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1", "--csv", "r.csv"], "--slo-vs-load", "--csv")
+    _refused(capsys, work, ["serve", str(exp), "--no-write", "--out", "o"], "--out", "--no-write")
+    _refused(capsys, work, ["run", *TINY, "--no-write", "--out", "o"], "--out", "--no-write")
     assert main(["serve", str(exp), "--out", "new/res", "--csv", "r.csv"]) == 0
     assert (work / "r.csv").read_text().startswith("run,system") and (work / "new/res/results.h5").exists()
 
