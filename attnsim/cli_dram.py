@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import time
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.config import INT_LIMIT, ConfigError, check_int, read_text_file
 
+MAX_REQUESTS = 1 << 25  # pattern length / trace requests: about 80 B of memory per request in the engine
+PATTERN_DEFAULTS = {"requests": 100_000, "stride": 4096, "write_fraction": 0.0, "seed": 0}
 JSON_KEYS = ("cycles", "clock_domain", "tck_s", "time_s", "bytes", "bandwidth_gbps", "peak_bandwidth_gbps",
              "row_hits", "row_misses", "row_conflicts", "refresh_time_s", "energy_j", "sim_wall_s", "compile_s")
 
@@ -21,14 +24,15 @@ def register(subparsers) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pattern", choices=("sequential", "random", "strided"), default="sequential")
     src.add_argument("--trace", help="request trace file")
-    p.add_argument("--requests", type=int, default=100_000, help="number of requests of the pattern")
-    p.add_argument("--stride", type=int, default=4096, help="bytes between requests (strided pattern)")
+    p.add_argument("--requests", type=int, help=f"number of requests of the pattern (default {PATTERN_DEFAULTS['requests']}, "
+                                                 f"at most {MAX_REQUESTS})")
+    p.add_argument("--stride", type=int, help="bytes between requests (strided pattern; default 4096)")
     p.add_argument("--channels", type=int, help="override the number of channels")
     p.add_argument("--banks", type=int, help="override banks per rank (bank groups x banks per group)")
-    p.add_argument("--write-fraction", type=float, default=0.0, help="probability that a request is a write")
+    p.add_argument("--write-fraction", type=float, help="probability that a request of the pattern is a write (default 0)")
     p.add_argument("--no-refresh", action="store_true", help="disable refresh")
     p.add_argument("--refresh", choices=("ab", "pb"), help="all-bank (default of the preset) or per-bank refresh")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="random pattern / write choice seed (default 0)")
     p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
     p.add_argument("--page", choices=("open", "closed"), default="open")
     p.add_argument("--queue", type=int, default=32, help="controller queue entries per pseudo-channel")
@@ -39,18 +43,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_dram)
 
 
+_HEX = re.compile(r"^(0[xX])?[0-9a-fA-F]{1,16}$")
+
+
 def device_spec(ref: str, channels: int | None = None, banks: int | None = None):
-    """Load a spec and apply --channels/--banks overrides (re-validated)."""
-    from attnsim.hwmodels.dram.spec import load_dram_spec, spec_from_dict
+    """Load a spec and apply --channels/--banks overrides (re-validated, within the spec's legal range)."""
+    from attnsim.hwmodels.dram.spec import MAX_BANKS_PER_CHANNEL, load_dram_spec, spec_from_dict
     spec = load_dram_spec(ref)
     if channels is None and banks is None:
         return spec
     d = spec.model_dump()
     if channels is not None:
+        check_int(channels, key="--channels", lo=1, hi=1 << 12)
         d["org"]["channels"] = channels
     if banks is not None:
-        if banks < 1 or banks & (banks - 1):
-            raise ConfigError(f"expected a power of two, got {banks}", key="--banks")
+        top = MAX_BANKS_PER_CHANNEL // (spec.org.pseudo_channels * spec.org.ranks)
+        if not 1 <= banks <= top or banks & (banks - 1):
+            raise ConfigError(f"expected a power of two in [1, {top}] (banks per channel = pseudo-channels x ranks "
+                              f"x banks <= {MAX_BANKS_PER_CHANNEL}), got {banks}", key="--banks")
         bpg = min(d["org"]["banks_per_group"], banks)
         d["org"]["banks_per_group"] = bpg
         d["org"]["bank_groups"] = banks // bpg
@@ -59,66 +69,83 @@ def device_spec(ref: str, channels: int | None = None, banks: int | None = None)
 
 def pattern(spec, kind: str, n: int, stride: int, write_fraction: float, seed: int):
     """Synthetic request stream: byte addresses and is_write flags (all arriving at cycle 0)."""
-    if n < 1:
-        raise ConfigError(f"expected a positive integer, got {n}", key="--requests")
+    check_int(n, key="--requests", lo=1, hi=MAX_REQUESTS)
+    check_int(seed, key="--seed", lo=0)
     if not 0.0 <= write_fraction <= 1.0:
         raise ConfigError(f"expected a value in [0, 1], got {write_fraction}", key="--write-fraction")
     rng = np.random.default_rng(seed)
     bb = spec.org.burst_bytes
-    cap = spec.capacity_bytes
+    cap = spec.capacity_bytes  # a power of two: products wrap modulo 2**64, so modulo cap they are exact
     if kind == "sequential":
-        addr = (np.arange(n, dtype=np.int64) * bb) % cap
+        addr = (np.arange(n, dtype=np.uint64) * np.uint64(bb)) % np.uint64(cap)
     elif kind == "random":
         addr = rng.integers(0, cap // bb, n, dtype=np.int64) * bb
     else:
-        if stride <= 0 or stride % bb:
-            raise ConfigError(f"expected a positive multiple of the burst size ({bb} B), got {stride}", key="--stride")
-        addr = (np.arange(n, dtype=np.int64) * stride) % cap
+        if not 0 < stride <= cap or stride % bb:
+            raise ConfigError(f"expected a positive multiple of the burst size ({bb} B) up to the capacity ({cap} B), "
+                              f"got {stride}", key="--stride")
+        addr = (np.arange(n, dtype=np.uint64) * np.uint64(stride)) % np.uint64(cap)
     w = rng.random(n) < write_fraction if write_fraction > 0 else np.zeros(n, bool)
-    return addr, w
+    return addr.astype(np.int64), w
 
 
-def read_trace(path: str):
-    """Parse a trace: ``<hex address> <R|W> [<arrival cycle>]`` per line; '#' comments and blank lines skipped."""
+def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = INT_LIMIT):
+    """Parse a trace: ``<hex address> <R|W> [<arrival cycle>]`` per line; '#' comments and blank lines skipped.
+
+    Errors name the file and ``line N``: malformed lines, addresses beyond ``capacity_bytes``, arrival cycles
+    outside [0, max_arrival] or decreasing (refused, not sorted: a decreasing trace is usually two traces
+    concatenated), more than MAX_REQUESTS requests, non-UTF-8 bytes (byte offset)."""
+    text = read_text_file(path, file=path)
+    lines = text.splitlines()
+    if len(lines) > 4 * MAX_REQUESTS:
+        raise ConfigError(f"trace has {len(lines)} lines, the limit is {4 * MAX_REQUESTS} "
+                          f"({MAX_REQUESTS} requests)", file=path)
     addrs, ws, arrs = [], [], []
-    try:
-        f = open(path)
-    except OSError as exc:
-        raise ConfigError(f"cannot read trace ({exc.strerror})", file=path) from None
-    with f:
-        for no, line in enumerate(f, 1):
-            s = line.split("#", 1)[0].strip()
-            if not s:
-                continue
-            parts = s.split()
-            if len(parts) not in (2, 3):
-                raise ConfigError(f"expected '<hex address> <R|W> [<arrival cycle>]', got {s!r}", file=f"{path}:{no}")
-            try:
-                a = int(parts[0], 16)
-                if a < 0:
-                    raise ValueError
-            except ValueError:
-                raise ConfigError(f"expected a hex address, got {parts[0]!r}", file=f"{path}:{no}") from None
-            rw = parts[1].upper()
-            if rw not in ("R", "W"):
-                raise ConfigError(f"expected R or W, got {parts[1]!r}", file=f"{path}:{no}")
-            t = 0
-            if len(parts) == 3:
-                try:
-                    t = int(parts[2])
-                    if t < 0:
-                        raise ValueError
-                except ValueError:
-                    raise ConfigError(f"expected a non-negative integer arrival cycle, got {parts[2]!r}",
-                                      file=f"{path}:{no}") from None
-                if arrs and t < arrs[-1]:
-                    raise ConfigError(f"arrival cycles must not decrease ({t} < {arrs[-1]})", file=f"{path}:{no}")
-            addrs.append(a)
-            ws.append(rw == "W")
-            arrs.append(t)
+    top = None if capacity_bytes is None else capacity_bytes - 1
+    last = 0
+    for no, line in enumerate(lines, 1):
+        s = line.split("#", 1)[0].strip()
+        if not s:
+            continue
+        where = f"line {no}"
+        parts = s.split()
+        if len(parts) not in (2, 3):
+            raise ConfigError(f"expected '<hex address> <R|W> [<arrival cycle>]', got {s[:80]!r}", file=path, key=where)
+        if not _HEX.match(parts[0]):
+            raise ConfigError(f"expected a hex address of at most 64 bits, got {parts[0][:40]!r}", file=path, key=where)
+        a = int(parts[0], 16)
+        if top is not None and a > top:
+            raise ConfigError(f"address 0x{a:x} beyond the device capacity ({capacity_bytes} B: at most 0x{top:x})",
+                              file=path, key=where)
+        rw = parts[1].upper()
+        if rw not in ("R", "W"):
+            raise ConfigError(f"expected R or W, got {parts[1][:40]!r}", file=path, key=where)
+        t = 0
+        if len(parts) == 3:
+            t = check_int(parts[2], file=path, key=f"{where}: arrival cycle", lo=0, hi=max_arrival)
+            if t < last:
+                raise ConfigError(f"arrival cycles must not decrease ({t} < {last})", file=path, key=where)
+            last = t
+        if len(addrs) >= MAX_REQUESTS:
+            raise ConfigError(f"trace has more than {MAX_REQUESTS} requests (the limit)", file=path, key=where)
+        addrs.append(a)
+        ws.append(rw == "W")
+        arrs.append(t)
     if not addrs:
         raise ConfigError("trace has no requests", file=path)
     return np.array(addrs, dtype=np.uint64), np.array(ws), np.array(arrs, dtype=np.int64)
+
+
+def _refuse_ignored(args) -> None:
+    """Options that would have no effect are refused (every setting takes effect or is refused)."""
+    if args.no_refresh and args.refresh:
+        raise ConfigError("--refresh has no effect with --no-refresh", key="--refresh")
+    given = [k for k in PATTERN_DEFAULTS if getattr(args, k, None) is not None]
+    if args.trace and given:
+        raise ConfigError("pattern option has no effect with --trace", key="--" + given[0].replace("_", "-"))
+    if getattr(args, "stride", None) is not None and args.pattern != "strided":
+        raise ConfigError(f"--stride has no effect with --pattern {args.pattern} (use --pattern strided)",
+                          key="--stride")
 
 
 def warm_up(spec) -> float:
@@ -131,12 +158,16 @@ def warm_up(spec) -> float:
 
 def simulate(args) -> dict:
     from attnsim.hwmodels.dram.controller import simulate_requests
+    from attnsim.hwmodels.dram.controller import MAX_QUEUE
+    from attnsim.hwmodels.dram.kernel import max_cycle
     spec = device_spec(args.device, args.channels, args.banks)
+    check_int(args.queue, key="--queue", lo=1, hi=MAX_QUEUE)
+    _refuse_ignored(args)
+    for k, v in PATTERN_DEFAULTS.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
     if args.trace:
-        addr, w, arr = read_trace(args.trace)
-        cap = spec.capacity_bytes
-        if addr.max() >= cap:
-            raise ConfigError(f"address 0x{int(addr.max()):x} beyond the device capacity ({cap} B)", file=args.trace)
+        addr, w, arr = read_trace(args.trace, spec.capacity_bytes, max_cycle(spec.banks_per_channel))
     else:
         addr, w = pattern(spec, args.pattern, args.requests, args.stride, args.write_fraction, args.seed)
         arr = None

@@ -33,7 +33,9 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.config import ConfigError, read_text_file
+
+MAX_INSTRUCTIONS = 1 << 24  # program length read from text or binary (count before allocating)
 
 # Command ops of the DRAM engine (hwmodels/dram/API.md) an opcode is timed as.
 # NONE: no DRAM/engine activity (e.g. a CRF control instruction executed inside the PU).
@@ -356,13 +358,23 @@ def _strip_comment(line: str) -> str:
 
 
 def _int(tok: str) -> int:
+    if len(tok) > 80:  # longer than any 64-bit literal (and than Python's int-string limit)
+        raise ValueError(tok)
     return int(tok.replace("_", ""), 0)
+
+
+def _tok(val: str) -> str:
+    """An operand for messages (long ones cut)."""
+    return repr(val if len(val) <= 40 else val[:37] + "...")
 
 
 def assemble(isa: ISA, text: str, file: str | None = None) -> Program:
     """Parse assembly text into a validated Program (errors: ``<file>: line N: ...``)."""
     stmts, labels = [], {}
-    for ln, raw in enumerate(text.splitlines(), start=1):
+    lines_in = text.splitlines()
+    if len(lines_in) > 4 * MAX_INSTRUCTIONS:
+        raise ConfigError(f"{len(lines_in)} lines, the limit is {4 * MAX_INSTRUCTIONS}", file=file)
+    for ln, raw in enumerate(lines_in, start=1):
         line = _strip_comment(raw)
         while True:
             m = _LABEL.match(line)
@@ -376,6 +388,8 @@ def assemble(isa: ISA, text: str, file: str | None = None) -> Program:
             labels[name] = len(stmts)
             line = m.group(2).strip()
         if line:
+            if len(stmts) >= MAX_INSTRUCTIONS:
+                raise ConfigError(f"more than {MAX_INSTRUCTIONS} instructions (the limit)", file=file, key=f"line {ln}")
             stmts.append((ln, line))
     recs, lines = [], []
     for idx, (ln, line) in enumerate(stmts):
@@ -384,7 +398,7 @@ def assemble(isa: ISA, text: str, file: str | None = None) -> Program:
         mn = parts[0].upper()
         op = isa.by_mnemonic.get(mn)
         if op is None:
-            raise ConfigError(f"unknown opcode {parts[0]!r} for ISA {isa.name} "
+            raise ConfigError(f"unknown opcode {_tok(parts[0])} for ISA {isa.name} "
                               f"(known: {', '.join(isa.by_mnemonic)})", file=file, key=where)
         toks = [t.strip() for t in parts[1].split(",")] if len(parts) > 1 else []
         if any(not t for t in toks):
@@ -401,11 +415,11 @@ def assemble(isa: ISA, text: str, file: str | None = None) -> Program:
                 try:
                     f = op.field(key)
                 except KeyError:
-                    raise ConfigError(f"{mn}: unknown operand {key!r} (operands: "
+                    raise ConfigError(f"{mn}: unknown operand {_tok(key)} (operands: "
                                       f"{', '.join(x.name for x in op.fields)})", file=file, key=where) from None
             else:
                 if seen_named:
-                    raise ConfigError(f"{mn}: positional operand {tok!r} after a named one", file=file, key=where)
+                    raise ConfigError(f"{mn}: positional operand {_tok(tok)} after a named one", file=file, key=where)
                 if pos >= len(positional):
                     raise ConfigError(f"{mn}: too many operands (expected at most {len(positional)})",
                                       file=file, key=where)
@@ -432,28 +446,39 @@ def _parse_value(isa, op, f: Field, val: str, vals: dict, labels: dict, idx: int
         name, index = (m.group(1), m.group(2)) if m else (val, None)
         if name.upper() not in f.enum:
             raise ConfigError(f"{mn}: operand {f.name}: expected one of {', '.join(f.allowed or f.enum)}, "
-                              f"got {val!r}", file=file, key=where)
+                              f"got {_tok(val)}", file=file, key=where)
         vals[f.name] = f.enum.index(name.upper())
         if index is not None:
             if not f.index:
-                raise ConfigError(f"{mn}: operand {f.name} takes no index, got {val!r}", file=file, key=where)
+                raise ConfigError(f"{mn}: operand {f.name} takes no index, got {_tok(val)}", file=file, key=where)
             part = op.field(f.index)
             try:
-                vals[part.name] = _int(index)
+                iv = _int(index)
             except ValueError:
-                raise ConfigError(f"{mn}: bad index {index!r} in {val!r}", file=file, key=where) from None
+                raise ConfigError(f"{mn}: bad index {_tok(index)} in {_tok(val)}", file=file, key=where) from None
+            vals[part.name] = _in_range(op, part, iv, file, where)
         return
     try:
-        vals[f.name] = _int(val)
-        return
+        v = _int(val)
     except ValueError:
-        pass
+        v = None
+    if v is not None:
+        vals[f.name] = _in_range(op, f, v, file, where)
+        return
     if f.label and _IDENT.match(val):
         if val not in labels:
             raise ConfigError(f"{mn}: undefined label {val!r}", file=file, key=where)
         vals[f.name] = idx - labels[val] if f.label == "back" else labels[val]
         return
-    raise ConfigError(f"{mn}: operand {f.name}: expected an integer, got {val!r}", file=file, key=where)
+    raise ConfigError(f"{mn}: operand {f.name}: expected an integer, got {_tok(val)}", file=file, key=where)
+
+
+def _in_range(op: Opcode, f: Field, v: int, file, where) -> int:
+    """``v`` if the field can hold it (bounded before it reaches an int64 column), else the field's error."""
+    if not f.min <= v <= f.max:
+        raise ConfigError(f"{op.mnemonic}: {f.check(v) or f'operand {f.name}: out of range, got {v}'}",
+                          file=file, key=where)
+    return v
 
 
 def format_instruction(isa: ISA, code: int, vals: dict[str, int]) -> str:
@@ -484,17 +509,31 @@ def disassemble(prog: Program) -> str:
 
 
 def assemble_file(isa: ISA, path: str | Path) -> Program:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("file not found", file=str(path))
-    return assemble(isa, path.read_text(), file=str(path))
+    """Assemble a UTF-8 text file (non-UTF-8 bytes: one error with the byte offset; no instructions: refused)."""
+    prog = assemble(isa, read_text_file(path, file=str(path)), file=str(path))
+    if not len(prog):
+        raise ConfigError("no instructions (only blank lines, comments or labels)", file=str(path))
+    return prog
 
 
 def decode_file(isa: ISA, path: str | Path) -> Program:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError("file not found", file=str(path))
-    return decode(isa, path.read_bytes(), file=str(path))
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            raise IsADirectoryError
+        if size > MAX_INSTRUCTIONS * isa.word_bytes:
+            raise ConfigError(f"{size} B holds more than {MAX_INSTRUCTIONS} {isa.name} words (the limit)", file=str(path))
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("expected a file, got a directory", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read ({exc.strerror or exc})", file=str(path)) from None
+    if not data:
+        raise ConfigError("empty file: no instruction words", file=str(path))
+    return decode(isa, data, file=str(path))
 
 
 def describe(isa: ISA) -> str:

@@ -40,9 +40,9 @@ def test_trace_and_errors(capsys, tmp_path):
     rc, out, _ = run(capsys, "--device", "hbm2_2000", "--trace", str(t), "--json")
     assert rc == 0 and json.loads(out)["bytes"] == 96
     bad = tmp_path / "bad.trace"
-    for text, what in (("0x0 R\n0x20 X\n", ":2: expected R or W"), ("0x0 R\nqq R\n", ":2: expected a hex address"),
-                       ("0x0 R 5\n0x20 R 2\n", ":2: arrival cycles must not decrease"),
-                       ("0x0 R 1 2\n", ":1: expected '<hex address>")):
+    for text, what in (("0x0 R\n0x20 X\n", ": line 2: expected R or W"), ("0x0 R\nqq R\n", ": line 2: expected a hex address"),
+                       ("0x0 R 5\n0x20 R 2\n", ": line 2: arrival cycles must not decrease"),
+                       ("0x0 R 1 2\n", ": line 1: expected '<hex address>")):
         bad.write_text(text)
         rc, out, err = run(capsys, "--device", "hbm2_2000", "--trace", str(bad))
         assert rc == 2 and what in err and out == ""

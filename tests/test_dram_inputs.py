@@ -92,3 +92,110 @@ def test_gap_of_1e15_cycles_counts_every_refresh(mode):
                   row=[1, 2, 3], arrival=[0, gap, 2 * gap])
     e = run_commands(spec, c, refresh=mode)
     assert e.cycles > 2 * gap and e.refreshes == ranks * ((e.cycles - per) // per + 1)
+
+
+# ---------------------------------------------------------------- `attnsim dram` on bad input
+
+from attnsim.cli import main  # noqa: E402
+
+HUGE = str(2 ** 63)
+TRACES = {  # name: (trace bytes, substrings of the one error line besides the file name)
+    "empty": (b"", ["no requests"]),
+    "blank-and-comments": (b"\n  \n# c\n", ["no requests"]),
+    "one-column": (b"0x0 R\n0x40\n", ["line 2", "expected '<hex address>"]),
+    "four-columns": (b"0x0 R 1 2\n", ["line 1", "expected '<hex address>"]),
+    "bad-rw": (b"0x0 X\n", ["line 1", "expected R or W"]),
+    "address-word": (b"0x0 R\nzz R\n", ["line 2", "hex address"]),
+    "address-negative": (b"-0x40 R\n", ["line 1", "hex address"]),
+    "address-2p64": (b"0x10000000000000000 R\n", ["line 1", "hex address of at most 64 bits"]),
+    "address-2p63": (b"0x8000000000000000 R\n", ["line 1", "beyond the device capacity"]),
+    "address-beyond-capacity": (b"0x40 R\n0x400000000 W\n", ["line 2", "beyond the device capacity"]),
+    "arrival-2p63": (f"0x0 R {HUGE}\n".encode(), ["line 1", "arrival cycle", "[0, 2**53]"]),
+    "arrival-1e30": (b"0x0 R 1000000000000000000000000000000\n", ["line 1", "arrival cycle"]),
+    "arrival-negative": (b"0x0 R -5\n", ["line 1", "arrival cycle"]),
+    "arrival-float": (b"0x0 R 1.5\n", ["line 1", "arrival cycle"]),
+    "arrival-decreasing": (b"0x0 R 10\n0x40 R 5\n", ["line 2", "must not decrease"]),
+    "non-utf8": (b"0x0 R\n0x40 \xff\n", ["not UTF-8", "byte offset 11"]),
+    "nul-byte": (b"0x0 R 0\x00\n", ["line 1"]),
+}
+
+
+def _bad(capsys, argv, want):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("error: "), (rc, out, err)
+    for w in want:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_bad_trace_is_one_line_naming_file_and_line(capsys, tmp_path, name):
+    data, want = TRACES[name]
+    p = tmp_path / "t.trace"
+    p.write_bytes(data)
+    _bad(capsys, ("dram", "--device", "hbm3_6400", "--trace", str(p)), [str(p)] + want)
+
+
+OPTIONS = {
+    "banks-2p20": (["--banks", str(2 ** 20)], ["--banks", "[1, 1024]", "4096"]),
+    "banks-2p63": (["--banks", HUGE], ["--banks"]),
+    "channels-2p20": (["--channels", str(2 ** 20)], ["--channels", "[1, 4096]"]),
+    "channels-2p63": (["--channels", HUGE], ["--channels"]),
+    "requests-1e12": (["--requests", str(10 ** 12)], ["--requests", "[1, 33554432]"]),
+    "requests-2p63": (["--requests", HUGE], ["--requests"]),
+    "queue-2p40": (["--queue", str(2 ** 40)], ["--queue", "[1, 65536]"]),
+    "queue-2p63": (["--queue", HUGE], ["--queue"]),
+    "stride-2p70": (["--pattern", "strided", "--stride", str(2 ** 70)], ["--stride", "capacity"]),
+    "seed-negative": (["--seed", "-1"], ["--seed"]),
+    "seed-2p200": (["--seed", str(2 ** 200)], ["--seed"]),
+    "refresh-with-no-refresh": (["--refresh", "pb", "--no-refresh"], ["--refresh", "no effect"]),
+    "stride-without-strided": (["--stride", "64"], ["--stride", "no effect"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_bad_size_and_option_refused_before_allocating(capsys, name):
+    extra, want = OPTIONS[name]
+    _bad(capsys, ("dram", "--device", "hbm3_6400", *extra), want)
+
+
+def test_pattern_options_with_a_trace_are_refused(capsys, tmp_path):
+    p = tmp_path / "t.trace"
+    p.write_text("0x0 R\n")
+    for opt in (["--requests", "5"], ["--seed", "1"], ["--write-fraction", "0.5"]):
+        _bad(capsys, ("dram", "--device", "hbm3_6400", "--trace", str(p), *opt), [opt[0], "no effect with --trace"])
+
+
+SPEC_MUTATIONS = {  # dotted key: value (each gives one error naming the file and the key)
+    "org.rows": 2 ** 63, "org.channels": 2 ** 20, "org.columns": 2 ** 40, "org.burst_bytes": 2 ** 20,
+    "timing.nRC": 2 ** 60, "timing.nREFI": 2 ** 30, "energy.act_pj": 1e300, "energy.io_pj_per_bit": -1.0,
+    "org.bank_groups": 2 ** 12,
+}
+
+
+@pytest.mark.parametrize("key", sorted(SPEC_MUTATIONS))
+def test_spec_values_outside_the_legal_range(capsys, tmp_path, key):
+    import yaml
+    from attnsim.config import find_config
+    d = yaml.safe_load(find_config("hardware", "hbm3_6400").read_text())
+    sec, k = key.split(".")
+    d[sec][k] = SPEC_MUTATIONS[key]
+    p = tmp_path / "d.yaml"
+    p.write_text(yaml.safe_dump(d))
+    want = "org" if key == "org.bank_groups" else key  # banks per channel: a limit on the org as a whole
+    _bad(capsys, ("dram", "--device", str(p), "--requests", "64"), [str(p), want])
+
+
+def test_legal_range_edges_still_run(capsys, tmp_path):
+    """The limits refuse only nonsense: the largest --banks and --queue and a 2**53 arrival still run."""
+    p = tmp_path / "t.trace"
+    p.write_text(f"0x0 R 0\n0x400 W {2 ** 53}\n")
+    assert main(["dram", "--device", "hbm3_6400", "--trace", str(p), "--json"]) == 0
+    import json
+    d = json.loads(capsys.readouterr().out)
+    assert d["cycles"] > 2 ** 53
+    assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--banks", "1024", "--queue", "65536",
+                 "--requests", "2000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 2000

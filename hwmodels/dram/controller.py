@@ -26,6 +26,7 @@ from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
 MAX_EMIT = 1 << 25  # emitted command records (emit=True): 2.4 GB
+MAX_QUEUE = 1 << 16  # queue entries per pseudo-channel
 
 
 def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
@@ -284,8 +285,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         addr, w, arr = addr[order], w[order], arr[order]
     if page not in ("open", "closed"):
         raise ConfigError(f"expected open or closed, got {page!r}", key="page")
-    if not isinstance(queue, (int, np.integer)) or queue < 1:
-        raise ConfigError(f"expected a positive integer, got {queue!r}", key="queue")
+    if not isinstance(queue, (int, np.integer)) or not 1 <= queue <= MAX_QUEUE:
+        raise ConfigError(f"expected an integer in [1, {MAX_QUEUE}], got {queue!r}", key="queue")
     if scheduler not in ("fast", "heap", "scan"):
         raise ConfigError(f"expected fast, heap or scan, got {scheduler!r}", key="scheduler")
     refresh = spec.default_refresh if refresh is None else refresh

@@ -95,6 +95,10 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True) -
     modes = {"none": 0, "ab": 1, "pb": 2}
     if refresh not in modes:
         raise ConfigError(f"expected one of none, ab, pb, got {refresh!r}", key="refresh")
+    rounds = t.nREFIpb * (nb // vals[K.T_PBG])  # cycles between two refreshes of one bank
+    if refresh == "pb" and t.nRFCpb > rounds:
+        raise ConfigError(f"expected nRFCpb <= nREFIpb x per-bank refresh groups = {rounds} (else a bank is due "
+                          f"again before its refresh ends), got {t.nRFCpb}", file=spec.name, key="timing.nRFCpb")
     vals[K.T_REFMODE] = modes[refresh]
     for k, v in vals.items():
         T[k] = int(v)

@@ -9,27 +9,39 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
 from attnsim.config import ConfigError, Schema, display_path, find_config, load_yaml, validate
 
 NonNegInt = Field(ge=0)
 
+# Legal ranges (count before allocating: the engine keeps ~100 B of state per bank, records hold int16 indices
+# and int32 rows, cycles stay far inside int64).
+MAX_TIMING_CYCLES = 1 << 24        # any timing parameter
+MAX_BANKS_PER_CHANNEL = 1 << 12    # pseudo_channels x ranks x bank_groups x banks_per_group
+MAX_BANKS = 1 << 20                # channels x banks per channel (engine state ~100 MB)
+MAX_CAPACITY_BYTES = 1 << 53       # addresses stay exact integers
+Count = Annotated[int, Field(gt=0, le=1 << 12)]   # channels, pseudo-channels, ranks, bank groups, banks per group
+Cycles = Annotated[int, Field(gt=0, le=MAX_TIMING_CYCLES)]
+Size = Annotated[int, Field(gt=0, le=1 << 30)]
+CyclesOrZero = Annotated[int, Field(ge=0, le=MAX_TIMING_CYCLES)]
+Amount = Annotated[float, Field(ge=0, le=1e9)]  # pJ, pJ/bit, W, mA: far above any device, keeps energies finite
+
 
 class Organisation(Schema):
-    channels: PositiveInt
-    pseudo_channels: PositiveInt = 1
-    ranks: PositiveInt = 1
-    bank_groups: PositiveInt
-    banks_per_group: PositiveInt
-    rows: PositiveInt
-    columns: PositiveInt            # bursts per row (column commands per row), not DQ columns
-    burst_bytes: PositiveInt        # bytes moved by one column command on one pseudo-channel
-    data_rate_mtps: float = Field(gt=0)
-    tck_ns: float = Field(gt=0)     # command clock CK period
-    channel_width_bits: PositiveInt  # whole channel (all pseudo-channels)
+    channels: Count
+    pseudo_channels: Count = 1
+    ranks: Count = 1
+    bank_groups: Count
+    banks_per_group: Count
+    rows: Size
+    columns: Size            # bursts per row (column commands per row), not DQ columns
+    burst_bytes: Annotated[int, Field(gt=0, le=1 << 16)]  # bytes moved by one column command on one pseudo-channel
+    data_rate_mtps: float = Field(gt=0, le=1e7)
+    tck_ns: float = Field(gt=0, le=1e6)     # command clock CK period
+    channel_width_bits: Size  # whole channel (all pseudo-channels)
 
     @model_validator(mode="after")
     def _pow2(self):
@@ -45,64 +57,64 @@ class Organisation(Schema):
 
 
 class Timing(Schema):
-    nBL: PositiveInt
-    nCL: PositiveInt
-    nCWL: PositiveInt
-    nRCDRD: PositiveInt
-    nRCDWR: PositiveInt
-    nRP: PositiveInt
-    nRAS: PositiveInt
-    nRC: PositiveInt
-    nWR: PositiveInt
-    nRTP: PositiveInt
-    nCCD_S: PositiveInt
-    nCCD_L: PositiveInt
-    nRRD_S: PositiveInt
-    nRRD_L: PositiveInt
-    nFAW: PositiveInt
-    nWTR_S: PositiveInt
-    nWTR_L: PositiveInt
-    nRTW: PositiveInt
-    nRFC: PositiveInt
-    nRFCpb: PositiveInt
-    nREFI: PositiveInt
-    nREFIpb: PositiveInt
-    row_cmd_cycles: PositiveInt = 1     # command-bus slots of a row command (ACT/PRE)
+    nBL: Cycles
+    nCL: Cycles
+    nCWL: Cycles
+    nRCDRD: Cycles
+    nRCDWR: Cycles
+    nRP: Cycles
+    nRAS: Cycles
+    nRC: Cycles
+    nWR: Cycles
+    nRTP: Cycles
+    nCCD_S: Cycles
+    nCCD_L: Cycles
+    nRRD_S: Cycles
+    nRRD_L: Cycles
+    nFAW: Cycles
+    nWTR_S: Cycles
+    nWTR_L: Cycles
+    nRTW: Cycles
+    nRFC: Cycles
+    nRFCpb: Cycles
+    nREFI: Cycles
+    nREFIpb: Cycles
+    row_cmd_cycles: Cycles = 1     # command-bus slots of a row command (ACT/PRE)
     separate_row_col_bus: bool = True   # HBM has separate row/column command pins (JESD235/238)
 
 
 class PIMTiming(Schema):
-    nCCDAB: PositiveInt                 # MACAB -> MACAB (channel)
-    nCCDSB: PositiveInt                 # MACSB -> MACSB (same bank)
-    nRCDRDMAC: Optional[PositiveInt] = None  # ACT(AB) -> MAC; default nRCDRD
-    row_cmd_cycles: PositiveInt = 2     # ACTAB/PREA on the command bus (AttAcc HBM3-PIM.cpp)
-    buf_setup_cycles: int = Field(default=0, ge=0)
-    buf_cycles_per_unit: Optional[PositiveInt] = None  # per 32 B; default max(nBL, nCCD_S)
-    mode_switch_cycles: int = Field(default=0, ge=0)
-    access_pj_per_bit: float = Field(default=0.0, ge=0)  # bank -> PU access energy
-    buf_pj_per_bit: float = Field(default=0.0, ge=0)     # PIM datapath transfer energy
+    nCCDAB: Cycles                      # MACAB -> MACAB (channel)
+    nCCDSB: Cycles                      # MACSB -> MACSB (same bank)
+    nRCDRDMAC: Optional[Cycles] = None  # ACT(AB) -> MAC; default nRCDRD
+    row_cmd_cycles: Cycles = 2          # ACTAB/PREA on the command bus (AttAcc HBM3-PIM.cpp)
+    buf_setup_cycles: CyclesOrZero = 0
+    buf_cycles_per_unit: Optional[Cycles] = None  # per 32 B; default max(nBL, nCCD_S)
+    mode_switch_cycles: CyclesOrZero = 0
+    access_pj_per_bit: Amount = 0.0    # bank -> PU access energy
+    buf_pj_per_bit: Amount = 0.0       # PIM datapath transfer energy
 
 
 class IDD(Schema):
-    vdd_v: float = Field(gt=0)
-    idd0_ma: float = Field(ge=0)
-    idd2n_ma: float = Field(ge=0)
-    idd3n_ma: float = Field(ge=0)
-    idd4r_ma: float = Field(ge=0)
-    idd4w_ma: float = Field(ge=0)
-    idd5ab_ma: float = Field(ge=0)
-    idd5pb_ma: Optional[float] = Field(default=None, ge=0)
-    devices_per_channel: float = Field(default=1.0, gt=0)
+    vdd_v: float = Field(gt=0, le=1e3)
+    idd0_ma: Amount
+    idd2n_ma: Amount
+    idd3n_ma: Amount
+    idd4r_ma: Amount
+    idd4w_ma: Amount
+    idd5ab_ma: Amount
+    idd5pb_ma: Optional[Amount] = None
+    devices_per_channel: float = Field(default=1.0, gt=0, le=1e6)
 
 
 class Energy(Schema):
-    io_pj_per_bit: float = Field(ge=0)
-    act_pj: Optional[float] = Field(default=None, ge=0)           # one ACT+PRE of one bank
-    rd_pj_per_bit: Optional[float] = Field(default=None, ge=0)    # array + column path, per bit read
-    wr_pj_per_bit: Optional[float] = Field(default=None, ge=0)
-    ref_pj: Optional[float] = Field(default=None, ge=0)           # one all-bank REF of one rank
-    refpb_pj: Optional[float] = Field(default=None, ge=0)         # one per-bank REF
-    background_w: Optional[float] = Field(default=None, ge=0)     # per channel, banks open (IDD3N)
+    io_pj_per_bit: Amount
+    act_pj: Optional[Amount] = None           # one ACT+PRE of one bank
+    rd_pj_per_bit: Optional[Amount] = None    # array + column path, per bit read
+    wr_pj_per_bit: Optional[Amount] = None
+    ref_pj: Optional[Amount] = None           # one all-bank REF of one rank
+    refpb_pj: Optional[Amount] = None         # one per-bank REF
+    background_w: Optional[Amount] = None     # per channel, banks open (IDD3N)
     idd: Optional[IDD] = None
 
     @model_validator(mode="after")
@@ -138,6 +150,12 @@ class DRAMSpec(Schema):
         need(t.nRRD_L >= t.nRRD_S, "timing.nRRD_L", f"nRRD_L >= nRRD_S = {t.nRRD_S}", t.nRRD_L)
         need(t.nCCD_L >= t.nCCD_S, "timing.nCCD_L", f"nCCD_L >= nCCD_S = {t.nCCD_S}", t.nCCD_L)
         need(t.nWTR_L >= t.nWTR_S, "timing.nWTR_L", f"nWTR_L >= nWTR_S = {t.nWTR_S}", t.nWTR_L)
+        need(self.banks_per_channel <= MAX_BANKS_PER_CHANNEL, "org", f"at most {MAX_BANKS_PER_CHANNEL} banks per "
+             "channel (pseudo_channels x ranks x bank_groups x banks_per_group)", self.banks_per_channel)
+        need(o.channels * self.banks_per_channel <= MAX_BANKS, "org",
+             f"at most {MAX_BANKS} banks (channels x banks per channel)", o.channels * self.banks_per_channel)
+        need(self.capacity_bytes <= MAX_CAPACITY_BYTES, "org", f"a capacity of at most 2**53 B (channels x banks x "
+             "rows x columns x burst_bytes)", f"{self.capacity_bytes} B")
         need(t.nRFC < t.nREFI, "timing.nRFC", f"nRFC < nREFI = {t.nREFI} (else the device only refreshes)", t.nRFC)
         need(t.nRFCpb < t.nREFIpb * self.banks_per_rank, "timing.nRFCpb",
              f"nRFCpb < nREFIpb x banks per rank = {t.nREFIpb * self.banks_per_rank}", t.nRFCpb)
