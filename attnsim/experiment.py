@@ -161,10 +161,13 @@ def _load_hardware(tree: ConfigTree, base: Optional[Path]) -> None:
     while pending:
         ref, f, key = pending.pop()
         name = ref_name(str(ref))
-        try:
-            p = find_config("hardware", str(ref), base)
-        except ConfigError as e:
-            raise ConfigError(e.message, file=f, key=key) from None
+        try:  # a relative path is relative to the file that names it, else to the experiment
+            p = find_config("hardware", str(ref), _dir_of(f))
+        except ConfigError:
+            try:
+                p = find_config("hardware", str(ref), base)
+            except ConfigError as e:
+                raise ConfigError(e.message, file=f, key=key) from None
         if name in tree.hardware:
             had = tree.files.get(("hardware", name))
             if had is not None and not _same_file(had, p):
@@ -178,6 +181,14 @@ def _load_hardware(tree: ConfigTree, base: Optional[Path]) -> None:
         for k in ("dram", "memory"):
             if isinstance(hw.get(k), str):
                 pending.append((hw[k], display_path(p), k))
+
+
+def _dir_of(shown: str) -> Optional[Path]:
+    """Folder of a file known by its display_path (a built-in relative name or a path)."""
+    for p in (Path(shown), CONFIG_ROOT / shown):
+        if p.is_file():
+            return p.parent
+    return None
 
 
 def _check_system_refs(sspec: SystemSpec, tree: ConfigTree, file: str) -> None:

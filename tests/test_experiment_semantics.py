@@ -162,6 +162,16 @@ def test_hardware_by_path(tmp_path, capsys, absolute):
     assert runs[0]["metrics"]["tpot_s"] == pytest.approx(runs[1]["metrics"]["tpot_s"])  # same device data
 
 
+def test_hardware_path_is_relative_to_the_system_file(tmp_path, capsys):
+    _write(tmp_path / "sys" / "gpu.yaml", (CONFIG_ROOT / "hardware" / "h100_sxm.yaml").read_text())
+    sysd = yaml.safe_load((CONFIG_ROOT / "systems" / "h100_x1.yaml").read_text())
+    sysd.update(name="mine", devices={"gpu": {"hardware": "./gpu.yaml", "count": 1}})
+    s = _write(tmp_path / "sys" / "mine.yaml", sysd)
+    exp = _experiment(tmp_path / "exp", systems=[str(s)])
+    (run,) = _runs(capsys, [exp])
+    assert run["status"] == "ok"
+
+
 def test_two_hardware_files_with_one_stem_are_refused(tmp_path, capsys):
     src = (CONFIG_ROOT / "hardware" / "h100_sxm.yaml").read_text()
     a = _write(tmp_path / "a" / "gpu.yaml", src)
