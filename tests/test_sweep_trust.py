@@ -116,14 +116,15 @@ def _damage(kind, path):
         jd.mkdir()
         good = json.dumps(_record(7)) + "\n"
         bad = {"journal_no_key": json.dumps({k: v for k, v in _record(8).items() if k != "key"}) + "\n",
-               "journal_truncated": good[:40] + "\n", "journal_not_utf8": b"\xff\xfe{}\n".decode("latin-1")}[kind]
+               "journal_truncated": good[:40] + "\n", "journal_not_utf8": b"\xff\xfe{}\n".decode("latin-1"),
+               "journal_doc_no_system": json.dumps(dict(_record(8), doc={"status": "ok"})) + "\n"}[kind]
         (jd / "seg-h-1-000001.jsonl").write_bytes((good + bad + good).encode("latin-1"))
     return {"only_format": "sweep_id", "short_column": "/points/x_s", "no_docs": "/docs",
             "bad_parameters": "parameters"}.get(kind, "line 2")
 
 
 @pytest.mark.parametrize("kind", ["only_format", "short_column", "no_docs", "bad_parameters", "journal_no_key",
-                                  "journal_truncated", "journal_not_utf8"])
+                                  "journal_truncated", "journal_not_utf8", "journal_doc_no_system"])
 def test_damaged_store_is_a_one_line_error_for_every_reader(tmp_path, capsys, kind):
     path = _fake_store(tmp_path / "d.h5")
     where = _damage(kind, path)
@@ -151,6 +152,10 @@ def test_corrupt_run_document_is_named_by_readers_of_documents(tmp_path, capsys)
     assert not (tmp_path / "m.h5").exists()
     with pytest.raises(ConfigError, match=r"/docs\[1\]"):
         list(open_store(path).iter_docs())
+    with h5py.File(path, "a") as f:  # valid JSON, but not a run document
+        f["docs"][1] = '{"status": "ok", "system": "s", "model": "m", "scenario": "c"}'
+    assert main(["show", str(path)]) == 2
+    _one_line_error(capsys, path, "/docs[1]", "scenario.name")
 
 
 def test_plot_all_names_a_missing_sweep_definition(tmp_path, capsys):

@@ -201,6 +201,7 @@ def check_record(rec, seg: Path, line: int) -> dict:
                               f"{' >= 0' if name == 'index' else ''}, got {v!r:.60}", file=seg, key=where)
     if not isinstance(rec.get("params", {}), dict):
         raise ConfigError(f"params: expected an object, got {rec['params']!r:.60}", file=seg, key=where)
+    check_run_doc(rec["doc"], seg, f"{where}: doc")
     return rec
 
 
@@ -441,8 +442,20 @@ def check_layout(f: h5py.File, path) -> int:
     return n
 
 
-def json_doc(raw, path, key: str):
-    """Decode one JSON document stored in a string dataset (a dict), else ConfigError."""
+def check_run_doc(doc: dict, path, key: str) -> dict:
+    """``doc`` if it has what every reader of run documents relies on (status, system, model, scenario.name)."""
+    for name in ("status", "system", "model"):
+        if not isinstance(doc.get(name), str):
+            raise ConfigError(f"{name}: expected a string in a run document, got {doc.get(name)!r:.60}", file=path, key=key)
+    if not isinstance(doc.get("scenario"), dict) or not isinstance(doc["scenario"].get("name"), str):
+        raise ConfigError(f"scenario.name: expected a string in a run document, got {doc.get('scenario')!r:.60}",
+                          file=path, key=key)
+    return doc
+
+
+def json_doc(raw, path, key: str, run_doc: bool = True):
+    """Decode one JSON document stored in a string dataset (a dict; a checked run document if
+    ``run_doc``), else ConfigError."""
     try:
         obj = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
     except (ValueError, TypeError, RecursionError) as exc:
@@ -450,7 +463,7 @@ def json_doc(raw, path, key: str):
                           file=path, key=key) from None
     if not isinstance(obj, dict):
         raise ConfigError(f"expected a JSON object, got {type(obj).__name__}", file=path, key=key)
-    return obj
+    return check_run_doc(obj, path, key) if run_doc else obj
 
 
 def _store_keys(path: Path) -> set[str]:
@@ -847,9 +860,9 @@ class Store:
         i = int(self._order()[row])
         if i < self._n_h5:
             with _reading(self.path) as f:
-                return json_doc(f["resolved"][i], self.path, f"/resolved[{i}]")
+                return json_doc(f["resolved"][i], self.path, f"/resolved[{i}]", run_doc=False)
         r = self._journal[i - self._n_h5]["resolved"]
-        return json_doc(r, self.path, f"journal record {self._journal[i - self._n_h5]['key']}") \
+        return json_doc(r, self.path, f"journal record {self._journal[i - self._n_h5]['key']}", run_doc=False) \
             if isinstance(r, str) else r
 
 
