@@ -34,7 +34,8 @@ completion order (``index`` gives the expansion order):
 * file attrs: ``format``, ``attnsim_version``, ``git_revision``, ``created_utc``, ``updated_utc``,
   ``sweep_name``, ``sweep_id``, ``sweep_definition`` (YAML), ``base_config`` (YAML of the base tree after
   fixed overrides), ``parameters`` (JSON list of parameter columns), ``n_points_total``, ``shard``
-  (``"I/N"``), ``argv``, ``cache_hits``, ``cache_misses``.
+  (``"I/N"``), ``argv``, ``cache_hits``, ``cache_misses``; optionally ``other_versions`` (JSON list of
+  ``"version (revision)"`` that also wrote points, see --allow-version-mismatch) and ``merged_from``.
 * ``/points/<column>``: ``index`` (i8), ``key`` (str), ``status`` (``ok``, ``does_not_fit``, ``invalid``,
   ``error``), ``error`` (str), ``system``, ``model``, ``scenario`` (str), ``batch_size`` (i8),
   ``prompt_len`` (f8, mean prompt length), ``output_len`` (i8), ``elapsed_s`` (f8, wall time of the
