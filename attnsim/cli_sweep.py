@@ -216,7 +216,10 @@ def plot_cmd(args) -> int:
     from attnsim.plots.style import figure_paths
     figure_paths(args.out, "-o", inputs=[args.file])
     if args.recipe == "latency_cdf":  # per-request rows of `attnsim serve` results
+        from attnsim.plots.options import check_recipe
         from attnsim.serve.plots import _read_requests, latency_cdf
+        check_recipe("latency_cdf", {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
+                                     "title": args.title})
         if not Path(args.file).is_file():
             raise ConfigError("file not found", file=args.file)
         try:

@@ -320,6 +320,8 @@ def test_latency_cdf_recipe(work, capsys):
     assert (work / "cdf.png").stat().st_size > 1000 and (work / "cdf.pdf").read_bytes()[:4] == b"%PDF"
     capsys.readouterr()
     _refused(capsys, work, ["plot", "nothere.h5", "--recipe", "latency_cdf", "-o", "c2.png"], "nothere.h5", "not found")
+    _refused(capsys, work, ["plot", "res/results.h5", "--recipe", "latency_cdf", "--where", "system=h100_x1", "-o",
+                            "c2.png"], "--recipe", "does not use --where")
     _refused(capsys, work, ["plot", str(exp), "--recipe", "latency_cdf", "-o", "c2.png"], "s.yaml", "HDF5")
 
 
@@ -358,3 +360,29 @@ def test_request_trace_not_utf8(work, capsys):
     jl = bad.rename(work / "req.jsonl")
     exp.write_text(exp.read_text().replace(str(bad), str(jl)))
     _refused(capsys, work, ["serve", str(exp), "--out", "res"], "req.jsonl", "not UTF-8", "0x80")
+
+
+def test_recipe_options_table_matches_recipes():
+    from attnsim.plots import RECIPES
+    from attnsim.plots.options import RECIPE_OPTIONS
+    assert set(RECIPE_OPTIONS) == set(RECIPES) | {"latency_cdf"}
+
+
+@pytest.mark.parametrize("recipe, args, unused", [
+    ("latency_by_op", ["--x", "batch_size"], "--x"), ("roofline", ["--hue", "model"], "--hue"),
+    ("line", ["--x", "batch_size", "--y", "tpot_s", "--z", "ttft_s"], "--z"),
+    ("energy_breakdown", ["--z", "tpot_s"], "--z")])
+def test_options_a_recipe_does_not_read_are_refused(every_system, capsys, recipe, args, unused):
+    out = every_system / "unused.pdf"
+    _refused(capsys, every_system, ["plot", str(every_system / "res" / "results.h5"), "--recipe", recipe, *args,
+                                    "-o", str(out)], "--recipe", f"does not use {unused}")
+
+
+def test_sweep_figures_checked_on_load(work, capsys):
+    sw = work / "sw.yaml"
+    base = "name: t\nbase: default\nfigures:\n  - {recipe: %s, out: f.pdf%s}\n"
+    for recipe, extra, needle in (("nope", "", "unknown recipe 'nope'"),
+                                  ("latency_by_device", ", hue: model", "does not use hue"),
+                                  ("latency_cdf", "", "serve results")):
+        sw.write_text(base % (recipe, extra))
+        _refused(capsys, work, ["sweep", str(sw), "--out", "s.h5"], "sw.yaml", "figures.0", needle)

@@ -10,6 +10,7 @@ from typing import Optional
 
 from attnsim.config import ConfigError
 from attnsim.plots import recipes as _r
+from attnsim.plots.options import check_recipe
 from attnsim.plots.style import paper_style, save
 
 RECIPES = {
@@ -32,6 +33,7 @@ def figure(table, recipe: str, *, x=None, y=None, hue=None, z=None, where: Optio
     """The matplotlib Figure of ``recipe`` over ``table`` rows matching ``where``."""
     if recipe not in RECIPES:
         raise ConfigError(f"unknown recipe {recipe!r} (available: {', '.join(RECIPES)})", file="--recipe")
+    check_recipe(recipe, {"x": x, "y": y, "hue": hue, "z": z})
     with paper_style():
         return RECIPES[recipe](table.select(where), x=x, y=y, hue=hue, z=z, width=width, title=title)
 

@@ -236,6 +236,16 @@ class FigureSpec(Schema):
     width: Literal["single", "double"] = "single"
     title: Optional[str] = None
 
+    @model_validator(mode="after")
+    def _recipe(self):  # an unknown recipe or an option it does not read is refused (attnsim.plots.options)
+        from attnsim.plots.options import recipe_problem
+        problem = recipe_problem(self.recipe, {"x": self.x, "y": self.y, "hue": self.hue, "z": self.z})
+        if problem is None and self.recipe == "latency_cdf":
+            problem = "latency_cdf draws an attnsim serve results file (attnsim plot FILE --recipe latency_cdf)"
+        if problem:
+            raise ValueError(problem)
+        return self
+
 
 class SweepSpec(Schema):
     name: SafeName  # becomes results/<name>.h5: no path separators or '..' (attnsim.outputs)
