@@ -11,7 +11,9 @@ from attnsim.outputs import check_output
 def register(sub) -> None:
     s = sub.add_parser("sweep", help="run a batch sweep into a resumable HDF5 store",
                        description="Run every point of a sweep file (grid / zip / ranges / random samples over "
-                       "any config key). Re-running resumes: finished points are skipped.")
+                       "any config key). Re-running resumes: finished points are skipped. Exit status: 0 done; "
+                       "2 refused before running (bad input, more than 10^6 points, every point invalid); "
+                       "3 every point of the store failed.")
     s.add_argument("sweep", help="sweep YAML path or built-in name (configs/sweeps/)")
     s.add_argument("--out", default=None, help="store file (default results/<sweep name>.h5)")
     s.add_argument("--executor", default="local", choices=("local", "dask", "slurm"),
