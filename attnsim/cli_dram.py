@@ -19,7 +19,8 @@ JSON_KEYS = ("cycles", "clock_domain", "tck_s", "time_s", "bytes", "bandwidth_gb
 def register(subparsers) -> None:
     p = subparsers.add_parser("dram", help="time a request stream on a DRAM device (bank-level engine)",
                               description="Run a DRAM preset (name) or spec (YAML) on a synthetic pattern or a "
-                                          "trace (one request a line: <hex address> <R|W> [<arrival cycle>]).")
+                                          "trace (one request a line: <hex address> <R|W> [<arrival cycle>]; arrival cycles "
+                                          "non-decreasing, in [0, 2**53]; idle gaps cost no simulation time).")
     p.add_argument("--device", required=True, help="preset name (e.g. hbm3_6400) or path to a kind: dram YAML")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pattern", choices=("sequential", "random", "strided"), default="sequential")
@@ -143,6 +144,9 @@ def _refuse_ignored(args) -> None:
     given = [k for k in PATTERN_DEFAULTS if getattr(args, k, None) is not None]
     if args.trace and given:
         raise ConfigError("pattern option has no effect with --trace", key="--" + given[0].replace("_", "-"))
+    if (getattr(args, "seed", None) is not None and not args.trace and args.pattern != "random"
+            and not getattr(args, "write_fraction", None)):
+        raise ConfigError(f"--seed has no effect on --pattern {args.pattern} without --write-fraction", key="--seed")
     if getattr(args, "stride", None) is not None and args.pattern != "strided":
         raise ConfigError(f"--stride has no effect with --pattern {args.pattern} (use --pattern strided)",
                           key="--stride")

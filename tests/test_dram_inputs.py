@@ -94,6 +94,12 @@ def test_gap_of_1e15_cycles_counts_every_refresh(mode):
     assert e.cycles > 2 * gap and e.refreshes == ranks * ((e.cycles - per) // per + 1)
 
 
+def test_emitting_the_refreshes_of_a_huge_gap_is_refused_not_allocated():
+    from attnsim.config import ConfigError
+    with pytest.raises(ConfigError, match="emit: the emitted command stream would hold"):
+        simulate_requests("hbm3_6400", np.array([0, 1024]), np.array([0, 0]), np.array([0, 10 ** 15]), emit=True)
+
+
 # ---------------------------------------------------------------- `attnsim dram` on bad input
 
 from attnsim.cli import main  # noqa: E402
@@ -148,10 +154,11 @@ OPTIONS = {
     "queue-2p40": (["--queue", str(2 ** 40)], ["--queue", "[1, 65536]"]),
     "queue-2p63": (["--queue", HUGE], ["--queue"]),
     "stride-2p70": (["--pattern", "strided", "--stride", str(2 ** 70)], ["--stride", "capacity"]),
-    "seed-negative": (["--seed", "-1"], ["--seed"]),
-    "seed-2p200": (["--seed", str(2 ** 200)], ["--seed"]),
+    "seed-negative": (["--pattern", "random", "--seed", "-1"], ["--seed"]),
+    "seed-2p200": (["--pattern", "random", "--seed", str(2 ** 200)], ["--seed"]),
     "refresh-with-no-refresh": (["--refresh", "pb", "--no-refresh"], ["--refresh", "no effect"]),
     "stride-without-strided": (["--stride", "64"], ["--stride", "no effect"]),
+    "seed-without-randomness": (["--seed", "3"], ["--seed", "no effect"]),
 }
 
 
