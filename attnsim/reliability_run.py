@@ -93,7 +93,7 @@ def reliability_metrics(spec, system_spec, model, scenario, doc: dict) -> dict:
     kv_heads = model.num_layers * (1 if model.mla else model.num_kv_heads)
     head_dim = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) if model.mla else model.head_dim
     out = expected_errors(footprint, residency, spec, kv_heads_total=kv_heads, head_dim=head_dim,
-                          context_tokens=int(prompts.mean() + scenario.output_len))
+                          context_tokens=int(prompts.mean() + scenario.output_len), requests=len(prompts))
     out["kv_residency_s"] = residency
     # DUE policy: recompute re-fetches the detected-bad KV (one token of one layer per event, from
     # the slowest tier holding KV); drop leaves it out (counted in the accuracy proxy instead)

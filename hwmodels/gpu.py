@@ -57,9 +57,6 @@ class GPUSpec(HBMEnergySpec):
     hbm_bandwidth_gbps: PositiveFloat = Field(description="HBM bandwidth, GB/s (1e9 B/s)")
     hbm_capacity_gb: PositiveFloat
     num_sms: PositiveInt
-    l2_mb: PositiveFloat
-    clock_mhz: PositiveFloat
-    tdp_w: PositiveFloat
     idle_power_w: float = Field(ge=0)
     # --- software stack and kernel costs
     software_stack: Literal["fused", "eager"] = "fused"

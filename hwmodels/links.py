@@ -31,7 +31,7 @@ class LinkSpec(Schema):
     latency_us: float = Field(ge=0, description="per-message (per ring step) latency")
     energy_pj_per_bit: float = Field(ge=0)
     efficiency: float = Field(1.0, gt=0, le=1, description="achieved fraction of the raw bandwidth")
-    static_power_w: float = Field(0.0, ge=0)
+    static_power_w: float = Field(0.0, ge=0, description="idle power per port (one per device the link connects)")
     # latency term of an all-reduce: ring = 2(n-1) latency steps (NCCL ring); tree = 2 ceil(log2 n) steps
     # (double binary tree / NVLS-like, for small messages). The bandwidth term is 2(n-1)/n x bytes either way.
     allreduce: Literal["ring", "tree"] = "ring"

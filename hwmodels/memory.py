@@ -1,7 +1,10 @@
 """Capacity-only memory pools (host DDR5, CXL memory expanders): ``kind: memory``.
 
 They hold data a mapper places there (offloaded KV or weights); moving it to a compute device is
-costed by the link between the two. ``cost`` handles nothing: no op runs on a memory pool.
+costed by the link between the two and, on the pool's side, by ``cost`` of ``transfer`` rows
+(``comm_bytes`` read or written at ``bandwidth_gbps``, ``energy_pj_per_byte`` each way), which a
+mapper runs concurrently with the link transfer (the slower of the two sets the time). No other
+op runs on a memory pool.
 """
 from __future__ import annotations
 
@@ -51,9 +54,15 @@ class MemoryPool:
         return np.asarray(nbytes, dtype=np.float64) * self.spec.energy_pj_per_byte * 1e-12
 
     def cost(self, trace, rows) -> OpCost:
-        if len(rows):
-            raise ConfigError(f"no operator can run on memory pool {self.name!r}", key=str(trace["op"][rows[0]]))
-        return OpCost(time_s=np.zeros(0))
+        rows = np.asarray(rows, dtype=np.int64)
+        bad = rows[trace["cls"][rows] != "transfer"]
+        if len(bad):
+            raise ConfigError(f"no operator can run on memory pool {self.name!r}", key=str(trace["op"][bad[0]]))
+        nbytes = trace["comm_bytes"][rows].astype(np.float64)
+        return OpCost(time_s=nbytes / self.peak_bandwidth_bytes_per_s,
+                      energy_j={"dram_read_write": self.read_energy_j(nbytes)},
+                      bytes_by_level={"memory": nbytes}, flops=np.zeros(len(rows)),
+                      bound=np.full(len(rows), "memory", dtype=object))
 
 
 registry.register("memory", MemorySpec, MemoryPool)

@@ -39,7 +39,6 @@ class NPUSpec(HBMEnergySpec):
     array_cols: PositiveInt
     dataflow: Literal["weight_stationary", "output_stationary"] = "weight_stationary"
     clock_mhz: PositiveFloat
-    sram_mb: PositiveFloat
     vector_units: PositiveInt
     vector_width: PositiveInt
     hbm_bandwidth_gbps: PositiveFloat

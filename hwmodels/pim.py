@@ -17,6 +17,8 @@ AttAcc's two-heads-in-flight pipelining, b.6).
 """
 from __future__ import annotations
 
+import copy
+
 import math
 from typing import Literal, Optional
 
@@ -33,10 +35,8 @@ class PUParams(Schema):
     """Processing-unit parameters (defaults: AttAcc bank PU, pim_dram.md b.1)."""
 
     macs_per_command: PositiveInt = 16   # n_mac (b.1)
-    lanes: PositiveInt = 16              # FP16 lanes per PU
     column_bytes: PositiveInt = 32       # prefetch_size (b.1)
     acc_bytes: PositiveInt = 2           # FP16 results
-    clock_ghz: Optional[float] = Field(None, gt=0)  # PU clock where it is not the DRAM clock
     pj_per_mac: float = Field(0.32, ge=0)           # ALU 0.32 pJ/MAC (b.1 energy table)
     sram_pj_per_byte: float = Field(0.0034, ge=0)   # PIM SRAM buffer (b.1 energy table)
     softmax_gbps_per_unit: float = Field(670.4, gt=0)  # buffer-die softmax = 670.4 GB/s per HBM (b.1)
@@ -73,11 +73,20 @@ def _deep_merge(a: dict, b: dict) -> dict:
     return out
 
 
-def load_dram_for(spec: PIMSpec):
+def load_dram_for(spec: PIMSpec, hardware: dict | None = None):
+    """The device's DRAM spec: ``spec.dram`` from the ``hardware`` table (an experiment's config
+    tree, with its ``--set`` overrides) when it is there, else from its file; ``dram_overrides``
+    and the refresh interval applied."""
+    from pathlib import Path
     from attnsim.config import display_path, find_config, load_yaml
     from attnsim.hwmodels.dram.spec import spec_from_dict
-    path = find_config("hardware", spec.dram)
-    data = _deep_merge(load_yaml(path), spec.dram_overrides)
+    name = Path(spec.dram).stem if spec.dram.endswith((".yaml", ".yml")) else spec.dram
+    if hardware is not None and isinstance(hardware.get(name), dict):
+        raw, file = copy.deepcopy(hardware[name]), f"hardware/{name}"
+    else:
+        path = find_config("hardware", spec.dram)
+        raw, file = load_yaml(path), display_path(path)
+    data = _deep_merge(raw, spec.dram_overrides)
     scale = spec.refresh_interval_ms / 64.0
     if scale != 1.0:
         timing = dict(data.get("timing", {}))
@@ -85,7 +94,7 @@ def load_dram_for(spec: PIMSpec):
             if key in timing and timing[key]:
                 timing[key] = max(1, int(round(timing[key] * scale)))
         data["timing"] = timing
-    return spec_from_dict(data, file=display_path(path))
+    return spec_from_dict(data, file=file)
 
 
 class PIMDevice:
@@ -93,10 +102,10 @@ class PIMDevice:
 
     kind = "pim"
 
-    def __init__(self, spec: PIMSpec, dram=None):
+    def __init__(self, spec: PIMSpec, dram=None, hardware: dict | None = None):
         self.spec = spec
         self.name = spec.name
-        self.dram = dram if dram is not None else load_dram_for(spec)
+        self.dram = dram if dram is not None else load_dram_for(spec, hardware)
         d = self.dram
         if spec.isa != "cxl_pnm" and d.pim is None:
             raise ConfigError(f"DRAM preset {spec.dram!r} has no pim timing block (add it with dram_overrides.pim)",
@@ -360,7 +369,7 @@ def allbank_closed_form(dram, columns_per_row: int, macs_per_row: int | None = N
 
 def _register() -> None:
     from attnsim.hwmodels import registry
-    registry.register("pim", PIMSpec, PIMDevice)
+    registry.register("pim", PIMSpec, PIMDevice, uses_table=True)
 
 
 _register()

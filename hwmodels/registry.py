@@ -31,8 +31,14 @@ _loading = False
 _load_lock = threading.RLock()
 
 
-def register(kind: str, schema: type, factory: Callable[[Any], Any]) -> None:
+_WITH_TABLE: set = set()  # kinds whose factory resolves references to other hardware configs
+
+
+def register(kind: str, schema: type, factory: Callable[[Any], Any], *, uses_table: bool = False) -> None:
+    """``uses_table``: the factory is called as ``factory(spec, hardware=table)`` (see ``build``)."""
     _KINDS[kind] = (schema, factory)
+    if uses_table:
+        _WITH_TABLE.add(kind)
 
 
 def _load_all() -> None:
@@ -67,10 +73,14 @@ def schema_for(kind: str, file: str | None = None) -> type:
     return _KINDS[kind][0]
 
 
-def build(hw: dict, file: str | None = None):
-    """Validate a hardware config dict (with a ``kind`` key) and build its model."""
+def build(hw: dict, file: str | None = None, hardware: dict | None = None):
+    """Validate a hardware config dict (with a ``kind`` key) and build its model.
+
+    ``hardware`` (name -> config dict, e.g. an experiment's config tree) resolves the configs this
+    one references (a PIM device's DRAM preset) from that table, so overrides of them apply."""
     if not isinstance(hw, dict) or "kind" not in hw:
         raise ConfigError("missing required key", file=file, key="kind")
     schema = schema_for(hw["kind"], file)
     spec = validate(schema, hw, file=file)
-    return _KINDS[hw["kind"]][1](spec)
+    factory = _KINDS[hw["kind"]][1]
+    return factory(spec, hardware=hardware) if hw["kind"] in _WITH_TABLE else factory(spec)

@@ -106,7 +106,11 @@ class System:
         return None
 
     def static_power_w(self) -> float:
-        return float(sum(p.count * p.model.static_power_w for p in self.pools.values()))
+        """Idle power of every device and every link port (a link's ``static_power_w`` is per port:
+        one per device of the larger of the two pools it connects)."""
+        ports = sum(max(self.pools[a].count, self.pools[b].count) * self.links[n].static_power_w
+                    for n, (a, b) in self.link_roles.items())
+        return float(sum(p.count * p.model.static_power_w for p in self.pools.values()) + ports)
 
 
 def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System:
@@ -115,8 +119,8 @@ def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System
     pools = {}
     for role, pool in spec.devices.items():
         name = ref_name(pool.hardware)
-        pools[role] = DevicePool(role, pool.count, registry.build(hardware[name], file=file_of("hardware", name)),
-                                 name)
+        pools[role] = DevicePool(role, pool.count, registry.build(hardware[name], file=file_of("hardware", name),
+                                                                hardware=hardware), name)
     links, roles = {}, {}
     for lname, link in spec.links.items():
         name = ref_name(link.hardware)

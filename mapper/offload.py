@@ -4,8 +4,10 @@ FlexGen / InfiniGen-style offloading (shared/reference/cxl_reliability.md §1.3)
 fetches its KV (``topk_fraction`` of it: InfiniGen-style selection of the important tokens; 1.0 =
 all) and, with ``offload_weights``, its weights over the GPU <-> memory link. With ``overlap``
 (default true) a layer's fetches are double-buffered against its compute: the layer takes
-max(fetch, compute); without it, fetch then compute. Attention over a top-k subset reads and
-computes only that subset (a different algorithm: FLOPs change with ``topk_fraction`` < 1).
+max(fetch, compute); without it, fetch then compute. A fetch takes the longer of the link transfer
+and the memory pool's read (``kind: memory`` bandwidth; its read energy is counted too). Attention
+over a top-k subset reads and computes only that subset (a different algorithm: FLOPs change with
+``topk_fraction`` < 1).
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
     trace = OpTrace.from_rows(rows, phase=trace.phase, model=trace.model, tp=trace.tp,
                               query_tokens=trace.query_tokens, context_lens=trace.context_lens,
                               groups=trace.groups, meta=dict(trace.meta))
+    # each transfer row (per TP rank, over the link) has a twin on the memory pool: the pool reads
+    # (writes) the bytes of all TP ranks, shared over its devices, concurrently with the link
+    hosts = system.pools[host].count
     before, after = {}, {}
     for g in np.unique(grp[grp >= 0]):
         first = int(np.nonzero(grp == g)[0][0])
@@ -51,20 +56,27 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
         same = grp == g
         fetch = []
         if trace.phase == "decode":
-            fetch.append(transfer_row("fetch_kv", like, float(np.sum(trace["kv_read_bytes"][same]))))
+            fetch.append(("fetch_kv", float(np.sum(trace["kv_read_bytes"][same]))))
         else:  # prefill writes the prompt's KV out to host memory
-            after.setdefault(int(np.nonzero(same)[0][-1]), []).append(
-                transfer_row("store_kv", like, float(np.sum(trace["kv_write_bytes"][same]))))
+            b = float(np.sum(trace["kv_write_bytes"][same]))
+            after.setdefault(int(np.nonzero(same)[0][-1]), []).extend(
+                [transfer_row("store_kv", like, b), transfer_row("host_store_kv", like, b * tp / hosts)])
         if opts["offload_weights"]:
-            fetch.append(transfer_row("fetch_weights", like, float(np.sum(trace["weight_bytes"][same]))))
+            fetch.append(("fetch_weights", float(np.sum(trace["weight_bytes"][same]))))
         if fetch:
-            before[first] = fetch
+            before[first] = [r for op, b in fetch for r in (transfer_row(op, like, b),
+                                                            transfer_row("host_" + op, like, b * tp / hosts))]
     # non-layer weights (embedding, LM head) stay on the GPU
     tr, _, added = insert_rows(trace, before, after)
+    on_host = added & np.char.startswith(tr["op"].astype(str), "host_")
     device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
     device[added] = link
-    stage = None
-    if opts["overlap"]:
+    device[on_host] = host
+    parallel = np.full(len(tr), tp, dtype=np.int64)
+    parallel[on_host] = hosts
+    if opts["overlap"]:  # a layer's transfers double-buffered against its compute
         stage = np.where(tr["layer_group"] >= 0, tr["layer_group"], -1).astype(np.int64)
         stage[(tr["cls"] == "allreduce")] = -1
-    return Plan("offload", tr, device, np.full(len(tr), tp, dtype=np.int64), memory, stage=stage)
+    else:  # link and memory side of each transfer concurrent; compute waits for them
+        stage = np.where(added, tr["layer_group"], -1).astype(np.int64)
+    return Plan("offload", tr, device, parallel, memory, stage=stage)

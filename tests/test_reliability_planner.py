@@ -93,7 +93,7 @@ def test_replan_follows_importance_drift():
 
 
 SPEC = {
-    "seed": 1, "temperature_c": 45, "kv_format": "bf16", "accuracy_slo": {"max_rel_attention_error": 0.05},
+    "temperature_c": 45, "kv_format": "bf16", "accuracy_slo": {"max_rel_attention_error": 0.05},
     "tiers": {"cxl": {"read_gbps": 1100, "read_pj_per_byte": 32, "refresh_mw_per_gb": 14.5, "capacity_gb": 512,
                       "ecc": {"high": "secded", "low": "none"}, "refresh_ms": {"low": 1000}}},
 }

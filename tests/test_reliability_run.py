@@ -10,7 +10,7 @@ from attnsim.runner import run_experiment
 
 FAST = ["experiment.generation.samples=2", "scenarios.jedec.output_len=16", "scenarios.relaxed_1s.output_len=16",
         "scenarios.relaxed_20s.output_len=16"]
-REL_KEYS = {"silent_errors_per_token", "detected_errors_per_token", "accuracy_proxy", "slo_met",
+REL_KEYS = {"storage_plan", "silent_errors_per_token", "detected_errors_per_token", "accuracy_proxy", "slo_met",
             "kv_residency_s", "refresh_interval_ms", "due_recompute_time_per_token_s"}
 
 

@@ -285,7 +285,8 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
     _check_tp(model, tp)
     c, q = _lengths(scenario, phase, context_lens, query_tokens)
     B, T = len(c), int(q.sum())
-    wd, ad, kd = DTYPE_BYTES[scenario.weight_dtype], DTYPE_BYTES[scenario.act_dtype], DTYPE_BYTES[scenario.kv_dtype]
+    w_dtype = scenario.weight_dtype or model.dtype
+    wd, ad, kd = DTYPE_BYTES[w_dtype], DTYPE_BYTES[scenario.act_dtype], DTYPE_BYTES[scenario.kv_dtype]
     h = model.hidden_size
     H = model.num_heads // tp
     Hkv = kv_heads_per_rank(model, tp)
@@ -391,7 +392,7 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
         "heads_per_rank": H, "kv_heads_per_rank": Hkv, "head_dim": model.head_dim,
         "attn_score_dim": d_qk, "attn_context_dim": d_ctx,
         "kv_bytes_per_token_per_layer": kv_tok,
-        "weight_dtype": scenario.weight_dtype, "act_dtype": scenario.act_dtype, "kv_dtype": scenario.kv_dtype,
+        "weight_dtype": w_dtype, "act_dtype": scenario.act_dtype, "kv_dtype": scenario.kv_dtype,
         "hidden_size": h, "num_layers": model.num_layers, "num_heads": model.num_heads,
         "num_kv_heads": model.num_kv_heads, "intermediate_size": model.intermediate_size,
         "vocab_size": model.vocab_size, "mla": mla is not None, "moe": model.moe is not None,

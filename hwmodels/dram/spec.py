@@ -96,13 +96,16 @@ class PIMTiming(Schema):
 
 
 class IDD(Schema):
+    """Currents (mA) the per-event energies not given in ``energy`` are derived from; each current
+    is required by, and only allowed with, a derived value that uses it (``IDD_USES``)."""
+
     vdd_v: float = Field(gt=0, le=1e3)
-    idd0_ma: Amount
-    idd2n_ma: Amount
+    idd0_ma: Optional[Amount] = None
+    idd2n_ma: Optional[Amount] = None
     idd3n_ma: Amount
-    idd4r_ma: Amount
-    idd4w_ma: Amount
-    idd5ab_ma: Amount
+    idd4r_ma: Optional[Amount] = None
+    idd4w_ma: Optional[Amount] = None
+    idd5ab_ma: Optional[Amount] = None
     idd5pb_ma: Optional[Amount] = None
     devices_per_channel: float = Field(default=1.0, gt=0, le=1e6)
 
@@ -124,7 +127,28 @@ class Energy(Schema):
                        if getattr(self, k) is None]
             if missing:
                 raise ValueError(f"{missing[0]}: expected a value (or an idd block to derive it from), got none")
+            return self
+        derived = [k for k in IDD_USES if getattr(self, k) is None]
+        need = {c for k in derived for c in IDD_USES[k] if k != "refpb_pj"}
+        if "refpb_pj" in derived and self.idd.idd5pb_ma is None:
+            need.add("idd5ab_ma")
+        for cur in sorted(need):
+            if getattr(self.idd, cur) is None:
+                k = next(k for k in derived if cur in IDD_USES[k])
+                raise ValueError(f"idd.{cur}: expected a value (to derive {k}), got none")
+        used = {c for k in derived for c in IDD_USES[k]}
+        for cur in ("idd0_ma", "idd2n_ma", "idd4r_ma", "idd4w_ma", "idd5ab_ma", "idd5pb_ma"):
+            v = getattr(self.idd, cur)
+            if v is not None and cur not in used:
+                given = ", ".join(f"energy.{k}" for k in IDD_USES if cur in IDD_USES[k])
+                raise ValueError(f"idd.{cur}: expected no value (unused: {given} given), got {v}")
         return self
+
+
+# per-event energy -> the IDD currents it may be derived from (DRAMsim3 formulas, energy_params)
+IDD_USES = {"act_pj": ("idd0_ma", "idd3n_ma", "idd2n_ma"), "rd_pj_per_bit": ("idd4r_ma", "idd3n_ma"),
+            "wr_pj_per_bit": ("idd4w_ma", "idd3n_ma"), "ref_pj": ("idd5ab_ma", "idd3n_ma"),
+            "refpb_pj": ("idd5ab_ma", "idd5pb_ma", "idd3n_ma"), "background_w": ("idd3n_ma",)}
 
 
 class DRAMSpec(Schema):
@@ -163,7 +187,8 @@ class DRAMSpec(Schema):
         pc_bits = o.channel_width_bits // o.pseudo_channels
         bits = pc_bits * o.data_rate_mtps * 1e6 * t.nBL * o.tck_ns * 1e-9
         need(abs(bits - 8 * o.burst_bytes) <= 0.02 * 8 * o.burst_bytes, "org.burst_bytes",
-             f"pseudo-channel width x data rate x nBL x tCK = {bits / 8:.2f} B", o.burst_bytes)
+             f"channel_width_bits / pseudo_channels x data_rate_mtps x nBL x tck_ns = {bits / 8:.2f} B",
+             o.burst_bytes)
         try:
             parse_mapping(self.default_mapping, o)
         except ValueError as exc:
@@ -244,15 +269,20 @@ def energy_params(spec: DRAMSpec) -> EnergyParams:
         i = e.idd
         tck = o.tck_ns * 1e-9
         k = i.vdd_v * 1e-3 * i.devices_per_channel * 1e12  # mA -> A, J -> pJ
+        # (only the values energy does not give: Energy._complete checks the currents they need)
         # ACT: VDD (IDD0 tRC - (IDD3N tRAS + IDD2N tRP)) x devices
-        d["act_pj"] = k * (i.idd0_ma * t.nRC - (i.idd3n_ma * t.nRAS + i.idd2n_ma * t.nRP)) * tck
+        if e.act_pj is None:
+            d["act_pj"] = k * (i.idd0_ma * t.nRC - (i.idd3n_ma * t.nRAS + i.idd2n_ma * t.nRP)) * tck
         # RD/WR: VDD (IDD4x - IDD3N) x burst cycles; pseudo-channels share the channel current
         bits = 8 * o.burst_bytes * o.pseudo_channels
-        d["rd_pj_per_bit"] = k * (i.idd4r_ma - i.idd3n_ma) * t.nBL * tck / bits
-        d["wr_pj_per_bit"] = k * (i.idd4w_ma - i.idd3n_ma) * t.nBL * tck / bits
+        if e.rd_pj_per_bit is None:
+            d["rd_pj_per_bit"] = k * (i.idd4r_ma - i.idd3n_ma) * t.nBL * tck / bits
+        if e.wr_pj_per_bit is None:
+            d["wr_pj_per_bit"] = k * (i.idd4w_ma - i.idd3n_ma) * t.nBL * tck / bits
         # REFab: VDD (IDD5AB - IDD3N) x tRFC x devices (per rank: the currents are per device set)
-        d["ref_pj"] = k * (i.idd5ab_ma - i.idd3n_ma) * t.nRFC * tck / o.ranks
-        i5pb = i.idd5pb_ma if i.idd5pb_ma is not None else i.idd5ab_ma / spec.banks_per_rank
+        if e.ref_pj is None:
+            d["ref_pj"] = k * (i.idd5ab_ma - i.idd3n_ma) * t.nRFC * tck / o.ranks
+        i5pb = i.idd5pb_ma if i.idd5pb_ma is not None else (i.idd5ab_ma or 0.0) / spec.banks_per_rank
         d["refpb_pj"] = k * max(i5pb - i.idd3n_ma / spec.banks_per_rank, 0.0) * t.nRFCpb * tck / o.ranks
         d["background_w"] = i.vdd_v * i.idd3n_ma * 1e-3 * i.devices_per_channel
     vals = {}

@@ -35,7 +35,6 @@ class ErrorModelSpec(Schema):
     retention_anchor_s: list[float] = [1.0, 10.0, 20.0]     # Flikker ASPLOS'11 [M], cxl_reliability.md §3.1
     retention_anchor_ber: list[float] = [3.0e-8, 1.0e-5, 1.0e-4]
     retention_ref_temp_c: float = 25.0
-    true_cell_fraction: float = Field(0.5, ge=0, le=1)
     ber_approx: float = Field(0.0, ge=0, le=1)
     fault_device_fit: float = Field(0.0, ge=0)              # permanent faults per 1e9 device-hours
     fault_exposure_h: float = Field(0.0, ge=0)
@@ -44,7 +43,7 @@ class ErrorModelSpec(Schema):
         try:
             return RawErrorModel(self.lambda_soft_per_bit_h, tuple(self.retention_anchor_s),
                                  tuple(self.retention_anchor_ber), self.retention_ref_temp_c, 10.0,
-                                 self.true_cell_fraction, self.ber_approx,
+                                 0.5, self.ber_approx,   # true-cell fraction: injection only (uniform bits here)
                                  field_fault_modes(self.fault_device_fit) if self.fault_device_fit else (),
                                  fault_exposure_h=self.fault_exposure_h)
         except ValueError as exc:
@@ -78,7 +77,6 @@ class AccuracySlo(Schema):
 
 
 class ReliabilitySpec(Schema):
-    seed: int = 0
     temperature_c: float = 45.0
     refresh_interval_ms: float = Field(JEDEC_REFRESH_MS, gt=0)
     kv_format: KVFormat = "bf16"
@@ -127,8 +125,11 @@ class ReliabilitySpec(Schema):
 
 
 def expected_errors(footprint_bytes: dict, residency_s: float, spec: ReliabilitySpec, *, kv_heads_total: int,
-                    head_dim: int = 128, context_tokens: int = 4096) -> dict:
-    """Expected silent / detected errors per generated token and the accuracy proxy.
+                    head_dim: int = 128, context_tokens: int = 4096, requests: int = 1) -> dict:
+    """Expected silent / detected errors per generated token, the accuracy proxy, and the planner's
+    ``storage_plan`` for one request's KV (the tiers' capacities shared by ``requests``): the option
+    per tier share (from ``ecc_options`` / ``refresh_options_ms``, else the configured one) that
+    minimises ``objective`` within the accuracy SLO, with its cost (planner.Plan.summary).
 
     ``footprint_bytes``: KV bytes read per token from each tier (as stored in ``spec.kv_format``);
     each tier's share of the KV is assumed to hold the same share of the attention mass.
@@ -165,5 +166,15 @@ def expected_errors(footprint_bytes: dict, residency_s: float, spec: Reliability
         silent += M["silent"][i, i] * scale
         due += M["due"][i, i] * scale * bits
         eps += M["eps"][i, i]     # pseudo-blocks span every head: already a mean head error
+    import dataclasses
+    shared = [dataclasses.replace(t, capacity_bytes=t.capacity_bytes / max(1, requests)) for t in tiers]
+    try:
+        plan = Planner(shared, formats=(spec.kv_format,), budget=spec.accuracy_slo.max_rel_attention_error,
+                       objective=spec.objective, residency_s=residency_s, group=spec.quant_group,
+                       due_policy=spec.due_policy).plan(blocks)
+        storage = {"fits": True, "options": [dataclasses.asdict(o) for o in plan.options], **plan.summary()}
+    except ValueError as exc:  # no option fits the tiers' capacities
+        storage = {"fits": False, "note": str(exc)}
     return {"silent_errors_per_token": float(silent), "detected_errors_per_token": float(due),
-            "accuracy_proxy": float(eps), "slo_met": bool(eps <= spec.accuracy_slo.max_rel_attention_error)}
+            "accuracy_proxy": float(eps), "slo_met": bool(eps <= spec.accuracy_slo.max_rel_attention_error),
+            "storage_plan": storage}

@@ -1,0 +1,365 @@
+"""No silent no-op: every field of every config schema, changed to another legal value, changes the
+result document (or is refused with a ConfigError naming that field).
+
+Each schema field is tested once, on the first base experiment below that reaches it (or the base
+FIELD_BASE names). The changed value is automatic (tests/noop_walk.py: bool flipped, another Literal
+choice, numbers x1.5 or +1 within bounds, None -> 1) unless ALTERNATIVE gives one, with optional
+extra ``--set`` overrides applied to both runs (so that the field is reachable, e.g. a KV policy's
+budget with that policy selected). Only the fields in COSMETIC may leave the document unchanged.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from attnsim.config import ConfigError
+from attnsim.experiment import ExperimentSpec
+from attnsim.hwmodels import registry
+from attnsim.hwmodels.reliability.spec import ReliabilitySpec
+from attnsim.hwmodels.system import SystemSpec
+from attnsim.mapper.base import policies
+from attnsim.serve.spec import ServingSpec
+from attnsim.workloads.model import ModelSpec
+from attnsim.workloads.scenario import Scenario
+
+from noop_walk import Alt, Leaf, NoAlternative, alternative, load, module_options, reachable, run_doc, set_arg, walk
+
+# Fields that name or describe things and may not change a result. Nothing else.
+COSMETIC = {
+    "ExperimentSpec.name", "ExperimentSpec.description",
+    "ModelSpec.name", "ModelSpec.source", "ModelSpec.architecture",   # HF class name: a label
+    "SystemSpec.name", "SystemSpec.description", "SystemSpec.source",
+    "GPUSpec.name", "GPUSpec.source", "NPUSpec.name", "NPUSpec.source", "LinkSpec.name", "LinkSpec.source",
+    "MemorySpec.name", "MemorySpec.description", "MemorySpec.source", "PIMSpec.name", "PIMSpec.description",
+    "DRAMSpec.name", "DRAMSpec.description", "DisaggSpec.name",
+    "Scenario.name",
+    # the kind tag selects the schema; another kind is another schema (its own fields are walked)
+    "GPUSpec.kind", "NPUSpec.kind", "LinkSpec.kind", "MemorySpec.kind", "PIMSpec.kind", "DRAMSpec.kind",
+}
+
+SMALL = ["models.llama2-7b.num_layers=2"]
+SCEN = "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 6}}"
+GEN = "experiment.generation={mode: sampled, samples: 3}"
+
+
+def _sys(*names):
+    return [f"experiment.systems=[{', '.join(names)}]", "experiment.models=[llama2-7b]", "experiment.baseline=null",
+            SCEN, GEN] + SMALL
+
+
+def _cxl_tier_first() -> str:
+    """The reliability example's tiers with the KV's tier (cxl on cxl_pnm) first, so it is walked."""
+    from attnsim.config import find_config, load_yaml
+    tiers = load_yaml(find_config("experiments", "reliability_tiering"))["reliability"]["tiers"]
+    return set_arg(("experiment", "reliability", "tiers"), {"cxl": tiers["cxl"], "hbm": tiers["hbm"]})
+
+
+_CXL_FIRST = _cxl_tier_first()
+
+# name -> (kind, experiment, --set overrides, DRAM spec for kind "dram"); earlier bases take a field first
+BASES = {
+    "gpu": ("run", "default", _sys("dgx_a100"), None),
+    "attacc": ("run", "default", _sys("attacc"), None),
+    "neupims": ("run", "default", _sys("neupims"), None),
+    "cxl_pnm": ("run", "default", _sys("cxl_pnm"), None),
+    "cxl_aim": ("run", "default", _sys("cxl_aim"), None),
+    "tiered": ("run", "default", _sys("tiered_attacc"), None),
+    "attacc_opt": ("run", "default", _sys("attacc_opt"), None),
+    "offload": ("run", "default", _sys("offload_host"), None),
+    "moe": ("run", "default", ["experiment.systems=[dgx_a100]", "experiment.models=[deepseek-v2-lite]",
+                               "experiment.baseline=null", SCEN, GEN, "models.deepseek-v2-lite.num_layers=3"], None),
+    "lens": ("run", "default", _sys("dgx_a100")[:3] + [
+        "experiment.scenarios={s: {batch_size: 4, context_lens: {dist: normal, mean: 64, std: 16, low: 8, high: 200, seed: 1}, output_len: 6}}",
+        GEN] + SMALL, None),
+    "npu": ("run", "default", _sys("neupims") + ["systems.neupims.mapper={policy: gpu_only}"], None),
+    "reliability": ("run", "reliability_tiering", [_CXL_FIRST, "experiment.reliability.tiers.hbm.capacity_gb=1.0e-6",
+        "experiment.models=[llama2-7b]", "experiment.generation={mode: sampled, samples: 3}",
+        "experiment.scenarios={s: {batch_size: 1, prompt_len: 64, output_len: 6, kv_dtype: bf16, weight_dtype: bf16, act_dtype: bf16}}"]
+        + SMALL, None),
+    "serve": ("serve", "serve_paging", [
+        "experiment.models=[llama2-7b]", "experiment.scenarios={chat: {prompt_len: 64, output_len: 16}}",
+        "experiment.serving.trace.num_requests=8", "experiment.serving.trace.rate_per_s=2000",
+        "experiment.serving.trace.prompt={dist: lognormal, mean: 64, std: 32, high: 160}",
+        "experiment.serving.trace.output={dist: uniform, low: 4, high: 24}"] + SMALL, None),
+    "serve_prefix": ("serve", "serve_prefix", [
+        "experiment.models=[llama2-7b]", "experiment.scenarios={chat: {prompt_len: 64, output_len: 16}}",
+        "experiment.serving.trace.num_requests=8", "experiment.serving.trace.rate_per_s=50",
+        "experiment.serving.trace.prompt={dist: uniform, low: 16, high: 64}",
+        "experiment.serving.trace.output={dist: fixed, mean: 8}",
+        "experiment.serving.trace.prefix={num_prefixes: 2, tokens: 64, fraction: 0.75}"] + SMALL, None),
+    "serve_disagg": ("serve", "serve_disagg", [
+        "experiment.models=[llama2-7b]", "experiment.scenarios={chat: {prompt_len: 64, output_len: 16}}",
+        "experiment.serving.colocated=false",
+        "experiment.serving.trace.num_requests=6", "experiment.serving.trace.rate_per_s=50",
+        "experiment.serving.trace.prompt={dist: fixed, mean: 64}",
+        "experiment.serving.trace.output={dist: fixed, mean: 8}"] + SMALL, None),
+    "dram": ("dram", "default", _sys("attacc"), "hbm3_5200_pim"),      # per-event energies given
+    "dram_idd": ("dram", "default", _sys("cxl_pnm"), "lpddr5x_8533"),  # energies derived from IDD
+}
+
+# field -> base, where the first base reaching it does not exercise it
+FIELD_BASE = {
+    "Scenario.reliability": "reliability", "ModelSpec.moe": "moe", "ModelSpec.mla": "moe",
+    "Scenario.context_lens": "lens", "TraceSpec.prefix": "serve_prefix", "ServingSpec.disaggregation": "serve_disagg",
+    "KVSpec.prefix_caching": "serve_prefix", "ServingSpec.colocated": "serve_disagg",
+    "PUParams.tflops": "cxl_pnm", "PUParams.gb_bytes": "cxl_aim", "LinkSpec.connects": "attacc",
+    "NPUSpec.hbm_capacity_gb": "npu",
+    "ExperimentSpec.seed": "serve", "ModelSpec.rope_scaling": "moe", "MapperSpec.policy": "attacc",
+    "MemoSpec.relative_bucket": "serve_disagg", "DRAMSpec.pim": "dram",
+    **{f"IDD.{c}": "dram_idd" for c in ("idd0_ma", "idd2n_ma", "idd4r_ma", "idd4w_ma")},
+    "PIMTiming.nCCDSB": "dram", "PIMTiming.mode_switch_cycles": "dram",   # no lowering emits MACSB / MODE
+}
+
+DATA = Path(__file__).parent / "data"
+GPU = "hardware.a100_80gb_sxm"
+SV = "experiment.serving"
+POLICY = SV + ".kv.policy.kind"
+PRESSURE = (SV + ".scheduler.memory_fraction=0.016", SV + ".trace.num_requests=12",   # KV for ~1200 tokens:
+            SV + ".trace.output={dist: fixed, mean: 64}")                                  # preemptions
+PB = ("hardware.hbm3_5200_pim.default_refresh=pb",)
+REL = "experiment.reliability"
+RELAXED = (REL + ".tiers.cxl.refresh_ms.low=1000",)   # retention errors matter beyond the JEDEC interval
+ROPE_ORIG = "models.deepseek-v2-lite.rope_scaling.original_max_position_embeddings=32"
+LONG = "experiment.scenarios={s: {batch_size: 2, prompt_len: 1024, output_len: 6}}"
+
+# field -> Alt(value, extra --set for both runs, coupled changes): where the automatic value is not
+# legal, not reachable in the base (a threshold, a branch of another setting), or not automatic
+ALTERNATIVE = {
+    # experiment
+    "ExperimentSpec.systems": Alt(["dgx_a100", "dgx_h100"]),
+    "ExperimentSpec.models": Alt(["llama2-7b", "mistral-7b"]),
+    "ExperimentSpec.scenarios": Alt({"s": {"batch_size": 2, "prompt_len": 64, "output_len": 6},
+                                     "t": {"batch_size": 1, "prompt_len": 32, "output_len": 6}}),
+    "ExperimentSpec.baseline": Alt("dgx_h100", extra=("experiment.systems=[dgx_a100, dgx_h100]",)),
+    "ExperimentSpec.seed": Alt(1, extra=(POLICY + "=h2o",)),
+    # model
+    "ModelSpec.activation": Alt("gelu"),
+    "ModelSpec.num_heads": Alt(64),
+    "ModelSpec.intermediate_size": Alt(22016),
+    "MoESpec.expert_intermediate_size": Alt(2816),
+    "ModelSpec.layer_pattern": Alt(["global", "local"], extra=("models.llama2-7b.sliding_window=16",)),
+    "ModelSpec.sliding_window": Alt(16, extra=("models.llama2-7b.sliding_window=32",
+                                               "models.llama2-7b.layer_pattern=[local]")),
+    "ModelSpec.max_position_embeddings": Alt(32, extra=("scenarios.s.beyond_max_position=allow",)),
+    "Scenario.beyond_max_position": Alt("refuse", extra=("scenarios.s.beyond_max_position=allow",
+                                                         "models.llama2-7b.max_position_embeddings=32")),
+    "RopeScalingSpec.type": Alt("linear", extra=(ROPE_ORIG,)),
+    "RopeScalingSpec.factor": Alt(60.0, extra=(ROPE_ORIG,)),
+    "RopeScalingSpec.original_max_position_embeddings": Alt(16),
+    # scenario
+    "Scenario.reliability": Alt({"tiers": {"cxl": {"refresh_ms": {"low": 20000}}}}),
+    "LengthDistribution.low": Alt(60),
+    "LengthDistribution.high": Alt(70),
+    # system
+    "DevicePoolSpec.hardware": Alt("h100_sxm"),
+    "LinkSpec.hardware": Alt("nvlink4"),
+    "LinkSpec.connects": Alt(["gpu", "pim"]),
+    "ParallelismSpec.tp": Alt(4, also=((".devices.gpu.count", 4),)),
+    "ParallelismSpec.pp": Alt(2, also=((".devices.gpu.count", 16),)),
+    "ParallelismSpec.replicas": Alt(2, also=((".devices.gpu.count", 16),)),
+    "MapperSpec.policy": Alt("tiered", also=(("options", {}),)),
+    "mapper.attacc.subbatches": Alt(3, extra=("systems.attacc.mapper.options.pipeline=true",)),
+    # GPU
+    "GPUSpec.attn_compute_eta_unfused": Alt(0.9, extra=(GPU + ".software_stack=eager",)),
+    "GPUSpec.attn_mem_eta_unfused": Alt(0.9, extra=(GPU + ".software_stack=eager",)),
+    "GPUSpec.eager_elementwise_overhead_us": Alt(60.0, extra=(GPU + ".software_stack=eager",)),
+    "GPUSpec.eager_matmul_overhead_us": Alt(30.0, extra=(GPU + ".software_stack=eager",)),
+    "GPUSpec.eager_softmax_overhead_us": Alt(20.0, extra=(GPU + ".software_stack=eager",)),
+    "GPUSpec.max_split_k": Alt(1),
+    "GPUSpec.peak_fp8_tflops": Alt(1000.0, extra=("scenarios.s.weight_dtype=fp8", "scenarios.s.act_dtype=fp8")),
+    "GPUSpec.tiles": Alt([[64, 64]]),
+    # PIM / DRAM
+    "PIMSpec.dram": Alt("hbm3_5200_pim_npc"),
+    "PIMSpec.refresh_interval_ms": Alt(8.0, extra=(LONG,)),   # refresh falls inside a long kernel only
+    "PUParams.macs_per_command": Alt(8),
+    "PUParams.tflops": Alt(0.01),
+    "PUParams.gb_bytes": Alt(32),
+    "PIMTiming.row_cmd_cycles": Alt(200),
+    "PIMTiming.mode_switch_cycles": Alt(100),   # a short switch hides behind the preceding PREA
+    "PIMSpec.dram_overrides": Alt({"pim": {"nCCDAB": 4}}),
+    "DRAMSpec.default_mapping": Alt("RoBaRaCoBgPcCh"),
+    "Organisation.channels": Alt(32),
+    "Organisation.pseudo_channels": Alt(4, also=(("channel_width_bits", 128),)),
+    "Organisation.ranks": Alt(4),
+    "Organisation.bank_groups": Alt(8),
+    "Organisation.banks_per_group": Alt(8),
+    "Organisation.rows": Alt(32768),
+    "Organisation.columns": Alt(64),
+    "Organisation.burst_bytes": Alt(64, also=((".timing.nBL", 4),)),
+    "Organisation.channel_width_bits": Alt(128, also=(("burst_bytes", 64),)),
+    "Organisation.data_rate_mtps": Alt(6400),     # inconsistent with tck_ns: refused
+    "Organisation.tck_ns": Alt(0.625, also=(("data_rate_mtps", 6400),)),
+    "Timing.nBL": Alt(4, also=((".org.burst_bytes", 64),)),
+    "Timing.nRAS": Alt(50, also=(("nRC", 69),)),   # nRC >= nRAS + nRP: with nRC = the sum, nRC binds
+    "Timing.nRP": Alt(15),
+    "Timing.nFAW": Alt(200),
+    "Timing.nRTP": Alt(40),
+    "Timing.nRTW": Alt(30),
+    "Timing.nWTR_S": Alt(40),
+    "Timing.nREFIpb": Alt(300, extra=PB),
+    "Timing.nRFCpb": Alt(400, extra=PB),
+    "Energy.refpb_pj": Alt(5000.0, extra=PB),
+    "IDD.idd5pb_ma": Alt(300.0, extra=PB),
+    # reliability (KV in the cxl tier on cxl_pnm)
+    "AccuracySlo.max_rel_attention_error": Alt(1e-12),   # a threshold: crosses the run's error
+    "ReliabilitySpec.role_tiers": Alt({"pnm": "hbm", "gpu": "hbm"}),
+    "ErrorModelSpec.retention_anchor_s": Alt([0.5, 10.0, 20.0], extra=RELAXED),
+    "ErrorModelSpec.retention_anchor_ber": Alt([3.0e-7, 1.0e-5, 1.0e-4], extra=RELAXED),
+    "ErrorModelSpec.retention_ref_temp_c": Alt(35.0, extra=RELAXED),
+    "ErrorModelSpec.true_cell_fraction": Alt(0.75, extra=RELAXED),
+    "ErrorModelSpec.fault_exposure_h": Alt(10.0, extra=(REL + ".tiers.cxl.errors.fault_device_fit=1000",)),
+    "ReliabilitySpec.temperature_c": Alt(68.0, extra=RELAXED),
+    "ReliabilitySpec.quant_group": Alt(64, extra=(REL + ".kv_format=int4",)),
+    "ReliabilitySpec.refresh_interval_ms": Alt(1000.0, extra=(REL + ".tiers.cxl.refresh_ms={}",)),
+    "TierSchema.ecc_options": Alt(["secded"]),
+    "TierSchema.capacity_gb": Alt(1.0e-6),          # a limit: binds only when below the KV
+    "TierSchema.refresh_options_ms": Alt([64.0, 1000.0]),
+    # serving
+    "TraceSpec.file": Alt(str(DATA / "noop_requests.csv")),
+    "TraceSpec.prefix_tokens": Alt(32, extra=(f"{SV}.trace.file={DATA / 'noop_requests_prefix.csv'}",  # whole blocks
+                                              SV + ".trace.prefix_tokens=16", SV + ".kv.prefix_caching=true")),
+    "ServingSpec.confidence": Alt(0.5, extra=(SV + ".replications=3",)),
+    "TraceSpec.cv": Alt(3.0, extra=(SV + ".trace.arrival=gamma",)),
+    "TraceSpec.arrival": Alt("constant"),
+    "LengthDist.low": Alt(60),
+    "LengthDist.high": Alt(70),
+    "PrefixSpec.num_prefixes": Alt(1),
+    "SchedulerSpec.max_batch": Alt(2),
+    "SchedulerSpec.max_tokens_per_iter": Alt(48),
+    "SchedulerSpec.chunked_prefill": Alt(False, extra=(SV + ".scheduler.max_tokens_per_iter=48",
+                                                      SV + ".trace.prompt={dist: fixed, mean: 40}")),
+    "SchedulerSpec.preemption": Alt("swap", extra=PRESSURE),
+    "SchedulerSpec.swap_link": Alt("pcie4_x16", extra=PRESSURE + (SV + ".scheduler.preemption=swap",)),
+    "KVSpec.locality_dram": Alt("hbm3e_9600"),
+    "KVSpec.reserve_tokens": Alt(200, extra=(SV + ".kv.layout=contiguous",)),
+    "KVPolicySpec.sink_tokens": Alt(8, extra=(POLICY + "=streaming", SV + ".kv.policy.window_tokens=16")),
+    "KVPolicySpec.window_tokens": Alt(8, extra=(POLICY + "=streaming",)),
+    "KVPolicySpec.heavy_tokens": Alt(8, extra=(POLICY + "=h2o", SV + ".kv.policy.recent_tokens=16")),
+    "KVPolicySpec.recent_tokens": Alt(8, extra=(POLICY + "=h2o", SV + ".kv.policy.heavy_tokens=16")),
+    "KVPolicySpec.budget_tokens": Alt(40, extra=(POLICY + "=snapkv", SV + ".kv.policy.observation_tokens=8")),
+    "KVPolicySpec.observation_tokens": Alt(16, extra=(POLICY + "=snapkv", SV + ".kv.policy.budget_tokens=32")),
+    "KVPolicySpec.page_tokens": Alt(4, extra=(POLICY + "=quest", SV + ".kv.policy.budget_tokens=16")),
+    "KVPolicySpec.dense_layers": Alt(1, extra=(POLICY + "=quest", SV + ".kv.policy.budget_tokens=16")),
+    # an accuracy knob: exact where costs are linear in the context (GPU decode), so on AttAcc (row
+    # quantised), with contexts where the grids differ (step 32 vs 64 at 128-256 tokens)
+    "MemoSpec.relative_bucket": Alt(0.5, extra=(SV + ".trace.prompt={dist: fixed, mean: 150}",)),
+    "MemoSpec.batch_relative_bucket": Alt(0.5, extra=(SV + ".trace.num_requests=24",)),
+    "ServingSpec.accuracy_proxy": Alt(False, extra=(POLICY + "=h2o",)),
+    "ServingSpec.colocated": Alt(True),
+    "DisaggSpec.prefill": Alt("attacc"),
+    "DisaggSpec.decode": Alt("a100_hbm3_x8"),
+    "DisaggSpec.link": Alt("nvlink4"),
+}
+
+
+def _mapper_options(cur, parent):
+    policy = parent.get("policy", "gpu_only")
+    return [(f"mapper.{policy}", module_options(policy))]
+
+
+HOOKS = {
+    ("ExperimentSpec", "reliability"): lambda cur, parent: ReliabilitySpec if cur else None,
+    ("ExperimentSpec", "serving"): lambda cur, parent: ServingSpec if cur else None,
+    ("MapperSpec", "options"): _mapper_options,
+}
+
+# schemas of the DRAM spec: tested on the "dram" base (the DRAM engine on a mixed request stream)
+DRAM_SCHEMAS = {"DRAMSpec", "Organisation", "Timing", "Energy", "IDD"}
+
+
+def tree_leaves(tree):
+    """Leaves (and container markers) of every section of a loaded config tree."""
+    yield from walk(ExperimentSpec, tree.experiment, ("experiment",), HOOKS)
+    for n, d in tree.models.items():
+        yield from walk(ModelSpec, d, ("models", n), HOOKS)
+    for n, d in tree.scenarios.items():
+        yield from walk(Scenario, d, ("scenarios", n), HOOKS)
+    for n, d in tree.systems.items():
+        yield from walk(SystemSpec, d, ("systems", n), HOOKS)
+    for n, d in tree.hardware.items():
+        yield from walk(registry.schema_for(d["kind"]), d, ("hardware", n), HOOKS)
+
+
+def universe() -> set:
+    """Every field of every config schema (class name.field), policy options included."""
+    roots = [ExperimentSpec, ModelSpec, Scenario, SystemSpec, ReliabilitySpec, ServingSpec]
+    roots += [registry.schema_for(k) for k in registry.kinds()]
+    classes = set()
+    for r in roots:
+        reachable(r, classes)
+    out = {f"{c.__name__}.{f}" for c in classes for f in c.model_fields}
+    out |= {f"mapper.{p}.{o}" for p in policies() for o in module_options(p)}
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def cases() -> tuple:
+    """(leaf, base) per field: the base FIELD_BASE names, else the first one reaching it."""
+    chosen, covered = {}, set()
+    for base, (kind, exp, sets, dram) in BASES.items():
+        ex, _ = load(kind, exp, list(sets))
+        for item in tree_leaves(ex.tree):
+            if not isinstance(item, Leaf):
+                covered.add(f"{item[1]}.{item[2]}")
+                continue
+            n = item.name
+            family_ok = (BASES[base][0] == "dram") == (item.schema in DRAM_SCHEMAS)
+            if n in COSMETIC or not family_ok and FIELD_BASE.get(n) != base:
+                covered.add(n)
+                continue
+            want = FIELD_BASE.get(n)
+            if (want is None and n not in chosen) or want == base:
+                chosen.setdefault(n, (item, base))
+            covered.add(n)
+    return tuple(sorted(chosen.values(), key=lambda c: c[0].name)), frozenset(covered)
+
+
+@functools.lru_cache(maxsize=None)
+def base_doc(base: str, extra: tuple):
+    kind, exp, sets, dram = BASES[base]
+    return run_doc(kind, exp, list(sets) + list(extra), dram)
+
+
+def change(leaf: Leaf) -> Alt:
+    return ALTERNATIVE.get(leaf.name) or Alt(alternative(leaf))
+
+
+def _relative(path: tuple, rel: str) -> tuple:
+    """Path of a coupled field: ``rel`` relative to the leaf's parent; each leading '.' goes one up."""
+    up = len(rel) - len(rel.lstrip("."))
+    return path[:len(path) - 1 - up] + tuple(rel.lstrip(".").split("."))
+
+
+def test_every_field_is_walked():
+    """Every field of every schema is reached by some base (else: add a base or FIELD_BASE entry)."""
+    _, covered = cases()
+    missing = sorted(universe() - covered)
+    assert not missing, f"fields no base experiment reaches: {missing}"
+
+
+def test_bases_run():
+    for base in BASES:
+        docs = base_doc(base, ())
+        runs = docs if isinstance(docs, list) else [docs]
+        assert runs and all(d.get("status", "ok") == "ok" for d in runs), (base, [d.get("error") for d in runs])
+
+
+@pytest.mark.parametrize("leaf,base", cases()[0], ids=lambda x: x.name if isinstance(x, Leaf) else x)
+def test_field_changes_result(leaf, base):
+    kind, exp, sets, dram = BASES[base]
+    try:
+        alt = change(leaf)
+    except NoAlternative as e:
+        pytest.fail(f"{leaf.name}: {e}; give one in ALTERNATIVE (or list it in COSMETIC if it only names something)")
+    before = base_doc(base, alt.extra)
+    arg = set_arg(leaf.path, alt.value)
+    coupled = [set_arg(_relative(leaf.path, rel), v) for rel, v in alt.also]
+    try:
+        after = run_doc(kind, exp, list(sets) + list(alt.extra) + [arg] + coupled, dram)
+    except ConfigError as e:  # a refusal counts when it names the field
+        assert leaf.field in (e.key or "").split(".") or leaf.field in e.message, \
+            f"--set {arg} refused for another reason: {e}"
+        return
+    assert after != before, f"--set {arg} (was {leaf.value!r}) leaves the {base} result unchanged"
