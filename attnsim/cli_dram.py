@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import time
 
@@ -96,6 +97,13 @@ def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = 
     Errors name the file and ``line N``: malformed lines, addresses beyond ``capacity_bytes``, arrival cycles
     outside [0, max_arrival] or decreasing (refused, not sorted: a decreasing trace is usually two traces
     concatenated), more than MAX_REQUESTS requests, non-UTF-8 bytes (byte offset)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0  # read_text_file names the problem
+    if size > 64 * MAX_REQUESTS:
+        raise ConfigError(f"trace of {size} B: more than the {64 * MAX_REQUESTS} B of a {MAX_REQUESTS}-request trace "
+                          "(the limit)", file=path)
     text = read_text_file(path, file=path)
     lines = text.splitlines()
     if len(lines) > 4 * MAX_REQUESTS:

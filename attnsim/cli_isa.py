@@ -28,6 +28,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def run_asm(args) -> int:
     isa = get_isa(args.isa)
     if args.list:
+        if args.file or args.output:
+            raise ConfigError("has no effect with --list (it only prints the opcode table)",
+                              key="FILE" if args.file else "-o")
         print(describe(isa))
         return 0
     if not args.file:

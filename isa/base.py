@@ -510,6 +510,12 @@ def disassemble(prog: Program) -> str:
 
 def assemble_file(isa: ISA, path: str | Path) -> Program:
     """Assemble a UTF-8 text file (non-UTF-8 bytes: one error with the byte offset; no instructions: refused)."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        size = 0  # read_text_file names the problem
+    if size > 64 * MAX_INSTRUCTIONS:
+        raise ConfigError(f"{size} B: more than the {64 * MAX_INSTRUCTIONS} B limit of a source", file=str(path))
     prog = assemble(isa, read_text_file(path, file=str(path)), file=str(path))
     if not len(prog):
         raise ConfigError("no instructions (only blank lines, comments or labels)", file=str(path))

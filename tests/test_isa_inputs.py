@@ -61,3 +61,22 @@ def test_bad_disasm_input(capsys, tmp_path, name, data, want):
 def test_directory_inputs(capsys, tmp_path):
     for cmd in ("asm", "disasm"):
         _one_error(capsys, (cmd, "--isa", "attacc", str(tmp_path)), [str(tmp_path), "directory"])
+
+
+def test_list_with_a_file_is_refused(capsys, tmp_path):
+    _one_error(capsys, ("asm", "--isa", "attacc", "--list", str(tmp_path / "p.s")), ["FILE", "no effect with --list"])
+    assert main(["asm", "--isa", "attacc", "--list"]) == 0
+    assert "ACTAB" in capsys.readouterr().out
+
+
+def test_oversized_inputs_refused_before_reading(capsys, tmp_path):
+    """Sizes are counted before anything is read: a 2 GiB (sparse) source and a 3 GiB trace."""
+    src = tmp_path / "big.s"
+    with open(src, "wb") as f:
+        f.truncate(2 << 30)
+    _one_error(capsys, ("asm", "--isa", "attacc", str(src), "-o", str(tmp_path / "b.bin")), [str(src), "limit"])
+    tr = tmp_path / "big.trace"
+    with open(tr, "wb") as f:
+        f.truncate(3 << 30)
+    _one_error(capsys, ("dram", "--device", "hbm3_6400", "--trace", str(tr)), [str(tr), "limit"])
+    assert not (tmp_path / "b.bin").exists()
