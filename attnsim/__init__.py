@@ -7,7 +7,7 @@ try:
     from attnsim import _version as _v
     __version__: str = _v.version
     BUILD_COMMIT: str = getattr(_v, "commit_id", None) or ""
-except ImportError:  # a source tree that was never built/installed with setuptools-scm
+except Exception:  # noqa: BLE001 - never built/installed with setuptools-scm (or the file is being rewritten)
     try:
         from importlib.metadata import version as _dist_version
         __version__ = _dist_version("attnsim")
