@@ -670,7 +670,7 @@ class StoreWriter:
         have, mine = attrs.get("attnsim_version"), self.meta["attnsim_version"]
         if have != mine:
             if not allow_version_mismatch:
-                raise ConfigError(f"expected a store written by this attnsim ({mine}), got one written by {have}: "
+                raise ConfigError(f"expected a store written by this attnsim ({mine}), got one written by {have or 'an unknown version'}: "
                                   "resuming would mix two code versions; choose another --out or pass "
                                   "--allow-version-mismatch", file=self.path)
             others = set(json.loads(attrs.get("other_versions", "[]") or "[]"))
