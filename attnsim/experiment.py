@@ -192,12 +192,24 @@ def _dir_of(shown: str) -> Optional[Path]:
 
 
 def _check_system_refs(sspec: SystemSpec, tree: ConfigTree, file: str) -> None:
-    """Every hardware a system names must be in the tree (a --set cannot load a new file)."""
+    """Every hardware a system names must be in the tree (a --set cannot load a new file) and of a
+    kind its place takes: a device pool a device (not a link or a DRAM preset), a link a link."""
     for section, entries in (("devices", sspec.devices), ("links", sspec.links)):
         for role, ent in entries.items():
-            if ref_name(ent.hardware) not in tree.hardware:
+            key = f"{section}.{role}.hardware"
+            hw = tree.hardware.get(ref_name(ent.hardware))
+            if hw is None:
                 raise ConfigError(f"expected hardware loaded with the experiment ({', '.join(sorted(tree.hardware))}), "
-                                  f"got {ent.hardware!r}", file=file, key=f"{section}.{role}.hardware")
+                                  f"got {ent.hardware!r}", file=file, key=key)
+            kind = hw.get("kind") if isinstance(hw, dict) else None
+            if not isinstance(kind, str):
+                continue  # the hardware file's own validation names it
+            if section == "links" and kind != "link":
+                raise ConfigError(f"expected a hardware config of kind link, got {ent.hardware!r} of kind {kind!r}",
+                                  file=file, key=key)
+            if section == "devices" and kind in ("link", "dram"):
+                raise ConfigError(f"expected a device (kind {', '.join(k for k in registry.kinds() if k not in ('link', 'dram'))}), "
+                                  f"got {ent.hardware!r} of kind {kind!r}", file=file, key=key)
 
 
 def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: ConfigTree, file: str) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from attnsim.config import ConfigError, Schema
 from attnsim.hwmodels import registry
@@ -66,16 +66,24 @@ class SystemSpec(Schema):
     mapper: MapperSpec = MapperSpec()
     source: str = ""
 
-    @model_validator(mode="after")
-    def _roles(self):
-        if not self.devices:
-            raise ValueError("a system needs at least one device pool")
-        for lname, link in self.links.items():
+    # field validators (not one model validator) so that errors carry the key path
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: dict):
+        if not v:
+            raise ValueError("expected at least one device pool")
+        return v
+
+    @field_validator("links")
+    @classmethod
+    def _roles(cls, v: dict, info: ValidationInfo):
+        devices = info.data.get("devices") or {}
+        for lname, link in v.items():
             for role in link.connects:
-                if role not in self.devices:
+                if devices and role not in devices:
                     raise ValueError(f"link '{lname}' connects unknown device role '{role}' "
-                                     f"(roles: {', '.join(self.devices)})")
-        return self
+                                     f"(roles: {', '.join(devices)})")
+        return v
 
 
 @dataclass

@@ -168,11 +168,25 @@ def model_totals(trace, added: np.ndarray | None = None) -> dict[str, float]:
 
 
 def check_options(options: dict, allowed: dict, policy: str) -> dict:
+    """``options`` with defaults filled in; unknown names and values not of the default's type (bool,
+    integer, number) raise ConfigError naming ``mapper.options[.<name>]``."""
+    from attnsim.config import check_float, check_int
     bad = sorted(set(options) - set(allowed))
     if bad:
         raise ConfigError(f"unknown option(s) {', '.join(bad)} for policy {policy} (known: {', '.join(allowed) or 'none'})",
                           key="mapper.options")
-    return {**allowed, **options}
+    out = dict(allowed)
+    for name, v in options.items():
+        d, key = allowed[name], f"mapper.options.{name}"
+        if isinstance(d, bool):
+            if not isinstance(v, bool):
+                raise ConfigError(f"expected true or false, got {v!r}", key=key)
+        elif isinstance(d, int):
+            v = check_int(v, key=key, lo=0)
+        elif isinstance(d, float):
+            v = check_float(v, key=key)
+        out[name] = v
+    return out
 
 
 def pim_pair(system, policy: str):

@@ -334,3 +334,58 @@ def test_sweep_points_that_did_not_run_have_every_metric_key(tmp_path):
         ("tiny", 1): "ok", ("llama2-70b", 1): "does_not_fit", ("tiny", 10 ** 9): "invalid", ("llama2-70b", 10 ** 9): "invalid"}
     for d in docs.values():
         assert set(d["metrics"]) == set(METRIC_KEYS)
+
+
+# ---------------------------------------------------------------- system structure and references
+
+@pytest.mark.parametrize("over,words", [
+    ({"devices": {}}, ("mine.yaml: devices: expected at least one device pool",)),
+    ({"links": {"nv": {"hardware": "nvlink4", "connects": ["gpu", "pim"]}}},
+     ("mine.yaml: links: link 'nv' connects unknown device role 'pim'",)),
+    ({"devices": {"gpu": {"hardware": "nvlink4", "count": 1}}},
+     ("mine.yaml: devices.gpu.hardware: expected a device (kind gpu, memory, npu, pim), got 'nvlink4' of kind 'link'",)),
+    ({"links": {"nv": {"hardware": "h100_sxm", "connects": ["gpu", "gpu"]}}},
+     ("mine.yaml: links.nv.hardware: expected a hardware config of kind link, got 'h100_sxm' of kind 'gpu'",)),
+    ({"mapper": {"policy": "gpu_only", "options": {}}, "devices": {"gpu": {"hardware": "hbm3_6400", "count": 1}}},
+     ("devices.gpu.hardware:", "of kind 'dram'")),
+])
+def test_system_structure_errors_name_the_key(tmp_path, capsys, over, words):
+    exp = _experiment(tmp_path, systems=[str(_system(tmp_path, **over))])
+    _refused(capsys, tmp_path, [exp], *words)
+
+
+@pytest.mark.parametrize("option,value,words", [
+    ("pipeline", "often", "mapper.options.pipeline: expected true or false, got 'often'"),
+    ("subbatches", 2.5, "mapper.options.subbatches: expected an integer"),
+    ("fc_on_pim_max_batch", -1, "mapper.options.fc_on_pim_max_batch: expected an integer in [0, "),
+])
+def test_option_values_have_the_default_type(option, value, words):
+    with pytest.raises(ConfigError) as ei:
+        validate_options("attacc", {option: value}, file="sys.yaml")
+    assert str(ei.value).startswith("sys.yaml: " + words)
+    with pytest.raises(ConfigError, match="mapper.options.topk_fraction: expected a finite number, got inf"):
+        validate_options("offload", {"topk_fraction": float("inf")}, file="sys.yaml")
+    assert validate_options("offload", {"topk_fraction": 1})["topk_fraction"] == 1.0
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("scheduler.swap_link", "no_such_link", "serving.scheduler.swap_link: unknown hardware config 'no_such_link'"),
+    ("scheduler.swap_link", "h100_sxm", "serving.scheduler.swap_link: expected a hardware config of kind link"),
+    ("kv.locality_dram", "no_such_dram", "serving.kv.locality_dram: unknown hardware config 'no_such_dram'"),
+    ("kv.locality_dram", "nvlink4", "serving.kv.locality_dram: expected a hardware config of kind dram"),
+])
+def test_serving_references_are_checked_even_when_unused(tmp_path, capsys, key, value, words):
+    sec, k = key.split(".")
+    exp = _experiment(tmp_path, serving={"trace": {"num_requests": 2}, sec: {k: value}})
+    rc = main(["serve", str(exp), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"exp.yaml: {words}" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field,value", [("architectures", [{"a": 1}]), ("torch_dtype", ["float16"])])
+def test_hf_odd_json_values_are_config_errors(tmp_path, field, value):
+    cfg = json.loads((HF_DIR / "Llama-2-7b-hf.json").read_text())
+    cfg[field] = value
+    p = _write(tmp_path / "m.json", json.dumps(cfg))
+    with pytest.raises(ConfigError, match=rf"m.json: {field}: "):
+        model_from_hf_config(p)

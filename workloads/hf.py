@@ -54,7 +54,7 @@ def _name(path: Path, cfg: dict) -> str:
 
 def _dtype(cfg: dict, file: str) -> str:
     raw = cfg.get("torch_dtype") or "float16"
-    if raw not in _DTYPES:
+    if not isinstance(raw, str) or raw not in _DTYPES:
         raise ConfigError(f"expected one of {sorted(_DTYPES)}, got {raw!r}", file=file, key="torch_dtype")
     return _DTYPES[raw]
 
@@ -77,7 +77,7 @@ def _llama_like(arch: str, cfg: dict, file: str) -> dict:
         d["qkv_bias"] = True  # HF modeling_qwen2: q/k/v projections always carry a bias
         if cfg.get("use_sliding_window"):
             mwl = cfg.get("max_window_layers", d["num_layers"])
-            if mwl < d["num_layers"]:
+            if isinstance(mwl, int) and isinstance(d["num_layers"], int) and mwl < d["num_layers"]:
                 raise ConfigError("use_sliding_window with max_window_layers < num_hidden_layers (mixed layers) is not supported",
                                   file=file, key="use_sliding_window")
     elif arch in ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"):
@@ -179,7 +179,7 @@ def model_from_hf_config(path: str | os.PathLike) -> ModelSpec:
     if not isinstance(archs, list) or not archs:
         raise ConfigError(f"missing required field (supported: {', '.join(ARCHITECTURES)})", file=file, key="architectures")
     arch = archs[0]
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigError(f"unknown architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})", file=file, key="architectures")
     family, required = ARCHITECTURES[arch]
     missing = [f for f in required if cfg.get(f) is None]

@@ -52,11 +52,16 @@ def serving_spec(tree) -> ServingSpec:
 
 
 def serving_hardware_refs(serving: ServingSpec) -> list[tuple[str, str]]:
-    """(hardware reference, key) of every link the serving section names."""
+    """(hardware reference, key) of every link (and DRAM preset) the serving section names; the swap
+    link is checked even when preemption is recompute (a wrong name is never silently unused)."""
     links = [(d.link, f"serving.disaggregation.{i}.link") for i, d in enumerate(serving.disaggregation)]
-    if serving.scheduler.preemption == "swap":
-        links.append((serving.scheduler.swap_link, "serving.scheduler.swap_link"))
+    links.append((serving.scheduler.swap_link, "serving.scheduler.swap_link"))
+    if serving.kv.locality_dram:
+        links.append((serving.kv.locality_dram, "serving.kv.locality_dram"))
     return links
+
+
+_REF_KINDS = {"serving.scheduler.swap_link": "link", "serving.kv.locality_dram": "dram"}
 
 
 def load_serving_hardware(tree, base: Optional[Path]) -> None:
@@ -88,6 +93,11 @@ def experiment_from_tree(tree, src=None):
         if kind != "link":
             raise ConfigError(f"expected a hardware config of kind link, got kind {kind!r}", file=exp_file,
                               key=f"serving.disaggregation.{i}.link")
+    for ref, key in serving_hardware_refs(serving):
+        want, hw = _REF_KINDS.get(key), tree.hardware.get(Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref)
+        if want and isinstance(hw, dict) and hw.get("kind") != want:
+            raise ConfigError(f"expected a hardware config of kind {want}, got {ref!r} of kind {hw.get('kind')!r}",
+                              file=exp_file, key=key)
     return exp, serving
 
 
