@@ -161,7 +161,9 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
             r = k // NB
             due = K.due_of(r, T, RS)
             if bt >= due:
-                ng, ne = gap_refresh(r, arr[q[0]], T, BS, RS, ST, ch, E, ne)  # q[0]: the oldest queued request
+                ng = 0
+                if bt - due >= K.ref_period(T):  # at least two refreshes due: an idle gap
+                    ng, ne = gap_refresh(r, arr[q[0]], T, BS, RS, ST, ch, E, ne)  # q[0]: the oldest queued request
                 if ng > 0:  # idle rank: its refreshes in closed form (banks closed: no queued hits)
                     continue
                 if T[K.T_REFMODE] == 2:

@@ -352,7 +352,10 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             r = BS[k, K.B_R]
             due = K.due_of(r, T, RS)
             if bt >= due:
-                ng, ne = gap_refresh(r, oldest_arrival(kbase, kbase + nbc, bhead, sreq, arr), T, BS, RS, ST, ch, E, ne)
+                ng = 0
+                if bt - due >= K.ref_period(T):  # at least two refreshes due: an idle gap
+                    ng, ne = gap_refresh(r, oldest_arrival(kbase, kbase + nbc, bhead, sreq, arr), T, BS, RS, ST, ch,
+                                         E, ne)
                 if ng > 0:  # idle rank: its refreshes in closed form; every bank of the rank changed
                     for kk in range(r * NB, (r + 1) * NB):
                         nwh += _bank(kk, kk - kbase, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS,

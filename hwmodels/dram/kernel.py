@@ -148,6 +148,14 @@ def auto_refresh(r, T, BS, RS, CS, ST, ch):
 
 
 @hot
+def ref_period(T):
+    """Cycles between two refreshes of a rank (0: refresh off)."""
+    if T[T_REFMODE] == 0:
+        return 1 << 62
+    return T[T_REFIPB] if T[T_REFMODE] == 2 else T[T_REFI]
+
+
+@hot
 def refresh_gap(r, t, T, BS, RS, ST, ch):
     """Every refresh of rank ``r`` due at or before cycle ``t`` in closed form, when the rank is idle over them.
 
