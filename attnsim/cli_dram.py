@@ -20,18 +20,20 @@ JSON_KEYS = ("cycles", "clock_domain", "tck_s", "time_s", "bytes", "bandwidth_gb
 def register(subparsers) -> None:
     p = subparsers.add_parser("dram", help="time a request stream on a DRAM device (bank-level engine)",
                               description="Run a DRAM preset (name) or spec (YAML) on a synthetic pattern or a "
-                                          "trace (one request a line: <hex address> <R|W> [<arrival cycle>]; arrival cycles "
-                                          "non-decreasing, in [0, 2**53]; idle gaps cost no simulation time).")
+                                          "trace (one request a line: <hex address> <R|W> [<arrival cycle>]; "
+                                          "arrival cycles non-decreasing, in [0, 2**53]; idle gaps cost no "
+                                          "simulation time).")
     p.add_argument("--device", required=True, help="preset name (e.g. hbm3_6400) or path to a kind: dram YAML")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pattern", choices=("sequential", "random", "strided"), default="sequential")
     src.add_argument("--trace", help="request trace file")
-    p.add_argument("--requests", type=int, help=f"number of requests of the pattern (default {PATTERN_DEFAULTS['requests']}, "
-                                                 f"at most {MAX_REQUESTS})")
+    p.add_argument("--requests", type=int, help=f"number of requests of the pattern (default "
+                                                 f"{PATTERN_DEFAULTS['requests']}, at most {MAX_REQUESTS})")
     p.add_argument("--stride", type=int, help="bytes between requests (strided pattern; default 4096)")
     p.add_argument("--channels", type=int, help="override the number of channels")
     p.add_argument("--banks", type=int, help="override banks per rank (bank groups x banks per group)")
-    p.add_argument("--write-fraction", type=float, help="probability that a request of the pattern is a write (default 0)")
+    p.add_argument("--write-fraction", type=float,
+                   help="probability that a request of the pattern is a write (default 0)")
     p.add_argument("--no-refresh", action="store_true", help="disable refresh")
     p.add_argument("--refresh", choices=("ab", "pb"), help="all-bank (default of the preset) or per-bank refresh")
     p.add_argument("--seed", type=int, help="random pattern / write choice seed (default 0)")

@@ -529,7 +529,8 @@ def decode_file(isa: ISA, path: str | Path) -> Program:
         if path.is_dir():
             raise IsADirectoryError
         if size > MAX_INSTRUCTIONS * isa.word_bytes:
-            raise ConfigError(f"{size} B holds more than {MAX_INSTRUCTIONS} {isa.name} words (the limit)", file=str(path))
+            raise ConfigError(f"{size} B holds more than {MAX_INSTRUCTIONS} {isa.name} words (the limit)",
+                              file=str(path))
         data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError("file not found", file=str(path)) from None
