@@ -206,3 +206,14 @@ def test_legal_range_edges_still_run(capsys, tmp_path):
     assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--banks", "1024", "--queue", "65536",
                  "--requests", "2000", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["requests"] == 2000
+
+
+def test_idd_currents_that_give_negative_energy_are_refused(capsys, tmp_path):
+    """DRAMsim3's formulas subtract currents: IDD5AB below IDD3N would make every refresh return energy."""
+    import yaml
+    from attnsim.config import find_config
+    d = yaml.safe_load(find_config("hardware", "hbm2_2000").read_text())
+    d["energy"]["idd"]["idd5ab_ma"] = 1
+    p = tmp_path / "d.yaml"
+    p.write_text(yaml.safe_dump(d))
+    _bad(capsys, ("dram", "--device", str(p), "--requests", "64"), [str(p), "energy.idd", "non-negative ref_pj"])

@@ -193,6 +193,11 @@ class DRAMSpec(Schema):
             parse_mapping(self.default_mapping, o)
         except ValueError as exc:
             raise ValueError(f"default_mapping: {exc}") from None
+        ep = energy_params(self)  # values derived from IDD currents can come out negative: refuse them
+        for k in ("act_pj", "rd_pj_per_bit", "wr_pj_per_bit", "ref_pj", "refpb_pj", "background_w"):
+            v = getattr(ep, k)
+            need(v >= 0, "energy.idd" if getattr(self.energy, k, None) is None else f"energy.{k}",
+                 f"currents giving a non-negative {k} (IDD formulas of DRAMsim3)", f"{k} = {v:.4g}")
         return self
 
     # ---- derived
