@@ -7,11 +7,15 @@ returns its ``--json`` runs with the keys that only echo the configuration remov
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import json
 import math
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import numpy as np
@@ -222,14 +226,57 @@ def _clean(docs: list[dict]) -> list[dict]:
     return out
 
 
+@contextlib.contextmanager
+def cached_yaml():
+    """Within: ``load_yaml`` of an unchanged file returns a copy of its first parse (the walk
+    reloads the same few configs hundreds of times; YAML parsing would dominate)."""
+    import attnsim.config as cfg
+    import attnsim.experiment as ex
+    import attnsim.hwmodels.dram.spec as ds
+    import attnsim.serve.run as sr
+    original = cfg.load_yaml
+    memo: dict = {}
+
+    def load_yaml(path):
+        p = Path(path)
+        key = (str(p.resolve()), p.stat().st_mtime_ns) if p.is_file() else None
+        if key is None:
+            return original(path)
+        if key not in memo:
+            memo[key] = original(path)
+        return copy.deepcopy(memo[key])
+    mods = [m for m in (cfg, ex, ds, sr) if getattr(m, "load_yaml", None) is original]
+    for m in mods:
+        m.load_yaml = load_yaml
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.load_yaml = original
+
+
+def _is_experiment_set(item: str) -> bool:
+    return item.split("=", 1)[0].split(".")[0] == "experiment"
+
+
+@functools.lru_cache(maxsize=256)
+def _tree(experiment: str, exp_sets: tuple):
+    from attnsim.experiment import load_tree
+    return load_tree(experiment, list(exp_sets))
+
+
 def load(kind: str, experiment: str, sets: list[str]):
     """Load (and validate) a base: ``run`` / ``serve`` experiments; ``dram`` = an experiment whose
-    first DRAM spec is run on a request stream."""
+    first DRAM spec is run on a request stream. Same as ``load_experiment`` (the tree read for the
+    ``experiment.*`` overrides is cached: YAML parsing dominates a small run)."""
     if kind == "serve":
         from attnsim.serve.run import load_serving_experiment
         return load_serving_experiment(experiment, sets)
-    from attnsim.experiment import load_experiment
-    return load_experiment(experiment, sets), None
+    from attnsim.experiment import validate_tree
+    tree, src = _tree(experiment, tuple(s for s in sets if _is_experiment_set(s)))
+    tree = tree.copy()
+    tree.apply_sets([s for s in sets if not _is_experiment_set(s)])
+    return validate_tree(tree, src), None
 
 
 DRAM_REQUESTS = 3000

@@ -24,7 +24,7 @@ from attnsim.serve.spec import ServingSpec
 from attnsim.workloads.model import ModelSpec
 from attnsim.workloads.scenario import Scenario
 
-from noop_walk import Alt, Leaf, NoAlternative, alternative, load, module_options, reachable, run_doc, set_arg, walk
+from noop_walk import Alt, Leaf, NoAlternative, alternative, cached_yaml, load, module_options, reachable, run_doc, set_arg, walk
 
 # Fields that name or describe things and may not change a result. Nothing else.
 COSMETIC = {
@@ -82,7 +82,8 @@ BASES = {
         "experiment.models=[llama2-7b]", "experiment.scenarios={chat: {prompt_len: 64, output_len: 16}}",
         "experiment.serving.trace.num_requests=8", "experiment.serving.trace.rate_per_s=2000",
         "experiment.serving.trace.prompt={dist: lognormal, mean: 64, std: 32, high: 160}",
-        "experiment.serving.trace.output={dist: uniform, low: 4, high: 24}"] + SMALL, None),
+        "experiment.serving.trace.output={dist: uniform, low: 4, high: 24}",
+        "experiment.serving.kv.locality_dram=null"] + SMALL, None),
     "serve_prefix": ("serve", "serve_prefix", [
         "experiment.models=[llama2-7b]", "experiment.scenarios={chat: {prompt_len: 64, output_len: 16}}",
         "experiment.serving.trace.num_requests=8", "experiment.serving.trace.rate_per_s=50",
@@ -232,7 +233,7 @@ ALTERNATIVE = {
                                                       SV + ".trace.prompt={dist: fixed, mean: 40}")),
     "SchedulerSpec.preemption": Alt("swap", extra=PRESSURE),
     "SchedulerSpec.swap_link": Alt("pcie4_x16", extra=PRESSURE + (SV + ".scheduler.preemption=swap",)),
-    "KVSpec.locality_dram": Alt("hbm3e_9600"),
+    "KVSpec.locality_dram": Alt("hbm3_6400"),
     "KVSpec.reserve_tokens": Alt(200, extra=(SV + ".kv.layout=contiguous",)),
     "KVPolicySpec.sink_tokens": Alt(8, extra=(POLICY + "=streaming", SV + ".kv.policy.window_tokens=16")),
     "KVPolicySpec.window_tokens": Alt(8, extra=(POLICY + "=streaming",)),
@@ -330,6 +331,12 @@ def _relative(path: tuple, rel: str) -> tuple:
     """Path of a coupled field: ``rel`` relative to the leaf's parent; each leading '.' goes one up."""
     up = len(rel) - len(rel.lstrip("."))
     return path[:len(path) - 1 - up] + tuple(rel.lstrip(".").split("."))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _yaml_memo():
+    with cached_yaml():
+        yield
 
 
 def test_every_field_is_walked():
