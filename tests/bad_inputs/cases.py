@@ -751,6 +751,9 @@ case("output", "sbatch-is-dir", ("sweep", "sweep.yaml", "--emit-sbatch", "odir")
 # Cases that fail today (see /tmp/bad_inputs_status.md / the helper report for the cause of each); they are
 # left out of tests/test_bad_inputs.py until fixed. `python bench/fuzz.py --cases` still runs them.
 PENDING = frozenset({
+    "hf-config-rope-scaling-type-unknown",
+    "serving-slo-vs-load-empty",
+    "serving-slo-vs-load-inf",
     "request-trace-jsonl-bool-value",
     "serving-locality-dram-unknown",
     "serving-swap-link-unknown",
@@ -804,4 +807,16 @@ dtrace("address-decimal-word", "0x40 R\nforty R\n", ("2",))
 disasm_case("fimdram-unknown-opcode", b"\xff\xff\xff\xff", ("word 0",), isa="fimdram")
 disasm_case("aim-truncated", b"\x00" * 5, (), isa="aim")
 disasm_case("cxl-pnm-garbage", b"\xff" * 16, ("word 0",), isa="cxl_pnm")
+
+# ---------------------------------------------------------------- more: rope scaling, plot selections, serve rates
+
+hf_case("rope-scaling-type-unknown", mut(HF, ("rope_scaling", {"type": "warp", "factor": 4.0})), ("rope_scaling",))
+hf_case("rope-scaling-factor-negative", mut(HF, ("rope_scaling", {"type": "linear", "factor": -2.0})), ("rope_scaling",))
+hf_case("rope-scaling-list", mut(HF, ("rope_scaling", [1, 2])), ("rope_scaling",))
+case("store", "plot-where-type-mismatch", STORE_READERS["plot"] + ("--where", "batch_size=abc"), {"s.h5": Store("sweep")},
+     ("batch_size",))
+case("store", "plot-heatmap-missing-z", ("plot", "s.h5", "--recipe", "heatmap", "--x", "scenario.batch_size", "--y",
+                                         "model", "-o", "f.pdf"), {"s.h5": Store("sweep")}, ("--z",))
+case("serving", "slo-vs-load-empty", SERVE_ARGV + ("--slo-vs-load", ""), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
+case("serving", "slo-vs-load-inf", SERVE_ARGV + ("--slo-vs-load", "1,inf"), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"

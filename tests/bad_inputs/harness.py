@@ -163,7 +163,7 @@ def corrupt(text_strategy):
     """Strategy: the bytes of a text, sometimes with bytes inserted, replaced or cut off."""
     def apply(args):
         text, how, pos, junk = args
-        data = text.encode() if isinstance(text, str) else text
+        data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
         pos = pos % (len(data) + 1)
         if how == "insert":
             return data[:pos] + junk + data[pos:]
@@ -210,7 +210,7 @@ def feed_config(example) -> None:
     texts, which, junk = example
     names = ["exp", "sys", "hw", "model"]
     for name, text in zip(names, texts):
-        data = text.encode()
+        data = text.encode("utf-8", "surrogatepass")
         if name == which and junk:
             data = data[: len(data) // 2] + junk + data[len(data) // 2:]
         _write(f"{name}.yaml", data)
@@ -282,7 +282,7 @@ def feed_requests(example) -> None:
     """CSV / JSONL request trace -> attnsim.serve.requests.read_trace_file."""
     from attnsim.serve.requests import read_trace_file
     suffix, data = example
-    read_trace_file(_write(f"req.{suffix}", data))
+    read_trace_file(_write("req.jsonl" if suffix == "jsonl" else "req.csv", data))
 
 
 def _dram_trace_strategy():
