@@ -217,3 +217,23 @@ def test_idd_currents_that_give_negative_energy_are_refused(capsys, tmp_path):
     p = tmp_path / "d.yaml"
     p.write_text(yaml.safe_dump(d))
     _bad(capsys, ("dram", "--device", str(p), "--requests", "64"), [str(p), "energy.idd", "non-negative ref_pj"])
+
+
+@pytest.mark.parametrize("mode", ["ab", "pb"])
+def test_bank_state_after_a_gap_equals_the_walk(mode):
+    """After a gap of 2e5 cycles (~500 refresh windows) every bank, rank and channel state array (open rows, next
+    ACT cycles, refresh dues, per-bank refresh pointer) is the walk's, not only the totals."""
+    from attnsim.hwmodels.dram import kernel as K
+    from attnsim.hwmodels.dram.engine import scratch_for, timing_vector
+    spec = ENGINE_SPECS["ddr5_4800"]
+    c = random_stream(np.random.default_rng(7), spec, 30, channels=2, max_gap=200_000)
+    states = []
+    for skip in (True, False):
+        T = timing_vector(spec, mode, idle_skip=skip)
+        S = K.new_state(spec.org.channels, T)
+        K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],
+                     c["cycles"], c["arrival"], T, *S, scratch_for(spec))
+        states.append(S)
+    for a, b in zip(*states):
+        assert np.array_equal(a, b)
+    assert states[0][-1][:, K.S_REF if mode == "ab" else K.S_REFPB].sum() > 100
