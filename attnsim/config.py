@@ -38,7 +38,8 @@ CONFIG_KINDS = ("hardware", "models", "systems", "experiments", "sweeps")
 class ConfigError(ValueError):
     """A config, CLI argument or input file is invalid.
 
-    ``str(err)`` is ``"<file>: <key.path>: <message>"`` (parts omitted when unknown).
+    ``str(err)`` is ``"<file>: <key.path>: <message>"`` (parts omitted when unknown), always one
+    line: control characters coming from the input (a key or value holding a newline) are escaped.
     """
 
     def __init__(self, message: str, file: str | os.PathLike | None = None, key: str | None = None):
@@ -46,7 +47,12 @@ class ConfigError(ValueError):
         self.key = key
         self.message = message
         parts = [p for p in (self.file, key) if p]
-        super().__init__(": ".join(parts + [message]))
+        super().__init__(_one_line(": ".join(parts + [str(message)])))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters (newlines, tabs, escapes) written as backslash escapes."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 # ---------------------------------------------------------------- numbers
@@ -277,6 +283,8 @@ def read_text_file(path: str | os.PathLike, file: str | None = None) -> str:
     """
     path = Path(path)
     name = file if file is not None else display_path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():  # a device or FIFO (/dev/zero never ends)
+        raise ConfigError("expected a regular file, got a device, pipe or socket", file=name)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

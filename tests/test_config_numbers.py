@@ -368,3 +368,19 @@ def test_trace_with_non_finite_times_is_refused_before_writing(tmp_path):
     assert not (tmp_path / "sub").exists()
     write_trace(out, [{"ph": "X", "name": "x", "ts": 0.0, "dur": 1.0}])
     assert _strict_loads(out.read_text())["traceEvents"][0]["dur"] == 1.0
+
+
+def test_config_errors_are_one_line_even_for_keys_with_newlines(tmp_path):
+    from attnsim.config import ConfigError, validate
+    from attnsim.experiment import GenerationSpec
+    with pytest.raises(ConfigError) as exc:
+        validate(GenerationSpec, {"mode": "exact", "bad\nkey\r\x1b": 1}, file="g.yaml")
+    text = str(exc.value)
+    assert "\n" not in text and "\r" not in text and "\x1b" not in text
+    assert "bad\\nkey" in text and text.startswith("g.yaml: ")
+
+
+def test_text_reader_refuses_devices():
+    from attnsim.config import ConfigError, read_text_file
+    with pytest.raises(ConfigError, match="regular file"):
+        read_text_file("/dev/zero")
