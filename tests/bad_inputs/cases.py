@@ -86,9 +86,10 @@ EXP_MODEL = mut(EXP, ("models", ["model.yaml"]))
 SYS_HW = mut(SYS, ("devices.gpu.hardware", "hw.yaml"))
 SYS_LINK = mut(SYS, ("links.nvlink.hardware", "link.yaml"))
 EXP_HF = mut(EXP, ("models", ["hf/config.json"]))
-SERVE = mut(EXP, ("serving", {"trace": {"num_requests": 4, "rate_per_s": 2, "seed": 1}}))
-SERVE_FILE = mut(EXP, ("serving", {"trace": {"file": "req.csv"}}))
-SERVE_JSONL = mut(EXP, ("serving", {"trace": {"file": "req.jsonl"}}))
+EXP_SERVE = mut(EXP, ("scenarios.chat.batch_size", DELETE))  # attnsim serve refuses static-batch settings
+SERVE = mut(EXP_SERVE, ("serving", {"trace": {"num_requests": 4, "rate_per_s": 2, "seed": 1}}))
+SERVE_FILE = mut(EXP_SERVE, ("serving", {"trace": {"file": "req.csv"}}))
+SERVE_JSONL = mut(EXP_SERVE, ("serving", {"trace": {"file": "req.jsonl"}}))
 REQ_OK = "arrival_s,prompt_tokens,output_tokens\n0.0,128,4\n0.5,64,4\n"
 SWEEP = {"name": "sw", "base": "exp.yaml", "parameters": [{"grid": {"scenario.batch_size": [1, 2]}}]}
 DRAM = yaml.safe_load(builtin("hardware", "hbm3_6400"))
@@ -812,4 +813,7 @@ case("store", "plot-heatmap-missing-z", ("plot", "s.h5", "--recipe", "heatmap", 
                                          "model", "-o", "f.pdf"), {"s.h5": Store("sweep")}, ("--z",))
 case("serving", "slo-vs-load-empty", SERVE_ARGV + ("--slo-vs-load", ""), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
 case("serving", "slo-vs-load-inf", SERVE_ARGV + ("--slo-vs-load", "1,inf"), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
+exp_case("run-with-serving-section", SERVE, ("exp.yaml", "serving"))
+serve_case("static-batch-size", [("scenarios.chat.batch_size", 8)], ("scenarios.chat.batch_size",))
+serve_case("static-baseline", [("baseline", "h100_x1")], ("baseline",))
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
