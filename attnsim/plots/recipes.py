@@ -113,7 +113,8 @@ def _phase_name(phase: str) -> str:
 # ---------------------------------------------------------------- lines
 
 def line(table, x=None, y=None, hue=None, z=None, width="single", title=None):
-    """Y versus X, one line per HUE (default system); needs one row per (hue, x) (use --where)."""
+    """Y versus X, one line per HUE (default system); needs one row per (hue, x) (use --where).
+    Where the table has ``<y>_ci_low`` / ``<y>_ci_high`` (serving replications), draws them as error bars."""
     if not x or not y:
         raise ConfigError("the line recipe needs --x and --y", file="plot")
     hue = hue or "system"
@@ -131,11 +132,20 @@ def line(table, x=None, y=None, hue=None, z=None, width="single", title=None):
     yl, yf = label_for(y, ys)
     fig, ax = new_figure(width)
     markers = "osD^vP*X"
+    lo_name, hi_name = f"{y}_ci_low", f"{y}_ci_high"  # replications' bootstrap intervals (serve/replicate.py)
+    has_ci = lo_name in table.names() and hi_name in table.names()
+    if has_ci:
+        lo, hi = table.col(lo_name).astype(float), table.col(hi_name).astype(float)
     for j, h in enumerate(dict.fromkeys(hs)):
         m = hs == h
         o = np.argsort(xs[m])
-        ax.plot(xs[m][o] * xf, ys[m][o] * yf, marker=markers[j % len(markers)], label=h,
-                color=OKABE_ITO[j % len(OKABE_ITO)])
+        style = dict(marker=markers[j % len(markers)], label=h, color=OKABE_ITO[j % len(OKABE_ITO)])
+        if has_ci and np.all(np.isfinite(lo[m])) and np.all(np.isfinite(hi[m])):
+            yy = ys[m][o]
+            err = np.vstack([yy - lo[m][o], hi[m][o] - yy]) * yf
+            ax.errorbar(xs[m][o] * xf, yy * yf, yerr=np.clip(err, 0, None), capsize=2, **style)
+        else:
+            ax.plot(xs[m][o] * xf, ys[m][o] * yf, **style)
     if np.all(xs > 0) and xs.max() / xs.min() >= 16:
         ax.set_xscale("log", base=2)
     ax.set_xlabel(xl)

@@ -35,10 +35,14 @@ _ENV_LOCK = threading.Lock()
 # ---------------------------------------------------------------- one point (runs in a worker)
 
 def simulate_point(tree_dict: dict, files: dict) -> dict:
-    """The default point function: one run (system x model x scenario) of a resolved config tree."""
+    """The default point function: one run (system x model x scenario) of a resolved config tree;
+    with a ``serving:`` section, one serving run (attnsim.serve, replications included)."""
     from attnsim.experiment import validate_tree
     from attnsim.runner import run_experiment
     tree = ConfigTree(**tree_dict, files=files)
+    if tree.experiment.get("serving") is not None:  # a serving experiment: request-level simulation
+        from attnsim.serve.run import serve_point
+        return serve_point(tree)
     exp = validate_tree(tree)
     return run_experiment(exp)[0]
 

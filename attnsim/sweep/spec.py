@@ -256,6 +256,8 @@ class SweepSpec(Schema):
     dask: Optional[DaskSpec] = None
     slurm: Optional[SlurmSpec] = None
     figures: list[FigureSpec] = Field(default_factory=list)
+    replications: Optional[PositiveInt] = Field(None, le=1000, description="serving experiments: seeded traces per "
+                                                "point (sets experiment.serving.replications)")
 
 
 # ---------------------------------------------------------------- helpers
@@ -499,13 +501,42 @@ def _restrict(tree: ConfigTree, system: str, model: str, scenario: str) -> Confi
     exp["models"] = [model]
     exp["scenarios"] = {scenario: tree.scenarios[scenario]}
     exp.pop("baseline", None)
-    hw = hardware_refs(tree, system)
+    hw = hardware_refs(tree, system) + _serving_hardware(tree)
     out = ConfigTree(experiment=exp, models={model: tree.models[model]}, systems={system: tree.systems[system]},
                      hardware={h: tree.hardware[h] for h in hw}, scenarios={scenario: tree.scenarios[scenario]})
     keep = {("experiment", None), ("models", model), ("systems", system), ("scenarios", scenario)} | \
         {("hardware", h) for h in hw}
     out.files = {k: v for k, v in tree.files.items() if k in keep}
     return out
+
+
+def _serving_hardware(tree: ConfigTree) -> list[str]:
+    """Names of the link hardware a serving section names (kept in every point's tree)."""
+    if tree.experiment.get("serving") is None:
+        return []
+    from attnsim.serve.run import serving_hardware_refs, serving_spec
+    try:
+        refs = serving_hardware_refs(serving_spec(tree))
+    except ConfigError:  # the point's own validation reports it
+        return []
+    return sorted({_ref_name(r) for r, _ in refs} & set(tree.hardware))
+
+
+def _serving_base(tree: ConfigTree, spec: SweepSpec, base_dir: Optional[Path], file: str) -> None:
+    """A serving base experiment makes every point a serving run (attnsim.serve); check what a point can hold."""
+    serving = tree.experiment.get("serving")
+    if serving is None:
+        if spec.replications is not None:
+            raise ConfigError("replications need a serving experiment (the base experiment has no serving: section)",
+                              file=file, key="replications")
+        return
+    if isinstance(serving, dict) and serving.get("disaggregation"):
+        raise ConfigError("a sweep point is one system; sweeping a disaggregated serving experiment is not supported "
+                          "(use attnsim serve, or drop serving.disaggregation)", file=file, key="base")
+    if spec.replications is not None:
+        set_dotted(tree.experiment, ["serving", "replications"], spec.replications, create=True)
+    from attnsim.serve.run import load_serving_hardware
+    load_serving_hardware(tree, base_dir)
 
 
 # ---------------------------------------------------------------- loading
@@ -606,6 +637,7 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
     _apply_fixed_sets(tree, spec.set, file)
     if extra_sets:
         tree.apply_sets(extra_sets)
+    _serving_base(tree, spec, base_dir, file)
 
     # implicit outer axes: base lists that no block varies
     implicit = [([s], [(n,) for n in _base_names(tree.experiment, s)]) for s in SHORTHANDS if s not in names]
