@@ -53,6 +53,10 @@ def run_cmd(args) -> int:
     from attnsim.results import write_results
     from attnsim.runner import run_experiment
     exp = load_experiment(args.experiment, args.sets)
+    if exp.spec.serving is not None:  # attnsim run would silently ignore the whole section
+        raise ConfigError("expected no serving section for attnsim run (it simulates static batches): use attnsim "
+                          "serve, or --set experiment.serving=null, got a serving section",
+                          file=exp.tree.file_of("experiment"), key="serving")
     out_path = check_run_outputs(args, exp.spec.name, SUMMARY_RECIPES)
     timeline = [] if args.trace else None
     docs = run_experiment(exp, timeline=timeline)

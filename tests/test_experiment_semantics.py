@@ -35,7 +35,8 @@ def _experiment(tmp_path, models=("tiny.yaml",), systems=("h100_x1",), scenario=
     if not (tmp_path / "tiny.yaml").exists():
         _write(tmp_path / "tiny.yaml", TINY)
     exp = {"name": "semantics", "systems": list(systems), "models": list(models),
-           "scenarios": {"s": scenario or {"batch_size": 2, "prompt_len": 64, "output_len": 4}},
+           "scenarios": {"s": scenario or ({"prompt_len": 64, "output_len": 4} if "serving" in extra  # no batch
+                                           else {"batch_size": 2, "prompt_len": 64, "output_len": 4})},
            "generation": FAST, **extra}
     return _write(tmp_path / "exp.yaml", exp)
 

@@ -84,6 +84,7 @@ def experiment_from_tree(tree, src=None):
     exp_file = tree.file_of("experiment")
     serving = serving_spec(tree)
     exp = validate_tree(tree, src)
+    refuse_static_batch_settings(tree)
     for i, d in enumerate(serving.disaggregation):
         for role in ("prefill", "decode"):
             if getattr(d, role) not in exp.systems:
@@ -107,6 +108,22 @@ def serve_point(tree) -> dict:
     exp, serving = experiment_from_tree(tree)
     (doc,) = serve_experiment(exp, serving)
     return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+def refuse_static_batch_settings(tree) -> None:
+    """Settings of ``attnsim run``'s static-batch model that serving does not read are refused, not
+    ignored: ``baseline`` and a scenario's ``batch_size`` / ``context_lens`` (requests, their lengths
+    and batching come from ``serving.trace`` and ``serving.scheduler``). ``generation`` (exact or
+    sampled decode steps) is not read either; it is tolerated as experiment-wide boilerplate."""
+    f = tree.file_of("experiment")
+    if tree.experiment.get("baseline") is not None:
+        raise ConfigError(f"expected no baseline for attnsim serve (a static-batch setting of attnsim run), "
+                          f"got {tree.experiment['baseline']!r}", file=f, key="baseline")
+    for name, sc in tree.scenarios.items():
+        for key in ("batch_size", "context_lens"):
+            if sc.get(key) is not None:
+                raise ConfigError(f"expected no {key} for attnsim serve (requests come from serving.trace), "
+                                  f"got {sc[key]!r}", file=f, key=f"scenarios.{name}.{key}")
 
 
 def _link(exp, ref: str):
