@@ -17,8 +17,38 @@ _COMMAND_MODULES = ("attnsim.cli_run", "attnsim.cli_dram", "attnsim.cli_isa", "a
                     "attnsim.cli_validate")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the project's error convention: a usage error is one line ``error: <prog>:
+    <message> (see <prog> --help)`` and exit status 2 (argparse prints the whole usage first)."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (bounded like every integer, attnsim.config.check_int)."""
+    from attnsim.config import INT_LIMIT, check_int
+    try:
+        return check_int(text, lo=1, hi=INT_LIMIT)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    from attnsim.config import check_float
+    try:
+        v = check_float(text, lo=0.0)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="attnsim", description="Cycle-approximate simulator of LLM inference "
+    p = OneLineParser(prog="attnsim", description="Cycle-approximate simulator of LLM inference "
                                 "on memory-centric hardware (GPU/NPU, HBM-PIM, CXL-PNM).")
     from attnsim import __version__
     p.add_argument("--version", action="version", version=f"attnsim {__version__}")

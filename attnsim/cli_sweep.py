@@ -6,6 +6,7 @@ from pathlib import Path
 
 from attnsim.config import ConfigError
 from attnsim.outputs import check_output
+from attnsim.cli import positive_int, positive_seconds
 
 
 def register(sub) -> None:
@@ -18,7 +19,7 @@ def register(sub) -> None:
     s.add_argument("--out", default=None, help="store file (default results/<sweep name>.h5)")
     s.add_argument("--executor", default="local", choices=("local", "dask", "slurm"),
                    help="local process pool, dask.distributed, or one SLURM array shard (default local)")
-    s.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    s.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: CPU count)")
     s.add_argument("--shard", default=None, metavar="I/N",
                    help="run slice I of N into its own shard file (default from SLURM_ARRAY_TASK_ID/COUNT "
                    "with --executor slurm)")
@@ -37,7 +38,7 @@ def register(sub) -> None:
     s.add_argument("--cache", default=None, metavar="DIR", help="sub-result cache: a folder, or one SQLite "
                    "file (sqlite:PATH or *.sqlite) (default $ATTNSIM_CACHE_DIR or .attnsim-cache beside the store; "
                    "'off' disables)")
-    s.add_argument("--checkpoint-s", type=float, default=300.0, help="fold the journal into the HDF5 this often")
+    s.add_argument("--checkpoint-s", type=positive_seconds, default=300.0, help="fold the journal into the HDF5 this often")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--figures", action="store_true", help="render the sweep's figures block when done")
     s.add_argument("--fig-dir", default=None, help="folder the figures' paths are relative to (default: the store's)")

@@ -110,3 +110,16 @@ def test_decode_is_memory_bound_and_flat_until_ridge(batch):
     mb = run_experiment(load_experiment(None, sets + [f"scenarios.chat.batch_size={batch}"]))[0]["metrics"]
     assert mb["tpot_s"] / m1["tpot_s"] < 1.25
     assert mb["decode_tokens_per_s"] / m1["decode_tokens_per_s"] > batch * 0.8
+
+
+def test_usage_errors_are_one_line_and_numeric_options_are_bounded(capsys):
+    from attnsim.cli import main
+    for argv, needle in ((["sweep"], "required: sweep"), (["bogus"], "invalid choice"),
+                         (["sweep", "example", "--workers", "0"], "--workers"),
+                         (["sweep", "example", "--checkpoint-s", "nan"], "finite"),
+                         (["sweep", "example", "--checkpoint-s", "-5"], "--checkpoint-s")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: attnsim") and needle in err[0], err
