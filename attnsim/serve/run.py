@@ -112,18 +112,24 @@ def serve_point(tree) -> dict:
 
 def refuse_static_batch_settings(tree) -> None:
     """Settings of ``attnsim run``'s static-batch model that serving does not read are refused, not
-    ignored: ``baseline`` and a scenario's ``batch_size`` / ``context_lens`` (requests, their lengths
-    and batching come from ``serving.trace`` and ``serving.scheduler``). ``generation`` (exact or
+    ignored: ``baseline``, ``reliability`` and a scenario's ``batch_size`` / ``context_lens`` /
+    ``reliability`` (requests, their lengths and batching come from ``serving.trace`` and
+    ``serving.scheduler``; the reliability model runs with ``attnsim run``). ``generation`` (exact or
     sampled decode steps) is not read either; it is tolerated as experiment-wide boilerplate."""
     f = tree.file_of("experiment")
-    if tree.experiment.get("baseline") is not None:
-        raise ConfigError(f"expected no baseline for attnsim serve (a static-batch setting of attnsim run), "
-                          f"got {tree.experiment['baseline']!r}", file=f, key="baseline")
+
+    def refuse(key, value, why):
+        got = f"a {key.rsplit('.', 1)[-1]} section" if isinstance(value, dict) else repr(value)
+        raise ConfigError(f"expected no {key.rsplit('.', 1)[-1]} for attnsim serve ({why}), got {got}", file=f, key=key)
+    static = "a static-batch setting of attnsim run"
+    for key in ("baseline", "reliability"):
+        if tree.experiment.get(key) is not None:
+            refuse(key, tree.experiment[key], static)
     for name, sc in tree.scenarios.items():
-        for key in ("batch_size", "context_lens"):
+        for key, why in (("batch_size", "requests come from serving.trace"),
+                         ("context_lens", "requests come from serving.trace"), ("reliability", static)):
             if sc.get(key) is not None:
-                raise ConfigError(f"expected no {key} for attnsim serve (requests come from serving.trace), "
-                                  f"got {sc[key]!r}", file=f, key=f"scenarios.{name}.{key}")
+                refuse(f"scenarios.{name}.{key}", sc[key], why)
 
 
 def _link(exp, ref: str):
