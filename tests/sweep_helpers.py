@@ -39,3 +39,11 @@ def read_store_rows(path):
     st = open_store(path)
     c = st.columns()
     return dict(zip(c["key"].tolist(), c["finished_unix_s"].tolist())) if len(st) else {}
+
+
+def infinite_point(tree_dict, files):
+    """A point function whose result overflows: the sweep must record it as an error, not ok."""
+    from attnsim.sweep.executors import simulate_point
+    doc = simulate_point(tree_dict, files)
+    doc["metrics"]["tpot_s"] = float("inf")
+    return doc

@@ -349,3 +349,19 @@ def test_store_files_honour_the_umask(tmp_path, umask, mode):
     assert os.stat(path).st_mode & 0o777 == mode == os.stat(csv_path).st_mode & 0o777
     assert sorted(p.name for p in tmp_path.iterdir()) == ["u.csv", "u.h5"]  # no temporary or lock files left
     assert load_table(path).columns["key"].tolist() == ["k00000", "k00001", "k00002"]
+
+
+def test_custom_point_functions_obey_the_finite_number_rule(tmp_path):
+    import json
+    from sweep_helpers import write_sweep
+    from attnsim.sweep.executors import run_sweep
+    from attnsim.sweep.spec import load_sweep
+    from attnsim.sweep.store import open_store
+    p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2]}}])
+    run_sweep(load_sweep(p), tmp_path / "inf.h5", point_fn="sweep_helpers:infinite_point", progress=False,
+              log=lambda m: None)
+    st = open_store(tmp_path / "inf.h5")
+    assert list(st.columns()["status"]) == ["error", "error"]
+    for doc in st.iter_docs():
+        assert doc["metrics"]["tpot_s"] is None and "non-finite result: metrics.tpot_s" in doc["error"]
+        json.loads(json.dumps(doc), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))

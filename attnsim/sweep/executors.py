@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
 from attnsim.config import ConfigError, ConfigTree
+from attnsim.results import finalize_doc
 from attnsim.sweep import cache as _cache
 from attnsim.sweep.spec import Sweep, canonical_json, sweep_definition_yaml
 from attnsim.sweep.store import FORMAT, StoreWriter, make_record, open_store
@@ -62,6 +63,9 @@ def execute_point(task: dict) -> dict:
     files = {tuple(k): v for k, v in task["files"]}
     try:
         doc = _resolve_fn(task.get("point_fn") or DEFAULT_POINT_FN)(task["tree"], files)
+        if not isinstance(doc, dict):
+            raise TypeError(f"the point function returned {type(doc).__name__}, expected a run document (dict)")
+        finalize_doc(doc)  # the finite-number rule for custom point functions too (built-in ones apply it)
     except ConfigError as exc:
         doc = _failed_doc(task, "invalid", str(exc))
     except Exception as exc:  # noqa: BLE001 - a bug in one point must not stop the sweep
