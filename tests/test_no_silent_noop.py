@@ -391,3 +391,26 @@ def test_field_changes_result(leaf, base):
         REFUSED[leaf.name] = str(e)
         return
     assert after != before, f"--set {arg} (was {leaf.value!r}) leaves the {base} result unchanged"
+
+
+@pytest.mark.parametrize("item,key", [
+    ("experiment.baseline=h100_x1", "baseline"),
+    ("experiment.reliability={accuracy_slo: {max_rel_attention_error: 0.05}, tiers: {t: {read_gbps: 1, "
+     "read_pj_per_byte: 1, refresh_mw_per_gb: 1, capacity_gb: 1}}}", "reliability"),
+    ("experiment.scenarios.chat.batch_size=4", "scenarios.chat.batch_size"),
+    ("experiment.scenarios.chat.context_lens=[10]", "scenarios.chat.context_lens"),
+    ("experiment.scenarios.chat.reliability={kv_format: int4}", "scenarios.chat.reliability"),
+])
+def test_serve_refuses_static_batch_settings(item, key):
+    """Settings only ``attnsim run`` reads are refused by ``attnsim serve`` (not ignored), and
+    ``attnsim run`` refuses a serving section."""
+    kind, exp, sets, _ = BASES["serve"]
+    with pytest.raises(ConfigError) as e:
+        load(kind, exp, list(sets) + [item])
+    assert e.value.key == key
+
+
+def test_run_refuses_serving_section(capsys):
+    from attnsim.cli import main
+    assert main(["run", "serve_paging", "--no-write"]) == 2
+    assert "serve_paging.yaml: serving: expected no serving section" in capsys.readouterr().err

@@ -83,8 +83,8 @@ def experiment_from_tree(tree, src=None):
     """(Experiment, ServingSpec) of a complete config tree (``--set`` applied), validated."""
     exp_file = tree.file_of("experiment")
     serving = serving_spec(tree)
-    exp = validate_tree(tree, src)
     refuse_static_batch_settings(tree)
+    exp = validate_tree(tree, src)
     for i, d in enumerate(serving.disaggregation):
         for role in ("prefill", "decode"):
             if getattr(d, role) not in exp.systems:
