@@ -233,6 +233,15 @@ class Schema(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
+    def refuse_unused(self, fields: Iterable[str], reason: str) -> None:
+        """Refuse fields that were given explicitly but that the chosen mode does not read (a setting
+        takes effect or is refused), e.g. ``self.refuse_unused(["samples"], "with mode: exact")``;
+        the error names the first such field: ``samples: not used with mode: exact; remove it``."""
+        for name in fields:
+            if name in self.model_fields_set:
+                alias = type(self).model_fields[name].alias or name
+                raise PydanticCustomError("config_unused", "{msg}", {"msg": f"not used {reason}; remove it", "path": alias})
+
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data):
@@ -505,7 +514,7 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
     """Turn the first pydantic error into a ConfigError with a dotted key path."""
     err = exc.errors(include_url=False)[0]
     loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
-    if err.get("type") == "config_number":  # Schema's number check: message complete, sub-path in ctx
+    if err.get("type") in ("config_number", "config_unused"):  # Schema's own checks: message complete, sub-path in ctx
         key = ".".join(([prefix] if prefix else []) + loc + [err["ctx"]["path"]])
         return ConfigError(err["ctx"]["msg"], file=file, key=key)
     key = ".".join(([prefix] if prefix else []) + loc) or None

@@ -36,6 +36,8 @@ class GenerationSpec(Schema):
     def _samples(self):
         if self.mode == "sampled" and self.samples < 2:
             raise ValueError("sampled mode needs samples >= 2")
+        if self.mode == "exact":
+            self.refuse_unused(["samples"], "with mode: exact (every decode step is simulated)")
         return self
 
 

@@ -377,7 +377,8 @@ def test_option_values_have_the_default_type(option, value, words):
 ])
 def test_serving_references_are_checked_even_when_unused(tmp_path, capsys, key, value, words):
     sec, k = key.split(".")
-    exp = _experiment(tmp_path, serving={"trace": {"num_requests": 2}, sec: {k: value}})
+    extra = {"preemption": "swap"} if k == "swap_link" else {}  # swap_link is read (and checked) with swap preemption
+    exp = _experiment(tmp_path, serving={"trace": {"num_requests": 2}, sec: {k: value, **extra}})
     rc = main(["serve", str(exp), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2 and f"exp.yaml: {words}" in err and not (tmp_path / "out").exists()
@@ -390,3 +391,27 @@ def test_hf_odd_json_values_are_config_errors(tmp_path, field, value):
     p = _write(tmp_path / "m.json", json.dumps(cfg))
     with pytest.raises(ConfigError, match=rf"m.json: {field}: "):
         model_from_hf_config(p)
+
+
+@pytest.mark.parametrize("schema,data,words", [
+    ("attnsim.experiment:GenerationSpec", {"mode": "exact", "samples": 5}, "samples: not used with mode: exact"),
+    ("attnsim.serve.kvpolicy:KVPolicySpec", {"kind": "streaming", "budget_tokens": 64}, "budget_tokens: not used by kind: streaming"),
+    ("attnsim.serve.kvpolicy:KVPolicySpec", {"kind": "none", "dense_layers": 2}, "dense_layers: not used by kind: none"),
+    ("attnsim.serve.kvpolicy:KVPolicySpec", {"kind": "h2o", "page_tokens": 8}, "page_tokens: not used by kind: h2o"),
+    ("attnsim.serve.spec:SchedulerSpec", {"swap_link": "pcie4_x16"}, "swap_link: not used with preemption: recompute"),
+    ("attnsim.serve.spec:KVSpec", {"reserve_tokens": 64}, "reserve_tokens: not used with layout: paged"),
+    ("attnsim.serve.requests:TraceSpec", {"file": "r.csv", "seed": 3}, "seed: not used with a trace file"),
+    ("attnsim.serve.requests:TraceSpec", {"prefix_tokens": 32}, "prefix_tokens: not used without a trace file"),
+    ("attnsim.serve.requests:TraceSpec", {"arrival": "gamma"}, "arrival: not used without rate_per_s"),
+    ("attnsim.serve.requests:TraceSpec", {"rate_per_s": 2, "cv": 2.0}, "cv: not used with arrival: poisson"),
+])
+def test_settings_the_chosen_mode_does_not_read_are_refused(schema, data, words):
+    import importlib
+    from attnsim.config import validate
+    mod, name = schema.split(":")
+    cls = getattr(importlib.import_module(mod), name)
+    with pytest.raises(ConfigError) as ei:
+        validate(cls, data, file="x.yaml")
+    assert str(ei.value).startswith("x.yaml: " + words), str(ei.value)
+    used = {k: v for k, v in data.items() if k not in words.split(":")[0]}
+    validate(cls, used, file="x.yaml")  # the same settings without the unused one are fine

@@ -100,6 +100,10 @@ BASES = {
         "experiment.serving.trace.num_requests=6", "experiment.serving.trace.rate_per_s=50",
         "experiment.serving.trace.prompt={dist: fixed, mean: 64}",
         "experiment.serving.trace.output={dist: fixed, mean: 8}"] + SMALL, None),
+    "serve_file": ("serve", "serve_paging", [   # requests from a file (no synthetic trace settings)
+        "experiment.models=[llama2-7b]", "experiment.scenarios={chat: {prompt_len: 64, output_len: 16}}",
+        f"experiment.serving.trace={{file: {Path(__file__).parent / 'data' / 'noop_requests_prefix.csv'}, prefix_tokens: 16}}",
+        "experiment.serving.kv.locality_dram=null"] + SMALL, None),
     "dram": ("dram", "default", _sys("attacc"), "hbm3_5200_pim"),      # per-event energies given
     "dram_idd": ("dram", "default", _sys("cxl_pnm"), "lpddr5x_8533"),  # energies derived from IDD
 }
@@ -111,7 +115,8 @@ FIELD_BASE = {
     "KVSpec.prefix_caching": "serve_prefix", "ServingSpec.colocated": "serve_disagg",
     "PUParams.tflops": "cxl_pnm", "PUParams.gb_bytes": "cxl_aim", "LinkSpec.connects": "attacc",
     "NPUSpec.hbm_capacity_gb": "npu",
-    "ExperimentSpec.seed": "serve", "ModelSpec.rope_scaling": "moe", "MapperSpec.policy": "attacc",
+    "ExperimentSpec.seed": "serve", "TraceSpec.prefix_tokens": "serve_file", "TraceSpec.file": "serve_file",
+    "TraceSpec.prompt": "serve", "TraceSpec.output": "serve", "ModelSpec.rope_scaling": "moe", "MapperSpec.policy": "attacc",
     "MemoSpec.relative_bucket": "serve_disagg", "DRAMSpec.pim": "dram",
     **{f"IDD.{c}": "dram_idd" for c in ("idd0_ma", "idd2n_ma", "idd4r_ma", "idd4w_ma")},
     "PIMTiming.nCCDSB": "dram", "PIMTiming.mode_switch_cycles": "dram",   # no lowering emits MACSB / MODE
@@ -225,9 +230,8 @@ ALTERNATIVE = {
     "TierSchema.capacity_gb": Alt(1.0e-6),          # a limit: binds only when below the KV
     "TierSchema.refresh_options_ms": Alt([64.0, 1000.0]),
     # serving
-    "TraceSpec.file": Alt(str(DATA / "noop_requests.csv")),
-    "TraceSpec.prefix_tokens": Alt(32, extra=(f"{SV}.trace.file={DATA / 'noop_requests_prefix.csv'}",  # whole blocks
-                                              SV + ".trace.prefix_tokens=16", SV + ".kv.prefix_caching=true")),
+    "TraceSpec.file": Alt(str(DATA / "noop_requests.csv"), extra=(SV + ".kv.prefix_caching=true",)),  # base: the prefixed file
+    "TraceSpec.prefix_tokens": Alt(32, extra=(SV + ".kv.prefix_caching=true",)),  # whole blocks (base: 16)
     "ServingSpec.confidence": Alt(0.5, extra=(SV + ".replications=3",)),
     "TraceSpec.cv": Alt(3.0, extra=(SV + ".trace.arrival=gamma",)),
     "TraceSpec.arrival": Alt("constant"),

@@ -14,13 +14,13 @@ models: [llama3-8b]
 scenarios:
   chat: {prompt_len: 256, output_len: 16}
 serving:
-  trace: {num_requests: 40, rate_per_s: 20, seed: 2, %s}
+  trace: {%s}
   disaggregation:
     - {prefill: h100_x1, decode: h100_x1, link: nvlink4}
 """
 
 
-def _write(tmp_path, extra="arrival: poisson"):
+def _write(tmp_path, extra="num_requests: 40, rate_per_s: 20, seed: 2, arrival: poisson"):
     p = tmp_path / "exp.yaml"
     p.write_text(EXP % extra)
     return p
@@ -67,7 +67,7 @@ def test_bad_serving_key(tmp_path, capsys):
 
 
 def test_unservable_run_reports_why(tmp_path, capsys):
-    p = _write(tmp_path, "prompt: {dist: fixed, mean: 600000}")  # beyond llama3-8b's 8192 positions: allowed here
+    p = _write(tmp_path, "num_requests: 40, rate_per_s: 20, seed: 2, prompt: {dist: fixed, mean: 600000}")  # beyond llama3-8b's 8192 positions: allowed here
     assert main(["serve", str(p), "--json", "--no-write", "--set", "scenarios.chat.beyond_max_position=allow"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert runs[0]["status"] == "cannot_serve" and "cannot be served" in runs[0]["error"]

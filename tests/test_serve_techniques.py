@@ -3,7 +3,7 @@ selection budgets, prefill/decode disaggregation."""
 import numpy as np
 import pytest
 
-from attnsim.config import validate
+from attnsim.config import ConfigError, validate
 from attnsim.mapper.base import CapacityError
 from attnsim.serve.disagg import simulate_disagg, transfer_schedule
 from attnsim.serve.kvpolicy import KVPolicy, KVPolicySpec, accuracy_proxy
@@ -96,12 +96,15 @@ def test_eviction_reduces_decode_time_and_kv():
     arr, prompt, out = np.zeros(n), np.full(n, 6000), np.full(n, 64)
     res = {}
     for kind in ("none", "snapkv"):
-        pool, _, sv = quick_pool(model="llama2-13b", serving={"kv": {"policy": {"kind": kind, "budget_tokens": 1024}}})
+        policy = {"kind": kind, **({"budget_tokens": 1024} if kind == "snapkv" else {})}
+        pool, _, sv = quick_pool(model="llama2-13b", serving={"kv": {"policy": policy}})
         res[kind] = simulate_pool(pool, arr, prompt, out)
     tpot = {k: np.mean((r.finish_s - r.first_token_s) / 63) for k, r in res.items()}
     assert tpot["snapkv"] < 0.8 * tpot["none"]
     assert res["snapkv"].stats["peak_kv_blocks"] < 0.3 * res["none"].stats["peak_kv_blocks"]
     a = accuracy_proxy(validate(KVPolicySpec, {"kind": "streaming", "window_tokens": 256}), tokens=1024)
+    with pytest.raises(ConfigError, match="budget_tokens: not used by kind: streaming"):
+        validate(KVPolicySpec, {"kind": "streaming", "budget_tokens": 256})
     assert 0 < a["rel_err"] and a["attention_mass_kept"] < 1 and a["kept_fraction"] == pytest.approx(260 / 1024)
 
 

@@ -36,6 +36,13 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from attnsim.config import Schema
 
 
+#: The parameters each policy kind reads (any other one, given explicitly, is refused).
+POLICY_FIELDS = {"none": (), "streaming": ("sink_tokens", "window_tokens", "dense_layers"),
+                 "h2o": ("heavy_tokens", "recent_tokens", "dense_layers"),
+                 "snapkv": ("budget_tokens", "observation_tokens", "dense_layers"),
+                 "quest": ("budget_tokens", "page_tokens", "dense_layers")}
+
+
 class KVPolicySpec(Schema):
     """``serving.kv.policy``."""
 
@@ -53,6 +60,9 @@ class KVPolicySpec(Schema):
     def _check(self):
         if self.kind == "snapkv" and self.observation_tokens > self.budget_tokens:
             raise ValueError("observation_tokens exceed budget_tokens")
+        used = POLICY_FIELDS[self.kind]
+        self.refuse_unused([f for f in type(self).model_fields if f != "kind" and f not in used],
+                           f"by kind: {self.kind} (it reads: {', '.join(used) or 'none'})")
         return self
 
 

@@ -86,6 +86,19 @@ class TraceSpec(Schema):
     prefix_tokens: Tokens = Field(512, description="file rows with a prefix_id but no prefix_tokens")
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _unused(self):
+        if self.file is not None:
+            self.refuse_unused(["num_requests", "rate_per_s", "arrival", "cv", "prompt", "output", "prefix", "seed"],
+                               "with a trace file (the file gives every request)")
+        else:
+            self.refuse_unused(["prefix_tokens"], "without a trace file (synthetic prefixes: prefix.tokens)")
+            if self.rate_per_s is None:
+                self.refuse_unused(["arrival", "cv"], "without rate_per_s (every request arrives at t=0)")
+            elif self.arrival != "gamma":
+                self.refuse_unused(["cv"], f"with arrival: {self.arrival} (only gamma arrivals have a cv)")
+        return self
+
 
 @dataclass
 class RequestTrace:

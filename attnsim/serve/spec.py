@@ -21,6 +21,12 @@ class SchedulerSpec(Schema):
     swap_link: str = Field("pcie5_x16", description="hardware link (kind: link) between device and host for swap")
     memory_fraction: float = Field(0.9, gt=0, le=1)  # vLLM gpu_memory_utilization default 0.9 (ASSUMPTION: activations in the rest)
 
+    @model_validator(mode="after")
+    def _unused(self):
+        if self.preemption == "recompute":
+            self.refuse_unused(["swap_link"], "with preemption: recompute")
+        return self
+
 
 class KVSpec(Schema):
     block_tokens: PositiveInt = 16            # vLLM default block size 16 tokens (Kwon et al., SOSP 2023 §7)
@@ -31,6 +37,12 @@ class KVSpec(Schema):
     prefix_caching: bool = False
     locality_dram: Optional[str] = Field(
         None, description="DRAM preset: replay the longest request's block list vs a contiguous layout on it")
+
+    @model_validator(mode="after")
+    def _unused(self):
+        if self.layout == "paged":
+            self.refuse_unused(["reserve_tokens"], "with layout: paged (blocks are allocated as tokens arrive)")
+        return self
 
 
 class MemoSpec(Schema):
