@@ -95,7 +95,42 @@ def serve_slo_load() -> str:
     return "SLO attainment vs load on `serve_disagg` (300 requests per point): " + "; ".join(parts) + ".\n"
 
 
-GENERATORS = {"serve-examples": serve_examples, "serve-slo-load": serve_slo_load}
+def _run(experiment: str, sets: list[str] = ()) -> list[dict]:
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    return run_experiment(load_experiment(experiment, list(sets)))
+
+
+def systems_compare() -> str:
+    """``attnsim run systems_compare``'s table (one system of each family)."""
+    from attnsim.report import summary_table
+    return ("```\n$ attnsim run systems_compare          # Llama-2-70B, batch 16, 2048 + 128 tokens, fp16 "
+            "(baseline a100_hbm3_x8)\n" + summary_table(_run("systems_compare")).rstrip("\n") + "\n```\n")
+
+
+def reliability_tiering() -> str:
+    """The relaxed-refresh table of ``attnsim run reliability_tiering``."""
+    docs = _run("reliability_tiering")
+    label = {"jedec": "64 ms (JEDEC)", "relaxed_1s": "1 s", "relaxed_20s": "20 s"}
+    lines = ["| mantissa refresh | effective refresh | refresh energy / decode step | TPOT | J/token | silent errors / token "
+             "| accuracy proxy | SLO (0.05) |", "|---|---|---|---|---|---|---|---|"]
+    ref = docs[0]
+    e0 = ref["breakdown"]["decode_step"]["energy_j_by_component"]["dram_refresh"]
+    for d in docs:
+        m = d["metrics"]
+        e = d["breakdown"]["decode_step"]["energy_j_by_component"]["dram_refresh"]
+        rel = "" if d is ref else f" ({e / e0 - 1:+.0%})".replace("%", " %")
+        jrel = "" if d is ref else f" ({m['energy_per_token_j'] / ref['metrics']['energy_per_token_j'] - 1:+.1%})".replace("%", " %")
+        se = m["silent_errors_per_token"]
+        se_txt = f"{se:.1e}".replace("e+0", "e").replace("e-0", "e-") if (se < 0.01 or se >= 1e4) else f"{se:.0f}"
+        lines.append(f"| {label[d['scenario']['name']]} | {m['refresh_interval_ms']['cxl']:.0f} ms | {e:.3f} J{rel} | "
+                     f"{m['tpot_s'] * 1e3:.3f} ms | {m['energy_per_token_j']:.2f}{jrel} | {se_txt} | "
+                     f"{m['accuracy_proxy']:.4f} | {'met' if m['slo_met'] else '**broken**'} |")
+    return "\n".join(lines) + "\n"
+
+
+GENERATORS = {"serve-examples": serve_examples, "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
+              "reliability-tiering": reliability_tiering}
 
 
 def render(text: str, names=None) -> str:
