@@ -267,7 +267,7 @@ def test_traversal_names_refused(work, capsys, name):
                    "scenarios:\n  c: {batch_size: 1, prompt_len: 16, output_len: 2}\n")
     _refused(capsys, work, ["run", str(exp)], "e.yaml", "name", "plain name", repr(name))
     _refused(capsys, work, ["run", *TINY, "--set", f"experiment.name={json.dumps(name)}"], "name", "plain name")
-    exp.write_text(exp.read_text() + "serving:\n  trace: {num_requests: 2, seed: 1}\n")
+    exp.write_text(exp.read_text().replace("batch_size: 1, ", "") + "serving:\n  trace: {num_requests: 2, seed: 1}\n")
     _refused(capsys, work, ["serve", str(exp)], "e.yaml", "name", "plain name")
     sw = work / "sw.yaml"
     sw.write_text(f"name: {json.dumps(name)}\nbase: default\n")
