@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
@@ -115,9 +116,9 @@ def write_csv(path, docs) -> None:
 
 def serve_cmd(args) -> int:
     from attnsim.config import ConfigError
-    if args.figure is not None and not args.slo_vs_load:
+    if args.figure is not None and args.slo_vs_load is None:
         raise ConfigError("only applies with --slo-vs-load", file="--figure")
-    if args.slo_vs_load:
+    if args.slo_vs_load is not None:
         from attnsim.serve.plots import slo_vs_load
         ignored = [f for f, v in (("--out", args.out), ("--csv", args.csv), ("--json", args.json)) if v]
         if ignored:
@@ -128,8 +129,8 @@ def serve_cmd(args) -> int:
             rates = [float(x) for x in args.slo_vs_load.split(",") if x.strip()]
         except ValueError:
             raise ConfigError(f"expected comma-separated numbers, got {args.slo_vs_load!r}", file="--slo-vs-load") from None
-        if not rates or min(rates) <= 0:
-            raise ConfigError(f"expected positive arrival rates, got {args.slo_vs_load!r}", file="--slo-vs-load")
+        if not rates or min(rates) <= 0 or not all(math.isfinite(r) for r in rates):
+            raise ConfigError(f"expected positive finite arrival rates, got {args.slo_vs_load!r}", file="--slo-vs-load")
         from attnsim.plots.style import figure_paths
         figure_paths(args.figure, "--figure")
         paths, table = slo_vs_load(args.experiment, rates, args.figure, args.sets)

@@ -342,27 +342,37 @@ class _DuplicateKey(Exception):
 
 
 def _expanded_size(root, limit: int) -> int:
-    """Number of values in the node graph once aliases are expanded (exact, memoised per node)."""
-    size: dict[int, int] = {}
-    order, stack = [], [root]
+    """Number of values in the node graph once aliases are expanded (exact, memoised per node).
+    Raises _RecursiveAlias for an anchor used inside itself (the graph has a cycle)."""
+    def children(n):
+        if isinstance(n, yaml.SequenceNode):
+            return n.value
+        if isinstance(n, yaml.MappingNode):
+            return [x for kv in n.value for x in kv]
+        return ()
+    size: dict[int, int] = {}  # -1 while a node's children are being counted (it is on the current path)
+    stack = [(root, False)]
     while stack:  # post-order without recursion
-        n = stack.pop()
+        n, counted = stack.pop()
+        if counted:
+            size[id(n)] = 1 + sum(size[id(c)] for c in children(n))
+            continue
         if id(n) in size:
+            if size[id(n)] < 0:
+                raise _RecursiveAlias()
             continue
         size[id(n)] = -1
-        order.append(n)
-        if isinstance(n, yaml.SequenceNode):
-            stack.extend(n.value)
-        elif isinstance(n, yaml.MappingNode):
-            stack.extend(x for kv in n.value for x in kv)
-    for n in reversed(order):
-        total = 1
-        if isinstance(n, yaml.SequenceNode):
-            total += sum(size[id(c)] for c in n.value)
-        elif isinstance(n, yaml.MappingNode):
-            total += sum(size[id(k)] + size[id(v)] for k, v in n.value)
-        size[id(n)] = total
+        stack.append((n, True))
+        for c in children(n):
+            if size.get(id(c)) == -1:
+                raise _RecursiveAlias()
+            if id(c) not in size:
+                stack.append((c, False))
     return size[id(root)]
+
+
+class _RecursiveAlias(Exception):
+    pass
 
 
 def _check_depth(text: str, file: str | None) -> None:
@@ -410,6 +420,8 @@ def parse_yaml(text: str, file: str | None = None):
                               key=f"line {line}") from None
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
         raise ConfigError(f"invalid YAML ({getattr(exc, 'problem', None) or exc})", file=file, key=where) from None
+    except _RecursiveAlias:
+        raise ConfigError("invalid YAML (an alias refers to its own anchor: a recursive value)", file=file) from None
     except RecursionError:
         raise ConfigError("invalid YAML (nested too deeply)", file=file) from None
     finally:

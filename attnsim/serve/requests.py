@@ -179,6 +179,8 @@ def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
             out.append(None)
             continue
         try:
+            if isinstance(v, bool):  # JSON true/false: float() would read 1/0
+                raise TypeError
             x = float(v)
         except (TypeError, ValueError):
             raise ConfigError(f"{k}: expected a number, got {v!r}", file=file, key=f"line {line}") from None

@@ -12,6 +12,7 @@ import importlib
 import multiprocessing as mp
 import os
 import shlex
+import shutil
 import socket
 import sys
 import threading
@@ -338,6 +339,7 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
     workers = workers or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or os.cpu_count() or 1
     out_path = shard_path(Path(out), shard)
     cache_dir = str(cache_dir) if cache_dir is not None else os.environ.get(_cache.ENV) or str(out_path.parent / ".attnsim-cache")
+    created = _first_missing(cache_dir) if cache_dir not in ("", "off") else None
     why = _cache.check_location(cache_dir)
     if why is not None:  # read-only, full, or not ours: one warning, then in-process memo only
         log(f"warning: sub-result cache {cache_dir}: {why}; continuing without it")
@@ -347,11 +349,23 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
     try:
         return _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress,
                       checkpoint_s, log, argv, retry_failed=retry_failed, allow_version_mismatch=allow_version_mismatch)
+    except ConfigError:  # refused (e.g. every point invalid): the cache folder this run created goes too
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True) if created.is_dir() else created.unlink(missing_ok=True)
+        raise
     finally:
         if old_env is None:
             os.environ.pop(_cache.ENV, None)
         else:
             os.environ[_cache.ENV] = old_env
+
+
+def _first_missing(path: str) -> Optional[Path]:
+    """The outermost folder (or file) of ``path`` that does not exist yet, or None."""
+    p, missing = Path(path).absolute(), None
+    while not p.exists() and p != p.parent:
+        p, missing = p.parent, p
+    return missing
 
 
 def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress, checkpoint_s,

@@ -583,9 +583,9 @@ sweep_case("figure-out-traversal", mut(SWEEP, ("figures", [{"recipe": "pareto", 
 sweep_case("slurm-shards-zero", mut(SWEEP, ("slurm", {"shards": 0})), ("slurm.shards",))
 case("sweep", "shard-out-of-range", SWEEP_ARGV + ("--shard", "3/2"), {}, ("--shard",))
 case("sweep", "shard-garbage", SWEEP_ARGV + ("--shard", "x"), {}, ("--shard",))
-sweep_case("workers-zero", dump(SWEEP), ("--workers",), argv=("sweep", "sweep.yaml", "--workers", "0", "--no-progress"))
-sweep_case("checkpoint-negative", dump(SWEEP), ("--checkpoint-s",), argv=SWEEP_ARGV + ("--checkpoint-s", "-1"))
-sweep_case("checkpoint-nan", dump(SWEEP), ("--checkpoint-s",), argv=SWEEP_ARGV + ("--checkpoint-s", "nan"))
+case("sweep", "workers-zero", ("sweep", "sweep.yaml", "--workers", "0", "--no-progress"), {}, ("--workers",))
+case("sweep", "checkpoint-negative", SWEEP_ARGV + ("--checkpoint-s", "-1"), {}, ("--checkpoint-s",))
+case("sweep", "checkpoint-nan", SWEEP_ARGV + ("--checkpoint-s", "nan"), {}, ("--checkpoint-s",))
 case("sweep", "is-a-directory", SWEEP_ARGV, {"sweep.yaml": DIR}, ("sweep.yaml",))
 case("sweep", "missing-file", ("sweep", "nope.yaml"), {}, ("nope.yaml",))
 
@@ -751,18 +751,7 @@ case("output", "sbatch-is-dir", ("sweep", "sweep.yaml", "--emit-sbatch", "odir")
 
 # Cases that fail today (see /tmp/bad_inputs_status.md / the helper report for the cause of each); they are
 # left out of tests/test_bad_inputs.py until fixed. `python bench/fuzz.py --cases` still runs them.
-PENDING = frozenset({
-    "set-recursive-alias",
-    "request-trace-jsonl-bool-value",
-    "serving-slo-vs-load-empty",
-    "serving-slo-vs-load-inf",
-    "set-sweep-invalidates-every-point",
-    "sweep-checkpoint-nan",
-    "sweep-checkpoint-negative",
-    "sweep-fixed-set-unknown-key",
-    "sweep-grid-key-unknown",
-    "sweep-workers-zero",
-})
+PENDING: frozenset = frozenset()
 
 # ---------------------------------------------------------------- more: reliability section, mapper options, validate
 
@@ -794,7 +783,7 @@ sweep_case("fixed-set-unknown-key", mut(SWEEP, ("set", {"models.llama2-7b.num_la
 serve_case("kv-policy-unknown", [("serving.kv.policy", {"kind": "psychic"})], ("serving.kv.policy",))
 serve_case("swap-link-unknown", [("serving.scheduler.swap_link", "no_such_link")], ("serving.scheduler.swap_link",))
 serve_case("memo-bucket-over-half", [("serving.memo", {"relative_bucket": 0.9})], ("serving.memo.relative_bucket",))
-case("serving", "trace-file-missing", SERVE_ARGV, {"exp.yaml": dump(mut(SERVE, ("serving.trace.file", "nope.csv")))}, ("nope.csv",))
+case("serving", "trace-file-missing", SERVE_ARGV, {"exp.yaml": dump(mut(SERVE, ("serving.trace", {"file": "nope.csv"})))}, ("nope.csv",))
 dtrace("arrival-fraction", "0x40 R 1.5\n", ("1",))
 dtrace("address-negative", "-0x40 R\n", ("1",))
 dtrace("address-decimal-word", "0x40 R\nforty R\n", ("2",))
@@ -817,6 +806,6 @@ serve_case("static-batch-size", [("scenarios.chat.batch_size", 8)], ("scenarios.
 serve_case("static-baseline", [("baseline", "h100_x1")], ("baseline",))
 exp_case("recursive-alias", "name: tiny\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios: {chat: {}}\n"
          "description: &a [*a]\n", ("exp.yaml",))
-case("set", "recursive-alias", RUN + ("--set", "experiment.scenarios.chat.x=&a [*a]"), {}, ("--set",))
+case("set", "recursive-alias", RUN + ("--set", "experiment.scenarios.chat.x=&a [*a]"), {}, ("scenarios.chat.x",))
 case("set", "recursive-alias-scenario", RUN + ("--set", "scenarios.chat.prompt_len=&a [*a]"), {}, ("scenarios.chat.prompt_len",))
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
