@@ -6,7 +6,7 @@
 try:
     from attnsim import _version as _v
     __version__: str = _v.version
-    BUILD_COMMIT: str = getattr(_v, "commit_id", None) or ""
+    BUILD_COMMIT: str = (getattr(_v, "commit_id", None) or "").removeprefix("g")  # setuptools-scm writes g<sha>
 except Exception:  # noqa: BLE001 - never built/installed with setuptools-scm (or the file is being rewritten)
     try:
         from importlib.metadata import version as _dist_version
