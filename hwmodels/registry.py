@@ -68,7 +68,7 @@ def kinds() -> list[str]:
 
 def schema_for(kind: str, file: str | None = None) -> type:
     _load_all()
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ConfigError(f"expected one of {', '.join(sorted(_KINDS))}, got {kind!r}", file=file, key="kind")
     return _KINDS[kind][0]
 

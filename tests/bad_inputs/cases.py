@@ -808,4 +808,6 @@ exp_case("recursive-alias", "name: tiny\nsystems: [h100_x1]\nmodels: [llama2-7b]
          "description: &a [*a]\n", ("exp.yaml",))
 case("set", "recursive-alias", RUN + ("--set", "experiment.scenarios.chat.x=&a [*a]"), {}, ("scenarios.chat.x",))
 case("set", "recursive-alias-scenario", RUN + ("--set", "scenarios.chat.prompt_len=&a [*a]"), {}, ("scenarios.chat.prompt_len",))
+hw_case("kind-mapping", mut(HW, ("kind", {"a": 1})), ("kind",))
+case("set", "hardware-kind-mapping", RUN + ("--set", "hardware.h100_sxm.kind={a: 1}"), {}, ("h100_sxm", "kind"))
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
