@@ -460,19 +460,26 @@ def available(kind: str) -> list[str]:
     return sorted(names)
 
 
+def _is_file(p: Path, test=Path.is_file) -> bool:
+    try:
+        return test(p)
+    except (OSError, ValueError):  # e.g. a name too long for the file system
+        return False
+
+
 def find_config(kind: str, ref: str, relative_to: Path | None = None) -> Path:
     """Resolve a config reference: a path (``*.yaml``/``*.json``) or a built-in name."""
     ref = str(ref)
     if ref.endswith((".yaml", ".yml", ".json")) or os.sep in ref:
         p = Path(ref)
-        if not p.is_absolute() and relative_to is not None and not p.exists():
+        if not p.is_absolute() and relative_to is not None and not _is_file(p, Path.exists):
             p = relative_to / p
-        if not p.is_file():
+        if not _is_file(p):
             raise ConfigError(f"file not found: {ref}")
         return p
     for d in search_dirs(kind):
         p = d / f"{ref}.yaml"
-        if p.is_file():
+        if _is_file(p):
             return p
     names = ", ".join(available(kind)) or "none"
     raise ConfigError(f"unknown {kind} config '{ref}' (available: {names})")

@@ -810,4 +810,6 @@ case("set", "recursive-alias", RUN + ("--set", "experiment.scenarios.chat.x=&a [
 case("set", "recursive-alias-scenario", RUN + ("--set", "scenarios.chat.prompt_len=&a [*a]"), {}, ("scenarios.chat.prompt_len",))
 hw_case("kind-mapping", mut(HW, ("kind", {"a": 1})), ("kind",))
 case("set", "hardware-kind-mapping", RUN + ("--set", "hardware.h100_sxm.kind={a: 1}"), {}, ("h100_sxm", "kind"))
+case("experiment", "builtin-name-too-long", ("run", "x" * 300), {}, ("x" * 40,))
+sweep_case("base-name-too-long", mut(SWEEP, ("base", "e" * 300)), ("base",))
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
