@@ -26,7 +26,7 @@ from attnsim.workloads.model import DTYPE_BYTES
 OPTIONS = {"pipeline": False, "subbatches": 2, "fc_on_pim_max_batch": 0}
 
 
-@register("attacc", options=OPTIONS)
+@register("attacc", options=OPTIONS, needs={"subbatches": ("pipeline", True)})
 def plan_attacc(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "attacc")
     gpu, pim, link = pim_pair(system, "attacc")

@@ -66,13 +66,17 @@ class Plan:
 
 _POLICIES: dict[str, Callable] = {}
 _OPTIONS: dict[str, dict] = {}  # policy -> its mapper.options (name -> default)
+_NEEDS: dict[str, dict] = {}    # policy -> {option: (other option, value it must have for the option to be read)}
 
 
-def register(name: str, options: dict | None = None):
-    """Register a policy and the ``mapper.options`` it accepts (name -> default; none if omitted)."""
+def register(name: str, options: dict | None = None, needs: dict | None = None):
+    """Register a policy and the ``mapper.options`` it accepts (name -> default; none if omitted);
+    ``needs`` = {option: (other, value)}: the option is read only when ``other == value``, so giving it
+    otherwise is refused (a setting takes effect or is refused)."""
     def deco(fn):
         _POLICIES[name] = fn
         _OPTIONS[name] = dict(options or {})
+        _NEEDS[name] = dict(needs or {})
         return fn
     return deco
 
@@ -186,6 +190,10 @@ def check_options(options: dict, allowed: dict, policy: str) -> dict:
         elif isinstance(d, float):
             v = check_float(v, key=key)
         out[name] = v
+    for name, (other, value) in _NEEDS.get(policy, {}).items():
+        if name in options and out[other] != value:
+            raise ConfigError(f"not used unless {other}: {str(value).lower()} (got {other}: {str(out[other]).lower()}); "
+                              f"remove it", key=f"mapper.options.{name}")
     return out
 
 

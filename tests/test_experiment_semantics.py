@@ -415,3 +415,10 @@ def test_settings_the_chosen_mode_does_not_read_are_refused(schema, data, words)
     assert str(ei.value).startswith("x.yaml: " + words), str(ei.value)
     used = {k: v for k, v in data.items() if k not in words.split(":")[0]}
     validate(cls, used, file="x.yaml")  # the same settings without the unused one are fine
+
+
+def test_attacc_subbatches_need_pipelining():
+    from attnsim.mapper.base import validate_options
+    with pytest.raises(ConfigError, match=r"sys.yaml: mapper.options.subbatches: not used unless pipeline: true"):
+        validate_options("attacc", {"subbatches": 4}, file="sys.yaml")
+    assert validate_options("attacc", {"pipeline": True, "subbatches": 4}, file="sys.yaml")["subbatches"] == 4
