@@ -17,7 +17,7 @@ import numpy as np
 from attnsim.config import ConfigError, display_path, find_config, load_yaml, validate
 from attnsim.experiment import load_tree, validate_tree
 from attnsim.hwmodels import registry
-from attnsim.hwmodels.system import build_system, check_parallelism
+from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.results import finalize_doc
 from attnsim.runner import scenario_doc
@@ -68,7 +68,7 @@ def load_serving_hardware(tree, base: Optional[Path]) -> None:
     """Load the link hardware the tree's serving section names (those not loaded yet)."""
     exp_file = tree.file_of("experiment")
     for ref, key in serving_hardware_refs(serving_spec(tree)):
-        name = Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
+        name = ref_name(ref)
         if name in tree.hardware:
             continue
         try:
@@ -90,12 +90,12 @@ def experiment_from_tree(tree, src=None):
             if getattr(d, role) not in exp.systems:
                 raise ConfigError(f"expected one of the experiment's systems ({', '.join(exp.systems)}), "
                                   f"got {getattr(d, role)!r}", file=exp_file, key=f"serving.disaggregation.{i}.{role}")
-        kind = tree.hardware[Path(d.link).stem if d.link.endswith(".yaml") else d.link].get("kind")
+        kind = tree.hardware[ref_name(d.link)].get("kind")
         if kind != "link":
             raise ConfigError(f"expected a hardware config of kind link, got kind {kind!r}", file=exp_file,
                               key=f"serving.disaggregation.{i}.link")
     for ref, key in serving_hardware_refs(serving):
-        want, hw = _REF_KINDS.get(key), tree.hardware.get(Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref)
+        want, hw = _REF_KINDS.get(key), tree.hardware.get(ref_name(ref))
         if want and isinstance(hw, dict) and hw.get("kind") != want:
             raise ConfigError(f"expected a hardware config of kind {want}, got {ref!r} of kind {hw.get('kind')!r}",
                               file=exp_file, key=key)
@@ -133,7 +133,7 @@ def refuse_static_batch_settings(tree) -> None:
 
 
 def _link(exp, ref: str):
-    name = Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
+    name = ref_name(ref)
     return registry.build(exp.tree.hardware[name], file=exp.tree.file_of("hardware", name))
 
 

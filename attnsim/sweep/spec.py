@@ -50,6 +50,7 @@ from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 from attnsim.results import json_default as _json_default
 from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
                             set_dotted, validate)
+from attnsim.hwmodels.system import ref_name
 from attnsim.outputs import RelativePath, SafeName
 
 SHORTHANDS = ("system", "model", "scenario")
@@ -272,8 +273,8 @@ def config_key(tree_dict: dict) -> str:
     return hashlib.sha256(canonical_json(tree_dict).encode()).hexdigest()[:16]
 
 
-def _ref_name(ref: str) -> str:
-    return Path(ref).stem if str(ref).endswith((".yaml", ".yml", ".json")) else str(ref)
+def _ref_name(ref) -> str:
+    return ref_name(str(ref))
 
 
 def _all_ints(vals) -> bool:
