@@ -90,3 +90,11 @@ def test_disaggregated_serving_sweep_is_refused(tmp_path, capsys):
     sw = _write(tmp_path, {"name": "x", "base": "serve_disagg"})
     assert main(["sweep", str(sw), "--out", str(tmp_path / "s.h5")]) == 2
     assert "disaggregat" in capsys.readouterr().err
+
+
+def test_confidence_needs_replications():
+    from attnsim.config import ConfigError, validate
+    from attnsim.serve.spec import ServingSpec
+    with pytest.raises(ConfigError, match="confidence: not used with replications: 1"):
+        validate(ServingSpec, {"confidence": 0.9}, prefix="serving")
+    assert validate(ServingSpec, {"replications": 3, "confidence": 0.9}).confidence == 0.9

@@ -85,6 +85,8 @@ class ServingSpec(Schema):
     def _check(self):
         if self.kv.prefix_caching and self.kv.policy.kind not in ("none", "quest"):
             raise ValueError("prefix caching with an evicting KV policy is not modelled (use kind none or quest)")
+        if self.replications == 1:
+            self.refuse_unused(["confidence"], "with replications: 1 (intervals need several replications)")
         if self.replications > 1 and self.trace.file is not None:
             raise ValueError("replications > 1 need a synthetic trace (a trace file replays the same requests "
                              "in every replication)")
