@@ -188,8 +188,9 @@ def test_kv_heads_replicated_when_fewer_than_tp():
 def test_bad_tp_and_inputs():
     m = load_model("llama2-7b")
     sc = Scenario(**FP16)
-    with pytest.raises(ConfigError, match="tp: tp=3 does not divide num_heads 32"):
-        build_trace(m, sc, "decode", tp=3)
+    with pytest.raises(ConfigError, match="parallelism.tp: expected at most num_heads = 32 ranks for model "
+                                          "llama2-7b .a rank would hold no attention heads., got 33"):
+        build_trace(m, sc, "decode", tp=33)
     with pytest.raises(ConfigError, match="phase"):
         build_trace(m, sc, "training")
     with pytest.raises(ConfigError, match="context_lens"):

@@ -29,6 +29,10 @@ kv_read_bytes   float64 KV-cache bytes read
 kv_write_bytes  float64 KV-cache bytes written
 comm_bytes      float64 bytes each rank sends+receives in a collective, or
                         moves in a transfer
+flops_share     float64 uneven tensor parallelism: sum over the tp ranks of this
+                        row's FLOPs / (tp x ``flops``); 1 when tp divides the
+                        model (and for rows mappers add)
+bytes_share     float64 the same for the row's bytes (weight + act + KV + comm)
 =============== ======= ==========================================================
 """
 from __future__ import annotations
@@ -38,9 +42,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 COLUMNS = ("op", "cls", "layer_group", "count", "m", "n", "k", "batch", "flops", "weight_bytes",
-           "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes")
+           "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes", "flops_share", "bytes_share")
+#: columns whose missing value is not 0
+DEFAULTS = {"flops_share": 1.0, "bytes_share": 1.0}
 INT_COLUMNS = ("layer_group", "count", "m", "n", "k", "batch")
-FLOAT_COLUMNS = ("flops", "weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes")
+FLOAT_COLUMNS = ("flops", "weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes",
+                 "flops_share", "bytes_share")
 OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding",
               "transfer")
 
@@ -88,7 +95,7 @@ class OpTrace:
     def from_rows(rows: list[dict], **kw) -> "OpTrace":
         cols = {}
         for c in COLUMNS:
-            vals = [r.get(c, 0) for r in rows]
+            vals = [r.get(c, DEFAULTS.get(c, 0)) for r in rows]
             if c in ("op", "cls"):
                 cols[c] = np.array(vals, dtype=object).astype(str)
             elif c in INT_COLUMNS:

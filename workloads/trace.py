@@ -30,6 +30,14 @@ Modelling choices (each documented where it is made):
   the MoE router and the MLA down projections are replicated. KV heads are split, or
   replicated (one per rank) when num_kv_heads < tp. Ring all-reduce after out_proj and after
   the FFN: each rank sends + receives 2 (tp-1)/tp x tokens x hidden x act bytes.
+* Uneven TP (tp does not divide the heads or an FFN width): each dimension is split into
+  contiguous shards as evenly as possible (the first ``total % tp`` ranks hold one more); a
+  rank holds every KV head its query-head range touches (GQA groups are contiguous). Ranks run
+  in lock-step, so the trace is that of the largest shard of every dimension (the slowest rank;
+  its capacity is the fullest device's). Columns ``flops_share`` / ``bytes_share`` hold, per
+  row, sum over ranks / (tp x this trace's value) of the row's FLOPs / bytes: the engine scales
+  the dynamic energy (and FLOPs) of the tp copies by them, so energy counts the work done, not
+  tp x the largest shard. They are exactly 1 when tp divides everything (see tp_shards).
 * MoE: tokens choose top-k of E experts uniformly; the expected number of distinct experts
   touched by T tokens is E (1 - (1 - k/E)^T) (weights read = that many experts; ``batch`` is it
   rounded); ``m`` = average tokens per touched expert. Router softmax/top-k and the weighted
@@ -118,13 +126,106 @@ def weight_bytes(model: ModelSpec, dtype: str | None = None) -> float:
     return param_count(model) * DTYPE_BYTES[dtype or model.dtype]
 
 
-def kv_heads_per_rank(model: ModelSpec, tp: int = 1) -> int:
-    """KV heads held by one rank: split across ranks, replicated (1 per rank) when fewer than tp.
+def _split(total: int, tp: int) -> np.ndarray:
+    """Contiguous shard sizes of ``total`` over ``tp`` ranks, as even as possible (first ranks larger)."""
+    return np.array([total // tp + (1 if r < total % tp else 0) for r in range(tp)], dtype=np.int64)
+
+
+def kv_heads_by_rank(model: ModelSpec, tp: int = 1) -> np.ndarray:
+    """KV heads each rank holds: those its contiguous query-head range needs (GQA: query head i
+    reads KV head i // (num_heads / num_kv_heads)). Split when num_kv_heads >= tp and tp divides
+    it, one per rank (replicated) when tp is a multiple of num_kv_heads, else the touched groups.
     MLA: 1 (the latent is shared by all heads and replicated on every rank)."""
+    _check_tp(model, tp)
     if model.mla is not None:
-        return 1
-    kv = model.num_kv_heads
-    return kv // tp if kv >= tp else 1
+        return np.ones(tp, dtype=np.int64)
+    g = model.num_heads // model.num_kv_heads
+    ends = np.cumsum(_split(model.num_heads, tp))
+    starts = ends - _split(model.num_heads, tp)
+    return (ends - 1) // g - starts // g + 1
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int = 1) -> int:
+    """KV heads held by the fullest rank (see kv_heads_by_rank)."""
+    return int(kv_heads_by_rank(model, tp).max())
+
+
+def tp_shards(model: ModelSpec, tp: int) -> dict:
+    """Per sharded dimension: {total, largest, smallest, padding} over the tp ranks, padding =
+    tp x largest / total - 1 (the extra work of lock-step ranks that all take the largest shard's
+    time; for KV heads it includes replication). Dimensions: num_heads, num_kv_heads (not MLA),
+    intermediate_size (dense FFN layers), moe.expert_intermediate_size, vocab_size."""
+    _check_tp(model, tp)
+    dims = {"num_heads": (model.num_heads, _split(model.num_heads, tp))}
+    if model.mla is None:
+        dims["num_kv_heads"] = (model.num_kv_heads, kv_heads_by_rank(model, tp))
+    if model.moe is None or model.moe.first_dense_layers > 0:
+        dims["intermediate_size"] = (model.intermediate_size, _split(model.intermediate_size, tp))
+    if model.moe is not None:
+        ei = model.moe.expert_intermediate_size
+        dims["moe.expert_intermediate_size"] = (ei, _split(ei, tp))
+    v = model.vocab_size
+    dims["vocab_size"] = (v, np.full(tp, -(-v // tp)))  # padded: every rank computes ceil(V / tp) rows
+    return {k: {"total": int(t), "largest": int(s.max()), "smallest": int(s.min()),
+                "padding": tp * float(s.max()) / t - 1.0} for k, (t, s) in dims.items()}
+
+
+def _even(model: ModelSpec, name: str, entry: dict, tp: int) -> bool:
+    """Whether a tp_shards entry is an even split (KV heads: also one replicated head per rank)."""
+    if name == "vocab_size":
+        return entry["total"] % tp == 0
+    if name == "num_kv_heads" and entry["total"] < tp:
+        return tp % entry["total"] == 0 and entry["largest"] == entry["smallest"] == 1
+    return entry["largest"] == entry["smallest"] and entry["largest"] * tp == entry["total"]
+
+
+def tp_imbalance(model: ModelSpec, tp: int) -> dict:
+    """The uneven entries of tp_shards (run documents' ``metrics.tp_imbalance``); {} when tp
+    divides every dimension."""
+    return {k: v for k, v in tp_shards(model, tp).items() if not _even(model, k, v, tp)}
+
+
+def _uneven(model: ModelSpec, tp: int) -> bool:
+    """tp leaves some head or FFN shard larger than another (the vocabulary is always padded)."""
+    return any(k != "vocab_size" for k in tp_imbalance(model, tp))
+
+
+def weight_bytes_per_rank(model: ModelSpec, dtype: str | None, tp: int) -> float:
+    """Weight bytes on the fullest rank: weight_bytes / tp when tp divides every dimension; else
+    the params of the largest head / KV-head / FFN / expert shards, plus 1/tp of the rest (norms,
+    embeddings, router, MLA down projections), like the even case."""
+    total = weight_bytes(model, dtype)
+    if not _uneven(model, tp):
+        return total / tp
+    h, d = model.hidden_size, model.head_dim
+    H, Hkv = model.num_heads, model.num_kv_heads
+    hr, kvr = _split(H, tp).astype(float), kv_heads_by_rank(model, tp).astype(float)
+    n_mats = 3 if model.ffn_gated else 2
+    if model.mla is not None:
+        a = model.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        per_head = (h * qk if a.q_lora_rank is None else a.q_lora_rank * qk) \
+            + a.kv_lora_rank * (a.qk_nope_head_dim + a.v_head_dim) + a.v_head_dim * h
+        attn_sharded, attn_total = hr * per_head, H * per_head
+    else:
+        bias = 1 if (model.bias or model.qkv_bias) else 0
+        attn_sharded = (hr + 2 * kvr) * d * (h + bias) + hr * d * h
+        attn_total = (H + 2 * Hkv) * d * (h + bias) + H * d * h
+    n_moe = 0 if model.moe is None else model.num_layers - model.moe.first_dense_layers
+    n_dense = model.num_layers - n_moe
+    ffn_per_col = n_mats * h + (n_mats - 1 if model.bias else 0)
+    sharded = model.num_layers * attn_sharded
+    sharded_total = model.num_layers * attn_total
+    if n_dense:
+        sharded = sharded + n_dense * ffn_per_col * _split(model.intermediate_size, tp)
+        sharded_total += n_dense * ffn_per_col * model.intermediate_size
+    if n_moe:
+        e = model.moe
+        per_col = (e.num_experts + e.num_shared_experts) * 3 * h
+        sharded = sharded + n_moe * per_col * _split(e.expert_intermediate_size, tp)
+        sharded_total += n_moe * per_col * e.expert_intermediate_size
+    b = DTYPE_BYTES[dtype or model.dtype]
+    return float(np.max(sharded)) * b + (total - sharded_total * b) / tp
 
 
 def kv_bytes_per_token_per_layer(model: ModelSpec, kv_dtype: str, tp: int = 1) -> float:
@@ -202,22 +303,18 @@ def expected_experts(tokens: int, num_experts: int, top_k: int) -> float:
 # ---------------------------------------------------------------- trace
 
 def _check_tp(model: ModelSpec, tp: int) -> None:
-    if not isinstance(tp, (int, np.integer)) or tp < 1:
-        raise ConfigError(f"expected a positive integer, got {tp!r}", key="tp")
-    problems = []
-    if model.num_heads % tp:
-        problems.append(f"num_heads {model.num_heads}")
-    if model.mla is None:
-        kv = model.num_kv_heads
-        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
-            problems.append(f"num_kv_heads {kv}")
-    dense = model.moe is None or model.moe.first_dense_layers > 0
-    if dense and model.intermediate_size % tp:
-        problems.append(f"intermediate_size {model.intermediate_size}")
-    if model.moe is not None and model.moe.expert_intermediate_size % tp:
-        problems.append(f"moe.expert_intermediate_size {model.moe.expert_intermediate_size}")
-    if problems:
-        raise ConfigError(f"tp={tp} does not divide {', '.join(problems)} of model {model.name}", key="tp")
+    """tp must be a positive integer no larger than any split dimension (no rank without heads)."""
+    if not isinstance(tp, (int, np.integer)) or isinstance(tp, bool) or tp < 1:
+        raise ConfigError(f"expected a positive integer, got {tp!r}", key="parallelism.tp")
+    dims = [("num_heads", model.num_heads, "attention heads")]
+    if model.moe is None or model.moe.first_dense_layers > 0:
+        dims.append(("intermediate_size", model.intermediate_size, "FFN columns"))
+    if model.moe is not None:
+        dims.append(("moe.expert_intermediate_size", model.moe.expert_intermediate_size, "expert FFN columns"))
+    for name, n, what in dims:
+        if tp > n:
+            raise ConfigError(f"expected at most {name} = {n} ranks for model {model.name} (a rank would hold "
+                              f"no {what}), got {tp}", key="parallelism.tp")
 
 
 def _lengths(scenario: Scenario, phase: str, context_lens, query_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -281,15 +378,62 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
     decode: each request processes query_tokens (default 1) token(s) and attends to context_lens
     tokens (default scenario.prompt_lens() + 1: the first decode step). prefill: each request
     processes its prompt (query_tokens = context_lens = prompt lengths by default) causally.
+    Uneven tp: the rank of the largest shards, with flops_share / bytes_share per row.
     """
     _check_tp(model, tp)
     c, q = _lengths(scenario, phase, context_lens, query_tokens)
+    shards = _rank_shards(model, tp)
+    largest = tuple(int(x) for x in shards.max(axis=0))
+    rows, meta = _step_rows(model, scenario, phase, tp, largest, c, q)
+    if _uneven(model, tp):
+        meta = {**meta, **_uneven_meta(model, tp)}
+        flops_sum, bytes_sum = np.zeros(len(rows)), np.zeros(len(rows))
+        shapes, mult = np.unique(shards, axis=0, return_counts=True)
+        for shape, k in zip(shapes, mult):
+            rk = _step_rows(model, scenario, phase, tp, tuple(int(x) for x in shape), c, q)[0]
+            flops_sum += k * np.array([r.get("flops", 0.0) for r in rk])
+            bytes_sum += k * np.array([_row_bytes(r) for r in rk])
+        top_f = np.array([r.get("flops", 0.0) for r in rows])
+        top_b = np.array([_row_bytes(r) for r in rows])
+        for r, fs, bs, f, b in zip(rows, flops_sum, bytes_sum, top_f, top_b):
+            r["flops_share"] = fs / (tp * f) if f > 0 else 1.0
+            r["bytes_share"] = bs / (tp * b) if b > 0 else 1.0
+    return OpTrace.from_rows(rows, phase=phase, model=model.name, tp=int(tp), query_tokens=q, context_lens=c,
+                             groups=layer_groups(model), meta=meta)
+
+
+def _rank_shards(model: ModelSpec, tp: int) -> np.ndarray:
+    """(tp, 4) int array: per rank its query heads, KV heads, FFN columns, expert FFN columns
+    (0 for a width the model does not have)."""
+    zero = np.zeros(tp, dtype=np.int64)
+    dense = model.moe is None or model.moe.first_dense_layers > 0
+    return np.stack([_split(model.num_heads, tp), kv_heads_by_rank(model, tp),
+                     _split(model.intermediate_size, tp) if dense else zero,
+                     _split(model.moe.expert_intermediate_size, tp) if model.moe else zero], axis=1)
+
+
+def _row_bytes(r: dict) -> float:
+    return float(sum(r.get(k, 0.0) for k in ("weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes",
+                                               "comm_bytes")))
+
+
+def _uneven_meta(model: ModelSpec, tp: int) -> dict:
+    """Trace meta of an uneven split: the fullest rank's weight fraction (mappers' capacity), the
+    GQA group of the largest shard (query heads sharing one KV head, for PIM items)."""
+    w = weight_bytes(model)
+    g = model.num_heads // (model.num_kv_heads if model.mla is None else 1)
+    return {"weights_per_rank_fraction": weight_bytes_per_rank(model, None, tp) / w if w else 1.0 / tp,
+            "query_heads_per_kv_head": min(g, int(_split(model.num_heads, tp).max()))}
+
+
+def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard: tuple, c: np.ndarray,
+               q: np.ndarray) -> tuple[list[dict], dict]:
+    """Rows and meta of one rank holding ``shard`` = (query heads, KV heads, FFN columns, expert FFN columns)."""
     B, T = len(c), int(q.sum())
     w_dtype = scenario.weight_dtype or model.dtype
     wd, ad, kd = DTYPE_BYTES[w_dtype], DTYPE_BYTES[scenario.act_dtype], DTYPE_BYTES[scenario.kv_dtype]
     h = model.hidden_size
-    H = model.num_heads // tp
-    Hkv = kv_heads_per_rank(model, tp)
+    H, Hkv, inter_rank, ei_rank = shard
     mla = model.mla
     if mla is not None:
         d_qk = mla.kv_lora_rank + mla.qk_rope_head_dim  # absorbed score dim
@@ -352,7 +496,7 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
         R.elementwise("ffn_norm", gi, n, T * h, nf, weights=norm_w, m=T, n=h)
         act_f = activation_flops(model.activation)
         if not g.moe:
-            inter = model.intermediate_size // tp
+            inter = inter_rank
             up = inter * (2 if model.ffn_gated else 1)
             R.matmul("mlp_up", gi, n, T, up, h, bias=model.bias)
             R.elementwise("mlp_act", gi, n, T * inter, act_f + (GATE_FLOPS if model.ffn_gated else 0),
@@ -360,7 +504,7 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
             R.matmul("mlp_down", gi, n, T, h, inter, bias=model.bias)
         else:
             e = model.moe
-            ei = e.expert_intermediate_size // tp
+            ei = ei_rank
             routed = T * e.experts_per_token
             touched = expected_experts(T, e.num_experts, e.experts_per_token)
             nb = max(1, int(round(touched)))
@@ -398,6 +542,5 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
         "vocab_size": model.vocab_size, "mla": mla is not None, "moe": model.moe is not None,
         "batch_size": B, "tokens": T, **moe_meta,
     }
-    return OpTrace.from_rows(R.rows, phase=phase, model=model.name, tp=int(tp), query_tokens=q, context_lens=c,
-                             groups=groups, meta=meta)
+    return R.rows, meta
 
