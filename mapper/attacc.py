@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
-                                 insert_rows, kv_writeback_rows, pim_pair, register)
+                                 insert_rows, kv_writeback_rows, pim_pair, rank_weights, register)
 from attnsim.workloads.model import DTYPE_BYTES
 
 OPTIONS = {"pipeline": False, "subbatches": 2, "fc_on_pim_max_batch": 0}
@@ -35,8 +35,8 @@ def plan_attacc(trace, system, model_bytes: dict, options: dict | None = None) -
     cls = trace["cls"]
     batch = int(len(trace.query_tokens))
     fc_on_pim = trace.phase == "decode" and batch <= int(opts["fc_on_pim_max_batch"])
-    pim_weights = model_bytes["weights"] / tp if opts["fc_on_pim_max_batch"] else 0.0
-    memory = [MemoryPlacement(gpu, model_bytes["weights"] / tp, 0.0, system.pools[gpu].model.capacity_bytes),
+    pim_weights = rank_weights(model_bytes, trace, tp) if opts["fc_on_pim_max_batch"] else 0.0
+    memory = [MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), 0.0, system.pools[gpu].model.capacity_bytes),
               MemoryPlacement(pim, pim_weights, model_bytes["kv_per_rank"], system.pools[pim].model.capacity_bytes)]
     if trace.phase == "prefill":
         # attention on the GPUs; the prompt's K/V are written into the PIM stacks

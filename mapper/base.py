@@ -171,6 +171,13 @@ def model_totals(trace, added: np.ndarray | None = None) -> dict[str, float]:
     return {c: float(np.sum(trace[c][keep] * trace["count"][keep])) for c in MODEL_COLUMNS}
 
 
+def rank_weights(model_bytes: dict, trace, tp: int) -> float:
+    """Weight bytes on the fullest tensor-parallel rank: weights / tp, or with uneven tp the
+    largest shard's fraction the trace carries (workloads.trace.weight_bytes_per_rank)."""
+    f = trace.meta.get("weights_per_rank_fraction")
+    return model_bytes["weights"] / tp if f is None else model_bytes["weights"] * f
+
+
 def check_options(options: dict, allowed: dict, policy: str) -> dict:
     """``options`` with defaults filled in; unknown names and values not of the default's type (bool,
     integer, number) raise ConfigError naming ``mapper.options[.<name>]``."""

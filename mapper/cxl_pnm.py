@@ -12,7 +12,7 @@ import numpy as np
 
 from attnsim.config import ConfigError
 from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_rows, kv_writeback_rows,
-                                 link_name_between, register, role_of_kind)
+                                 link_name_between, rank_weights, register, role_of_kind)
 
 OPTIONS = {"prefill_on_gpu": True}
 
@@ -28,7 +28,7 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         raise ConfigError(f"expected tp x replicas = {tp * system.spec.parallelism.replicas} PNM devices, "
                           f"got {system.pools[pnm].count}", key=f"devices.{pnm}.count")
     gpu = role_of_kind(system, "gpu")
-    memory = [MemoryPlacement(pnm, model_bytes["weights"] / tp, model_bytes["kv_per_rank"],
+    memory = [MemoryPlacement(pnm, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"],
                               system.pools[pnm].model.capacity_bytes)]
     parallel = np.full(len(trace), tp, dtype=np.int64)
     if trace.phase == "prefill" and gpu is not None and opts["prefill_on_gpu"]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.mapper.base import MemoryPlacement, Plan, check_options, register, role_of_kind
+from attnsim.mapper.base import MemoryPlacement, Plan, check_options, rank_weights, register, role_of_kind
 
 OPTIONS: dict = {}
 
@@ -23,5 +23,5 @@ def plan_gpu_only(trace, system, model_bytes: dict, options: dict | None = None)
     device = np.where(cls == "allreduce", "link", role).astype(object)
     parallel = np.full(len(trace), tp, dtype=np.int64)
     pool = system.pools[role]
-    mem = [MemoryPlacement(role, model_bytes["weights"] / tp, model_bytes["kv_per_rank"], pool.model.capacity_bytes)]
+    mem = [MemoryPlacement(role, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"], pool.model.capacity_bytes)]
     return Plan("gpu_only", trace, device, parallel, mem)

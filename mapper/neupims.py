@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
-                                 insert_rows, kv_writeback_rows, pim_pair, register)
+                                 insert_rows, kv_writeback_rows, pim_pair, rank_weights, register)
 from attnsim.workloads.model import DTYPE_BYTES
 
 OPTIONS = {"dual_row_buffer": True, "subbatches": 2}
@@ -24,7 +24,7 @@ def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) 
     opts = check_options(options or {}, OPTIONS, "neupims")
     npu, pim, link = pim_pair(system, "neupims")
     tp = system.spec.parallelism.tp
-    memory = [MemoryPlacement(pim, model_bytes["weights"] / tp, model_bytes["kv_per_rank"],
+    memory = [MemoryPlacement(pim, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"],
                               system.pools[pim].model.capacity_bytes)]
     if trace.phase == "prefill":
         tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))

@@ -15,7 +15,7 @@ import numpy as np
 
 from attnsim.config import ConfigError
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
-                                 link_name_between, register, role_of_kind, transfer_row)
+                                 link_name_between, rank_weights, register, role_of_kind, transfer_row)
 
 OPTIONS = {"topk_fraction": 1.0, "offload_weights": False, "overlap": True}
 
@@ -32,7 +32,7 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
         raise ConfigError("policy offload needs a gpu pool and a memory pool (kind: memory)", key="devices")
     link = "link:" + link_name_between(system, gpu, host)
     tp = system.spec.parallelism.tp
-    w_gpu = 0.0 if opts["offload_weights"] else model_bytes["weights"] / tp
+    w_gpu = 0.0 if opts["offload_weights"] else rank_weights(model_bytes, trace, tp)
     memory = [MemoryPlacement(gpu, w_gpu, 0.0, system.pools[gpu].model.capacity_bytes),
               MemoryPlacement(host, model_bytes["weights"] - w_gpu * tp, model_bytes["kv"],
                               system.pools[host].model.capacity_bytes * system.pools[host].count)]

@@ -13,7 +13,7 @@ import numpy as np
 
 from attnsim.config import ConfigError
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
-                                 kv_writeback_rows, pim_pair, register, transfer_row)
+                                 kv_writeback_rows, pim_pair, rank_weights, register, transfer_row)
 from attnsim.workloads.model import DTYPE_BYTES
 from attnsim.workloads.optrace import OpTrace
 
@@ -30,7 +30,7 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
     gpu, far, link = pim_pair(system, "tiered")
     tp = system.spec.parallelism.tp
     kv = model_bytes["kv_per_rank"]
-    memory = [MemoryPlacement(gpu, model_bytes["weights"] / tp, kv * f, system.pools[gpu].model.capacity_bytes),
+    memory = [MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), kv * f, system.pools[gpu].model.capacity_bytes),
               MemoryPlacement(far, 0.0, kv * (1 - f), system.pools[far].model.capacity_bytes)]
     if f == 0.0:  # all KV far: exactly the attacc placement
         from attnsim.mapper.attacc import plan_attacc
