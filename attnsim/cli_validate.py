@@ -1,30 +1,106 @@
-"""``attnsim validate``: measured vs published for the bundled validation set."""
+"""``attnsim validate``: measured vs published for the bundled validation set, by role."""
 from __future__ import annotations
 
+SECTIONS = {  # role -> heading
+    "calibration": "calibration rows (in-sample: attnsim parameters were set from them)",
+    "validation": "validation rows (held out: no attnsim parameter was set from them)",
+    "limit": "limit rows (physical bounds every run must keep)",
+}
 
 
 def register(sub) -> None:
-    v = sub.add_parser("validate", help="run the bundled validation set (GPU calibration, AttAcc, limits)",
-                       description="Prints measured vs published with the error of each row; exit status 1 if any "
-                       "row is outside its stated tolerance.")
+    v = sub.add_parser("validate", help="run the bundled validation set (GPU calibration, reproductions, limits)",
+                       description="Prints attnsim vs the reference with the error of each row, calibration "
+                       "(in-sample), validation (held-out) and limit rows in separate sections; exit status 1 "
+                       "if any row is outside its stated tolerance.")
     v.add_argument("--set", dest="sets", action="append",
-                   help="only these validation sets (repeatable; default all)")
-    v.add_argument("--json", action="store_true")
+                   help="only these sets (repeatable; default all): gpu, reproductions (every folder of "
+                   "configs/reproductions/), reproductions/NAME (one), limits; attacc = reproductions/attacc")
+    v.add_argument("--json", action="store_true", help="print the rows as JSON (each with its role)")
+    v.add_argument("--figures", metavar="DIR",
+                   help="write each selected reproduction's figure (its reference.yaml figure: out) into DIR")
     v.set_defaults(func=validate_cmd)
 
 
+def _figure_plan(args) -> dict:
+    """reproduction name -> (spec, output paths), checked before anything runs."""
+    if not args.figures:
+        return {}
+    from attnsim import reproduce
+    from attnsim.outputs import check_output, inside
+    from attnsim.plots.style import figure_paths
+    from attnsim.validate import reproductions_in
+    check_output(args.figures, "--figures", kind="dir")
+    plan = {}
+    for name in reproductions_in(args.sets):
+        folder = reproduce.find(name)
+        spec = reproduce.read_spec(folder)
+        if spec.figure is not None:
+            out = inside(args.figures, spec.figure.out, "figure.out", file=str(folder / reproduce.REFERENCE))
+            plan[name] = (spec, figure_paths(out, "--figures", create=True))
+    return plan
+
+
+def table(rows: list[list[str]], header: list[str], numeric: int = 99) -> str:
+    """Columns left-aligned, those from index ``numeric`` on right-aligned."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda r: "  ".join(str(x).rjust(w) if i >= numeric else str(x).ljust(w)
+                               for i, (x, w) in enumerate(zip(r, widths))).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _print(rows, specs) -> None:
+    for role, heading in SECTIONS.items():
+        part = [r for r in rows if r.role == role]
+        if not part:
+            continue
+        body = [[r.set, r.system, r.name, role, f"{r.published:.4g}", f"{r.measured:.4g}",
+                 f"{r.error:+.1%}" if r.check == "relative" else "-",
+                 f"±{r.tolerance:.0%}" if r.check == "relative" else f"<= {r.published:g}",
+                 "ok" if r.ok else "FAIL"] for r in part]
+        bad = sum(not r.ok for r in part)
+        print(f"{heading}\n")
+        print(table(body, ["set", "system", "row", "role", "reference", "attnsim", "error", "tolerance", "ok"], 4))
+        print(f"\n{len(part) - bad} of {len(part)} {role} rows within tolerance" + (f"; {bad} outside" if bad else "")
+              + "\n")
+    if specs:
+        print("reproductions (the artefacts the reference numbers come from)\n")
+        print(table([[name, spec.title, spec.source] for name, spec in specs.items()], ["system", "title", "source"],
+                    ) + "\n")
+    claims = [(name, spec, c) for name, spec in specs.items() for c in spec.paper]
+    if claims:
+        print("paper headlines (printed beside; the rows compare the artefacts' numbers)\n")
+        body = [[name, c.claim, f"{c.value:g}" if isinstance(c.value, float) else c.value, c.note]
+                for name, spec, c in claims]
+        print(table(body, ["system", "claim", "value", "note"]) + "\n")
+    bad = sum(not r.ok for r in rows)
+    print(f"{len(rows) - bad} of {len(rows)} rows within tolerance" + (f"; {bad} outside" if bad else ""))
+
+
+def _figure(rows, out, spec) -> None:
+    import matplotlib.pyplot as plt
+    from attnsim.plots.recipes import reproduction
+    from attnsim.plots.style import paper_style, save
+    with paper_style():
+        fig = reproduction(rows, title=spec.title)
+        try:
+            save(fig, out)
+        finally:
+            plt.close(fig)
+
+
 def validate_cmd(args) -> int:
-    from attnsim.report import table
-    from attnsim.validate import run
+    from attnsim import reproduce
+    from attnsim.validate import ALIASES, reproductions_in, run
+    plan = _figure_plan(args)
+    specs = {name: reproduce.read_spec(reproduce.find(name)) for name in reproductions_in(args.sets)}
     rows = run(args.sets)
     if args.json:
         from attnsim.results import dumps
         print(dumps([r.as_dict() for r in rows], indent=1))
     else:
-        body = [[r.set, r.name, f"{r.measured:.4g}", f"{r.published:.4g}",
-                 f"{r.error:+.1%}" if r.check == "relative" else "-",
-                 f"±{r.tolerance:.0%}" if r.check == "relative" else "<= 1", "ok" if r.ok else "FAIL"] for r in rows]
-        print(table(body, ["set", "row", "measured", "published", "error", "tolerance", ""]))
-        bad = sum(not r.ok for r in rows)
-        print(f"\n{len(rows) - bad} of {len(rows)} rows within tolerance" + (f"; {bad} outside" if bad else ""))
+        _print(rows, specs)
+    for name, (spec, paths) in plan.items():
+        part = [r for r in rows if r.system == name and (r.set.startswith("reproductions/") or r.set in ALIASES)]
+        _figure(part, paths[0], spec)
     return 1 if any(not r.ok for r in rows) else 0

@@ -1,9 +1,14 @@
 """``attnsim validate``: the bundled validation set, measured vs published, with each row's error.
 
-Sets (data in configs/validation/, each number with its source):
-- gpu: GPU linear-op kernel times (vidur profiles, A100 and H100) — per op within 15 %, the sum of
-  the four linear ops of a row within 10 %;
-- attacc: the AttAcc reproduction (ratios within 25 %, PIM attention times within 15 %);
+Every row has a ``role``: ``calibration`` (in-sample: an attnsim parameter was fitted or set from it),
+``validation`` (held out: nothing was set from it) or ``limit`` (a physical bound every run must keep).
+Sets (each number with its source):
+- gpu: GPU linear-op kernel times (vidur profiles, A100 and H100, configs/validation/
+  gpu_calibration.yaml) — per op within 15 %, the sum of the four linear ops of a row within 10 %. The
+  presets' efficiency curves were fitted to all of these rows, so every row is ``calibration``;
+- reproductions (``reproductions/NAME`` for one): each folder of configs/reproductions/ (see
+  :mod:`attnsim.reproduce`), rows with the role their reference.yaml gives; ``attacc`` is
+  ``reproductions/attacc`` under its old name;
 - limits: physical limits on every run of the bundled comparison experiments (achieved bandwidth
   never above peak).
 """
@@ -13,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from attnsim.config import CONFIG_ROOT, ConfigError, get_dotted, load_yaml
+from attnsim.config import CONFIG_ROOT, ConfigError, load_yaml
 
 
 @dataclass
@@ -24,6 +29,9 @@ class Row:
     published: float
     tolerance: float  # relative error allowed ("relative" rows)
     check: str = "relative"  # or "upper_bound": measured <= published
+    role: str = "validation"  # or "calibration" (in-sample) or "limit" (a physical bound)
+    system: str = ""  # the system (or GPU) the row is about
+    source: str = ""  # where the reference number comes from, when the row names it
 
     @property
     def error(self) -> float:
@@ -44,7 +52,9 @@ def _load(name: str) -> dict:
 
 
 def gpu_rows() -> list[Row]:
-    """Model vs vidur per-op times; exceptions listed in the data file keep their stated bound."""
+    """Model vs vidur per-op times; exceptions listed in the data file keep their stated bound. The GPU
+    presets' efficiency curve, compute efficiency, tiles and per-tile overhead were fitted to all 60 ops
+    per GPU (see the preset YAMLs), so every row is in-sample (``calibration``)."""
     from attnsim.hwmodels.gpu import load_hardware
     from attnsim.workloads.optrace import OpTrace
     data = _load("gpu_calibration")["vidur"]
@@ -67,27 +77,19 @@ def gpu_rows() -> list[Row]:
                     tol = exceptions.get((key, table["model"], int(tokens), op), 0.15)
                     note = " (known outlier, see data file)" if tol > 0.15 else ""
                     out.append(Row("gpu", f"{key} {table['model']} TP{table['tp']} {op} @{tokens} tok [us]{note}",
-                                   float(tm), float(pub), tol))
+                                   float(tm), float(pub), tol, role="calibration", system=presets[key]))
                 tol = exceptions.get((key, table["model"], int(tokens), "sum"), 0.10)
                 out.append(Row("gpu", f"{key} {table['model']} TP{table['tp']} sum of 4 @{tokens} tok [us]",
-                               float(np.sum(t)), float(np.sum(times)), tol))
+                               float(np.sum(t)), float(np.sum(times)), tol, role="calibration", system=presets[key]))
     return out
 
 
-def attacc_rows() -> list[Row]:
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
-    spec = _load("attacc")
-    docs = run_experiment(load_experiment(spec["experiment"]))
-    out = []
-    for r in spec["rows"]:
-        match = [d for d in docs if d["system"] == r["system"] and d["scenario"]["batch_size"] == r["batch"]]
-        if not match or match[0]["status"] != "ok":
-            raise ConfigError(f"validation row {r['name']!r}: run did not complete "
-                              f"({match[0].get('error') if match else 'no such run'})", file="validation/attacc.yaml")
-        val = get_dotted(match[0], r["metric"].split("."))
-        out.append(Row("attacc", r["name"], float(val), float(r["published"]), float(r["tolerance"])))
-    return out
+def reproduction_rows(name: str | None = None, label: str | None = None) -> list[Row]:
+    """Rows of reproduction ``name`` (every folder of configs/reproductions/ when None); each folder is
+    loaded and checked before anything is simulated."""
+    from attnsim import reproduce
+    reps = [reproduce.load(p) for p in ([reproduce.find(name)] if name else reproduce.folders())]
+    return [row for rep in reps for row in reproduce.run_rows(rep, set_name=label)]
 
 
 def limit_rows() -> list[Row]:
@@ -102,17 +104,41 @@ def limit_rows() -> list[Row]:
                 continue
             for dev, bw in d["metrics"]["bandwidth"].items():
                 out.append(Row("limits", f"{name}: {d['system']} {dev} bandwidth / peak", bw["utilization"], 1.0,
-                               0.0, check="upper_bound"))
+                               0.0, check="upper_bound", role="limit", system=d["system"]))
     return out
 
 
-SETS = {"gpu": gpu_rows, "attacc": attacc_rows, "limits": limit_rows}
+SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "limits": limit_rows}
+ALIASES = {"attacc": "reproductions/attacc"}  # the set's name before configs/reproductions/ (users' scripts)
+
+
+def _job(name: str):
+    target = ALIASES.get(name, name)
+    if target.startswith("reproductions/"):
+        from attnsim import reproduce
+        sub = target.split("/", 1)[1]
+        reproduce.find(sub)  # an unknown name is refused before anything runs
+        return lambda: reproduction_rows(sub, label=name if name in ALIASES else None)
+    if target in SETS:
+        return SETS[target]
+    raise ConfigError(f"expected one of {', '.join([*SETS, *ALIASES])} or reproductions/NAME, got {name!r}",
+                      file="--set")
 
 
 def run(sets=None) -> list[Row]:
-    rows = []
+    """Rows of ``sets`` (default all): names of :data:`SETS`, ``reproductions/NAME`` or an alias."""
+    jobs = [_job(name) for name in sets or SETS]
+    return [row for job in jobs for row in job()]
+
+
+def reproductions_in(sets=None) -> list[str]:
+    """Names of the reproduction folders ``sets`` select (each once, in order)."""
+    from attnsim import reproduce
+    out: list[str] = []
     for name in sets or SETS:
-        if name not in SETS:
-            raise ConfigError(f"expected one of {', '.join(SETS)}, got {name!r}", file="--set")
-        rows += SETS[name]()
-    return rows
+        target = ALIASES.get(name, name)
+        if target == "reproductions" and "reproductions" in SETS:
+            out += [p.name for p in reproduce.folders()]
+        elif target.startswith("reproductions/"):
+            out.append(target.split("/", 1)[1])
+    return list(dict.fromkeys(out))

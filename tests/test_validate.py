@@ -12,14 +12,19 @@ def test_attacc_reproduction_and_limits_within_tolerance(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rc == 0, [r for r in rows if not r["ok"]]
     names = {r["name"] for r in rows if r["set"] == "attacc"}
-    assert len(names) == 6
+    assert len(names) >= 6  # the rows of the old configs/validation/attacc.yaml (tests/test_reproductions.py)
     assert sum(r["set"] == "limits" for r in rows) >= 10
+    # AttAcc: no attnsim parameter was set from its rows; limits are physical bounds
+    assert {r["role"] for r in rows if r["set"] == "limits"} == {"limit"}
+    assert all(r["role"] in ("validation", "calibration") and r["system"] == "attacc"
+               for r in rows if r["set"] == "attacc")
 
 
 def test_gpu_calibration_rows_within_stated_tolerance(capsys):
     rc = main(["validate", "--set", "gpu", "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 2 * (9 + 6) * 5  # 2 GPUs x 15 token rows x (4 ops + sum)
+    assert {r["role"] for r in rows} == {"calibration"}  # the presets were fitted to every vidur row
     assert rc == 0, [r["name"] for r in rows if not r["ok"]]
 
 
@@ -27,6 +32,21 @@ def test_row_outside_tolerance_fails_the_command(monkeypatch, capsys):
     monkeypatch.setattr(validate, "SETS", {"fake": lambda: [validate.Row("fake", "x", 1.3, 1.0, 0.25)]})
     assert main(["validate"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_sections_by_role_and_unknown_set(monkeypatch, capsys):
+    rows = [validate.Row("fake", "fit row", 1.0, 1.0, 0.1, role="calibration"),
+            validate.Row("fake", "held-out row", 1.3, 1.0, 0.1, role="validation"),
+            validate.Row("fake", "bound row", 0.5, 1.0, 0.0, check="upper_bound", role="limit")]
+    monkeypatch.setattr(validate, "SETS", {"fake": lambda: rows})
+    assert main(["validate"]) == 1
+    out = capsys.readouterr().out
+    parts = [out.index(s) for s in ("calibration rows", "fit row", "1 of 1 calibration", "validation rows",
+                                    "held-out row", "0 of 1 validation rows within tolerance; 1 outside",
+                                    "limit rows", "bound row", "1 of 1 limit", "2 of 3 rows within tolerance")]
+    assert parts == sorted(parts)
+    assert main(["validate", "--set", "nope"]) == 2
+    assert "reproductions/NAME" in capsys.readouterr().err
 
 
 def test_row_semantics():

@@ -349,3 +349,39 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
         fig.suptitle(title)
     fig._roofline = info
     return fig
+
+
+# ---------------------------------------------------------------- reproductions (attnsim validate --figures)
+
+def reproduction(rows, width="single", title=None):
+    """attnsim / reference per row of a reproduction (:class:`attnsim.validate.Row` s): a dot per row on
+    its tolerance band around 1, coloured by role (calibration in-sample, validation held out)."""
+    if not rows:
+        raise ConfigError("no rows to plot (reproduction)", file="--figures")
+    if len(rows) > MAX_BARS:
+        raise ConfigError(f"{len(rows)} rows; a reproduction figure draws at most {MAX_BARS}", file="--figures")
+    ratio = np.array([r.measured / r.published for r in rows])
+    tol = np.array([r.tolerance for r in rows])
+    y = np.arange(len(rows))[::-1]
+    fig, ax = new_figure(width, aspect=max(0.35, 0.12 * len(rows)))
+    ax.barh(y, 2 * tol, left=1 - tol, height=0.6, color="0.85", label="tolerance band", zorder=1)
+    ax.axvline(1.0, color="black", linewidth=0.6, zorder=2)
+    colours = {"calibration": OKABE_ITO[0], "validation": OKABE_ITO[4]}
+    for role, colour in colours.items():
+        m = np.array([r.role == role for r in rows])
+        if m.any():
+            ax.scatter(ratio[m], y[m], s=16, color=colour, marker="o", label=f"{role}", zorder=3)
+    bad = np.array([not r.ok for r in rows])
+    if bad.any():
+        ax.scatter(ratio[bad], y[bad], s=40, facecolors="none", edgecolors=OKABE_ITO[5], marker="o",
+                   label="outside tolerance", zorder=4)
+    ax.set_yticks(y)
+    ax.set_yticklabels([r.name if len(r.name) <= 48 else r.name[:23] + "\u2026" + r.name[-24:] for r in rows], fontsize=5)
+    ax.set_xlabel("attnsim / reference (dimensionless)")
+    lo, hi = min(ratio.min(), (1 - tol).min()), max(ratio.max(), (1 + tol).max())
+    pad = 0.05 * (hi - lo)
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, borderaxespad=0.2)
+    if title:
+        ax.set_title(title, fontsize=6, pad=12)
+    return fig

@@ -1,0 +1,232 @@
+"""Reproductions of published systems: their artefacts' numbers vs attnsim, one folder per system.
+
+``configs/reproductions/<system>/reference.yaml`` (format: configs/reproductions/README.md) names the
+experiments to run (YAML files beside it, or built-in experiment names) and the rows to compare: a
+run picked by ``select`` (system, model, scenario name or any scenario key), a dotted ``metric`` path in
+its run document, the artefact's ``reference`` value and a relative ``tolerance``; ``role`` says whether
+an attnsim parameter was set from the row (``calibration``, in-sample) or not (``validation``, held out).
+
+- :func:`folders` lists the system folders, :func:`load` reads and checks one (every error is one
+  ConfigError line naming the file and key; ``select`` is checked against the experiment's runs before
+  anything is simulated), :func:`run_rows` simulates only the runs the rows read (and their baseline)
+  and returns :class:`attnsim.validate.Row` s.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import Field, PositiveFloat
+
+from attnsim.config import (ConfigError, Schema, display_path, find_config, get_dotted, load_yaml, search_dirs,
+                            validate)
+from attnsim.outputs import RelativePath, SafeName
+
+REFERENCE = "reference.yaml"
+ROLES = ("calibration", "validation")
+RUN_KEYS = ("system", "model", "scenario")  # select keys naming the run; any other is a scenario key
+FIGURE_RECIPES = ("reproduction",)
+
+
+class PaperClaim(Schema):
+    """A headline of the paper, printed beside the rows (not compared: the artefact's numbers are)."""
+
+    claim: str
+    value: Union[float, str]
+    note: str = ""
+
+
+class FigureSpec(Schema):
+    recipe: Literal[FIGURE_RECIPES]
+    out: RelativePath  # relative to the --figures folder
+
+
+class RowSpec(Schema):
+    name: str = Field(min_length=1)
+    experiment: str
+    select: dict[str, Union[str, int, float]] = Field(min_length=1)
+    metric: str = Field(min_length=1)
+    scale: PositiveFloat = 1.0  # attnsim value x scale is compared (e.g. 1e3 for s -> ms)
+    reference: float
+    tolerance: PositiveFloat  # relative
+    role: Literal[ROLES]
+    source: str = ""
+
+
+class ReferenceSpec(Schema):
+    system: SafeName
+    title: str
+    source: str = Field(min_length=1)
+    paper: list[PaperClaim] = []
+    experiments: dict[str, str] = Field(min_length=1)
+    figure: Optional[FigureSpec] = None
+    rows: list[RowSpec] = Field(min_length=1)
+
+
+@dataclass
+class Reproduction:
+    folder: Path
+    file: str  # display name of reference.yaml, for messages
+    spec: ReferenceSpec
+    experiments: dict  # label -> attnsim.experiment.Experiment
+    runs: list  # per row: (system, model, scenario name) it reads
+
+
+def folders() -> list[Path]:
+    """The system folders (those holding a reference.yaml) under ``reproductions/`` of each
+    $ATTNSIM_CONFIG_PATH entry and the built-ins (the first of a name wins), sorted by name."""
+    found: dict[str, Path] = {}
+    for d in search_dirs("reproductions"):
+        if d.is_dir():
+            for p in sorted(d.iterdir()):
+                if (p / REFERENCE).is_file():
+                    found.setdefault(p.name, p)
+    return [found[n] for n in sorted(found)]
+
+
+def find(name: str, flag: str = "--set") -> Path:
+    """The folder of reproduction ``name``."""
+    for p in folders():
+        if p.name == name:
+            return p
+    raise ConfigError(f"expected reproductions or reproductions/NAME with NAME one of "
+                      f"{', '.join(p.name for p in folders()) or 'none'}, got {'reproductions/' + name!r}", file=flag)
+
+
+def _experiment_path(folder: Path, ref: str, file: str, key: str) -> Path:
+    if ref.endswith((".yaml", ".yml")):
+        if Path(ref).is_absolute() or ".." in Path(ref).parts:
+            raise ConfigError(f"expected a path relative to the folder {display_path(folder)}, without '..', "
+                              f"got {ref!r}", file=file, key=key)
+        p = folder / ref
+        if not p.is_file():
+            raise ConfigError(f"expected an experiment file in {display_path(folder)}, got {ref!r} (not found)",
+                              file=file, key=key)
+        return p
+    try:
+        return find_config("experiments", ref)
+    except ConfigError as e:
+        raise ConfigError(f"expected a .yaml file in the folder or a built-in experiment; {e.message}",
+                          file=file, key=key) from None
+
+
+def _run_table(exp) -> list[tuple[str, str, str, dict]]:
+    """(system, model, scenario name, scenario document) of every run the experiment makes."""
+    from attnsim.runner import scenario_doc
+    docs = {n: scenario_doc(sc) for n, sc in exp.scenarios.items()}
+    return [(s, m, n, docs[n]) for s in exp.systems for m in exp.models for n in exp.scenarios]
+
+
+def _matches(run, select: dict) -> bool:
+    s, m, n, sc = run
+    have = {"system": s, "model": m, "scenario": n}
+    for k, v in select.items():
+        got = have[k] if k in have else sc.get(k)
+        if isinstance(v, bool) or isinstance(got, bool) or not (got == v or str(got) == str(v)):
+            return False
+    return True
+
+
+def _select(rows: list, exps: dict, file: str) -> list[tuple[str, str, str]]:
+    out = []
+    for i, r in enumerate(rows):
+        key = f"rows.{i}"
+        if r.experiment not in exps:
+            raise ConfigError(f"expected one of the experiments ({', '.join(exps)}), got {r.experiment!r}",
+                              file=file, key=f"{key}.experiment")
+        table = _run_table(exps[r.experiment])
+        allowed = set(RUN_KEYS) | {k for run in table for k in run[3]}
+        for k in r.select:
+            if k not in allowed:
+                raise ConfigError(f"expected one of {', '.join(RUN_KEYS)} or a scenario key "
+                                  f"({', '.join(sorted(allowed - set(RUN_KEYS)))}), got {k!r}",
+                                  file=file, key=f"{key}.select.{k}")
+        hits = [run for run in table if _matches(run, r.select)]
+        if len(hits) != 1:
+            shown = "; ".join(f"{s}/{m}/{n}" for s, m, n, _ in (hits or table)[:6])
+            what = "no run" if not hits else f"{len(hits)} runs ({shown}{', ...' if len(hits) > 6 else ''})"
+            runs = "" if hits else f" (runs: {shown}{', ...' if len(table) > 6 else ''})"
+            raise ConfigError(f"expected a select matching exactly one run of experiment {r.experiment!r}{runs}, "
+                              f"got {what}", file=file, key=f"{key}.select")
+        out.append(hits[0][:3])
+    return out
+
+
+def read_spec(folder: str | Path) -> ReferenceSpec:
+    """``folder/reference.yaml`` checked on its own (experiments not loaded)."""
+    folder = Path(folder)
+    path = folder / REFERENCE
+    file = display_path(path)
+    spec = validate(ReferenceSpec, load_yaml(path), file=file)
+    if spec.system != folder.name:
+        raise ConfigError(f"expected the folder's name {folder.name!r}, got {spec.system!r}", file=file, key="system")
+    for i, r in enumerate(spec.rows):
+        if r.reference == 0:
+            raise ConfigError("expected a non-zero number (errors are relative to it), got 0", file=file,
+                              key=f"rows.{i}.reference")
+    seen = {}
+    for i, r in enumerate(spec.rows):
+        if r.name in seen:
+            raise ConfigError(f"expected each row name once, got {r.name!r} like rows.{seen[r.name]}",
+                              file=file, key=f"rows.{i}.name")
+        seen[r.name] = i
+    return spec
+
+
+def load(folder: str | Path) -> Reproduction:
+    """Read and check ``folder/reference.yaml`` and load its experiments (nothing is simulated)."""
+    from attnsim.experiment import load_experiment
+    folder = Path(folder)
+    file = display_path(folder / REFERENCE)
+    spec = read_spec(folder)
+    exps = {label: load_experiment(_experiment_path(folder, ref, file, f"experiments.{label}"))
+            for label, ref in spec.experiments.items()}
+    return Reproduction(folder, file, spec, exps, _select(spec.rows, exps, file))
+
+
+def _subset(exp, runs: set):
+    """``exp`` restricted to the systems, models and scenarios of ``runs`` (plus the baseline system)."""
+    keep_s = {s for s, _, _ in runs} | ({exp.spec.baseline} if exp.spec.baseline else set())
+    keep_m = {m for _, m, _ in runs}
+    keep_n = {n for _, _, n in runs}
+    return replace(exp, systems={k: v for k, v in exp.systems.items() if k in keep_s},
+                   models={k: v for k, v in exp.models.items() if k in keep_m},
+                   scenarios={k: v for k, v in exp.scenarios.items() if k in keep_n})
+
+
+def _number(doc: dict, metric: str, file: str, key: str) -> float:
+    try:
+        val = get_dotted(doc, metric.split("."))
+    except (KeyError, IndexError, TypeError, ValueError):
+        top = ", ".join(k for k in doc if isinstance(doc[k], dict))
+        raise ConfigError(f"expected a dotted path in the run document (sections: {top}), got {metric!r}",
+                          file=file, key=key) from None
+    if isinstance(val, bool) or not isinstance(val, numbers.Real) or not math.isfinite(float(val)):
+        raise ConfigError(f"expected the path to hold a finite number, got {type(val).__name__} "
+                          f"{str(val)[:40]!r} at {metric!r}", file=file, key=key)
+    return float(val)
+
+
+def run_rows(rep: Reproduction, set_name: Optional[str] = None) -> list:
+    """Simulate the runs the rows read and return one :class:`attnsim.validate.Row` per row."""
+    from attnsim.runner import run_experiment
+    from attnsim.validate import Row
+    docs = {}
+    for label, exp in rep.experiments.items():
+        need = {run for r, run in zip(rep.spec.rows, rep.runs) if r.experiment == label}
+        if need:
+            for d in run_experiment(_subset(exp, need)):
+                docs[(label, d["system"], d["model"], d["scenario"]["name"])] = d
+    out = []
+    for i, (r, run) in enumerate(zip(rep.spec.rows, rep.runs)):
+        d = docs[(r.experiment, *run)]
+        if d["status"] != "ok":
+            raise ConfigError(f"expected the selected run {'/'.join(run)} to complete, got status {d['status']} "
+                              f"({d.get('error', '')})", file=rep.file, key=f"rows.{i}.select")
+        val = _number(d, r.metric, rep.file, f"rows.{i}.metric")
+        out.append(Row(set_name or f"reproductions/{rep.spec.system}", r.name, val * r.scale, r.reference,
+                       r.tolerance, role=r.role, system=rep.spec.system, source=r.source))
+    return out

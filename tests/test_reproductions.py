@@ -1,0 +1,227 @@
+"""configs/reproductions/: the loader's checks, a synthetic reproduction end to end, figures, the
+migrated AttAcc set (same numbers as the old configs/validation/attacc.yaml path) and every built-in
+folder loading."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnsim import reproduce, validate
+from attnsim.cli import main
+from attnsim.config import ConfigError, get_dotted
+
+EXPERIMENT = {"name": "toy_repro", "systems": ["dgx_a100", "dgx_h100"], "models": ["llama2-7b"],
+              "scenarios": {"s1": {"batch_size": 1, "prompt_len": 64, "output_len": 4},
+                            "s4": {"batch_size": 4, "prompt_len": 64, "output_len": 4}},
+              "baseline": "dgx_a100"}
+ROWS = [{"name": "h100/a100 decode throughput, batch 1", "experiment": "e",
+         "select": {"system": "dgx_h100", "batch_size": 1}, "metric": "vs_baseline.decode_throughput_ratio",
+         "reference": 1.5, "tolerance": 0.6, "role": "calibration"},
+        {"name": "h100 TPOT, batch 4 [ms]", "experiment": "e", "select": {"system": "dgx_h100", "scenario": "s4"},
+         "metric": "metrics.tpot_s", "scale": 1000.0, "reference": 5.0, "tolerance": 0.95, "role": "validation",
+         "source": "hand-written"}]
+REFERENCE = {"system": "toy", "title": "Toy reproduction", "source": "tests/test_reproductions.py",
+             "paper": [{"claim": "H100 decodes faster", "value": 2.0, "note": "a made-up headline"}],
+             "experiments": {"e": "exp.yaml"}, "figure": {"recipe": "reproduction", "out": "toy.pdf"},
+             "rows": ROWS}
+
+
+def _write(root: Path, ref: dict, exp: dict = EXPERIMENT, name: str = "toy") -> Path:
+    folder = root / "reproductions" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "exp.yaml").write_text(yaml.safe_dump(exp))
+    (folder / "reference.yaml").write_text(yaml.safe_dump(ref, sort_keys=False))
+    return folder
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    return _write(tmp_path, REFERENCE)
+
+
+def _docs():
+    """The toy experiment run directly (not through the reproduction loader)."""
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    return {(d["system"], d["scenario"]["name"]): d for d in run_experiment(load_experiment(
+        str(reproduce.find("toy") / "exp.yaml")))}
+
+
+def test_synthetic_reproduction_end_to_end(toy, capsys):
+    assert main(["validate", "--set", "reproductions/toy"]) == 0
+    out = capsys.readouterr().out
+    cal, val = out.index("calibration rows (in-sample"), out.index("validation rows (held out")
+    assert cal < out.index("1 of 1 calibration rows within tolerance") < val < out.index(
+        "1 of 1 validation rows within tolerance") < out.index("paper headlines")
+    assert "H100 decodes faster" in out and "a made-up headline" in out and "Toy reproduction" in out
+    # the calibration row is printed in its section only
+    assert out[cal:val].count("h100/a100 decode throughput") == 1 and "h100 TPOT" not in out[cal:val]
+    assert main(["validate", "--set", "reproductions/toy", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    docs = _docs()  # the rows read the selected run; scale multiplies the attnsim value
+    a, b = rows[ROWS[0]["name"]], rows[ROWS[1]["name"]]
+    assert a["measured"] == docs["dgx_h100", "s1"]["vs_baseline"]["decode_throughput_ratio"]
+    assert b["measured"] == pytest.approx(1000.0 * docs["dgx_h100", "s4"]["metrics"]["tpot_s"], rel=1e-12)
+    assert (a["role"], b["role"], a["set"], a["system"], b["source"]) == (
+        "calibration", "validation", "reproductions/toy", "toy", "hand-written")
+    assert b["error"] == pytest.approx(b["measured"] / 5.0 - 1)
+
+
+@pytest.mark.parametrize("role", ["validation", "calibration"])
+def test_a_row_outside_tolerance_fails(tmp_path, monkeypatch, capsys, role):
+    """Any row outside its tolerance makes the exit status 1 (validate's semantics), held out or not."""
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    other = "calibration" if role == "validation" else "validation"
+    rows = [dict(ROWS[0], role=role, reference=1e3, tolerance=0.01), dict(ROWS[1], role=other)]
+    _write(tmp_path, dict(REFERENCE, rows=rows))
+    assert main(["validate", "--set", "reproductions/toy"]) == 1
+    out = capsys.readouterr().out
+    assert f"0 of 1 {role} rows within tolerance; 1 outside" in out and "FAIL" in out
+    assert f"1 of 1 {other} rows within tolerance\n" in out
+
+
+def _bad(tmp_path, **changes):
+    ref = json.loads(json.dumps(REFERENCE))
+    for path, value in changes.items():
+        keys = path.split("__")
+        node = ref
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        if value is KeyError:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = value
+    return _write(tmp_path, ref)
+
+
+BAD = [  # changes, key named, words in the message
+    ({"rows__0__experiment": "nope"}, "rows.0.experiment", "expected one of the experiments (e)"),
+    ({"rows__0__select": {"batch_size": 1}}, "rows.0.select", "got 2 runs"),
+    ({"rows__0__select": {"system": "dgx_h100", "batch_size": 3}}, "rows.0.select", "got no run"),
+    ({"rows__0__select": {"system": "dgx_h100", "colour": "red"}}, "rows.0.select.colour", "a scenario key"),
+    ({"rows__1__tolerance": 0}, "rows.1.tolerance", "positive"),
+    ({"rows__1__tolerance": -0.1}, "rows.1.tolerance", "positive"),
+    ({"rows__1__scale": 0}, "rows.1.scale", "positive"),
+    ({"rows__0__role": "fit"}, "rows.0.role", "calibration"),
+    ({"rows__0__reference": 0}, "rows.0.reference", "non-zero"),
+    ({"rows__0__reference": "many"}, "rows.0.reference", "number"),
+    ({"rows__0__colour": "red"}, "rows.0.colour", ""),
+    ({"colour": "red"}, "colour", ""),
+    ({"rows__1__name": ROWS[0]["name"]}, "rows.1.name", "once"),
+    ({"system": "other"}, "system", "folder's name"),
+    ({"experiments": {"e": "missing.yaml"}}, "experiments.e", "not found"),
+    ({"experiments": {"e": "../toy/exp.yaml"}}, "experiments.e", "'..'"),
+    ({"experiments": {"e": "no_such_experiment"}}, "experiments.e", "built-in"),
+    ({"figure": {"recipe": "pie", "out": "x.pdf"}}, "figure.recipe", "reproduction"),
+    ({"figure": {"recipe": "reproduction", "out": "/tmp/x.pdf"}}, "figure.out", "relative"),
+    ({"rows": []}, "rows", ""),
+    ({"source": KeyError}, "source", ""),
+]
+
+
+@pytest.mark.parametrize("changes,key,words", BAD, ids=[b[1] + ":" + str(i) for i, b in enumerate(BAD)])
+def test_loader_errors_name_file_and_key(tmp_path, changes, key, words):
+    folder = _bad(tmp_path, **changes)
+    with pytest.raises(ConfigError) as e:
+        reproduce.load(folder)
+    msg = str(e.value)
+    assert "\n" not in msg and e.value.file.endswith("toy/reference.yaml") and e.value.key == key, msg
+    assert msg.startswith(f"{e.value.file}: {key}: ") and words in msg, msg
+
+
+@pytest.mark.parametrize("metric,words", [("metrics.nope", "dotted path"), ("metrics.memory", "finite number"),
+                                          ("system", "finite number"), ("vs_baseline.baseline", "finite number")])
+def test_metric_path_must_hold_a_number(tmp_path, metric, words):
+    rep = reproduce.load(_bad(tmp_path, rows__1__metric=metric))
+    with pytest.raises(ConfigError) as e:
+        reproduce.run_rows(rep)
+    assert e.value.key == "rows.1.metric" and words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_errors_exit_2_one_line(toy, tmp_path, capsys):
+    assert main(["validate", "--set", "reproductions/nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reproductions/nope" in err and "toy" in err
+    _bad(tmp_path, rows__0__role="fit")
+    assert main(["validate", "--set", "reproductions/toy"]) == 2
+    assert "rows.0.role" in capsys.readouterr().err
+
+
+def test_figure_written_and_bad_paths_refused(toy, tmp_path, capsys):
+    figs = tmp_path / "figs"
+    assert main(["validate", "--set", "reproductions/toy", "--figures", str(figs)]) == 0
+    assert (figs / "toy.pdf").read_bytes()[:5] == b"%PDF-"
+    assert (figs / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for bad in (blocker, blocker / "sub"):  # a file, and a folder under a file: refused before any run
+        assert main(["validate", "--set", "reproductions/toy", "--figures", str(bad)]) == 2
+        captured = capsys.readouterr()
+        assert "--figures" in captured.err and captured.out == ""
+    (figs / "toy.png").unlink()
+    (figs / "toy.png").mkdir()  # the PNG sibling cannot be written
+    assert main(["validate", "--set", "reproductions/toy", "--figures", str(figs)]) == 2
+    assert "toy.png" in capsys.readouterr().err
+
+
+def test_figure_recipe_draws_each_row_on_its_band():
+    import matplotlib.pyplot as plt
+    from attnsim.plots.recipes import reproduction
+    rows = [validate.Row("s", "a", 1.2, 1.0, 0.25, role="calibration"),
+            validate.Row("s", "b", 3.0, 2.0, 0.1, role="validation")]
+    fig = reproduction(rows)
+    ax = fig.axes[0]
+    bands = [(p.get_x(), p.get_width()) for p in ax.patches]
+    assert bands[0] == pytest.approx((0.75, 0.5)) and bands[1] == pytest.approx((0.9, 0.2))
+    dots = {c.get_label(): c.get_offsets() for c in ax.collections}
+    assert dots["calibration"][0][0] == pytest.approx(1.2) and dots["validation"][0][0] == pytest.approx(1.5)
+    assert dots["outside tolerance"][0][0] == pytest.approx(1.5)  # b: +50 % > 10 %
+    plt.close(fig)
+
+
+# the rows of configs/validation/attacc.yaml before the migration (git 9f36d21): name, system, batch, metric,
+# published, tolerance (the AttAcc simulator's numbers, shared/reference/reproductions.md)
+OLD_ATTACC = [
+    ("attacc/TP16 decode throughput, batch 16", 16, "vs_baseline.decode_throughput_ratio", 1.40, 0.25),
+    ("attacc/TP16 decode throughput, batch 64", 64, "vs_baseline.decode_throughput_ratio", 1.56, 0.25),
+    ("attacc/TP16 decode dynamic energy efficiency, batch 16", 16,
+     "vs_baseline.decode_dynamic_energy_efficiency_ratio", 1.32, 0.25),
+    ("attacc/TP16 decode dynamic energy efficiency, batch 64", 64,
+     "vs_baseline.decode_dynamic_energy_efficiency_ratio", 1.78, 0.25),
+    ("PIM attention per decode step (96 layers, ~2.1K ctx), batch 1 [s]", 1,
+     "breakdown.decode_step.time_s_by_device.pim", 0.30e-3, 0.15),
+    ("PIM attention per decode step (96 layers, ~2.1K ctx), batch 16 [s]", 16,
+     "breakdown.decode_step.time_s_by_device.pim", 0.93e-3, 0.15),
+]
+
+
+def test_attacc_migration_gives_the_old_numbers():
+    """--set attacc (the old name) = the old path: the built-in attacc_gpt3_175b experiment, the run of
+    system attacc at that batch, the metric; same references and tolerances."""
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    docs = run_experiment(load_experiment("attacc_gpt3_175b"))
+    rows = {r.name: r for r in validate.run(["attacc"])}
+    for name, batch, metric, published, tol in OLD_ATTACC:
+        d, = [d for d in docs if d["system"] == "attacc" and d["scenario"]["batch_size"] == batch]
+        r = rows[name]
+        assert (r.set, r.system, r.role, r.published, r.tolerance) == ("attacc", "attacc", "validation", published, tol)
+        assert r.measured == float(get_dotted(d, metric.split(".")))
+
+
+def test_every_builtin_reproduction_loads():
+    """Each folder of configs/reproductions/ reads, loads its experiments and selects one run per row."""
+    names = [p.name for p in reproduce.folders()]
+    assert "attacc" in names
+    for p in reproduce.folders():
+        rep = reproduce.load(p)
+        assert len(rep.runs) == len(rep.spec.rows) and rep.spec.system == p.name
+        if rep.spec.figure is not None:  # a figure name per folder, so figures never overwrite each other
+            assert re.fullmatch(r"[\w.+-]+\.(pdf|png|svg)", rep.spec.figure.out)
+    outs = [reproduce.read_spec(p).figure.out for p in reproduce.folders() if reproduce.read_spec(p).figure]
+    assert len(outs) == len(set(outs))
+
