@@ -38,6 +38,8 @@ class StepResult:
     row_time_s: np.ndarray | None = None  # per trace row (x count), one step only (for timelines)
     row_device: np.ndarray | None = None
     row_trace: object = None  # the OpTrace those rows index (the plan's: mapper-added rows included)
+    row_mapping: np.ndarray | None = None  # PIM mapping per row (dict or None), one step only (timelines)
+    pim_mapping: dict = field(default_factory=dict)  # op -> PIM mapping (hwmodels/pim_mapping.summarize)
 
     @property
     def dynamic_energy_j(self) -> float:
@@ -57,6 +59,10 @@ class StepResult:
             mine, theirs = getattr(self, name), getattr(other, name)
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0.0) + w * v
+        from attnsim.hwmodels.pim_mapping import combine
+        for op, m in other.pim_mapping.items():
+            self.pim_mapping[op] = combine(self.pim_mapping[op], m, w) if op in self.pim_mapping else \
+                dict(m, merge_s=w * m["merge_s"])
 
     def scaled(self, w: float) -> "StepResult":
         out = StepResult()
@@ -75,6 +81,7 @@ class StepResult:
             "energy_j_by_op": dict(self.energy_j_by_op),
             "energy_j_by_device": energy_by_device,
             "energy_j_by_component": comp,
+            **({"pim_mapping": {op: dict(m) for op, m in self.pim_mapping.items()}} if self.pim_mapping else {}),
         }
 
 
@@ -115,6 +122,10 @@ def cost_rows(plan, system):
         f_share = trace.cols["flops_share"][rows] if "flops_share" in trace.cols else 1.0
         b_share = trace.cols["bytes_share"][rows] if "bytes_share" in trace.cols else 1.0
         c = model.cost(trace, rows)
+        if getattr(c, "mapping", None) is not None:  # PIM mapping per row (hwmodels/pim_mapping.py)
+            if getattr(plan, "row_mapping", None) is None:
+                plan.row_mapping = np.full(n, None, dtype=object)
+            plan.row_mapping[rows] = c.mapping
         row_time[rows] = np.asarray(c.time_s, dtype=np.float64) * count[rows]
         for comp, e in c.energy_j.items():
             arr = row_energy.setdefault(comp, np.zeros(n))
@@ -161,6 +172,9 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     res.row_time_s = row_time
     res.row_device = plan.device
     res.row_trace = trace
+    res.row_mapping = getattr(plan, "row_mapping", None)
+    from attnsim.hwmodels.pim_mapping import summarize
+    res.pim_mapping = summarize(ops, trace["count"], res.row_mapping)
     _add(res.time_s_by_op, ops, row_time)
     _add(res.energy_j_by_op, ops, row_e_total)
     res.static_energy_j = system.static_power_w() / max(1, system.spec.parallelism.replicas) * res.time_s

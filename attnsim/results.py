@@ -166,7 +166,7 @@ def write_results(path: str | Path, docs: list[dict], tree_dict: dict, experimen
             for i, d in enumerate(docs):
                 for phase, bd in d.get("breakdown", {}).items():
                     for table, vals in bd.items():
-                        if isinstance(vals, dict):
+                        if isinstance(vals, dict) and all(isinstance(v, (int, float)) for v in vals.values()):
                             h = g.require_group(f"{i}/{phase}/{table}")
                             h.create_dataset("names", data=np.array(list(vals), dtype=object), dtype=h5py.string_dtype())
                             h.create_dataset("values", data=np.array(list(vals.values()), dtype=np.float64))

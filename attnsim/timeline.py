@@ -47,6 +47,8 @@ def step_events(step, system_name: str, phase: str, pid: int = 1, t0_us: float =
         r, layer = (item, None) if isinstance(item, (int, np.integer)) else item
         dur = float(per_rep[r]) * 1e6
         args = {"cls": str(trace["cls"][r]), "flops": float(trace["flops"][r])}
+        if step.row_mapping is not None and step.row_mapping[r] is not None:  # PIM mapping (pim_mapping.py)
+            args["pim_mapping"] = dict(step.row_mapping[r])
         if layer is not None:
             args["layer_in_group"] = int(layer)
             args["group"] = trace.groups[groups[r]].name

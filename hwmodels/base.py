@@ -44,6 +44,8 @@ class OpCost:
     bytes_by_level: dict[str, np.ndarray] = field(default_factory=dict)  # memory level -> bytes moved
     flops: np.ndarray | None = None
     bound: np.ndarray | None = None  # "compute" | "memory" | "overhead" | "link" per row
+    # PIM devices: per row the mapping it ran with (hwmodels/pim_mapping.py) as a JSON-able dict, or None
+    mapping: np.ndarray | None = None
 
     def energy_total_j(self) -> np.ndarray:
         tot = np.zeros_like(self.time_s, dtype=np.float64)

@@ -20,13 +20,15 @@ from __future__ import annotations
 import copy
 
 import math
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import numpy as np
 from pydantic import Field, PositiveInt
 
 from attnsim.config import ConfigError, Schema
 from attnsim.hwmodels.base import OpCost
+from attnsim.hwmodels.pim_mapping import (ISA_PARTITIONS, MERGE_SITE, NO_MERGE, PARTITION_NAMES, allowed_partitions, cpi_candidates,
+                                          merge_cost)
 from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_partition, lower_attention,
                                lower_fc, stream_reads)
 
@@ -117,10 +119,38 @@ class PIMDevice:
         self.pu = PU(macs_per_command=spec.pu.macs_per_command, column_bytes=spec.pu.column_bytes,
                      acc_bytes=spec.pu.acc_bytes, gb_bytes=spec.pu.gb_bytes,
                      softmax_cycles_per_element=spec.pu.acc_bytes / softmax_bytes_per_cycle)
-        self.partition = get_partition(spec.partition, spec.channels_per_item)
-        if spec.kv_block_tokens:
-            import dataclasses
-            self.partition = dataclasses.replace(self.partition, kv_block_tokens=spec.kv_block_tokens)
+        self._init_mapping()
+        if spec.channel_assignment != "greedy" and spec.isa != "newton":
+            raise ConfigError(f"expected greedy (channel_assignment applies to isa newton), got "
+                              f"{spec.channel_assignment!r} with isa {spec.isa}", key="channel_assignment")
+
+    def _init_mapping(self) -> None:
+        """Mapping candidates from the spec (hwmodels/pim_mapping.py); pins the ISA cannot run are refused."""
+        spec, isa = self.spec, self.spec.isa
+        allowed = allowed_partitions(isa)
+        if spec.partition != "auto" and spec.partition not in allowed:
+            raise ConfigError(f"expected auto or a partition isa {isa} can run ({', '.join(allowed)}), "
+                              f"got {spec.partition!r}", key="partition")
+        self.partition_candidates = allowed if spec.partition == "auto" else (spec.partition,)
+        # largest split: an AttAcc item stays in one stack (its buffer die merges it); the CXL-PNM
+        # accelerator already streams every item over all channels (nothing to split)
+        self.max_channels_per_item = {"attacc": self.dram.org.channels, "cxl_pnm": 1}.get(isa, self.channels)
+        cpi = spec.channels_per_item
+        if cpi != "auto" and cpi > self.max_channels_per_item:
+            why = {"attacc": "channels per stack: a split item is merged on its stack's buffer die",
+                   "cxl_pnm": "the accelerator streams every item over all channels"}.get(isa, "channels of the device")
+            raise ConfigError(f"expected auto or at most {self.max_channels_per_item} ({why}), got {cpi}",
+                              key="channels_per_item")
+        # the partition carrying pinned values (peaks, single-candidate lowering); ISAs other than attacc
+        # use only its channels_per_item / kv_block_tokens
+        self.partition = self._partition(self.partition_candidates[0], 1 if cpi == "auto" else cpi)
+
+    def _partition(self, name: str, channels_per_item: int):
+        import dataclasses
+        part = get_partition(name if name in PARTITIONS else "attacc_bank", channels_per_item)
+        if self.spec.kv_block_tokens:
+            part = dataclasses.replace(part, kv_block_tokens=self.spec.kv_block_tokens)
+        return part
 
     # ------------------------------------------------------------ protocol
     @property
@@ -166,12 +196,15 @@ class PIMDevice:
         key = ("pim.run", self.spec.model_dump(), self.dram.model_dump(), low.isa,
                low.phase, [dict(c) if c is not None else None for c in low.commands], low.multiplicity,
                [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in low.programs] if low.isa == "cxl_pnm" else None,
-               low.meta.get("storage_bytes_ratio", 1.0))
+               low.meta.get("storage_bytes_ratio", 1.0), low.meta.get("rowbuffer_key"))
         return cached(key, lambda: self.run(low))
 
     def run(self, low: Lowered) -> tuple[float, dict[str, float], dict]:
         """Time (s, slowest channel) and energy (J by component) of a lowering on the engine."""
         from attnsim.hwmodels.dram.engine import make_cmds, run_commands
+        if low.meta.get("rowbuffer"):  # NeuPIMs: NPU traffic in the same banks (hwmodels/rowbuffer.py)
+            from attnsim.hwmodels.rowbuffer import run_shared
+            return run_shared(self, low, low.meta["rowbuffer"]["mode"], low.meta["rowbuffer"]["npu"])
         cmds = low.commands
         mult = low.multiplicity
         if low.isa == "cxl_pnm":  # the accelerator stripes each GEMV over every channel of the device
@@ -281,25 +314,112 @@ class PIMDevice:
         else:
             eb = kv / max(total * kvh * k, 1.0)
         tokens = np.repeat(lens, kvh)
-        return tokens, k, max(1, heads // kvh), eb
+        return tokens, k, max(1, -(-heads // kvh)), eb  # ceil: uneven TP (e.g. 11 heads on 4 KV heads)
 
-    def lower_row(self, trace, i: int) -> Lowered:
+    def lower_row(self, trace, i: int, partition=None) -> Lowered:
+        """Lower row i with ``partition`` (isa/lower.py Partition; default: the pinned/default one)."""
+        part = partition or self.partition
+        if self.spec.isa == "newton":  # NeuPIMs: requests on channels, NPU softmax, row buffer (rowbuffer.py)
+            from attnsim.hwmodels.rowbuffer import lower_newton_row
+            return lower_newton_row(self, trace, i)
         cls = str(trace.cols["cls"][i])
-        if cls in ("attn_score", "attn_context", "softmax"):
+        if cls in ATTN_PHASES:
             tokens, k, group, eb = self._items(trace, i)
-            phase = {"attn_score": "score", "attn_context": "context", "softmax": "softmax"}[cls]
             n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
-            return lower_attention(self.spec.isa, phase, tokens, dhead=k, group=group, elem_bytes=eb,
-                                   n_channels=n_ch, org=self.org, pu=self.pu, partition=self.partition)
+            return lower_attention(self.spec.isa, ATTN_PHASES[cls], tokens, dhead=k, group=group, elem_bytes=eb,
+                                   n_channels=n_ch, org=self.org, pu=self.pu, partition=part)
         if cls == "matmul":
             c = trace.cols
             m, n, k, b = (int(c[x][i]) for x in ("m", "n", "k", "batch"))
             wb = float(c["weight_bytes"][i]) / max(n * k * b, 1)
             n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
             return lower_fc(self.spec.isa, n * b, k, m, elem_bytes=wb or 2.0, n_channels=n_ch,
-                            org=self.org, pu=self.pu)
+                            org=self.org, pu=self.pu,  # weights: contiguous rows (no KV blocks)
+                            partition=get_partition(part.name) if part.name != "attacc_bank" else None)
         raise ConfigError(f"PIM device {self.name!r} cannot run op class {cls!r} "
                           "(supported: attn_score, softmax, attn_context, matmul)", key=str(trace.cols["op"][i]))
+
+    def _lowered_cost(self, trace, i: int, part, memo: dict) -> dict:
+        """Time, energy, traffic of row i lowered with ``part`` (one repeat); ``memo``: identical lowerings."""
+        low = self.lower_row(trace, i, part)
+        key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
+               tuple(low.multiplicity), low.pim_bytes, low.macs, part.name, low.meta.get("rowbuffer_key"))
+        if key not in memo:  # identical lowerings (e.g. same shape in two layer groups)
+            memo[key] = self._run_cached(low)
+        t, e, cnt = memo[key]
+        compute_t = 0.0
+        if self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
+            compute_t = 2.0 * low.macs / (self.spec.pu.tflops * 1e12)
+        out = {"time": max(t, compute_t), "channels_used": low.channels_used,
+               "bound": "compute" if compute_t > t else ("overhead" if low.phase == "softmax" else "memory"),
+               "energy": {k: e.get(k, 0.0) for k in ("dram_activate", "dram_read_write", "dram_io", "dram_refresh")}}
+        out["energy"]["pim_compute"] = low.macs * self.spec.pu.pj_per_mac * 1e-12
+        out["energy"]["sram"] = cnt.get("buf_bytes", 0) * self.spec.pu.sram_pj_per_byte * 1e-12
+        if low.phase == "softmax":  # [assumed] one MAC-equivalent per score + buffer read and write
+            elems = float(low.meta.get("elements", 0.0))
+            out["energy"]["pim_compute"] = elems * self.spec.pu.pj_per_mac * 1e-12
+            out["energy"]["sram"] = 2.0 * elems * self.spec.pu.acc_bytes * self.spec.pu.sram_pj_per_byte * 1e-12
+        out["bytes_pim"], out["bytes_buf"], out["flops"] = low.pim_bytes, cnt.get("buf_bytes", 0), 2.0 * low.macs
+        return out
+
+    def _merge(self, trace, i: int, cpi: int, channels_used: int):
+        """Merge of row i's split items (an attn_context row) on the ISA's merge site (pim_mapping.py)."""
+        if cpi <= 1 or self.spec.isa not in MERGE_SITE:
+            return NO_MERGE
+        tokens, k, group, _ = self._items(trace, i)
+        rate = self.spec.pu.softmax_gbps_per_unit * 1e9 * self.spec.units / self.spec.pu.acc_bytes
+        bus = self.dram.peak_bandwidth_gbps * 1e9 / self.dram.org.channels * max(channels_used, 1)
+        return merge_cost(tokens, cpi, group=group, dhead=k, acc_bytes=self.spec.pu.acc_bytes, isa=self.spec.isa,
+                          elems_per_s=rate, bus_bytes_per_s=bus)
+
+    def _cpi_candidates(self, n_items: int) -> list[int]:
+        cpi = self.spec.channels_per_item
+        if cpi != "auto":
+            return [int(cpi)]
+        return cpi_candidates(n_items, self.channels, self.max_channels_per_item)
+
+    def _search(self, trace, rows: np.ndarray, lowered: list[int]) -> dict:
+        """Per row j (of ``rows``) its cost and mapping under the best mapping (pim_mapping.py): one partition
+        per device and step, one channels_per_item per attention layer group (score + softmax + context
+        + merge), each minimising the count-weighted PIM time."""
+        c = trace.cols
+        count = np.asarray(c["count"], np.float64)
+        groups: dict = {}
+        fc = []
+        for j in lowered:
+            i = int(rows[j])
+            if str(c["cls"][i]) in ATTN_PHASES:
+                groups.setdefault((int(c["layer_group"][i]), float(c["n"][i])), []).append(j)
+            else:
+                fc.append(j)
+        memo: dict = {}
+        best = None
+        for pname in self.partition_candidates:
+            plan, total = {}, 0.0
+            for js in groups.values():
+                n_items = len(self._items(trace, int(rows[js[0]]))[0])
+                choice = None
+                for cpi in self._cpi_candidates(n_items):
+                    part = self._partition(pname, cpi)
+                    res = {j: self._lowered_cost(trace, int(rows[j]), part, memo) for j in js}
+                    ctx = [j for j in js if str(c["cls"][int(rows[j])]) == "attn_context"]
+                    merge = {j: self._merge(trace, int(rows[j]), cpi, res[j]["channels_used"]) for j in ctx}
+                    t = sum((res[j]["time"] + (merge[j].time_s if j in merge else 0.0)) * count[int(rows[j])]
+                            for j in js)
+                    if choice is None or t < choice[0]:
+                        choice = (t, cpi, res, merge)
+                t, cpi, res, merge = choice
+                total += t
+                for j in js:
+                    plan[j] = (res[j], cpi, merge.get(j, NO_MERGE))
+            part = self._partition(pname, 1)
+            for j in fc:
+                r = self._lowered_cost(trace, int(rows[j]), part, memo)
+                plan[j] = (r, 1, NO_MERGE)
+                total += r["time"] * count[int(rows[j])]
+            if best is None or total < best[0]:
+                best = (total, pname, plan)
+        return {j: (r, best[1], cpi, m) for j, (r, cpi, m) in best[2].items()}
 
     def cost(self, trace, rows) -> OpCost:
         rows = np.asarray(rows, np.int64)
@@ -310,7 +430,8 @@ class PIMDevice:
         bytes_pim, bytes_buf = np.zeros(n), np.zeros(n)
         flops = np.zeros(n)
         bound = np.empty(n, dtype=object)
-        cache: dict = {}
+        mapping = np.full(n, None, dtype=object)
+        lowered = []
         for j, i in enumerate(rows):
             if self._streams(trace, int(i)):
                 t, e, fl, b = self._stream_cost(trace, int(i))
@@ -319,30 +440,26 @@ class PIMDevice:
                 for k, v in e.items():
                     energy[k][j] = v
                 continue
-            low = self.lower_row(trace, int(i))
-            key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
-                   tuple(low.multiplicity), low.pim_bytes, low.macs)
-            if key not in cache:  # identical lowerings (e.g. same shape in two layer groups)
-                cache[key] = self._run_cached(low)
-            t, e, cnt = cache[key]
-            compute_t = 0.0
-            if self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
-                compute_t = 2.0 * low.macs / (self.spec.pu.tflops * 1e12)
-            time[j] = max(t, compute_t)
-            bound[j] = "compute" if compute_t > t else ("overhead" if low.phase == "softmax" else "memory")
-            for k in ("dram_activate", "dram_read_write", "dram_io", "dram_refresh"):
-                energy[k][j] = e.get(k, 0.0)
-            energy["pim_compute"][j] = low.macs * self.spec.pu.pj_per_mac * 1e-12
-            energy["sram"][j] = cnt.get("buf_bytes", 0) * self.spec.pu.sram_pj_per_byte * 1e-12
-            if low.phase == "softmax":  # [assumed] one MAC-equivalent per score + buffer read and write
-                elems = float(low.meta.get("elements", 0.0))
-                energy["pim_compute"][j] = elems * self.spec.pu.pj_per_mac * 1e-12
-                energy["sram"][j] = 2.0 * elems * self.spec.pu.acc_bytes * self.spec.pu.sram_pj_per_byte * 1e-12
-            bytes_pim[j] = low.pim_bytes
-            bytes_buf[j] = cnt.get("buf_bytes", 0)
-            flops[j] = 2.0 * low.macs
+            lowered.append(j)
+        fixed = ISA_PARTITION_REPORT.get(self.spec.isa)
+        for j, (r, pname, cpi, merge) in self._search(trace, rows, lowered).items():
+            time[j] = r["time"] + merge.time_s
+            bound[j] = r["bound"]
+            for k, v in r["energy"].items():
+                energy[k][j] = v
+            if merge.elements:  # [assumed] as softmax: one MAC-equivalent per element + buffer read and write
+                energy["pim_compute"][j] += merge.elements * self.spec.pu.pj_per_mac * 1e-12
+                energy["sram"][j] += 2.0 * merge.bytes * self.spec.pu.sram_pj_per_byte * 1e-12
+            bytes_pim[j], bytes_buf[j], flops[j] = r["bytes_pim"], r["bytes_buf"], r["flops"]
+            mapping[j] = {"partition": fixed or pname, "channels_per_item": int(cpi),
+                          "channels_used": int(r["channels_used"]), "merge_s": float(merge.time_s)}
         return OpCost(time_s=time, energy_j=energy, bytes_by_level={"dram_bank": bytes_pim, "pim_buffer": bytes_buf},
-                      flops=flops, bound=bound)
+                      flops=flops, bound=bound, mapping=mapping)
+
+
+ATTN_PHASES = {"attn_score": "score", "softmax": "softmax", "attn_context": "context"}
+# the partition a non-AttAcc ISA reports (its lowering has one fixed scheme, pim_mapping.ISA_PARTITIONS)
+ISA_PARTITION_REPORT = {isa: names[0] for isa, names in ISA_PARTITIONS.items() if isa != "attacc"}
 
 
 # ---------------------------------------------------------------- closed form

@@ -450,9 +450,13 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
     """
     if phase not in ("score", "softmax", "context"):
         raise ConfigError(f"expected score, softmax or context, got {phase!r}", key="phase")
+    if isa == "newton":  # NeuPIMs commands (isa/lower_newton.py); here every item is a request of one KV head
+        from attnsim.isa.lower_newton import lower_newton
+        return lower_newton(phase, tokens, heads=1, dhead=dhead, group=group, elem_bytes=elem_bytes,
+                            n_channels=n_channels, org=org, pu=pu)
     part = partition or PARTITIONS["attacc_bank"]
     tokens = np.asarray(tokens, np.int64)
-    work = assign_items(tokens, n_channels, part.channels_per_item if isa == "attacc" else 1)
+    work = assign_items(tokens, n_channels, part.channels_per_item if isa != "cxl_pnm" else 1)
     progs, cmds, mult = [], [], []
     for slices, m in work:
         if isa == "attacc":
@@ -497,14 +501,15 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
 
 
 def lower_fc(isa: str, n_out: int, k_in: int, vectors: int, *, elem_bytes: float, n_channels: int,
-             org: Org, pu: PU) -> Lowered:
+             org: Org, pu: PU, partition: Partition | None = None) -> Lowered:
     """FC GEMV y = W x (``n_out x k_in`` weights, ``vectors`` input vectors), outputs spread over
     all channels; each channel computes its output rows like a score GEMV (rows = outputs,
-    cols = k_in), so the attention schedules are reused with tokens = outputs per channel."""
+    cols = k_in), so the attention schedules are reused with tokens = outputs per channel (with
+    ``partition``'s PU level; default attacc_bank). Every output row is whole on one channel: no merge."""
     per = -(-n_out // n_channels)
     active = -(-n_out // per)
     tokens = [per] * (active - 1) + [n_out - per * (active - 1)]
     low = lower_attention(isa, "score", tokens, dhead=k_in, group=vectors, elem_bytes=elem_bytes,
-                          n_channels=n_channels, org=org, pu=pu)
+                          n_channels=n_channels, org=org, pu=pu, partition=partition)
     low.phase = "fc"
     return low

@@ -189,7 +189,9 @@ ALTERNATIVE = {
     "PIMSpec.refresh_interval_ms": Alt(8.0, extra=(LONG,)),   # refresh falls inside a long kernel only
     "PUParams.macs_per_command": Alt(8),
     "PUParams.tflops": Alt(0.01),
-    "PUParams.gb_bytes": Alt(32),
+    # a split item's slices fit one 2 KB buffer fill: the GB size matters for whole items (one per channel)
+    "PUParams.gb_bytes": Alt(32, extra=("hardware.cxl_aim_device.channels_per_item=1",)),
+    "PIMSpec.partition": Alt("attacc_bg"),   # auto (the next choice) picks attacc_bank, the preset's own
     "PIMTiming.row_cmd_cycles": Alt(200),
     "PIMTiming.mode_switch_cycles": Alt(100),   # a short switch hides behind the preceding PREA
     "PIMSpec.dram_overrides": Alt({"pim": {"nCCDAB": 4}}),
