@@ -197,6 +197,16 @@ def _subset(exp, runs: set):
                    scenarios={k: v for k, v in exp.scenarios.items() if k in keep_n})
 
 
+def planned(rep: Reproduction) -> dict:
+    """label -> the experiment restricted to what its rows read (experiments no row reads are left out)."""
+    out = {}
+    for label, exp in rep.experiments.items():
+        need = {run for r, run in zip(rep.spec.rows, rep.runs) if r.experiment == label}
+        if need:
+            out[label] = _subset(exp, need)
+    return out
+
+
 def _number(doc: dict, metric: str, file: str, key: str) -> float:
     try:
         val = get_dotted(doc, metric.split("."))
@@ -215,11 +225,9 @@ def run_rows(rep: Reproduction, set_name: Optional[str] = None) -> list:
     from attnsim.runner import run_experiment
     from attnsim.validate import Row
     docs = {}
-    for label, exp in rep.experiments.items():
-        need = {run for r, run in zip(rep.spec.rows, rep.runs) if r.experiment == label}
-        if need:
-            for d in run_experiment(_subset(exp, need)):
-                docs[(label, d["system"], d["model"], d["scenario"]["name"])] = d
+    for label, exp in planned(rep).items():
+        for d in run_experiment(exp):
+            docs[(label, d["system"], d["model"], d["scenario"]["name"])] = d
     out = []
     for i, (r, run) in enumerate(zip(rep.spec.rows, rep.runs)):
         d = docs[(r.experiment, *run)]
