@@ -16,13 +16,13 @@ from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_st
 from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.workloads.scenario import context_window
-from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
+from attnsim.workloads.trace import build_trace, kv_cache_bytes, tp_imbalance, weight_bytes
 
 #: The keys of a run document's ``metrics`` (every status: null values when the run did not complete)
 METRIC_KEYS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
                "dynamic_energy_per_token_j", "static_energy_per_token_j", "decode_energy_per_token_j",
                "decode_dynamic_energy_per_token_j", "total_time_s", "prefill_time_s", "decode_time_s",
-               "batch_per_replica", "replicas", "active_replicas", "tp", "decode_steps_simulated",
+               "batch_per_replica", "replicas", "active_replicas", "tp", "tp_imbalance", "decode_steps_simulated",
                "bandwidth", "memory", "fits")
 
 
@@ -150,6 +150,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         "replicas": replicas,
         "active_replicas": active,
         "tp": tp,
+        "tp_imbalance": tp_imbalance(model, tp),
         "decode_steps_simulated": int(len(steps)),
         "bandwidth": _bandwidth(system, per_step),
         "memory": _memory(pre_plan),
