@@ -15,6 +15,7 @@ from attnsim.results import finalize_doc
 from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights
 from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.pipeline import check_pipeline
 from attnsim.workloads.scenario import context_window
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, tp_imbalance, weight_bytes
 
@@ -22,7 +23,7 @@ from attnsim.workloads.trace import build_trace, kv_cache_bytes, tp_imbalance, w
 METRIC_KEYS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
                "dynamic_energy_per_token_j", "static_energy_per_token_j", "decode_energy_per_token_j",
                "decode_dynamic_energy_per_token_j", "total_time_s", "prefill_time_s", "decode_time_s",
-               "batch_per_replica", "replicas", "active_replicas", "tp", "tp_imbalance", "decode_steps_simulated",
+               "batch_per_replica", "replicas", "active_replicas", "tp", "tp_imbalance", "pp", "decode_steps_simulated",
                "bandwidth", "memory", "fits")
 
 
@@ -82,7 +83,8 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
 
     def place(trace):
         plan = policy(trace, system, model_bytes, spec.mapper.options)
-        plan.check_capacity()
+        if pipe is None:  # under pipeline parallelism capacity is checked per device group
+            plan.check_capacity()
         return plan
 
     def cost(plan):
@@ -95,12 +97,20 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             step.energy_j_by_device[role] = step.energy_j_by_device.get(role, 0.0) + e
         return step
 
-    pre_trace = build(model, sc, "prefill", tp=tp)
-    pre_plan = place(pre_trace)
-    prefill = cost(pre_plan)
+    pipe = None
+    if spec.parallelism.pp > 1:  # pipeline parallelism: attnsim.pipeline
+        from attnsim.pipeline import RunPipeline
+        pipe = RunPipeline(system, model, sc, final_ctx, build, place, cost)
+        pre_plan, prefill = None, pipe.prefill()
+    else:
+        pre_trace = build(model, sc, "prefill", tp=tp)
+        pre_plan = place(pre_trace)
+        prefill = cost(pre_plan)
 
     steps, weights = decode_step_weights(sc.output_len, generation.mode, generation.samples)
     def decode_step(ctx):
+        if pipe is not None:
+            return None, pipe.decode(ctx)
         tr = build(model, sc, "decode", tp=tp, context_lens=ctx)
         plan = place(tr)
         s = plan.pipeline_subbatches
@@ -115,7 +125,9 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     for j, w in zip(steps, weights):
         tr, step = decode_step(prompts + j)
         decode.scaled_add(step, w)
-        if timeline is not None and j == steps[0]:
+        if timeline is not None and j == steps[0] and pipe is not None:
+            timeline += pipe.timeline("prefill", 2 * pid - 1) + pipe.timeline("decode", 2 * pid)
+        elif timeline is not None and j == steps[0]:
             from attnsim.timeline import step_events
             timeline += step_events(prefill, spec.name, "prefill", pid=2 * pid - 1)
             timeline += step_events(step, spec.name, f"decode step {j}", pid=2 * pid)
@@ -151,13 +163,17 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         "active_replicas": active,
         "tp": tp,
         "tp_imbalance": tp_imbalance(model, tp),
+        "pp": spec.parallelism.pp,
         "decode_steps_simulated": int(len(steps)),
         "bandwidth": _bandwidth(system, per_step),
-        "memory": _memory(pre_plan),
+        "memory": pipe.memory_doc() if pipe is not None else _memory(pre_plan),
         "fits": True,
     }
-    return {"metrics": metrics,
-            "breakdown": {"prefill": prefill.breakdown(), "decode_step": per_step.breakdown()}}
+    out = {"metrics": metrics,
+           "breakdown": {"prefill": prefill.breakdown(), "decode_step": per_step.breakdown()}}
+    if pipe is not None:
+        out["pipeline"] = pipe.doc()
+    return out
 
 
 def _bandwidth(system, step: StepResult) -> dict:
@@ -199,6 +215,8 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
         role = next((r for r, p in system.pools.items() if p.model.kind in ("gpu", "npu")), None)
         if role is not None:
             check_parallelism(sspec, role, sfile)
+        for model in exp.models.values():
+            check_pipeline(system, model, sfile)
         systems[sname] = system
     docs = []
     rel = exp.reliability or {}

@@ -40,16 +40,69 @@ class LinkSpec(Schema):
 
 
 class ParallelismSpec(Schema):
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    replicas: PositiveInt = 1
+    """Tensor x pipeline x data parallelism (pipeline mechanism: attnsim/pipeline.py)."""
 
-    @field_validator("pp")
+    tp: PositiveInt = 1
+    pp: PositiveInt = Field(1, description="pipeline stages (1 .. the model's num_layers)")
+    replicas: PositiveInt = 1
+    layers_per_stage: Optional[list[PositiveInt]] = Field(
+        None, description="layers of each stage (pp entries summing to num_layers); default as even as possible")
+    stages_per_device: PositiveInt = Field(1, description="consecutive stages sharing one device group (divides pp)")
+    microbatches: Any = Field("auto", description="micro-batches in flight: a positive integer, or auto = min(pp, "
+                                                  "requests of a replica)")
+    pp_link: Optional[str] = Field(None, description="link between stages (default: the compute pool's link to itself)")
+
+    @field_validator("layers_per_stage")
     @classmethod
-    def _pp(cls, v: int):
-        if v != 1:  # the engine has no pipeline stages: pp > 1 would only change device counts and power
-            raise ValueError("pipeline parallelism is not modelled yet; expected 1")
+    def _lps(cls, v, info: ValidationInfo):
+        pp = info.data.get("pp")
+        if v is not None and pp is not None and len(v) != pp:
+            raise ValueError(f"expected pp = {pp} entries, got {len(v)}")
+        if v is not None and pp == 1:
+            raise ValueError("not used unless pp > 1; remove it")
         return v
+
+    @field_validator("stages_per_device")
+    @classmethod
+    def _spd(cls, v: int, info: ValidationInfo):
+        pp = info.data.get("pp")
+        if pp is not None and pp % v:
+            raise ValueError(f"expected a divisor of pp = {pp}")
+        return v
+
+    @field_validator("microbatches")
+    @classmethod
+    def _mb(cls, v, info: ValidationInfo):
+        if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError("expected 'auto' or a positive integer")
+        if v != "auto" and info.data.get("pp") == 1:
+            raise ValueError("not used unless pp > 1; remove it")
+        return v
+
+    @field_validator("pp_link")
+    @classmethod
+    def _link(cls, v, info: ValidationInfo):
+        if v is not None and info.data.get("pp") == 1:
+            raise ValueError("not used unless pp > 1; remove it")
+        return v
+
+    @property
+    def device_groups(self) -> int:
+        """Device groups one replica's pipeline occupies: pp / stages_per_device."""
+        return self.pp // self.stages_per_device
+
+    @property
+    def devices_per_replica(self) -> int:
+        """Devices of a compute (or paired PIM/PNM) pool one replica uses: tp x pp / stages_per_device."""
+        return self.tp * self.device_groups
+
+    def device_formula(self) -> str:
+        """``tp x pp / stages_per_device x replicas = ... = N`` (or ``tp x replicas`` when pp = 1)."""
+        n = self.devices_per_replica * self.replicas
+        if self.pp == 1:
+            return f"tp x replicas = {self.tp} x {self.replicas} = {n}"
+        return (f"tp x pp / stages_per_device x replicas = {self.tp} x {self.pp} / {self.stages_per_device} x "
+                f"{self.replicas} = {n}")
 
 
 class MapperSpec(Schema):
@@ -138,10 +191,10 @@ def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System
 
 
 def check_parallelism(spec: SystemSpec, role: str, file: str) -> None:
-    """The compute pool must hold tp x pp x replicas devices."""
+    """The compute pool must hold tp x pp / stages_per_device x replicas devices."""
     par = spec.parallelism
-    need = par.tp * par.pp * par.replicas
+    need = par.devices_per_replica * par.replicas
     have = spec.devices[role].count
     if have != need:
-        raise ConfigError(f"expected tp x pp x replicas = {par.tp} x {par.pp} x {par.replicas} = {need} devices, got {have}",
-                          file=file, key=f"devices.{role}.count")
+        f = par.device_formula() if par.pp > 1 else f"tp x pp x replicas = {par.tp} x {par.pp} x {par.replicas} = {need}"
+        raise ConfigError(f"expected {f} devices, got {have}", file=file, key=f"devices.{role}.count")

@@ -211,10 +211,10 @@ def pim_pair(system, policy: str):
     if gpu is None or pim is None:
         raise ConfigError(f"policy {policy} needs a gpu/npu pool and a pim pool (have: "
                           f"{', '.join(f'{r}: {p.model.kind}' for r, p in system.pools.items())})", key="devices")
-    tp = system.spec.parallelism.tp
-    if system.pools[pim].count != tp * system.spec.parallelism.replicas:
-        raise ConfigError(f"policy {policy} pairs each tensor-parallel rank with one PIM device: expected "
-                          f"{tp * system.spec.parallelism.replicas} PIM devices, got {system.pools[pim].count}",
+    par = system.spec.parallelism
+    if system.pools[pim].count != par.devices_per_replica * par.replicas:
+        raise ConfigError(f"policy {policy} pairs each tensor-parallel rank (of each pipeline device group) with one "
+                          f"PIM device: expected {par.device_formula()} PIM devices, got {system.pools[pim].count}",
                           key=f"devices.{pim}.count")
     return gpu, pim, "link:" + link_name_between(system, gpu, pim)
 

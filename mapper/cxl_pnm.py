@@ -24,9 +24,10 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
     if pnm is None:
         raise ConfigError("policy cxl_pnm needs a pool of kind pim (a CXL-PNM device)", key="devices")
     tp = system.spec.parallelism.tp
-    if system.pools[pnm].count != tp * system.spec.parallelism.replicas:
-        raise ConfigError(f"expected tp x replicas = {tp * system.spec.parallelism.replicas} PNM devices, "
-                          f"got {system.pools[pnm].count}", key=f"devices.{pnm}.count")
+    par = system.spec.parallelism
+    if system.pools[pnm].count != par.devices_per_replica * par.replicas:
+        raise ConfigError(f"expected {par.device_formula()} PNM devices, got {system.pools[pnm].count}",
+                          key=f"devices.{pnm}.count")
     gpu = role_of_kind(system, "gpu")
     memory = [MemoryPlacement(pnm, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"],
                               system.pools[pnm].model.capacity_bytes)]
@@ -34,15 +35,15 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
     if trace.phase == "prefill" and gpu is not None and opts["prefill_on_gpu"]:
         link = "link:" + link_name_between(system, gpu, pnm)
         ngpu = system.pools[gpu].count
-        if ngpu != tp * system.spec.parallelism.replicas:
+        if ngpu != par.devices_per_replica * par.replicas:
             raise ConfigError(f"prefill_on_gpu runs the tensor-parallel prefill on the host GPUs: expected "
-                              f"{tp * system.spec.parallelism.replicas} GPUs (one per PNM device), got {ngpu}",
+                              f"{par.device_formula()} GPUs (one per PNM device), got {ngpu}",
                               key=f"devices.{gpu}.count")
         tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
         device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
         device[added] = link
-        # the host GPUs hold a copy of the weights for prefill
-        memory.append(MemoryPlacement(gpu, model_bytes["weights"] / ngpu, 0.0, system.pools[gpu].model.capacity_bytes))
+        # the host GPUs hold a copy of the weights for prefill (one TP rank's share, like the PNM devices)
+        memory.append(MemoryPlacement(gpu, model_bytes["weights"] / tp, 0.0, system.pools[gpu].model.capacity_bytes))
         return Plan("cxl_pnm", tr, device, np.full(len(tr), tp, dtype=np.int64), memory)
     device = np.where(trace["cls"] == "allreduce", "link", pnm).astype(object)
     return Plan("cxl_pnm", trace, device, parallel, memory)

@@ -69,11 +69,10 @@ def _system(tmp_path, name="mine", **over) -> Path:
 
 # ---------------------------------------------------------------- pipeline parallelism
 
-def test_pp_above_one_is_refused(tmp_path, capsys):
+def test_pp_without_a_link_is_refused(tmp_path, capsys):
     s = _system(tmp_path, devices={"gpu": {"hardware": "h100_sxm", "count": 2}}, parallelism={"tp": 1, "pp": 2})
     exp = _experiment(tmp_path, systems=[str(s)])
-    _refused(capsys, tmp_path, [exp], "mine.yaml: parallelism.pp:", "pipeline parallelism is not modelled yet; expected 1",
-             "got 2")
+    _refused(capsys, tmp_path, [exp], "mine.yaml: parallelism.pp_link:", "pipeline stages on different devices need a link")
 
 
 # ---------------------------------------------------------------- HF config.json names

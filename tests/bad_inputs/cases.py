@@ -210,7 +210,18 @@ sys_case("link-hardware-is-gpu", mut(SYS, ("links.nvlink.hardware", "h100_sxm"))
 sys_case("tp-zero", mut(SYS, ("parallelism.tp", 0)), ("parallelism.tp",))
 sys_case("tp-over-count", mut(SYS, ("parallelism.tp", 4)), (("parallelism", "devices.gpu.count"),))
 sys_case("tp-not-dividing", mut(SYS, ("devices.gpu.count", 3), ("parallelism.tp", 2)), (("parallelism", "devices.gpu.count"),))
-sys_case("pp-two", mut(SYS, ("parallelism.pp", 2), ("parallelism.tp", 1)), ("parallelism.pp",))
+sys_case("pp-count", mut(SYS, ("parallelism.pp", 2)), (("parallelism", "devices.gpu.count"),))
+sys_case("pp-over-layers", mut(SYS, ("parallelism.pp", 64), ("parallelism.tp", 1), ("devices.gpu.count", 64)),
+         ("parallelism.pp",))
+sys_case("pp-layers-sum", mut(SYS, ("parallelism.pp", 2), ("parallelism.tp", 1), ("parallelism.layers_per_stage", [8, 8])),
+         ("parallelism.layers_per_stage",))
+sys_case("pp-stages-per-device", mut(SYS, ("parallelism.pp", 2), ("parallelism.tp", 1), ("parallelism.stages_per_device", 3)),
+         ("parallelism.stages_per_device",))
+sys_case("pp-link-unknown", mut(SYS, ("parallelism.pp", 2), ("parallelism.tp", 1), ("parallelism.pp_link", "nope")),
+         ("parallelism.pp_link",))
+sys_case("pp-link-without-pp", mut(SYS, ("parallelism.pp_link", "nvlink")), ("parallelism.pp_link",))
+sys_case("pp-microbatches-zero", mut(SYS, ("parallelism.pp", 2), ("parallelism.tp", 1), ("parallelism.microbatches", 0)),
+         ("parallelism.microbatches",))
 sys_case("replicas-zero", mut(SYS, ("parallelism.replicas", 0)), ("parallelism.replicas",))
 sys_case("policy-unknown", mut(SYS, ("mapper.policy", "magic")), ("mapper.policy",))
 sys_case("gpu-only-option-typo", mut(SYS, ("mapper.options", {"pipelin": True})), ("mapper.options",))
@@ -319,7 +330,7 @@ case("set", "batch-zero", RUN + ("--set", "scenarios.chat.batch_size=0"), {}, ("
 case("set", "batch-unclosed-list", RUN + ("--set", "scenarios.chat.batch_size=[1,2"), {}, ("scenarios.chat.batch_size",))
 case("set", "hbm-nan", RUN + ("--set", "hardware.h100_sxm.hbm_bandwidth_gbps=.nan"), {}, ("h100_sxm.yaml", "hbm_bandwidth_gbps"))
 case("set", "peak-negative", RUN + ("--set", "hardware.h100_sxm.peak_fp16_tflops=-1"), {}, ("h100_sxm.yaml", "peak_fp16_tflops"))
-case("set", "pp-two", RUN + ("--set", "systems.h100_x1.parallelism.pp=2"), {}, ("h100_x1.yaml", "parallelism.pp"))
+case("set", "pp-two", RUN + ("--set", "systems.h100_x1.parallelism.pp=2"), {}, ("h100_x1.yaml", "devices.gpu.count"))
 set_case("descend-into-scalar", ["systems.h100_x1.devices.gpu.count.x=1"], ("systems.h100_x1",))
 case("set", "systems-empty", RUN + ("--set", "experiment.systems=[]"), {}, ("systems",))
 case("set", "systems-unknown", RUN + ("--set", "experiment.systems=[nope]"), {}, ("systems",))
