@@ -140,7 +140,8 @@ def cost_rows(plan, system):
 
 
 def _effective_times(plan, row_time: np.ndarray) -> np.ndarray:
-    """Row times after overlap: in a concurrent stage only the slowest device's rows count."""
+    """Row times after overlap: in a concurrent stage only the slowest device's rows count, plus the
+    ``plan.stage_exposed`` share of the other devices' rows (pipeline fill and drain)."""
     eff = row_time.copy()
     if plan.stage is None:
         return eff
@@ -149,7 +150,7 @@ def _effective_times(plan, row_time: np.ndarray) -> np.ndarray:
         devs = plan.device[rows]
         per_dev = {d: row_time[rows[devs == d]].sum() for d in np.unique(devs)}
         crit = max(per_dev, key=per_dev.get)
-        eff[rows[devs != crit]] = 0.0
+        eff[rows[devs != crit]] *= float(plan.stage_exposed.get(int(st), 0.0))
     return eff
 
 

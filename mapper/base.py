@@ -49,6 +49,9 @@ class Plan:
     parallel: np.ndarray  # int per row
     memory: list[MemoryPlacement] = field(default_factory=list)
     stage: np.ndarray | None = None  # int per row; rows sharing a stage id >= 0 run concurrently across devices
+    # stage id -> share of each hidden (non-critical) device's time that stays exposed: the fill and
+    # drain of a pipeline over that many items (e.g. 1 / heads for head-granular pipelining); default 0
+    stage_exposed: dict = field(default_factory=dict)
     pipeline_subbatches: int = 1  # >1: decode layers pipelined over sub-batches across devices (engine)
     added: np.ndarray | None = None  # rows the mapper added (overheads not in the model: merges, copies)
     programs: dict = field(default_factory=dict)  # PIM/PNM isa programs per row (later policies)
