@@ -175,3 +175,18 @@ def test_tp_beyond_heads_is_refused():
     for bad in (0, -2, True, 2.0):
         with pytest.raises(ConfigError, match="parallelism.tp: expected a positive integer"):
             build_trace(m, sc, "decode", tp=bad)
+
+
+def test_fast_even_path_agrees_with_the_rank_split():
+    """build_trace's integer test for 'every rank alike' = no head/FFN entry in tp_imbalance, and
+    then the old per-rank sizes are the contiguous split's."""
+    from attnsim.workloads.trace import _rank_shards, _uneven
+    for name in ("llama2-13b", "llama3-8b", "mixtral-8x7b", "deepseek-v2-lite", "gemma2-9b", "qwen2.5-7b"):
+        m = load_model(name)
+        for tp in range(1, m.num_heads + 1):
+            uneven = any(k != "vocab_size" for k in tp_imbalance(m, tp))
+            assert _uneven(m, tp) == uneven, (name, tp)
+            if not uneven:
+                s = _rank_shards(m, tp)
+                kv = 1 if m.mla is not None or m.num_kv_heads < tp else m.num_kv_heads // tp
+                assert np.all(s == s[0]) and tuple(s[0, :2]) == (m.num_heads // tp, kv), (name, tp)

@@ -186,8 +186,16 @@ def tp_imbalance(model: ModelSpec, tp: int) -> dict:
 
 
 def _uneven(model: ModelSpec, tp: int) -> bool:
-    """tp leaves some head or FFN shard larger than another (the vocabulary is always padded)."""
-    return any(k != "vocab_size" for k in tp_imbalance(model, tp))
+    """tp does not split heads, KV heads (or replicate one per rank) and FFN widths evenly: the
+    non-vocabulary entries of tp_imbalance (integer tests, for the hot path)."""
+    if model.num_heads % tp:
+        return True
+    kv = model.num_kv_heads
+    if model.mla is None and ((kv >= tp and kv % tp) or (kv < tp and tp % kv)):
+        return True
+    if (model.moe is None or model.moe.first_dense_layers > 0) and model.intermediate_size % tp:
+        return True
+    return model.moe is not None and model.moe.expert_intermediate_size % tp != 0
 
 
 def weight_bytes_per_rank(model: ModelSpec, dtype: str | None, tp: int) -> float:
@@ -240,7 +248,7 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, kv_dtype: str, tp: int = 1) -
 def kv_cache_bytes(model: ModelSpec, scenario: Scenario, tokens, tp: int = 1) -> float:
     """KV-cache bytes for ``tokens`` cached tokens per request (int or per-request array), all
     layers, in scenario.kv_dtype; local (sliding-window) layers keep at most the window.
-    tp = 1: the whole cache; tp > 1: what one rank holds (with KV-head replication)."""
+    tp = 1: the whole cache; tp > 1: what the fullest rank holds (kv_heads_per_rank)."""
     _check_tp(model, tp)
     t = np.atleast_1d(np.asarray(tokens, dtype=np.int64))
     per = kv_bytes_per_token_per_layer(model, scenario.kv_dtype, tp)
@@ -382,22 +390,30 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
     """
     _check_tp(model, tp)
     c, q = _lengths(scenario, phase, context_lens, query_tokens)
+    if not _uneven(model, tp):  # every rank alike
+        kv = 1 if model.mla is not None or model.num_kv_heads < tp else model.num_kv_heads // tp
+        return _trace(model, phase, tp, c, q, *_step_rows(model, scenario, phase, tp, (
+            model.num_heads // tp, kv, model.intermediate_size // tp,
+            model.moe.expert_intermediate_size // tp if model.moe else 0), c, q))
     shards = _rank_shards(model, tp)
     largest = tuple(int(x) for x in shards.max(axis=0))
     rows, meta = _step_rows(model, scenario, phase, tp, largest, c, q)
-    if _uneven(model, tp):
-        meta = {**meta, **_uneven_meta(model, tp)}
-        flops_sum, bytes_sum = np.zeros(len(rows)), np.zeros(len(rows))
-        shapes, mult = np.unique(shards, axis=0, return_counts=True)
-        for shape, k in zip(shapes, mult):
-            rk = _step_rows(model, scenario, phase, tp, tuple(int(x) for x in shape), c, q)[0]
-            flops_sum += k * np.array([r.get("flops", 0.0) for r in rk])
-            bytes_sum += k * np.array([_row_bytes(r) for r in rk])
-        top_f = np.array([r.get("flops", 0.0) for r in rows])
-        top_b = np.array([_row_bytes(r) for r in rows])
-        for r, fs, bs, f, b in zip(rows, flops_sum, bytes_sum, top_f, top_b):
-            r["flops_share"] = fs / (tp * f) if f > 0 else 1.0
-            r["bytes_share"] = bs / (tp * b) if b > 0 else 1.0
+    meta = {**meta, **_uneven_meta(model, tp)}
+    flops_sum, bytes_sum = np.zeros(len(rows)), np.zeros(len(rows))
+    shapes, mult = np.unique(shards, axis=0, return_counts=True)
+    for shape, k in zip(shapes, mult):
+        rk = _step_rows(model, scenario, phase, tp, tuple(int(x) for x in shape), c, q)[0]
+        flops_sum += k * np.array([r.get("flops", 0.0) for r in rk])
+        bytes_sum += k * np.array([_row_bytes(r) for r in rk])
+    top_f = np.array([r.get("flops", 0.0) for r in rows])
+    top_b = np.array([_row_bytes(r) for r in rows])
+    for r, fs, bs, f, b in zip(rows, flops_sum, bytes_sum, top_f, top_b):
+        r["flops_share"] = fs / (tp * f) if f > 0 else 1.0
+        r["bytes_share"] = bs / (tp * b) if b > 0 else 1.0
+    return _trace(model, phase, tp, c, q, rows, meta)
+
+
+def _trace(model, phase, tp, c, q, rows, meta) -> OpTrace:
     return OpTrace.from_rows(rows, phase=phase, model=model.name, tp=int(tp), query_tokens=q, context_lens=c,
                              groups=layer_groups(model), meta=meta)
 
