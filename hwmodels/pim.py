@@ -44,6 +44,10 @@ class PUParams(Schema):
     softmax_gbps_per_unit: float = Field(670.4, gt=0)  # buffer-die softmax = 670.4 GB/s per HBM (b.1)
     gb_bytes: PositiveInt = 2048         # AiM global buffer 2 KB (b.4)
     tflops: Optional[float] = Field(None, gt=0)     # decoupled accelerator peak (CXL-PNM)
+    # memory-controller energy per DRAM command on the device side (CENT MEM_CTR, pim_dram.md b.4):
+    # PHY per command (ACT, PRE, MAC, RD, WR, buffer move, REF), transaction engine per data command
+    phy_pj_per_command: float = Field(0.0, ge=0)
+    trx_pj_per_command: float = Field(0.0, ge=0)
 
 
 class PIMSpec(Schema):
@@ -254,6 +258,13 @@ class PIMDevice:
                 counts[key] = counts.get(key, 0) + int(v)
             counts["pim_bytes"] = counts.get("pim_bytes", 0) + int(getattr(res, "pim_bytes", 0))
             counts["buf_bytes"] = counts.get("buf_bytes", 0) + int(getattr(res, "buf_bytes", 0))
+        pu = self.spec.pu
+        if pu.phy_pj_per_command or pu.trx_pj_per_command:  # controller PHY / transaction engine (CENT MEM_CTR)
+            data = sum(counts.get(k, 0) for k in ("macab_ops", "macsb_ops", "macbg_ops", "buf_units",
+                                                  "rd_bursts", "wr_bursts"))
+            cmds = data + sum(counts.get(k, 0) for k in ("act_cmds", "pre_cmds", "refs", "refpbs"))
+            energy["dram_io"] = energy.get("dram_io", 0.0) + (cmds * pu.phy_pj_per_command
+                                                              + data * pu.trx_pj_per_command) * 1e-12
         if low.isa == "fimdram":  # MACAB scope is every bank; a FIMDRAM PU reads one of its 2 banks
             energy["dram_read_write"] = energy.get("dram_read_write", 0.0) / 2.0
             counts["pim_bytes"] //= 2

@@ -25,6 +25,7 @@ _MODULES = (
     "attnsim.hwmodels.dram.spec",
     "attnsim.hwmodels.pim",
     "attnsim.hwmodels.memory",
+    "attnsim.hwmodels.cxl_controller",
 )
 _loaded = False
 _loading = False

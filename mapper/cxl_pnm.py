@@ -46,4 +46,12 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         memory.append(MemoryPlacement(gpu, model_bytes["weights"] / tp, 0.0, system.pools[gpu].model.capacity_bytes))
         return Plan("cxl_pnm", tr, device, np.full(len(tr), tp, dtype=np.int64), memory)
     device = np.where(trace["cls"] == "allreduce", "link", pnm).astype(object)
+    ctrl = role_of_kind(system, "cxl_controller")
+    if ctrl is not None:  # CENT: softmax, RMSNorm and RoPE on the device controller's vector units
+        if system.pools[ctrl].count != system.pools[pnm].count:
+            raise ConfigError(f"expected one controller per PNM device ({system.pools[pnm].count}), "
+                              f"got {system.pools[ctrl].count}", key=f"devices.{ctrl}.count")
+        from attnsim.hwmodels.cxl_controller import kernel_of
+        on_ctrl = np.array([kernel_of(str(o), str(c)) is not None for o, c in zip(trace["op"], trace["cls"])], bool)
+        device[on_ctrl] = ctrl
     return Plan("cxl_pnm", trace, device, parallel, memory)

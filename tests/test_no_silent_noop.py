@@ -38,9 +38,11 @@ COSMETIC = {
     "GPUSpec.name", "GPUSpec.source", "NPUSpec.name", "NPUSpec.source", "LinkSpec.name", "LinkSpec.source",
     "MemorySpec.name", "MemorySpec.description", "MemorySpec.source", "PIMSpec.name", "PIMSpec.description",
     "DRAMSpec.name", "DRAMSpec.description", "DisaggSpec.name",
+    "ControllerSpec.name", "ControllerSpec.description", "ControllerSpec.source",
     "Scenario.name",
     # the kind tag selects the schema; another kind is another schema (its own fields are walked)
     "GPUSpec.kind", "NPUSpec.kind", "LinkSpec.kind", "MemorySpec.kind", "PIMSpec.kind", "DRAMSpec.kind",
+    "ControllerSpec.kind",
 }
 
 SMALL = ["models.llama2-7b.num_layers=2"]
