@@ -146,7 +146,7 @@ def stage_plan(plan: Plan, model, lo: int, hi: int, first: bool, last: bool) -> 
     idx = np.nonzero(keep)[0]
     remap = {int(o): k for k, o in enumerate(idx)}
     return Plan(plan.policy, st, plan.device[keep], plan.parallel[keep], list(plan.memory),
-                stage=None if plan.stage is None else plan.stage[keep],
+                stage=None if plan.stage is None else plan.stage[keep], stage_exposed=dict(plan.stage_exposed),
                 pipeline_subbatches=plan.pipeline_subbatches,
                 added=None if plan.added is None else plan.added[keep],
                 programs={remap[k]: v for k, v in plan.programs.items() if isinstance(k, (int, np.integer)) and k in remap},

@@ -90,7 +90,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     def cost(plan):
         step = cost_step(plan, system)
         if ks.get("pj_per_byte"):  # ECC decode energy on every KV byte read (all TP ranks)
-            e = plan.trace.ranks_total("kv_read_bytes") * ks["pj_per_byte"] * 1e-12
+            e = plan.trace.total("kv_read_bytes") * tp * ks["pj_per_byte"] * 1e-12
             step.energy_j_by_component["ecc"] = step.energy_j_by_component.get("ecc", 0.0) + e
             step.energy_j_by_op["kv_ecc_decode"] = step.energy_j_by_op.get("kv_ecc_decode", 0.0) + e
             role = ks.get("role") or next(iter(system.pools))

@@ -173,3 +173,11 @@ def test_dgx_attacc_beats_attacc_and_each_generation_runs():
         assert got[("attacc_opt", b)] > got[("attacc", b)]
     # newer GPUs with their own AttAcc boards are faster than the A100 one
     assert got[("attacc_h200", 16)] > got[("attacc_h100", 16)] > got[("attacc_opt", 16)]
+
+
+def test_pipeline_parallel_stage_plans_keep_the_head_pipeline_fill(a100):
+    from attnsim.pipeline import stage_plan
+    exp, system = a100
+    _, piped = _plan(exp, system, {"pipeopt": True}, 16)
+    part = stage_plan(piped, exp.models["gpt3-175b"], 0, LAYERS // 2, True, False)
+    assert part.stage_exposed == piped.stage_exposed and part.stage_exposed
