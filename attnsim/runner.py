@@ -17,7 +17,7 @@ from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.pipeline import check_pipeline
 from attnsim.workloads.scenario import context_window
-from attnsim.workloads.trace import build_trace, kv_cache_bytes, tp_imbalance, weight_bytes
+from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, tp_imbalance, weight_bytes
 
 #: The keys of a run document's ``metrics`` (every status: null values when the run did not complete)
 METRIC_KEYS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
@@ -217,6 +217,7 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
             check_parallelism(sspec, role, sfile)
         for model in exp.models.values():
             check_pipeline(system, model, sfile)
+            check_tp(model, sspec.parallelism.tp, sfile)
         systems[sname] = system
     docs = []
     rel = exp.reliability or {}

@@ -190,3 +190,14 @@ def test_fast_even_path_agrees_with_the_rank_split():
                 s = _rank_shards(m, tp)
                 kv = 1 if m.mla is not None or m.num_kv_heads < tp else m.num_kv_heads // tp
                 assert np.all(s == s[0]) and tuple(s[0, :2]) == (m.num_heads // tp, kv), (name, tp)
+
+
+def test_run_refuses_tp_beyond_heads_naming_the_system_file():
+    exp = load_experiment(None, ["experiment.systems=[dgx_a100]", "experiment.baseline=null",
+                                 "experiment.models=[llama2-7b]", "systems.dgx_a100.devices.gpu.count=64",
+                                 "systems.dgx_a100.parallelism.tp=64"])
+    with pytest.raises(ConfigError) as e:
+        run_experiment(exp)
+    assert e.value.file is not None and "dgx_a100" in e.value.file
+    assert str(e.value) == (f"{e.value.file}: parallelism.tp: expected at most num_heads = 32 ranks for model "
+                            "llama2-7b (a rank would hold no attention heads), got 64")

@@ -136,7 +136,7 @@ def kv_heads_by_rank(model: ModelSpec, tp: int = 1) -> np.ndarray:
     reads KV head i // (num_heads / num_kv_heads)). Split when num_kv_heads >= tp and tp divides
     it, one per rank (replicated) when tp is a multiple of num_kv_heads, else the touched groups.
     MLA: 1 (the latent is shared by all heads and replicated on every rank)."""
-    _check_tp(model, tp)
+    check_tp(model, tp)
     if model.mla is not None:
         return np.ones(tp, dtype=np.int64)
     g = model.num_heads // model.num_kv_heads
@@ -155,7 +155,7 @@ def tp_shards(model: ModelSpec, tp: int) -> dict:
     tp x largest / total - 1 (the extra work of lock-step ranks that all take the largest shard's
     time; for KV heads it includes replication). Dimensions: num_heads, num_kv_heads (not MLA),
     intermediate_size (dense FFN layers), moe.expert_intermediate_size, vocab_size."""
-    _check_tp(model, tp)
+    check_tp(model, tp)
     dims = {"num_heads": (model.num_heads, _split(model.num_heads, tp))}
     if model.mla is None:
         dims["num_kv_heads"] = (model.num_kv_heads, kv_heads_by_rank(model, tp))
@@ -249,7 +249,7 @@ def kv_cache_bytes(model: ModelSpec, scenario: Scenario, tokens, tp: int = 1) ->
     """KV-cache bytes for ``tokens`` cached tokens per request (int or per-request array), all
     layers, in scenario.kv_dtype; local (sliding-window) layers keep at most the window.
     tp = 1: the whole cache; tp > 1: what the fullest rank holds (kv_heads_per_rank)."""
-    _check_tp(model, tp)
+    check_tp(model, tp)
     t = np.atleast_1d(np.asarray(tokens, dtype=np.int64))
     per = kv_bytes_per_token_per_layer(model, scenario.kv_dtype, tp)
     kinds = model.layer_kinds()
@@ -310,10 +310,11 @@ def expected_experts(tokens: int, num_experts: int, top_k: int) -> float:
 
 # ---------------------------------------------------------------- trace
 
-def _check_tp(model: ModelSpec, tp: int) -> None:
-    """tp must be a positive integer no larger than any split dimension (no rank without heads)."""
+def check_tp(model: ModelSpec, tp: int, file: str | None = None) -> None:
+    """tp must be a positive integer no larger than any split dimension (no rank without heads);
+    ``file``: the system file named in the error."""
     if not isinstance(tp, (int, np.integer)) or isinstance(tp, bool) or tp < 1:
-        raise ConfigError(f"expected a positive integer, got {tp!r}", key="parallelism.tp")
+        raise ConfigError(f"expected a positive integer, got {tp!r}", file=file, key="parallelism.tp")
     dims = [("num_heads", model.num_heads, "attention heads")]
     if model.moe is None or model.moe.first_dense_layers > 0:
         dims.append(("intermediate_size", model.intermediate_size, "FFN columns"))
@@ -322,7 +323,7 @@ def _check_tp(model: ModelSpec, tp: int) -> None:
     for name, n, what in dims:
         if tp > n:
             raise ConfigError(f"expected at most {name} = {n} ranks for model {model.name} (a rank would hold "
-                              f"no {what}), got {tp}", key="parallelism.tp")
+                              f"no {what}), got {tp}", file=file, key="parallelism.tp")
 
 
 def _lengths(scenario: Scenario, phase: str, context_lens, query_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -388,7 +389,7 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
     processes its prompt (query_tokens = context_lens = prompt lengths by default) causally.
     Uneven tp: the rank of the largest shards, with flops_share / bytes_share per row.
     """
-    _check_tp(model, tp)
+    check_tp(model, tp)
     c, q = _lengths(scenario, phase, context_lens, query_tokens)
     if not _uneven(model, tp):  # every rank alike
         kv = 1 if model.mla is not None or model.num_kv_heads < tp else model.num_kv_heads // tp
