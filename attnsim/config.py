@@ -424,6 +424,10 @@ def parse_yaml(text: str, file: str | None = None):
         raise ConfigError("invalid YAML (an alias refers to its own anchor: a recursive value)", file=file) from None
     except RecursionError:
         raise ConfigError("invalid YAML (nested too deeply)", file=file) from None
+    except ConfigError:
+        raise
+    except (ValueError, OverflowError) as exc:  # PyYAML's scanner: a "\U" escape beyond U+10FFFF
+        raise ConfigError(f"invalid YAML (escape sequence out of range: {exc})", file=file) from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -225,3 +225,15 @@ def test_every_builtin_reproduction_loads():
     outs = [reproduce.read_spec(p).figure.out for p in reproduce.folders() if reproduce.read_spec(p).figure]
     assert len(outs) == len(set(outs))
 
+
+
+@pytest.mark.parametrize("escape", ["\\U00110000", "\\UFFFFFFFF"])
+def test_out_of_range_yaml_escape_is_a_clean_error(tmp_path, escape):
+    """Found by the reproduction fuzz harness: PyYAML raised ValueError / OverflowError for a "\\U" escape
+    beyond U+10FFFF (every YAML reader shares attnsim.config.parse_yaml)."""
+    folder = _write(tmp_path, REFERENCE)
+    text = (folder / "reference.yaml").read_text().replace("title: Toy reproduction", f'title: "{escape}"')
+    (folder / "reference.yaml").write_text(text)
+    with pytest.raises(ConfigError) as e:
+        reproduce.load(folder)
+    assert "escape sequence out of range" in str(e.value) and e.value.file.endswith("reference.yaml")

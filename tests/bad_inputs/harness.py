@@ -526,6 +526,29 @@ def mutate(x, rng, depth: int = 0):
     return x
 
 
+_REPRO_EXP = {"name": "fuzz_repro", "systems": ["dgx_a100", "dgx_h100"], "models": ["llama2-7b"],
+              "scenarios": {"s1": {"batch_size": 1, "prompt_len": 64, "output_len": 4},
+                            "s4": {"batch_size": 4, "prompt_len": 64, "output_len": 4}}, "baseline": "dgx_a100"}
+_REPRO = {"system": "toy", "title": "t", "source": "s", "paper": [{"claim": "c", "value": 2.0, "note": "n"}],
+          "experiments": {"e": "exp.yaml"}, "figure": {"recipe": "reproduction", "out": "toy.pdf"},
+          "rows": [{"name": "a", "experiment": "e", "select": {"system": "dgx_h100", "batch_size": 1},
+                    "metric": "vs_baseline.decode_throughput_ratio", "reference": 1.5, "tolerance": 0.5,
+                    "role": "calibration"},
+                   {"name": "b", "experiment": "e", "select": {"system": "dgx_h100", "scenario": "s4"},
+                    "metric": "metrics.tpot_s", "scale": 1000.0, "reference": 5.0, "tolerance": 0.9,
+                    "role": "validation", "source": "x"}]}
+
+
+def feed_reproduction(data) -> None:
+    """reference.yaml bytes -> attnsim.reproduce.load (schema, experiments, select; nothing simulated)."""
+    from attnsim import reproduce
+    d = _WORK / "repro" / "toy"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "exp.yaml").write_text(_dump(_REPRO_EXP))
+    (d / "reference.yaml").write_bytes(data)
+    reproduce.load(d)
+
+
 HARNESSES: dict[str, Harness] = {}
 
 
@@ -543,3 +566,4 @@ _register("asm", _asm_strategy, feed_asm)
 _register("disasm", _disasm_strategy, feed_disasm)
 _register("sweep", _sweep_strategy, feed_sweep)
 _register("store", _store_strategy, feed_store)
+_register("reproduction", lambda: corrupt(mutations(_REPRO, 4).map(_dump)), feed_reproduction)
