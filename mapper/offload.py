@@ -34,7 +34,7 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
     tp = system.spec.parallelism.tp
     w_gpu = 0.0 if opts["offload_weights"] else rank_weights(model_bytes, trace, tp)
     memory = [MemoryPlacement(gpu, w_gpu, 0.0, system.pools[gpu].model.capacity_bytes),
-              MemoryPlacement(host, model_bytes["weights"] - w_gpu * tp, model_bytes["kv"],
+              MemoryPlacement(host, model_bytes["weights"] if opts["offload_weights"] else 0.0, model_bytes["kv"],
                               system.pools[host].model.capacity_bytes * system.pools[host].count)]
     cls, grp = trace["cls"], trace["layer_group"]
     rows = [dict(r) for r in trace.rows()]
