@@ -426,8 +426,8 @@ def parse_yaml(text: str, file: str | None = None):
         raise ConfigError("invalid YAML (nested too deeply)", file=file) from None
     except ConfigError:
         raise
-    except (ValueError, OverflowError) as exc:  # PyYAML's scanner: a "\U" escape beyond U+10FFFF
-        raise ConfigError(f"invalid YAML (escape sequence out of range: {exc})", file=file) from None
+    except (ValueError, OverflowError) as exc:  # PyYAML: a "\U" escape beyond U+10FFFF, 2001-13-01, !!int 1x
+        raise ConfigError(f"invalid YAML value ({exc})", file=file) from None
     finally:
         if loader is not None:
             loader.dispose()
