@@ -161,12 +161,16 @@ def _hidden_role(plan: Plan) -> str:
 
 
 def pp_link_name(system, plan: Plan, layout: Layout) -> str:
+    """The named pp link, else the link of the hidden state's pool to itself (else of the first other
+    pool of the plan that has one, e.g. a CXL device whose controller runs the residual adds)."""
     if layout.link is not None:
         return layout.link
     role = _hidden_role(plan)
-    for name, roles in system.link_roles.items():
-        if roles == (role, role):
-            return name
+    others = [str(d) for d in dict.fromkeys(plan.device) if not str(d).startswith("link") and str(d) != role]
+    for r in [role] + others:
+        for name, roles in system.link_roles.items():
+            if roles == (r, r):
+                return name
     raise ConfigError(f"pipeline stages on different devices need a link: name one (links: "
                       f"{', '.join(system.link_roles) or 'none'}) or add a link connecting {role} to itself",
                       key="parallelism.pp_link")

@@ -136,6 +136,7 @@ RELAXED = (REL + ".tiers.cxl.refresh_ms.low=1000",)   # retention errors matter 
 ROPE_ORIG = "models.deepseek-v2-lite.rope_scaling.original_max_position_embeddings=32"
 TWO_DGX = "experiment.systems=[dgx_a100, dgx_h100]"
 LONG = "experiment.scenarios={s: {batch_size: 2, prompt_len: 1024, output_len: 6}}"
+PP2 = ("systems.dgx_a100.parallelism.pp=2", "systems.dgx_a100.devices.gpu.count=16")   # two pipeline stages
 
 # field -> Alt(value, extra --set for both runs, coupled changes): where the automatic value is not
 # legal, not reachable in the base (a threshold, a branch of another setting), or not automatic
@@ -175,6 +176,11 @@ ALTERNATIVE = {
     "ParallelismSpec.tp": Alt(4, also=((".devices.gpu.count", 4),)),
     "ParallelismSpec.pp": Alt(2, also=((".devices.gpu.count", 16),)),
     "ParallelismSpec.replicas": Alt(2, also=((".devices.gpu.count", 16),)),
+    "ParallelismSpec.layers_per_stage": Alt([1, 2], extra=PP2 + ("models.llama2-7b.num_layers=3",)),
+    "ParallelismSpec.stages_per_device": Alt(2, extra=PP2, also=((".devices.gpu.count", 8),)),
+    "ParallelismSpec.microbatches": Alt(1, extra=PP2),
+    "ParallelismSpec.pp_link": Alt("nv4", extra=PP2 + (TWO_DGX, "systems.dgx_a100.links={nvlink: {hardware: nvlink3, "
+                                                      "connects: [gpu, gpu]}, nv4: {hardware: nvlink4, connects: [gpu, gpu]}}")),
     "MapperSpec.policy": Alt("tiered", also=(("options", {}),)),
     "mapper.attacc.subbatches": Alt(3, extra=("systems.attacc.mapper.options.pipeline=true",)),
     # GPU

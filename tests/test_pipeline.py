@@ -244,3 +244,57 @@ def test_bad_pipeline_settings_are_refused(sets, key):
         run_experiment(exp)
     msg = str(e.value)
     assert key in msg and "\n" not in msg
+
+
+def test_serve_pipeline_equals_run():
+    """Four equal requests arriving together on tp 4 x pp 2: the serving iterations are the run's steps
+    (prefill flow shop over 2 micro-batches, then decode periods), so TTFT and TPOT agree exactly."""
+    from attnsim.experiment import GenerationSpec
+    from attnsim.runner import simulate_generation
+    from attnsim.serve.run import quick_pool
+    from attnsim.serve.scheduler import simulate_pool
+    P, O = 64, 6
+    pool, _, _ = quick_pool("dgx_a100", "llama2-7b", {"prompt_len": P, "output_len": O, "batch_size": 4},
+                            serving={"memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}},
+                            sets=["systems.dgx_a100.parallelism={tp: 4, pp: 2}"])
+    r = simulate_pool(pool, np.zeros(4), np.full(4, P), np.full(4, O))
+    ref = simulate_generation(pool.system, pool.model, pool.sc, GenerationSpec(mode="exact"))
+    assert r.first_token_s == pytest.approx(np.full(4, ref["metrics"]["ttft_s"]), rel=1e-12)
+    tpot = (r.finish_s - r.first_token_s) / (O - 1)
+    assert tpot == pytest.approx(np.full(4, ref["metrics"]["tpot_s"]), rel=1e-12)
+    # the KV capacity of a replica counts both device groups' free memory (each holds half the layers)
+    one, _, _ = quick_pool("dgx_a100", "llama2-7b", {"prompt_len": P, "output_len": O},
+                           sets=["systems.dgx_a100.parallelism={tp: 4}", "systems.dgx_a100.devices.gpu.count=4"])
+    cap2 = pool.coster.kv_capacity_per_rank_bytes(0.9)[0]
+    cap1 = one.coster.kv_capacity_per_rank_bytes(0.9)[0]
+    w = one.coster.weights / 4
+    assert cap2 == pytest.approx(2 * (0.9 * 85.9e9 - w / 2), rel=1e-6)
+    assert cap1 == pytest.approx(0.9 * 85.9e9 - w, rel=1e-6)
+
+
+def test_attacc_pipeline_conserves_pim_work():
+    """AttAcc (GPU + HBM-PIM) on tp 4 x pp 2 vs tp 4 alone, same batch: the PIM attention and its
+    GPU<->PIM transfers are the same work split over stages and micro-batches (equal energy); each
+    device group's PIM devices hold half the KV; the GPUs re-read their stage's weights once per
+    micro-batch (more FC energy)."""
+    a = run("attacc", batch=8, par="{tp: 4, pp: 2}")
+    b = run("attacc", batch=8, par="{tp: 4}", extra=["systems.attacc.devices.gpu.count=4", "systems.attacc.devices.pim.count=4"])
+    assert a["status"] == b["status"] == "ok"
+    ea, eb = (d["breakdown"]["decode_step"]["energy_j_by_device"] for d in (a, b))
+    assert ea["pim"] == pytest.approx(eb["pim"], rel=1e-9)
+    assert ea["link:gpu_pim"] == pytest.approx(eb["link:gpu_pim"], rel=1e-9)
+    assert ea["gpu"] > 1.5 * eb["gpu"]
+    kv = [g["kv_gb"] for g in a["metrics"]["memory"]["pim"]["per_device_group"]]
+    assert kv == pytest.approx([b["metrics"]["memory"]["pim"]["kv_gb"] / 2] * 2, rel=1e-12)
+    p = a["pipeline"]
+    assert p["decode_period_s"] == pytest.approx(max(p["decode_max_group_load_s"], p["decode_chain_s"]), rel=1e-12)
+
+
+def test_subbatch_pipelining_inside_a_stage():
+    """attacc's sub-batch pipelining runs inside each stage's micro-batch (cost_step_pipelined per stage)."""
+    on = run("attacc", batch=8, par="{tp: 4, pp: 2}", extra=["systems.attacc.mapper.options.pipeline=true"])
+    off = run("attacc", batch=8, par="{tp: 4, pp: 2}")
+    assert on["status"] == off["status"] == "ok"
+    assert on["metrics"]["tpot_s"] != off["metrics"]["tpot_s"]
+    e_on, e_off = (d["breakdown"]["decode_step"]["energy_j_by_device"]["pim"] for d in (on, off))
+    assert e_on == pytest.approx(e_off, rel=1e-9)   # the same PIM work, overlapped differently

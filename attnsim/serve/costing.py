@@ -58,6 +58,10 @@ class IterationCoster:
         self.cb, self.tb, self.rel = int(context_bucket), int(token_bucket), float(relative_bucket)
         self.batch_rel = float(batch_relative_bucket)
         self.weights = weight_bytes(model, scenario.weight_dtype)
+        self.layout = None
+        if spec.parallelism.pp > 1:  # attnsim.pipeline: an iteration's requests split into micro-batches
+            from attnsim.pipeline import layout_of
+            self.layout = layout_of(spec, model)
         self.memo: dict = {}
         self.usage: dict = {}
         self.lookups = 0
@@ -75,6 +79,15 @@ class IterationCoster:
         c = np.asarray(context_lens, dtype=np.int64)
         q = np.asarray(query_tokens, dtype=np.int64)
         phase = "decode" if np.all(q == 1) else "prefill"
+        if self.layout is not None:  # pipeline parallelism: the iteration's micro-batches through the stages
+            from attnsim.pipeline import pipeline_step
+
+            def place(cm, qm):
+                ph = "decode" if np.all(qm == 1) else "prefill"
+                sc = self.sc.model_copy(update={"batch_size": len(cm)})
+                return self.place(build_trace(self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm), c)
+            return pipeline_step(self.system, self.model, self.layout, c, q, place,
+                                 lambda plan: cost_step(plan, self.system)).result
         tr = build_trace(self.model, self.sc, phase, tp=self.tp, context_lens=c, query_tokens=q)
         return cost_step(self.place(tr, c), self.system)
 
@@ -163,7 +176,12 @@ class IterationCoster:
         mb = {"weights": self.weights, "kv": probe * self.tp, "kv_per_rank": probe}
         plan = self.policy(tr, self.system, mb, self.options)
         best, where = math.inf, ""
-        for mp in plan.memory:
+        placements = plan.memory
+        if self.layout is not None:  # per pipeline device group: its layers' weights and share of the KV
+            from attnsim.pipeline import stage_memory
+            placements = [mp for group in stage_memory(plan.memory, self.system, self.model, self.layout, [1]).per_group
+                          for mp in group]
+        for mp in placements:
             if mp.kv_bytes <= 0:
                 continue
             share = mp.kv_bytes / probe

@@ -18,6 +18,7 @@ from attnsim.config import ConfigError, display_path, find_config, load_yaml, va
 from attnsim.experiment import load_tree, validate_tree
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
+from attnsim.pipeline import check_pipeline
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.results import finalize_doc
 from attnsim.runner import scenario_doc
@@ -161,6 +162,8 @@ def _systems(exp, serving=None) -> dict:
         role = next((r for r, p in system.pools.items() if p.model.kind in ("gpu", "npu")), None)
         if role is not None:
             check_parallelism(sspec, role, sfile)
+        for model in exp.models.values():
+            check_pipeline(system, model, sfile)
         out[sname] = system
     return out
 
