@@ -181,3 +181,13 @@ def test_pipeline_parallel_stage_plans_keep_the_head_pipeline_fill(a100):
     _, piped = _plan(exp, system, {"pipeopt": True}, 16)
     part = stage_plan(piped, exp.models["gpt3-175b"], 0, LAYERS // 2, True, False)
     assert part.stage_exposed == piped.stage_exposed and part.stage_exposed
+
+
+def test_uncapped_8gpu_baseline_differs_from_a100_hbm3_only_in_capacity():
+    from pathlib import Path
+
+    from attnsim.config import find_config, load_yaml
+    ours = load_yaml(Path(find_config("hardware", "a100_hbm3")).parents[1] / "reproductions/attacc/a100_hbm3_uncapped.yaml")
+    base = load_yaml(find_config("hardware", "a100_hbm3"))
+    differ = {k for k in set(ours) | set(base) if ours.get(k) != base.get(k)}
+    assert differ == {"name", "source", "hbm_capacity_gb"}
