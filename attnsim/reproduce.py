@@ -184,6 +184,10 @@ def load(folder: str | Path) -> Reproduction:
     spec = read_spec(folder)
     exps = {label: load_experiment(_experiment_path(folder, ref, file, f"experiments.{label}"))
             for label, ref in spec.experiments.items()}
+    for label, exp in exps.items():
+        if exp.spec.serving is not None:  # rows read static-batch runs; the section would be ignored
+            raise ConfigError("expected an experiment without a serving section (rows read attnsim run's "
+                              "static-batch runs)", file=file, key=f"experiments.{label}")
     return Reproduction(folder, file, spec, exps, _select(spec.rows, exps, file))
 
 

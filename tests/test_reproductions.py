@@ -231,3 +231,13 @@ def test_bad_yaml_scalar_is_a_clean_error(tmp_path, escape):
     with pytest.raises(ConfigError) as e:
         reproduce.load(folder)
     assert str(e.value).startswith(f"{e.value.file}: invalid YAML value (") and e.value.file.endswith("reference.yaml")
+
+
+def test_serving_experiment_refused(tmp_path):
+    """Rows read static-batch runs: an experiment's serving section would be ignored, so it is refused."""
+    from attnsim.config import find_config, load_yaml
+    serving = load_yaml(find_config("experiments", "serve_paging"))["serving"]
+    folder = _write(tmp_path, REFERENCE, exp=dict(EXPERIMENT, serving=serving))
+    with pytest.raises(ConfigError) as e:
+        reproduce.load(folder)
+    assert e.value.key == "experiments.e" and "serving" in str(e.value)
