@@ -13,7 +13,7 @@ def register(sub) -> None:
                        description="Prints attnsim vs the reference with the error of each row, calibration "
                        "(in-sample), validation (held-out) and limit rows in separate sections; exit status 1 "
                        "if any row is outside its stated tolerance.")
-    v.add_argument("--set", dest="sets", action="append",
+    v.add_argument("--set", dest="sets", action="append", metavar="SET",
                    help="only these sets (repeatable; default all): gpu, reproductions (every folder of "
                    "configs/reproductions/), reproductions/NAME (one), limits; attacc = reproductions/attacc")
     v.add_argument("--json", action="store_true", help="print the rows as JSON (each with its role)")
