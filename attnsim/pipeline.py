@@ -351,13 +351,18 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
                         if len(p)]
             link_name = link_name or (pp_link_name(system, plan, layout) if layout.groups > 1 else None)
             act = DTYPE_BYTES[plan.trace.meta.get("act_dtype", "fp16")]
-            per_stage, per_x = [], []
+            per_stage, per_x, same = [], [], {}
+            g_of = layer_group_index(model)
             for s, (lo, hi) in enumerate(layout.stages):
                 first, last = s == 0, s == S - 1
-                if subs is None:
+                kind = (tuple(np.bincount(g_of[lo:hi], minlength=len(plan.trace.groups))), first, last)
+                if kind in same:  # a stage of the same layer mix costs the same (e.g. CENT's 1-layer stages)
+                    r = same[kind]
+                elif subs is None:
                     r = cost(stage_plan(plan, model, lo, hi, first, last))
                 else:
                     r = cost_step_pipelined([stage_plan(p, model, lo, hi, first, last) for p in subs], system)
+                same[kind] = r
                 per_stage.append(r)
                 nxt = (s + 1) % S
                 xr = None
@@ -454,7 +459,7 @@ def timeline_events(step: PipelineStep, layout: Layout, system_name: str, phase:
         for s in range(layout.pp):
             events.append({"ph": "X", "name": f"mb{m} stage{s}", "pid": pid, "tid": layout.group[s] + 1,
                            "ts": float(step.start_s[m, s]) * 1e6, "dur": float(step.stage_time_s[m, s]) * 1e6,
-                           "args": {"microbatch": m, "stage": s, "layers": list(layout.stages[s])}})
+                           "args": {"microbatch": m, "stage": s, "layers": [layout.stages[s][0], layout.stages[s][1] - 1]}})
     return events
 
 

@@ -298,3 +298,15 @@ def test_subbatch_pipelining_inside_a_stage():
     assert on["metrics"]["tpot_s"] != off["metrics"]["tpot_s"]
     e_on, e_off = (d["breakdown"]["decode_step"]["energy_j_by_device"]["pim"] for d in (on, off))
     assert e_on == pytest.approx(e_off, rel=1e-9)   # the same PIM work, overlapped differently
+
+
+def test_timeline_shows_stages_per_device_group():
+    exp = load_experiment("default", _sets("dgx_a100", batch=8, par="{tp: 4, pp: 4, stages_per_device: 2}"))
+    events: list = []
+    doc = run_experiment(exp, timeline=events)[0]
+    pre = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
+    assert len(pre) == 4 * 4   # 4 micro-batches x 4 stages
+    assert max(e["ts"] + e["dur"] for e in pre) * 1e-6 == pytest.approx(doc["metrics"]["ttft_s"], rel=1e-9)
+    for tid in {e["tid"] for e in pre}:   # a device group runs one (micro-batch, stage) at a time
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in pre if e["tid"] == tid)
+        assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:]))

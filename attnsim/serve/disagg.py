@@ -57,7 +57,8 @@ def simulate_disagg(pre_pool, dec_pool, trace, link, spec, labels=None) -> dict:
     kept = pre_pool.kvpol.retained_tokens(trace.prompt_tokens, trace.prompt_tokens)
     kv_bytes = np.array([kv_cache_bytes(model, sc, [int(k)]) for k in kept])
     to_decode = trace.output_tokens > 1
-    plinks = spec.parallel_links or pre_pool.tp
+    # default: every TP rank of every pipeline device group sends the KV of its own layers
+    plinks = spec.parallel_links or pre_pool.tp * pre_pool.system.spec.parallelism.device_groups
     ready = np.where(to_decode, rp.prefill_done_s, np.nan)
     arrive, link_e = transfer_schedule(ready, rp.last_prefill_iter_s, kv_bytes, link, plinks, model.num_layers,
                                        spec.layerwise_overlap)

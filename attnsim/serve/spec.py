@@ -65,7 +65,7 @@ class DisaggSpec(Schema):
     decode: str
     link: str = Field(description="hardware link config (kind: link) carrying the KV")
     layerwise_overlap: bool = True            # layer-by-layer KV streaming during prefill (DistServe/Splitwise)
-    parallel_links: Optional[PositiveInt] = Field(None, description="links used in parallel (default: prefill tp)")
+    parallel_links: Optional[PositiveInt] = Field(None, description="links used in parallel (default: prefill tp x pp device groups)")
 
 
 class ServingSpec(Schema):
