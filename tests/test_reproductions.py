@@ -241,3 +241,43 @@ def test_serving_experiment_refused(tmp_path):
     with pytest.raises(ConfigError) as e:
         reproduce.load(folder)
     assert e.value.key == "experiments.e" and "serving" in str(e.value)
+
+
+NOOP = {  # every reference.yaml field, changed to another legal value, changes what validate prints or writes
+    "system": None,  # must equal the folder name (tests above); a renamed folder is another reproduction
+    "title": "Another title", "source": "another source",
+    "paper__0__claim": "another claim", "paper__0__value": "3x", "paper__0__note": "another note",
+    "experiments": {"e": "exp2.yaml"}, "figure__recipe": None,  # one recipe so far
+    "figure__out": "other.pdf", "rows__0__name": "renamed", "rows__0__experiment": None,  # one experiment label
+    "rows__0__select": {"system": "dgx_h100", "batch_size": 4}, "rows__1__metric": "metrics.ttft_s",
+    "rows__1__scale": 1.0, "rows__1__reference": 6.0, "rows__1__tolerance": 0.5, "rows__0__role": "validation",
+    "rows__1__source": "another row source",
+}
+
+
+def _outputs(tmp_path, path, capsys):
+    """What validate prints (text; JSON for a row's source, only there) and the figure files it writes
+    (for figure.out; figures take the longest)."""
+    figs = tmp_path / f"figs_{len(list(tmp_path.iterdir()))}"
+    args = ["--json"] if path == "rows__1__source" else ["--figures", str(figs)] if path == "figure__out" else []
+    main(["validate", "--set", "reproductions/toy", *args])
+    return capsys.readouterr().out, sorted(p.name for p in figs.iterdir()) if figs.is_dir() else []
+
+
+@pytest.mark.parametrize("path", [k for k, v in NOOP.items() if v is not None])
+def test_every_reference_field_takes_effect(tmp_path, monkeypatch, capsys, path):
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    folder = _write(tmp_path, REFERENCE)
+    (folder / "exp2.yaml").write_text(yaml.safe_dump(dict(EXPERIMENT, models=["llama2-13b"])))
+    base = _outputs(tmp_path, path, capsys)
+    _bad(tmp_path, **{path: NOOP[path]})
+    assert _outputs(tmp_path, path, capsys) != base
+
+
+def test_noop_table_covers_every_field():
+    fields = set()
+    for prefix, cls in (("", reproduce.ReferenceSpec), ("paper__0__", reproduce.PaperClaim),
+                        ("figure__", reproduce.FigureSpec), ("rows__0__", reproduce.RowSpec)):
+        fields |= {prefix + f for f in cls.model_fields if not (prefix == "" and f in ("paper", "figure", "rows"))}
+    covered = {k if not k.startswith("rows__1__") else "rows__0__" + k[len("rows__1__"):] for k in NOOP}
+    assert fields == covered
