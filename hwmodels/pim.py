@@ -297,6 +297,8 @@ class PIMDevice:
         c = trace.cols
         nbytes = float(c["weight_bytes"][i] + c["act_bytes"][i] + c["kv_read_bytes"][i] + c["kv_write_bytes"][i])
         fl = float(c["flops"][i])
+        if self.spec.isa == "aim":  # a bank PU keeps no operand: every MAC16 reads its 32 B from the banks again
+            nbytes = max(nbytes, fl / 2.0 * self.spec.pu.column_bytes / self.spec.pu.macs_per_command)
         t = max(nbytes / self.peak_bandwidth_bytes_per_s, fl / self.peak_flops)
         e = {k: v * nbytes for k, v in self._stream_pj_per_byte().items()}
         e["pim_compute"] = fl / 2.0 * self.spec.pu.pj_per_mac * 1e-12

@@ -228,13 +228,23 @@ def aim_commands(prog: Program, org: Org, pu: PU, af_cycles: int = 1) -> dict[st
     """Expand an AiM program (channel 0 of its mask) into engine records."""
     cmd = _Cmds()
     f = prog.fields
-    for i, mn in enumerate(prog.mnemonics()):
+    open_row = -1
+    mns = list(prog.mnemonics())
+    for i, mn in enumerate(mns):
         if mn in ("WR_GB", "WR_AFLUT"):
             cmd.add("BUF", 0, pch=0, repeat=int(f["opsize"][i]))
         elif mn in ("MAC_ABK", "EWMUL", "EWADD"):
-            cmd.add("ACTAB", 0, row=int(f["row"][i]))
-            cmd.add("MACAB", 0, row=int(f["row"][i]), repeat=int(f["opsize"][i]))
-            cmd.add("PREA", 0)
+            r = int(f["row"][i])
+            nxt = i + 1  # the row stays open for the next MAC_ABK on it (register reads/writes between)
+            while nxt < len(mns) and mns[nxt] in ("RD_MAC", "WR_BIAS", "WR_GB"):
+                nxt += 1
+            if not (i > 0 and open_row == r):
+                cmd.add("ACTAB", 0, row=r)
+            cmd.add("MACAB", 0, row=r, repeat=int(f["opsize"][i]))
+            open_row = r
+            if not (nxt < len(mns) and mns[nxt] == mn and int(f["row"][nxt]) == r):
+                cmd.add("PREA", 0)
+                open_row = -1
         elif mn in ("RD_MAC", "RD_AF", "WR_BIAS"):
             cmd.add("BUF", 0, pch=0, repeat=max(1, org.bank_groups * org.banks_per_group * pu.acc_bytes // 32))
         elif mn == "AF":
@@ -354,31 +364,57 @@ def stream_reads(org: Org, nbytes: float, row0: int = 0) -> dict[str, np.ndarray
 
 
 def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:
-    """AiM program of one channel: tokens over the 16 banks (score) / outputs over banks (context)."""
+    """AiM program of one channel: tokens over the 16 banks (score, FC outputs) / outputs over banks (context).
+
+    Each bank has one MAC register (RD_MAC reads the 16 into a GPR), so every dot product a bank finishes
+    is read out and the register re-biased (WR_BIAS: zero, or the partial sum of earlier GB fills) before
+    the next one: score = one token per bank, ``ceil(dhead x bytes / 32 B)`` MAC16 per dot product (CENT
+    Vector_Matrix_Mul_score_pim: WR_BIAS, MAC_ABK, RD_MAC per head and 16 tokens); context = one output
+    dim per bank over the <= 1024 probabilities a 2 KB GB fill holds (CENT intra-device output GEMV).
+    Consecutive MAC_ABKs on one row keep it open (aim_commands)."""
     recs, row = [], 0
     banks = org.bank_groups * org.banks_per_group
+    fill_cols = max(1, min(org.columns, pu.gb_bytes // pu.column_bytes))  # GB columns per fill (64)
     for t in slices:
         if phase == "softmax":
             recs.append(("AF", dict(ch_mask=1)))  # softmax approximated by the LUT activation unit
             continue
         if phase == "score":
-            cols = -(-t // banks) * math.ceil(dhead * elem_bytes / pu.column_bytes)
-            gb_fills = 1
-            gb_cols = math.ceil(dhead * elem_bytes / pu.column_bytes)
+            cols_dot = math.ceil(dhead * elem_bytes / pu.column_bytes)  # MAC16 per dot product
+            dots = -(-t // banks)                                         # token groups (one per bank)
+            fills = [min(fill_cols, cols_dot - f * fill_cols) for f in range(-(-cols_dot // fill_cols))]
+            for _ in range(group):  # one query vector per pass through the rows
+                for f, c in enumerate(fills):
+                    recs.append(("WR_GB", dict(opsize=c, ch_mask=1, gb_col=0)))
+                    for d in range(dots):
+                        pos = d * cols_dot + f * fill_cols  # first column of this dot product's slice
+                        recs.append(("WR_BIAS", dict(ch_mask=1)))
+                        done = 0
+                        while done < c:  # a slice may cross a row boundary
+                            n = min(c - done, org.columns - (pos + done) % org.columns)
+                            recs.append(("MAC_ABK", dict(opsize=n, ch_mask=1,
+                                                         row=(row + (pos + done) // org.columns) % org.rows)))
+                            done += n
+                        recs.append(("RD_MAC", dict(ch_mask=1, reg=0)))
+                row += -(-dots * cols_dot // org.columns)
         else:
-            cols = -(-dhead // banks) * math.ceil(t * elem_bytes / pu.column_bytes)
-            gb_fills = math.ceil(t * pu.acc_bytes / pu.gb_bytes)
-            gb_cols = min(64, math.ceil(t * pu.acc_bytes / pu.column_bytes))
-        for _ in range(group):  # one query vector per pass through the rows
-            for _ in range(gb_fills):
-                recs.append(("WR_GB", dict(opsize=max(1, min(64, gb_cols)), ch_mask=1, gb_col=0)))
-            done = 0
-            while done < cols:
-                n = min(64, org.columns, cols - done)
-                recs.append(("MAC_ABK", dict(opsize=n, ch_mask=1, row=row % org.rows)))
-                done += n
-                row += 1
-            recs.append(("RD_MAC", dict(ch_mask=1, reg=0)))
+            dims = -(-dhead // banks)                      # output dims per bank
+            per_fill = max(1, pu.gb_bytes // pu.acc_bytes)  # probabilities one GB fill holds (1024)
+            for _ in range(group):
+                for f in range(-(-t // per_fill)):
+                    n_tok = min(per_fill, t - f * per_fill)
+                    recs.append(("WR_GB", dict(opsize=max(1, min(64, math.ceil(n_tok * pu.acc_bytes / pu.column_bytes))),
+                                               ch_mask=1, gb_col=0)))
+                    c = math.ceil(n_tok * elem_bytes / pu.column_bytes)
+                    for _ in range(dims):
+                        recs.append(("WR_BIAS", dict(ch_mask=1)))
+                        done = 0
+                        while done < c:
+                            n = min(64, org.columns, c - done)
+                            recs.append(("MAC_ABK", dict(opsize=n, ch_mask=1, row=row % org.rows)))
+                            done += n
+                            row += 1
+                        recs.append(("RD_MAC", dict(ch_mask=1, reg=0)))
     recs.append(("EOC", {}))
     return Program.from_records(get_isa("aim"), recs)
 

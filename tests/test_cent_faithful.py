@@ -167,3 +167,46 @@ def test_controller_refuses_rows_it_does_not_run(ctrl):
     i = [j for j in range(len(tr)) if tr["op"][j] == "qkv_proj"][0]
     with pytest.raises(ConfigError, match="not a controller op"):
         ctrl.cost(tr, [i])
+
+
+def test_aim_mac_registers_are_read_out_per_dot_product():
+    from attnsim.isa.lower import ENGINE_CODES, lower_attention
+    dev = _hw("cxl_aim_device")
+    # score: 1024 tokens of one head on one channel = 64 dot products (one token per bank) of 128 x 2 B / 32 B
+    # = 8 MAC16 each, 8 per 64-column row: WR_GB once, then WR_BIAS + MAC_ABK(8) + RD_MAC per dot product
+    low = lower_attention("aim", "score", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org,
+                          pu=dev.pu)
+    c = low.programs[0].counts()
+    assert c["MAC_ABK"] == c["RD_MAC"] == c["WR_BIAS"] == 64 and c["WR_GB"] == 1
+    rec = low.commands[0]
+    assert int(np.sum(rec["op"] == ENGINE_CODES["ACTAB"])) == 64 // 8  # the row stays open for its 8 dot products
+    assert int(np.sum(rec["repeat"][rec["op"] == ENGINE_CODES["MACAB"]])) == 64 * 8
+    # context: 1024 probabilities fill the 2 KB GB once; 128 dims / 16 banks = 8 dims per bank, each a
+    # dot product over the 1024 tokens = 64 MAC16 (a whole row)
+    ctx = lower_attention("aim", "context", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org,
+                          pu=dev.pu)
+    c = ctx.programs[0].counts()
+    assert c["WR_GB"] == 1 and c["MAC_ABK"] == c["RD_MAC"] == c["WR_BIAS"] == 8
+    # the register path (setup nCWL + nBL + nWTRS - 2 = 15 cycles + one 2-cycle unit per access, twice per dot
+    # product) binds the 8-MAC16 score dot products: 64 x 2 x 17 cycles > 64 x 8 MAC16 x nCCDL (2)
+    t, _, _ = dev.run(low)
+    assert t >= 64 * 2 * 17 * 0.5e-9
+    assert t < 1.5 * (64 * 2 * 17 + 8 * (56 + 32)) * 0.5e-9
+
+
+def test_aim_attention_spreads_over_all_channels_at_batch_1():
+    # Llama-2-7B at TP 8: 4 KV heads per device, 32 channels; the mapping search splits each item over 8
+    # channels (tokens), costing the partial-softmax merge on the context row
+    tr = _decode(4096, tp=8)
+    rows = [i for i in range(len(tr)) if tr["cls"][i] in ("attn_score", "attn_context")]
+    t = {}
+    for cpi in (1, "auto"):
+        hw = load_yaml(find_config("hardware", "cxl_aim_device"))
+        hw["channels_per_item"] = cpi
+        c = registry.build(hw, file="x").cost(tr, rows)
+        t[cpi] = (c.time_s, c.mapping)
+    (t1, m1), (ta, ma) = t[1], t["auto"]
+    assert [m["channels_used"] for m in m1] == [4, 4]
+    assert [m["channels_used"] for m in ma] == [32, 32] and [m["channels_per_item"] for m in ma] == [8, 8]
+    assert ta[0] == pytest.approx(t1[0] / 8, rel=0.1)          # score: 8x the channels, ~8x faster
+    assert ma[1]["merge_s"] > 0 and t1[1] / ta[1] > 4          # context: faster, merge included

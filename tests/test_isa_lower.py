@@ -102,8 +102,11 @@ def test_aim_and_cxl_programs_by_hand():
     aim = lower_attention("aim", "score", [4096], dhead=128, group=2, elem_bytes=2, n_channels=1,
                           org=GDDR6, pu=PU16)
     p = aim.programs[0]
-    # 4096 tokens / 16 banks = 256 tokens x 8 columns = 2048 columns = 32 rows of 64; x 2 query passes
-    assert p.counts()["MAC_ABK"] == 64 and int(p["opsize"][p.where("MAC_ABK")].sum()) == 2 * 2048
+    # 4096 tokens / 16 banks = 256 dot products (one token per bank) of 8 columns = 2048 columns; x 2 query
+    # passes; each bank's MAC register is re-biased and read out per dot product (WR_BIAS, MAC_ABK, RD_MAC)
+    c = p.counts()
+    assert c["MAC_ABK"] == 2 * 256 and int(p["opsize"][p.where("MAC_ABK")].sum()) == 2 * 2048
+    assert c["RD_MAC"] == c["WR_BIAS"] == 2 * 256 and c["WR_GB"] == 2
     assert p.mnemonics()[-1] == "EOC"
     cxl = lower_attention("cxl_pnm", "context", [4096, 100], dhead=128, group=8, elem_bytes=2, n_channels=1,
                           org=GDDR6, pu=PU16)
