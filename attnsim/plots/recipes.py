@@ -363,7 +363,7 @@ def reproduction(rows, width="single", title=None):
     ratio = np.array([r.measured / r.published for r in rows])
     tol = np.array([r.tolerance for r in rows])
     y = np.arange(len(rows))[::-1]
-    fig, ax = new_figure(width, aspect=max(0.35, 0.12 * len(rows)))
+    fig, ax = new_figure(width, aspect=max(0.35, 0.085 * len(rows)))
     ax.barh(y, 2 * tol, left=1 - tol, height=0.6, color="0.85", label="tolerance band", zorder=1)
     ax.axvline(1.0, color="black", linewidth=0.6, zorder=2)
     colours = {"calibration": OKABE_ITO[0], "validation": OKABE_ITO[4]}
