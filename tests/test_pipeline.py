@@ -310,3 +310,38 @@ def test_timeline_shows_stages_per_device_group():
     for tid in {e["tid"] for e in pre}:   # a device group runs one (micro-batch, stage) at a time
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in pre if e["tid"] == tid)
         assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:]))
+
+
+def test_pp_tp_replicas_compose():
+    """tp 2 x pp 2 x 2 replicas on 8 GPUs, batch 8: each replica pipelines its 4 requests exactly as one
+    tp 2 x pp 2 system serving 4 does; the system makes twice the tokens per second."""
+    both = run("dgx_a100", batch=8, par="{tp: 2, pp: 2, replicas: 2}")
+    one = run("dgx_a100", batch=4, par="{tp: 2, pp: 2}", extra=["systems.dgx_a100.devices.gpu.count=4"])
+    assert both["metrics"]["tpot_s"] == pytest.approx(one["metrics"]["tpot_s"], rel=1e-12)
+    assert both["metrics"]["ttft_s"] == pytest.approx(one["metrics"]["ttft_s"], rel=1e-12)
+    assert both["metrics"]["decode_tokens_per_s"] == pytest.approx(2 * one["metrics"]["decode_tokens_per_s"], rel=1e-12)
+    assert both["pipeline"]["microbatches"] == 2
+
+
+def test_paired_pim_pool_count_follows_the_pipeline():
+    with pytest.raises(ConfigError) as e:
+        run_experiment(load_experiment("default", _sets("attacc", par="{tp: 4, pp: 2}", extra=[
+            "systems.attacc.devices.pim.count=4"])))
+    msg = str(e.value)
+    assert "devices.pim.count" in msg and "tp x pp / stages_per_device x replicas = 4 x 2 / 1 x 1 = 8" in msg
+
+
+def test_stage_memory_of_sliding_window_and_tied_embeddings():
+    """Gemma-2-9B (21 local layers keeping 4,096 tokens, 21 global; tied embeddings): a stage of one local
+    layer holds 4096 / (21 x (4096 + ctx)) of the KV; the last stage holds a copy of the embedding matrix."""
+    P, O = 8000, 2
+    one = run("dgx_a100", model="gemma2-9b", batch=2, prompt=P, out=O, par="{tp: 1}",
+              extra=["systems.dgx_a100.devices.gpu.count=1"])
+    d = run("dgx_a100", model="gemma2-9b", batch=2, prompt=P, out=O, par="{tp: 1, pp: 2, layers_per_stage: [1, 41]}",
+            extra=["systems.dgx_a100.devices.gpu.count=2"])
+    kv = one["metrics"]["memory"]["gpu"]["kv_gb"]
+    st = d["pipeline"]["stages"]
+    assert st[0]["memory"]["gpu"]["kv_gb"] == pytest.approx(kv * 4096 / (21 * (4096 + P + O)), rel=1e-12)
+    assert sum(s["memory"]["gpu"]["kv_gb"] for s in st) == pytest.approx(kv, rel=1e-12)
+    w = sum(s["memory"]["gpu"]["weights_gb"] for s in st) - one["metrics"]["memory"]["gpu"]["weights_gb"]
+    assert w == pytest.approx(256000 * 3584 * 2 / 1e9, rel=1e-12)   # vocab x hidden x bf16
