@@ -321,12 +321,12 @@ def flow_shop(t: np.ndarray, x: np.ndarray, group: list) -> tuple[np.ndarray, np
     return start, finish
 
 
-def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, place, cost, subplace=None) -> PipelineStep:
+def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, place, cost) -> PipelineStep:
     """Cost one step of a replica's batch (``context_lens`` / ``query_tokens`` per request) through the
     pipeline. ``place(ctx, q) -> Plan`` places a micro-batch's full trace (policy + memory of the whole
     replica); ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras);
-    a plan with ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``subplace``,
-    default ``place``) costed by engine.cost_step_pipelined per stage."""
+    a plan with ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``place`` again)
+    costed by engine.cost_step_pipelined per stage, as attnsim.runner does without PP."""
     c = np.atleast_1d(np.asarray(context_lens, dtype=np.int64))
     q = np.atleast_1d(np.asarray(query_tokens, dtype=np.int64))
     phase_decode = bool(np.all(q == 1))
@@ -334,7 +334,6 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
     S = layout.pp
     parts = [p for p in np.array_split(np.arange(len(c)), M) if len(p)]
     M = len(parts)
-    subplace = subplace or place
     memo: dict = {}
     t = np.zeros((M, S))
     x = np.zeros((M, S))
@@ -347,7 +346,7 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
             plan = place(cm, qm)
             subs = None
             if plan.pipeline_subbatches > 1:
-                subs = [subplace(cm[p], qm[p]) for p in np.array_split(np.arange(len(cm)), plan.pipeline_subbatches)
+                subs = [place(cm[p], qm[p]) for p in np.array_split(np.arange(len(cm)), plan.pipeline_subbatches)
                         if len(p)]
             link_name = link_name or (pp_link_name(system, plan, layout) if layout.groups > 1 else None)
             act = DTYPE_BYTES[plan.trace.meta.get("act_dtype", "fp16")]
@@ -382,8 +381,7 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
                 results.append(per_x[s])
     G = layout.groups
     load = np.array([t[:, [s for s in range(S) if layout.group[s] == g]].sum() for g in range(G)])
-    x_chain = x if phase_decode else x[:, :-1]
-    chain = t.sum(axis=1) + x_chain.sum(axis=1)
+    chain = t.sum(axis=1) + x.sum(axis=1)  # prefill has no token return (x[:, -1] = 0)
     start, finish = flow_shop(t, x, layout.group)
     step_time = float(max(load.max(), chain.max())) if phase_decode else float(finish[-1, -1])
     res = _combine(results, system, step_time, per_group_bytes=_group_bytes(parts, memo, c, q, layout))
