@@ -6,7 +6,7 @@ FIELD_BASE names). The changed value is automatic (tests/noop_walk.py: bool flip
 choice, numbers x1.5 or +1 within bounds, None -> 1) unless ALTERNATIVE gives one, with optional
 extra ``--set`` overrides applied to both runs (so that the field is reachable, e.g. a KV policy's
 budget with that policy selected). Only the fields in COSMETIC may leave the document unchanged; a
-clean ConfigError naming the field (a refused setting, e.g. ``parallelism.pp`` > 1) counts as a change.
+clean ConfigError naming the field (a refused setting, e.g. ``parallelism.pp`` above the model's layers) counts as a change.
 Documents are compared as ``--json`` prints them, less the keys that echo the configuration
 (noop_walk.ECHO_KEYS: the scenario and disaggregation echoes).
 """
