@@ -11,8 +11,8 @@ row each per layer). Prefill stays on the GPUs and writes the prompt's KV into t
 Options (``mapper.options`` in the system YAML; AttAcc's own two are ``pipeopt`` and ``ffopt``, the
 artefact's ``--pipeopt`` / ``--ffopt``, mechanisms in mapper/attacc_overlap.py):
 - ``pipeopt`` (bool, default false): per layer, the QKV-generation and output-projection FCs (GPU),
-  the GPU <-> PIM transfers and the PIM attention are pipelined over KV heads: the layer's attention
-  block takes its busiest resource's time plus 1 / (KV heads per rank) of the others' (fill and
+  the GPU <-> PIM transfers and the PIM attention are pipelined over heads: the layer's attention
+  block takes its busiest resource's time plus 1 / (query heads per rank) of the others' (fill and
   drain). No batch split, no weight read twice: bytes and energy are those of no option.
 - ``ffopt`` (bool, default false): each dense FFN layer is split between the GPU and the PIM stacks,
   which compute their share at their internal bandwidth (one pass over the share per request) while
@@ -88,10 +88,10 @@ def plan_attacc(trace, system, model_bytes: dict, options: dict | None = None) -
     plan = Plan("attacc", tr, device, np.full(len(tr), tp, dtype=np.int64), memory, notes=notes)
     stage = np.full(len(tr), -1, dtype=np.int64)
     if opts["pipeopt"]:
-        kvh = int(trace.meta.get("kv_heads_per_rank", trace.meta.get("heads_per_rank", 1)) or 1)
-        head_pipeline_stages(tr, stage, plan.stage_exposed, kvh)
-        if kvh == 1:
-            notes.append("pipeopt: one KV head per rank, nothing to pipeline over")
+        heads = int(trace.meta.get("heads_per_rank", 1) or 1)
+        head_pipeline_stages(tr, stage, plan.stage_exposed, heads)
+        if heads == 1:
+            notes.append("pipeopt: one head per rank, nothing to pipeline over")
     stage[ffn_group >= 0] = 2 * ffn_group[ffn_group >= 0] + 1
     if (stage >= 0).any():
         plan.stage = stage

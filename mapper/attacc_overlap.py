@@ -14,8 +14,9 @@ X = transfers, A = score + softmax + context::
 (the four branches of system.py:137-154 reduce to this): the busiest resource sets the time and the
 others add the fill and drain of one head's worth of work. attnsim puts the rows from ``qkv_proj`` to
 ``out_proj`` of a layer group into one concurrent stage with ``Plan.stage_exposed`` = r, so the engine
-computes exactly this, with each resource's time from its own device model. attnsim's head is the KV
-head (the unit the PIM streams K/V for); for MHA that is the artefact's head.
+computes exactly this, with each resource's time from its own device model. The head is a query head,
+as in the artefact: with GQA the PIM passes over a KV head once per query head of its group (one MAC
+per column command per query vector), so each query head is one item of the pipeline.
 
 ffopt (``_ff_parallel``, system.py:169-189): the FFN GEMMs are split between the GPU and the PIM
 stacks, which compute their share of the output columns at their internal bandwidth. A PIM bank unit
@@ -44,11 +45,11 @@ from attnsim.mapper.base import transfer_row
 FFN_UP, FFN_DOWN = "mlp_up", "mlp_down"
 
 
-def head_pipeline_stages(trace, stage: np.ndarray, exposed: dict, kv_heads: int, offset: int = 0) -> int:
+def head_pipeline_stages(trace, stage: np.ndarray, exposed: dict, heads: int, offset: int = 0) -> int:
     """Mark, per layer group, the rows from ``qkv_proj`` to ``out_proj`` as one stage (id offset + 2 g)
-    with exposed share 1 / kv_heads. Returns the number of stages marked."""
+    with exposed share 1 / heads. Returns the number of stages marked."""
     ops, grp = trace["op"], trace["layer_group"]
-    r = 1.0 / max(1, int(kv_heads))
+    r = 1.0 / max(1, int(heads))
     marked = 0
     for g in np.unique(grp[grp >= 0]):
         idx = np.nonzero(grp == g)[0]

@@ -48,7 +48,7 @@ def test_pipeopt_between_the_max_bound_and_no_overlap_and_equals_the_artefact_fo
     # hand formula of the artefact (system.py _pipeline, level=True) from the rows' own times:
     # per layer max(FC, X, A) + r (FC + X + A - max), r = 1 / heads per rank
     row_t = cost_rows(piped, system)[0]
-    r = 1.0 / piped.trace.meta["kv_heads_per_rank"]
+    r = 1.0 / piped.trace.meta["heads_per_rank"]
     assert r == pytest.approx(1 / 12)  # GPT-3: 96 heads over 8 ranks
     saved_hand = 0.0
     for st in np.unique(piped.stage[piped.stage >= 0]):
@@ -191,3 +191,19 @@ def test_uncapped_8gpu_baseline_differs_from_a100_hbm3_only_in_capacity():
     base = load_yaml(find_config("hardware", "a100_hbm3"))
     differ = {k for k in set(ours) | set(base) if ours.get(k) != base.get(k)}
     assert differ == {"name", "source", "hbm_capacity_gb"}
+
+
+def test_pipeopt_items_are_query_heads_under_gqa():
+    """Llama-2-70B on 8 ranks: 1 KV head, 8 query heads per rank; the PIM passes over the KV head once
+    per query head, so the pipeline has 8 items (fill and drain 1/8), as the artefact's 1 / (heads / GPUs)."""
+    exp = load_experiment("attacc_gpt3_175b", [
+        "experiment.systems=[attacc_opt]", "experiment.baseline=null", "experiment.models=[llama2-70b]",
+        "models.llama2-70b.num_layers=2", "experiment.scenarios={s: {batch_size: 4, prompt_len: 512, output_len: 2}}"])
+    system = build_system(exp.systems["attacc_opt"], exp.tree.hardware, exp.tree.file_of)
+    model, sc = exp.models["llama2-70b"], exp.scenarios["s"]
+    tr = build_trace(model, sc, "decode", tp=8, context_lens=sc.prompt_lens() + 1)
+    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 2),
+          "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 2, tp=8)}
+    plan = get_policy("attacc")(tr, system, mb, {"pipeopt": True})
+    assert tr.meta["kv_heads_per_rank"] == 1 and tr.meta["heads_per_rank"] == 8
+    assert set(plan.stage_exposed.values()) == {1 / 8}
