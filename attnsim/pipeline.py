@@ -83,7 +83,7 @@ def check_pipeline(system, model, file: str | None = None) -> None:
         return
     L = model.num_layers
     if par.pp > L:
-        raise ConfigError(f"expected at most num_layers = {L} of model {model.name} stages, got {par.pp}",
+        raise ConfigError(f"expected at most {L} stages (num_layers of model {model.name}), got {par.pp}",
                           file=file, key="parallelism.pp")
     if par.layers_per_stage is not None and sum(par.layers_per_stage) != L:
         raise ConfigError(f"expected {par.pp} stage sizes summing to num_layers = {L} of model {model.name}, "
