@@ -27,6 +27,7 @@ def _figure_plan(args) -> dict:
     if not args.figures:
         return {}
     from attnsim import reproduce
+    from attnsim.config import ConfigError
     from attnsim.outputs import check_output, inside
     from attnsim.plots.style import figure_paths
     from attnsim.validate import reproductions_in
@@ -38,6 +39,9 @@ def _figure_plan(args) -> dict:
         if spec.figure is not None:
             out = inside(args.figures, spec.figure.out, "figure.out", file=str(folder / reproduce.REFERENCE))
             plan[name] = (spec, figure_paths(out, "--figures", create=True))
+    if not plan:  # the option would do nothing
+        raise ConfigError("expected --set choosing a reproduction whose reference.yaml has a figure, got "
+                          f"{', '.join(args.sets or ['(all)'])}", file="--figures")
     return plan
 
 

@@ -162,6 +162,8 @@ def test_figure_written_and_bad_paths_refused(toy, tmp_path, capsys):
         assert main(["validate", "--set", "reproductions/toy", "--figures", str(bad)]) == 2
         captured = capsys.readouterr()
         assert "--figures" in captured.err and captured.out == ""
+    assert main(["validate", "--set", "limits", "--figures", str(figs)]) == 2  # nothing to draw: refused
+    assert "--figures" in capsys.readouterr().err
     (figs / "toy.png").unlink()
     (figs / "toy.png").mkdir()  # the PNG sibling cannot be written
     assert main(["validate", "--set", "reproductions/toy", "--figures", str(figs)]) == 2
