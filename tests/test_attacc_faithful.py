@@ -207,3 +207,16 @@ def test_pipeopt_items_are_query_heads_under_gqa():
     plan = get_policy("attacc")(tr, system, mb, {"pipeopt": True})
     assert tr.meta["kv_heads_per_rank"] == 1 and tr.meta["heads_per_rank"] == 8
     assert set(plan.stage_exposed.values()) == {1 / 8}
+
+
+def test_fc_on_pim_takes_precedence_over_ffopt_at_its_batches(a100):
+    exp, system = a100
+    opts = {"ffopt": True, "fc_on_pim_max_batch": 4}
+    _, small = _plan(exp, system, opts, 2)
+    assert small.stage is None or not (small.stage >= 0).any()  # every FC on the PIM: nothing to split
+    assert (small.device[small.trace["cls"] == "matmul"][:-1] == "pim").all()  # lm_head (no layer) stays
+    _, big = _plan(exp, system, opts, 16)
+    _, ff = _plan(exp, system, {"ffopt": True}, 16)
+    # every weight is already in the stacks (fc_on_pim_max_batch > 0): the FFN share adds no bytes
+    assert big.memory[1].weights_bytes == pytest.approx(big.memory[0].weights_bytes)
+    assert (big.device == "pim").sum() == (ff.device == "pim").sum()
