@@ -223,6 +223,19 @@ def test_every_builtin_reproduction_loads():
 
 
 
+def test_every_builtin_reproduction_runs():
+    """Each folder's rows read a number from a completed run (metric paths, selected runs that fit); whether
+    they are within tolerance is each reproduction's own test (tests/test_validate.py for AttAcc)."""
+    import math
+    for p in reproduce.folders():
+        if p.name == "attacc":
+            continue  # run by tests/test_validate.py and test_attacc_rows_read_the_builtin_experiment
+        rep = reproduce.load(p)
+        rows = reproduce.run_rows(rep)
+        assert [r.name for r in rows] == [r.name for r in rep.spec.rows]
+        assert all(math.isfinite(r.measured) and r.role in reproduce.ROLES for r in rows)
+
+
 @pytest.mark.parametrize("escape", ['"\\U00110000"', '"\\UFFFFFFFF"', "2001-13-01", "!!int 12x"])
 def test_bad_yaml_scalar_is_a_clean_error(tmp_path, escape):
     """Found by the reproduction fuzz harness: PyYAML raised ValueError / OverflowError for a "\\U" escape
