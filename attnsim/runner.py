@@ -117,8 +117,11 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         if s <= 1:
             return tr, cost(plan)
         # pipelined over sub-batches: one plan per contiguous slice of the batch
-        subs = [place(build(model, sc.model_copy(update={"batch_size": len(part)}), "decode", tp=tp,
-                            context_lens=part)) for part in np.array_split(ctx, s) if len(part)]
+        def sub(part):  # trace meta "subbatch_of": the mapper knows other sub-batches run concurrently
+            t = build(model, sc.model_copy(update={"batch_size": len(part)}), "decode", tp=tp, context_lens=part)
+            t.meta["subbatch_of"] = s
+            return place(t)
+        subs = [sub(part) for part in np.array_split(ctx, s) if len(part)]
         return tr, cost_step_pipelined(subs, system)
 
     decode = StepResult()

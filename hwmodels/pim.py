@@ -54,7 +54,7 @@ class PIMSpec(Schema):
     kind: Literal["pim"]
     name: str
     description: str = ""
-    isa: Literal["attacc", "fimdram", "aim", "cxl_pnm"]
+    isa: Literal["attacc", "fimdram", "aim", "cxl_pnm", "newton"]
     dram: str
     dram_overrides: dict = Field(default_factory=dict)
     partition: Literal[tuple(PARTITIONS)] = "attacc_bank"
@@ -62,6 +62,9 @@ class PIMSpec(Schema):
     units: PositiveInt = 1
     capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
     refresh: Literal["ab", "pb", "none"] = "ab"
+    # isa newton (NeuPIMs): request -> channel placement, greedy = longest first to the least loaded channel
+    # (NeuPIMs ch_load_balancing), round_robin = request i on channel i mod channels (isa/lower_newton.py)
+    channel_assignment: Literal["greedy", "round_robin"] = "greedy"
     # KV layout in the banks: 0 = contiguous per (request, head); > 0 = paged, blocks of this many tokens
     # (e.g. vLLM's 16), each starting a new row in every bank (isa/lower.py Partition.kv_block_tokens)
     kv_block_tokens: int = Field(0, ge=0)
@@ -207,8 +210,8 @@ class PIMDevice:
         """Time (s, slowest channel) and energy (J by component) of a lowering on the engine."""
         from attnsim.hwmodels.dram.engine import make_cmds, run_commands
         if low.meta.get("rowbuffer"):  # NeuPIMs: NPU traffic in the same banks (hwmodels/rowbuffer.py)
-            from attnsim.hwmodels.rowbuffer import run_shared
-            return run_shared(self, low, low.meta["rowbuffer"]["mode"], low.meta["rowbuffer"]["npu"])
+            from attnsim.hwmodels.rowbuffer import run_window
+            return run_window(self, low)
         cmds = low.commands
         mult = low.multiplicity
         if low.isa == "cxl_pnm":  # the accelerator stripes each GEMV over every channel of the device

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from attnsim.config import ConfigError
 
-ISA_NAMES = ("attacc", "fimdram", "aim", "cxl_pnm")
+ISA_NAMES = ("attacc", "fimdram", "aim", "cxl_pnm", "newton")
 
 
 def get_isa(name: str):
@@ -16,6 +16,8 @@ def get_isa(name: str):
         from attnsim.isa.aim import AIM as isa
     elif name == "cxl_pnm":
         from attnsim.isa.cxl_pnm import CXL_PNM as isa
+    elif name == "newton":
+        from attnsim.isa.newton import NEWTON as isa
     else:
         raise ConfigError(f"expected one of {', '.join(ISA_NAMES)}, got {name!r}", key="isa")
     return isa

@@ -122,6 +122,7 @@ FIELD_BASE = {
     "MemoSpec.relative_bucket": "serve_disagg", "DRAMSpec.pim": "dram",
     **{f"IDD.{c}": "dram_idd" for c in ("idd0_ma", "idd2n_ma", "idd4r_ma", "idd4w_ma")},
     "PIMTiming.nCCDSB": "dram", "PIMTiming.mode_switch_cycles": "dram",   # no lowering emits MACSB / MODE
+    "PIMTiming.actbg_faw_acts": "neupims",   # ACTBG: NeuPIMs' G_ACT (isa newton); AttAcc's lowering opens with ACTAB
 }
 
 DATA = Path(__file__).parent / "data"
@@ -202,6 +203,8 @@ ALTERNATIVE = {
     "PIMSpec.partition": Alt("attacc_bg"),   # auto (the next choice) picks attacc_bank, the preset's own
     "PIMTiming.row_cmd_cycles": Alt(200),
     "PIMTiming.mode_switch_cycles": Alt(100),   # a short switch hides behind the preceding PREA
+    # G_ACT spacing: visible once the PIM time is not hidden behind the NPU's in the sub-batch pipeline
+    "PIMTiming.actbg_faw_acts": Alt(1, extra=("systems.neupims.mapper.options.subbatches=1",)),
     "PIMSpec.dram_overrides": Alt({"pim": {"nCCDAB": 4}}),
     "DRAMSpec.default_mapping": Alt("RoBaRaCoBgPcCh"),
     "Organisation.channels": Alt(32),

@@ -81,11 +81,11 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True) -
                      K.T_PIMROW: p.row_cmd_cycles, K.T_BUFSETUP: p.buf_setup_cycles,
                      K.T_BUFUNIT: p.buf_cycles_per_unit or max(t.nBL, t.nCCD_S),
                      K.T_BUFUNITBG: p.buf_cycles_per_unit or max(t.nBL, t.nCCD_L),
-                     K.T_MODE: p.mode_switch_cycles})
+                     K.T_MODE: p.mode_switch_cycles, K.T_ACTBGFAW: p.actbg_faw_acts})
     else:  # plain DRAM: PIM ops fall back to column-read timing
         vals.update({K.T_CCDAB: t.nCCD_L, K.T_CCDSB: t.nCCD_L, K.T_RCDMAC: t.nRCDRD,
                      K.T_PIMROW: t.row_cmd_cycles, K.T_BUFUNIT: max(t.nBL, t.nCCD_S),
-                     K.T_BUFUNITBG: max(t.nBL, t.nCCD_L)})
+                     K.T_BUFUNITBG: max(t.nBL, t.nCCD_L), K.T_ACTBGFAW: 1})
     nb = o.bank_groups * o.banks_per_group
     # banks refreshed by one REFpb so that every bank is refreshed once per nREFI (LPDDR5: pairs, DDR5: REFsb
     # of one bank in every BG; HBM: one bank)

@@ -33,8 +33,9 @@ F_AP = 1
 (T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
  T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
- T_IDLESKIP) = range(40)
-N_T = 40  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+ T_IDLESKIP, T_ACTBGFAW) = range(41)
+N_T = 41  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+# T_ACTBGFAW: ACTs one ACTBG record counts in a rank's tFAW window (1..4; NewtonSim G_ACT = 4)
 
 # ---- state columns
 B_ROW, B_ACT, B_PRE, B_RD, B_WR, B_ACTT, B_MSB, B_G, B_R, B_U, B_CH = range(11)
@@ -573,7 +574,8 @@ def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS
                 if RS[r, R_ACT] > t:
                     t = RS[r, R_ACT]
                 # all BGs of the scope in this rank open at t: tFAW over the ACTs so far + these
-                f = RS[r, R_FAW0 + RS[r, R_FAWI]] + T[T_FAW]
+                # (the record counts T_ACTBGFAW ACTs: the T_ACTBGFAW-th oldest of the last four bounds it)
+                f = RS[r, R_FAW0 + ((RS[r, R_FAWI] + T[T_ACTBGFAW] - 1) & 3)] + T[T_FAW]
                 if f > t:
                     t = f
         if CS[ch, C_LAST] > t:
@@ -603,9 +605,10 @@ def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS
             r = ranks[i]
             if t + T[T_RRDS] > RS[r, R_ACT]:
                 RS[r, R_ACT] = t + T[T_RRDS]
-            w = RS[r, R_FAWI]
-            RS[r, R_FAW0 + w] = t
-            RS[r, R_FAWI] = (w + 1) & 3
+            for _ in range(T[T_ACTBGFAW]):
+                w = RS[r, R_FAWI]
+                RS[r, R_FAW0 + w] = t
+                RS[r, R_FAWI] = (w + 1) & 3
     CS[ch, C_LAST] = t
     CS[ch, C_ROWBUS] = t + T[T_PIMROW]
     ST[ch, S_ACT] += nb

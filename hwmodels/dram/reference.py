@@ -119,7 +119,8 @@ class RefEngine:
                 v = max(v, e.t)
         return v
 
-    def rrd_faw(self, gset, rset):
+    def rrd_faw(self, gset, rset, acts=1):
+        """Earliest cycle for ``acts`` more ACTs in ranks ``rset`` / BGs ``gset`` (an ACTBG counts T_ACTBGFAW)."""
         T = self.T
         v = -INF
         for r in rset:
@@ -127,9 +128,9 @@ class RefEngine:
             for e in self.H:
                 if e.kind in ("ACT", "ACTBG") and r in e.ranks:
                     v = max(v, e.t + T[K.T_RRDS])
-                    times.append(e.t)
-            if len(times) >= 4:
-                v = max(v, sorted(times)[-4] + T[K.T_FAW])
+                    times += [e.t] * (int(T[K.T_ACTBGFAW]) if e.kind == "ACTBG" else 1)
+            if len(times) >= 5 - acts:
+                v = max(v, sorted(times)[-(5 - acts)] + T[K.T_FAW])
         for g in gset:
             for e in self.H:
                 if e.kind in ("ACT", "ACTBG") and g in e.bgs:
@@ -353,7 +354,7 @@ class RefEngine:
         while True:
             t = self.mx(arrival, *[self.act_bank_ready(k) for k in banks], self.last[ch], self.rowbus[ch])
             if bgmode:
-                t = self.mx(t, self.rrd_faw(set(bgs), set(ranks)))
+                t = self.mx(t, self.rrd_faw(set(bgs), set(ranks), int(T[K.T_ACTBGFAW])))
             r, d = self.min_due(ranks)
             if t >= d:
                 self.auto_refresh(r, ch)

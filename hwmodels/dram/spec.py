@@ -91,6 +91,9 @@ class PIMTiming(Schema):
     buf_setup_cycles: CyclesOrZero = 0
     buf_cycles_per_unit: Optional[Cycles] = None  # per 32 B; default max(nBL, nCCD_S)
     mode_switch_cycles: CyclesOrZero = 0
+    # ACTs one ACTBG counts in its rank's tFAW window (1 = one ACT per bank group; NewtonSim's G_ACT opens the
+    # group's 4 banks and is >= tFAW after the rank's previous G_ACT: 4)
+    actbg_faw_acts: Annotated[int, Field(ge=1, le=4)] = 1
     access_pj_per_bit: Amount = 0.0    # bank -> PU access energy
     buf_pj_per_bit: Amount = 0.0       # PIM datapath transfer energy
 

@@ -1,0 +1,172 @@
+"""Decode-attention GEMVs lowered onto Newton/NeuPIMs commands (isa/newton.py), as NeuPIMs builds them.
+
+Layout and loops follow casys-kaist/NeuPIMs f299af3 ``src/operations/NeuPIMSLogitSoftmax.cc``,
+``NeuPIMSAttend.cc`` and ``src/tensor/PIMTensor.cc``: a request's K and V live in ONE channel
+(the request, not a (request, head) pair, is the unit placed on a channel).
+
+* Logit (K GEMV): a token's keys of all the device's heads (E = heads x dhead elements) lie in
+  one bank, a 1 KB row per ``page`` = row bytes / element bytes elements; the banks of a channel hold
+  consecutive tokens. Per ``chunk`` of E (ceil(E / page) of them) the query slice is written to the
+  global buffer (GWRITE); per tile of ``banks`` tokens the row is opened in every bank group (G_ACT,
+  2 ranks x 4 BGs) and, per head in the chunk, ceil(dhead / 16) COMPs and one READRES bring
+  ``banks`` scores back to the NPU.
+* Attend (V GEMV): a row of a bank holds ``page`` tokens of one output element; per head and chunk
+  of ``page`` tokens the probabilities are written to the global buffer (GWRITE), then per tile of
+  ``banks`` output elements (ceil(dhead / banks) tiles) G_ACT, ceil(tokens / 16) COMPs and a READRES.
+* Softmax is not a PIM op: the NPU's vector units do it between the two (mapper/neupims.py), on
+  the scores READRES returned; GWRITE sends the probabilities back.
+
+Requests go to channels by decreasing estimated load (row openings of both GEMVs) to the least
+loaded channel (``greedy``: NeuPIMs' ``ch_load_balancing``, trace-generator/channel_load_balancing.py
+``distribute_requests`` / ``estimate_mha_latency``), or ``round_robin`` (request i on channel
+i mod channels, the npu+pim baseline without load balancing).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+
+from attnsim.config import ConfigError
+from attnsim.isa import get_isa
+from attnsim.isa.base import Program
+from attnsim.isa.lower import PU, Lowered, Org, _Cmds
+
+ASSIGNMENTS = ("greedy", "round_robin")
+UNIT_BYTES = 32  # GWRITE / READRES operand units (BUF units of the engine)
+NO_SOFTMAX = ("expected score or context: the Newton/NeuPIMs PIM has no softmax unit (the NPU's vector units "
+              "run softmax; mapper neupims places it there)")
+
+
+def request_load(t: int, org: Org, *, heads: int, dhead: int, elem_bytes: float) -> int:
+    """Row openings (tiles) of one request's logit + attend GEMVs: NeuPIMs' estimate_mha_latency
+    (trace-generator/channel_load_balancing.py) in tiles, the same for both phases (K and V share a channel)."""
+    page = max(1, int(org.columns * org.burst_bytes // elem_bytes))
+    return (-(-heads * dhead // page)) * (-(-t // org.banks)) + heads * (-(-t // page)) * (-(-dhead // org.banks))
+
+
+def assign_requests(lens: Sequence[int], n_channels: int, assignment: str = "greedy", load=None):
+    """Distinct per-channel request lists (token counts) with multiplicity (idle channels omitted).
+
+    greedy: requests by decreasing ``load(t)`` (default: t) each to the least loaded channel (LPT);
+    round_robin: request i on channel i mod ``n_channels``."""
+    if assignment not in ASSIGNMENTS:
+        raise ConfigError(f"expected one of {', '.join(ASSIGNMENTS)}, got {assignment!r}", key="channel_assignment")
+    lens = [int(t) for t in lens]
+    if n_channels < 1:
+        raise ConfigError(f"expected a positive channel count, got {n_channels}")
+    if assignment == "greedy":
+        load = load or (lambda t: t)
+        heap = [(0, c) for c in range(min(n_channels, len(lens)))]
+        work: dict[int, list[int]] = {c: [] for _, c in heap}
+        for t in sorted((t for t in lens if t > 0), key=lambda t: (-load(t), -t)):
+            w, c = heapq.heappop(heap)
+            work[c].append(t)
+            heapq.heappush(heap, (w + load(t), c))
+        chans = [tuple(w) for w in work.values()]
+    else:
+        chans = [tuple(t for t in lens[c::n_channels] if t > 0) for c in range(min(n_channels, len(lens)))]
+    return sorted(Counter(w for w in chans if w).items(), key=lambda kv: -sum(kv[0]))
+
+
+def _units(nbytes: float) -> int:
+    return max(1, math.ceil(nbytes / UNIT_BYTES))
+
+
+def _tile(recs: list, org: Org, row: int, comps: Sequence[int], readres_units: int) -> None:
+    """One row opened in every bank (G_ACT per rank and bank group), COMP runs each followed by READRES."""
+    for g in range(org.bank_groups):  # ranks alternate (their tFAW windows are independent)
+        for r in range(org.ranks):
+            recs.append(("GACT", dict(ch=0, rank=r, bg=g, row=row % org.rows)))
+    for n in comps:
+        while n > 0:  # repeat field is 12 bits
+            recs.append(("COMP", dict(ch=0, col=0, repeat=min(n, 4095))))
+            n -= 4095
+        recs.append(("READRES", dict(ch=0, bursts=readres_units)))
+    recs.append(("PIM_PRECHARGE", dict(ch=0)))
+
+
+def channel_program(slices, phase: str, org: Org, pu: PU, *, heads: int, dhead: int, group: int,
+                    elem_bytes: float, row0: int = 0) -> Program:
+    """Newton program of one channel running the requests ``slices`` (token counts) in order."""
+    banks = org.banks
+    page = max(1, int(org.columns * org.burst_bytes // elem_bytes))  # elements per 1 KB row
+    lanes = pu.macs_per_command                                        # pim_comp_coverage
+    res_units = _units(banks * pu.acc_bytes * group)                   # one result per bank and query
+    recs, row = [], row0
+    for t in slices:
+        if phase == "score":
+            E = heads * dhead
+            for c in range(-(-E // page)):
+                lo, hi = c * page, min(E, (c + 1) * page)
+                # heads whose keys overlap this chunk of the row: one COMP run + READRES each
+                segs = [min(hi, (h + 1) * dhead) - max(lo, h * dhead) for h in range(heads)
+                        if h * dhead < hi and (h + 1) * dhead > lo]
+                recs.append(("GWRITE", dict(ch=0, bursts=_units((hi - lo) * elem_bytes * group))))
+                recs.append(("BARRIER", dict(ch=0)))
+                comps = [-(-s // lanes) * group for s in segs]
+                for _ in range(-(-t // banks)):
+                    _tile(recs, org, row, comps, res_units)
+                    row += 1
+        elif phase == "context":
+            for _ in range(heads):
+                for c in range(-(-t // page)):
+                    n_tok = min(page, t - c * page)
+                    recs.append(("GWRITE", dict(ch=0, bursts=_units(n_tok * pu.acc_bytes * group))))
+                    recs.append(("BARRIER", dict(ch=0)))
+                    for _ in range(-(-dhead // banks)):
+                        _tile(recs, org, row, [-(-n_tok // lanes) * group], res_units)
+                        row += 1
+        else:
+            raise ConfigError(NO_SOFTMAX + f", got phase {phase!r}", key="phase")
+    recs.append(("BARRIER", dict(ch=0)))
+    return Program.from_records(get_isa("newton"), recs)
+
+
+def newton_commands(prog: Program, org: Org) -> dict[str, np.ndarray]:
+    """Engine records of a Newton program (one channel): G_ACT = ACTBG of one bank group of one rank
+    (counting ``pim.actbg_faw_acts`` ACTs in tFAW), COMP = MACAB over every bank, GWRITE/READRES = BUF
+    units, PIM_PRECHARGE = PREA."""
+    cmd = _Cmds()
+    f = prog.fields
+    open_row = 0
+    for i, mn in enumerate(prog.mnemonics()):
+        if mn == "GACT":
+            open_row = int(f["row"][i])
+            cmd.add("ACTBG", pch=0, rank=int(f["rank"][i]), bg=int(f["bg"][i]), row=open_row)
+        elif mn == "COMP":
+            cmd.add("MACAB", row=open_row, col=int(f["col"][i]), repeat=int(f["repeat"][i]))
+        elif mn in ("GWRITE", "READRES"):
+            cmd.add("BUF", pch=0, repeat=int(f["bursts"][i]))
+        elif mn == "PIM_PRECHARGE":
+            cmd.add("PREA")
+        elif mn == "BARRIER":
+            cmd.add("BARRIER")
+        else:  # RD / WR
+            cmd.add(mn, pch=0, rank=int(f["rank"][i]), bg=int(f["bg"][i]), bank=int(f["bank"][i]),
+                    row=int(f["row"][i]), col=int(f["col"][i]), repeat=int(f["repeat"][i]))
+    return cmd.arrays()
+
+
+def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, group: int, elem_bytes: float,
+                 n_channels: int, org: Org, pu: PU, assignment: str = "greedy") -> Lowered:
+    """Lower the logit ("score") or attend ("context") GEMV of every request (``lens``: tokens per
+    request; ``heads``: KV heads of a request on this device; ``group``: query heads per KV head)."""
+    if phase not in ("score", "context"):
+        raise ConfigError(NO_SOFTMAX + f", got phase {phase!r}", key="phase")
+    lens = np.asarray(lens, np.int64)
+    progs, cmds, mult = [], [], []
+    load = lambda t: request_load(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)  # noqa: E731
+    for slices, m in assign_requests(lens, n_channels, assignment, load):
+        p = channel_program(slices, phase, org, pu, heads=heads, dhead=dhead, group=group, elem_bytes=elem_bytes)
+        p.multiplicity = m
+        progs.append(p)
+        cmds.append(newton_commands(p, org))
+        mult.append(m)
+    tok = float(lens.sum()) * heads
+    return Lowered("newton", phase, progs, cmds, np.array(mult, np.int64), macs=tok * dhead * group,
+                   pim_bytes=tok * dhead * elem_bytes,
+                   meta=dict(partition="neupims", items=len(lens), elements=tok * group, assignment=assignment))

@@ -1,0 +1,195 @@
+"""NeuPIMs as its artefact builds it: Newton commands, their lowering, tFAW-bound G_ACT, single vs dual row
+buffer, softmax on the NPU, the 32-channel HBM2-PIM preset (casys-kaist/NeuPIMs f299af3)."""
+import numpy as np
+import pytest
+
+from attnsim.cli_isa import main as isa_main
+from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.experiment import load_experiment
+from attnsim.hwmodels import registry
+from attnsim.hwmodels.dram import Op, cmds_from, expand_macros, load_dram_spec, raw_run, run_commands
+from attnsim.hwmodels.dram.reference import reference_run
+from attnsim.hwmodels.rowbuffer import interleave, npu_stream, run_shared
+from attnsim.hwmodels.system import build_system
+from attnsim.isa import get_isa
+from attnsim.isa.base import assemble, decode, disassemble, encode
+from attnsim.isa.lower import ENGINE_CODES, Lowered
+from attnsim.isa.lower_newton import assign_requests, channel_program, lower_newton, newton_commands
+from attnsim.mapper.base import get_policy
+
+from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
+from dram_streams import random_stream
+
+NEWTON = get_isa("newton")
+SPEC = load_dram_spec("neupims_hbm2")
+
+
+def pim(**over):
+    hw = load_yaml(find_config("hardware", "neupims_hbm2_pim"))
+    hw.update(over)
+    return registry.build(hw, file="neupims_hbm2_pim")
+
+
+DEV = pim()
+
+
+def test_encoder_and_assembler_round_trip(tmp_path):
+    text = ("GWRITE ch=3, bursts=32\nBARRIER 3\nGACT 3, 1, 2, 40000\nCOMP ch=3, repeat=8\nREADRES 3, 2\n"
+            "PIM_PRECHARGE 3\nRD ch=3, rank=0, bg=1, bank=3, row=17, col=0, repeat=16\nWR 3, 1, 0, 0, 9, 2\n")
+    prog = assemble(NEWTON, text, file="p.s")
+    assert prog.mnemonics() == ["GWRITE", "BARRIER", "GACT", "COMP", "READRES", "PIM_PRECHARGE", "RD", "WR"]
+    assert prog["row"][2] == 40000 and prog["bg"][2] == 2 and prog["repeat"][3] == 8
+    words = encode(prog)
+    assert len(words) == 8 * 8                                  # 64-bit words
+    assert decode(NEWTON, words) == prog and encode(decode(NEWTON, words)) == words
+    assert assemble(NEWTON, disassemble(prog)) == prog
+    with pytest.raises(ConfigError, match="line 1: GACT: operand bg"):
+        assemble(NEWTON, "GACT 0, 0, 4, 1\n", file="p.s")       # 4 bank groups: 2 bits
+    src, out, txt = tmp_path / "p.s", tmp_path / "p.bin", tmp_path / "q.s"
+    src.write_text(text)
+    assert isa_main(["asm", "--isa", "newton", str(src), "-o", str(out)]) == 0
+    assert isa_main(["disasm", "--isa", "newton", str(out), "-o", str(txt)]) == 0
+    assert assemble(NEWTON, txt.read_text()) == prog
+
+
+def test_lowering_counts_by_hand():
+    org, pu = DEV.org, DEV.pu
+    t, heads, dh = 64, 8, 128              # one request, 8 heads of 128 (GPT-3 7B at TP 4)
+    s = channel_program([t], "score", org, pu, heads=heads, dhead=dh, group=1, elem_bytes=2.0).counts()
+    # E = 1024 elements over 512-element rows: 2 chunks (GWRITEs), ceil(64 / 32 banks) = 2 tiles each;
+    # a tile opens its row in 2 ranks x 4 BGs and runs, per head of the chunk (4), ceil(128 / 16) = 8 COMPs + READRES
+    assert s["GWRITE"] == 2 and s["PIM_PRECHARGE"] == 4 and s["GACT"] == 4 * 8 and s["READRES"] == 4 * 4
+    prog = channel_program([t], "score", org, pu, heads=heads, dhead=dh, group=1, elem_bytes=2.0)
+    comps = int(prog["repeat"][prog.where("COMP")].sum())
+    assert comps == t * heads * dh // (org.banks * pu.macs_per_command) == 128  # every MAC once
+    assert int(prog["bursts"][prog.where("GWRITE")].sum()) * 32 == heads * dh * 2   # the query, fp16
+    assert int(prog["bursts"][prog.where("READRES")].sum()) * 32 == 16 * org.banks * 2   # a score per bank and READRES
+    c = channel_program([t], "context", org, pu, heads=heads, dhead=dh, group=1, elem_bytes=2.0)
+    # per head: one chunk of <= 512 tokens (GWRITE of 64 probabilities), ceil(128 / 32) = 4 tiles of ceil(64 / 16) COMPs
+    assert c.counts()["GWRITE"] == heads and c.counts()["GACT"] == heads * 4 * 8
+    assert int(c["repeat"][c.where("COMP")].sum()) == heads * 4 * 4 == t * heads * dh // (org.banks * pu.macs_per_command)
+    assert int(c["bursts"][c.where("GWRITE")].sum()) * 32 == heads * t * 2
+    e = newton_commands(prog, org)   # G_ACT -> ACTBG (one per rank and BG), COMP -> MACAB, GWRITE/READRES -> BUF
+    assert np.count_nonzero(e["op"] == ENGINE_CODES["ACTBG"]) == 32
+    assert int(e["repeat"][e["op"] == ENGINE_CODES["MACAB"]].sum()) == comps
+    with pytest.raises(ConfigError, match="no softmax unit"):
+        lower_newton("softmax", [t], heads=8, dhead=dh, group=1, elem_bytes=2.0, n_channels=32, org=org, pu=pu)
+
+
+def test_channel_assignment_greedy_and_round_robin():
+    lens = [50, 40, 30, 20, 10, 5]
+    rr = dict(assign_requests(lens, 2, "round_robin"))
+    assert rr == {(50, 30, 10): 1, (40, 20, 5): 1}
+    gr = sorted(sum(w) for w, _ in assign_requests(lens, 2, "greedy"))   # LPT: 50+20+5 / 40+30+10
+    assert gr == [75, 80]
+    with pytest.raises(ConfigError, match="channel_assignment"):
+        pim(isa="attacc", dram="hbm3_5200_pim", channel_assignment="round_robin")
+
+
+def _two_gacts(faw_acts):
+    spec = SPEC.model_copy(update={"pim": SPEC.pim.model_copy(update={"actbg_faw_acts": faw_acts})})
+    c = cmds_from(op=[Op.ACTBG, Op.ACTBG], pch=0, rank=0, bg=[0, 1], row=1)
+    c2 = cmds_from(op=[Op.ACTBG, Op.ACTBG, Op.MACAB], pch=0, rank=0, bg=[0, 1, -1], row=1)
+    return run_commands(spec, c, refresh="none").cycles, spec, c2
+
+
+def test_gact_counts_four_acts_in_tfaw():
+    t = SPEC.timing
+    # engine cycles of two ACTs end at the second ACT + nothing else: the second G_ACT issues at tFAW (4 ACTs
+    # counted) vs nRRD_S (one ACT counted); the run ends at that issue (no column op)
+    c4, spec4, _ = _two_gacts(4)
+    c1, spec1, _ = _two_gacts(1)
+    assert c4 - c1 == t.nFAW - t.nRRD_S
+    # engine == plain-Python reference with the 4-ACT rule on random PIM streams
+    for seed in range(60):
+        c = random_stream(np.random.default_rng(seed), spec4, 16, pim=True, channels=2)
+        for mode in ("ab", "none"):
+            a, sa = raw_run(spec4, c, mode)
+            b, sb = reference_run(spec4, c, mode)
+            w, _ = raw_run(spec4, expand_macros(c), mode)
+            assert np.array_equal(a, b) and np.array_equal(sa, sb) and np.array_equal(a, w)
+
+
+def test_tighter_tfaw_slows_the_logit_gemv():
+    low = lower_newton("score", [300] * 32, heads=8, dhead=128, group=1, elem_bytes=2.0, n_channels=32,
+                       org=DEV.org, pu=DEV.pu)
+    base = pim(refresh="none").run(low)[0]
+    slow = pim(refresh="none", dram_overrides={"timing": {"nFAW": 60}}).run(low)[0]
+    # per tile (row opening) the 4 G_ACTs of a rank are tFAW apart: 3 x (60 - 30) CK more per tile
+    tiles = int(np.count_nonzero(low.commands[0]["op"] == ENGINE_CODES["PREA"]))
+    assert tiles == 2 * 10                       # 2 chunks x ceil(300 / 32) tiles, one request per channel
+    assert slow - base == pytest.approx(tiles * 3 * 30 * 1e-9, rel=1e-6)
+
+
+def test_single_row_buffer_never_faster_and_equal_without_npu_traffic():
+    low = lower_newton("score", [300, 120, 700], heads=8, dhead=128, group=1, elem_bytes=2.0, n_channels=2,
+                       org=DEV.org, pu=DEV.pu)
+    alone = DEV.run(low)[0]
+    empty = npu_stream(DEV.org, 0.0, 0.0)
+    assert run_shared(DEV, low, "single", empty)[0] == run_shared(DEV, low, "dual", empty)[0] == alone
+    ratio = {}
+    for rd in (16e3, 128e3, 2e6):
+        npu = npu_stream(DEV.org, rd, rd / 16, row0=DEV.org.rows // 2)
+        single, dual = run_shared(DEV, low, "single", npu)[0], run_shared(DEV, low, "dual", npu)[0]
+        npu_alone = DEV.run(Lowered("newton", "x", [None], [npu], np.array([1])))[0]
+        assert single >= dual >= max(alone, npu_alone)
+        ratio[rd] = single / dual
+    # comparable streams (128 KB of weights per channel, ~60 % of the PIM time): the switches serialise
+    # them (single ~ PIM + NPU alone); a stream far longer than the PIM's hides it either way
+    assert ratio[128e3] > 1.5 and ratio[2e6] < 1.1
+    # interleave keeps both streams' records, in each stream's order
+    m = interleave(low.commands[0], npu)
+    assert len(m["op"]) == len(low.commands[0]["op"]) + len(npu["op"])
+    npu_ops = np.isin(m["op"], [ENGINE_CODES["RD"], ENGINE_CODES["WR"], ENGINE_CODES["ACT"]])   # G_ACT is ACTBG
+    assert np.array_equal(m["op"][npu_ops], npu["op"]) and np.array_equal(m["row"][npu_ops], npu["row"])
+
+
+@pytest.fixture(scope="module")
+def neupims_exp():
+    return load_experiment(None, ["experiment.systems=[neupims]", "experiment.baseline=null",
+                                  "experiment.models=[llama2-7b]", "scenarios.chat.batch_size=8",
+                                  "scenarios.chat.prompt_len=256", "scenarios.chat.output_len=2",
+                                  "models.llama2-7b.num_layers=1"])
+
+
+def _plan(exp, sub=2, **options):
+    system = build_system(exp.systems["neupims"], exp.tree.hardware, exp.tree.file_of)
+    model, sc = exp.models["llama2-7b"], exp.scenarios["chat"]
+    tr = build_trace(model, sc, "decode", tp=1)
+    if sub:
+        tr.meta["subbatch_of"] = sub   # as the runner marks a sub-batch of a pipelined step
+    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 1),
+          "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 1, tp=1)}
+    return system, get_policy("neupims")(tr, system, mb, {"dual_row_buffer": True, "subbatches": 2, **options})
+
+
+def test_softmax_on_the_npu_and_rowbuffer_traffic_recorded(neupims_exp):
+    system, plan = _plan(neupims_exp)
+    dev = dict(zip(plan.trace["op"], plan.device))
+    assert dev["softmax"] == "npu" and dev["attn_score"] == dev["attn_context"] == "pim"
+    assert "pim_send_q_kv" not in dev and dev["pim_write_kv"].startswith("link:")   # q / output by GWRITE / READRES
+    rb = plan.trace.meta["neupims_rowbuffer"]
+    tr = plan.trace
+    mm = (tr["cls"] == "matmul") & (plan.device == "npu") & (tr["layer_group"] == 0)   # lm_head: no layer
+    assert rb["mode"] == "dual" and rb["npu_read_bytes"][0] == pytest.approx(float(tr["weight_bytes"][mm].sum()))
+    assert plan.pipeline_subbatches == 2
+    _, single = _plan(neupims_exp, dual_row_buffer=False)
+    _, off = _plan(neupims_exp, sub=0, subbatches=1)
+    _, whole = _plan(neupims_exp, sub=0)   # the whole batch's plan: split by the runner, not costed itself
+    assert single.pipeline_subbatches == 2 and single.trace.meta["neupims_rowbuffer"]["mode"] == "single"
+    assert off.pipeline_subbatches == 1 and "neupims_rowbuffer" not in off.trace.meta
+    assert whole.pipeline_subbatches == 2 and "neupims_rowbuffer" not in whole.trace.meta
+    # single row buffer: the PIM rows cost more than with the dual row buffer (same trace)
+    p = system.pools["pim"].model
+    rows = np.flatnonzero(np.isin(plan.trace["cls"], ("attn_score", "attn_context")))
+    t_dual = p.cost(plan.trace, rows).time_s.sum()
+    t_single = p.cost(single.trace, rows).time_s.sum()
+    t_alone = p.cost(off.trace, np.flatnonzero(np.isin(off.trace["cls"], ("attn_score", "attn_context")))).time_s.sum()
+    assert t_single > t_dual >= t_alone
+
+
+def test_preset_capacity_is_the_npu_memory():
+    npu = registry.build(load_yaml(find_config("hardware", "neupims_npu")), file="neupims_npu")
+    assert DEV.channels == 32 and DEV.org.banks == 32 and SPEC.pim.nCCDAB == 2
+    assert DEV.capacity_bytes == pytest.approx(npu.capacity_bytes, rel=1e-3)   # 32 GiB
+    assert SPEC.peak_bandwidth_gbps == pytest.approx(npu.spec.hbm_bandwidth_gbps)  # 32 x 32 GB/s
