@@ -323,8 +323,8 @@ def flow_shop(t: np.ndarray, x: np.ndarray, group: list) -> tuple[np.ndarray, np
 
 def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, place, cost) -> PipelineStep:
     """Cost one step of a replica's batch (``context_lens`` / ``query_tokens`` per request) through the
-    pipeline. ``place(ctx, q) -> Plan`` places a micro-batch's full trace (policy + memory of the whole
-    replica); ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras);
+    pipeline. ``place(ctx, q, subbatch_of=None) -> Plan`` places a micro-batch's full trace (policy + memory
+    of the whole replica; ``subbatch_of`` = s marks one of s concurrent sub-batches, as the runner does); ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras);
     a plan with ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``place`` again)
     costed by engine.cost_step_pipelined per stage, as attnsim.runner does without PP."""
     c = np.atleast_1d(np.asarray(context_lens, dtype=np.int64))
@@ -346,8 +346,8 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
             plan = place(cm, qm)
             subs = None
             if plan.pipeline_subbatches > 1:
-                subs = [place(cm[p], qm[p]) for p in np.array_split(np.arange(len(cm)), plan.pipeline_subbatches)
-                        if len(p)]
+                subs = [place(cm[p], qm[p], subbatch_of=plan.pipeline_subbatches)
+                        for p in np.array_split(np.arange(len(cm)), plan.pipeline_subbatches) if len(p)]
             link_name = link_name or (pp_link_name(system, plan, layout) if layout.groups > 1 else None)
             act = DTYPE_BYTES[plan.trace.meta.get("act_dtype", "fp16")]
             per_stage, per_x, same = [], [], {}
@@ -480,9 +480,11 @@ class RunPipeline:
         self.decode_first: PipelineStep | None = None
 
     def place(self, phase: str):
-        def fn(ctx, q):
+        def fn(ctx, q, subbatch_of=None):
             sc = self.sc.model_copy(update={"batch_size": len(ctx)})
             tr = self._build(self.model, sc, phase, tp=self.layout.tp, context_lens=ctx, query_tokens=q)
+            if subbatch_of is not None:  # trace meta "subbatch_of": other sub-batches run concurrently
+                tr.meta["subbatch_of"] = subbatch_of
             plan = self._place(tr)
             mem = stage_memory(plan.memory, self.system, self.model, self.layout, self.final_ctx)
             check_stage_capacity(mem, self.layout)

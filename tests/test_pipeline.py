@@ -196,7 +196,7 @@ def test_one_stage_pipeline_is_cost_step_bit_for_bit():
                                       context_lens=c, query_tokens=q), system, mb, spec.mapper.options)
         layout = Layout([(0, model.num_layers)], [0], "auto", None, tp)
         for phase, c, q in (("decode", ctx, np.ones_like(ctx)), ("prefill", ctx - 1, ctx - 1)):
-            got = pipeline_step(system, model, layout, c, q, lambda a, b: place(a, b, phase),
+            got = pipeline_step(system, model, layout, c, q, lambda a, b, **_: place(a, b, phase),
                                 lambda p: cost_step(p, system)).result
             want = cost_step(place(c, q, phase), system)
             assert got.time_s == want.time_s, name

@@ -82,10 +82,13 @@ class IterationCoster:
         if self.layout is not None:  # pipeline parallelism: the iteration's micro-batches through the stages
             from attnsim.pipeline import pipeline_step
 
-            def place(cm, qm):
+            def place(cm, qm, subbatch_of=None):
                 ph = "decode" if np.all(qm == 1) else "prefill"
                 sc = self.sc.model_copy(update={"batch_size": len(cm)})
-                return self.place(build_trace(self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm), c)
+                tr = build_trace(self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm)
+                if subbatch_of is not None:
+                    tr.meta["subbatch_of"] = subbatch_of
+                return self.place(tr, c)
             return pipeline_step(self.system, self.model, self.layout, c, q, place,
                                  lambda plan: cost_step(plan, self.system)).result
         tr = build_trace(self.model, self.sc, phase, tp=self.tp, context_lens=c, query_tokens=q)
