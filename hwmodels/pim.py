@@ -57,8 +57,11 @@ class PIMSpec(Schema):
     isa: Literal["attacc", "fimdram", "aim", "cxl_pnm", "newton"]
     dram: str
     dram_overrides: dict = Field(default_factory=dict)
-    partition: Literal[tuple(PARTITIONS)] = "attacc_bank"
-    channels_per_item: PositiveInt = 1
+    # mapping (hwmodels/pim_mapping.py): "auto" = attnsim picks the value minimising the step's PIM time;
+    # a value pins it. partition: PU placement / in-channel layout (the ISA's own: ISA_PARTITIONS);
+    # channels_per_item: channels one (request, KV head) item is split over by tokens (1 = heads over channels)
+    partition: Literal[("auto",) + PARTITION_NAMES] = "auto"
+    channels_per_item: Union[Literal["auto"], PositiveInt] = "auto"
     units: PositiveInt = 1
     capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
     refresh: Literal["ab", "pb", "none"] = "ab"
@@ -388,6 +391,41 @@ class PIMDevice:
         return merge_cost(tokens, cpi, group=group, dhead=k, acc_bytes=self.spec.pu.acc_bytes, isa=self.spec.isa,
                           elems_per_s=rate, bus_bytes_per_s=bus)
 
+    def _pu_rates(self, pname: str) -> tuple[float, float]:
+        """Upper bounds (bytes/s, MACs/s over all channels) of partition ``pname``'s PUs, at the engine's
+        spacing: MACAB every nCCDAB in every bank, MACBG every nCCD_L per bank group, each command
+        ``macs_per_command`` MACs on one column; the buffer die reads at the bus rate (compute not timed)."""
+        o, pu = self.org, self.spec.pu
+        if self.spec.isa != "attacc":
+            return self.peak_bandwidth_bytes_per_s, self.peak_flops / 2.0
+        if pname == "attacc_buffer":
+            return self.dram.peak_bandwidth_gbps * 1e9 * self.spec.units, math.inf
+        pus, gap = ((o.banks // o.banks_per_group, self.dram.timing.nCCD_L) if pname == "attacc_bg"
+                    else (o.banks, self.dram.pim.nCCDAB))
+        per_s = pus * self.channels / (gap * self.tck_s)
+        return per_s * pu.column_bytes, per_s * pu.macs_per_command
+
+    def _time_lower_bound(self, trace, rows: np.ndarray, lowered: list[int], pname: str) -> float:
+        """Count-weighted PIM time no lowering with ``pname`` can beat: per row max(bytes its PUs read /
+        their peak rate, MACs / their peak MAC rate)."""
+        c = trace.cols
+        bw, mac_rate = self._pu_rates(pname)
+        out = 0.0
+        for j in lowered:
+            i = int(rows[j])
+            cls = str(c["cls"][i])
+            if cls == "softmax":
+                continue
+            if cls in ATTN_PHASES:
+                tokens, k, group, eb = self._items(trace, i)
+                nbytes, macs = float(tokens.sum()) * k * eb, float(tokens.sum()) * k * group
+            else:
+                nbytes = float(c["weight_bytes"][i])
+                n, k, b, m = (float(c[x][i]) for x in ("n", "k", "batch", "m"))
+                macs = n * k * b * m
+            out += max(nbytes / bw, macs / mac_rate) * float(c["count"][i])
+        return out
+
     def _cpi_candidates(self, n_items: int) -> list[int]:
         cpi = self.spec.channels_per_item
         if cpi != "auto":
@@ -411,6 +449,8 @@ class PIMDevice:
         memo: dict = {}
         best = None
         for pname in self.partition_candidates:
+            if best is not None and self._time_lower_bound(trace, rows, lowered, pname) >= best[0]:
+                continue  # cannot beat the best partition so far: not lowered (the search stays fast)
             plan, total = {}, 0.0
             for js in groups.values():
                 n_items = len(self._items(trace, int(rows[js[0]]))[0])

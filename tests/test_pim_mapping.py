@@ -166,3 +166,17 @@ def test_refused_pin_on_the_command_line(capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "partition: expected auto or a partition isa aim can run (aim_bank), got 'attacc_bank'" in err[0]
+
+
+def test_partition_lower_bound_is_a_bound(gqa_trace):
+    """The pruning bound (bytes or MACs / PU peak) never exceeds the simulated time of that partition,
+    for attention and for the two smallest FC GEMVs (batch 2: two vectors per weight column)."""
+    tr = gqa_trace
+    fc = np.flatnonzero(tr["cls"] == "matmul")
+    fc = fc[np.argsort(tr["weight_bytes"][fc])[:2]]
+    rows = np.concatenate([attn_rows(tr), fc])
+    for p in ISA_PARTITIONS["attacc"]:
+        dev = device("attacc_hbm3_pim_5stack", partition=p, channels_per_item=1)
+        t, _ = total(dev, tr, rows)
+        lb = dev._time_lower_bound(tr, rows, list(range(len(rows))), p)
+        assert 0 < lb <= t
