@@ -230,6 +230,11 @@ sys_case("duplicate-key", "name: s\ndevices:\n  gpu: {hardware: h100_sxm, count:
          ("gpu",))
 sys_case("attacc-option-typo", mut(yaml.safe_load(builtin("systems", "attacc")), ("mapper.options.pipelinee", True)),
          ("mapper.options",))
+sys_case("attacc-pipeopt-with-subbatch-pipeline",
+         mut(yaml.safe_load(builtin("systems", "attacc")), ("mapper.options", {"pipeline": True, "pipeopt": True})),
+         ("mapper.options.pipeopt", "not used unless pipeline: false"))
+sys_case("attacc-ffopt-not-bool", mut(yaml.safe_load(builtin("systems", "attacc_opt")), ("mapper.options.ffopt", "yes")),
+         ("mapper.options.ffopt", "expected true or false"))
 
 # ---------------------------------------------------------------- hardware YAML (a GPU and a link)
 
