@@ -27,8 +27,8 @@ from pydantic import Field, PositiveInt
 
 from attnsim.config import ConfigError, Schema
 from attnsim.hwmodels.base import OpCost
-from attnsim.hwmodels.pim_mapping import (ISA_PARTITIONS, MERGE_SITE, NO_MERGE, PARTITION_NAMES, allowed_partitions, cpi_candidates,
-                                          merge_cost)
+from attnsim.hwmodels.pim_mapping import (ISA_PARTITIONS, MERGE_SITE, NO_MERGE, PARTITION_NAMES, allowed_partitions,
+                                          cpi_candidates, merge_cost)
 from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_partition, lower_attention,
                                lower_fc, stream_reads)
 
@@ -129,10 +129,10 @@ class PIMDevice:
         self.pu = PU(macs_per_command=spec.pu.macs_per_command, column_bytes=spec.pu.column_bytes,
                      acc_bytes=spec.pu.acc_bytes, gb_bytes=spec.pu.gb_bytes,
                      softmax_cycles_per_element=spec.pu.acc_bytes / softmax_bytes_per_cycle)
-        self._init_mapping()
         if spec.channel_assignment != "greedy" and spec.isa != "newton":
             raise ConfigError(f"expected greedy (channel_assignment applies to isa newton), got "
                               f"{spec.channel_assignment!r} with isa {spec.isa}", key="channel_assignment")
+        self._init_mapping()
 
     def _init_mapping(self) -> None:
         """Mapping candidates from the spec (hwmodels/pim_mapping.py); pins the ISA cannot run are refused."""
@@ -144,11 +144,14 @@ class PIMDevice:
         self.partition_candidates = allowed if spec.partition == "auto" else (spec.partition,)
         # largest split: an AttAcc item stays in one stack (its buffer die merges it); the CXL-PNM
         # accelerator already streams every item over all channels (nothing to split)
-        self.max_channels_per_item = {"attacc": self.dram.org.channels, "cxl_pnm": 1}.get(isa, self.channels)
+        self.max_channels_per_item = {"attacc": self.dram.org.channels, "cxl_pnm": 1,
+                                      "newton": 1}.get(isa, self.channels)
         cpi = spec.channels_per_item
         if cpi != "auto" and cpi > self.max_channels_per_item:
             why = {"attacc": "channels per stack: a split item is merged on its stack's buffer die",
-                   "cxl_pnm": "the accelerator streams every item over all channels"}.get(isa, "channels of the device")
+                   "cxl_pnm": "the accelerator streams every item over all channels",
+                   "newton": "NeuPIMs places whole requests on channels: channel_assignment"}.get(
+                       isa, "channels of the device")
             raise ConfigError(f"expected auto or at most {self.max_channels_per_item} ({why}), got {cpi}",
                               key="channels_per_item")
         # the partition carrying pinned values (peaks, single-candidate lowering); ISAs other than attacc

@@ -32,6 +32,7 @@ ISA_PARTITIONS = {
     "aim": ("aim_bank",),             # tokens (score) / outputs (context) over the 16 banks (b.4)
     "fimdram": ("fimdram_bank_pair",),  # one PCU per 2 banks, GEMV CRF kernel (b.3)
     "cxl_pnm": ("cxl_pnm_stream",),   # the accelerator streams every item over all channels
+    "newton": ("newton_request",),    # NeuPIMs: a request's heads on one channel (isa/lower_newton.py)
 }
 PARTITION_NAMES = tuple(dict.fromkeys(n for v in ISA_PARTITIONS.values() for n in v))
 

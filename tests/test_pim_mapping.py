@@ -155,6 +155,9 @@ def test_refused_pins():
     with pytest.raises(ConfigError, match="at most 1 ") as e:
         device("cxl_pnm_lpddr5x", channels_per_item=2)
     assert e.value.key == "channels_per_item"
+    with pytest.raises(ConfigError, match="NeuPIMs places whole requests") as e:
+        device("neupims_hbm2_pim", channels_per_item=2)
+    assert e.value.key == "channels_per_item"
     with pytest.raises(ConfigError, match="channels_per_item"):
         device("attacc_hbm3_pim_stack", channels_per_item="some")
 
