@@ -62,7 +62,7 @@ class StepResult:
         from attnsim.hwmodels.pim_mapping import combine
         for op, m in other.pim_mapping.items():
             self.pim_mapping[op] = combine(self.pim_mapping[op], m, w) if op in self.pim_mapping else \
-                dict(m, merge_s=w * m["merge_s"])
+                dict(m, merge_s=float(w * m["merge_s"]))
 
     def scaled(self, w: float) -> "StepResult":
         out = StepResult()

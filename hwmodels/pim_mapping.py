@@ -144,4 +144,4 @@ def combine(a: dict, b: dict, w: float = 1.0) -> dict:
     return {"partition": _union(a["partition"], b["partition"]),
             "channels_per_item": _union(a["channels_per_item"], b["channels_per_item"]),
             "channels_used": max(a["channels_used"], b["channels_used"]),
-            "merge_s": a["merge_s"] + w * b["merge_s"]}
+            "merge_s": float(a["merge_s"] + w * b["merge_s"])}

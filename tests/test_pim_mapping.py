@@ -136,6 +136,7 @@ def test_mapping_in_run_document_and_timeline():
     assert {"attn_score", "attn_context"} <= set(pm)  # (softmax: on the AiM channels or the controller)
     assert pm["attn_context"]["channels_used"] == 32 and pm["attn_context"]["partition"] == "aim_bank"
     assert pm["attn_context"]["merge_s"] > 0 and pm["attn_score"]["merge_s"] == 0
+    assert all(type(v) in (str, int, float) for m in pm.values() for v in m.values())  # plain JSON values
     json.dumps(doc, allow_nan=False)
     ctx = [e for e in events if e.get("name") == "attn_context" and e["ph"] == "X" and "pim_mapping" in e["args"]]
     assert len(ctx) == 2  # the decode step's 2 layers (prefill runs as a roofline: no lowering, no mapping)
