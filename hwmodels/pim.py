@@ -66,8 +66,9 @@ class PIMSpec(Schema):
     capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
     refresh: Literal["ab", "pb", "none"] = "ab"
     # isa newton (NeuPIMs): request -> channel placement, greedy = longest first to the least loaded channel
-    # (NeuPIMs ch_load_balancing), round_robin = request i on channel i mod channels (isa/lower_newton.py)
-    channel_assignment: Literal["greedy", "round_robin"] = "greedy"
+    # (NeuPIMs ch_load_balancing), round_robin = request i on channel i mod channels, or an explicit list
+    # (the channel of each request of a fixed batch, e.g. an artefact's request trace) (isa/lower_newton.py)
+    channel_assignment: Union[Literal["greedy", "round_robin"], list[int]] = "greedy"
     # KV layout in the banks: 0 = contiguous per (request, head); > 0 = paged, blocks of this many tokens
     # (e.g. vLLM's 16), each starting a new row in every bank (isa/lower.py Partition.kv_block_tokens)
     kv_block_tokens: int = Field(0, ge=0)

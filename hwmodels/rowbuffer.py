@@ -156,7 +156,7 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
         active = -(-n * b // per)
         outs = [per] * (active - 1) + [n * b - per * (active - 1)]
         low = lower_newton("score", outs, heads=1, dhead=k, group=m, elem_bytes=wb, n_channels=device.channels,
-                           org=device.org, pu=device.pu, assignment=assign)
+                           org=device.org, pu=device.pu, assignment=assign if isinstance(assign, str) else "greedy")
         low.phase = "fc"
         return low
     else:

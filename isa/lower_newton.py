@@ -19,7 +19,8 @@ Layout and loops follow casys-kaist/NeuPIMs f299af3 ``src/operations/NeuPIMSLogi
 Requests go to channels by decreasing estimated load (row openings of both GEMVs) to the least
 loaded channel (``greedy``: NeuPIMs' ``ch_load_balancing``, trace-generator/channel_load_balancing.py
 ``distribute_requests`` / ``estimate_mha_latency``), or ``round_robin`` (request i on channel
-i mod channels, the npu+pim baseline without load balancing).
+i mod channels, the npu+pim baseline without load balancing), or an explicit channel per request
+(a fixed batch's placement, e.g. the ``ch_idx`` column of the artefact's request traces).
 """
 from __future__ import annotations
 
@@ -48,16 +49,28 @@ def request_load(t: int, org: Org, *, heads: int, dhead: int, elem_bytes: float)
     return (-(-heads * dhead // page)) * (-(-t // org.banks)) + heads * (-(-t // page)) * (-(-dhead // org.banks))
 
 
-def assign_requests(lens: Sequence[int], n_channels: int, assignment: str = "greedy", load=None):
+def assign_requests(lens: Sequence[int], n_channels: int, assignment="greedy", load=None):
     """Distinct per-channel request lists (token counts) with multiplicity (idle channels omitted).
 
     greedy: requests by decreasing ``load(t)`` (default: t) each to the least loaded channel (LPT);
-    round_robin: request i on channel i mod ``n_channels``."""
-    if assignment not in ASSIGNMENTS:
-        raise ConfigError(f"expected one of {', '.join(ASSIGNMENTS)}, got {assignment!r}", key="channel_assignment")
+    round_robin: request i on channel i mod ``n_channels``; a list: request i on channel ``assignment[i]``."""
     lens = [int(t) for t in lens]
     if n_channels < 1:
         raise ConfigError(f"expected a positive channel count, got {n_channels}")
+    if not isinstance(assignment, str):
+        chan = [int(c) for c in assignment]
+        if len(chan) != len(lens) or any(not 0 <= c < n_channels for c in chan):
+            raise ConfigError(f"expected one channel in [0, {n_channels - 1}] per request ({len(lens)} requests: "
+                              "an explicit list fits one whole batch, subbatches: 1), got a list of "
+                              f"{len(chan)} from {min(chan, default=0)} to {max(chan, default=0)}", key="channel_assignment")
+        work = {c: [] for c in range(n_channels)}
+        for t, c in zip(lens, chan):
+            if t > 0:
+                work[c].append(t)
+        return sorted(Counter(tuple(w) for w in work.values() if w).items(), key=lambda kv: -sum(kv[0]))
+    if assignment not in ASSIGNMENTS:
+        raise ConfigError(f"expected one of {', '.join(ASSIGNMENTS)} or a list, got {assignment!r}",
+                          key="channel_assignment")
     if assignment == "greedy":
         load = load or (lambda t: t)
         heap = [(0, c) for c in range(min(n_channels, len(lens)))]
@@ -152,7 +165,7 @@ def newton_commands(prog: Program, org: Org) -> dict[str, np.ndarray]:
 
 
 def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, group: int, elem_bytes: float,
-                 n_channels: int, org: Org, pu: PU, assignment: str = "greedy") -> Lowered:
+                 n_channels: int, org: Org, pu: PU, assignment="greedy") -> Lowered:
     """Lower the logit ("score") or attend ("context") GEMV of every request (``lens``: tokens per
     request; ``heads``: KV heads of a request on this device; ``group``: query heads per KV head)."""
     if phase not in ("score", "context"):
@@ -169,4 +182,5 @@ def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, gro
     tok = float(lens.sum()) * heads
     return Lowered("newton", phase, progs, cmds, np.array(mult, np.int64), macs=tok * dhead * group,
                    pim_bytes=tok * dhead * elem_bytes,
-                   meta=dict(partition="neupims", items=len(lens), elements=tok * group, assignment=assignment))
+                   meta=dict(partition="neupims", items=len(lens), elements=tok * group,
+                             assignment=assignment if isinstance(assignment, str) else "explicit"))

@@ -6,9 +6,10 @@ The NPU and the PIM share one HBM: weights and KV both live in the PIM pool's me
 * ``subbatches`` (default 2): the batch is split and pipelined (runner: engine.cost_step_pipelined),
   the attention of one sub-batch overlapping the GEMMs of the other (NeuPIMs' stages B-D,
   src/StageProgram.cc: SA runs QKV / projection + FFN of one sub-batch while PIM runs MHA of the other).
-* ``dual_row_buffer`` (default true): with a Newton/NeuPIMs PIM (``isa: newton``) the concurrent
-  sub-batch's NPU memory traffic (its GEMMs' weight stream, its new K/V writes) is recorded in the
-  trace (``meta["neupims_rowbuffer"]``) and timed with the PIM commands on the DRAM engine
+* ``dual_row_buffer`` (default true): with a Newton/NeuPIMs PIM (``isa: newton``), in a sub-batch of a
+  pipelined step (the runner marks its trace ``meta["subbatch_of"]``), the concurrent sub-batch's NPU
+  memory traffic (its GEMMs' weight stream, its new K/V writes, and the NPU's time for them) is recorded
+  in the trace (``meta["neupims_rowbuffer"]``) and timed with the PIM commands on the DRAM engine
   (hwmodels/rowbuffer.py): single row buffer = both streams interleaved in the same banks, each
   switch closing the other's row (the npu+pim baseline); dual = PIM on its own row buffer. With
   another PIM ISA there is no such model: a single row buffer then runs the ops one after another.

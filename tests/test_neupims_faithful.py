@@ -82,6 +82,12 @@ def test_channel_assignment_greedy_and_round_robin():
     assert rr == {(50, 30, 10): 1, (40, 20, 5): 1}
     gr = sorted(sum(w) for w, _ in assign_requests(lens, 2, "greedy"))   # LPT: 50+20+5 / 40+30+10
     assert gr == [75, 80]
+    explicit = dict(assign_requests(lens, 3, [2, 0, 2, 1, 0, 2]))   # request i on channel list[i], in order
+    assert explicit == {(50, 30, 5): 1, (40, 10): 1, (20,): 1}
+    with pytest.raises(ConfigError, match="channel_assignment: expected one channel in \\[0, 2\\] per request \\(6"):
+        assign_requests(lens, 3, [0, 1, 2])
+    with pytest.raises(ConfigError, match="channel_assignment"):
+        assign_requests(lens, 3, [0, 1, 2, 3, 0, 1])   # channel 3 of 3
     with pytest.raises(ConfigError, match="channel_assignment"):
         pim(isa="attacc", dram="hbm3_5200_pim", channel_assignment="round_robin")
 

@@ -205,6 +205,7 @@ ALTERNATIVE = {
     "PIMTiming.mode_switch_cycles": Alt(100),   # a short switch hides behind the preceding PREA
     # G_ACT spacing: visible once the PIM time is not hidden behind the NPU's in the sub-batch pipeline
     "PIMTiming.actbg_faw_acts": Alt(1, extra=("systems.neupims.mapper.options.subbatches=1",)),
+    "PIMSpec.channel_assignment": Alt("round_robin"),   # refused for isa attacc; isa newton: test_neupims_faithful
     "PIMSpec.dram_overrides": Alt({"pim": {"nCCDAB": 4}}),
     "DRAMSpec.default_mapping": Alt("RoBaRaCoBgPcCh"),
     "Organisation.channels": Alt(32),
