@@ -62,4 +62,8 @@ def breakdown_table(doc: dict, phase: str = "decode_step", top: int = 12) -> str
              _fmt(bd["energy_j_by_op"].get(op, 0.0) * 1e3), f"{bd['energy_j_by_op'].get(op, 0.0) / e:.1%}"] for op in ops]
     head = f"{doc['system']} / {doc['model']} / {doc['scenario']['name']}: {phase} ({_fmt(t * 1e3)} ms, {_fmt(e)} J)"
     comp = ", ".join(f"{k} {v / e:.0%}" for k, v in sorted(bd["energy_j_by_component"].items(), key=lambda kv: -kv[1]) if v > 0)
-    return head + "\n" + table(rows, ["op", "time us", "time %", "dyn. energy mJ", "energy %"]) + "\nenergy by component: " + comp
+    pm = bd.get("pim_mapping") or {}  # hwmodels/pim_mapping.py: partition x channels_per_item, channels used
+    pim = "; ".join(f"{op} {m['partition']} x{m['channels_per_item']} on {m['channels_used']} ch"
+                    + (f" (merge {_fmt(m['merge_s'] * 1e6)} us)" if m["merge_s"] else "") for op, m in pm.items())
+    return head + "\n" + table(rows, ["op", "time us", "time %", "dyn. energy mJ", "energy %"]) + \
+        "\nenergy by component: " + comp + ("\npim mapping: " + pim if pim else "")
