@@ -155,8 +155,12 @@ class PIMDevice:
                        isa, "channels of the device")
             raise ConfigError(f"expected auto or at most {self.max_channels_per_item} ({why}), got {cpi}",
                               key="channels_per_item")
+        if cpi != "auto" and isa == "attacc" and self.dram.org.channels % cpi:
+            raise ConfigError(f"expected auto or a divisor of {self.dram.org.channels} (channels per stack: a split "
+                              f"item's slices fill whole channel sets of one stack, whose buffer die merges them), "
+                              f"got {cpi}", key="channels_per_item")
         # the partition carrying pinned values (peaks, single-candidate lowering); ISAs other than attacc
-        # use only its channels_per_item / kv_block_tokens
+        # use only its channels_per_item (and only AttAcc's lowerings model kv_block_tokens)
         self.partition = self._partition(self.partition_candidates[0], 1 if cpi == "auto" else cpi)
 
     def _partition(self, name: str, channels_per_item: int):
@@ -434,7 +438,9 @@ class PIMDevice:
         cpi = self.spec.channels_per_item
         if cpi != "auto":
             return [int(cpi)]
-        return cpi_candidates(n_items, self.channels, self.max_channels_per_item)
+        # AttAcc: the slices of one item inside one stack (see _init_mapping)
+        per_stack = self.dram.org.channels if self.spec.isa == "attacc" else 0
+        return cpi_candidates(n_items, self.channels, self.max_channels_per_item, divides=per_stack)
 
     def _search(self, trace, rows: np.ndarray, lowered: list[int]) -> dict:
         """Per row j (of ``rows``) its cost and mapping under the best mapping (pim_mapping.py): one partition

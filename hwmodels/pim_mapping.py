@@ -39,7 +39,8 @@ PARTITION_NAMES = tuple(dict.fromkeys(n for v in ISA_PARTITIONS.values() for n i
 # where the merge runs, per ISA (its element rate is the device's softmax/vector rate,
 # PUParams.softmax_gbps_per_unit, the unit that already holds m_i and l_i):
 # - attacc: the buffer-die softmax unit of the stack (AttAcc: PIM_SFM on the buffer die, b.1/b.6); a
-#   split item stays inside one stack (cpi <= channels per stack), so the merge never leaves it.
+#   split item stays inside one stack (cpi divides the channels per stack, so whole items' slices tile a
+#   stack), so the merge never leaves it.
 # - aim: the CXL controller's vector unit (CENT: the controller collects RD_MAC results); m_i and l_i
 #   come from the in-channel AF unit, so they cross the channel bus to the controller.
 # - fimdram: the host (no vector unit in the memory; softmax already runs at the host rate).
@@ -50,11 +51,12 @@ def allowed_partitions(isa: str) -> tuple[str, ...]:
     return ISA_PARTITIONS.get(isa, ("attacc_bank",))
 
 
-def cpi_candidates(n_items: int, channels: int, max_cpi: int) -> list[int]:
+def cpi_candidates(n_items: int, channels: int, max_cpi: int, divides: int = 0) -> list[int]:
     """Splits to try: powers of two and the smallest split that fills every channel with the same
-    number of slices (channels / gcd(channels, items)) times powers of two, up to ``max_cpi``;
-    nothing beyond the first split that gives every channel the same number of slices (a finer
-    split only adds per-slice overhead and merge work)."""
+    number of slices (channels / gcd(channels, items)) times powers of two, up to ``max_cpi`` (and
+    dividing ``divides`` when given: AttAcc's channels per stack); nothing beyond the first split that
+    gives every channel the same number of slices (a finer split only adds per-slice overhead and
+    merge work)."""
     max_cpi = max(1, int(max_cpi))
     if n_items <= 0 or channels <= 1:
         return [1]
@@ -62,7 +64,8 @@ def cpi_candidates(n_items: int, channels: int, max_cpi: int) -> list[int]:
     for start in (1, channels // math.gcd(channels, n_items)):
         s = start
         while s <= max_cpi:
-            out.add(s)
+            if not divides or divides % s == 0:
+                out.add(s)
             s *= 2
     perfect = [s for s in out if n_items * s >= channels and (n_items * s) % channels == 0]
     if perfect:

@@ -66,8 +66,8 @@ def test_auto_is_the_best_pinned_candidate(gqa_trace):
     auto = device("attacc_hbm3_pim_5stack", partition="auto", channels_per_item="auto")
     t_auto, c = total(auto, tr, rows)
     n_items = len(auto._items(tr, int(rows[0]))[0])
-    cands = cpi_candidates(n_items, auto.channels, auto.max_channels_per_item)
-    assert cands == [1, 2, 4, 5]  # 16 items on 80 channels
+    cands = auto._cpi_candidates(n_items)
+    assert cands == [1, 2, 4, 8, 16]  # 16 items on 80 channels; 5 would fill them evenly but cross stacks
     brute = {(p, s): total(device("attacc_hbm3_pim_5stack", partition=p, channels_per_item=s), tr, rows)[0]
              for p in ISA_PARTITIONS["attacc"] for s in cands}
     assert t_auto == pytest.approx(min(brute.values()), rel=1e-12)
@@ -81,6 +81,7 @@ def test_candidates_stop_at_an_even_fill():
     assert cpi_candidates(2, 32, 32) == [1, 2, 4, 8, 16]  # CENT batch 1, 2 KV heads per device
     assert cpi_candidates(100, 16, 16) == [1, 2, 4]       # 100 x 4 = 400 = 25 per channel
     assert cpi_candidates(3, 1, 1) == [1]
+    assert cpi_candidates(16, 80, 16, divides=16) == [1, 2, 4, 8, 16]  # AttAcc: slices inside one stack
 
 
 def test_two_way_merge_by_hand():
@@ -152,6 +153,9 @@ def test_refused_pins():
     assert e.value.key == "partition"
     with pytest.raises(ConfigError, match="at most 16 .channels per stack") as e:
         device("attacc_hbm3_pim_stack", channels_per_item=32)
+    assert e.value.key == "channels_per_item"
+    with pytest.raises(ConfigError, match="a divisor of 16") as e:
+        device("attacc_hbm3_pim_5stack", channels_per_item=5)
     assert e.value.key == "channels_per_item"
     with pytest.raises(ConfigError, match="at most 1 ") as e:
         device("cxl_pnm_lpddr5x", channels_per_item=2)
