@@ -27,6 +27,7 @@ class StepResult:
     """Totals of one step (or a weighted sum of steps); every field is additive."""
 
     time_s: float = 0.0
+    time_s_layers: float = 0.0  # time of the decoder-layer rows (layer_group >= 0): no embedding / final norm / LM head
     flops: float = 0.0
     static_energy_j: float = 0.0
     energy_j_by_component: dict = field(default_factory=dict)
@@ -52,6 +53,7 @@ class StepResult:
     def scaled_add(self, other: "StepResult", w: float) -> None:
         """self += w * other (for weighted sums of steps)."""
         self.time_s += w * other.time_s
+        self.time_s_layers += w * other.time_s_layers
         self.flops += w * other.flops
         self.static_energy_j += w * other.static_energy_j
         for name in ("energy_j_by_component", "time_s_by_op", "time_s_by_device", "energy_j_by_op",
@@ -75,6 +77,7 @@ class StepResult:
         energy_by_device = dict(self.energy_j_by_device)
         return {
             "time_s": self.time_s,
+            "time_s_layers": self.time_s_layers,
             "energy_j": self.energy_j,
             "time_s_by_op": dict(self.time_s_by_op),
             "time_s_by_device": dict(self.time_s_by_device),
@@ -170,6 +173,7 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
         res.bytes_by_device[key] = float(arr.sum())
     res.flops = float(row_flops.sum())
     res.time_s = float(row_time.sum())
+    res.time_s_layers = float(row_time[np.asarray(trace["layer_group"]) >= 0].sum())
     res.row_time_s = row_time
     res.row_device = plan.device
     res.row_trace = trace

@@ -414,6 +414,7 @@ def _combine(results: list, system, time_s: float, per_group_bytes: dict) -> Ste
     scale = time_s / work if work > 0 else 0.0
     out.time_s_by_op = {k: v * scale for k, v in out.time_s_by_op.items()}
     out.time_s_by_device = {k: v * scale for k, v in out.time_s_by_device.items()}
+    out.time_s_layers *= scale  # the decoder layers' share, as time_s_by_op
     out.bytes_by_device = dict(per_group_bytes)
     out.time_s = time_s
     out.static_energy_j = system.static_power_w() / max(1, system.spec.parallelism.replicas) * time_s

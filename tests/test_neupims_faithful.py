@@ -199,3 +199,28 @@ def test_preset_capacity_is_the_npu_memory():
     assert DEV.channels == 32 and DEV.org.banks == 32 and SPEC.pim.nCCDAB == 2
     assert DEV.capacity_bytes == pytest.approx(npu.capacity_bytes, rel=1e-3)   # 32 GiB
     assert SPEC.peak_bandwidth_gbps == pytest.approx(npu.spec.hbm_bandwidth_gbps)  # 32 x 32 GB/s
+
+
+NON_LAYER_OPS = ("embedding", "final_norm", "lm_head")
+
+
+@pytest.mark.parametrize("over", [[], ["systems.neupims.mapper.options.subbatches=1"],
+                                  ["systems.neupims.parallelism.pp=2", "systems.neupims.devices.npu.count=2",
+                                   "systems.neupims.devices.pim.count=2",
+                                   "systems.neupims.links.icnt={hardware: neupims_mem_bus, connects: [npu, npu]}",
+                                   "models.llama2-7b.num_layers=2"]])
+def test_time_s_layers_is_the_decoder_layers_time(over):
+    """breakdown time_s_layers = the per-op times of every op but embedding / final norm / LM head: sequential,
+    sub-batch pipelined (the period scales the layer rows) and PP (the step's shares, transfers excluded)."""
+    from attnsim.runner import run_experiment
+    exp = load_experiment(None, ["experiment.systems=[neupims]", "experiment.baseline=null",
+                                 "experiment.models=[llama2-7b]", "scenarios.chat.batch_size=8",
+                                 "scenarios.chat.prompt_len=256", "scenarios.chat.output_len=2",
+                                 "models.llama2-7b.num_layers=1", *over])
+    (doc,) = run_experiment(exp)
+    assert doc["status"] == "ok", doc.get("error")
+    bd = doc["breakdown"]["decode_step"]
+    # PP's stage-to-stage transfers (pp_send_activations, pp_return_tokens) are per-step rows (layer_group -1)
+    layers = sum(v for k, v in bd["time_s_by_op"].items() if k not in NON_LAYER_OPS and not k.startswith("pp_"))
+    assert 0 < bd["time_s_layers"] < bd["time_s"]
+    assert bd["time_s_layers"] == pytest.approx(layers, rel=1e-9)
