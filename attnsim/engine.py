@@ -30,6 +30,8 @@ class StepResult:
     time_s_layers: float = 0.0  # time of the decoder-layer rows (layer_group >= 0): no embedding / final norm / LM head
     flops: float = 0.0
     static_energy_j: float = 0.0
+    static_energy_j_by_device: dict = field(default_factory=dict)  # role / link:<name> -> J (sums to static_energy_j)
+    static_energy_j_by_part: dict = field(default_factory=dict)  # "<device>.<component>" -> J (same total)
     energy_j_by_component: dict = field(default_factory=dict)
     time_s_by_op: dict = field(default_factory=dict)
     time_s_by_device: dict = field(default_factory=dict)
@@ -57,7 +59,8 @@ class StepResult:
         self.flops += w * other.flops
         self.static_energy_j += w * other.static_energy_j
         for name in ("energy_j_by_component", "time_s_by_op", "time_s_by_device", "energy_j_by_op",
-                     "energy_j_by_device", "bytes_by_device"):
+                     "energy_j_by_device", "bytes_by_device", "static_energy_j_by_device",
+                     "static_energy_j_by_part"):
             mine, theirs = getattr(self, name), getattr(other, name)
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0.0) + w * v
@@ -84,6 +87,8 @@ class StepResult:
             "energy_j_by_op": dict(self.energy_j_by_op),
             "energy_j_by_device": energy_by_device,
             "energy_j_by_component": comp,
+            "static_energy_j_by_device": dict(self.static_energy_j_by_device),
+            "static_energy_j_by_part": dict(self.static_energy_j_by_part),
             **({"pim_mapping": {op: dict(m) for op, m in self.pim_mapping.items()}} if self.pim_mapping else {}),
         }
 
@@ -182,8 +187,20 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     res.pim_mapping = summarize(ops, trace["count"], res.row_mapping)
     _add(res.time_s_by_op, ops, row_time)
     _add(res.energy_j_by_op, ops, row_e_total)
-    res.static_energy_j = system.static_power_w() / max(1, system.spec.parallelism.replicas) * res.time_s
+    set_static(res, system, res.time_s)
     return res
+
+
+def set_static(res: StepResult, system, time_s: float) -> None:
+    """Static energy of one replica over ``time_s``: total, by device and by device component
+    (``System.static_power_by_device_w``; the total is ``System.static_power_w``, as before)."""
+    per = 1.0 / max(1, system.spec.parallelism.replicas)
+    res.static_energy_j = system.static_power_w() * per * time_s
+    res.static_energy_j_by_device, res.static_energy_j_by_part = {}, {}
+    for dev, parts in system.static_power_by_device_w().items():
+        res.static_energy_j_by_device[dev] = sum(parts.values()) * per * time_s
+        for comp, w in parts.items():
+            res.static_energy_j_by_part[f"{dev}.{comp}"] = w * per * time_s
 
 
 def cost_step(plan, system) -> StepResult:

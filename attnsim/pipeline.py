@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.engine import StepResult, cost_step, cost_step_pipelined
+from attnsim.engine import StepResult, cost_step, cost_step_pipelined, set_static
 from attnsim.mapper.base import CapacityError, MemoryPlacement, Plan, transfer_row
 from attnsim.workloads.model import DTYPE_BYTES
 from attnsim.workloads.optrace import LayerGroup, OpTrace
@@ -417,7 +417,7 @@ def _combine(results: list, system, time_s: float, per_group_bytes: dict) -> Ste
     out.time_s_layers *= scale  # the decoder layers' share, as time_s_by_op
     out.bytes_by_device = dict(per_group_bytes)
     out.time_s = time_s
-    out.static_energy_j = system.static_power_w() / max(1, system.spec.parallelism.replicas) * time_s
+    set_static(out, system, time_s)
     return out
 
 

@@ -103,7 +103,8 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         pipe = RunPipeline(system, model, sc, final_ctx, build, place, cost)
         pre_plan, prefill = None, pipe.prefill()
     else:
-        pre_trace = build(model, sc, "prefill", tp=tp)
+        ptp = getattr(policy, "prefill_tp", lambda *_: None)(system, spec.mapper.options) or tp
+        pre_trace = build(model, sc, "prefill", tp=ptp)  # cxl_pnm: the host GPUs' own TP width
         pre_plan = place(pre_trace)
         prefill = cost(pre_plan)
 
@@ -216,11 +217,19 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
         get_policy(sspec.mapper.policy, file=sfile)
         system = build_system(sspec, exp.tree.hardware, exp.tree.file_of)
         role = next((r for r, p in system.pools.items() if p.model.kind in ("gpu", "npu")), None)
-        if role is not None:
+        policy = get_policy(sspec.mapper.policy, file=sfile)
+        if role is not None and not getattr(policy, "own_compute_pool_check", False):
             check_parallelism(sspec, role, sfile)
         for model in exp.models.values():
             check_pipeline(system, model, sfile)
             check_tp(model, sspec.parallelism.tp, sfile)
+            if getattr(policy, "prefill_tp", None):  # cxl_pnm: host GPUs' TP width (ConfigError naming the file)
+                try:
+                    ptp = policy.prefill_tp(system, sspec.mapper.options)
+                except ConfigError as e:
+                    raise ConfigError(e.message, file=sfile, key=e.key) from None
+                if ptp:
+                    check_tp(model, ptp, sfile)
         systems[sname] = system
     docs = []
     rel = exp.reliability or {}

@@ -23,7 +23,7 @@ import math
 from typing import Literal, Optional, Union
 
 import numpy as np
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from attnsim.config import ConfigError, Schema
 from attnsim.hwmodels.base import OpCost
@@ -48,6 +48,16 @@ class PUParams(Schema):
     # PHY per command (ACT, PRE, MAC, RD, WR, buffer move, REF), transaction engine per data command
     phy_pj_per_command: float = Field(0.0, ge=0)
     trx_pj_per_command: float = Field(0.0, ge=0)
+
+
+class StaticParts(Schema):
+    """Static power (W per device) beside the DRAM background (which is derived from the DRAM preset):
+    each YAML value cites its source or is marked an assumption."""
+
+    pim_logic_w: float = Field(0.0, ge=0, description="PIM/PNM compute logic leakage (bank PUs, accelerator)")
+    buffers_w: float = Field(0.0, ge=0, description="SRAM buffers (global/shared buffers, instruction buffers)")
+    memory_controllers_w: float = Field(0.0, ge=0, description="on-device DRAM memory controllers + DRAM PHY, idle")
+    cxl_w: float = Field(0.0, ge=0, description="CXL controller + PHY of the device (endpoint side), idle")
 
 
 class PIMSpec(Schema):
@@ -75,8 +85,17 @@ class PIMSpec(Schema):
     # retention time the refresh is sized for (JEDEC tREF = 64 ms at <= 85 C, cxl_reliability.md §3.1);
     # relaxing it stretches nREFI / nREFIpb by interval / 64 (the same rows refreshed less often)
     refresh_interval_ms: float = Field(64.0, gt=0)
-    static_power_w: Optional[float] = Field(None, ge=0)
+    static_power_w: Optional[float] = Field(None, ge=0, description="total static power, replacing the "
+                                                           "DRAM background + `static` parts")
+    static: StaticParts = Field(default_factory=StaticParts)
     pu: PUParams = Field(default_factory=PUParams)
+
+    @field_validator("static")
+    @classmethod
+    def _static_once(cls, v: StaticParts, info: ValidationInfo):
+        if info.data.get("static_power_w") is not None and any(v.model_dump().values()):
+            raise ValueError("expected no static parts when static_power_w (the device total) is given")
+        return v
 
 
 def _deep_merge(a: dict, b: dict) -> dict:
@@ -200,10 +219,20 @@ class PIMDevice:
 
     @property
     def static_power_w(self) -> float:
+        return float(sum(self.static_power_parts_w.values()))
+
+    @property
+    def static_power_parts_w(self) -> dict[str, float]:
+        """{component: W} of one device: ``dram_background`` (DRAM preset x channels) + the ``static``
+        parts that are non-zero; a given ``static_power_w`` replaces them all (component ``device``)."""
         if self.spec.static_power_w is not None:
-            return self.spec.static_power_w
+            return {"device": float(self.spec.static_power_w)}
         from attnsim.hwmodels.dram.spec import energy_params
-        return energy_params(self.dram).background_w * self.channels
+        parts = {"dram_background": energy_params(self.dram).background_w * self.channels}
+        for k, v in self.spec.static.model_dump().items():
+            if v:
+                parts[k[:-2]] = float(v)
+        return parts
 
     # ------------------------------------------------------------ engine
     def _run_cached(self, low: Lowered):

@@ -167,11 +167,25 @@ class System:
         return None
 
     def static_power_w(self) -> float:
-        """Idle power of every device and every link port (a link's ``static_power_w`` is per port:
-        one per device of the larger of the two pools it connects)."""
-        ports = sum(max(self.pools[a].count, self.pools[b].count) * self.links[n].static_power_w
-                    for n, (a, b) in self.link_roles.items())
-        return float(sum(p.count * p.model.static_power_w for p in self.pools.values()) + ports)
+        """Idle power of every device and every link port: the sum of :meth:`static_power_by_device_w`
+        (pools, then link ports)."""
+        by = self.static_power_by_device_w()
+        pools = sum(sum(by[r].values()) for r in self.pools)
+        return float(pools + sum(sum(by[f"link:{n}"].values()) for n in self.link_roles))
+
+    def static_power_by_device_w(self) -> dict[str, dict[str, float]]:
+        """Static power (W) of the whole system, {device: {component: W}}: each pool (``role``: count x the
+        model's ``static_power_parts_w`` if it has one, else ``{"idle": static_power_w}``) and each link
+        (``link:<name>``: its ``static_power_w`` per port x one port per device of the larger of the two
+        pools it connects, component ``ports``)."""
+        out: dict[str, dict[str, float]] = {}
+        for role, p in self.pools.items():
+            parts = getattr(p.model, "static_power_parts_w", None) or {"idle": p.model.static_power_w}
+            out[role] = {k: float(p.count * v) for k, v in parts.items()}
+        for n, (a, b) in self.link_roles.items():
+            out[f"link:{n}"] = {"ports": float(max(self.pools[a].count, self.pools[b].count)
+                                               * self.links[n].static_power_w)}
+        return out
 
 
 def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System:

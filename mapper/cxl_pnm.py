@@ -3,7 +3,8 @@
 After Samsung's CXL-PNM (Park et al., HPCA'24; shared/reference/cxl_reliability.md §1.1, devices.md
 (e)) and CENT's GDDR6-AiM CXL devices (pim_dram.md b.4). Tensor parallelism across the PNM devices
 (``parallelism.tp`` = PNM count), collectives over the CXL link/switch between them. Prefill runs on
-a host GPU pool if the system has one and ``prefill_on_gpu`` (default true), with the prompt's KV
+a host GPU pool if the system has one and ``prefill_on_gpu`` (default true), tensor parallel over the
+host GPUs of a replica (``host_tp``: any count, e.g. 2 GPUs for 8 PNM devices), with the prompt's KV
 written to the devices over the GPU<->PNM link; otherwise on the PNM accelerators.
 """
 from __future__ import annotations
@@ -15,6 +16,20 @@ from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_ro
                                  link_name_between, rank_weights, register, role_of_kind)
 
 OPTIONS = {"prefill_on_gpu": True}
+
+
+def host_tp(system, options: dict | None = None) -> int | None:
+    """Tensor-parallel width of the host-GPU prefill: the host GPUs of one replica (any count, not tied
+    to the PNM devices); None when prefill runs on the PNM devices."""
+    opts = check_options(options or {}, OPTIONS, "cxl_pnm")
+    gpu = role_of_kind(system, "gpu")
+    if gpu is None or not opts["prefill_on_gpu"]:
+        return None
+    ngpu, par = system.pools[gpu].count, system.spec.parallelism
+    if par.pp > 1 or ngpu % par.replicas:
+        raise ConfigError(f"expected a multiple of replicas = {par.replicas} host GPUs (pp = 1), got {ngpu}"
+                          + (f" with pp = {par.pp}" if par.pp > 1 else ""), key=f"devices.{gpu}.count")
+    return ngpu // par.replicas
 
 
 @register("cxl_pnm", options=OPTIONS)
@@ -29,22 +44,24 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         raise ConfigError(f"expected {par.device_formula()} PNM devices, got {system.pools[pnm].count}",
                           key=f"devices.{pnm}.count")
     gpu = role_of_kind(system, "gpu")
-    memory = [MemoryPlacement(pnm, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"],
+    pnm_weights = rank_weights(model_bytes, trace, tp) if trace.tp == tp else model_bytes["weights"] / tp
+    memory = [MemoryPlacement(pnm, pnm_weights, model_bytes["kv_per_rank"],
                               system.pools[pnm].model.capacity_bytes)]
     parallel = np.full(len(trace), tp, dtype=np.int64)
     if trace.phase == "prefill" and gpu is not None and opts["prefill_on_gpu"]:
         link = "link:" + link_name_between(system, gpu, pnm)
-        ngpu = system.pools[gpu].count
-        if ngpu != par.devices_per_replica * par.replicas:
-            raise ConfigError(f"prefill_on_gpu runs the tensor-parallel prefill on the host GPUs: expected "
-                              f"{par.device_formula()} GPUs (one per PNM device), got {ngpu}",
-                              key=f"devices.{gpu}.count")
+        gtp = host_tp(system, options)
+        if trace.tp != gtp:  # the runner builds the prefill trace at host_tp (serving builds it at tp)
+            raise ConfigError(f"prefill_on_gpu runs the prefill tensor-parallel over the {gtp} host GPUs of a "
+                              f"replica: expected a prefill trace of tp {gtp}, got {trace.tp} (serving needs "
+                              f"one host GPU per PNM device)", key=f"devices.{gpu}.count")
         tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
         device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
-        device[added] = link
-        # the host GPUs hold a copy of the weights for prefill (one TP rank's share, like the PNM devices)
-        memory.append(MemoryPlacement(gpu, model_bytes["weights"] / tp, 0.0, system.pools[gpu].model.capacity_bytes))
-        return Plan("cxl_pnm", tr, device, np.full(len(tr), tp, dtype=np.int64), memory)
+        device[added] = link  # each host GPU writes its KV shard to the PNM devices over its own port
+        # the host GPUs hold a copy of the weights for prefill (one host-TP rank's share)
+        memory.append(MemoryPlacement(gpu, rank_weights(model_bytes, trace, gtp), 0.0,
+                                      system.pools[gpu].model.capacity_bytes))
+        return Plan("cxl_pnm", tr, device, np.full(len(tr), gtp, dtype=np.int64), memory)
     device = np.where(trace["cls"] == "allreduce", "link", pnm).astype(object)
     ctrl = role_of_kind(system, "cxl_controller")
     if ctrl is not None:  # CENT: softmax, RMSNorm and RoPE on the device controller's vector units
@@ -55,3 +72,7 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         on_ctrl = np.array([kernel_of(str(o), str(c)) is not None for o, c in zip(trace["op"], trace["cls"])], bool)
         device[on_ctrl] = ctrl
     return Plan("cxl_pnm", trace, device, parallel, memory)
+
+
+plan_cxl_pnm.prefill_tp = host_tp  # the runner builds the prefill trace at this width (attnsim/runner.py)
+plan_cxl_pnm.own_compute_pool_check = True  # the PNM count is checked here; host GPUs are free in number

@@ -54,7 +54,10 @@ def _row_labels(table) -> list[str]:
 
 # ---------------------------------------------------------------- stacked breakdowns
 
-def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, width: str, title):
+def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, width: str, title,
+             split: tuple | None = None):
+    """``split`` = (segment, prefix2, label): segment ``segment`` of ``prefix`` is replaced by the
+    ``prefix2`` columns (labelled ``label: <name>``) where the file has them (same total)."""
     table = _ok(table)
     _need(table, "stacked breakdown")
     if len(table) > MAX_BARS:
@@ -62,7 +65,13 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
     names = sorted(k[len(prefix):] for k in table.breakdown if k.startswith(prefix))
     if not names:
         raise ConfigError(f"the file has no breakdown {prefix.rstrip('/')!r}", file=table.path)
-    data = np.nan_to_num(np.array([table.breakdown[prefix + n] for n in names]))  # segments x rows
+    cols = [prefix + n for n in names]
+    if split is not None and split[0] in names and any(k.startswith(split[1]) for k in table.breakdown):
+        subs = sorted(k for k in table.breakdown if k.startswith(split[1]))
+        i = names.index(split[0])
+        names = names[:i] + [f"{split[2]}: {k[len(split[1]):]}" for k in subs] + names[i + 1:]
+        cols = cols[:i] + subs + cols[i + 1:]
+    data = np.nan_to_num(np.array([table.breakdown[c] for c in cols]))  # segments x rows
     if per_token:
         data = data / np.maximum(1, table.columns["batch_size"].astype(float))[None, :]
     order = np.argsort(-data.sum(axis=1))
@@ -101,9 +110,11 @@ def latency_by_device(table, x=None, y=None, hue=None, z=None, width="single", t
 
 
 def energy_breakdown(table, x=None, y=None, hue=None, z=None, width="single", title=None):
-    """Stacked energy per generated token of a step, by component (DRAM, PIM, GPU, links, static)."""
+    """Stacked energy per generated token of a step, by component (DRAM, PIM, GPU, links), static energy
+    by device (``static: <device>``)."""
     phase = y or "decode_step"
-    return _stacked(table, f"{phase}/energy_j_by_component/", f"{_phase_name(phase)} energy", "J", True, width, title)
+    return _stacked(table, f"{phase}/energy_j_by_component/", f"{_phase_name(phase)} energy", "J", True, width, title,
+                    split=("static", f"{phase}/static_energy_j_by_device/", "static"))
 
 
 def _phase_name(phase: str) -> str:
