@@ -10,6 +10,9 @@ Sets (each number with its source):
 - reproductions (``reproductions/NAME`` for one): each folder of configs/reproductions/ (see
   :mod:`attnsim.reproduce`), rows with the role their reference.yaml gives; ``attacc`` is
   ``reproductions/attacc`` under its old name;
+- nccl: all-reduce time vs nccl-tests on 8 x A100, 4 x A100 and 4 x H100 (configs/validation/nccl.yaml,
+  every row 8 B - 1 GB within 15 %; ``calibration``: the link presets' nccl blocks were fitted to them)
+  and held-out rows (8 x H100 ring busbw, LLMCompass' 4 x A100 all-reduces, vLLM custom all-reduce);
 - limits: physical limits on every run of the bundled comparison experiments (achieved bandwidth
   never above peak).
 """
@@ -164,7 +167,47 @@ def limit_rows() -> list[Row]:
     return out
 
 
-SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "limits": limit_rows}
+def nccl_rows() -> list[Row]:
+    """All-reduce time vs nccl-tests (configs/validation/nccl.yaml: every row of calibration/
+    nccl_allreduce.csv from 8 B to 1 GB, ``calibration``: the link presets' nccl blocks were fitted to
+    them) and held-out rows (8 x H100 ring busbw, LLMCompass' 4 x A100 all-reduces, vLLM custom
+    all-reduce), through the presets' :mod:`attnsim.hwmodels.collectives` model."""
+    from attnsim.hwmodels import collectives
+    from attnsim.hwmodels.gpu import load_hardware
+    from attnsim.hwmodels.links import LinkModel
+    data = _load("nccl")
+
+    def link(name: str, nvls: bool = True, allreduce: str | None = None) -> LinkModel:
+        spec = load_hardware(name).spec
+        upd = {} if nvls else {"nccl": spec.nccl.model_copy(update={"nvls": None})}
+        return LinkModel(spec.model_copy(update={**upd, **({"allreduce": allreduce} if allreduce else {})}))
+
+    out = []
+    for key, topo in data["topologies"].items():
+        model = link(topo["link"], bool(topo["nvls"]))
+        sizes = np.array([r[0] for r in topo["rows"]], dtype=np.float64)
+        t, choice = model.collective("allreduce", sizes, int(topo["gpus"]))
+        for s, tm, c, (_, pub) in zip(sizes, t, choice, topo["rows"]):
+            out.append(Row("nccl", f"{key} {topo['gpus']} GPUs all-reduce {int(s)} B ({c}) [us]", float(tm) * 1e6,
+                           float(pub), float(data["tolerance"]), role=topo["role"], system=topo["link"],
+                           source=topo["source"]))
+    for h in data["held_out"]:
+        model = link(h["link"], allreduce=h.get("allreduce"))
+        if "algorithm" in h:  # one algorithm, the tuner over its protocols
+            t = min(float(collectives.algo_time_s(model.spec.nccl, model.peak_bandwidth_bytes_per_s, "allreduce",
+                                                  h["bytes"], h["gpus"], h["algorithm"], p)) for p in collectives.PROTOCOLS)
+        else:
+            t = float(model.collective("allreduce", h["bytes"], h["gpus"])[0])
+        if "busbw_gbps" in h:
+            measured, published = float(collectives.bus_bandwidth_bytes_per_s("allreduce", h["bytes"], h["gpus"], t)) / 1e9, h["busbw_gbps"]
+        else:
+            measured, published = t * 1e6, h["time_us"]
+        out.append(Row("nccl", h["name"], measured, float(published), float(h["tolerance"]), role="validation",
+                       system=h["link"], source=h["source"]))
+    return out
+
+
+SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "nccl": nccl_rows, "limits": limit_rows}
 ALIASES = {"attacc": "reproductions/attacc"}  # the set's name before configs/reproductions/ (users' scripts)
 
 

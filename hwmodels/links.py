@@ -1,4 +1,13 @@
-"""Point-to-point links (NVLink, PCIe, CXL): transfer time/energy and ring all-reduce.
+"""Links (NVLink, PCIe, CXL): transfer time/energy and collectives.
+
+``allreduce`` chooses how collectives (and, with ``nccl``/``custom``, point-to-point transfers) are timed:
+
+* ``nccl`` (GPU links' default): NCCL's protocols and algorithms with its tuner (:mod:`collectives`,
+  parameters in the preset's ``nccl`` block); transfers are NCCL send/recv;
+* ``custom``: framework one-shot / two-shot all-reduce up to ``custom_allreduce.max_bytes`` (vLLM /
+  TensorRT-LLM custom all-reduce), NCCL above;
+* ``ring`` / ``tree``: the one-line formulas below (``ring`` is the model before the NCCL tuner, kept by
+  name; the default of links that carry no NCCL, e.g. CXL-PNM devices and GPU <-> PIM copies):
 
 * ``transfer_time_s(b) = latency + b / (bandwidth_per_direction * efficiency)``
 * ring all-reduce of ``S`` bytes per rank over ``n`` ranks (reduce-scatter + all-gather, 2(n-1) steps of
@@ -11,14 +20,16 @@ link bytes are summed over all ranks (the engine counts a link's energy once per
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field, PositiveFloat
+from pydantic import Field, PositiveFloat, model_validator
+from pydantic_core import PydanticCustomError
 
 from attnsim.config import Schema
-from attnsim.hwmodels import registry
+from attnsim.hwmodels import collectives, registry
 from attnsim.hwmodels.base import OpCost
+from attnsim.hwmodels.collectives import CustomAllReduceSpec, NCCLSpec
 
 
 class LinkSpec(Schema):
@@ -32,9 +43,24 @@ class LinkSpec(Schema):
     energy_pj_per_bit: float = Field(ge=0)
     efficiency: float = Field(1.0, gt=0, le=1, description="achieved fraction of the raw bandwidth")
     static_power_w: float = Field(0.0, ge=0, description="idle power per port (one per device the link connects)")
-    # latency term of an all-reduce: ring = 2(n-1) latency steps (NCCL ring); tree = 2 ceil(log2 n) steps
-    # (double binary tree / NVLS-like, for small messages). The bandwidth term is 2(n-1)/n x bytes either way.
-    allreduce: Literal["ring", "tree"] = "ring"
+    # nccl: NCCL's tuner over protocols x algorithms (the ``nccl`` block); custom: framework one-/two-shot
+    # all-reduce then NCCL; ring: 2(n-1) x latency_us + 2(n-1)/n x bytes / (bandwidth x efficiency) (the
+    # model before the tuner); tree: the same with 2 ceil(log2 n) latency steps.
+    allreduce: Literal["ring", "tree", "nccl", "custom"] = "ring"
+    nccl: Optional[NCCLSpec] = Field(None, description="NCCL collectives parameters (allreduce: nccl or custom)")
+    custom_allreduce: Optional[CustomAllReduceSpec] = Field(
+        None, description="framework one-/two-shot all-reduce parameters (allreduce: custom)")
+
+    @model_validator(mode="after")
+    def _blocks(self):
+        if self.allreduce in ("nccl", "custom") and self.nccl is None:
+            raise PydanticCustomError("config_number", "{msg}", {
+                "msg": f"expected an nccl block with allreduce: {self.allreduce}, got none", "path": "nccl"})
+        if self.allreduce == "custom" and self.custom_allreduce is None:
+            raise PydanticCustomError("config_number", "{msg}", {
+                "msg": "expected a custom_allreduce block with allreduce: custom, got none",
+                "path": "custom_allreduce"})
+        return self
 
 
 class LinkModel:
@@ -82,9 +108,34 @@ class LinkModel:
             return 2.0 * np.ceil(np.log2(np.maximum(n, 1.0)))
         return 2.0 * (n - 1.0)
 
+    @property
+    def uses_nccl(self) -> bool:
+        return self.spec.allreduce in ("nccl", "custom")
+
+    def collective(self, coll: str, nbytes, n_ranks: int):
+        """(time_s, choice) of one ``coll`` (allreduce, allgather, reducescatter, sendrecv) of ``nbytes``
+        (nccl-tests' size: the per-rank buffer; all-gather's output, reduce-scatter's input) over
+        ``n_ranks``; ``choice`` names the algorithm/protocol (or the formula)."""
+        s = np.asarray(nbytes, dtype=np.float64)
+        n = int(n_ranks)
+        peak = self.peak_bandwidth_bytes_per_s
+        if self.spec.allreduce == "custom" and coll == "allreduce":
+            return collectives.custom_allreduce_time_s(self.spec.custom_allreduce, self.spec.nccl, peak, s, n)
+        if self.uses_nccl:
+            return collectives.tuned(self.spec.nccl, peak, coll, s, n)
+        if coll == "allreduce":
+            t = self.allreduce_time_s(s, n)
+        elif coll == "sendrecv":
+            t = self.transfer_time_s(s)
+        else:  # ring all-gather / reduce-scatter: n-1 steps of S/n bytes
+            t = (n - 1.0) / n * s / self.bandwidth_bytes_per_s + (n - 1.0) * self.latency_s if n > 1 else 0.0 * s
+        return np.asarray(t, dtype=np.float64), np.full(s.shape, self.spec.allreduce, dtype=object)
+
     def allreduce_time_s(self, bytes_per_rank, n_ranks) -> np.ndarray:
-        """Ring all-reduce of ``bytes_per_rank`` (the tensor size on each rank) over ``n_ranks``."""
+        """All-reduce of ``bytes_per_rank`` (the tensor size on each rank) over ``n_ranks``."""
         s = np.asarray(bytes_per_rank, dtype=np.float64)
+        if self.uses_nccl:
+            return self.collective("allreduce", s, int(n_ranks))[0]
         n = np.asarray(n_ranks, dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             t = 2.0 * (n - 1.0) / n * s / self.bandwidth_bytes_per_s + self.latency_steps(n) * self.latency_s
@@ -102,14 +153,20 @@ class LinkModel:
         raw = trace.cols["comm_bytes"][rows].astype(np.float64)
         comm = np.where(cls == "allreduce", raw, 0.0)
         n = int(getattr(trace, "tp", 1) or 1)
-        if n > 1:
-            time_s = comm / self.bandwidth_bytes_per_s + np.where(comm > 0, self.latency_steps(n) * self.latency_s, 0.0)
-        else:
-            time_s = np.zeros(len(rows))
-        total_bytes = comm * n if n > 1 else np.zeros(len(rows))
-        # point-to-point transfers (mapper-added rows): every rank moves comm_bytes over its own link
         xfer = np.where(cls == "transfer", raw, 0.0)
-        time_s = time_s + np.where(xfer > 0, xfer / self.bandwidth_bytes_per_s + self.latency_s, 0.0)
+        if self.uses_nccl:  # comm_bytes = 2(n-1)/n x the tensor (workloads/trace.py): back to the tensor
+            tensor = comm * n / (2.0 * (n - 1.0)) if n > 1 else np.zeros(len(rows))
+            time_s = np.where(comm > 0, self.collective("allreduce", tensor, n)[0], 0.0)
+            # point-to-point transfers (pipeline stages): NCCL send/recv of comm_bytes per rank
+            time_s = time_s + np.where(xfer > 0, self.collective("sendrecv", xfer, 2)[0], 0.0)
+        else:
+            if n > 1:
+                time_s = comm / self.bandwidth_bytes_per_s + np.where(comm > 0, self.latency_steps(n) * self.latency_s, 0.0)
+            else:
+                time_s = np.zeros(len(rows))
+            # point-to-point transfers (mapper-added rows): every rank moves comm_bytes over its own link
+            time_s = time_s + np.where(xfer > 0, xfer / self.bandwidth_bytes_per_s + self.latency_s, 0.0)
+        total_bytes = comm * n if n > 1 else np.zeros(len(rows))
         total_bytes = total_bytes + xfer * n
         bound = np.full(len(rows), "link").astype(str)
         return OpCost(time_s=time_s, energy_j={"link": self.transfer_energy_j(total_bytes)},

@@ -298,8 +298,9 @@ def _strict_loads(text):
 def test_overflowing_metric_gives_error_status_and_strict_json(tmp_path, capsys):
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
-    # finite in the config (1.7e302 s per ring step), but the run's energy overflows to inf
-    rc, out, _ = _cli(capsys, "run", str(exp), "--set", "hardware.nvlink3.latency_us=1.7e+308", "--json", "--no-write")
+    # finite in the config (1.7e302 s per ring step of the ring formula), but the run's energy overflows to inf
+    rc, out, _ = _cli(capsys, "run", str(exp), "--set", "hardware.nvlink3.allreduce=ring",
+                      "--set", "hardware.nvlink3.latency_us=1.7e+308", "--json", "--no-write")
     assert rc == 0
     (run,) = _strict_loads(out)["runs"]
     assert run["status"] == "error"

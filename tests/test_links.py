@@ -17,6 +17,11 @@ from attnsim.workloads.optrace import OpTrace
 PRESETS = ("nvlink3", "nvlink4", "pcie4_x16", "pcie5_x16", "cxl2_x16", "cxl3_x16")
 
 
+def ring(name: str) -> LinkModel:
+    """Preset ``name`` with ``allreduce: ring`` (the formula before the NCCL tuner, kept by name)."""
+    return LinkModel(load_hardware(name).spec.model_copy(update={"allreduce": "ring"}))
+
+
 def test_presets_per_direction_bandwidth_and_energy():
     # per direction = half the bidirectional datasheet figure (devices.md (d)); PCIe/CXL per pim_dram.md/cxl md
     expect = {"nvlink3": (300e9, 1.3), "nvlink4": (450e9, 1.3), "pcie4_x16": (32e9, 4.4),
@@ -31,7 +36,7 @@ def test_presets_per_direction_bandwidth_and_energy():
 
 
 def test_ring_allreduce_hand_computed():
-    link = load_hardware("nvlink3")
+    link = ring("nvlink3")
     # 4 ranks, 196,608 B: 2*3/4 * 196608 B / (300e9 * 0.8) + 6 * 4.2 us
     t = link.allreduce_time_s(196608.0, 4)
     assert t == pytest.approx(1.5 * 196608 / 240e9 + 6 * 4.2e-6)
@@ -44,7 +49,7 @@ def test_ring_allreduce_hand_computed():
 
 def test_zero_bytes_is_latency_only():
     for name in PRESETS:
-        link = load_hardware(name)
+        link = ring(name)
         assert link.transfer_time_s(0.0) == pytest.approx(link.spec.latency_us * 1e-6)
         assert link.transfer_energy_j(0.0) == 0.0
         assert link.allreduce_time_s(0.0, 8) == pytest.approx(14 * link.spec.latency_us * 1e-6)
@@ -53,7 +58,7 @@ def test_zero_bytes_is_latency_only():
 @settings(max_examples=40, deadline=None)
 @given(name=st.sampled_from(PRESETS), a=st.floats(0, 1e10), b=st.floats(0, 1e10), n=st.integers(2, 64))
 def test_monotonic_in_bytes_and_below_peak(name, a, b, n):
-    link = load_hardware(name)
+    link = ring(name)
     lo, hi = sorted((a, b))
     assert link.transfer_time_s(lo) <= link.transfer_time_s(hi)
     assert link.allreduce_time_s(lo, n) <= link.allreduce_time_s(hi, n)
@@ -63,8 +68,9 @@ def test_monotonic_in_bytes_and_below_peak(name, a, b, n):
         assert 2 * (n - 1) / n * hi / link.allreduce_time_s(hi, n) <= link.peak_bandwidth_bytes_per_s
 
 
-def test_cost_of_trace_allreduce_rows_matches_formula():
-    link = load_hardware("nvlink4")
+@pytest.mark.parametrize("mode", ["ring", "nccl"])
+def test_cost_of_trace_allreduce_rows_matches_formula(mode):
+    link = LinkModel(load_hardware("nvlink4").spec.model_copy(update={"allreduce": mode}))
     tp, tensor = 8, 4096 * 8192 * 2.0
     comm = 2.0 * (tp - 1) / tp * tensor  # what workloads/trace.py puts in comm_bytes
     t = OpTrace.from_rows([dict(op="ar", cls="allreduce", count=80, comm_bytes=comm),
