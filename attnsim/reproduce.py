@@ -3,7 +3,7 @@
 ``configs/reproductions/<system>/reference.yaml`` (format: configs/reproductions/README.md) names the
 experiments to run (YAML files beside it, or built-in experiment names) and the rows to compare: a
 run picked by ``select`` (system, model, scenario name or any scenario key), a dotted ``metric`` path in
-its run document, the artefact's ``reference`` value and a relative ``tolerance``; ``role`` says whether
+its run document (or several joined by `` + ``: their sum), the artefact's ``reference`` value and a relative ``tolerance``; ``role`` says whether
 an attnsim parameter was set from the row (``calibration``, in-sample) or not (``validation``, held out).
 
 - :func:`folders` lists the system folders, :func:`load` reads and checks one (every error is one
@@ -212,6 +212,8 @@ def planned(rep: Reproduction) -> dict:
 
 
 def _number(doc: dict, metric: str, file: str, key: str) -> float:
+    if " + " in metric:  # a sum of dotted paths (an artefact's figure spanning several attnsim ops)
+        return float(sum(_number(doc, part.strip(), file, key) for part in metric.split(" + ")))
     try:
         val = get_dotted(doc, metric.split("."))
     except (KeyError, IndexError, TypeError, ValueError):

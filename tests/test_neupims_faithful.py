@@ -224,3 +224,13 @@ def test_time_s_layers_is_the_decoder_layers_time(over):
     layers = sum(v for k, v in bd["time_s_by_op"].items() if k not in NON_LAYER_OPS and not k.startswith("pp_"))
     assert 0 < bd["time_s_layers"] < bd["time_s"]
     assert bd["time_s_layers"] == pytest.approx(layers, rel=1e-9)
+
+
+def test_reproduction_metric_sums_dotted_paths():
+    """A row metric "a + b" is the sum of both paths (NeuPIMs' QKV gen = LayerNorm + GEMM); a bad part is refused."""
+    from attnsim.reproduce import _number
+    doc = {"breakdown": {"decode_step": {"time_s_by_op": {"attn_norm": 1.5e-5, "qkv_proj": 7.0e-5}}}}
+    one = "breakdown.decode_step.time_s_by_op."
+    assert _number(doc, f"{one}attn_norm + {one}qkv_proj", "r.yaml", "rows.0.metric") == pytest.approx(8.5e-5)
+    with pytest.raises(ConfigError, match=r"r.yaml: rows.0.metric: .*'breakdown.decode_step.time_s_by_op.nope'"):
+        _number(doc, f"{one}attn_norm + {one}nope", "r.yaml", "rows.0.metric")
