@@ -16,6 +16,7 @@ from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_st
 from attnsim.hwmodels.system import build_system, check_parallelism
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.pipeline import check_pipeline
+from attnsim.stack import add_step_overhead
 from attnsim.workloads.scenario import context_window
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, tp_imbalance, weight_bytes
 
@@ -87,7 +88,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             plan.check_capacity()
         return plan
 
-    def cost(plan):
+    def cost_step_only(plan):  # devices only (pipeline stages); cost() adds the software stack's host costs
         step = cost_step(plan, system)
         if ks.get("pj_per_byte"):  # ECC decode energy on every KV byte read (all TP ranks)
             e = plan.trace.total("kv_read_bytes") * tp * ks["pj_per_byte"] * 1e-12
@@ -97,21 +98,24 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             step.energy_j_by_device[role] = step.energy_j_by_device.get(role, 0.0) + e
         return step
 
+    def cost(plan, first_step=False):  # first_step: the prefill, with the stack's per-request cost
+        return add_step_overhead(cost_step_only(plan), system, sc.batch_size, first_step)
+
     pipe = None
     if spec.parallelism.pp > 1:  # pipeline parallelism: attnsim.pipeline
         from attnsim.pipeline import RunPipeline
-        pipe = RunPipeline(system, model, sc, final_ctx, build, place, cost)
-        pre_plan, prefill = None, pipe.prefill()
+        pipe = RunPipeline(system, model, sc, final_ctx, build, place, cost_step_only)
+        pre_plan, prefill = None, add_step_overhead(pipe.prefill(), system, sc.batch_size, True)
     else:
         ptp = getattr(policy, "prefill_tp", lambda *_: None)(system, spec.mapper.options) or tp
         pre_trace = build(model, sc, "prefill", tp=ptp)  # cxl_pnm: the host GPUs' own TP width
         pre_plan = place(pre_trace)
-        prefill = cost(pre_plan)
+        prefill = cost(pre_plan, first_step=True)
 
     steps, weights = decode_step_weights(sc.output_len, generation.mode, generation.samples)
     def decode_step(ctx):
         if pipe is not None:
-            return None, pipe.decode(ctx)
+            return None, add_step_overhead(pipe.decode(ctx), system, sc.batch_size)
         tr = build(model, sc, "decode", tp=tp, context_lens=ctx)
         plan = place(tr)
         s = plan.pipeline_subbatches
@@ -123,7 +127,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             t.meta["subbatch_of"] = s
             return place(t)
         subs = [sub(part) for part in np.array_split(ctx, s) if len(part)]
-        return tr, cost_step_pipelined(subs, system)
+        return tr, add_step_overhead(cost_step_pipelined(subs, system), system, sc.batch_size)
 
     decode = StepResult()
     for j, w in zip(steps, weights):

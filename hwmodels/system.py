@@ -117,6 +117,8 @@ class SystemSpec(Schema):
     links: dict[str, LinkSpec] = Field(default_factory=dict)
     parallelism: ParallelismSpec = ParallelismSpec()
     mapper: MapperSpec = MapperSpec()
+    software: str = Field("none", description="software-stack preset (configs/stacks/<name>.yaml or a path; "
+                                              "attnsim/stack.py): host costs per step / request, GPU kernel mode")
     source: str = ""
 
     # field validators (not one model validator) so that errors carry the key path
@@ -155,6 +157,7 @@ class System:
     pools: dict[str, DevicePool]
     links: dict[str, Any] = field(default_factory=dict)
     link_roles: dict[str, tuple[str, str]] = field(default_factory=dict)
+    stack: Any = None  # attnsim.stack.StackSpec of spec.software (None: no costs)
 
     @property
     def name(self) -> str:
@@ -190,18 +193,24 @@ class System:
 
 def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System:
     """Build device and link models; ``hardware`` maps hardware name (``ref_name`` of the
-    system's references) -> config dict."""
+    system's references) -> config dict. The ``software`` preset's ``kernels`` (if set) is every GPU
+    pool's ``software_stack``."""
+    from attnsim.stack import load_stack
+    stack = load_stack(spec.software, file=file_of("systems", spec.name))
     pools = {}
     for role, pool in spec.devices.items():
         name = ref_name(pool.hardware)
-        pools[role] = DevicePool(role, pool.count, registry.build(hardware[name], file=file_of("hardware", name),
+        hw = hardware[name]
+        if stack.kernels is not None and isinstance(hw, dict) and hw.get("kind") == "gpu":
+            hw = {**hw, "software_stack": stack.kernels}
+        pools[role] = DevicePool(role, pool.count, registry.build(hw, file=file_of("hardware", name),
                                                                 hardware=hardware), name)
     links, roles = {}, {}
     for lname, link in spec.links.items():
         name = ref_name(link.hardware)
         links[lname] = registry.build(hardware[name], file=file_of("hardware", name))
         roles[lname] = (link.connects[0], link.connects[1])
-    return System(spec, pools, links, roles)
+    return System(spec, pools, links, roles, stack)
 
 
 def check_parallelism(spec: SystemSpec, role: str, file: str) -> None:

@@ -171,6 +171,7 @@ ALTERNATIVE = {
     "DevicePoolSpec.hardware": Alt("h100_sxm", extra=(TWO_DGX,)),   # hardware of the experiment's systems
     "DevicePoolSpec.count": Alt(4, also=(("..parallelism.tp", 4),)),
     "LinkSpec.hardware": Alt("nvlink4", extra=(TWO_DGX,)),
+    "SystemSpec.software": Alt("vllm"),   # a preset's own fields: tests/test_stack_overheads.py
     "ModelSpec.num_kv_heads": Alt(8),
     "mapper.offload.topk_fraction": Alt(0.5),
     "LinkSpec.connects": Alt(["gpu", "pim"]),

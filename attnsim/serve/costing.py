@@ -3,7 +3,8 @@
 Each iteration becomes one OpTrace (workloads/trace.build_trace with per-request
 ``context_lens`` and ``query_tokens``: a decode is q = 1 with its context, a prefill chunk is
 q = chunk with context = tokens done + chunk), placed by the system's mapper policy and costed
-by ``engine.cost_step`` -- the same path as ``attnsim run``. A batch of decodes alone uses phase
+by ``engine.cost_step`` -- the same path as ``attnsim run`` (with the system's software-stack host time per
+iteration, attnsim/stack.py). A batch of decodes alone uses phase
 ``decode``; a batch with prefill chunks uses phase ``prefill`` (lm_head on one row per request).
 
 Memo (so repeated shapes are not re-simulated). An iteration is described by three numbers,
@@ -42,6 +43,7 @@ import numpy as np
 from attnsim.config import ConfigError
 from attnsim.engine import StepResult, cost_step
 from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.stack import add_step_overhead
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 
@@ -89,10 +91,11 @@ class IterationCoster:
                 if subbatch_of is not None:
                     tr.meta["subbatch_of"] = subbatch_of
                 return self.place(tr, c)
-            return pipeline_step(self.system, self.model, self.layout, c, q, place,
+            step = pipeline_step(self.system, self.model, self.layout, c, q, place,
                                  lambda plan: cost_step(plan, self.system)).result
+            return add_step_overhead(step, self.system, len(c))
         tr = build_trace(self.model, self.sc, phase, tp=self.tp, context_lens=c, query_tokens=q)
-        return cost_step(self.place(tr, c), self.system)
+        return add_step_overhead(cost_step(self.place(tr, c), self.system), self.system, len(c))
 
     # ------------------------------------------------------------ memo path
     def _point(self, n_dec: int, g: int, pre: tuple) -> StepResult:

@@ -122,6 +122,9 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
                   mode: str = "colocated", labels=None) -> PoolResult:
     """Serve requests (sorted by ``arrival_s``) on ``pool``; see the module docstring."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
+    stack = getattr(pool.system, "stack", None)
+    if stack is not None and stack.request_us and mode != "decode":  # attnsim/stack.py: tokenize + front end
+        arrival = arrival + stack.request_us * 1e-6  # before entering the engine (TTFT from the true arrival)
     prompt = np.asarray(prompt, dtype=np.int64)
     output = np.asarray(output, dtype=np.int64)
     n = len(arrival)

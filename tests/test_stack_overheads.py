@@ -1,0 +1,138 @@
+"""Software-stack presets (system key ``software``, attnsim/stack.py): host costs once per step and
+per request, in attnsim run and attnsim serve; ``none`` changes nothing."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnsim.config import ConfigError
+from attnsim.experiment import GenerationSpec, load_experiment
+from attnsim.hwmodels.system import build_system
+from attnsim.runner import run_experiment, simulate_generation
+from attnsim.serve.run import quick_pool
+from attnsim.serve.scheduler import simulate_pool
+
+B, P, O = 3, 48, 5
+SCEN = f"experiment.scenarios={{s: {{batch_size: {B}, prompt_len: {P}, output_len: {O}}}}}"
+STEP, PER_REQ, REQ = 123.0, 7.0, 456.0  # us, hand numbers of the test stack
+
+
+@pytest.fixture(scope="module")
+def stack_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("stacks") / "hand.yaml"
+    p.write_text(f"kind: stack\nname: hand\nstep_us: {STEP}\nrequest_step_us: {PER_REQ}\nrequest_us: {REQ}\n")
+    return str(p)
+
+
+def _exp(system, *sets):
+    return load_experiment(None, [f"experiment.systems=[{system}]", "experiment.baseline=null",
+                                  "experiment.models=[llama2-7b]", "models.llama2-7b.num_layers=2", SCEN,
+                                  "experiment.generation={mode: exact}", *sets])
+
+
+def _doc(system, *sets):
+    (doc,) = run_experiment(_exp(system, *sets))
+    assert doc["status"] == "ok"
+    return doc
+
+
+@pytest.mark.parametrize("system", ["h100_x1", "cent_pp2_tp4"])  # sequential steps; pipeline parallel
+def test_costs_added_exactly_once_per_step_and_request(system, stack_file):
+    base = _doc(system)
+    withs = _doc(system, f"systems.{system}.software={stack_file}")
+    m0, m1 = base["metrics"], withs["metrics"]
+    step_s = (STEP + PER_REQ * B) * 1e-6
+    assert m1["ttft_s"] - m0["ttft_s"] == pytest.approx(step_s + REQ * 1e-6, rel=1e-9)
+    assert m1["tpot_s"] - m0["tpot_s"] == pytest.approx(step_s, rel=1e-9)
+    assert m1["decode_time_s"] - m0["decode_time_s"] == pytest.approx((O - 1) * step_s, rel=1e-9)
+    # host time: devices idle (static energy over it, no dynamic energy)
+    assert m1["dynamic_energy_per_token_j"] == pytest.approx(m0["dynamic_energy_per_token_j"], rel=1e-12)
+    pre = withs["breakdown"]["prefill"]
+    assert pre["time_s_by_op"]["host_overhead"] == pytest.approx(step_s, rel=1e-12)
+    assert pre["time_s_by_op"]["host_request"] == pytest.approx(REQ * 1e-6, rel=1e-12)
+    assert pre["time_s_by_device"]["host"] == pytest.approx(step_s + REQ * 1e-6, rel=1e-12)
+    assert sum(pre["static_energy_j_by_device"].values()) == pytest.approx(pre["energy_j_by_component"]["static"])
+    exp = _exp(system)
+    static_w = build_system(exp.systems[system], exp.tree.hardware, exp.tree.file_of).static_power_w()
+    assert pre["energy_j"] - base["breakdown"]["prefill"]["energy_j"] == pytest.approx(
+        static_w * (step_s + REQ * 1e-6), rel=1e-9)
+
+
+def test_none_is_todays_result_bit_for_bit(tmp_path):
+    zero = tmp_path / "zero.yaml"
+    zero.write_text("kind: stack\nname: zero\n")
+    ref = json.dumps(_doc("h100_x1"), sort_keys=True)
+    assert json.dumps(_doc("h100_x1", "systems.h100_x1.software=none"), sort_keys=True) == ref
+    assert json.dumps(_doc("h100_x1", f"systems.h100_x1.software={zero}"), sort_keys=True) == ref
+
+
+def test_eager_preset_sets_the_gpu_kernel_mode():
+    exp = _exp("h100_x1", "systems.h100_x1.software=eager")
+    system = build_system(exp.systems["h100_x1"], exp.tree.hardware, exp.tree.file_of)
+    assert system.pools["gpu"].model.spec.software_stack == "eager"
+    # the preset = the hardware's eager kernels + its host costs (one mechanism for the kernel mode)
+    hw = _doc("h100_x1", "hardware.h100_sxm.software_stack=eager")["metrics"]
+    pre = _doc("h100_x1", "systems.h100_x1.software=eager")["metrics"]
+    s = system.stack
+    assert pre["tpot_s"] - hw["tpot_s"] == pytest.approx((s.step_us + s.request_step_us * B) * 1e-6, rel=1e-9)
+
+
+def test_serve_one_request_includes_the_costs(stack_file):
+    Pn, On = 200, 6
+    memo = {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}
+    sc = {"prompt_len": Pn, "output_len": On, "batch_size": 1}
+    sets = ["models.llama3-8b.num_layers=2"]
+    runs = {}
+    for name, extra in (("none", []), ("hand", [f"systems.h100_x1.software={stack_file}"])):
+        pool, _, _ = quick_pool(scenario=sc, serving={"memo": memo}, sets=sets + extra)
+        r = simulate_pool(pool, np.zeros(1), np.array([Pn]), np.array([On]))
+        runs[name] = (r.first_token_s[0], (r.finish_s[0] - r.first_token_s[0]) / (On - 1), pool)
+    step_s = (STEP + PER_REQ) * 1e-6
+    assert runs["hand"][0] - runs["none"][0] == pytest.approx(REQ * 1e-6 + step_s, rel=1e-9)
+    assert runs["hand"][1] - runs["none"][1] == pytest.approx(step_s, rel=1e-9)
+    pool = runs["hand"][2]  # and serve = run with the same stack
+    ref = simulate_generation(pool.system, pool.model, pool.sc, GenerationSpec(mode="exact"))["metrics"]
+    assert runs["hand"][0] == pytest.approx(ref["ttft_s"], rel=1e-9)
+    assert runs["hand"][1] == pytest.approx(ref["tpot_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("value,expect", [("nosuch", "unknown stacks config 'nosuch'"),
+                                          ("{a: 1}", "software")])
+def test_bad_software_is_refused_in_one_line(value, expect):
+    with pytest.raises(ConfigError) as e:
+        run_experiment(_exp("h100_x1", f"systems.h100_x1.software={value}"))
+    msg = str(e.value)
+    assert expect in msg and "software" in msg and "\n" not in msg
+
+
+def test_bad_stack_field_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: stack\nname: bad\nstep_us: -1\n")
+    with pytest.raises(ConfigError) as e:
+        run_experiment(_exp("h100_x1", f"systems.h100_x1.software={bad}"))
+    assert "step_us" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_builtin_presets_load():
+    from attnsim.stack import load_stack
+    for name, kernels in (("vllm", "fused"), ("trtllm", "fused"), ("eager", "eager")):
+        s = load_stack(name)
+        assert s.name == name and s.kernels == kernels and s.step_us > 0 and s.request_us > 0
+    assert load_stack("trtllm").step_us < load_stack("vllm").step_us  # C++ runtime + CUDA graphs
+
+
+def test_every_stack_field_acts_or_only_names(tmp_path):
+    """The no-silent-no-op rule for StackSpec (presets are not in the config tree the walk covers)."""
+    from attnsim.stack import StackSpec
+    cosmetic = {"kind", "name", "description", "source"}
+    changed = {"kernels": "eager", "step_us": 10.0, "request_step_us": 10.0, "request_us": 10.0}
+    assert set(StackSpec.model_fields) == cosmetic | set(changed)
+    base = tmp_path / "base.yaml"
+    base.write_text("kind: stack\nname: base\n")
+    ref = _doc("h100_x1", f"systems.h100_x1.software={base}")["metrics"]
+    for field, value in changed.items():
+        f = tmp_path / f"{field}.yaml"
+        f.write_text(f"kind: stack\nname: {field}\n{field}: {value}\n")
+        assert _doc("h100_x1", f"systems.h100_x1.software={f}")["metrics"] != ref, field
