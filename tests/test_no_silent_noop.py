@@ -43,6 +43,7 @@ COSMETIC = {
     # the kind tag selects the schema; another kind is another schema (its own fields are walked)
     "GPUSpec.kind", "NPUSpec.kind", "LinkSpec.kind", "MemorySpec.kind", "PIMSpec.kind", "DRAMSpec.kind",
     "ControllerSpec.kind",
+    "NCCLSpec.source", "CustomAllReduceSpec.source",
 }
 
 SMALL = ["models.llama2-7b.num_layers=2"]
@@ -117,6 +118,8 @@ FIELD_BASE = {
     "KVSpec.prefix_caching": "serve_prefix", "ServingSpec.colocated": "serve_disagg",
     "PUParams.tflops": "cxl_pnm", "PUParams.gb_bytes": "cxl_aim", "LinkSpec.connects": "attacc",
     "NPUSpec.hbm_capacity_gb": "npu",
+    # collectives blocks: containers on the GPU links (their fields are walked on dgx_a100's nvlink3)
+    "LinkSpec.nccl": "gpu", "LinkSpec.custom_allreduce": "gpu",
     "ExperimentSpec.seed": "serve", "TraceSpec.prefix_tokens": "serve_file", "TraceSpec.file": "serve_file",
     "TraceSpec.prompt": "serve", "TraceSpec.output": "serve", "ModelSpec.rope_scaling": "moe", "MapperSpec.policy": "attacc",
     "MemoSpec.relative_bucket": "serve_disagg", "DRAMSpec.pim": "dram",
@@ -171,6 +174,12 @@ ALTERNATIVE = {
     "DevicePoolSpec.hardware": Alt("h100_sxm", extra=(TWO_DGX,)),   # hardware of the experiment's systems
     "DevicePoolSpec.count": Alt(4, also=(("..parallelism.tp", 4),)),
     "LinkSpec.hardware": Alt("nvlink4", extra=(TWO_DGX,)),
+    # the ring formula's fields (nvlink3 runs NCCL's tuner by default) and the custom all-reduce's
+    "LinkSpec.latency_us": Alt(8.4, extra=("hardware.nvlink3.allreduce=ring",)),
+    "LinkSpec.efficiency": Alt(0.5, extra=("hardware.nvlink3.allreduce=ring",)),
+    "CustomAllReduceSpec.max_bytes": Alt(1.0, extra=("hardware.nvlink3.allreduce=custom",)),
+    "CustomAllReduceSpec.sync_us": Alt(7.5, extra=("hardware.nvlink3.allreduce=custom",)),
+    "NCCLSpec.nvls": Alt({"base_us": 25.0, "bus_efficiency": 0.61}),   # NVLS on dgx_a100's switch: prefill
     "SystemSpec.software": Alt("vllm"),   # a preset's own fields: tests/test_stack_overheads.py
     "ModelSpec.num_kv_heads": Alt(8),
     "mapper.offload.topk_fraction": Alt(0.5),
