@@ -10,6 +10,9 @@ Sets (each number with its source):
 - reproductions (``reproductions/NAME`` for one): each folder of configs/reproductions/ (see
   :mod:`attnsim.reproduce`), rows with the role their reference.yaml gives; ``attacc`` is
   ``reproductions/attacc`` under its old name;
+- power: per-GPU power and J/token of vLLM serving on H100 (ML.ENERGY v3, configs/validation/power.yaml)
+  as equivalent static batches; Llama-3.1-8B TP1 is ``calibration`` (the h100_sxm power parameters were
+  fitted to its power), the 70B TP4 rows are held out;
 - nccl: all-reduce time vs nccl-tests on 8 x A100, 4 x A100 and 4 x H100 (configs/validation/nccl.yaml,
   every row 8 B - 1 GB within 15 %; ``calibration``: the link presets' nccl blocks were fitted to them)
   and held-out rows (8 x H100 ring busbw, LLMCompass' 4 x A100 all-reduces, vLLM custom all-reduce);
@@ -167,6 +170,43 @@ def limit_rows() -> list[Row]:
     return out
 
 
+def power_runs(sets: tuple = (), roles: tuple = ("calibration", "validation")) -> list[dict]:
+    """Each row of configs/validation/power.yaml run as its equivalent static batch (batch = round(avg
+    batch), the file's prompt_len, output_len = round(avg_output_len)): measured and modelled per-GPU
+    power, J/token, median ITL vs TPOT. ``sets``: extra ``--set`` overrides (e.g. the fit script's)."""
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    data = _load("power")
+    exp = CONFIG_ROOT / "validation" / data["experiment"]
+    out = []
+    for r in (r for r in data["rows"] if r["role"] in roles):
+        run_sets = [*sets, f"experiment.systems=[{r['system']}]", f"experiment.models=[{r['model']}]",
+                f"scenarios.chat.batch_size={max(1, round(r['avg_batch_size']))}",
+                f"scenarios.chat.prompt_len={data['prompt_len']}",
+                f"scenarios.chat.output_len={max(1, round(r['avg_output_len']))}"]
+        (d,) = run_experiment(load_experiment(exp, run_sets))
+        m = d["metrics"]
+        tokens = m["batch_per_replica"] * m["replicas"] * max(1, round(r["avg_output_len"]))
+        gpus = m["tp"] * m.get("pp", 1) * m["replicas"]
+        out.append({**r, "source": data["source"], "tolerance": data["tolerance"],
+                    "model_power_w_per_gpu": m["energy_per_token_j"] * tokens / m["total_time_s"] / gpus,
+                    "model_energy_per_token_j": m["energy_per_token_j"], "model_tpot_ms": m["tpot_s"] * 1e3,
+                    "model_step_ms": m["total_time_s"] / max(1, round(r["avg_output_len"])) * 1e3})
+    return out
+
+
+def power_rows() -> list[Row]:
+    """Per-GPU power and J/token vs ML.ENERGY v3 (H100, vLLM, chat), per row of :func:`power_runs`."""
+    rows = []
+    for r in power_runs():
+        tag = f"{r['model_id'].split('/')[-1]} batch {r['avg_batch_size']:g}"
+        for what, mod, ref in (("W per GPU", "model_power_w_per_gpu", "avg_power_w_per_gpu"),
+                               ("J/token", "model_energy_per_token_j", "energy_per_token_j")):
+            rows.append(Row("power", f"{tag} {what}", float(r[mod]), float(r[ref]), float(r["tolerance"]),
+                            role=r["role"], system=str(r["system"]).removesuffix(".yaml"), source=r["source"]))
+    return rows
+
+
 def nccl_rows() -> list[Row]:
     """All-reduce time vs nccl-tests (configs/validation/nccl.yaml: every row of calibration/
     nccl_allreduce.csv from 8 B to 1 GB, ``calibration``: the link presets' nccl blocks were fitted to
@@ -207,7 +247,7 @@ def nccl_rows() -> list[Row]:
     return out
 
 
-SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "nccl": nccl_rows, "limits": limit_rows}
+SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "nccl": nccl_rows, "power": power_rows, "limits": limit_rows}
 ALIASES = {"attacc": "reproductions/attacc"}  # the set's name before configs/reproductions/ (users' scripts)
 
 

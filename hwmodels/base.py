@@ -18,6 +18,7 @@ from attnsim.config import Schema
 ENERGY_COMPONENTS = (
     "compute",          # GPU/NPU/PNM arithmetic (dynamic)
     "pim_compute",      # in-DRAM processing units (dynamic)
+    "active",           # GPU SM/uncore activity power x kernel time, beyond arithmetic and data movement (gpu_power.py)
     "sram",             # on-chip buffers / caches (dynamic)
     "dram_activate",    # ACT/PRE (row cycles)
     "dram_read_write",  # cell array + column path to the I/O

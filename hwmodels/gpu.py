@@ -27,21 +27,23 @@ Per row (one repeat), after shared/reference/gpu_calibration.md §7:
   eager: §4.2 ~45-48 us per element-wise kernel).
 * ``allreduce``: not costed here (links do it): time 0, bound "link".
 
-Energy (dynamic): HBM bytes x (activate + read/write + I/O) pJ/bit (FGDRAM via AttAcc, pim_dram.md
-b.1 energy table); on-chip traffic: each HBM byte passes L2 and L1 once (AttAcc pJ/B); arithmetic:
-``compute_pj_per_flop`` x FLOPs (derivation in the presets).
+Energy (dynamic, per GPU; the power model is :mod:`attnsim.hwmodels.gpu_power`): HBM bytes x (activate +
+read/write + I/O) pJ/bit (FGDRAM via AttAcc, pim_dram.md b.1 energy table); on-chip traffic: each HBM byte
+passes L2 and L1 once (AttAcc pJ/B); arithmetic: ``compute_pj_per_flop`` x FLOPs; SM/uncore activity:
+``sm_active_power_w`` x occupancy x kernel-body time (component ``active``); board power capped at ``tdp_w``.
 """
 from __future__ import annotations
 
 from typing import List, Literal, Optional, Tuple
 
 import numpy as np
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from attnsim.config import Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
+from attnsim.hwmodels.gpu_power import matmul_occupancy, op_energy_j
 
 
 
@@ -57,7 +59,10 @@ class GPUSpec(HBMEnergySpec):
     hbm_bandwidth_gbps: PositiveFloat = Field(description="HBM bandwidth, GB/s (1e9 B/s)")
     hbm_capacity_gb: PositiveFloat
     num_sms: PositiveInt
-    idle_power_w: float = Field(ge=0)
+    idle_power_w: float = Field(ge=0, description="idle with a CUDA context and weights resident (static)")
+    tdp_w: PositiveFloat = Field(description="board power limit; power above it is charged at the cap")
+    sm_active_power_w: float = Field(ge=0, description="SM/uncore power while kernels run at full occupancy, "
+                                                       "beyond idle, arithmetic and data movement")
     # --- software stack and kernel costs
     software_stack: Literal["fused", "eager"] = "fused"
     kernel_overhead_us: float = Field(ge=0, description="fixed cost of every kernel (launch + prologue/epilogue)")
@@ -87,6 +92,12 @@ class GPUSpec(HBMEnergySpec):
     l2_pj_per_byte: float = Field(ge=0)
     l1_pj_per_byte: float = Field(ge=0)
     compute_pj_per_flop: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _tdp_above_idle(self):
+        if self.tdp_w <= self.idle_power_w:
+            raise ValueError(f"tdp_w must be above idle_power_w = {self.idle_power_w}, got {self.tdp_w}")
+        return self
 
 
 class GPUModel:
@@ -189,6 +200,7 @@ class GPUModel:
         t_kernel = s.kernel_overhead_us * 1e-6
 
         n_rows = len(rows)
+        occupancy = np.ones(n_rows)  # bandwidth-bound kernels keep every SM issuing loads
         t_comp = np.zeros(n_rows)
         t_mem = np.zeros(n_rows)
         t_ovh = np.full(n_rows, t_kernel)
@@ -197,6 +209,7 @@ class GPUModel:
         if mm.any():
             t_comp[mm] = self.matmul_compute_time_s(m[mm], n[mm], k[mm], batch[mm], peak=peak)
             t_mem[mm] = self.memory_time_s(nbytes[mm])
+            occupancy[mm] = matmul_occupancy(s, m[mm], n[mm], k[mm], batch[mm])
             if eager:
                 t_ovh[mm] += s.eager_matmul_overhead_us * 1e-6
 
@@ -227,11 +240,7 @@ class GPUModel:
         bound[t_ovh > t_body] = "overhead"
         bound[ar] = "link"
 
-        energy = {
-            **s.dram_energy_j(hbm_bytes),
-            "sram": hbm_bytes * (s.l2_pj_per_byte + s.l1_pj_per_byte) * 1e-12,
-            "compute": dyn_flops * s.compute_pj_per_flop * 1e-12,
-        }
+        energy = op_energy_j(s, time_s, np.where(ar, 0.0, t_body), occupancy, dyn_flops, hbm_bytes, count=c["count"][rows])
         return OpCost(time_s=time_s, energy_j=energy, bytes_by_level={"hbm": hbm_bytes},
                       flops=dyn_flops, bound=bound.astype(str))
 
