@@ -26,6 +26,7 @@ _MODULES = (
     "attnsim.hwmodels.pim",
     "attnsim.hwmodels.memory",
     "attnsim.hwmodels.cxl_controller",
+    "attnsim.hwmodels.host",
 )
 _loaded = False
 _loading = False

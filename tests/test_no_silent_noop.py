@@ -43,6 +43,7 @@ COSMETIC = {
     # the kind tag selects the schema; another kind is another schema (its own fields are walked)
     "GPUSpec.kind", "NPUSpec.kind", "LinkSpec.kind", "MemorySpec.kind", "PIMSpec.kind", "DRAMSpec.kind",
     "ControllerSpec.kind",
+    "HostSpec.name", "HostSpec.description", "HostSpec.source", "HostSpec.kind",
     "NCCLSpec.source", "CustomAllReduceSpec.source",
 }
 
@@ -75,6 +76,7 @@ BASES = {
     "tiered": ("run", "default", _sys("tiered_attacc"), None),
     "attacc_opt": ("run", "default", _sys("attacc_opt"), None),
     "offload": ("run", "default", _sys("offload_host"), None),
+    "host": ("run", "default", _sys("cxl_pnm_host"), None),   # a host pool (kind host): static power only
     "moe": ("run", "default", ["experiment.systems=[dgx_a100]", "experiment.models=[deepseek-v2-lite]",
                                "experiment.baseline=null", SCEN, GEN, "models.deepseek-v2-lite.num_layers=3"], None),
     "lens": ("run", "default", _sys("dgx_a100")[:3] + [

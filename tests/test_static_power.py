@@ -106,3 +106,17 @@ def test_host_gpu_count_must_divide_into_replicas():
         run_experiment(exp)
     msg = str(e.value)
     assert "devices.gpu.count" in msg and "multiple of replicas = 2" in msg and "\n" not in msg
+
+
+def test_host_pool_adds_cpu_and_dram_static_power_only():
+    exp = _exp("cxl_pnm_host")
+    system = _system(exp, "cxl_pnm_host")
+    by = system.static_power_by_device_w()
+    assert by["cpu"] == {"cpu": 2 * 90.0, "dram": 80.0}  # configs/hardware/dgx_h100_host.yaml
+    (doc,) = run_experiment(exp)
+    b = doc["breakdown"]["decode_step"]
+    assert b["static_energy_j_by_part"]["cpu.cpu"] == pytest.approx(180.0 * b["time_s"], rel=1e-12)
+    assert "cpu" not in b["time_s_by_device"]  # it runs nothing
+    with pytest.raises(ConfigError) as e:
+        system.pools["cpu"].model.cost(None, [0])
+    assert "runs no trace rows" in str(e.value) and "\n" not in str(e.value)
