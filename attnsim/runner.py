@@ -13,7 +13,7 @@ import numpy as np
 from attnsim.config import ConfigError
 from attnsim.results import finalize_doc
 from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights
-from attnsim.hwmodels.system import build_system, check_parallelism
+from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.pipeline import check_pipeline
 from attnsim.stack import add_step_overhead
@@ -264,8 +264,8 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
                 docs.append(doc)
                 if progress:
                     progress(doc)
-    if exp.spec.baseline:
-        add_baseline_ratios(docs, exp.spec.baseline)
+    if exp.spec.baseline:  # a baseline given as a file (``x.yaml``) is the system named by it
+        add_baseline_ratios(docs, ref_name(exp.spec.baseline))
         for doc in docs:
             finalize_doc(doc)
     return docs
