@@ -59,7 +59,13 @@ def _stage_times(doc1, phase, stages, L):
 def _link_time(nbytes, hw="nvlink3"):
     from attnsim.config import find_config, load_yaml
     spec = load_yaml(find_config("hardware", hw))
-    return spec["latency_us"] * 1e-6 + nbytes / (spec["bandwidth_gbps"] * 1e9 * spec.get("efficiency", 1.0))
+    if spec.get("allreduce") not in ("nccl", "custom"):  # the formula: latency + bytes / achieved bandwidth
+        return spec["latency_us"] * 1e-6 + nbytes / (spec["bandwidth_gbps"] * 1e9 * spec.get("efficiency", 1.0))
+    # NCCL send/recv (hwmodels/collectives.py): one step, the fastest protocol
+    nc = spec["nccl"]
+    bw = spec["bandwidth_gbps"] * 1e9 * nc["bus_efficiency"]
+    return min((nc["call_us"] + p["base_us"] + p["step_us"]) * 1e-6 + nbytes / (bw * p["bw_fraction"])
+               for p in nc["protocols"].values())
 
 
 @pytest.mark.parametrize("pp,tp,stages", [(2, 4, [16, 16]), (4, 2, [8, 8, 8, 8]), (4, 2, [4, 12, 8, 8])])
