@@ -173,18 +173,21 @@ def limit_rows() -> list[Row]:
 def power_runs(sets: tuple = (), roles: tuple = ("calibration", "validation")) -> list[dict]:
     """Each row of configs/validation/power.yaml run as its equivalent static batch (batch = round(avg
     batch), the file's prompt_len, output_len = round(avg_output_len)): measured and modelled per-GPU
-    power, J/token, median ITL vs TPOT. ``sets``: extra ``--set`` overrides (e.g. the fit script's)."""
+    power, J/token, median ITL vs TPOT. ``sets``: extra ``--set`` overrides, applied last (e.g. a fit or a prompt length)."""
     from attnsim.experiment import load_experiment
     from attnsim.runner import run_experiment
     data = _load("power")
     exp = CONFIG_ROOT / "validation" / data["experiment"]
     out = []
     for r in (r for r in data["rows"] if r["role"] in roles):
-        run_sets = [*sets, f"experiment.systems=[{r['system']}]", f"experiment.models=[{r['model']}]",
-                f"scenarios.chat.batch_size={max(1, round(r['avg_batch_size']))}",
-                f"scenarios.chat.prompt_len={data['prompt_len']}",
-                f"scenarios.chat.output_len={max(1, round(r['avg_output_len']))}"]
+        run_sets = [f"experiment.systems=[{r['system']}]", f"experiment.models=[{r['model']}]",
+                    f"scenarios.chat.batch_size={max(1, round(r['avg_batch_size']))}",
+                    f"scenarios.chat.prompt_len={data['prompt_len']}",
+                    f"scenarios.chat.output_len={max(1, round(r['avg_output_len']))}", *sets]
         (d,) = run_experiment(load_experiment(exp, run_sets))
+        if d["status"] != "ok":
+            raise ConfigError(f"a run that completes, got {d['status']} at batch {r['avg_batch_size']}",
+                              file="configs/validation/power.yaml", key=f"rows.{r['model_id']}")
         m = d["metrics"]
         tokens = m["batch_per_replica"] * m["replicas"] * max(1, round(r["avg_output_len"]))
         gpus = m["tp"] * m.get("pp", 1) * m["replicas"]
