@@ -14,7 +14,7 @@ from attnsim.config import ConfigError
 
 # modules that add subcommands: each has register(subparsers)
 _COMMAND_MODULES = ("attnsim.cli_run", "attnsim.cli_dram", "attnsim.cli_isa", "attnsim.cli_sweep", "attnsim.cli_serve",
-                    "attnsim.cli_validate")
+                    "attnsim.cli_validate", "attnsim.cli_sensitivity")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -177,6 +177,7 @@ def _load_hardware(tree: ConfigTree, base: Optional[Path]) -> None:
                                   file=f, key=key)
             continue
         hw = load_yaml(p)
+        registry.check_ranges(hw, display_path(p))  # the file's ranges hold its own values
         tree.hardware[name] = hw
         tree.files[("hardware", name)] = display_path(p)
         # hardware may reference other hardware (e.g. a PIM device names its DRAM preset)
@@ -259,7 +260,7 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
         f = tree.file_of("hardware", n)
         if not isinstance(d, dict) or "kind" not in d:
             raise ConfigError("missing required key", file=f, key="kind")
-        validate(registry.schema_for(d["kind"], f), d, file=f)
+        registry.validate_hardware(d, file=f)  # a ranges: block (attnsim sensitivity) is checked and set aside
     reliability = {}
     from attnsim.reliability_run import load_spec, merged_section
     for n, sc in scenarios.items():

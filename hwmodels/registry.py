@@ -14,7 +14,9 @@ import importlib
 import threading
 from typing import Any, Callable
 
-from attnsim.config import ConfigError, validate
+from pydantic import Field
+
+from attnsim.config import ConfigError, Schema, _number_kind, set_dotted, validate
 
 _KINDS: dict[str, tuple[type, Callable[[Any], Any]]] = {}
 # modules that register kinds; imported lazily so that importing one model stays cheap
@@ -80,9 +82,116 @@ def build(hw: dict, file: str | None = None, hardware: dict | None = None):
 
     ``hardware`` (name -> config dict, e.g. an experiment's config tree) resolves the configs this
     one references (a PIM device's DRAM preset) from that table, so overrides of them apply."""
+    spec = validate_hardware(hw, file)
+    factory = _KINDS[hw["kind"]][1]
+    return factory(spec, hardware=hardware) if hw["kind"] in _WITH_TABLE else factory(spec)
+
+
+def validate_hardware(hw: dict, file: str | None = None):
+    """The validated spec of a hardware config dict (its kind's schema; a ``ranges:`` block checked
+    by :func:`split_ranges` and set aside)."""
     if not isinstance(hw, dict) or "kind" not in hw:
         raise ConfigError("missing required key", file=file, key="kind")
     schema = schema_for(hw["kind"], file)
-    spec = validate(schema, hw, file=file)
-    factory = _KINDS[hw["kind"]][1]
-    return factory(spec, hardware=hardware) if hw["kind"] in _WITH_TABLE else factory(spec)
+    rest, _ = split_ranges(hw, file, schema)
+    return validate(schema, rest, file=file)
+
+
+# ---------------------------------------------------------------- ranges (attnsim sensitivity)
+#
+# Any hardware config may end with ``ranges:``: per unpublished parameter (dotted field name of that
+# file, e.g. ``pu.tflops``) the range it is uncertain over and where the range comes from. The run
+# itself does not read it; ``attnsim sensitivity`` varies each parameter over it.
+
+RANGES_KEY = "ranges"
+
+
+class RangeSpec(Schema):
+    """Documented range of one parameter: ``low <= value in the file <= high``, with its source
+    (a citation, or ``"assumption: <why>"``)."""
+
+    low: float
+    high: float
+    source: str = Field(min_length=1)
+
+
+def _field_schema(ann):
+    """The schema class of a nested-model annotation (through Optional/Annotated), else None."""
+    import types
+    import typing
+    from pydantic import BaseModel
+    origin = typing.get_origin(ann)
+    if origin is typing.Annotated:
+        return _field_schema(typing.get_args(ann)[0])
+    if origin in (typing.Union, types.UnionType):
+        subs = [s for s in (_field_schema(a) for a in typing.get_args(ann)) if s is not None]
+        return subs[0] if len(subs) == 1 else None
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def number_fields(schema, prefix: str = "") -> dict[str, str]:
+    """Dotted input key -> 'int' / 'float' of every scalar number field of ``schema`` (nested models
+    walked into): the keys a ``ranges:`` block may name."""
+    out = {}
+    for name, f in schema.model_fields.items():
+        key = prefix + (f.alias or name)
+        kind = _number_kind(f.annotation)
+        if kind in ("int", "float"):
+            out[key] = kind
+        sub = _field_schema(f.annotation)
+        if sub is not None:
+            out.update(number_fields(sub, key + "."))
+    return out
+
+
+def split_ranges(hw: dict, file: str | None = None, schema=None) -> tuple[dict, dict[str, RangeSpec]]:
+    """(the config without ``ranges``, {dotted key: RangeSpec}); refuses a key that names no number
+    field of the file's kind, a range with low > high, and a missing source."""
+    if RANGES_KEY not in hw:
+        return hw, {}
+    rest = {k: v for k, v in hw.items() if k != RANGES_KEY}
+    raw = hw[RANGES_KEY]
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of field -> {low, high, source}", file=file, key=RANGES_KEY)
+    schema = schema or schema_for(hw.get("kind"), file)
+    fields = number_fields(schema)
+    out = {}
+    for key, r in raw.items():
+        where = f"{RANGES_KEY}.{key}"
+        if str(key) not in fields:
+            raise ConfigError(f"expected a number field of kind {hw.get('kind')} ({', '.join(fields)}), got {key!r}",
+                              file=file, key=where)
+        spec = validate(RangeSpec, r if isinstance(r, dict) else {"low": r}, file=file, prefix=where)
+        if spec.low > spec.high:
+            raise ConfigError(f"expected low <= high, got low {spec.low:g} > high {spec.high:g}", file=file, key=where)
+        out[str(key)] = spec
+    return rest, out
+
+
+def check_ranges(hw: dict, file: str | None = None) -> dict[str, RangeSpec]:
+    """A hardware file's ranges against its own values: each range holds the file's value
+    (``low <= value <= high``) and both ends are legal values of the field. Run on the file as read
+    (a ``--set`` override may leave the range: the range documents the file's value)."""
+    import copy
+    if not isinstance(hw, dict) or RANGES_KEY not in hw:
+        return {}
+    spec = validate_hardware(hw, file)
+    rest, ranges = split_ranges(hw, file)
+    for key, r in ranges.items():
+        where = f"{RANGES_KEY}.{key}"
+        value = spec
+        for part in key.split("."):
+            value = getattr(value, next((n for n, f in type(value).model_fields.items() if (f.alias or n) == part), part))
+        if value is None or not r.low <= value <= r.high:
+            raise ConfigError(f"expected low <= {key} ({value}) <= high, got [{r.low:g}, {r.high:g}]", file=file, key=where)
+        for end in ("low", "high"):
+            trial = copy.deepcopy(rest)
+            v = getattr(r, end)
+            set_dotted(trial, key.split("."), int(v) if number_fields(type(spec))[key] == "int" and v == int(v) else v,
+                       create=True)
+            try:
+                validate(type(spec), trial, file=file)
+            except ConfigError as exc:
+                raise ConfigError(f"expected a legal value of {key}, got {v:g} ({exc.message})", file=file,
+                                  key=f"{where}.{end}") from None
+    return ranges

@@ -396,3 +396,39 @@ def reproduction(rows, width="single", title=None):
     if title:
         ax.set_title(title, fontsize=6, pad=12)
     return fig
+
+
+# ---------------------------------------------------------------- sensitivity (attnsim sensitivity)
+
+def tornado(doc: dict, output: str, width="single", title=None):
+    """One output of an :mod:`attnsim.sensitivity` document per parameter: OAT bars from the base to
+    the value at the parameter's low and high end (relative change, largest swing on top; a ratio's
+    1.0 drawn as a dashed line); Morris mu* / |base| or Sobol S_T bars for the sampled methods."""
+    rows = [r for r in doc["rows"] if r["output"] == output]
+    if not rows:
+        raise ConfigError(f"expected an output of the sensitivity result ({', '.join(doc['base'])}), got {output!r}",
+                          file="--figure-output")
+    base = doc["base"][output]
+    fig, ax = new_figure(width, aspect=max(0.35, 0.09 * len(rows) + 0.2))
+    if doc["method"] == "oat":
+        rel = lambda v: 100.0 * (v / base - 1.0) if v is not None and base else 0.0
+        rows = sorted(rows, key=lambda r: abs(r["relative_swing"] or 0.0))
+        y = np.arange(len(rows))
+        ax.barh(y, [rel(r["low"]) for r in rows], height=0.6, color=OKABE_ITO[0], label="parameter at low")
+        ax.barh(y, [rel(r["high"]) for r in rows], height=0.35, color=OKABE_ITO[4], label="parameter at high")
+        ax.axvline(0.0, color="black", linewidth=0.6)
+        if output.split(":", 1)[1].startswith("vs_baseline.") and base:
+            ax.axvline(rel(1.0), color=OKABE_ITO[5], linestyle="--", linewidth=0.8, label="ratio = 1 (verdict flips)")
+        ax.set_xlabel(f"change of {output.split(':', 1)[1]} vs base {base:.4g} (%)")
+    else:
+        key, what = ("mu_star", "Morris \u03bc* / |base|") if doc["method"] == "morris" else ("ST", "Sobol total index S_T")
+        scale = abs(base) if key == "mu_star" and base else 1.0
+        rows = sorted(rows, key=lambda r: abs(r[key] or 0.0))
+        y = np.arange(len(rows))
+        ax.barh(y, [(r[key] or 0.0) / scale for r in rows], height=0.6, color=OKABE_ITO[0], label=what)
+        ax.set_xlabel(f"{what} of {output.split(':', 1)[1]} (dimensionless)")
+    ax.set_yticks(y)
+    ax.set_yticklabels([r["parameter"] for r in rows], fontsize=5)
+    ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, borderaxespad=0.2)
+    ax.set_title(title or output.split(":", 1)[0], fontsize=6, pad=12)
+    return fig

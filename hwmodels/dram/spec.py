@@ -320,6 +320,8 @@ def load_dram_spec(ref, overrides: dict | None = None) -> DRAMSpec:
 def spec_from_dict(data: dict, file: str | None = None) -> DRAMSpec:
     if data.get("kind") != "dram":
         raise ConfigError(f"expected 'dram', got {data.get('kind')!r}", file=file, key="kind")
+    from attnsim.hwmodels.registry import split_ranges
+    data, _ = split_ranges(data, file, DRAMSpec)  # a ranges: block (attnsim sensitivity) is set aside
     try:
         return validate(DRAMSpec, data, file=file)
     except ConfigError as exc:  # fold "key: ..." messages of model validators into the key path
