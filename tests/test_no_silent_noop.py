@@ -387,6 +387,23 @@ def test_every_field_is_walked():
     assert not missing, f"fields no base experiment reaches: {missing}"
 
 
+# Fields of configs that no run reads, each read (and tested) by the one command that does: a
+# hardware config's ranges: block (attnsim.hwmodels.registry.RangeSpec) is set aside by every run and
+# read by attnsim sensitivity only.
+ELSEWHERE = {
+    "RangeSpec.low": "tests/test_sensitivity.py::test_oat_swings (the OAT point at the low end)",
+    "RangeSpec.high": "tests/test_sensitivity.py::test_oat_swings (the OAT point at the high end)",
+    "RangeSpec.source": "tests/test_sensitivity.py::test_cli_writes_json_and_tornado (in sensitivity.json)",
+}
+
+
+def test_elsewhere_fields_listed():
+    """Every field of the schemas outside the run walk is in ELSEWHERE with the test that shows it acts."""
+    from attnsim.hwmodels.registry import RangeSpec
+    assert {f"RangeSpec.{f}" for f in RangeSpec.model_fields} == set(ELSEWHERE)
+    assert not set(ELSEWHERE) & universe()
+
+
 def test_tables_name_real_fields():
     """COSMETIC, FIELD_BASE and ALTERNATIVE name existing fields (no stale entries)."""
     fields = universe()
