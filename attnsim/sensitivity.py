@@ -201,12 +201,15 @@ def sampled(method: str, params: list[Param], evaluate: Callable, samples: int, 
             notes.append(f"{out}: not analysed ({sum(v is None for v in y)} of {len(y)} samples did not complete)")
             continue
         y = np.asarray(y, dtype=float)
-        if method == "morris":
+        if np.ptp(y) == 0:  # a constant output: no parameter moves it (the estimators would divide by 0)
+            keys = ("mu_star", "sigma", "mu", "mu_star_conf") if method == "morris" else ("S1", "ST", "S1_conf", "ST_conf")
+            idx = {k: np.zeros(len(params)) for k in keys}
+        elif method == "morris":
             res = morris_analyze.analyze(problem, X, y, num_levels=4, seed=seed)
-            idx = {"mu_star": res["mu_star"], "sigma": res["sigma"], "mu": res["mu"]}
+            idx = {"mu_star": res["mu_star"], "sigma": res["sigma"], "mu": res["mu"], "mu_star_conf": res["mu_star_conf"]}
         else:
             res = sobol_analyze.analyze(problem, y, calc_second_order=False, seed=seed)
-            idx = {"S1": res["S1"], "ST": res["ST"]}
+            idx = {"S1": res["S1"], "ST": res["ST"], "S1_conf": res["S1_conf"], "ST_conf": res["ST_conf"]}  # small N: noisy
         lo, hi = float(y.min()), float(y.max())
         for j, p in enumerate(params):
             row = {"parameter": p.name, "output": out, "base": b, "sample_min": lo, "sample_max": hi}

@@ -132,6 +132,10 @@ def test_morris_small_sample():
     r = next(r for r in doc["rows"] if r["parameter"] == BW and r["output"] == f"{A100}:tpot_s")
     assert r["mu_star"] > 0 and r["mu"] < 0   # elementary effect of bandwidth on TPOT: negative
     assert "mu_star" in sensitivity.table(doc)
+    doc = sensitivity.run("default", SETS, [IDLE], method="sobol", samples=2)
+    assert doc["evaluations"] == 1 + 2 * (1 + 2)   # base + N x (parameters + 2), first-order and total only
+    r = next(r for r in doc["rows"] if r["output"] == f"{A100}:tpot_s")
+    assert r["ST"] == 0.0 and r["S1"] == 0.0 and r["sample_min"] == r["sample_max"]   # idle power moves no time
 
 
 def test_cli_writes_json_and_tornado(tmp_path, capsys):
