@@ -137,6 +137,10 @@ def load(experiment, sets: list[str]):
     base_tree = tree.copy()
     tree.apply_sets(rest)
     exp = validate_tree(tree, src)
+    if exp.spec.serving is not None:  # run_experiment simulates static batches: the section would be ignored
+        raise ConfigError("expected no serving section for attnsim sensitivity (it runs static batches like attnsim "
+                          "run): --set experiment.serving=null, got a serving section",
+                          file=tree.file_of("experiment"), key="serving")
     return exp, Evaluator(base_tree, src, rest)
 
 

@@ -193,3 +193,10 @@ def test_bad_flags_refused(extra, msg, tmp_path, capsys):
 def test_no_ranges_refused():
     with pytest.raises(ConfigError, match="--params: expected hardware with a ranges: block"):
         sensitivity.select([], None)
+
+
+def test_serving_experiment_refused():
+    """attnsim sensitivity runs static batches: a serving section would be ignored, so it is refused."""
+    with pytest.raises(ConfigError) as e:
+        sensitivity.run("serve_paging", [])
+    assert e.value.key == "serving" and "serve_paging.yaml" in str(e.value)
