@@ -161,6 +161,12 @@ def test_tornado_recipe(oat_doc):
     assert "ratio = 1 (verdict flips)" in [t.get_text() for t in ax.get_legend().get_texts()]
     with pytest.raises(ConfigError, match="--figure-output"):
         tornado(oat_doc, "nope:tpot_s")
+    # a run that did not complete at the base point (no base value) still draws
+    doc = {"method": "oat", "base": {"r:tpot_s": None},
+           "rows": [{"parameter": "p", "output": "r:tpot_s", "low": None, "base": None, "high": 2.0, "swing": None,
+                     "relative_swing": None}]}
+    with paper_style():
+        assert "base -" in tornado(doc, "r:tpot_s").axes[0].get_xlabel()
 
 
 @pytest.mark.parametrize("extra,msg", [

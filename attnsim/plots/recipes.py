@@ -419,7 +419,7 @@ def tornado(doc: dict, output: str, width="single", title=None):
         ax.axvline(0.0, color="black", linewidth=0.6)
         if output.split(":", 1)[1].startswith("vs_baseline.") and base:
             ax.axvline(rel(1.0), color=OKABE_ITO[5], linestyle="--", linewidth=0.8, label="ratio = 1 (verdict flips)")
-        ax.set_xlabel(f"change of {output.split(':', 1)[1]} vs base {base:.4g} (%)")
+        ax.set_xlabel(f"change of {output.split(':', 1)[1]} vs base {'-' if base is None else f'{base:.4g}'} (%)")
     else:
         key, what = ("mu_star", "Morris \u03bc* / |base|") if doc["method"] == "morris" else ("ST", "Sobol total index S_T")
         scale = abs(base) if key == "mu_star" and base else 1.0
