@@ -26,7 +26,13 @@ def register(subparsers) -> None:
     p.add_argument("--device", required=True, help="preset name (e.g. hbm3_6400) or path to a kind: dram YAML")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pattern", choices=("sequential", "random", "strided"), default="sequential")
-    src.add_argument("--trace", help="request trace file")
+    src.add_argument("--trace", help="request trace file (attnsim text, Ramulator LD/ST or R/W address vectors, "
+                                     "DRAMsim3 '<hex> READ|WRITE <cycle>', or .npy from 'attnsim dram convert')")
+    p.add_argument("action", nargs="?", choices=("convert",),
+                   help="convert: write --trace as the binary .npy trace form to --out (nothing is simulated)")
+    p.add_argument("--out", help="output .npy of 'attnsim dram convert'")
+    p.add_argument("--trace-format", choices=("auto", "attnsim", "ramulator", "dramsim3", "npy"),
+                   help="trace format (default auto: .npy by name, else by the first request line)")
     p.add_argument("--requests", type=int, help=f"number of requests of the pattern (default "
                                                  f"{PATTERN_DEFAULTS['requests']}, at most {MAX_REQUESTS})")
     p.add_argument("--stride", type=int, help="bytes between requests (strided pattern; default 4096)")
@@ -39,7 +45,11 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, help="random pattern / write choice seed (default 0)")
     p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
     p.add_argument("--page", choices=("open", "closed"), default="open")
-    p.add_argument("--queue", type=int, default=32, help="controller queue entries per pseudo-channel")
+    p.add_argument("--queue", type=int, help="controller queue entries per pseudo-channel (default: the "
+                                             "controller preset's: 32 per pseudo-channel, ramulator2 32 per channel)")
+    p.add_argument("--controller", choices=("attnsim", "ramulator2", "dramsim3"),
+                   help="controller rule set (default: the spec's controller: key, else attnsim): scope of the "
+                        "nRRD_S/tFAW window and of read/write turnarounds, queue depth (hwmodels/dram/rules.py)")
     p.add_argument("--no-extrapolate", action="store_true",
                    help="simulate periodic patterns (sequential, strided) in full instead of extrapolating the "
                         "steady state over whole refresh windows")
@@ -151,6 +161,8 @@ def _refuse_ignored(args) -> None:
     """Options that would have no effect are refused (every setting takes effect or is refused)."""
     if args.no_refresh and args.refresh:
         raise ConfigError("--refresh has no effect with --no-refresh", key="--refresh")
+    if getattr(args, "trace_format", None) and not args.trace:
+        raise ConfigError("--trace-format has no effect without --trace", key="--trace-format")
     given = [k for k in PATTERN_DEFAULTS if getattr(args, k, None) is not None]
     if args.trace and given:
         raise ConfigError("pattern option has no effect with --trace", key="--" + given[0].replace("_", "-"))
@@ -175,13 +187,14 @@ def simulate(args) -> dict:
     from attnsim.hwmodels.dram.controller import MAX_QUEUE
     from attnsim.hwmodels.dram.kernel import max_cycle
     spec = device_spec(args.device, args.channels, args.banks)
-    check_int(args.queue, key="--queue", lo=1, hi=MAX_QUEUE)
+    if args.queue is not None:
+        check_int(args.queue, key="--queue", lo=1, hi=MAX_QUEUE)
     _refuse_ignored(args)
     for k, v in PATTERN_DEFAULTS.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     if args.trace:
-        addr, w, arr = read_trace(args.trace, spec.capacity_bytes, max_cycle(spec.banks_per_channel))
+        addr, w, arr = load_trace(args, spec)
     else:
         addr, w = pattern(spec, args.pattern, args.requests, args.stride, args.write_fraction, args.seed)
         arr = None
@@ -189,7 +202,7 @@ def simulate(args) -> dict:
     refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
     extrapolate = not args.trace and not getattr(args, "no_extrapolate", False)
     r = simulate_requests(spec, addr, w, arr, mapping=args.mapping, page=args.page, queue=args.queue,
-                          refresh=refresh, extrapolate=extrapolate)
+                          refresh=refresh, extrapolate=extrapolate, controller=getattr(args, "controller", None))
     out = {
         "device": spec.name, "requests": int(r.requests), "cycles": int(r.cycles), "clock_domain": r.clock_domain,
         "tck_s": r.tck_s, "time_s": r.time_s, "bytes": int(r.bytes), "bandwidth_gbps": r.bandwidth_gbps,
@@ -208,7 +221,52 @@ def simulate(args) -> dict:
     return out
 
 
+def load_trace(args, spec):
+    """Any supported format through the compiled parser (hwmodels/dram/traces.py); attnsim-format traces the fast
+    parser refuses go through read_trace, which accepts them or names the problem."""
+    from attnsim.hwmodels.dram.kernel import max_cycle
+    from attnsim.hwmodels.dram.traces import detect_format, read_trace_any
+    fmt = args.trace_format or "auto"
+    if fmt == "auto":
+        try:
+            with open(args.trace, "rb") as f:
+                fmt = detect_format(args.trace, f.read(4096))
+        except OSError:
+            fmt = "attnsim"  # read_trace names the problem
+    top = max_cycle(spec.banks_per_channel)
+    try:
+        addr, w, arr = read_trace_any(args.trace, spec, fmt, MAX_REQUESTS, args.mapping)
+        if arr.shape[0] and int(arr.max()) > top:
+            raise ConfigError(f"arrival cycle {int(arr.max())} beyond [0, {top}]", file=args.trace)
+    except ConfigError:
+        if fmt != "attnsim":
+            raise
+        return read_trace(args.trace, spec.capacity_bytes, top)
+    return addr, w, arr
+
+
+def convert(args) -> int:
+    """attnsim dram convert --device D --trace IN --out OUT.npy: the binary trace form (traces.TRACE_DTYPE)."""
+    from attnsim.hwmodels.dram.traces import write_npy
+    if not args.trace or not args.out:
+        raise ConfigError("convert needs --trace IN and --out OUT.npy", key="--out" if args.trace else "--trace")
+    if not args.out.endswith(".npy"):
+        raise ConfigError(f"expected a file name ending in .npy, got {args.out!r}", key="--out")
+    spec = device_spec(args.device, args.channels, args.banks)
+    t0 = time.perf_counter()
+    addr, w, arr = load_trace(args, spec)
+    parse_s = time.perf_counter() - t0
+    write_npy(args.out, addr, w, arr)
+    print(f"{args.out}: {addr.shape[0]} requests (parsed in {parse_s:.3f} s, "
+          f"{addr.shape[0] / max(parse_s, 1e-9) / 1e6:.1f} M lines/s)")
+    return 0
+
+
 def run_dram(args) -> int:
+    if args.action == "convert":
+        return convert(args)
+    if args.out:
+        raise ConfigError("--out has no effect without 'convert'", key="--out")
     out = simulate(args)
     if args.json:
         from attnsim.results import dumps

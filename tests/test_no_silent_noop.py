@@ -241,6 +241,9 @@ ALTERNATIVE = {
     "Timing.nWTR_S": Alt(40, also=(("nWTR_L", 40),)),
     "Timing.nREFIpb": Alt(300, extra=PB),
     "Timing.nRFCpb": Alt(400, extra=PB),
+    # applied by the controller presets with device rules (hwmodels/dram/rules.py), not by the "attnsim" one
+    "Timing.nCCDR": Alt(8, extra=("hardware.hbm3_5200_pim.controller=ramulator2",)),
+    "Timing.act_cmd_cycles": Alt(4, extra=("hardware.hbm3_5200_pim.controller=ramulator2",)),
     "Energy.refpb_pj": Alt(5000.0, extra=PB),
     "IDD.idd5pb_ma": Alt(300.0, extra=PB),
     # reliability (KV in the cxl tier on cxl_pnm)

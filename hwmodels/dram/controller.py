@@ -22,6 +22,7 @@ from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
 from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
 from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, gap_refresh
+from attnsim.hwmodels.dram.rules import controller_rules
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
@@ -263,9 +264,10 @@ def _same_channels(order, starts, k, row, w, arr, bpc):
 
 
 def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None = None, page: str = "open",
-                      queue: int = DEFAULT_QUEUE, refresh: str | None = None, symmetry: bool = True,
+                      queue: int | None = None, refresh: str | None = None, symmetry: bool = True,
                       emit: bool = False, scheduler: str = "fast", extrapolate: bool = False,
-                      steady_windows: int = steady.DEFAULT_WINDOWS, idle_skip: bool = True) -> RequestResult:
+                      steady_windows: int = steady.DEFAULT_WINDOWS, idle_skip: bool = True,
+                      controller: str | None = None) -> RequestResult:
     """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival.
 
     ``scheduler``: "fast" (exact per-bank candidate keys + one min-scan per command, flat.py), "heap" (per-bank
@@ -273,8 +275,13 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     ``extrapolate``: on a periodic stream (steady.is_periodic), simulate ``steady_windows`` refresh windows per
     channel and extrapolate the rest (steady.py); ignored otherwise (``.extrapolated`` says which was used).
     Idle gaps cost nothing: the scheduler jumps to the next arrival and refreshes an idle rank in closed form
-    (kernel.refresh_gap; ``idle_skip=False`` walks them one by one, same results, for tests)."""
+    (kernel.refresh_gap; ``idle_skip=False`` walks them one by one, same results, for tests).
+    ``controller``: rule-set preset (rules.py; default the spec's ``controller``); ``queue`` (entries per
+    pseudo-channel) defaults to the preset's depth."""
     spec = load_dram_spec(spec)
+    rules = controller_rules(controller, spec)
+    if queue is None:
+        queue = rules.queue_per_pseudo_channel(spec.org.pseudo_channels)
     addr = np.asarray(addr)
     n = addr.shape[0]
     w = np.ascontiguousarray(np.broadcast_to(np.asarray(is_write, dtype=np.int64), (n,)))
@@ -292,7 +299,7 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     if scheduler not in ("fast", "heap", "scan"):
         raise ConfigError(f"expected fast, heap or scan, got {scheduler!r}", key="scheduler")
     refresh = spec.default_refresh if refresh is None else refresh
-    T = timing_vector(spec, refresh, idle_skip)
+    T = timing_vector(spec, refresh, idle_skip, rules)
     ch, k, row = decode(spec, addr, mapping)
     n_ch = spec.org.channels
     order, starts = _counting_order(ch, n_ch)

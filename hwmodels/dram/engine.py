@@ -63,9 +63,11 @@ def cmds_from(**cols) -> np.ndarray:
     return c
 
 
-def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True) -> np.ndarray:
+def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True, rules=None) -> np.ndarray:
     """Flatten the spec into the kernel's int64 parameter vector (``idle_skip=False``: walk every refresh of an
-    idle gap instead of the closed form, for tests)."""
+    idle gap instead of the closed form, for tests; ``rules``: a rules.ControllerRules, default the spec's)."""
+    from attnsim.hwmodels.dram.rules import controller_rules
+    rules = rules or controller_rules(None, spec)
     t, o, p = spec.timing, spec.org, spec.pim
     T = np.zeros(K.N_T, np.int64)
     vals = {K.T_BL: t.nBL, K.T_CL: t.nCL, K.T_CWL: t.nCWL, K.T_RCDRD: t.nRCDRD, K.T_RCDWR: t.nRCDWR,
@@ -75,7 +77,11 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True) -
             K.T_REFIPB: t.nREFIpb, K.T_ROWCMD: t.row_cmd_cycles,
             K.T_COLBUS: K.C_COLBUS if t.separate_row_col_bus else K.C_ROWBUS,
             K.T_P: o.pseudo_channels, K.T_R: o.ranks, K.T_G: o.bank_groups, K.T_B: o.banks_per_group,
-            K.T_NCH: o.channels, K.T_IDLESKIP: int(bool(idle_skip))}
+            K.T_NCH: o.channels, K.T_IDLESKIP: int(bool(idle_skip)),
+            K.T_ROWCMDACT: (rules.device_rules and t.act_cmd_cycles) or t.row_cmd_cycles,
+            K.T_CCDR: t.nCCDR if rules.device_rules else 0,
+            K.T_ACTSCOPE: int(rules.act_scope == "pseudo_channel"),
+            K.T_TASCOPE: int(rules.turnaround_scope == "pseudo_channel")}
     if p is not None:
         vals.update({K.T_CCDAB: p.nCCDAB, K.T_CCDSB: p.nCCDSB, K.T_RCDMAC: p.nRCDRDMAC or t.nRCDRD,
                      K.T_PIMROW: p.row_cmd_cycles, K.T_BUFSETUP: p.buf_setup_cycles,

@@ -415,6 +415,9 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                     s_r = RS[r, K.R_ACT]
                 lo = r * nbr - kbase
                 hi = lo + nbr
+                if T[K.T_ACTSCOPE] == 1:  # the window is shared by the ranks/SIDs of the pseudo-channel
+                    lo -= (r % T[K.T_R]) * nbr
+                    hi = lo + T[K.T_R] * nbr
                 for wd in range(lo >> 6, ((hi - 1) >> 6) + 1):
                     mm = _range_word(MA, wd, lo, hi)
                     while mm != 0:

@@ -33,8 +33,11 @@ F_AP = 1
 (T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
  T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
- T_IDLESKIP, T_ACTBGFAW) = range(41)
-N_T = 41  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+ T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE) = range(45)
+N_T = 45  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+# controller rule set (rules.py): T_ACTSCOPE 1 = nRRD_S/tFAW per pseudo-channel (all ranks/SIDs of
+# it), 0 = per rank/SID; T_ROWCMDACT: row-bus cycles of an ACT (PRE/REF: T_ROWCMD); T_CCDR: RD->RD to another
+# SID of the pseudo-channel (0 = none); T_TASCOPE 1 = RD->WR / WR->RD turnarounds per pseudo-channel, 0 = per rank
 # T_ACTBGFAW: ACTs one ACTBG record counts in a rank's tFAW window (1..4; NewtonSim G_ACT = 4)
 
 # ---- state columns
@@ -242,13 +245,19 @@ def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
     BS[k, B_ACTT] = t
     if t + T[T_RRDL] > GS[g, G_ACT]:
         GS[g, G_ACT] = t + T[T_RRDL]
-    if t + T[T_RRDS] > RS[r, R_ACT]:
-        RS[r, R_ACT] = t + T[T_RRDS]
-    i = RS[r, R_FAWI]
-    RS[r, R_FAW0 + i] = t
-    RS[r, R_FAWI] = (i + 1) & 3
+    r0 = r
+    nr = 1
+    if T[T_ACTSCOPE] == 1:  # one nRRD_S / tFAW window per pseudo-channel: kept identical in all its ranks
+        r0 = r - r % T[T_R]
+        nr = T[T_R]
+    for rr in range(r0, r0 + nr):
+        if t + T[T_RRDS] > RS[rr, R_ACT]:
+            RS[rr, R_ACT] = t + T[T_RRDS]
+        i = RS[rr, R_FAWI]
+        RS[rr, R_FAW0 + i] = t
+        RS[rr, R_FAWI] = (i + 1) & 3
     CS[ch, C_LAST] = t
-    CS[ch, C_ROWBUS] = t + T[T_ROWCMD]
+    CS[ch, C_ROWBUS] = t + T[T_ROWCMDACT]
     ST[ch, S_ACT] += 1
     ST[ch, S_ACTCMD] += 1
 
@@ -357,7 +366,11 @@ def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
         if v > GS[g, G_RD]:
             GS[g, G_RD] = v
         v = end + T[T_WTRS]
-        if v > RS[r, R_RD]:
+        if T[T_TASCOPE] == 1:  # WR->RD turnaround per pseudo-channel
+            for rr in range(r - r % T[T_R], r - r % T[T_R] + T[T_R]):
+                if v > RS[rr, R_RD]:
+                    RS[rr, R_RD] = v
+        elif v > RS[r, R_RD]:
             RS[r, R_RD] = v
         US[u, U_DATA] = end
         v = end + T[T_WR]
@@ -377,6 +390,13 @@ def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
             BS[k, B_PRE] = v
         if is_wr == 0:
             v = tl + T[T_RTW]
+            if T[T_TASCOPE] == 1 or T[T_CCDR] > 0:  # RD->WR per pseudo-channel; nCCDR to the other SIDs
+                vr = tl + T[T_CCDR]
+                for rr in range(r - r % T[T_R], r - r % T[T_R] + T[T_R]):
+                    if T[T_TASCOPE] == 1 and v > RS[rr, R_WR]:
+                        RS[rr, R_WR] = v
+                    if rr != r and vr > RS[rr, R_RD]:
+                        RS[rr, R_RD] = vr
             if v > RS[r, R_WR]:
                 RS[r, R_WR] = v
             US[u, U_DATA] = end

@@ -119,6 +119,12 @@ class RefEngine:
                 v = max(v, e.t)
         return v
 
+    def grp(self, rset, flag):
+        """Ranks sharing a rule with ``rset``: all ranks of their pseudo-channel when T[flag] is 1."""
+        if not self.T[flag]:
+            return set(rset)
+        return {q for r in rset for q in range(r - r % self.R, r - r % self.R + self.R)}
+
     def rrd_faw(self, gset, rset, acts=1):
         """Earliest cycle for ``acts`` more ACTs in ranks ``rset`` / BGs ``gset`` (an ACTBG counts T_ACTBGFAW)."""
         T = self.T
@@ -126,7 +132,8 @@ class RefEngine:
         for r in rset:
             times = []
             for e in self.H:
-                if e.kind in ("ACT", "ACTBG") and r in e.ranks:
+                if (e.kind == "ACT" and self.grp({r}, K.T_ACTSCOPE) & set(e.ranks)) or (
+                        e.kind == "ACTBG" and r in e.ranks):
                     v = max(v, e.t + T[K.T_RRDS])
                     times += [e.t] * (int(T[K.T_ACTBGFAW]) if e.kind == "ACTBG" else 1)
             if len(times) >= 5 - acts:
@@ -146,10 +153,12 @@ class RefEngine:
                     v = max(v, e.t + T[K.T_CCDL])
                 if e.ranks & rset:
                     v = max(v, e.t + T[K.T_CCDS])
+                elif e.kind == "RD" and T[K.T_CCDR] and e.ranks & self.grp(rset, K.T_CCDR):
+                    v = max(v, e.t + T[K.T_CCDR])  # nCCDR: RD to another SID of the pseudo-channel
             elif e.kind == "WR":
                 if e.bgs & gset:
                     v = max(v, e.end + T[K.T_WTRL])
-                if e.ranks & rset:
+                if e.ranks & self.grp(rset, K.T_TASCOPE):
                     v = max(v, e.end + T[K.T_WTRS])
         return v
 
@@ -235,7 +244,7 @@ class RefEngine:
             self.row[k] = row
             self.H.append(Ev(t, "ACT", banks=[k], bgs=[self.g_of(k)], ranks=[r]))
             self.last[ch] = t
-            self.rowbus[ch] = t + T[K.T_ROWCMD]
+            self.rowbus[ch] = t + T[K.T_ROWCMDACT]
             self.st[ch, K.S_ACT] += 1
             self.st[ch, K.S_ACTCMD] += 1
             return
@@ -296,7 +305,7 @@ class RefEngine:
                     v = max(v, e.t + T[K.T_CCDL])
                 if r in e.ranks:
                     v = max(v, e.t + T[K.T_CCDS])
-            elif e.kind == "RD" and r in e.ranks:
+            elif e.kind == "RD" and self.grp({r}, K.T_TASCOPE) & e.ranks:
                 v = max(v, e.t + T[K.T_RTW])
         return v
 

@@ -80,6 +80,8 @@ class Timing(Schema):
     nREFI: Cycles
     nREFIpb: Cycles
     row_cmd_cycles: Cycles = 1     # command-bus slots of a row command (ACT/PRE)
+    act_cmd_cycles: Optional[Cycles] = None  # row-bus slots of an ACT if longer (JESD235 HBM2: 2); default above
+    nCCDR: CyclesOrZero = 0        # RD -> RD to another SID of the pseudo-channel (JESD238 HBM3 tCCDR); 0 = none
     separate_row_col_bus: bool = True   # HBM has separate row/column command pins (JESD235/238)
 
 
@@ -164,6 +166,7 @@ class DRAMSpec(Schema):
     energy: Energy
     default_mapping: str = "RoRaBaCoBgPcCh"
     default_refresh: Literal["ab", "pb", "none"] = "ab"
+    controller: Literal["attnsim", "ramulator2", "dramsim3"] = "attnsim"  # rule set of request streams (rules.py)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -320,6 +323,8 @@ def load_dram_spec(ref, overrides: dict | None = None) -> DRAMSpec:
 def spec_from_dict(data: dict, file: str | None = None) -> DRAMSpec:
     if data.get("kind") != "dram":
         raise ConfigError(f"expected 'dram', got {data.get('kind')!r}", file=file, key="kind")
+    from attnsim.hwmodels.dram.timing_ns import resolve_timing_ns
+    data = resolve_timing_ns(data, file)  # timing_ns: / org.transfers_per_ck -> cycles, tck_ns (JEDEC rounding)
     from attnsim.hwmodels.registry import split_ranges
     data, _ = split_ranges(data, file, DRAMSpec)  # a ranges: block (attnsim sensitivity) is set aside
     try:

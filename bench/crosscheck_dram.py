@@ -1,0 +1,207 @@
+"""Differential harness: attnsim's DRAM engine vs Ramulator 2.1 (and DRAMsim3) on identical request streams.
+
+Usage:
+  python bench/crosscheck_dram.py [--standards hbm2,hbm3,lpddr5,ddr5] [--streams seq,random,...]
+      [--requests 50000] [--controller attnsim|ramulator2|dramsim3]
+      [--ramulator2 PATH_TO_RAMULATOR2_CHECKOUT [--ramulator2-python PYTHON]]
+      [--golden-out DIR]   # write tests/data/dram_golden/<simulator>_<standard>.json from the reference runs
+
+attnsim always runs; Ramulator 2.1 runs when --ramulator2 points at a checkout whose Python bindings are built
+(python/ramulator/_ramulator*.so; Ramulator 2.1 is driven from Python). The harness writes a LoadStoreTrace
+("LD|ST 0x<addr>") and a driver script into a temporary directory, runs it with PYTHONPATH=<PATH>/python and
+parses the JSON the driver prints (controller stats: cycles in Ramulator ticks, row hits/misses/conflicts).
+Nothing of Ramulator is kept in attnsim: build it yourself from github.com/CMU-SAFARI/ramulator2.
+
+Streams (hwmodels/dram/streams.py): one channel, fields Pc Ra Bg Ba Ro Co from MSB to LSB = Ramulator's
+ChRaBaRoCo mapper, so both simulators see the same banks, rows and columns. Simulated time = cycles x tick
+(Ramulator HBM3 ticks at 2x CK). Differences are attnsim vs reference (negative = attnsim faster).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from attnsim.cli_dram import device_spec
+from attnsim.hwmodels.dram.controller import simulate_requests
+from attnsim.hwmodels.dram.streams import MAPPING, STREAMS, make_stream, stream_digest, stream_options
+
+# attnsim preset and the Ramulator 2.1 standard/presets/controller it was taken from (configs/hardware/*.yaml)
+STANDARDS = {
+    "hbm2": {"preset": "hbm2_2000", "std": "HBM2", "org": "HBM2_8Gb", "timing": "HBM2_2000Mbps", "ctrl": "HBM12"},
+    "hbm3": {"preset": "hbm3_6400", "std": "HBM3", "org": "HBM3_16Gb_8hi", "timing": "HBM3_6400Mbps",
+             "ctrl": "HBM34"},
+    "lpddr5": {"preset": "lpddr5_6400", "std": "LPDDR5", "org": "LPDDR5_16Gb_x16", "timing": "LPDDR5_6400",
+               "ctrl": "LPDDR5"},
+    "ddr5": {"preset": "ddr5_4800", "std": "DDR5", "org": "DDR5_16Gb_x8", "timing": "DDR5_4800AN",
+             "ctrl": "GenericDDR"},
+}
+RAMULATOR2 = {"simulator": "Ramulator 2.1", "repository": "CMU-SAFARI/ramulator2", "commit": "c5b1c3a"}
+
+_DRIVER = '''\
+import json, sys, time
+import ramulator as R
+cfg = json.loads(sys.argv[1])
+dram = getattr(R.dram, cfg["std"])(org_preset=cfg["org"], timing_preset=cfg["timing"])
+ctrl = getattr(R.controller, cfg["ctrl"])(
+    dram=dram, scheduler=R.scheduler.FRFCFS(),
+    refresh_manager=R.refresh_manager.NoRefresh() if cfg["refresh"] == "none" else R.refresh_manager.AllBank(),
+    row_policy=R.row_policy.ClosedCAP() if cfg["page"] == "closed" else R.row_policy.Open(),
+    addr_mapper=R.addr_mapper.ChRaBaRoCo())
+mem = R.memory_system.GenericDRAM(clock_ratio=1, controllers=[ctrl],
+                                  channel_mapper=R.channel_mapper.CacheLineInterleave())
+fe = R.frontend.LoadStoreTrace(clock_ratio=1, path=cfg["trace"])
+t0 = time.perf_counter()
+sim = R.Simulation(fe, mem)
+t1 = time.perf_counter()
+sim.run()
+t2 = time.perf_counter()
+sim.finalize()
+c = sim.stats["memory_system"]["controller"]
+timing = dram.resolve()[1]
+print("CROSSCHECK " + json.dumps({"ticks": int(c["cycles"]), "tick_multiplier": type(dram).tick_multiplier,
+      "tck_ps": timing["tCK_ps"], "row_hits": int(c["row_hits"]), "row_misses": int(c["row_misses"]),
+      "row_conflicts": int(c["row_conflicts"]), "setup_wall_s": t1 - t0, "engine_wall_s": t2 - t1}))
+'''
+
+
+def ramulator_command(python: str, driver: str, cfg: dict) -> list[str]:
+    return [python, driver, json.dumps(cfg)]
+
+
+def run_ramulator2(root: str, python: str, std: str, kind: str, addr, w, tmp: str) -> dict:
+    """One Ramulator 2.1 run on the stream; returns time_s, bytes-free counts and the exact command."""
+    s = STANDARDS[std]
+    trace = os.path.join(tmp, f"{std}_{kind}.trace")
+    ops = np.where(w, "ST", "LD")
+    with open(trace, "w") as f:
+        f.write("\n".join(f"{o} 0x{int(a):x}" for o, a in zip(ops, addr)) + "\n")
+    driver = os.path.join(tmp, "driver.py")
+    with open(driver, "w") as f:
+        f.write(_DRIVER)
+    cfg = {"std": s["std"], "org": s["org"], "timing": s["timing"], "ctrl": s["ctrl"], "trace": trace,
+           **stream_options(kind)}
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+    t0 = time.perf_counter()
+    p = subprocess.run(ramulator_command(python, driver, cfg), env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    line = [x for x in p.stdout.splitlines() if x.startswith("CROSSCHECK ")]
+    if p.returncode or not line:
+        raise RuntimeError(f"Ramulator 2.1 failed on {std}/{kind} (rc {p.returncode}):\n{p.stderr[-2000:]}")
+    r = json.loads(line[-1][len("CROSSCHECK "):])
+    tick_s = r["tck_ps"] * 1e-12 / r["tick_multiplier"]
+    cfg["trace"] = f"<{len(addr)}-line LoadStoreTrace>"
+    return {"ticks": r["ticks"], "tick_s": tick_s, "time_s": r["ticks"] * tick_s, "row_hits": r["row_hits"],
+            "row_misses": r["row_misses"], "row_conflicts": r["row_conflicts"], "engine_wall_s": r["engine_wall_s"],
+            "process_wall_s": wall, "config": cfg}
+
+
+def run_attnsim(std: str, kind: str, addr, w, controller: str | None = None) -> dict:
+    spec = device_spec(STANDARDS[std]["preset"], channels=1)
+    kw = {} if controller is None else {"controller": controller}
+    r = simulate_requests(spec, addr, w, mapping=MAPPING, **stream_options(kind), **kw)
+    return {"cycles": int(r.cycles), "time_s": r.time_s, "row_hits": int(r.row_hits),
+            "row_misses": int(r.row_misses), "row_conflicts": int(r.row_conflicts), "bytes": int(r.bytes)}
+
+
+def speed(a, n: int, tmp: str) -> None:
+    """Side by side on HBM3 seq and random streams of n requests: attnsim engine (sim_wall_s, compile excluded)
+    and whole process (`attnsim dram`, from the .npy and from Ramulator's LoadStoreTrace text) vs Ramulator 2.1's
+    simulation loop (Simulation.run) and whole process."""
+    from attnsim.hwmodels.dram.traces import write_npy
+    spec = device_spec("hbm3_6400", channels=1)
+    for kind in ("seq", "random"):
+        addr, w = make_stream(spec.org, kind, n, a.seed)
+        txt = os.path.join(tmp, f"speed_{kind}.trace")
+        with open(txt, "w") as f:
+            f.write("\n".join(f"LD 0x{int(x):x}" for x in addr) + "\n")
+        npy = os.path.join(tmp, f"speed_{kind}.npy")
+        write_npy(npy, addr, w)
+        row = {}
+        for label, path in (("npy", npy), ("text", txt)):
+            cmd = [sys.executable, "-m", "attnsim", "dram", "--device", "hbm3_6400", "--channels", "1", "--trace",
+                   path, "--mapping", MAPPING, "--controller", "ramulator2", "--json"]
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            row[label] = time.perf_counter() - t0
+            out = json.loads(p.stdout)
+        row["engine"], row["compile"] = out["sim_wall_s"], out["compile_s"]
+        line = (f"speed hbm3 {kind:6} n={n}: attnsim engine {row['engine']:.2f} s, process {row['npy']:.2f} s (npy) / "
+                f"{row['text']:.2f} s (text), compile/cache {row['compile']:.2f} s")
+        if a.ramulator2:
+            q = run_ramulator2(a.ramulator2, a.ramulator2_python, "hbm3", kind, addr, w, tmp)
+            line += (f" | Ramulator 2.1 loop {q['engine_wall_s']:.2f} s, process {q['process_wall_s']:.2f} s | "
+                     f"x{q['engine_wall_s'] / row['engine']:.0f} engine, x{q['process_wall_s'] / row['npy']:.1f} "
+                     f"process (npy), x{q['process_wall_s'] / row['text']:.1f} process (text)")
+        print(line, flush=True)
+
+
+def rel(a: float, b: float) -> float:
+    return (a - b) / b if b else float("inf") if a else 0.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--standards", default=",".join(STANDARDS))
+    ap.add_argument("--streams", default=",".join(STREAMS))
+    ap.add_argument("--requests", type=int, default=50_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--controller", default=None, help="attnsim controller preset (default: the spec's)")
+    ap.add_argument("--ramulator2", help="path to a Ramulator 2.1 checkout with built Python bindings")
+    ap.add_argument("--ramulator2-python", default=sys.executable)
+    ap.add_argument("--golden-out", help="directory for golden JSON files of the reference runs")
+    ap.add_argument("--speed", type=int, help="instead of the table: time n-request HBM3 seq/random streams")
+    a = ap.parse_args(argv)
+    if a.speed:
+        with tempfile.TemporaryDirectory() as tmp:
+            speed(a, a.speed, tmp)
+        return 0
+    stds = a.standards.split(",")
+    kinds = a.streams.split(",")
+    golden = {}
+    hdr = (f"{'standard':8} {'stream':10} {'attnsim us':>11} {'GB/s':>7} {'hit/miss/conflict':>22}"
+           + (f" | {'Ramulator us':>12} {'GB/s':>7} {'hit/miss/conflict':>22} {'dt':>7} {'dhit':>7}"
+              if a.ramulator2 else ""))
+    print(hdr)
+    with tempfile.TemporaryDirectory() as tmp:
+        for std in stds:
+            spec = device_spec(STANDARDS[std]["preset"], channels=1)
+            for kind in kinds:
+                addr, w = make_stream(spec.org, kind, a.requests, a.seed)
+                r = run_attnsim(std, kind, addr, w, a.controller)
+                nbytes = a.requests * spec.org.burst_bytes
+                row = (f"{std:8} {kind:10} {r['time_s'] * 1e6:11.2f} {nbytes / r['time_s'] / 1e9:7.2f} "
+                       f"{r['row_hits']:>7}-{r['row_misses']}-{r['row_conflicts']:<7}")
+                if a.ramulator2:
+                    q = run_ramulator2(a.ramulator2, a.ramulator2_python, std, kind, addr, w, tmp)
+                    row += (f" | {q['time_s'] * 1e6:12.2f} {nbytes / q['time_s'] / 1e9:7.2f} "
+                            f"{q['row_hits']:>7}-{q['row_misses']}-{q['row_conflicts']:<7} "
+                            f"{rel(r['time_s'], q['time_s']):+7.1%} {rel(r['row_hits'], q['row_hits']):+7.1%}")
+                    g = golden.setdefault(std, {**RAMULATOR2, "attnsim_preset": STANDARDS[std]["preset"],
+                                                "ramulator_presets": STANDARDS[std], "requests": a.requests,
+                                                "seed": a.seed, "mapping": MAPPING, "streams": {}})
+                    g["command"] = ("PYTHONPATH=<ramulator2>/python python driver.py '<config>' (driver: "
+                                    "bench/crosscheck_dram.py _DRIVER; LoadStoreTrace of the stream, one channel, "
+                                    "GenericDRAM clock_ratio=1, CacheLineInterleave, ChRaBaRoCo, FRFCFS)")
+                    g["streams"][kind] = {"digest": stream_digest(addr, w), "ticks": q["ticks"],
+                                          "tick_s": q["tick_s"], "time_s": q["time_s"], "row_hits": q["row_hits"],
+                                          "row_misses": q["row_misses"], "row_conflicts": q["row_conflicts"],
+                                          "config": q["config"], "engine_wall_s": round(q["engine_wall_s"], 3)}
+                print(row, flush=True)
+    if a.golden_out:
+        os.makedirs(a.golden_out, exist_ok=True)
+        for std, g in golden.items():
+            with open(os.path.join(a.golden_out, f"ramulator2_{std}.json"), "w") as f:
+                json.dump(g, f, indent=1, sort_keys=True)
+                f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""Request-trace readers for ``attnsim dram --trace``: one compiled pass over the file's bytes (no per-line Python).
+
+Formats (``fmt``; "auto" picks by the first request line, ``.npy`` by the file name):
+- ``attnsim``: ``<hex address> <R|W> [<arrival cycle>]``; '#' comments, blank lines.
+- ``ramulator``: Ramulator 2.1 LoadStoreTrace ``LD|ST <address>`` (0x-hex or decimal) and ReadWriteTrace
+  ``R|W <level,level,...>`` (address vector: channel first, column in columns = bursts x prefetch; the levels
+  are those of the spec: Channel, PseudoChannel if > 1, Rank/SID if > 1 (both if both), BankGroup, Bank, Row,
+  Column).
+- ``dramsim3``: DRAMsim3 ``<0x hex address> <READ|WRITE> <cycle>``.
+- ``npy``: a structured array (TRACE_DTYPE) written by ``attnsim dram convert``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from attnsim.config import ConfigError
+
+TRACE_DTYPE = np.dtype([("addr", "<u8"), ("write", "u1"), ("arrival", "<i8")])
+FORMATS = ("auto", "attnsim", "ramulator", "dramsim3", "npy")
+_FMT = {"attnsim": 0, "ramulator": 1, "dramsim3": 2}
+# error codes of the kernel -> message
+_ERR = {1: "expected '<hex address> <R|W> [<arrival cycle>]'", 2: "expected a hex address of at most 64 bits",
+        3: "expected R or W", 4: "expected a decimal arrival cycle", 5: "expected 'LD|ST <address>' or "
+        "'R|W <l0,l1,...>' (Ramulator LoadStoreTrace / ReadWriteTrace)", 6: "expected an address of at most 64 bits",
+        7: "expected '<0x hex address> <READ|WRITE> <cycle>' (DRAMsim3)", 8: "arrival cycles must not decrease",
+        9: "address vector: wrong number of levels or a level out of range"}
+
+
+@njit(cache=True)
+def _skip_sp(b, i, n):
+    while i < n and (b[i] == 32 or b[i] == 9 or b[i] == 13):
+        i += 1
+    return i
+
+
+@njit(cache=True)
+def _tok_end(b, i, n):
+    while i < n and b[i] != 32 and b[i] != 9 and b[i] != 13 and b[i] != 10:
+        i += 1
+    return i
+
+
+@njit(cache=True)
+def _hex(b, i, j):
+    """Value of b[i:j] as hex (optional 0x); -1 if malformed or longer than 16 digits."""
+    if j - i >= 2 and b[i] == 48 and (b[i + 1] == 120 or b[i + 1] == 88):
+        i += 2
+    if j <= i or j - i > 16:
+        return np.uint64(0), False
+    v = np.uint64(0)
+    for p in range(i, j):
+        c = b[p]
+        if 48 <= c <= 57:
+            d = c - 48
+        elif 97 <= c <= 102:
+            d = c - 87
+        elif 65 <= c <= 70:
+            d = c - 55
+        else:
+            return np.uint64(0), False
+        v = (v << np.uint64(4)) | np.uint64(d)
+    return v, True
+
+
+@njit(cache=True)
+def _dec(b, i, j):
+    if j <= i or j - i > 18:
+        return np.int64(0), False
+    v = np.int64(0)
+    for p in range(i, j):
+        c = b[p]
+        if not 48 <= c <= 57:
+            return np.int64(0), False
+        v = v * 10 + (c - 48)
+    return v, True
+
+
+@njit(cache=True)
+def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec):
+    """Parse the byte buffer; returns (requests, error code, error line). vec: (cap, nlev) address vectors."""
+    n = b.shape[0]
+    i = 0
+    line = 0
+    k = 0
+    last = np.int64(0)
+    while i < n:
+        line += 1
+        i = _skip_sp(b, i, n)
+        e = i
+        while e < n and b[e] != 10:
+            e += 1
+        if i == e or b[i] == 35:  # blank or comment
+            i = e + 1
+            continue
+        if k >= addr.shape[0]:
+            return k, 10, line
+        t0 = i
+        t1 = _tok_end(b, t0, e)
+        t2 = _skip_sp(b, t1, e)
+        t3 = _tok_end(b, t2, e)
+        t4 = _skip_sp(b, t3, e)
+        t5 = _tok_end(b, t4, e)
+        rest = _skip_sp(b, t5, e)
+        tm = np.int64(0)
+        if fmt == 0 or fmt == 2:
+            if t2 == t3 or rest != e or (fmt == 2 and t4 == t5):
+                return k, 1 if fmt == 0 else 7, line
+            a, ok = _hex(b, t0, t1)
+            if not ok:
+                return k, 2, line
+            ln = t3 - t2
+            c0 = b[t2] | 32
+            if fmt == 0:
+                if ln != 1 or (c0 != 114 and c0 != 119):
+                    return k, 3, line
+                w = c0 == 119
+            else:
+                if ln == 4 and c0 == 114:
+                    w = False
+                elif ln == 5 and c0 == 119:
+                    w = True
+                else:
+                    return k, 7, line
+            if t4 != t5:
+                tm, ok = _dec(b, t4, t5)
+                if not ok:
+                    return k, 4, line
+                if tm < last:
+                    return k, 8, line
+                last = tm
+        else:
+            if t2 == t3 or t4 != t5:
+                return k, 5, line
+            ln = t1 - t0
+            c0 = b[t0]
+            if ln == 2 and c0 == 76 and b[t0 + 1] == 68:
+                w = False
+            elif ln == 2 and c0 == 83 and b[t0 + 1] == 84:
+                w = True
+            elif ln == 1 and (c0 == 82 or c0 == 87):
+                w = c0 == 87
+                # address vector
+                p = t2
+                lv = 0
+                while p < t3:
+                    q = p
+                    while q < t3 and b[q] != 44:
+                        q += 1
+                    x, ok = _dec(b, p, q)
+                    if not ok or lv >= nlev or x >= lev_size[lv]:
+                        return k, 9, line
+                    vec[k, lv] = x
+                    lv += 1
+                    p = q + 1
+                if lv != nlev:
+                    return k, 9, line
+                wr[k] = w
+                arr[k] = 0
+                k += 1
+                i = e + 1
+                continue
+            else:
+                return k, 5, line
+            if t3 - t2 >= 2 and b[t2] == 48 and (b[t2 + 1] | 32) == 120:
+                a, ok = _hex(b, t2, t3)
+            else:
+                d, ok = _dec(b, t2, t3)
+                a = np.uint64(d)
+            if not ok:
+                return k, 6, line
+        addr[k] = a
+        wr[k] = w
+        arr[k] = tm
+        k += 1
+        i = e + 1
+    return k, 0, line
+
+
+def vector_levels(org):
+    """Ramulator address-vector levels (attnsim field letters, sizes in Ramulator units) for an organisation."""
+    prefetch = max(1, org.burst_bytes * 8 * org.pseudo_channels // org.channel_width_bits)
+    lv = [("Ch", org.channels)]
+    if org.pseudo_channels > 1:
+        lv.append(("Pc", org.pseudo_channels))
+    if org.ranks > 1 or org.pseudo_channels == 1:
+        lv.append(("Ra", org.ranks))
+    lv += [("Bg", org.bank_groups), ("Ba", org.banks_per_group), ("Ro", org.rows), ("Co", org.columns * prefetch)]
+    return lv, prefetch
+
+
+def encode(spec, fields: dict, mapping: str | None = None) -> np.ndarray:
+    """Byte addresses of field arrays {letter: int array} under ``mapping`` (inverse of controller.decode)."""
+    from attnsim.hwmodels.dram.spec import parse_mapping
+    parts = parse_mapping(mapping or spec.default_mapping, spec.org)
+    n = len(next(iter(fields.values())))
+    a = np.zeros(n, np.uint64)
+    for name, bits in parts:
+        a = (a << np.uint64(bits)) | fields.get(name, np.zeros(n, np.int64)).astype(np.uint64)
+    return a * np.uint64(spec.org.burst_bytes)
+
+
+def detect_format(path: str, head: bytes) -> str:
+    if path.endswith(".npy"):
+        return "npy"
+    for raw in head.splitlines():
+        s = raw.split(b"#", 1)[0].split()
+        if not s:
+            continue
+        if s[0] in (b"LD", b"ST", b"R", b"W"):
+            return "ramulator"
+        if len(s) >= 2 and s[1] in (b"READ", b"WRITE"):
+            return "dramsim3"
+        return "attnsim"
+    return "attnsim"
+
+
+def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 1 << 25, mapping: str | None = None):
+    """(addr uint64, is_write bool, arrival int64) of a trace in any supported format; ConfigError names
+    the file and line."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--trace-format")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64 * max_requests + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
+    if fmt == "auto":
+        fmt = detect_format(path, data[:4096])
+    if fmt == "npy":
+        import io
+        try:
+            t = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
+        if t.dtype != TRACE_DTYPE or t.ndim != 1:
+            raise ConfigError(f"expected a 1-D array of {TRACE_DTYPE.descr}, got {t.dtype} x {t.shape}", file=path)
+        if t.shape[0] > max_requests:
+            raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path)
+        if np.any(np.diff(t["arrival"]) < 0) or (t.shape[0] and t["arrival"].min() < 0):
+            raise ConfigError("arrival cycles must be >= 0 and not decrease", file=path)
+        return t["addr"].copy(), t["write"].astype(bool), t["arrival"].copy()
+    if len(data) > 64 * max_requests:
+        raise ConfigError(f"trace of more than {64 * max_requests} B (the limit for {max_requests} requests)", file=path)
+    b = np.frombuffer(data, np.uint8)
+    cap = min(max_requests, int(np.count_nonzero(b == 10)) + 1)
+    addr = np.empty(cap, np.uint64)
+    wr = np.empty(cap, np.bool_)
+    arr = np.empty(cap, np.int64)
+    lv, prefetch = vector_levels(spec.org) if spec is not None else ([("Ch", 1)], 1)
+    sizes = np.array([s for _, s in lv], np.int64)
+    vec = np.full((cap if fmt == "ramulator" else 1, len(lv)), -1, np.int64)
+    k, err, line = _parse(b, _FMT[fmt], len(lv), sizes, addr, wr, arr, vec)
+    if err == 10:
+        raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path, key=f"line {line}")
+    if err:
+        raise ConfigError(f"{_ERR[err]} ({fmt} format)", file=path, key=f"line {line}")
+    if k == 0:
+        raise ConfigError("trace has no requests", file=path)
+    addr, wr, arr = addr[:k], wr[:k], arr[:k]
+    isv = vec[:k, 0] >= 0 if fmt == "ramulator" else np.zeros(1, bool)
+    if isv.any():
+        if not isv.all():
+            raise ConfigError("mixes address vectors and flat addresses", file=path,
+                              key=f"request {int(np.argmin(isv)) + 1}")
+        v = vec[:k]
+        fields = {name: v[:, j] for j, (name, _) in enumerate(lv)}
+        fields["Co"] = fields["Co"] // prefetch
+        addr = encode(spec, fields, mapping)
+    if spec is not None and k and int(addr.max()) >= spec.capacity_bytes:
+        i = int(np.argmax(addr >= np.uint64(spec.capacity_bytes)))
+        raise ConfigError(f"address 0x{int(addr[i]):x} beyond the device capacity ({spec.capacity_bytes} B)",
+                          file=path, key=f"request {i + 1}")
+    return addr, wr, arr
+
+
+def write_npy(path: str, addr, is_write, arrival=None) -> None:
+    t = np.zeros(len(addr), TRACE_DTYPE)
+    t["addr"] = addr
+    t["write"] = is_write
+    t["arrival"] = 0 if arrival is None else arrival
+    np.save(path, t, allow_pickle=False)

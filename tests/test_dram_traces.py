@@ -1,0 +1,81 @@
+"""attnsim dram --trace in Ramulator / DRAMsim3 / attnsim / .npy formats (hwmodels/dram/traces.py), convert."""
+import json
+
+import numpy as np
+import pytest
+
+from attnsim.cli import main
+from attnsim.cli_dram import device_spec
+from attnsim.config import ConfigError
+from attnsim.hwmodels.dram.controller import decode
+from attnsim.hwmodels.dram.streams import MAPPING, make_stream
+from attnsim.hwmodels.dram.traces import read_trace_any
+
+SPEC = device_spec("hbm3_6400", channels=1)
+ADDR, W = make_stream(SPEC.org, "mixed", 300, 5)
+
+
+def _write(tmp_path, name, lines):
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    return str(p)
+
+
+def _vectors():
+    """Ramulator ReadWriteTrace lines of the stream: ch,pc,sid,bg,ba,row,col (column = burst x BL8)."""
+    o = SPEC.org
+    _, k, row = decode(SPEC, ADDR, MAPPING)
+    B, G, R = o.banks_per_group, o.bank_groups, o.ranks
+    col = (ADDR.astype(np.int64) // o.burst_bytes) % o.columns
+    return [f"{'W' if w else 'R'} 0,{kk // (B * G * R)},{kk // (B * G) % R},{kk // B % G},{kk % B},{r},{c * 8}"
+            for w, kk, r, c in zip(W, k, row, col)]
+
+
+def test_every_format_gives_the_same_stream(tmp_path):
+    fs = {"attnsim": [f"0x{a:x} {'W' if w else 'R'}" for a, w in zip(ADDR, W)],
+          "ramulator": [f"{'ST' if w else 'LD'} 0x{a:x}" for a, w in zip(ADDR, W)],
+          "dramsim3": [f"0x{a:x} {'WRITE' if w else 'READ'} {i}" for i, (a, w) in enumerate(zip(ADDR, W))]}
+    for fmt, lines in fs.items():
+        a, w, t = read_trace_any(_write(tmp_path, fmt + ".trace", lines), SPEC)  # format detected
+        assert np.array_equal(a, ADDR) and np.array_equal(w, W), fmt
+        assert np.array_equal(t, np.arange(300) if fmt == "dramsim3" else np.zeros(300)), fmt
+    dec = [f"{'ST' if w else 'LD'} {a}" for a, w in zip(ADDR, W)]  # LoadStoreTrace also takes decimal
+    assert np.array_equal(read_trace_any(_write(tmp_path, "dec.trace", dec), SPEC)[0], ADDR)
+    a, w, _ = read_trace_any(_write(tmp_path, "vec.trace", _vectors()), SPEC, mapping=MAPPING)
+    assert np.array_equal(a, ADDR) and np.array_equal(w, W)
+
+
+def test_convert_to_npy_and_run_equal_text(tmp_path, capsys):
+    txt = _write(tmp_path, "t.trace", [f"{'ST' if w else 'LD'} 0x{a:x}" for a, w in zip(ADDR, W)])
+    npy = str(tmp_path / "t.npy")
+    assert main(["dram", "convert", "--device", "hbm3_6400", "--trace", txt, "--out", npy]) == 0
+    assert "300 requests" in capsys.readouterr().out
+    outs = []
+    for p in (txt, npy):
+        assert main(["dram", "--device", "hbm3_6400", "--trace", p, "--json", "--controller", "ramulator2"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["cycles"] == outs[1]["cycles"] > 0 and outs[0]["bytes"] == 300 * 32
+
+
+@pytest.mark.parametrize("fmt,lines,want", [
+    ("ramulator", ["LD 0x0", "XX 0x40"], "line 2: expected 'LD|ST <address>'"),
+    ("ramulator", ["R 0,0,0,0,0,1,8", "R 0,0,0,0,9,1,8"], "line 2: address vector"),
+    ("ramulator", ["R 0,0,0,0,0,1,8", "LD 0x40"], "request 2: mixes address vectors and flat addresses"),
+    ("dramsim3", ["0x0 READ 0", "0x40 FETCH 3"], "line 2: expected '<0x hex address> <READ|WRITE> <cycle>'"),
+    ("dramsim3", ["0x0 READ 5", "0x40 READ 3"], "line 2: arrival cycles must not decrease"),
+    ("ramulator", ["LD 0x40000000000"], "beyond the device capacity"),
+])
+def test_bad_lines_are_one_error_naming_file_and_line(tmp_path, fmt, lines, want):
+    p = _write(tmp_path, "b.trace", lines)
+    with pytest.raises(ConfigError, match=want.replace("|", r"\|")) as e:
+        read_trace_any(p, SPEC, fmt)
+    assert str(e.value).startswith(p + ": ")
+
+
+def test_npy_of_another_dtype_and_format_without_trace_are_refused(tmp_path, capsys):
+    p = str(tmp_path / "x.npy")
+    np.save(p, np.arange(4))
+    with pytest.raises(ConfigError, match="expected a 1-D array"):
+        read_trace_any(p, SPEC)
+    assert main(["dram", "--device", "hbm3_6400", "--trace-format", "dramsim3"]) == 2
+    assert "--trace-format has no effect without --trace" in capsys.readouterr().err
