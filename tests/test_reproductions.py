@@ -197,6 +197,9 @@ def test_attacc_rows_read_the_builtin_experiment():
     fit = load_yaml(find_config("hardware", "nvlink3_attacc"))
     pin = [f"hardware.nvlink3.{k}={fit[k]}" for k in ("allreduce", "latency_us", "efficiency", "bandwidth_gbps",
                                                       "energy_pj_per_bit")]
+    # and the GPUs on the artefact's per-access energy (a100_hbm3_attacc.yaml)
+    gpu = load_yaml(Path(find_config("hardware", "a100_hbm3")).parents[1] / "reproductions/attacc/a100_hbm3_attacc.yaml")
+    pin += [f"hardware.a100_hbm3.{k}={gpu[k]}" for k in ("sm_active_power_w", "compute_pj_per_flop")]
     docs = run_experiment(load_experiment("attacc_gpt3_175b", pin))
     spec = reproduce.read_spec(next(p for p in reproduce.folders() if p.name == "attacc"))
     rows = {r.name: r for r in validate.run(["attacc"])}
