@@ -21,8 +21,10 @@ Kernels (what CENT runs on the controller; the rest of a block runs in the banks
 
 Residual adds and the FFN activation stay in the banks (AiM EWADD / AF, as in CENT), on the PIM
 device. Operands move between banks and the controller over the device's ``channels`` at
-``channel_gbps`` each (scores out and probabilities back; norm partials out and the scale back;
-q/k out and back for RoPE), serially before/after the kernel, at ``dq_pj_per_bit`` (CENT DQ).
+``channel_gbps`` each (norm partials out and the scale back; q/k out and back for RoPE), serially
+before/after the kernel, at ``dq_pj_per_bit`` (CENT DQ). The softmax's scores are not moved here:
+in CENT they make 4 writes and 2 reads through the banks (EWMUL scaling in between), which the
+mapper costs on the PIM device as a ``softmax_io`` row (mapper/cxl_pnm.py, isa/lower.py).
 
 Energy: CENT's synthesis numbers (mW at the 2 GHz clock -> pJ per operation): EXP / VEC ops per
 16-lane op, reduction tree per reduction, RISC-V per busy core-cycle, SB per read/write, instruction
@@ -125,7 +127,7 @@ class ControllerDevice:
                 + s.sb_read_cycles
             cyc = (self.pass_cycles(elements, 1, s.exp_cycles) + self.pass_cycles(elements, 2, s.vec_cycles)
                    + rows * row_cyc)
-            return dict(cycles=cyc, bytes=2.0 * elements * 2.0, exp_ops=elements / lanes, vec_ops=elements / lanes,
+            return dict(cycles=cyc, bytes=0.0, exp_ops=elements / lanes, vec_ops=elements / lanes,
                         reductions=rows, riscv_core_cycles=rows * s.riscv_softmax_cycles,
                         sb_reads=3.0 * elements / lanes + 2.0 * rows, sb_writes=2.0 * elements / lanes + 2.0 * rows,
                         instructions=2.0 * elements / lanes + 2.0 * rows)

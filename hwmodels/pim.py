@@ -43,6 +43,9 @@ class PUParams(Schema):
     sram_pj_per_byte: float = Field(0.0034, ge=0)   # PIM SRAM buffer (b.1 energy table)
     softmax_gbps_per_unit: float = Field(670.4, gt=0)  # buffer-die softmax = 670.4 GB/s per HBM (b.1)
     gb_bytes: PositiveInt = 2048         # AiM global buffer 2 KB (b.4)
+    # AiM: MAC result registers per bank; an FC keeps up to this many outputs per bank in flight per GB
+    # fill (CENT's reuse-GB order, isa/lower.py); other ISAs: 1 (refused otherwise)
+    mac_registers: PositiveInt = 1
     tflops: Optional[float] = Field(None, gt=0)     # decoupled accelerator peak (CXL-PNM)
     # memory-controller energy per DRAM command on the device side (CENT MEM_CTR, pim_dram.md b.4):
     # PHY per command (ACT, PRE, MAC, RD, WR, buffer move, REF), transaction engine per data command
@@ -147,8 +150,11 @@ class PIMDevice:
         self.tck_s = d.org.tck_ns * 1e-9
         softmax_bytes_per_cycle = spec.pu.softmax_gbps_per_unit * 1e9 / d.org.channels * self.tck_s
         self.pu = PU(macs_per_command=spec.pu.macs_per_command, column_bytes=spec.pu.column_bytes,
-                     acc_bytes=spec.pu.acc_bytes, gb_bytes=spec.pu.gb_bytes,
+                     acc_bytes=spec.pu.acc_bytes, gb_bytes=spec.pu.gb_bytes, mac_registers=spec.pu.mac_registers,
                      softmax_cycles_per_element=spec.pu.acc_bytes / softmax_bytes_per_cycle)
+        if spec.pu.mac_registers != 1 and spec.isa != "aim":
+            raise ConfigError(f"expected 1 (mac_registers applies to isa aim), got {spec.pu.mac_registers} with "
+                              f"isa {spec.isa}", key="pu.mac_registers")
         if spec.channel_assignment != "greedy" and spec.isa != "newton":
             raise ConfigError(f"expected greedy (channel_assignment applies to isa newton), got "
                               f"{spec.channel_assignment!r} with isa {spec.isa}", key="channel_assignment")
@@ -382,7 +388,10 @@ class PIMDevice:
         if cls in ATTN_PHASES:
             tokens, k, group, eb = self._items(trace, i)
             n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
-            return lower_attention(self.spec.isa, ATTN_PHASES[cls], tokens, dhead=k, group=group, elem_bytes=eb,
+            phase = ATTN_PHASES[cls]
+            if self.spec.isa == "aim" and str(trace.cols["op"][i]) == "softmax_io":
+                phase = "softmax_io"  # CENT: the score moves of a controller softmax (mapper cxl_pnm)
+            return lower_attention(self.spec.isa, phase, tokens, dhead=k, group=group, elem_bytes=eb,
                                    n_channels=n_ch, org=self.org, pu=self.pu, partition=part)
         if cls == "matmul":
             c = trace.cols
@@ -403,11 +412,16 @@ class PIMDevice:
         if key not in memo:  # identical lowerings (e.g. same shape in two layer groups)
             memo[key] = self._run_cached(low)
         t, e, cnt = memo[key]
+        if self.spec.isa == "aim":  # the device decodes one host request per tCK (isa/aim.py)
+            from attnsim.isa.aim import HOST_REQUESTS_PER_CYCLE
+            from attnsim.isa.lower import host_requests
+            t = max(t, host_requests(low) * self.tck_s / HOST_REQUESTS_PER_CYCLE)
         compute_t = 0.0
         if self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
             compute_t = 2.0 * low.macs / (self.spec.pu.tflops * 1e12)
         out = {"time": max(t, compute_t), "channels_used": low.channels_used,
-               "bound": "compute" if compute_t > t else ("overhead" if low.phase == "softmax" else "memory"),
+               "bound": "compute" if compute_t > t else ("overhead" if low.phase in ("softmax", "softmax_io")
+                                                         else "memory"),
                "energy": {k: e.get(k, 0.0) for k in ("dram_activate", "dram_read_write", "dram_io", "dram_refresh")}}
         out["energy"]["pim_compute"] = low.macs * self.spec.pu.pj_per_mac * 1e-12
         out["energy"]["sram"] = cnt.get("buf_bytes", 0) * self.spec.pu.sram_pj_per_byte * 1e-12

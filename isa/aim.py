@@ -6,7 +6,18 @@ b.6): ``MAC_ABK opsize channel_mask row`` expands to ACT16 + ``opsize`` MAC16 co
 ``WR_GB`` fills the 2 KB channel global buffer; ``RD_MAC`` reads the 16 per-bank MAC registers
 into a GPR; ``AF`` applies the LUT activation; ``SYNC``/``EOC`` block. ``ch_mask`` broadcasts
 the ISR to several of the 32 channels (GDDR6_AiM_org: 32 channels x 16 banks, 16K rows, 1K
-columns x 16 bit = 64 columns of 32 B per row).
+columns x 16 bit = 64 columns of 32 B per row). ``WR_SBK`` / ``RD_SBK`` are ordinary single-bank
+column writes / reads (the simulator turns them into its ``W MEM`` / ``R MEM`` requests); here
+``opsize`` of them on consecutive columns of one bank form one instruction.
+
+Two host-interface rules of the simulator the lowering follows (aim_simulator @ 2eb1ee0, CENT's
+submodule): the register ISRs (``REGISTER_ISRS``: WR_GB, WR_BIAS, RD_MAC, RD_AF) run in the
+register-RW mode and every switch into or out of it costs a TMOD command (nMODCH) before the next
+command (AiM_dram_controller.cpp ``tick``: ``requires_reg_RW_mode ^ is_reg_RW_mode``; GDDR6.cpp
+TMOD -> all commands nMODCH); and the device's memory system decodes one host request per command
+clock (aim_DRAM_system.cpp ``tick``): an ISR is one request whatever its channel mask, every
+single-bank access one request, so a device's ``RD_SBK`` / ``WR_SBK`` stream is bounded at
+``HOST_REQUESTS_PER_CYCLE`` per tCK over all its channels.
 
 Word: 64 bits, opcode 63:58; operands packed below it in the listed order.
 A program must end with EOC (end of computation).
@@ -42,7 +53,14 @@ OPCODES = (
     Opcode("COPY_GBBK", 0x0c, (OPSIZE, MASK, BANK, ROW), "WR", "copy the global buffer into bank columns", SRC),
     Opcode("SYNC", 0x0d, (), "BARRIER", "wait for all outstanding ISRs", SRC),
     Opcode("EOC", 0x0e, (), "BARRIER", "end of computation", SRC),
+    Opcode("WR_SBK", 0x0f, (OPSIZE, MASK, BANK, ROW), "WR", "opsize single-bank column writes (W MEM)", SRC),
+    Opcode("RD_SBK", 0x10, (OPSIZE, MASK, BANK, ROW), "RD", "opsize single-bank column reads (R MEM)", SRC),
 )
+
+#: ISRs executed in the register-RW mode (aim_simulator base/request.h ``require_reg_RW_mod``)
+REGISTER_ISRS = frozenset({"WR_GB", "WR_BIAS", "RD_MAC", "RD_AF"})
+#: host requests the device's memory system decodes per command clock (aim_DRAM_system.cpp ``tick``)
+HOST_REQUESTS_PER_CYCLE = 1
 
 
 def _check(prog: Program) -> list[tuple[int, str]]:

@@ -123,6 +123,7 @@ class PU:
     acc_bytes: int = 2          # result element (FP16)
     softmax_cycles_per_element: float = 0.0  # buffer-die softmax unit, CK cycles per score
     gb_bytes: int = 2048        # AiM global buffer (2 KB, b.4); FIMDRAM GRF_A tile = 8 x 32 B
+    mac_registers: int = 1      # AiM: MAC result registers per bank (FC outputs in flight per GB fill)
 
 
 @dataclass
@@ -225,12 +226,20 @@ def attacc_commands(prog: Program, org: Org, pu: PU) -> dict[str, np.ndarray]:
 
 
 def aim_commands(prog: Program, org: Org, pu: PU, af_cycles: int = 1) -> dict[str, np.ndarray]:
-    """Expand an AiM program (channel 0 of its mask) into engine records."""
+    """Expand an AiM program (channel 0 of its mask) into engine records.
+
+    A MODE record (nMODCH, the simulator's TMOD) precedes every ISR that enters or leaves the
+    register-RW mode (isa/aim.py ``REGISTER_ISRS``); the channel starts outside it."""
+    from attnsim.isa.aim import REGISTER_ISRS
     cmd = _Cmds()
     f = prog.fields
     open_row = -1
+    reg_mode = False
     mns = list(prog.mnemonics())
     for i, mn in enumerate(mns):
+        if mn not in ("SYNC", "EOC") and (mn in REGISTER_ISRS) != reg_mode:
+            cmd.add("MODE", 0)
+            reg_mode = not reg_mode
         if mn in ("WR_GB", "WR_AFLUT"):
             cmd.add("BUF", 0, pch=0, repeat=int(f["opsize"][i]))
         elif mn in ("MAC_ABK", "EWMUL", "EWADD"):
@@ -251,9 +260,9 @@ def aim_commands(prog: Program, org: Org, pu: PU, af_cycles: int = 1) -> dict[st
             cmd.add("FIX", 0, cycles=af_cycles)
         elif mn in ("SYNC", "EOC"):
             cmd.add("BARRIER", 0)
-        elif mn in ("MAC_SBK", "COPY_BKGB", "COPY_GBBK"):
+        elif mn in ("MAC_SBK", "COPY_BKGB", "COPY_GBBK", "RD_SBK", "WR_SBK"):
             b = int(f["bank"][i])
-            op = {"MAC_SBK": "MACSB", "COPY_BKGB": "RD", "COPY_GBBK": "WR"}[mn]
+            op = {"MAC_SBK": "MACSB", "COPY_BKGB": "RD", "COPY_GBBK": "WR", "RD_SBK": "RD", "WR_SBK": "WR"}[mn]
             cmd.add(op, 0, pch=0, rank=0, bg=b // org.banks_per_group, bank=b % org.banks_per_group,
                     row=int(f["row"][i]), repeat=int(f["opsize"][i]))
     return cmd.arrays()
@@ -372,6 +381,8 @@ def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:
     Vector_Matrix_Mul_score_pim: WR_BIAS, MAC_ABK, RD_MAC per head and 16 tokens); context = one output
     dim per bank over the <= 1024 probabilities a 2 KB GB fill holds (CENT intra-device output GEMV).
     Consecutive MAC_ABKs on one row keep it open (aim_commands)."""
+    if phase == "softmax_io":
+        return _aim_softmax_io(slices, org, pu, group)
     recs, row = [], 0
     banks = org.bank_groups * org.banks_per_group
     fill_cols = max(1, min(org.columns, pu.gb_bytes // pu.column_bytes))  # GB columns per fill (64)
@@ -379,23 +390,30 @@ def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:
         if phase == "softmax":
             recs.append(("AF", dict(ch_mask=1)))  # softmax approximated by the LUT activation unit
             continue
-        if phase == "score":
+        if phase in ("score", "fc"):
             cols_dot = math.ceil(dhead * elem_bytes / pu.column_bytes)  # MAC16 per dot product
             dots = -(-t // banks)                                         # token groups (one per bank)
             fills = [min(fill_cols, cols_dot - f * fill_cols) for f in range(-(-cols_dot // fill_cols))]
+            # FC: CENT's reuse-GB order (TransformerBlock.py Vector_Matrix_Mul_weight_pim_only_trace): per GB
+            # fill, groups of <= mac_registers outputs per bank as WR_BIAS x n, MAC_ABK x n, RD_MAC x n
+            reg = max(1, pu.mac_registers) if phase == "fc" else 1
+            n_grp = -(-dots // reg)
+            size = -(-dots // n_grp) if dots else 0
             for _ in range(group):  # one query vector per pass through the rows
                 for f, c in enumerate(fills):
                     recs.append(("WR_GB", dict(opsize=c, ch_mask=1, gb_col=0)))
-                    for d in range(dots):
-                        pos = d * cols_dot + f * fill_cols  # first column of this dot product's slice
-                        recs.append(("WR_BIAS", dict(ch_mask=1)))
-                        done = 0
-                        while done < c:  # a slice may cross a row boundary
-                            n = min(c - done, org.columns - (pos + done) % org.columns)
-                            recs.append(("MAC_ABK", dict(opsize=n, ch_mask=1,
-                                                         row=(row + (pos + done) // org.columns) % org.rows)))
-                            done += n
-                        recs.append(("RD_MAC", dict(ch_mask=1, reg=0)))
+                    for g0 in range(0, dots, max(size, 1)):
+                        grp = range(g0, min(dots, g0 + size))
+                        recs.extend(("WR_BIAS", dict(ch_mask=1)) for _ in grp)
+                        for d in grp:
+                            pos = d * cols_dot + f * fill_cols  # first column of this dot product's slice
+                            done = 0
+                            while done < c:  # a slice may cross a row boundary
+                                n = min(c - done, org.columns - (pos + done) % org.columns)
+                                recs.append(("MAC_ABK", dict(opsize=n, ch_mask=1,
+                                                             row=(row + (pos + done) // org.columns) % org.rows)))
+                                done += n
+                        recs.extend(("RD_MAC", dict(ch_mask=1, reg=0)) for _ in grp)
                 row += -(-dots * cols_dot // org.columns)
         else:
             dims = -(-dhead // banks)                      # output dims per bank
@@ -417,6 +435,60 @@ def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:
                         recs.append(("RD_MAC", dict(ch_mask=1, reg=0)))
     recs.append(("EOC", {}))
     return Program.from_records(get_isa("aim"), recs)
+
+
+def _aim_softmax_io(slices, org, pu, group) -> Program:
+    """CENT's bank side of a controller softmax on one channel (Yufeng98/CENT @ 8c79786
+    ``Llama.py trace_only`` softmax block, ``TransformerBlock.py store_for_EWMUL_score_only_trace`` /
+    ``load_from_EWMUL_score_only_trace``): twice (scale the scores, then scale the exponentials) the
+    controller writes the score vectors and the scale operand into banks 0 and 1 of the bank groups
+    (WR_SBK, one 32 B column each), one EWMUL per row multiplies them into bank 2 and the controller
+    reads the result back (RD_SBK), then SYNC: 4 writes + 2 reads of every score. Score vectors
+    (item x query head, ``acc_bytes`` each) go round-robin over the bank groups."""
+    per_row = org.columns
+    vec = [math.ceil(t * pu.acc_bytes / pu.column_bytes) for t in slices for _ in range(group)]
+    bgs = org.bank_groups
+    cols_bg = [sum(vec[j::bgs]) for j in range(bgs)]  # columns each bank group holds
+    recs = []
+
+    def moves(op, bank_in_bg):
+        for j in range(bgs):
+            left, row = cols_bg[j], 0
+            while left > 0:
+                n = min(per_row, left)
+                recs.append((op, dict(opsize=n, ch_mask=1, bank=j * org.banks_per_group + bank_in_bg,
+                                      row=row % org.rows)))
+                left -= n
+                row += 1
+
+    for _ in range(2):  # scale scores; scale exponentials
+        moves("WR_SBK", 0)
+        moves("WR_SBK", 1)
+        left, row = max(cols_bg), 0
+        while left > 0:  # the bank groups' EWMUL16 run together
+            n = min(per_row, left)
+            recs.append(("EWMUL", dict(opsize=n, ch_mask=1, row=row % org.rows)))
+            left -= n
+            row += 1
+        moves("RD_SBK", 2)
+        recs.append(("SYNC", {}))
+    recs.append(("EOC", {}))
+    return Program.from_records(get_isa("aim"), recs)
+
+
+def host_requests(low: "Lowered") -> int:
+    """Host requests an AiM device decodes for a lowering (isa/aim.py): every single-bank column
+    access on every channel, and each ISR once (broadcast over its channel mask; the longest
+    program's count)."""
+    mem, isr = 0, 0
+    for p, m in zip(low.programs, low.multiplicity):
+        if p is None:
+            continue
+        mns = np.array(list(p.mnemonics()))
+        sbk = np.isin(mns, ("RD_SBK", "WR_SBK"))
+        mem += int(m) * int(np.sum(p["opsize"][sbk]))
+        isr = max(isr, int(np.sum(~sbk)))
+    return mem + isr
 
 
 def _fimdram_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> dict[str, np.ndarray]:
@@ -478,14 +550,15 @@ def _cxl_program(slices, phase, dhead, elem_bytes, group) -> Program:
 
 def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, group: int, elem_bytes: float,
                     n_channels: int, org: Org, pu: PU, partition: Partition | None = None) -> Lowered:
-    """Lower one attention phase ("score" | "softmax" | "context") of all work items.
+    """Lower one attention phase ("score" | "softmax" | "context"; aim also "softmax_io", the bank side
+    of a controller softmax) of all work items.
 
     ``tokens``: context length of every (request, KV head) item; ``group``: query heads per KV
     head; ``n_channels``: PIM channels of the whole system (stacks x channels). For ``cxl_pnm``
     the whole device streams each item (``n_channels`` = number of PNM devices).
     """
-    if phase not in ("score", "softmax", "context"):
-        raise ConfigError(f"expected score, softmax or context, got {phase!r}", key="phase")
+    if phase not in ("score", "softmax", "context") and not (phase in ("softmax_io", "fc") and isa == "aim"):
+        raise ConfigError(f"expected score, softmax or context (softmax_io: isa aim), got {phase!r}", key="phase")
     if isa == "newton":  # NeuPIMs commands (isa/lower_newton.py); here every item is a request of one KV head
         from attnsim.isa.lower_newton import lower_newton
         return lower_newton(phase, tokens, heads=1, dhead=dhead, group=group, elem_bytes=elem_bytes,
@@ -525,8 +598,9 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
         progs.append(p)
         cmds.append(c)
         mult.append(m)
-    macs = 0.0 if phase == "softmax" else float(tokens.sum()) * dhead * group
-    pim_bytes = 0.0 if phase == "softmax" else float(tokens.sum()) * dhead * elem_bytes
+    soft = phase in ("softmax", "softmax_io")
+    macs = 0.0 if soft else float(tokens.sum()) * dhead * group
+    pim_bytes = 0.0 if soft else float(tokens.sum()) * dhead * elem_bytes
     meta = dict(partition=part.name, items=len(tokens), elements=float(tokens.sum()) * group)
     if isa == "cxl_pnm":  # stored bytes per element vs the program's element format (see PIMDevice.run)
         fmt = {1.0: 1.0, 2.0: 2.0, 4.0: 4.0, 0.5: 0.5}.get(float(elem_bytes))
@@ -545,7 +619,7 @@ def lower_fc(isa: str, n_out: int, k_in: int, vectors: int, *, elem_bytes: float
     per = -(-n_out // n_channels)
     active = -(-n_out // per)
     tokens = [per] * (active - 1) + [n_out - per * (active - 1)]
-    low = lower_attention(isa, "score", tokens, dhead=k_in, group=vectors, elem_bytes=elem_bytes,
-                          n_channels=n_channels, org=org, pu=pu, partition=partition)
+    low = lower_attention(isa, "fc" if isa == "aim" else "score", tokens, dhead=k_in, group=vectors,
+                          elem_bytes=elem_bytes, n_channels=n_channels, org=org, pu=pu, partition=partition)
     low.phase = "fc"
     return low

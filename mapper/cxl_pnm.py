@@ -15,7 +15,8 @@ from attnsim.config import ConfigError
 from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_rows, kv_writeback_rows,
                                  link_name_between, rank_weights, register, role_of_kind)
 
-OPTIONS = {"prefill_on_gpu": True}
+OPTIONS = {"prefill_on_gpu": True, "tp_vector_ops": "split"}
+TP_VECTOR_OPS = ("split", "replicated")
 
 
 def host_tp(system, options: dict | None = None) -> int | None:
@@ -35,6 +36,9 @@ def host_tp(system, options: dict | None = None) -> int | None:
 @register("cxl_pnm", options=OPTIONS)
 def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "cxl_pnm")
+    if opts["tp_vector_ops"] not in TP_VECTOR_OPS:
+        raise ConfigError(f"expected one of {', '.join(TP_VECTOR_OPS)}, got {opts['tp_vector_ops']!r}",
+                          key="mapper.options.tp_vector_ops")
     pnm = role_of_kind(system, "pim")
     if pnm is None:
         raise ConfigError("policy cxl_pnm needs a pool of kind pim (a CXL-PNM device)", key="devices")
@@ -62,16 +66,48 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         memory.append(MemoryPlacement(gpu, rank_weights(model_bytes, trace, gtp), 0.0,
                                       system.pools[gpu].model.capacity_bytes))
         return Plan("cxl_pnm", tr, device, np.full(len(tr), gtp, dtype=np.int64), memory)
-    device = np.where(trace["cls"] == "allreduce", "link", pnm).astype(object)
     ctrl = role_of_kind(system, "cxl_controller")
+    added = None
     if ctrl is not None:  # CENT: softmax, RMSNorm and RoPE on the device controller's vector units
         if system.pools[ctrl].count != system.pools[pnm].count:
             raise ConfigError(f"expected one controller per PNM device ({system.pools[pnm].count}), "
                               f"got {system.pools[ctrl].count}", key=f"devices.{ctrl}.count")
+        trace, added = softmax_io_rows(trace)
+        parallel = np.full(len(trace), tp, dtype=np.int64)
+    if opts["tp_vector_ops"] == "replicated" and tp > 1:
+        trace = replicate_vector_ops(trace, tp)
+    device = np.where(trace["cls"] == "allreduce", "link", pnm).astype(object)
+    if ctrl is not None:
         from attnsim.hwmodels.cxl_controller import kernel_of
         on_ctrl = np.array([kernel_of(str(o), str(c)) is not None for o, c in zip(trace["op"], trace["cls"])], bool)
-        device[on_ctrl] = ctrl
+        device[on_ctrl & ~added] = ctrl
     return Plan("cxl_pnm", trace, device, parallel, memory)
+
+
+def softmax_io_rows(trace):
+    """CENT's controller softmax: after each softmax row a ``softmax_io`` row for the PIM device, the
+    scores' trips between the banks and the controller (isa/lower.py ``_aim_softmax_io``).
+    Returns (trace, mask of the added rows)."""
+    from attnsim.mapper.base import insert_rows
+    after = {i: [dict(r, op="softmax_io")] for i, r in enumerate(trace.rows()) if str(r["cls"]) == "softmax"}
+    tr, _, added = insert_rows(trace, after=after)
+    return tr, added
+
+
+def replicate_vector_ops(trace, tp: int):
+    """``tp_vector_ops: replicated``: every device runs the softmax and the RoPE of all heads, not its
+    rank's share, as CENT's tensor-parallel runs do (Yufeng98/CENT @ 8c79786: ``function_sim.py
+    --model-parallel`` traces ``store_for_EWMUL_score_only_trace`` over all ``n_heads``, and ``run_sim.py
+    calculate_acc_latency`` costs softmax over ``n_heads`` and RoPE over ``embedding_size`` on every
+    device, while the FCs and the score/context GEMVs are split). Those rows (softmax, its ``softmax_io``,
+    rope) carry ``tp`` x the rank's heads and work. The K/V caches stay split (no extra capacity) and, as
+    in CENT, nothing more moves between devices for it. Returns a new trace."""
+    from attnsim.mapper.base import insert_rows
+    trace = insert_rows(trace)[0]  # a copy: the caller's trace is shared
+    rep = (np.asarray(trace["cls"]) == "softmax") | (np.asarray(trace["op"]) == "rope")
+    for col in ("batch", "flops"):
+        trace.cols[col] = np.where(rep, trace.cols[col] * tp, trace.cols[col]).astype(trace.cols[col].dtype)
+    return trace
 
 
 plan_cxl_pnm.prefill_tp = host_tp  # the runner builds the prefill trace at this width (attnsim/runner.py)

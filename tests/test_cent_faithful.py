@@ -41,8 +41,8 @@ def test_controller_kernels_by_hand(ctrl):
     e, heads = 512 * 32, 32
     k = ctrl.kernel("softmax", e, heads)
     assert k["cycles"] == pytest.approx(e / 512 * 44 + e / 512 * 66 + heads * (1 + 16 + 2 / 8 + 1))  # 4104
-    moved = 2 * e * 2  # scores out, probabilities back, 2 B each
-    assert ctrl.kernel_time_s(k) == pytest.approx(4104 / 2e9 + moved / (32 * 32e9))
+    # the scores' trips between banks and controller are the PIM device's softmax_io row, not moved here
+    assert k["bytes"] == 0 and ctrl.kernel_time_s(k) == pytest.approx(4104 / 2e9)
     # RMSNorm of 4096: 4096 / 16 partials / 512 x 66 + RED (1 + 1 + 1) + RV 26 = 62 cycles (CENT: x 2 per block)
     assert ctrl.kernel("rmsnorm", 4096, 1)["cycles"] == pytest.approx(62)
     # RoPE of q and k (2 x 4096 elements): 3 cycles / 8 cores each = 3072 cycles
@@ -58,7 +58,7 @@ def test_trace_rows_on_the_controller_cost_cents_acc_term(ctrl):
     c = ctrl.cost(tr, rows)
     per_layer = sum(t for i, t in zip(rows, c.time_s) if tr["layer_group"][i] >= 0)
     compute = (4104 + 2 * 62 + 3072) / 2e9
-    moved = (2 * 512 * 32 * 2 + 2 * (4096 / 16 + 1) * 2 + 2 * 8192 * 2) / (32 * 32e9)
+    moved = (2 * (4096 / 16 + 1) * 2 + 2 * 8192 * 2) / (32 * 32e9)  # norm partials + scale, q/k for RoPE
     assert per_layer == pytest.approx(compute + moved)
 
 
@@ -70,8 +70,8 @@ def test_acc_term_grows_linearly_with_context_through_softmax(ctrl):
         rows = [i for i in _ctrl_rows(tr) if tr["layer_group"][i] >= 0]
         t.append(float(np.sum(ctrl.cost(tr, rows).time_s)))
     slope = np.diff(t) / np.diff(ctxs)
-    # per token of context: 32 heads x (EXP 44 + VEC 66 cycles per 512 scores) + 4 B moved per score
-    want = 32 * ((44 + 66) / 512 / 2e9 + 4 / (32 * 32e9))
+    # per token of context: 32 heads x (EXP 44 + VEC 66 cycles per 512 scores); the scores move on the PIM side
+    want = 32 * ((44 + 66) / 512 / 2e9)
     assert slope == pytest.approx([want] * 3, rel=1e-9)
     # the softmax row alone carries the growth; norms and RoPE do not depend on the context
     tr1, tr2 = _decode(512), _decode(4096)
@@ -187,11 +187,11 @@ def test_aim_mac_registers_are_read_out_per_dot_product():
                           pu=dev.pu)
     c = ctx.programs[0].counts()
     assert c["WR_GB"] == 1 and c["MAC_ABK"] == c["RD_MAC"] == c["WR_BIAS"] == 8
-    # the register path (setup nCWL + nBL + nWTRS - 2 = 15 cycles + one 2-cycle unit per access, twice per dot
-    # product) binds the 8-MAC16 score dot products: 64 x 2 x 17 cycles > 64 x 8 MAC16 x nCCDL (2)
+    # two register-mode switches (TMOD, nMODCH = 32 cycles) per dot product bind the 8-MAC16 score dot
+    # products: 64 x 2 x 32 cycles > 64 x 8 MAC16 x nCCDL (2)
     t, _, _ = dev.run(low)
-    assert t >= 64 * 2 * 17 * 0.5e-9
-    assert t < 1.5 * (64 * 2 * 17 + 8 * (56 + 32)) * 0.5e-9
+    assert t >= 64 * 2 * 32 * 0.5e-9
+    assert t < 1.25 * (64 * (2 * 32 + 8 * 2 + 2 * 2) + 8 * (56 + 32)) * 0.5e-9
 
 
 def test_aim_attention_spreads_over_all_channels_at_batch_1():
@@ -210,3 +210,103 @@ def test_aim_attention_spreads_over_all_channels_at_batch_1():
     assert [m["channels_used"] for m in ma] == [32, 32] and [m["channels_per_item"] for m in ma] == [8, 8]
     assert ta[0] == pytest.approx(t1[0] / 8, rel=0.1)          # score: 8x the channels, ~8x faster
     assert ma[1]["merge_s"] > 0 and t1[1] / ta[1] > 4          # context: faster, merge included
+
+
+# ---------------------------------------------------------------- CENT's command stream, round 2
+# aim_simulator @ 2eb1ee0 (CENT's submodule): AiM_dram_controller.cpp issues TMOD (nMODCH) whenever the next
+# ISR enters or leaves the register-RW mode (WR_GB, WR_BIAS, RD_MAC, RD_AF); aim_DRAM_system.cpp decodes one
+# host request per clock. CENT's trace generator (Yufeng98/CENT @ 8c79786 TransformerBlock.py / Llama.py).
+
+def _modes(low):
+    from attnsim.isa.lower import ENGINE_CODES
+    return int(np.sum(low.commands[0]["op"] == ENGINE_CODES["MODE"]))
+
+
+def test_aim_mode_switch_per_register_isr_boundary():
+    from attnsim.isa.lower import lower_attention
+    dev = _hw("cxl_aim_device")
+    one = lower_attention("aim", "score", [16], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu)
+    two = lower_attention("aim", "score", [32], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu)
+    # WR_GB (enter), WR_BIAS, MAC_ABK (leave), RD_MAC (enter): 3 switches; each further dot product 2 more
+    assert list(one.programs[0].mnemonics()) == ["WR_GB", "WR_BIAS", "MAC_ABK", "RD_MAC", "EOC"]
+    assert _modes(one) == 3 and _modes(two) == 5
+    t1, t2 = dev.run(one)[0], dev.run(two)[0]
+    n_modch = dev.dram.pim.mode_switch_cycles
+    assert n_modch == 32  # GDDR6_AiM_timing nMODCH
+    # the extra dot product: 2 x nMODCH + 8 MAC16 nCCDL apart + the WR_BIAS / RD_MAC register accesses (2 x nBL)
+    assert 2 * n_modch + 7 * 2 <= (t2 - t1) / 0.5e-9 <= 2 * n_modch + 8 * 2 + 2 * 2 + 4
+
+
+def test_aim_fc_keeps_mac_registers_in_flight_per_gb_fill():
+    from attnsim.isa.lower import lower_fc
+    dev = _hw("cxl_aim_device")
+    assert dev.pu.mac_registers == 32  # CENT --reuse-size 32
+    # 640 outputs on one channel = 40 per bank; k = 1024 x 2 B = one 64-column GB fill; 40 over 32 registers
+    # = 2 groups of 20: WR_BIAS x 20, MAC_ABK x 20, RD_MAC x 20, twice (CENT reuse-GB)
+    low = lower_fc("aim", 640, 1024, 1, elem_bytes=2.0, n_channels=1, org=dev.org, pu=dev.pu)
+    mns = list(low.programs[0].mnemonics())
+    assert mns == ["WR_GB"] + (["WR_BIAS"] * 20 + ["MAC_ABK"] * 20 + ["RD_MAC"] * 20) * 2 + ["EOC"]
+    assert _modes(low) == 1 + 2 * 2
+    hw = load_yaml(find_config("hardware", "cxl_aim_device"))
+    hw["pu"]["mac_registers"] = 1  # one output per GB fill at a time: 2 switches per output
+    one = registry.build(hw, file="x")
+    low1 = lower_fc("aim", 640, 1024, 1, elem_bytes=2.0, n_channels=1, org=one.org, pu=one.pu)
+    assert _modes(low1) == 1 + 2 * 40
+    assert dev.run(low)[0] < one.run(low1)[0]
+    hw = load_yaml(find_config("hardware", "cxl_pnm_lpddr5x"))
+    hw.setdefault("pu", {})["mac_registers"] = 4
+    with pytest.raises(ConfigError, match=r"pu.mac_registers: expected 1 \(mac_registers applies to isa aim\)"):
+        registry.build(hw, file="x")
+
+
+def test_softmax_io_is_cents_score_trips_through_the_banks():
+    from attnsim.isa.lower import host_requests, lower_attention
+    dev = _hw("cxl_aim_device")
+    # one head, 1024 scores x 2 B = 64 columns: twice (scale scores, scale exponentials) 2 x 64 writes (the
+    # vector and the scale operand), one EWMUL row, 64 reads, SYNC
+    low = lower_attention("aim", "softmax_io", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1,
+                          org=dev.org, pu=dev.pu)
+    p = low.programs[0]
+    mns = list(p.mnemonics())
+    assert mns == ["WR_SBK", "WR_SBK", "EWMUL", "RD_SBK", "SYNC"] * 2 + ["EOC"]
+    assert list(p["opsize"][:4]) == [64, 64, 64, 64]
+    assert low.macs == 0 and low.pim_bytes == 0
+    assert host_requests(low) == 6 * 64 + 5
+    # 32 heads on 32 channels: the device's one-request-per-clock stream, not the channels, binds
+    low32 = lower_attention("aim", "softmax_io", [1024] * 32, dhead=128, group=1, elem_bytes=2, n_channels=32,
+                            org=dev.org, pu=dev.pu)
+    assert host_requests(low32) == 32 * 6 * 64 + 5
+    t_engine = dev.run(low32)[0]
+    assert t_engine < host_requests(low32) * 0.5e-9
+    with pytest.raises(ConfigError, match="softmax_io: isa aim"):
+        lower_attention("attacc", "softmax_io", [16], dhead=128, group=1, elem_bytes=2, n_channels=1,
+                        org=dev.org, pu=dev.pu)
+
+
+def _tp8_run(opt):
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    exp = load_experiment(None, ["experiment.systems=[cent_pp1_tp8]", "experiment.baseline=null",
+                                 "experiment.models=[llama2-7b]", f"systems.cent_pp1_tp8.mapper.options.tp_vector_ops={opt}",
+                                 "experiment.scenarios={s: {batch_size: 1, prompt_len: 256, output_len: 2}}"])
+    return run_experiment(exp)[0]
+
+
+def test_tp_vector_ops_replicated_runs_all_heads_on_every_device():
+    rep, split = _tp8_run("replicated"), _tp8_run("split")
+    ops_r = rep["breakdown"]["decode_step"]["time_s_by_op"]
+    ops_s = split["breakdown"]["decode_step"]["time_s_by_op"]
+    # controller softmax and RoPE: every term linear in heads -> exactly 8x the rank's share
+    assert ops_r["softmax"] == pytest.approx(8 * ops_s["softmax"], rel=1e-9)
+    assert ops_r["rope"] == pytest.approx(8 * ops_s["rope"], rel=1e-9)
+    # the score trips: 8x the single-bank accesses on the device's request stream (the ISRs once); the rank's
+    # share alone is short enough for the channels' own command timing to show
+    assert 4.0 < ops_r["softmax_io"] / ops_s["softmax_io"] <= 8.0
+    for op in ("qkv_proj", "attn_score", "attn_context", "mlp_up", "mlp_down"):  # split as before
+        assert ops_r[op] == ops_s[op]
+    assert rep["metrics"]["memory"] == split["metrics"]["memory"]  # the caches stay split: no extra capacity
+
+
+def test_tp_vector_ops_bad_value_is_refused():
+    with pytest.raises(ConfigError, match=r"mapper.options.tp_vector_ops: expected one of split, replicated, got 'all'"):
+        _tp8_run("all")

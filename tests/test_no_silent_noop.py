@@ -185,6 +185,7 @@ ALTERNATIVE = {
     "SystemSpec.software": Alt("vllm"),   # a preset's own fields: tests/test_stack_overheads.py
     "ModelSpec.num_kv_heads": Alt(8),
     "mapper.offload.topk_fraction": Alt(0.5),
+    "mapper.cxl_pnm.tp_vector_ops": Alt("replicated"),   # cxl_pnm base: tp 8, softmax/RoPE of all heads per device
     "LinkSpec.connects": Alt(["gpu", "pim"]),
     "ParallelismSpec.tp": Alt(4, also=((".devices.gpu.count", 4),)),
     "ParallelismSpec.pp": Alt(2, also=((".devices.gpu.count", 16),)),

@@ -775,14 +775,15 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
             continue
         if o == BARRIER or o == MODE:
             t = CS[ch, C_LAST]
-            if CS[ch, C_DONE] > t:
+            if o == BARRIER and CS[ch, C_DONE] > t:  # MODE: dead time after the last issue, no drain
                 t = CS[ch, C_DONE]
             if a > t:
                 t = a
             if o == MODE:
                 t += T[T_MODE]
                 ST[ch, S_MODE] += 1
-                CS[ch, C_DONE] = t
+                if t > CS[ch, C_DONE]:
+                    CS[ch, C_DONE] = t
             else:
                 ST[ch, S_BARRIER] += 1
             CS[ch, C_LAST] = t

@@ -448,10 +448,10 @@ class RefEngine:
                 self.st[ch, K.S_FIXC] += int(c["cycles"])
                 continue
             if o in (K.BARRIER, K.MODE):
-                t = max(self.last[ch], self.done[ch])
-                if o == K.MODE:
+                t = max(self.last[ch], self.done[ch]) if o == K.BARRIER else self.last[ch]
+                if o == K.MODE:  # dead time after the last issued command (no drain)
                     t += T[K.T_MODE]
-                    self.done[ch] = t
+                    self.done[ch] = max(self.done[ch], t)
                     self.st[ch, K.S_MODE] += 1
                 else:
                     self.st[ch, K.S_BARRIER] += 1
