@@ -127,3 +127,16 @@ def test_bad_pim_configs_are_rejected():
     tr = build_trace(model, Scenario(batch_size=1, prompt_len=16), "decode")
     with pytest.raises(ConfigError, match="cannot run op class 'elementwise'"):
         device("attacc_hbm3_pim_stack").cost(tr, np.flatnonzero(tr["cls"] == "elementwise")[:1])
+
+
+def test_cxl_pnm_device_has_its_published_bandwidth_and_capacity():
+    """Samsung's LPDDR5X CXL-PNM: 16 x64 packages = 64 x16 channels, ~1.1 TB/s internal, 512 GB
+    (cxl_reliability.md 1.1). A units count that multiplied the preset's 4 channels per package again
+    once made it a 4.4 TB/s device."""
+    from attnsim.config import find_config, load_yaml
+    from attnsim.hwmodels import registry
+    dev = registry.build(load_yaml(find_config("hardware", "cxl_pnm_lpddr5x")), file="cxl_pnm_lpddr5x")
+    assert dev.channels == 64
+    assert dev.peak_bandwidth_bytes_per_s == pytest.approx(64 * 8533e6 * 2, rel=1e-4)  # x16 at 8533 MT/s: 17.07 GB/s
+    assert 1.05e12 < dev.peak_bandwidth_bytes_per_s < 1.15e12
+    assert dev.capacity_bytes == pytest.approx(512e9)
