@@ -11,8 +11,9 @@ Sets (each number with its source):
   :mod:`attnsim.reproduce`), rows with the role their reference.yaml gives; ``attacc`` is
   ``reproductions/attacc`` under its old name;
 - power: per-GPU power and J/token of vLLM serving on H100 (ML.ENERGY v3, configs/validation/power.yaml)
-  as equivalent static batches; Llama-3.1-8B TP1 is ``calibration`` (the h100_sxm power parameters were
-  fitted to its power), the 70B TP4 rows are held out;
+  as equivalent static batches on ``software: vllm`` systems (configs/validation/power/); Llama-3.1-8B TP1
+  is ``calibration`` (the h100_sxm power parameters were fitted to its power), the 70B TP4 rows are held
+  out; the J/token rows that miss are the time side (power.yaml lists them);
 - nccl: all-reduce time vs nccl-tests on 8 x A100, 4 x A100 and 4 x H100 (configs/validation/nccl.yaml,
   every row 8 B - 1 GB within 15 %; ``calibration``: the link presets' nccl blocks were fitted to them)
   and held-out rows (8 x H100 ring busbw, LLMCompass' 4 x A100 all-reduces, vLLM custom all-reduce);

@@ -1,12 +1,15 @@
 """GPU serving power and J/token per batch: ML.ENERGY v3 (H100, vLLM, lm-arena-chat) measured vs attnsim.
 
 Rows of configs/validation/power.yaml (shared/reference/calibration/mlenergy_v3_h100.csv), each run as its
-equivalent static batch (attnsim.validate.power_runs). Columns: Llama-3.1-8B TP1 (calibration: the
-h100_sxm power parameters were fitted to its power), Llama-3.1-70B TP4 (held out). Rows: per-GPU power
-(700 W board cap dashed), J/token (log), and the time side: attnsim's step time per output token
-(prefill amortised, and the decode TPOT) vs the measured mean step (batch / output tok/s) and median ITL.
+equivalent static batch under software: vllm (attnsim.validate.power_runs). Columns: Llama-3.1-8B TP1
+(calibration: the h100_sxm power parameters were fitted to its power), Llama-3.1-70B TP4 (held out). Rows:
+per-GPU power (700 W board cap dashed), J/token (log), and the time side: attnsim's step time per output
+token (prefill amortised, and the decode TPOT) vs the measured mean step (batch / output tok/s) and median
+ITL. Prints a per-batch table of the errors (power, J/token, step vs batch / tok/s, TPOT vs median ITL) for
+every model of the set (Llama-3.3-70B TP4 too).
 
-Run: python bench/bench_power.py [--out results/figures/gpu_power_mlenergy.png]
+Run: python bench/bench_power.py [--out results/figures/gpu_power_mlenergy.png] [--set KEY=VALUE ...]
+(--set: overrides applied to every row, e.g. hardware.h100_sxm.sm_active_power_w=300 for a before/after)
 """
 from __future__ import annotations
 
@@ -28,6 +31,19 @@ def columns(runs):
         col["step_ms"] = col["avg_batch_size"] / col["output_tok_per_s"] * 1e3
         out.append((label, col))
     return out
+
+
+def table(runs) -> str:
+    """Per row: batch, role, and attnsim's relative error in W/GPU, J/token, step (vs batch / output tok/s)
+    and decode TPOT (vs median ITL)."""
+    lines = [f"{'model':24s} {'batch':>6s} {'role':11s} {'W/GPU':>7s} {'J/tok':>7s} {'step':>7s} {'TPOT/ITL':>8s}"]
+    for r in sorted(runs, key=lambda r: (r["model_id"], r["avg_batch_size"])):
+        step = r["avg_batch_size"] / r["output_tok_per_s"] * 1e3
+        errs = (r["model_power_w_per_gpu"] / r["avg_power_w_per_gpu"], r["model_energy_per_token_j"] / r["energy_per_token_j"],
+                r["model_step_ms"] / step, r["model_tpot_ms"] / r["median_itl_ms"])
+        lines.append(f"{r['model_id'].split('/')[-1]:24s} {r['avg_batch_size']:6.0f} {r['role']:11s} "
+                     + " ".join(f"{e - 1:+7.1%}" for e in errs))
+    return "\n".join(lines)
 
 
 def figure(data):
@@ -67,9 +83,12 @@ def main(argv=None):
     from attnsim.plots.style import paper_style, save
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/figures/gpu_power_mlenergy.png")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every row")
     args = ap.parse_args(argv)
     check_output(args.out, "--out")
-    data = columns(validate.power_runs())
+    runs = validate.power_runs(sets=tuple(args.set))
+    print(table(runs))
+    data = columns(runs)
     for label, c in data:
         ep = c["model_power_w_per_gpu"] / c["avg_power_w_per_gpu"] - 1
         ej = c["model_energy_per_token_j"] / c["energy_per_token_j"] - 1
