@@ -25,14 +25,12 @@ TOL = 0.03
 # (golden file, stream) -> (lo, hi) band of attnsim/reference - 1 in simulated time, where the rule that explains
 # the gap is not modelled yet (README "DRAM cross-check": read/write queues with drain watermarks; ClosedCAP)
 KNOWN_GAPS = {
-    ("ramulator2_hbm2", "closed"): (-0.26, -0.21),  # attnsim closes after the last queued hit; ClosedCAP after 4
     ("ramulator2_hbm3", "mixed"): (0.09, 0.14),     # one mixed queue vs read + write queues drained at watermarks
     ("ramulator2_lpddr5", "mixed"): (0.06, 0.11),   # (same)
 }
-# streams whose miss/conflict split differs though the time agrees: writes drained in batches (mixed) and
-# ClosedCAP keeping rows open (closed: Ramulator counts conflicts where attnsim's closed rows count misses); their
+# streams whose miss/conflict split differs though the time agrees: writes drained in batches (mixed); their
 # row hits are still checked
-COUNT_GAPS = {"mixed", "closed", ("ramulator2_lpddr5", "seq")}  # LPDDR5 seq: 548 vs 1165 misses, not analysed
+COUNT_GAPS = {"mixed", ("ramulator2_lpddr5", "seq")}  # LPDDR5 seq: 548 vs 1165 misses, not analysed
 
 
 def test_golden_files_name_their_source():

@@ -204,9 +204,10 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
                 if qc[best] < 0:
                     ST[ch, K.S_HIT] += 1
                 fl = 0
-                if closed and hp[k] == 0:
+                if closed and (hp[k] == 0 if T[K.T_PAGECAP] == 0 else BS[k, K.B_NACC] >= T[K.T_PAGECAP]):
                     K.auto_pre(k, T, BS, ST, ch)
                     fl = K.F_AP
+                    hp[k] = 0  # the row's queued hits (cap rule) are misses now
                 ne = _emit(E, ne, K.WR if wq[i] == 1 else K.RD, fl, k, rowq[i], arr[i], T)
                 done = bt + (T[K.T_CWL] if wq[i] == 1 else T[K.T_CL]) + T[K.T_BL]
                 lat += done - arr[i]

@@ -33,16 +33,18 @@ F_AP = 1
 (T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
  T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
- T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE) = range(45)
-N_T = 45  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+ T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP) = range(46)
+N_T = 46  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
 # controller rule set (rules.py): T_ACTSCOPE 1 = nRRD_S/tFAW per pseudo-channel (all ranks/SIDs of
 # it), 0 = per rank/SID; T_ROWCMDACT: row-bus cycles of an ACT (PRE/REF: T_ROWCMD); T_CCDR: RD->RD to another
-# SID of the pseudo-channel (0 = none); T_TASCOPE 1 = RD->WR / WR->RD turnarounds per pseudo-channel, 0 = per rank
+# SID of the pseudo-channel (0 = none); T_TASCOPE 1 = RD->WR / WR->RD turnarounds per pseudo-channel, 0 = per rank;
+# T_PAGECAP: closed page closes a row after this many column ops since its ACT (0: after the last queued hit)
 # T_ACTBGFAW: ACTs one ACTBG record counts in a rank's tFAW window (1..4; NewtonSim G_ACT = 4)
 
 # ---- state columns
-B_ROW, B_ACT, B_PRE, B_RD, B_WR, B_ACTT, B_MSB, B_G, B_R, B_U, B_CH = range(11)
-N_B = 11  # B_G..B_CH: the bank's bank-group/rank/pseudo-channel/channel index (constant; saves divisions)
+B_ROW, B_ACT, B_PRE, B_RD, B_WR, B_ACTT, B_MSB, B_G, B_R, B_U, B_CH, B_NACC = range(12)
+N_B = 12  # B_G..B_CH: the bank's bank-group/rank/pseudo-channel/channel index (constant; saves divisions)
+# B_NACC: column ops since the bank's last ACT (closed page with a cap, T_PAGECAP)
 G_ACT, G_RD, G_WR = range(3)
 N_G = 3
 R_ACT, R_RD, R_WR, R_FAW0, R_FAW1, R_FAW2, R_FAW3, R_FAWI, R_DUE, R_PBNEXT = range(10)
@@ -243,6 +245,7 @@ def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
     BS[k, B_RD] = t + T[T_RCDRD]
     BS[k, B_WR] = t + T[T_RCDWR]
     BS[k, B_ACTT] = t
+    BS[k, B_NACC] = 0
     if t + T[T_RRDL] > GS[g, G_ACT]:
         GS[g, G_ACT] = t + T[T_RRDL]
     r0 = r
@@ -354,6 +357,7 @@ def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
     u = BS[k, B_U]
     ch = BS[k, B_CH]
     tl = t + (m - 1) * col_spacing(is_wr, T)
+    BS[k, B_NACC] += m
     if is_wr == 1:
         v = tl + T[T_CCDL]
         if v > GS[g, G_WR]:

@@ -18,6 +18,9 @@ is named after the simulator whose controller it emulates:
   32 reads + 32 writes per channel; modelled as one 32-entry queue: read/write queues with drain watermarks
   are not modelled yet).
 
+- ``closed_cap``: closed page closes a row after its last queued hit (0, attnsim) or only after ``closed_cap``
+  column accesses since its ACT (Ramulator 2.1 row_policy ClosedCAP, cap 4: a random stream then keeps rows
+  open); JEDEC is silent (a controller policy).
 - ``device_rules``: whether the spec's nCCDR and act_cmd_cycles apply. The "attnsim" preset keeps attnsim's
   historical rule set (no inter-SID RD rule, every row command ``row_cmd_cycles`` long) so its results,
   including the PIM reproductions and the steady-state extrapolation bounds, are unchanged; it is therefore
@@ -44,6 +47,7 @@ class ControllerRules:
     queue_entries: int
     queue_scope: str        # "pseudo_channel" | "channel"
     device_rules: bool      # apply the spec's nCCDR and act_cmd_cycles (else: no inter-SID RD rule, 1-slot ACT)
+    closed_cap: int = 0     # closed page: close after this many column ops since ACT (0: after the last queued hit)
 
     def queue_per_pseudo_channel(self, pseudo_channels: int) -> int:
         if self.queue_scope == "channel":
@@ -54,7 +58,7 @@ class ControllerRules:
 PRESETS = {
     "attnsim": ControllerRules("rank", "rank", 32, "pseudo_channel", False),
     "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False),  # trans_queue_size 32 (HBM2 .ini)
-    "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True),
+    "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4),  # ClosedCAP cap 4
 }
 
 

@@ -406,9 +406,11 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 if sqc[slot] < 0:
                     ST[ch, K.S_HIT] += 1
                 fl = 0
-                if closed and hp[k] == 0:
+                if closed and (hp[k] == 0 if T[K.T_PAGECAP] == 0 else BS[k, K.B_NACC] >= T[K.T_PAGECAP]):
                     K.auto_pre_i(k, T, BS, ST, ch)
                     fl = K.F_AP
+                    hp[k] = 0  # the row's queued hits (cap rule) are misses now
+                    hpw[k] = 0
                 if ne < ecap:
                     _emit(E, ne, K.WR if w == 1 else K.RD, fl, k, rowq[i], arr[i], T)
                 done = bt + (T[K.T_CWL] if w == 1 else T[K.T_CL]) + T[K.T_BL]
