@@ -22,8 +22,9 @@ Stages on one device group hand over for free.
   free[group(s)]) + t[m][s]; TTFT = finish of the last micro-batch at the last stage.
 - Decode step: cyclic steady state, period = max(max over device groups of the work on it summed
   over micro-batches and its stages, max over micro-batches of its chain: stage times + transfers
-  + the token return). Each request gets one token per period (TPOT = mean period); with fewer
-  micro-batches than device groups the chain binds and groups idle (the bubble).
+  + the token return + the software stack's host time of its token, attnsim/stack.py), and the
+  host's total over the micro-batches. Each request gets one token per period (TPOT = mean period);
+  with fewer micro-batches than device groups the chain binds and groups idle (the bubble).
 - Energy: dynamic energy of every (micro-batch, stage) cost and transfer, plus static power x time.
 - ``time_s_by_op`` / ``time_s_by_device`` of a pipelined step: each op's (device's) share of the
   work summed over all stages and micro-batches, scaled so that they sum to the step time.
@@ -321,12 +322,16 @@ def flow_shop(t: np.ndarray, x: np.ndarray, group: list) -> tuple[np.ndarray, np
     return start, finish
 
 
-def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, place, cost) -> PipelineStep:
+def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, place, cost,
+                  host_s=None) -> PipelineStep:
     """Cost one step of a replica's batch (``context_lens`` / ``query_tokens`` per request) through the
     pipeline. ``place(ctx, q, subbatch_of=None) -> Plan`` places a micro-batch's full trace (policy + memory
     of the whole replica; ``subbatch_of`` = s marks one of s concurrent sub-batches, as the runner does); ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras);
     a plan with ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``place`` again)
-    costed by engine.cost_step_pipelined per stage, as attnsim.runner does without PP."""
+    costed by engine.cost_step_pipelined per stage, as attnsim.runner does without PP.
+    ``host_s(requests) -> seconds`` (decode): the software stack's host time of each micro-batch's token
+    (sampling between its last stage and its next first stage) on that micro-batch's chain; the host
+    runs the micro-batches' shares one after another, so its sum is one more load on the period."""
     c = np.atleast_1d(np.asarray(context_lens, dtype=np.int64))
     q = np.atleast_1d(np.asarray(query_tokens, dtype=np.int64))
     phase_decode = bool(np.all(q == 1))
@@ -384,6 +389,14 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
     chain = t.sum(axis=1) + x.sum(axis=1)  # prefill has no token return (x[:, -1] = 0)
     start, finish = flow_shop(t, x, layout.group)
     step_time = float(max(load.max(), chain.max())) if phase_decode else float(finish[-1, -1])
+    if host_s is not None and phase_decode:
+        from attnsim.stack import HOST_DEVICE, HOST_OP
+        h = np.array([host_s(len(idx)) for idx in parts])
+        chain = chain + h
+        step_time = float(max(load.max(), chain.max(), h.sum()))
+        for hm in h[h > 0]:
+            results.append(StepResult(time_s=float(hm), time_s_by_op={HOST_OP: float(hm)},
+                                      time_s_by_device={HOST_DEVICE: float(hm)}))
     res = _combine(results, system, step_time, per_group_bytes=_group_bytes(parts, memo, c, q, layout))
     return PipelineStep(res, M, t, x, load, chain, start)
 
@@ -501,8 +514,10 @@ class RunPipeline:
         return self.prefill_step.result
 
     def decode(self, ctx) -> StepResult:
+        from attnsim.stack import NONE, step_overhead_s
+        stack = getattr(self.system, "stack", NONE)
         step = pipeline_step(self.system, self.model, self.layout, ctx, np.ones_like(ctx), self.place("decode"),
-                             self._cost)
+                             self._cost, host_s=lambda n: step_overhead_s(stack, n))
         if self.decode_first is None:
             self.decode_first = step
         return step.result

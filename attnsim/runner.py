@@ -115,7 +115,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     steps, weights = decode_step_weights(sc.output_len, generation.mode, generation.samples)
     def decode_step(ctx):
         if pipe is not None:
-            return None, add_step_overhead(pipe.decode(ctx), system, sc.batch_size)
+            return None, pipe.decode(ctx)  # the stack's host time on each micro-batch's chain
         tr = build(model, sc, "decode", tp=tp, context_lens=ctx)
         plan = place(tr)
         s = plan.pipeline_subbatches

@@ -310,3 +310,33 @@ def test_tp_vector_ops_replicated_runs_all_heads_on_every_device():
 def test_tp_vector_ops_bad_value_is_refused():
     with pytest.raises(ConfigError, match=r"mapper.options.tp_vector_ops: expected one of split, replicated, got 'all'"):
         _tp8_run("all")
+
+
+def _pp_decode(stack):
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    exp = load_experiment(None, ["experiment.systems=[cent_pp2_tp4]", "experiment.baseline=null",
+                                 "experiment.models=[llama2-7b]", f"systems.cent_pp2_tp4.software={stack}",
+                                 "experiment.generation={mode: exact}",
+                                 "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 2}}"])
+    (doc,) = run_experiment(exp)
+    assert doc["status"] == "ok", doc.get("error")
+    return doc["pipeline"], doc["metrics"]
+
+
+def test_cent_stack_samples_once_per_token_on_the_pipeline_chain(tmp_path):
+    """configs/stacks/cent.yaml: CENT's InOut_latency (utils.py:7, 0.15 ms of host top-k per token,
+    run_sim.py:203 token_latency) once per request per step; under PP on each micro-batch's chain, so
+    period = max(busiest device group's load, chain + h, the host's M x h), by hand from the stack-free run."""
+    from attnsim.stack import load_stack
+    assert load_stack("cent").request_step_us == 150.0 and load_stack("cent").step_us == 0.0
+    p0, m0 = _pp_decode("none")
+    load, chain = p0["decode_max_group_load_s"], p0["decode_chain_s"]  # 2 micro-batches of 1 request
+    big = tmp_path / "big.yaml"
+    big.write_text("kind: stack\nname: big\nrequest_step_us: 20000\n")  # host-bound: 2 x 20 ms > chain + 20 ms
+    for stack, h in (("cent", 150e-6), (str(big), 20e-3)):
+        p1, m1 = _pp_decode(stack)
+        assert p1["decode_chain_s"] == pytest.approx(chain + h, rel=1e-12)
+        assert m1["tpot_s"] == pytest.approx(max(load, chain + h, 2 * h), rel=1e-12)
+        assert m1["decode_dynamic_energy_per_token_j"] == pytest.approx(m0["decode_dynamic_energy_per_token_j"], rel=1e-12)
+    assert max(load, chain + 150e-6) > max(load, chain)  # the CENT case shows (not hidden by the load)
