@@ -5,7 +5,10 @@ input preparation, sampling and kernel launch (or CUDA-graph replay), per reques
 sampler/detokenizer/output bookkeeping, and per request once the tokenizer and API front end. A preset
 names those costs (each value with its source in the YAML) and the GPU kernel mode it runs
 (``kernels`` sets every GPU pool's ``software_stack``: ``eager`` selects the GPU model's unfused
-efficiencies and per-kernel eager launch overheads, hwmodels/gpu.py; null keeps the hardware's).
+efficiencies and per-kernel eager launch overheads, hwmodels/gpu.py; null keeps the hardware's) and
+whether its tensor-parallel all-reduce is the framework's one-/two-shot kernel (``custom_allreduce: true``
+sets ``allreduce: custom`` on every link whose preset has a ``custom_allreduce`` block, i.e. NVLink, as
+vLLM does where the GPUs are NVLink-connected; other links keep theirs, as vLLM falls back to NCCL).
 
 Where the costs land (the one mechanism, used by ``attnsim run`` and ``attnsim serve``):
 
@@ -43,6 +46,8 @@ class StackSpec(Schema):
                                                           "detokenization, output processing)")
     request_us: float = Field(0.0, ge=0, description="host time once per request before its first step "
                                                      "(tokenization, API front end)")
+    custom_allreduce: bool = Field(False, description="links whose preset has a custom_allreduce block "
+                                                      "(NVLink) time all-reduce with it (allreduce: custom)")
 
 
 NONE = StackSpec(kind="stack", name="none", description="no software-stack costs")

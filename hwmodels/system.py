@@ -194,7 +194,7 @@ class System:
 def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System:
     """Build device and link models; ``hardware`` maps hardware name (``ref_name`` of the
     system's references) -> config dict. The ``software`` preset's ``kernels`` (if set) is every GPU
-    pool's ``software_stack``."""
+    pool's ``software_stack``; its ``custom_allreduce`` sets ``allreduce: custom`` on links that have the block."""
     from attnsim.stack import load_stack
     stack = load_stack(spec.software, file=file_of("systems", spec.name))
     pools = {}
@@ -208,7 +208,10 @@ def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System
     links, roles = {}, {}
     for lname, link in spec.links.items():
         name = ref_name(link.hardware)
-        links[lname] = registry.build(hardware[name], file=file_of("hardware", name))
+        hw = hardware[name]
+        if stack.custom_allreduce and isinstance(hw, dict) and hw.get("custom_allreduce") is not None:
+            hw = {**hw, "allreduce": "custom"}  # the stack's framework all-reduce (attnsim/stack.py)
+        links[lname] = registry.build(hw, file=file_of("hardware", name))
         roles[lname] = (link.connects[0], link.connects[1])
     return System(spec, pools, links, roles, stack)
 

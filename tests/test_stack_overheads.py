@@ -132,7 +132,8 @@ def test_every_stack_field_acts_or_only_names(tmp_path):
     from attnsim.stack import StackSpec
     cosmetic = {"kind", "name", "description", "source"}
     changed = {"kernels": "eager", "step_us": 10.0, "request_step_us": 10.0, "request_us": 10.0}
-    assert set(StackSpec.model_fields) == cosmetic | set(changed)
+    # custom_allreduce acts only on NVLink tensor parallelism: test_custom_allreduce_is_the_links_custom_mode
+    assert set(StackSpec.model_fields) == cosmetic | set(changed) | {"custom_allreduce"}
     base = tmp_path / "base.yaml"
     base.write_text("kind: stack\nname: base\n")
     ref = _doc("h100_x1", f"systems.h100_x1.software={base}")["metrics"]
@@ -140,3 +141,20 @@ def test_every_stack_field_acts_or_only_names(tmp_path):
         f = tmp_path / f"{field}.yaml"
         f.write_text(f"kind: stack\nname: {field}\n{field}: {value}\n")
         assert _doc("h100_x1", f"systems.h100_x1.software={f}")["metrics"] != ref, field
+
+
+def test_custom_allreduce_is_the_links_custom_mode(tmp_path):
+    """custom_allreduce: true = allreduce: custom on the NVLink preset (same numbers as setting it there),
+    different from the preset's own mode (nccl); a stack without it leaves the link alone."""
+    on, off = tmp_path / "on.yaml", tmp_path / "off.yaml"
+    on.write_text("kind: stack\nname: ar_on\ncustom_allreduce: true\n")
+    off.write_text("kind: stack\nname: ar_off\n")
+
+    def ar_s(*sets):
+        b = _doc("dgx_h100", *sets)["breakdown"]["decode_step"]["time_s_by_op"]
+        return sum(v for k, v in b.items() if k.endswith("allreduce"))
+    base = ar_s(f"systems.dgx_h100.software={off}")
+    custom = ar_s(f"systems.dgx_h100.software={on}")
+    assert custom == pytest.approx(ar_s(f"systems.dgx_h100.software={off}", "hardware.nvlink4.allreduce=custom"), rel=1e-12)
+    assert 0 < custom < base  # decode-sized messages: one-/two-shot beats NCCL's latency floor
+
