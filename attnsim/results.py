@@ -79,25 +79,31 @@ def _non_finite(v) -> bool:
     return isinstance(v, (float, np.floating)) and not math.isfinite(float(v))
 
 
+def _non_finite_paths(doc: dict) -> list[tuple]:
+    """Key paths (tuples: keys may hold dots, e.g. ``static_energy_j_by_part``) of every non-finite
+    number in a run document; keys starting with ``_`` at the top level are skipped."""
+    bad, stack = [], [((), doc)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((path + (k,), x) for k, x in v.items() if not (not path and str(k).startswith("_")))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((path + (i,), x) for i, x in enumerate(v))
+        elif isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            if not np.isfinite(v).all():
+                bad.append(path)
+        elif _non_finite(v):
+            bad.append(path)
+    return sorted(bad, key=lambda p: tuple(map(str, p)))
+
+
 def check_finite_doc(doc: dict) -> list[str]:
     """Dotted key paths of every non-finite number (inf, -inf, NaN) in a run document.
 
     Keys starting with ``_`` (in-memory extras such as ``_requests``, never written as JSON) are
     skipped. An undefined metric (e.g. TPOT when every output is one token) must be ``None``.
     """
-    bad, stack = [], [((), doc)]
-    while stack:
-        path, v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend((path + (str(k),), x) for k, x in v.items() if not (not path and str(k).startswith("_")))
-        elif isinstance(v, (list, tuple)):
-            stack.extend((path + (str(i),), x) for i, x in enumerate(v))
-        elif isinstance(v, np.ndarray) and v.dtype.kind == "f":
-            if not np.isfinite(v).all():
-                bad.append(".".join(path))
-        elif _non_finite(v):
-            bad.append(".".join(path))
-    return sorted(bad)
+    return sorted(".".join(map(str, p)) for p in _non_finite_paths(doc))
 
 
 def finalize_doc(doc: dict) -> dict:
@@ -107,19 +113,19 @@ def finalize_doc(doc: dict) -> dict:
     ``status: error`` with ``error`` naming the metrics (``non-finite result: metrics.ttft_s = inf,
     ...``), and every such value becomes ``None`` so the document stays strict JSON. Returns ``doc``.
     """
-    bad = check_finite_doc(doc)
+    bad = _non_finite_paths(doc)
     if not bad:
         return doc
     shown = []
-    for p in bad:
+    for path in bad:
         node = doc
-        *head, last = p.split(".")
-        for k in head:
-            node = node[int(k)] if isinstance(node, list) else node[k]
-        key = int(last) if isinstance(node, list) else last
+        for k in path[:-1]:
+            node = node[k]
         if isinstance(node, tuple):
             continue
-        shown.append(f"{p} = {node[key] if not isinstance(node[key], np.ndarray) else 'array with non-finite values'}")
+        key = path[-1]
+        shown.append(f"{'.'.join(map(str, path))} = "
+                     f"{node[key] if not isinstance(node[key], np.ndarray) else 'array with non-finite values'}")
         node[key] = None
     if doc.get("status") == "ok":
         doc["status"] = "error"
