@@ -328,6 +328,8 @@ class PIMDevice:
         if self.spec.isa == "aim":  # CENT: element-wise ops on the controller's vector units; prefill
             # (compute-bound GEMMs on the bank MACs) as a roofline over the banks' MAC rate and bandwidth
             # rather than millions of lowered MAC16 records
+            if str(trace.cols["op"][i]).endswith("_io") and trace.phase == "decode":
+                return False  # CENT's bank side of a controller RMSNorm / RoPE (mapper cxl_pnm): lowered
             return cls in ("elementwise", "embedding") or trace.phase == "prefill"
         if self.spec.isa != "cxl_pnm":
             return False
@@ -385,6 +387,11 @@ class PIMDevice:
             from attnsim.hwmodels.rowbuffer import lower_newton_row
             return lower_newton_row(self, trace, i)
         cls = str(trace.cols["cls"][i])
+        if self.spec.isa == "aim" and cls == "elementwise" and str(trace.cols["op"][i]).endswith("_io"):
+            from attnsim.isa.lower import lower_aim_vector_io  # CENT: bank side of a controller norm / RoPE
+            c = trace.cols
+            return lower_aim_vector_io(str(c["op"][i])[:-3], int(c["n"][i]), int(c["k"][i]), int(c["batch"][i]),
+                                       n_channels=self.channels, org=self.org, pu=self.pu)
         if cls in ATTN_PHASES:
             tokens, k, group, eb = self._items(trace, i)
             n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels

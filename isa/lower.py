@@ -476,6 +476,93 @@ def _aim_softmax_io(slices, org, pu, group) -> Program:
     return Program.from_records(get_isa("aim"), recs)
 
 
+ACT_OPS = ("mlp_act",)  # the FFN's SiLU(x1) x x3 (CENT: AF in the w1 GEMV, the multiply through the banks)
+
+
+def lower_aim_vector_io(op: str, n: int, k: int, reps: int, *, n_channels: int, org: Org, pu: PU) -> Lowered:
+    """CENT's bank side of a controller RMSNorm (``op`` a norm, ``n`` elements) or RoPE (``op`` rope,
+    ``n`` / ``k`` q / k elements) on one AiM device of ``n_channels`` channels, ``reps`` times (one per
+    token), as CENT's decode trace runs it (Yufeng98/CENT @ 8c79786 ``Llama.py trace_only``, with
+    ``TransformerBlock.py store_for_neighbor_bank_input_only_trace`` / ``store_for_EWMUL_input_only_trace``
+    / ``load_from_EWMUL_input_only_trace``: one W MEM / R MEM, a WR_SBK / RD_SBK column, per burst of
+    ``column_bytes`` / 2 bf16 elements per bank, the device's B = channels x banks banks):
+
+    - RMSNorm: x into neighbour banks 0 and 1 (ceil(n / (B/2)) elements per bank), WR_BIAS + MAC_ABK +
+      RD_MAC (x.pow), the broadcast scalar and x into bank groups 0 and 1 (ceil(n / (B/4)) per bank),
+      EWMUL, COPY_BKGB + COPY_GBBK for each bank of group 2, EWMUL, the result read from group 2, SYNC:
+      n = 4096 over 512 banks: 256 + 256 + 128 x 2 + 128 x 2 + 128 x 2 = 1280 single-bank accesses.
+    - RoPE: xq (2 ceil(n / (B/4)) per bank) and xk (that / (n / k)) stored, EWMUL of n / burst and
+      k / burst columns, both read back (CENT's trace counts them with its store helper: W MEM):
+      n = k = 4096: 4 x 128 x 4 = 2048.
+    - FFN activation (``mlp_act``; CENT's ``trace_activation`` branch for an FFN that fits one row per
+      bank): SiLU(x1) and x3 into groups 0 and 1 (ceil(n / (B/4)) per bank), EWMUL, COPY_BKGB + COPY_GBBK
+      per bank of group 2, group 0 stored again, EWMUL, the result read from group 2, SYNC:
+      n = 11008: 128 banks x 6 bursts x 4 = 3072.
+    Each channel runs 1 / n_channels of the single-bank accesses (CENT's bank_index spreads the banks
+    over all channels) and every all-bank command."""
+    from attnsim.hwmodels.cxl_controller import ROPE_OPS
+    burst = max(1, pu.column_bytes // 2)
+    B = n_channels * org.bank_groups * org.banks_per_group
+    cdiv = lambda a, b: -(-int(a) // int(b))
+    recs = []
+
+    def sbk(mn, bank, total):
+        if total > 0:
+            recs.append((mn, dict(opsize=cdiv(total, n_channels), ch_mask=1, bank=bank, row=0)))
+
+    def ewmul(cols):
+        while cols > 0:  # one row per EWMUL (as ``_aim_softmax_io``)
+            c = min(org.columns, cols)
+            recs.append(("EWMUL", dict(opsize=c, ch_mask=1, row=0)))
+            cols -= c
+
+    ew_len = cdiv(n, max(1, B // 4))
+    ew_banks = cdiv(n, ew_len)
+    copies = lambda b: [r for bank in range(2, org.bank_groups * org.banks_per_group, 4)  # CENT: bank % 4 == 2
+                        for r in (("COPY_BKGB", dict(opsize=b, ch_mask=1, bank=bank, row=0)),
+                                  ("COPY_GBBK", dict(opsize=b, ch_mask=1, bank=bank - 1, row=0)))]
+    for _ in range(max(1, reps)):
+        if op in ACT_OPS:
+            ewb = cdiv(ew_len, burst)
+            sbk("WR_SBK", 0, ew_banks * ewb)
+            sbk("WR_SBK", 1, ew_banks * ewb)
+            ewmul(ewb)
+            recs += copies(ewb)
+            sbk("WR_SBK", 0, ew_banks * ewb)
+            ewmul(ewb)
+            sbk("RD_SBK", 2, ew_banks * ewb)
+            recs.append(("SYNC", {}))
+            continue
+        if op in ROPE_OPS:
+            q_len = 2 * ew_len
+            k_len = q_len // max(1, n // max(k, 1))
+            for bank in (1, 2):  # store (group 1), read back (group 2)
+                sbk("WR_SBK", bank, ew_banks * cdiv(q_len, burst))
+                sbk("WR_SBK", bank, ew_banks * cdiv(k_len, burst))
+                if bank == 1:
+                    ewmul(n // burst)
+                    ewmul(k // burst)
+            continue
+        nb_len = cdiv(n, max(1, B // 2))
+        nb_banks, nbb, ewb = cdiv(n, nb_len), cdiv(nb_len, burst), cdiv(ew_len, burst)
+        sbk("WR_SBK", 0, nb_banks * nbb)
+        sbk("WR_SBK", 1, nb_banks * nbb)
+        recs += [("WR_BIAS", dict(ch_mask=1)), ("MAC_ABK", dict(opsize=nbb, ch_mask=1, row=0)),
+                 ("RD_MAC", dict(ch_mask=1, reg=0))]
+        sbk("WR_SBK", 0, ew_banks * ewb)
+        sbk("WR_SBK", 1, ew_banks * ewb)
+        ewmul(ewb)
+        recs += copies(ewb)
+        ewmul(ewb)
+        sbk("RD_SBK", 2, ew_banks * ewb)
+        recs.append(("SYNC", {}))
+    recs.append(("EOC", {}))
+    prog = Program.from_records(get_isa("aim"), recs)
+    prog.multiplicity = n_channels
+    return Lowered("aim", "vector_io", [prog], [aim_commands(prog, org, pu)], np.array([n_channels], np.int64),
+                   meta=dict(partition="cent_vector", items=max(1, reps), elements=float(n + k) * max(1, reps)))
+
+
 def host_requests(low: "Lowered") -> int:
     """Host requests an AiM device decodes for a lowering (isa/aim.py): every single-bank column
     access on every channel, and each ISR once (broadcast over its channel mask; the longest

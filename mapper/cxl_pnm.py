@@ -72,7 +72,7 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         if system.pools[ctrl].count != system.pools[pnm].count:
             raise ConfigError(f"expected one controller per PNM device ({system.pools[pnm].count}), "
                               f"got {system.pools[ctrl].count}", key=f"devices.{ctrl}.count")
-        trace, added = softmax_io_rows(trace)
+        trace, added = softmax_io_rows(trace, replicated=opts["tp_vector_ops"] == "replicated")
         parallel = np.full(len(trace), tp, dtype=np.int64)
     if opts["tp_vector_ops"] == "replicated" and tp > 1:
         trace = replicate_vector_ops(trace, tp)
@@ -81,15 +81,38 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         from attnsim.hwmodels.cxl_controller import kernel_of
         on_ctrl = np.array([kernel_of(str(o), str(c)) is not None for o, c in zip(trace["op"], trace["cls"])], bool)
         device[on_ctrl & ~added] = ctrl
+        if opts["tp_vector_ops"] == "replicated" and tp > 1:
+            # CENT's energy counts the vector work once (run_sim.py: energy_main + energy_FC x (FC_devices - 1):
+            # one device's trace holds it, the others' only their FCs): energy on one device, time unchanged
+            parallel[on_ctrl | added] = 1
     return Plan("cxl_pnm", trace, device, parallel, memory)
 
 
-def softmax_io_rows(trace):
-    """CENT's controller softmax: after each softmax row a ``softmax_io`` row for the PIM device, the
-    scores' trips between the banks and the controller (isa/lower.py ``_aim_softmax_io``).
-    Returns (trace, mask of the added rows)."""
+def softmax_io_rows(trace, replicated: bool = False):
+    """CENT's controller vector work as its traces run it on the banks: after each softmax row a
+    ``softmax_io`` row, the scores' trips between the banks and the controller (isa/lower.py
+    ``_aim_softmax_io``); in decode, after each RMSNorm / RoPE / FFN activation row a ``<op>_io``
+    row, their operands' trips and in-bank multiplies (isa/lower.py ``lower_aim_vector_io``; ``n`` =
+    the vector length, RoPE: ``n`` / ``k`` = the q / k elements; all heads / the whole FFN width when
+    ``replicated``, as CENT's main-device trace). Returns (trace, mask of the added rows)."""
+    from attnsim.hwmodels.cxl_controller import NORM_OPS, ROPE_OPS
+    from attnsim.isa.lower import ACT_OPS
     from attnsim.mapper.base import insert_rows
-    after = {i: [dict(r, op="softmax_io")] for i, r in enumerate(trace.rows()) if str(r["cls"]) == "softmax"}
+    meta, rep = trace.meta, (trace.tp if replicated else 1)
+    after = {}
+    for i, r in enumerate(trace.rows()):
+        op, cls = str(r["cls"]), str(r["op"])
+        if op == "softmax":
+            after[i] = [dict(r, op="softmax_io")]
+        elif trace.phase == "decode" and op == "elementwise" and cls in NORM_OPS:
+            after[i] = [dict(r, op=f"{cls}_io", n=int(meta.get("hidden_size", r["n"])))]
+        elif trace.phase == "decode" and op == "elementwise" and cls in ACT_OPS:
+            full = int(meta.get("intermediate_size", 0)) if replicated else 0
+            after[i] = [dict(r, op=f"{cls}_io", n=full or int(r["n"]))]
+        elif trace.phase == "decode" and op == "elementwise" and cls in ROPE_OPS and meta.get("head_dim"):
+            hd = int(meta["head_dim"])
+            after[i] = [dict(r, op=f"{cls}_io", n=int(meta["heads_per_rank"]) * hd * rep,
+                             k=int(meta["kv_heads_per_rank"]) * hd * rep)]
     tr, _, added = insert_rows(trace, after=after)
     return tr, added
 

@@ -305,6 +305,13 @@ def test_tp_vector_ops_replicated_runs_all_heads_on_every_device():
     for op in ("qkv_proj", "attn_score", "attn_context", "mlp_up", "mlp_down"):  # split as before
         assert ops_r[op] == ops_s[op]
     assert rep["metrics"]["memory"] == split["metrics"]["memory"]  # the caches stay split: no extra capacity
+    # CENT's energy counts the vector work once (run_sim.py energy_main + energy_FC x (FC_devices - 1)):
+    # all heads on one device = the rank's share on 8 (softmax, RoPE linear in heads); the norms (the whole
+    # vector on every rank when split) once
+    e_r, e_s = (d["breakdown"]["decode_step"]["energy_j_by_op"] for d in (rep, split))
+    for op in ("softmax", "rope"):
+        assert e_r[op] == pytest.approx(e_s[op], rel=1e-9) and e_r[op] > 0
+    assert e_r["attn_norm"] == pytest.approx(e_s["attn_norm"] / 8, rel=1e-9) and e_r["attn_norm"] > 0
 
 
 def test_tp_vector_ops_bad_value_is_refused():
@@ -340,3 +347,45 @@ def test_cent_stack_samples_once_per_token_on_the_pipeline_chain(tmp_path):
         assert m1["tpot_s"] == pytest.approx(max(load, chain + h, 2 * h), rel=1e-12)
         assert m1["decode_dynamic_energy_per_token_j"] == pytest.approx(m0["decode_dynamic_energy_per_token_j"], rel=1e-12)
     assert max(load, chain + 150e-6) > max(load, chain)  # the CENT case shows (not hidden by the load)
+
+
+def test_vector_io_is_cents_norm_rope_and_act_traffic_through_the_banks():
+    """CENT's Llama.py trace_only, one AiM device of 32 channels x 16 banks (B = 512), bursts of 16 bf16."""
+    from attnsim.isa.lower import host_requests, lower_aim_vector_io
+    dev = _hw("cxl_aim_device")
+
+    def low(op, n, k=0, reps=1):
+        return lower_aim_vector_io(op, n, k, reps, n_channels=32, org=dev.org, pu=dev.pu)
+    # RMSNorm of 4096: neighbour banks 2 x 256 banks x 1 burst, EWMUL operands 2 x 128 banks x 2 bursts,
+    # result 128 x 2 = 1280 W/R MEM; ISRs: WR_BIAS, MAC_ABK, RD_MAC, 2 EWMUL, 4 x (COPY_BKGB, COPY_GBBK), SYNC, EOC
+    norm = low("attn_norm", 4096)
+    mns = list(norm.programs[0].mnemonics())
+    assert mns.count("COPY_BKGB") == mns.count("COPY_GBBK") == 4 and mns.count("EWMUL") == 2
+    assert host_requests(norm) == 1280 + 15
+    assert norm.channels_used == 32 and norm.macs == 0
+    # RoPE, q = k = 4096: xq, xk stored (128 banks x 4 bursts each) and read back: 2048; EWMUL of 256
+    # columns each = 4 rows of 64; + EOC
+    assert host_requests(low("rope", 4096, 4096)) == 2048 + 9
+    # GQA 4: xk 64 // 4 = 16 elements = 1 burst per bank: 2 x (512 + 128); EWMUL 4 + 1 rows
+    assert host_requests(low("rope", 4096, 1024)) == 2 * (512 + 128) + 5 + 1
+    # FFN activation of 11008: ceil(11008 / 128) = 86 per bank -> 128 banks x 6 bursts = 768, 4 times
+    assert host_requests(low("mlp_act", 11008)) == 4 * 768 + 2 + 8 + 1 + 1
+    assert host_requests(low("attn_norm", 4096, reps=3)) == 3 * (1280 + 14) + 1  # one per token, one EOC
+
+
+def test_cxl_pnm_adds_the_bank_side_rows_in_decode_only():
+    from attnsim.hwmodels.cxl_controller import NORM_OPS
+    from attnsim.mapper.cxl_pnm import softmax_io_rows
+    tr = _decode(512, tp=8)
+    for replicated, q, act in ((True, 4096, 11008), (False, 512, 1376)):
+        out, added = softmax_io_rows(tr, replicated=replicated)
+        ops = [str(o) for o in out["op"]]
+        io = {o: i for i, o in enumerate(ops) if o.endswith("_io")}
+        assert set(io) == {"softmax_io", "rope_io", "mlp_act_io"} | {f"{o}_io" for o in NORM_OPS if o in ops}
+        assert int(added.sum()) == len([o for o in ops if o.endswith("_io")])
+        assert out["n"][io["rope_io"]] == q and out["k"][io["rope_io"]] == q  # llama2-7b: MHA
+        assert out["n"][io["mlp_act_io"]] == act and out["n"][io["attn_norm_io"]] == 4096
+    m = load_model("llama2-7b")
+    pre = build_trace(m, Scenario(name="x", batch_size=1, prompt_len=64, output_len=2), "prefill", tp=8)
+    ops = [str(o) for o in softmax_io_rows(pre)[0]["op"]]
+    assert "softmax_io" in ops and not any(o.endswith("_io") and o != "softmax_io" for o in ops)
