@@ -124,7 +124,8 @@ def replicate_vector_ops(trace, tp: int):
     calculate_acc_latency`` costs softmax over ``n_heads`` and RoPE over ``embedding_size`` on every
     device, while the FCs and the score/context GEMVs are split). Those rows (softmax, its ``softmax_io``,
     rope) carry ``tp`` x the rank's heads and work. The K/V caches stay split (no extra capacity) and, as
-    in CENT, nothing more moves between devices for it. Returns a new trace."""
+    in CENT, nothing more moves between devices for it. Their energy (and their bank-side ``_io`` rows')
+    counts on one device (plan_cxl_pnm: parallel 1), as CENT's energy_main. Returns a new trace."""
     from attnsim.mapper.base import insert_rows
     trace = insert_rows(trace)[0]  # a copy: the caller's trace is shared
     rep = (np.asarray(trace["cls"]) == "softmax") | (np.asarray(trace["op"]) == "rope")
