@@ -220,8 +220,10 @@ def test_flow_shop_shares_a_device_group():
 
 
 def test_cxl_pnm_pipeline_runs_and_divides_the_weights():
-    one = run("cxl_pnm", batch=8, par="{tp: 8}")
-    two = run("cxl_pnm", batch=8, par="{tp: 4, pp: 2}")
+    # prefill on the PNM devices: host-GPU prefill under pp > 1 is refused (next test)
+    on_pnm = ["systems.cxl_pnm.mapper.options.prefill_on_gpu=false"]
+    one = run("cxl_pnm", batch=8, par="{tp: 8}", extra=on_pnm)
+    two = run("cxl_pnm", batch=8, par="{tp: 4, pp: 2}", extra=on_pnm)
     assert one["status"] == two["status"] == "ok"
     # weights per PNM device: tp 8 -> 1/8 of the model; tp 4 x pp 2 -> 1/4 of half the layers (~1/8)
     w1 = one["metrics"]["memory"]["pnm"]["weights_gb"]
@@ -232,6 +234,14 @@ def test_cxl_pnm_pipeline_runs_and_divides_the_weights():
     p = two["pipeline"]
     assert p["decode_period_s"] >= p["decode_max_group_load_s"] > 0
     assert 0 <= p["decode_bubble_fraction"] < 0.5
+
+
+def test_cxl_pnm_host_gpu_prefill_under_pp_is_refused():
+    """Host-GPU prefill is tensor-parallel over a replica's host GPUs, not cut into stages: refused
+    with pp > 1 (one line naming the GPU count) instead of costed wrongly."""
+    with pytest.raises(ConfigError) as e:
+        run("cxl_pnm", batch=8, par="{tp: 4, pp: 2}")
+    assert e.value.key == "devices.gpu.count" and "pp = 2" in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("sets,key", [

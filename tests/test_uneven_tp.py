@@ -85,7 +85,7 @@ def test_llama2_13b_on_20_ranks_shards_by_hand():
     assert weight_bytes_per_rank(m, None, 20) == pytest.approx(weight_bytes(wide) / 20, rel=1e-12)
 
 
-def _run(model, extra=()):
+def _run(model, extra=(), doc=False):
     exp = load_experiment(None, ["experiment.systems=[dgx_a100]", "experiment.baseline=null",
                                  f"experiment.models=[{model}]", "scenarios.chat.batch_size=4",
                                  "scenarios.chat.prompt_len=256", "scenarios.chat.output_len=3",
@@ -93,7 +93,13 @@ def _run(model, extra=()):
                                  *extra])
     d = run_experiment(exp)[0]
     assert d["status"] == "ok", d.get("error")
-    return d["metrics"]
+    return d if doc else d["metrics"]
+
+
+def _per_access_j(doc, phase):
+    """Dynamic energy of a phase without the SM-activity component (per-access energies only)."""
+    comp = doc["breakdown"][phase]["energy_j_by_component"]
+    return sum(v for k, v in comp.items() if k not in ("static", "active"))
 
 
 def test_llama2_13b_tp20_runs_time_of_largest_shard_energy_of_all_ranks():
@@ -105,8 +111,17 @@ def test_llama2_13b_tp20_runs_time_of_largest_shard_energy_of_all_ranks():
     assert u["ttft_s"] == r692["ttft_s"] and u["tpot_s"] == r692["tpot_s"]
     assert u["tpot_s"] > r691["tpot_s"]
     for k in ("dynamic_energy_per_token_j", "decode_dynamic_energy_per_token_j"):
-        assert u[k] == pytest.approx((4 * r692[k] + 16 * r691[k]) / 20, rel=1e-9), k
-        assert r691[k] < u[k] < r692[k]
+        # the GPU's SM-activity energy (component ``active``: kernel time x power) is scaled by the bytes
+        # share, which approximates each rank's own kernel time to ~1e-4 here (wave quantisation makes 691
+        # and 692 columns' times not exactly proportional); the per-access energies are exact (below)
+        assert u[k] == pytest.approx((4 * r692[k] + 16 * r691[k]) / 20, rel=1e-3), k
+    docs = {n: _run("llama2-13b", extra, doc=True) for n, extra in
+            (("u", ()), ("692", ["models.llama2-13b.intermediate_size=13840"]),
+             ("691", ["models.llama2-13b.intermediate_size=13820"]))}
+    for phase in ("prefill", "decode_step"):
+        e = {n: _per_access_j(d, phase) for n, d in docs.items()}
+        assert e["u"] == pytest.approx((4 * e["692"] + 16 * e["691"]) / 20, rel=1e-9), phase
+        assert e["691"] < e["u"] < e["692"]
     assert u["memory"]["gpu"]["weights_gb"] == pytest.approx(r692["memory"]["gpu"]["weights_gb"], rel=1e-12)
     assert u["tp_imbalance"]["intermediate_size"]["largest"] == 692 and r692["tp_imbalance"] == {}
 
