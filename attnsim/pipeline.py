@@ -472,7 +472,7 @@ def timeline_events(step: PipelineStep, layout: Layout, system_name: str, phase:
             events.append({"ph": "X", "name": f"mb{m} stage{s}", "pid": pid, "tid": layout.group[s] + 1,
                            "ts": float(step.start_s[m, s]) * 1e6, "dur": float(step.stage_time_s[m, s]) * 1e6,
                            "args": {"microbatch": m, "stage": s, "layers": [layout.stages[s][0], layout.stages[s][1] - 1]}})
-    return events
+    return events[:1 + layout.groups] + sorted(events[1 + layout.groups:], key=lambda e: (e["ts"], e["tid"]))
 
 
 # ---------------------------------------------------------------- glue for attnsim.runner

@@ -39,10 +39,21 @@ def step_events(step, system_name: str, phase: str, pid: int = 1, t0_us: float =
     for g, i in _layer_order(trace):
         order += [(r, i) for r in np.nonzero(groups == g)[0]]
     order += post
-    tids = {d: k + 1 for k, d in enumerate(sorted(set(devs)))}
+    from attnsim.stack import HOST_DEVICE, HOST_OP, REQUEST_OP
+    host = {op: step.time_s_by_op.get(op, 0.0) for op in (REQUEST_OP, HOST_OP)}  # the software stack's time
+    tids = {d: k + 1 for k, d in enumerate(sorted(set(devs) | ({HOST_DEVICE} if any(host.values()) else set())))}
     events = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{system_name} {phase}"}}]
     events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": d}} for d, t in tids.items()]
     t = t0_us
+
+    def host_event(op):  # per-request host work before the step, per-step host work after it
+        nonlocal t
+        if host[op] > 0:
+            events.append({"ph": "X", "name": op, "pid": pid, "tid": tids[HOST_DEVICE], "ts": t,
+                           "dur": host[op] * 1e6, "args": {"cls": "host"}})
+            t += host[op] * 1e6
+
+    host_event(REQUEST_OP)
     for item in order:
         r, layer = (item, None) if isinstance(item, (int, np.integer)) else item
         dur = float(per_rep[r]) * 1e6
@@ -54,6 +65,7 @@ def step_events(step, system_name: str, phase: str, pid: int = 1, t0_us: float =
             args["group"] = trace.groups[groups[r]].name
         events.append({"ph": "X", "name": str(ops[r]), "pid": pid, "tid": tids[devs[r]], "ts": t, "dur": dur, "args": args})
         t += dur
+    host_event(HOST_OP)
     return events
 
 

@@ -85,7 +85,7 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
             # CENT's energy counts the vector work once (run_sim.py: energy_main + energy_FC x (FC_devices - 1):
             # one device's trace holds it, the others' only their FCs): energy on one device, time unchanged
             parallel[on_ctrl | added] = 1
-    return Plan("cxl_pnm", trace, device, parallel, memory)
+    return Plan("cxl_pnm", trace, device, parallel, memory, added=added)
 
 
 def softmax_io_rows(trace, replicated: bool = False):

@@ -52,6 +52,15 @@ def test_trace_every_system(every_system, capsys):
         assert np.all(np.diff(ts) >= -1e-9), name  # in execution order
         m = runs[system]["metrics"]
         want_s = m["ttft_s"] if phase == "prefill" else m["tpot_s"]
+        if m["pp"] > 1:  # one event per (micro-batch, stage) on its device group's track, overlapping
+            tracks = {e["tid"]: e["args"]["name"] for e in events if e["pid"] == pid and e["name"] == "thread_name"}
+            assert set(tracks.values()) == {f"device group {g}" for g in range(len(tracks))}, name
+            for tid in tracks:  # a device group runs one (micro-batch, stage) at a time
+                mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in xs if e["tid"] == tid)
+                assert all(a[1] <= b[0] + 1e-6 for a, b in zip(mine, mine[1:])), name
+            if phase == "prefill":  # the flow shop ends with the last micro-batch's last stage (+ host time)
+                assert max(e["ts"] + e["dur"] for e in xs) * 1e-6 <= want_s * (1 + 1e-9), name
+            continue
         assert durs.sum() * 1e-6 == pytest.approx(want_s, rel=1e-6), name
         tracks = {e["args"]["name"] for e in events if e["pid"] == pid and e["name"] == "thread_name"}
         bd = runs[system]["breakdown"]["prefill" if phase == "prefill" else "decode_step"]
