@@ -5,7 +5,9 @@ DRAMsim3's trans queue size, dram_timing.md §1; HBM pseudo-channels have their 
 (PRE, ACT or the column command) that can issue earliest goes first; ties go to row hits, then to
 the oldest. A PRE that would close a row still wanted by a queued hit is held back. Closed page:
 auto-precharge after the last queued hit of the row. Requests enter the queue in arrival order,
-when there is room, once their arrival cycle is reached. Timing rules and refresh are those of the
+when there is room, once their arrival cycle is reached. A rule set with ``write_queue_entries`` (rules.py,
+``ramulator2``) gives writes their own queue per channel and serves reads and writes in turns between the
+write-queue watermarks (write drain). Timing rules and refresh are those of the
 command engine (kernel.py), so the emitted command stream replays to the same cycles.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
 from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
-from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, gap_refresh
+from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, drain_mode, gap_refresh, room
 from attnsim.hwmodels.dram.rules import controller_rules
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
@@ -110,8 +112,14 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     order (tests/test_dram_sched.py)."""
     NB = T[K.T_G] * T[K.T_B]
     hp = np.zeros(BS.shape[0], np.int64)      # queued hits to the open row, per bank
-    q = np.empty(qcap, np.int64)
-    qc = np.empty(qcap, np.int64)             # classification per slot: -1 none yet
+    drain = T[K.T_WQ] > 0                     # read + write queues, write drain (rules.py)
+    eh = np.zeros(BS.shape[0], np.int64)      # drain: queued hits the current mode may serve, per bank
+    areq = np.full(BS.shape[0], -1, np.int64)  # drain: the request whose ACT opened the bank's row
+    nbc = BS.shape[0] // T[K.T_NCH] if T[K.T_NCH] > 0 else BS.shape[0]
+    scap = qcap + T[K.T_WQ] + (nbc if drain else 0)  # drain: reads + writes + the active buffer
+    q = np.empty(scap, np.int64)
+    qc = np.empty(scap, np.int64)             # classification per slot: -1 none yet
+    qo = np.zeros(scap, np.int64)             # drain: 1 = in the active buffer (out of its read/write queue)
     ne = 0
     INF = 1 << 62
     for ci in range(chans.shape[0]):
@@ -119,23 +127,41 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
         nxt = starts[ch]
         end = starts[ch + 1]
         qn = 0
+        nrq = 0
+        nwq = 0
+        mode = 0 if drain else -1
         horizon = CS[ch, K.C_LAST]
         lat = 0.0
         while nxt < end or qn > 0:
-            while qn < qcap and nxt < end and (qn == 0 or arr[order[nxt]] <= horizon):
+            while nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[order[nxt]] <= horizon):
                 i = order[nxt]
+                if wq[i] == 1:
+                    nwq += 1
+                else:
+                    nrq += 1
                 q[qn] = i
                 qc[qn] = -1
+                qo[qn] = 0
                 qn += 1
                 nxt += 1
                 if BS[kq[i], K.B_ROW] == rowq[i]:
                     hp[kq[i]] += 1
+            if drain:  # the mode's eligible requests: its class, plus the one whose ACT opened a row
+                mode = drain_mode(mode, nrq, nwq, T)
+                for e in range(qn):
+                    eh[kq[q[e]]] = 0
+                for e in range(qn):
+                    i = q[e]
+                    if BS[kq[i], K.B_ROW] == rowq[i] and (wq[i] == mode or areq[kq[i]] == i):
+                        eh[kq[i]] += 1
             best = -1
             bt = INF
             bkind = 3
             for e in range(qn):
                 i = q[e]
                 k = kq[i]
+                if drain and wq[i] != mode and areq[k] != i:
+                    continue
                 cur = BS[k, K.B_ROW]
                 if cur == rowq[i]:
                     kind = 0
@@ -144,7 +170,7 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
                     kind = 1
                     t = K.earliest_act(k, T, BS, GS, RS, CS)
                 else:
-                    if hp[k] > 0:
+                    if (eh[k] if drain else hp[k]) > 0:
                         continue
                     kind = 2
                     t = K.earliest_pre(k, T, BS, CS)
@@ -154,7 +180,7 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
                     best = e
                     bt = t
                     bkind = kind
-            if qn < qcap and nxt < end and arr[order[nxt]] <= bt:
+            if nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and arr[order[nxt]] <= bt:
                 horizon = bt
                 continue
             i = q[best]
@@ -182,12 +208,20 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
             if bkind == 2:
                 K.commit_pre(k, bt, T, BS, CS, ST)
                 hp[k] = 0
+                areq[k] = -1
                 if qc[best] < 0:
                     qc[best] = 2
                     ST[ch, K.S_CONF] += 1
                 ne = _emit(E, ne, K.PRE, 0, k, 0, arr[i], T)
             elif bkind == 1:
                 K.commit_act(k, rowq[i], bt, T, BS, GS, RS, CS, ST)
+                areq[k] = i
+                if drain and qo[best] == 0:  # to the active buffer: leaves its read/write queue
+                    qo[best] = 1
+                    if wq[i] == 1:
+                        nwq -= 1
+                    else:
+                        nrq -= 1
                 c = 0
                 for e in range(qn):
                     j = q[e]
@@ -201,6 +235,13 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
             else:
                 K.commit_col(k, wq[i], bt, 1, T, BS, GS, RS, US, CS, ST)
                 hp[k] -= 1
+                if qo[best] == 0:
+                    if wq[i] == 1:
+                        nwq -= 1
+                    else:
+                        nrq -= 1
+                if areq[k] == i:
+                    areq[k] = -1
                 if qc[best] < 0:
                     ST[ch, K.S_HIT] += 1
                 fl = 0
@@ -214,6 +255,7 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
                 for e in range(best, qn - 1):
                     q[e] = q[e + 1]
                     qc[e] = qc[e + 1]
+                    qo[e] = qo[e + 1]
                 qn -= 1
         LAT[ch] = lat
     return ne

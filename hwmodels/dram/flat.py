@@ -25,7 +25,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from attnsim.hwmodels.dram import kernel as K
-from attnsim.hwmodels.dram.sched import _emit, gap_refresh, oldest_arrival
+from attnsim.hwmodels.dram.sched import _emit, drain_mode, eligible_hits, first_eligible, gap_refresh, oldest_arrival, room
 
 INF = 1 << 62
 KEYMAX = (1 << 63) - 1  # above every key (ages < AGE_LIMIT - 1)
@@ -100,8 +100,9 @@ def _s_wr(k, T, BS, GS, RS, US):
 
 @K.inline
 def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
-          X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW):
-    """Choose bank k's candidates (local index j) and compute their x; returns the change in write-hit count."""
+          X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot):
+    """Choose bank k's candidates (local index j) and compute their x; returns the change in write-hit count.
+    ``mode``/``aslot``: write drain (sched.drain_mode, sched.eligible_hits)."""
     jw = nbc + j
     was_w = 1 if X[jw] < INF else 0
     X[jw] = INF
@@ -116,7 +117,13 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
         KA[j] = KA_NONE
         return -was_w
     cur = BS[k, K.B_ROW]
-    if cur < 0 or hp[k] == 0:
+    er, ew = eligible_hits(k, cur, mode, aslot, hp, hpw, sreq, rowq, wq)
+    if cur < 0 or er + ew == 0:
+        s = first_eligible(s, k, mode, aslot, snext, sreq, wq)
+        if s < 0:
+            X[j] = INF
+            KA[j] = KA_NONE
+            return -was_w
         i = sreq[s]
         a = arr[i]
         if cur < 0:
@@ -139,13 +146,13 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
         CLS[j] = 0
         SLOT[j] = s
         return -was_w
-    need_r = hp[k] - hpw[k] > 0
-    need_w = hpw[k] > 0
+    need_r = er > 0
+    need_w = ew > 0
     sr = -1
     sw = -1
     while s >= 0 and (need_r or need_w):
         i = sreq[s]
-        if rowq[i] == cur:
+        if rowq[i] == cur and (mode < 0 or wq[i] == mode or aslot[k] == s):
             if wq[i] == 1:
                 if need_w:
                     sw = s
@@ -191,23 +198,26 @@ def ctrl_kernel_flat(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     """FR-FCFS over each channel in ``chans``; same contract and results as sched.ctrl_kernel_fast."""
     nbank = BS.shape[0]
     nbc = nbank // T[K.T_NCH] if T[K.T_NCH] > 0 else nbank
-    BQ = np.zeros((4, nbank), np.int64)     # per bank: hp, hpw, head, tail
-    BQ[2:4] = -1
-    SQ = np.zeros((6, qcap), np.int64)      # per slot: next, prev, request, age, class, free stack
+    BQ = np.zeros((5, nbank), np.int64)     # per bank: hp, hpw, head, tail, active slot (write drain)
+    BQ[2:5] = -1
+    scap = qcap + T[K.T_WQ] + (nbc if T[K.T_WQ] > 0 else 0)  # slots: one mixed queue, or reads + writes + active
+    SQ = np.zeros((7, scap), np.int64)      # per slot: next, prev, request, age, class, free stack, active
     CA = np.zeros((4, 2 * nbc), np.int64)   # per candidate: x, sub-key, class (0 row, 1 column), slot
     CB = np.zeros((3, nbc), np.int64)       # per bank: primary kind, its local part, the write hit's local part
     CM = np.zeros((3, (nbc + 63) // 64), np.int64)  # bitmasks over the banks: ACT candidate, read hit, write hit
     return _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                       limit, win, maxw, WN, WR, WS, WL, WF, nbc, BQ[0], BQ[1], BQ[2], BQ[3],
                       SQ[0], SQ[1], SQ[2], SQ[3], SQ[4], SQ[5], CA[0], CA[1], CA[2], CA[3], CB[0], CB[1], CB[2],
-                      CM[0], CM[1], CM[2])
+                      CM[0], CM[1], CM[2], BQ[4], SQ[6])
 
 
 @K.hot
 def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                limit, win, maxw, WN, WR, WS, WL, WF, nbc, hp, hpw, bhead, btail,
-               snext, sprev, sreq, spos, sqc, free, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW):
+               snext, sprev, sreq, spos, sqc, free, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, aslot, sout):
     NB = T[K.T_G] * T[K.T_B]
+    drain = T[K.T_WQ] > 0
+    scap = sout.shape[0]
     ecap = E.shape[0]
     ne = 0
     pbg = T[K.T_PBG]
@@ -241,10 +251,15 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
         end = starts[ch + 1]
         if limit >= 0 and end - nxt > limit:
             end = nxt + limit
-        nfree = qcap
-        for x in range(qcap):
+        nfree = scap
+        for x in range(scap):
             free[x] = x
+        for kk in range(kbase, kbase + nbc):
+            aslot[kk] = -1
         qn = 0
+        nrq = 0
+        nwq = 0
+        mode = 0 if drain else -1
         horizon = CS[ch, K.C_LAST]
         lat = 0.0
         served = 0
@@ -254,13 +269,18 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
         fpend = -1
         while nxt < end or qn > 0:
             # ---- admit requests (arrival order) while there is room
-            while qn < qcap and nxt < end and (qn == 0 or arr[order[nxt]] <= horizon):
+            while nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[order[nxt]] <= horizon):
                 i = order[nxt]
+                if wq[i] == 1:
+                    nwq += 1
+                else:
+                    nrq += 1
                 nfree -= 1
                 s = free[nfree]
                 sreq[s] = i
                 spos[s] = nxt
                 sqc[s] = -1
+                sout[s] = 0
                 k = kq[i]
                 snext[s] = -1
                 sprev[s] = btail[k]
@@ -279,9 +299,16 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                         hpw[k] += 1
                 # the bank's candidates change only if it was empty or the request is a hit it lacked
                 j = k - kbase
-                if first or (hit and ((wq[i] == 1 and X[nbc + j] == INF) or (wq[i] != 1 and KA[j] != KA_HIT))):
+                if drain or first or (hit and ((wq[i] == 1 and X[nbc + j] == INF) or (wq[i] != 1 and KA[j] != KA_HIT))):
                     nwh += _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
-                                 X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW)
+                                 X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
+            if drain:  # write drain: a mode switch changes every bank's candidates
+                nm = drain_mode(mode, nrq, nwq, T)
+                if nm != mode:
+                    mode = nm
+                    for q in range(nbc):
+                        nwh += _bank(kbase + q, q, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS,
+                                     GS, RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
             # ---- select: min over candidates of (max(x, C) - base) << (31 + eb) | sub << eb | index
             c_row = CS[ch, K.C_LAST]
             if CS[ch, K.C_ROWBUS] > c_row:
@@ -330,7 +357,7 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 kind = 0
             slot = SLOT[e]
             k = kbase + j
-            if qn < qcap and nxt < end and arr[order[nxt]] <= bt:
+            if nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and arr[order[nxt]] <= bt:
                 horizon = bt
                 continue
             # ---- steady-state windows
@@ -359,7 +386,7 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 if ng > 0:  # idle rank: its refreshes in closed form; every bank of the rank changed
                     for kk in range(r * NB, (r + 1) * NB):
                         nwh += _bank(kk, kk - kbase, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS,
-                                     GS, RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW)
+                                     GS, RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
                     continue
                 if T[K.T_REFMODE] == 2:
                     idx = RS[r, K.R_PBNEXT]
@@ -378,12 +405,13 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                     hp[kk] = 0
                     hpw[kk] = 0
                     nwh += _bank(kk, kk - kbase, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS,
-                                 RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW)
+                                 RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
                 continue
             if kind == 2:
                 K.commit_pre_i(k, bt, T, BS, CS, ST)
                 hp[k] = 0
                 hpw[k] = 0
+                aslot[k] = -1
                 if sqc[slot] < 0:
                     sqc[slot] = 2
                     ST[ch, K.S_CONF] += 1
@@ -392,6 +420,13 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             elif kind == 1:
                 row = rowq[i]
                 K.commit_act_i(k, row, bt, T, BS, GS, RS, CS, ST)
+                aslot[k] = slot
+                if drain and sout[slot] == 0:  # to the active buffer: leaves its read/write queue
+                    sout[slot] = 1
+                    if wq[i] == 1:
+                        nwq -= 1
+                    else:
+                        nrq -= 1
                 c = 0
                 cw = 0
                 s = bhead[k]
@@ -433,6 +468,13 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 hp[k] -= 1
                 if w == 1:
                     hpw[k] -= 1
+                if sout[slot] == 0:
+                    if w == 1:
+                        nwq -= 1
+                    else:
+                        nrq -= 1
+                if aslot[k] == slot:
+                    aslot[k] = -1
                 if sqc[slot] < 0:
                     ST[ch, K.S_HIT] += 1
                 fl = 0
@@ -496,7 +538,7 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                         X[nbc + q] = LW[q] if LW[q] > v else v
             ne += 1
             nwh += _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
-                         X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW)
+                         X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
         LAT[ch] = lat
         WN[ci] = nw if stopped else -1
         if stopped:

@@ -33,12 +33,15 @@ F_AP = 1
 (T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
  T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
- T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP) = range(46)
-N_T = 46  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+ T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP, T_WQ, T_WQHI, T_WQLO) = range(49)
+N_T = 49  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
 # controller rule set (rules.py): T_ACTSCOPE 1 = nRRD_S/tFAW per pseudo-channel (all ranks/SIDs of
 # it), 0 = per rank/SID; T_ROWCMDACT: row-bus cycles of an ACT (PRE/REF: T_ROWCMD); T_CCDR: RD->RD to another
 # SID of the pseudo-channel (0 = none); T_TASCOPE 1 = RD->WR / WR->RD turnarounds per pseudo-channel, 0 = per rank;
 # T_PAGECAP: closed page closes a row after this many column ops since its ACT (0: after the last queued hit)
+# T_WQ: write-queue entries per channel (0: one mixed request queue); then reads have their own queue and the
+# scheduler drains writes (write mode) from more than T_WQHI queued writes (or no queued read) down to fewer
+# than T_WQLO (rules.py, sched.drain_mode)
 # T_ACTBGFAW: ACTs one ACTBG record counts in a rank's tFAW window (1..4; NewtonSim G_ACT = 4)
 
 # ---- state columns

@@ -15,8 +15,16 @@ is named after the simulator whose controller it emulates:
   level PseudoChannel).
 - ``queue_entries`` / ``queue_scope``: depth of the request queue, per pseudo-channel (attnsim, DRAMsim3's
   trans queue 32 per HBM pseudo-channel channel) or per channel (Ramulator 2.1 HBM34/HBM12/LPDDR5 controllers:
-  32 reads + 32 writes per channel; modelled as one 32-entry queue: read/write queues with drain watermarks
-  are not modelled yet).
+  32 reads + 32 writes per channel).
+- ``write_queue_entries`` / ``wr_low_watermark`` / ``wr_high_watermark``: 0 = one mixed FR-FCFS queue
+  (attnsim, DRAMsim3's unified trans queue). Else reads and writes have separate queues per channel (reads
+  ``queue_entries``, writes ``write_queue_entries``; a full queue stalls the in-order front end) and the
+  scheduler serves one class at a time: it switches to writes when more than high x entries are queued (or
+  no read is), back to reads when fewer than low x entries are (and a read is queued); a request whose ACT
+  already issued stays eligible and keeps its row open (Ramulator 2.1 @ c5b1c3a
+  src/ramulator/controller/controller_base.cpp:46-49 wr_low/high_watermark 0.2/0.8, read/write_buffer_size
+  32/32; :403-413 set_write_mode; :305-314 pick_rw_if; hbm_controller_base.cpp:45-91 the active buffer).
+  JEDEC is silent (a controller policy).
 
 - ``closed_cap``: closed page closes a row after its last queued hit (0, attnsim) or only after ``closed_cap``
   column accesses since its ACT (Ramulator 2.1 row_policy ClosedCAP, cap 4: a random stream then keeps rows
@@ -48,6 +56,9 @@ class ControllerRules:
     queue_scope: str        # "pseudo_channel" | "channel"
     device_rules: bool      # apply the spec's nCCDR and act_cmd_cycles (else: no inter-SID RD rule, 1-slot ACT)
     closed_cap: int = 0     # closed page: close after this many column ops since ACT (0: after the last queued hit)
+    write_queue_entries: int = 0     # per channel; 0: one mixed queue (no write drain)
+    wr_low_watermark: float = 0.2    # write drain ends below low x write_queue_entries queued writes
+    wr_high_watermark: float = 0.8   # and starts above high x write_queue_entries
 
     def queue_per_pseudo_channel(self, pseudo_channels: int) -> int:
         if self.queue_scope == "channel":
@@ -58,7 +69,8 @@ class ControllerRules:
 PRESETS = {
     "attnsim": ControllerRules("rank", "rank", 32, "pseudo_channel", False),
     "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False),  # trans_queue_size 32 (HBM2 .ini)
-    "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4),  # ClosedCAP cap 4
+    # ClosedCAP cap 4; 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49)
+    "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8),
 }
 
 

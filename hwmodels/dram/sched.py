@@ -83,13 +83,69 @@ def _hpop(H, n):
 
 
 @K.inline
-def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US, CS):
-    """Best candidate of bank k: (cycle, sub-key, slot, kind 0 hit / 1 ACT / 2 PRE); cycle INF if none."""
+def drain_mode(mode, nrq, nwq, T):
+    """Read/write queue mode after a change of the queued reads / writes (rules.py write drain; -1: one mixed
+    queue). 0 -> 1 (drain writes) above T_WQHI queued writes or with no read queued; 1 -> 0 below T_WQLO (or
+    no write) once a read is queued (Ramulator 2.1 controller_base.cpp set_write_mode)."""
+    if mode == 0:
+        if nwq > T[K.T_WQHI] or nrq == 0:
+            return 1
+    elif mode == 1:
+        if (nwq < T[K.T_WQLO] or nwq == 0) and nrq != 0:
+            return 0
+    return mode
+
+
+@K.inline
+def room(i, qn, nrq, nwq, qcap, scap, wq, T):
+    """Whether request i fits: one mixed queue of qcap entries, or (write drain) qcap reads + T_WQ writes; there
+    a request whose ACT issued has left its queue for the active buffer (scap slots in all; Ramulator 2.1
+    controller_base.cpp:250-257 promote_to_active, :68 one active entry per bank)."""
+    if T[K.T_WQ] == 0:
+        return qn < qcap
+    if qn >= scap:
+        return False
+    if wq[i] == 1:
+        return nwq < T[K.T_WQ]
+    return nrq < qcap
+
+
+@K.inline
+def eligible_hits(k, cur, mode, aslot, hp, hpw, sreq, rowq, wq):
+    """(read hits, write hits) of bank k that the mode may serve: all (mode -1), those of the mode's class, plus
+    the request whose ACT opened the row (aslot: Ramulator's active buffer)."""
+    if mode < 0:
+        return hp[k] - hpw[k], hpw[k]
+    a = aslot[k]
+    ah = a >= 0 and cur >= 0 and rowq[sreq[a]] == cur
+    aw = 1 if ah and wq[sreq[a]] == 1 else 0
+    ar = 1 if ah and aw == 0 else 0
+    if mode == 0:
+        return hp[k] - hpw[k], aw
+    return ar, hpw[k]
+
+
+@K.inline
+def first_eligible(s, k, mode, aslot, snext, sreq, wq):
+    """First slot from s (bank FIFO order) whose request the mode may serve; -1 if none."""
+    while s >= 0 and not (mode < 0 or wq[sreq[s]] == mode or aslot[k] == s):
+        s = snext[s]
+    return s
+
+
+@K.inline
+def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US, CS, mode, aslot):
+    """Best candidate of bank k: (cycle, sub-key, slot, kind 0 hit / 1 ACT / 2 PRE); cycle INF if none.
+    ``mode``/``aslot``: write drain (drain_mode, eligible_hits)."""
     s = bhead[k]
     if s < 0:
         return INF, 0, -1, 0
     cur = BS[k, K.B_ROW]
-    if cur < 0 or hp[k] == 0:
+    er, ew = eligible_hits(k, cur, mode, aslot, hp, hpw, sreq, rowq, wq)
+    if cur < 0 or er + ew == 0:
+        s = first_eligible(s, k, mode, aslot, snext, sreq, wq)
+        if s < 0:
+            return INF, 0, -1, 0
         i = sreq[s]
         if cur < 0:
             t = K.earliest_act_i(k, T, BS, GS, RS, CS)
@@ -100,13 +156,13 @@ def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US
         if arr[i] > t:
             t = arr[i]
         return t, (1 << AGE_BITS) | spos[s], s, kind
-    need_r = hp[k] - hpw[k] > 0
-    need_w = hpw[k] > 0
+    need_r = er > 0
+    need_w = ew > 0
     sr = -1
     sw = -1
     while s >= 0 and (need_r or need_w):
         i = sreq[s]
-        if rowq[i] == cur:
+        if rowq[i] == cur and (mode < 0 or wq[i] == mode or aslot[k] == s):
             if wq[i] == 1:
                 if need_w:
                     sw = s
@@ -201,21 +257,25 @@ def ctrl_kernel_fast(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     """
     nbank = BS.shape[0]
     nbc = nbank // T[K.T_NCH] if T[K.T_NCH] > 0 else nbank
-    BQ = np.zeros((6, nbank), np.int64)     # per bank: hp, hpw, head, tail, version, dirty mark
+    BQ = np.zeros((7, nbank), np.int64)     # per bank: hp, hpw, head, tail, version, dirty mark, active slot
     BQ[2:4] = -1
-    SQ = np.zeros((6, qcap), np.int64)      # per slot: next, prev, request, age, class, free stack
-    H = np.zeros((4 * (qcap + nbc) + 64, 4), np.int64)
+    BQ[6] = -1
+    scap = qcap + T[K.T_WQ] + (nbc if T[K.T_WQ] > 0 else 0)  # slots: one mixed queue, or reads + writes + active
+    SQ = np.zeros((7, scap), np.int64)      # per slot: next, prev, request, age, class, free stack, active
+    H = np.zeros((4 * (scap + nbc) + 64, 4), np.int64)
     dirty = np.zeros(nbc + 2, np.int64)
     return _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                       limit, win, maxw, WN, WR, WS, WL, WF, nbc, BQ[0], BQ[1], BQ[2], BQ[3], BQ[4], BQ[5],
-                      SQ[0], SQ[1], SQ[2], SQ[3], SQ[4], SQ[5], H, dirty)
+                      SQ[0], SQ[1], SQ[2], SQ[3], SQ[4], SQ[5], H, dirty, BQ[6], SQ[6])
 
 
 @K.hot
 def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                limit, win, maxw, WN, WR, WS, WL, WF, nbc, hp, hpw, bhead, btail, bver, dmark,
-               snext, sprev, sreq, spos, sqc, free, H, dirty):
+               snext, sprev, sreq, spos, sqc, free, H, dirty, aslot, sout):
     NB = T[K.T_G] * T[K.T_B]
+    drain = T[K.T_WQ] > 0
+    scap = sout.shape[0]
     hcap = H.shape[0]
     ecap = E.shape[0]
     ne = 0
@@ -226,10 +286,15 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
         end = starts[ch + 1]
         if limit >= 0 and end - nxt > limit:
             end = nxt + limit
-        nfree = qcap
-        for x in range(qcap):
+        nfree = scap
+        for x in range(scap):
             free[x] = x
+        for kk in range(ch * nbc, (ch + 1) * nbc):
+            aslot[kk] = -1
         qn = 0
+        nrq = 0
+        nwq = 0
+        mode = 0 if drain else -1
         hn = 0
         nd = 0
         horizon = CS[ch, K.C_LAST]
@@ -241,13 +306,18 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
         fpend = -1
         while nxt < end or qn > 0:
             # ---- admit requests (arrival order) while there is room
-            while qn < qcap and nxt < end and (qn == 0 or arr[order[nxt]] <= horizon):
+            while nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[order[nxt]] <= horizon):
                 i = order[nxt]
+                if wq[i] == 1:
+                    nwq += 1
+                else:
+                    nrq += 1
                 nfree -= 1
                 s = free[nfree]
                 sreq[s] = i
                 spos[s] = nxt
                 sqc[s] = -1
+                sout[s] = 0
                 k = kq[i]
                 snext[s] = -1
                 sprev[s] = btail[k]
@@ -266,6 +336,15 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                     dmark[k] = 1
                     dirty[nd] = k
                     nd += 1
+            if drain:  # write drain: a mode switch changes every bank's candidates
+                nm = drain_mode(mode, nrq, nwq, T)
+                if nm != mode:
+                    mode = nm
+                    for kk in range(ch * nbc, (ch + 1) * nbc):
+                        if bhead[kk] >= 0 and dmark[kk] == 0:
+                            dmark[kk] = 1
+                            dirty[nd] = kk
+                            nd += 1
             # ---- select: refresh changed banks, then pop until the root's key is still exact. All candidate
             # evaluations go through the one _best call below (validation of a popped bank vb included).
             vb = -1
@@ -286,7 +365,7 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                         dmark[kb] = 0
                         bver[kb] += 1
                     ct, cs, cslot, ckind = _best(kb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr,
-                                                 T, BS, GS, RS, US, CS)
+                                                 T, BS, GS, RS, US, CS, mode, aslot)
                     if kb == vb:
                         vb = -1
                         if ct == t0 and cs == s0:
@@ -307,7 +386,7 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             slot = cslot
             kind = ckind
             k = kb
-            if qn < qcap and nxt < end and arr[order[nxt]] <= bt:
+            if nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and arr[order[nxt]] <= bt:
                 horizon = bt
                 dmark[k] = 1
                 dirty[nd] = k
@@ -372,6 +451,7 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 K.commit_pre_i(k, bt, T, BS, CS, ST)
                 hp[k] = 0
                 hpw[k] = 0
+                aslot[k] = -1
                 if sqc[slot] < 0:
                     sqc[slot] = 2
                     ST[ch, K.S_CONF] += 1
@@ -380,6 +460,13 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             elif kind == 1:
                 row = rowq[i]
                 K.commit_act_i(k, row, bt, T, BS, GS, RS, CS, ST)
+                aslot[k] = slot
+                if drain and sout[slot] == 0:  # to the active buffer: leaves its read/write queue
+                    sout[slot] = 1
+                    if wq[i] == 1:
+                        nwq -= 1
+                    else:
+                        nrq -= 1
                 c = 0
                 cw = 0
                 s = bhead[k]
@@ -403,6 +490,13 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 hp[k] -= 1
                 if w == 1:
                     hpw[k] -= 1
+                if sout[slot] == 0:
+                    if w == 1:
+                        nwq -= 1
+                    else:
+                        nrq -= 1
+                if aslot[k] == slot:
+                    aslot[k] = -1
                 if sqc[slot] < 0:
                     ST[ch, K.S_HIT] += 1
                 fl = 0
