@@ -118,3 +118,18 @@ def test_pseudo_channel_scope_slows_random_hbm3_and_is_refused_when_unknown():
     from attnsim.config import ConfigError
     with pytest.raises(ConfigError, match="controller: expected one of attnsim, ramulator2, dramsim3"):
         simulate_requests(spec, addr, w, controller="gem5")
+
+
+def test_dramsim3_preset_staggers_refresh_across_ranks():
+    """DRAMsim3 RANK_LEVEL_STAGGERED: rank r first refreshes at (r + 1) x nREFI / ranks, then every nREFI; the
+    other presets refresh all ranks at nREFI."""
+    spec = device_spec("hbm3_6400", channels=1)
+    R, refi = spec.org.ranks, spec.timing.nREFI
+    addr = np.arange(20000) * spec.org.burst_bytes
+    for ctrl, want in (("dramsim3", [(r + 1) * refi // R for r in range(R)]), ("ramulator2", [refi] * R)):
+        c = simulate_requests(spec, addr, False, controller=ctrl, emit=True, refresh="ab").commands
+        ref = c[c["op"] == 6]
+        first = [int(ref[(ref["pch"] == 0) & (ref["rank"] == r)]["arrival"].min()) for r in range(R)]
+        assert first == want, ctrl
+        r0 = ref[(ref["pch"] == 0) & (ref["rank"] == 0)]["arrival"]
+        assert np.all(np.diff(r0) == refi)

@@ -33,8 +33,9 @@ F_AP = 1
 (T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
  T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
- T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP, T_WQ, T_WQHI, T_WQLO) = range(49)
-N_T = 49  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+ T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP, T_WQ, T_WQHI, T_WQLO,
+ T_REFSTAGGER) = range(50)
+N_T = 50  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
 # controller rule set (rules.py): T_ACTSCOPE 1 = nRRD_S/tFAW per pseudo-channel (all ranks/SIDs of
 # it), 0 = per rank/SID; T_ROWCMDACT: row-bus cycles of an ACT (PRE/REF: T_ROWCMD); T_CCDR: RD->RD to another
 # SID of the pseudo-channel (0 = none); T_TASCOPE 1 = RD->WR / WR->RD turnarounds per pseudo-channel, 0 = per rank;
@@ -42,6 +43,8 @@ N_T = 49  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap
 # T_WQ: write-queue entries per channel (0: one mixed request queue); then reads have their own queue and the
 # scheduler drains writes (write mode) from more than T_WQHI queued writes (or no queued read) down to fewer
 # than T_WQLO (rules.py, sched.drain_mode)
+# T_REFSTAGGER 1: the ranks of a pseudo-channel refresh in turn, rank r first due at (r + 1) x period / ranks
+# (then every period), instead of all at the period (rules.py refresh_stagger)
 # T_ACTBGFAW: ACTs one ACTBG record counts in a rank's tFAW window (1..4; NewtonSim G_ACT = 4)
 
 # ---- state columns
@@ -66,6 +69,15 @@ STAT_NAMES = ("bank_acts", "act_cmds", "bank_pres", "pre_cmds", "rd_bursts", "wr
               "refresh_bank_cycles", "row_hits", "row_misses", "row_conflicts", "mode_switches", "barriers")
 
 
+def first_due(r, T):
+    """First refresh due of rank(s) r: the period (nREFIpb / nREFI), staggered by rank when T_REFSTAGGER."""
+    per = int(T[T_REFIPB] if T[T_REFMODE] == 2 else T[T_REFI])
+    if T[T_REFSTAGGER] == 0:
+        return per + 0 * r
+    R = int(T[T_R])
+    return (r % R + 1) * per // R
+
+
 def new_state(n_ch: int, T: np.ndarray):
     """Fresh state arrays for ``n_ch`` channels (all banks closed, first refresh due at nREFI/nREFIpb)."""
     P, R, G, B = int(T[T_P]), int(T[T_R]), int(T[T_G]), int(T[T_B])
@@ -85,7 +97,7 @@ def new_state(n_ch: int, T: np.ndarray):
     GS = np.zeros((ng, N_G), np.int64)
     RS = np.zeros((nr, N_R), np.int64)
     RS[:, R_FAW0:R_FAW3 + 1] = NEG
-    RS[:, R_DUE] = T[T_REFIPB] if T[T_REFMODE] == 2 else T[T_REFI]
+    RS[:, R_DUE] = first_due(np.arange(nr), T)
     US = np.zeros((nu, N_U), np.int64)
     CS = np.zeros((n_ch, N_C), np.int64)
     ST = np.zeros((n_ch, N_S), np.int64)

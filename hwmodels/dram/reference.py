@@ -66,7 +66,7 @@ class RefEngine:
     def get_due(self, r):
         if self.T[K.T_REFMODE] == 0:
             return INF
-        return self.due.get(r, self.first_due)
+        return self.due.get(r, int(K.first_due(r, self.T)))
 
     def mx(self, *vals):
         m = -INF

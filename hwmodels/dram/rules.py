@@ -29,6 +29,9 @@ is named after the simulator whose controller it emulates:
 - ``closed_cap``: closed page closes a row after its last queued hit (0, attnsim) or only after ``closed_cap``
   column accesses since its ACT (Ramulator 2.1 row_policy ClosedCAP, cap 4: a random stream then keeps rows
   open); JEDEC is silent (a controller policy).
+- ``refresh_stagger``: all ranks of a pseudo-channel refresh at the same due (attnsim, Ramulator 2.1 AllBank
+  refresh) or in turn, rank r first at (r + 1) x nREFI / ranks (DRAMsim3 RANK_LEVEL_STAGGERED, its default);
+  JEDEC leaves the phase of each rank's refresh to the controller.
 - ``device_rules``: whether the spec's nCCDR and act_cmd_cycles apply. The "attnsim" preset keeps attnsim's
   historical rule set (no inter-SID RD rule, every row command ``row_cmd_cycles`` long) so its results,
   including the PIM reproductions and the steady-state extrapolation bounds, are unchanged; it is therefore
@@ -59,6 +62,7 @@ class ControllerRules:
     write_queue_entries: int = 0     # per channel; 0: one mixed queue (no write drain)
     wr_low_watermark: float = 0.2    # write drain ends below low x write_queue_entries queued writes
     wr_high_watermark: float = 0.8   # and starts above high x write_queue_entries
+    refresh_stagger: bool = False    # ranks refresh in turn, tREFI / ranks apart (DRAMsim3 RANK_LEVEL_STAGGERED)
 
     def queue_per_pseudo_channel(self, pseudo_channels: int) -> int:
         if self.queue_scope == "channel":
@@ -68,7 +72,9 @@ class ControllerRules:
 
 PRESETS = {
     "attnsim": ControllerRules("rank", "rank", 32, "pseudo_channel", False),
-    "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False),  # trans_queue_size 32 (HBM2 .ini)
+    # trans_queue_size 32 (HBM2 .ini); refresh staggered across ranks (DRAMsim3 @ 2981759 src/refresh.cc:16-17,
+    # 41-45, 64-65: every tREFI / ranks cycles the next rank, round robin; the default refresh_policy)
+    "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, refresh_stagger=True),
     # ClosedCAP cap 4; 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49)
     "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8),
 }
