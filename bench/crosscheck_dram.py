@@ -5,6 +5,8 @@ Usage:
       [--requests 50000] [--controller attnsim|ramulator2|dramsim3]
       [--ramulator2 PATH_TO_RAMULATOR2_CHECKOUT [--ramulator2-python PYTHON]]
       [--golden-out DIR]   # write tests/data/dram_golden/<simulator>_<standard>.json from the reference runs
+  python bench/crosscheck_dram.py --dramsim3 PATH_TO_DRAMSIM3_CHECKOUT [--dramsim3-cycles 100000]
+      [--requests 30000] [--golden-out DIR]   # DRAMsim3's HBM2 / LPDDR4 configurations, --controller dramsim3
 
 attnsim always runs; Ramulator 2.1 runs when --ramulator2 points at a checkout whose Python bindings are built
 (python/ramulator/_ramulator*.so; Ramulator 2.1 is driven from Python). The harness writes a LoadStoreTrace
@@ -30,7 +32,8 @@ import numpy as np
 
 from attnsim.cli_dram import device_spec
 from attnsim.hwmodels.dram.controller import simulate_requests
-from attnsim.hwmodels.dram.streams import MAPPING, STREAMS, make_stream, stream_digest, stream_options
+from attnsim.hwmodels.dram.streams import (DRAMSIM3_STANDARDS, MAPPING, STREAMS, dramsim3_spec, make_stream,
+                                           stream_digest, stream_options)
 
 # attnsim preset and the Ramulator 2.1 standard/presets/controller it was taken from (configs/hardware/*.yaml)
 STANDARDS = {
@@ -142,6 +145,94 @@ def speed(a, n: int, tmp: str) -> None:
         print(line, flush=True)
 
 
+DRAMSIM3 = {"simulator": "DRAMsim3", "repository": "umd-memsys/DRAMsim3", "commit": "2981759"}
+DRAMSIM3_STREAMS = ("seq", "random", "strided", "mixed", "fewbanks")  # open page, refresh on (its defaults)
+
+
+def dramsim3_ini(root: str, std: str, tmp: str) -> str:
+    """The shipped .ini with one channel and the streams' field order (chrabgbaroco = MAPPING)."""
+    src = open(os.path.join(root, "configs", DRAMSIM3_STANDARDS[std]["ini"])).read().splitlines()
+    out = []
+    for line in src:
+        key = line.split("=")[0].strip()
+        if key == "channels":
+            line = "channels = 1"
+        elif key == "address_mapping":
+            line = "address_mapping = chrabgbaroco"
+        out.append(line)
+    path = os.path.join(tmp, f"dramsim3_{std}.ini")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return path
+
+
+def run_dramsim3(root: str, std: str, kind: str, addr, w, cycles: int, tmp: str) -> dict:
+    """DRAMsim3 (build/dramsim3main) for ``cycles`` CK on the stream (all requests at cycle 0, its trace format
+    ``0x<addr> READ|WRITE <cycle>``); DRAMsim3 runs a fixed number of cycles, so the result is the requests done
+    by then (num_reads_done + num_writes_done) and the row counts."""
+    trace = os.path.join(tmp, f"ds3_{std}_{kind}.trace")
+    ops = np.where(w, "WRITE", "READ")
+    with open(trace, "w") as f:
+        f.write("\n".join(f"0x{int(a):x} {o} 0" for o, a in zip(ops, addr)) + "\n")
+    ini = dramsim3_ini(root, std, tmp)
+    out = os.path.join(tmp, f"ds3_{std}_{kind}")
+    os.makedirs(out, exist_ok=True)
+    cmd = [os.path.join(root, "build", "dramsim3main"), ini, "-c", str(cycles), "-t", trace, "-o", out]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    stats = os.path.join(out, "dramsim3.json")
+    if p.returncode or not os.path.exists(stats):
+        raise RuntimeError(f"DRAMsim3 failed on {std}/{kind} (rc {p.returncode}):\n{p.stderr[-2000:]}")
+    c = json.load(open(stats))["0"]
+    return {"cycles": cycles, "done": int(c["num_reads_done"]) + int(c["num_writes_done"]),
+            "row_hits": int(c["num_read_row_hits"]) + int(c["num_write_row_hits"]), "acts": int(c["num_act_cmds"]),
+            "refs": int(c["num_ref_cmds"]), "process_wall_s": wall,
+            "command": f"build/dramsim3main <ini> -c {cycles} -t <{len(addr)}-line trace> -o <dir>"}
+
+
+def dramsim3_attnsim(std: str, kind: str, addr, w, done: int, controller: str = "dramsim3") -> dict:
+    """attnsim on the first ``done`` requests of the stream (what DRAMsim3 finished in its cycles)."""
+    spec = dramsim3_spec(std)
+    r = simulate_requests(spec, addr[:done], w[:done], mapping=MAPPING, controller=controller, refresh="ab")
+    return {"cycles": int(r.cycles), "row_hits": int(r.row_hits), "acts": int(r.stats["bank_acts"]) if hasattr(r, "stats") and isinstance(r.stats, dict) else -1}
+
+
+def crosscheck_dramsim3(a) -> None:
+    stds = [s for s in a.dramsim3_standards.split(",")]
+    golden = {}
+    print(f"{'standard':8} {'stream':10} {'done':>7} {'DRAMsim3 cyc':>12} {'attnsim cyc':>12} {'dt':>7} "
+          f"{'hits ds3/attnsim':>18}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for std in stds:
+            spec = dramsim3_spec(std)
+            for kind in DRAMSIM3_STREAMS:
+                addr, w = make_stream(spec.org, kind, a.requests, a.seed)
+                q = run_dramsim3(a.dramsim3, std, kind, addr, w, a.dramsim3_cycles, tmp)
+                if q["done"] >= a.requests:
+                    raise RuntimeError(f"{std}/{kind}: DRAMsim3 finished the whole stream; use more --requests")
+                r = dramsim3_attnsim(std, kind, addr, w, q["done"], a.controller or "dramsim3")
+                print(f"{std:8} {kind:10} {q['done']:7} {q['cycles']:12} {r['cycles']:12} "
+                      f"{rel(r['cycles'], q['cycles']):+7.1%} {q['row_hits']:>8}/{r['row_hits']:<8}", flush=True)
+                g = golden.setdefault(std, {**DRAMSIM3, "ini": DRAMSIM3_STANDARDS[std]["ini"],
+                                            "ini_changes": "channels = 1, address_mapping = chrabgbaroco",
+                                            "attnsim_spec": "hwmodels/dram/streams.py dramsim3_spec (DRAMSIM3_STANDARDS)",
+                                            "built": "DRAMsim3 @ 2981759 built by hand: cmake -DCMAKE_BUILD_TYPE=Release, make (build/dramsim3main)",
+                                            "requests": a.requests, "seed": a.seed, "mapping": MAPPING,
+                                            "streams": {}})
+                g["command"] = (q["command"] + "; recorded with: python bench/crosscheck_dram.py --dramsim3 "
+                                f"<checkout> --dramsim3-cycles {a.dramsim3_cycles} --requests {a.requests} "
+                                "--golden-out tests/data/dram_golden")
+                g["streams"][kind] = {"digest": stream_digest(addr, w), "cycles": q["cycles"], "done": q["done"],
+                                      "row_hits": q["row_hits"], "acts": q["acts"], "refs": q["refs"]}
+    if a.golden_out:
+        os.makedirs(a.golden_out, exist_ok=True)
+        for std, g in golden.items():
+            with open(os.path.join(a.golden_out, f"dramsim3_{std}.json"), "w") as f:
+                json.dump(g, f, indent=1, sort_keys=True)
+                f.write("\n")
+
+
 def rel(a: float, b: float) -> float:
     return (a - b) / b if b else float("inf") if a else 0.0
 
@@ -157,7 +248,14 @@ def main(argv=None) -> int:
     ap.add_argument("--ramulator2-python", default=sys.executable)
     ap.add_argument("--golden-out", help="directory for golden JSON files of the reference runs")
     ap.add_argument("--speed", type=int, help="instead of the table: time n-request HBM3 seq/random streams")
+    ap.add_argument("--dramsim3", help="path to a DRAMsim3 checkout built with CMake (build/dramsim3main): run "
+                    "the DRAMsim3 cross-check (its HBM2 and LPDDR4 configurations) instead of Ramulator's table")
+    ap.add_argument("--dramsim3-standards", default=",".join(DRAMSIM3_STANDARDS))
+    ap.add_argument("--dramsim3-cycles", type=int, default=100_000)
     a = ap.parse_args(argv)
+    if a.dramsim3:
+        crosscheck_dramsim3(a)
+        return 0
     if a.speed:
         with tempfile.TemporaryDirectory() as tmp:
             speed(a, a.speed, tmp)

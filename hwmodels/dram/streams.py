@@ -62,3 +62,34 @@ def stream_digest(addr, is_write) -> str:
     h = hashlib.sha256(np.ascontiguousarray(addr, dtype="<u8").tobytes())
     h.update(np.ascontiguousarray(is_write, dtype=np.uint8).tobytes())
     return h.hexdigest()[:16]
+
+
+# DRAMsim3 configurations (its configs/*.ini, one channel) and the attnsim spec that mirrors each: a built-in
+# preset with the .ini's organisation and timings (tCK cycles; burst = BL / 2 CK; RD->WR = RL + BL/2 - WL + 2,
+# DRAMsim3 configuration.cc; ranks = channel_size / MB per rank as configuration.cc:48-60 derives them)
+DRAMSIM3_STANDARDS = {
+    "hbm2": {"ini": "HBM2_8Gb_x128.ini", "base": "hbm2_2000",
+             "org": dict(channels=1, pseudo_channels=1, ranks=2, bank_groups=4, banks_per_group=4, rows=32768,
+                         columns=16, burst_bytes=64, channel_width_bits=128),
+             "timing": dict(nBL=2, nCL=14, nCWL=4, nRCDRD=14, nRCDWR=14, nRP=14, nRAS=34, nRC=48, nWR=16, nRTP=6,
+                            nCCD_S=1, nCCD_L=2, nRRD_S=4, nRRD_L=6, nFAW=30, nWTR_S=6, nWTR_L=8, nRTW=14,
+                            nRFC=260, nREFI=3900)},
+    "lpddr4": {"ini": "LPDDR4_8Gb_x16_2400.ini", "base": "lpddr5_6400",
+               "org": dict(channels=1, pseudo_channels=1, ranks=2, bank_groups=2, banks_per_group=4, rows=65536,
+                           columns=64, burst_bytes=128, channel_width_bits=64, data_rate_mtps=2400, tck_ns=0.83),
+               "timing": dict(nBL=8, nCL=17, nCWL=14, nRCDRD=15, nRCDWR=15, nRP=15, nRAS=32, nRC=47, nWR=30,
+                              nRTP=12, nCCD_S=4, nCCD_L=6, nRRD_S=8, nRRD_L=8, nFAW=32, nWTR_S=8, nWTR_L=16,
+                              nRTW=13, nRFC=392, nREFI=8660)},
+}
+def dramsim3_spec(std: str):
+    """attnsim spec mirroring DRAMsim3's ``DRAMSIM3_STANDARDS[std]`` .ini (one channel)."""
+    from attnsim.hwmodels.dram.spec import load_dram_spec, spec_from_dict  # (spec imports nothing of this)
+    s = DRAMSIM3_STANDARDS[std]
+    d = load_dram_spec(s["base"]).model_dump()
+    d["name"] = f"dramsim3_{std}"
+    d.pop("timing_ns", None)
+    d["org"].pop("transfers_per_ck", None)
+    d["org"].update(s["org"])
+    d["timing"].update(s["timing"])
+    d["default_mapping"] = MAPPING
+    return spec_from_dict(d, file=f"DRAMsim3 {s['ini']}")
