@@ -217,7 +217,8 @@ def crosscheck_dramsim3(a) -> None:
                 g = golden.setdefault(std, {**DRAMSIM3, "ini": DRAMSIM3_STANDARDS[std]["ini"],
                                             "ini_changes": "channels = 1, address_mapping = chrabgbaroco",
                                             "attnsim_spec": "hwmodels/dram/streams.py dramsim3_spec (DRAMSIM3_STANDARDS)",
-                                            "built": "DRAMsim3 @ 2981759 built by hand: cmake -DCMAKE_BUILD_TYPE=Release, make (build/dramsim3main)",
+                                            "built": ("DRAMsim3 @ 2981759 built by hand: cmake "
+                                                      "-DCMAKE_BUILD_TYPE=Release, make (build/dramsim3main)"),
                                             "requests": a.requests, "seed": a.seed, "mapping": MAPPING,
                                             "streams": {}})
                 g["command"] = (q["command"] + "; recorded with: python bench/crosscheck_dram.py --dramsim3 "

@@ -66,11 +66,14 @@ def stream_digest(addr, is_write) -> str:
 
 # DRAMsim3 configurations (its configs/*.ini, one channel) and the attnsim spec that mirrors each: a built-in
 # preset with the .ini's organisation and timings (tCK cycles; burst = BL / 2 CK; RD->WR = RL + BL/2 - WL + 2,
-# DRAMsim3 configuration.cc; ranks = channel_size / MB per rank as configuration.cc:48-60 derives them)
+# DRAMsim3 configuration.cc; ranks = channel_size / MB per rank as configuration.cc:48-60 derives them;
+# LPDDR4: 2 KiB rows (1024 x 16 bit) x 64 Ki rows x 8 banks x 4 devices = 4 GiB per rank, 8192 MB: two ranks)
 DRAMSIM3_STANDARDS = {
     "hbm2": {"ini": "HBM2_8Gb_x128.ini", "base": "hbm2_2000",
-             "org": dict(channels=1, pseudo_channels=1, ranks=2, bank_groups=4, banks_per_group=4, rows=32768,
-                         columns=16, burst_bytes=64, channel_width_bits=128),
+             # HBM: DRAMsim3 doubles the .ini columns (configuration.cc:141-149): 128 x 128 bit = 2 KiB rows of 32
+             # BL4 bursts; 64 MiB banks x 16 = the whole 1024 MB channel: one rank
+             "org": dict(channels=1, pseudo_channels=1, ranks=1, bank_groups=4, banks_per_group=4, rows=32768,
+                         columns=32, burst_bytes=64, channel_width_bits=128),
              "timing": dict(nBL=2, nCL=14, nCWL=4, nRCDRD=14, nRCDWR=14, nRP=14, nRAS=34, nRC=48, nWR=16, nRTP=6,
                             nCCD_S=1, nCCD_L=2, nRRD_S=4, nRRD_L=6, nFAW=30, nWTR_S=6, nWTR_L=8, nRTW=14,
                             nRFC=260, nREFI=3900)},
