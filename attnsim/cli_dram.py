@@ -174,6 +174,19 @@ def _refuse_ignored(args) -> None:
                           key="--stride")
 
 
+def _check_before_compile(spec, args) -> None:
+    """The address mapping and the controller preset are checked before the kernels compile (a cold
+    Numba cache takes about a minute: a bad flag must not wait for it)."""
+    from attnsim.hwmodels.dram.rules import controller_rules
+    from attnsim.hwmodels.dram.spec import parse_mapping
+    if args.mapping is not None:
+        try:
+            parse_mapping(args.mapping, spec.org)
+        except ValueError as exc:
+            raise ConfigError(str(exc), key="mapping") from None
+    controller_rules(getattr(args, "controller", None), spec)
+
+
 def warm_up(spec) -> float:
     """Compile (or load from Numba's cache) the kernels on a tiny stream; returns seconds."""
     from attnsim.hwmodels.dram.controller import simulate_requests
@@ -190,6 +203,7 @@ def simulate(args) -> dict:
     if args.queue is not None:
         check_int(args.queue, key="--queue", lo=1, hi=MAX_QUEUE)
     _refuse_ignored(args)
+    _check_before_compile(spec, args)
     for k, v in PATTERN_DEFAULTS.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
