@@ -211,7 +211,11 @@ def cost_step(plan, system) -> StepResult:
     (its energy is).
     """
     row_time, row_energy, row_bytes, row_flops = cost_rows(plan, system)
-    return _assemble(plan, system, _effective_times(plan, row_time), row_energy, row_bytes, row_flops)
+    eff = _effective_times(plan, row_time)
+    if plan.pim_schedule:  # unified NPU-PIM memory: PIM access scheduling (hwmodels/pim_scheduling.py)
+        from attnsim.hwmodels.pim_scheduling import schedule_times
+        eff = schedule_times(plan, system, eff)
+    return _assemble(plan, system, eff, row_energy, row_bytes, row_flops)
 
 
 def cost_step_pipelined(plans: list, system) -> StepResult:

@@ -55,6 +55,9 @@ class Plan:
     pipeline_subbatches: int = 1  # >1: decode layers pipelined over sub-batches across devices (engine)
     added: np.ndarray | None = None  # rows the mapper added (overheads not in the model: merges, copies)
     programs: dict = field(default_factory=dict)  # PIM/PNM isa programs per row (later policies)
+    # unified memory (hwmodels/pim_scheduling.py): {"compute": role, "pim": role, "exclusion", "partitions"}:
+    # PIM and normal accesses share channels; the engine applies the PIM access schedule per layer group
+    pim_schedule: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def check_capacity(self) -> None:
@@ -104,7 +107,7 @@ def get_policy(name: str, file: str | None = None) -> Callable:
 def _load_builtin() -> None:
     """Import the built-in policy modules (each registers itself)."""
     import importlib
-    for mod in ("gpu_only", "attacc", "neupims", "cxl_pnm", "offload", "tiered"):
+    for mod in ("gpu_only", "attacc", "neupims", "cxl_pnm", "offload", "tiered", "ianus"):
         importlib.import_module(f"attnsim.mapper.{mod}")
 
 
@@ -187,7 +190,9 @@ def check_options(options: dict, allowed: dict, policy: str) -> dict:
     from attnsim.config import check_float, check_int
     bad = sorted(set(options) - set(allowed))
     if bad:
-        raise ConfigError(f"unknown option(s) {', '.join(bad)} for policy {policy} (known: {', '.join(allowed) or 'none'})",
+        from attnsim.suggest import did_you_mean
+        raise ConfigError(f"unknown option(s) {', '.join(bad)}{did_you_mean(bad[0], allowed)} for policy {policy} "
+                          f"(known: {', '.join(allowed) or 'none'})",
                           key="mapper.options")
     out = dict(allowed)
     for name, v in options.items():

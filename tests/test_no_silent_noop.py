@@ -77,6 +77,7 @@ BASES = {
     "attacc_opt": ("run", "default", _sys("attacc_opt"), None),
     "offload": ("run", "default", _sys("offload_host"), None),
     "host": ("run", "default", _sys("cxl_pnm_host"), None),   # a host pool (kind host): static power only
+    "ianus": ("run", "default", _sys("ianus"), None),   # unified NPU + GDDR6-AiM memory (mapper/ianus.py)
     "moe": ("run", "default", ["experiment.systems=[dgx_a100]", "experiment.models=[deepseek-v2-lite]",
                                "experiment.baseline=null", SCEN, GEN, "models.deepseek-v2-lite.num_layers=3"], None),
     "lens": ("run", "default", _sys("dgx_a100")[:3] + [
@@ -185,6 +186,8 @@ ALTERNATIVE = {
     "SystemSpec.software": Alt("vllm"),   # a preset's own fields: tests/test_stack_overheads.py
     "ModelSpec.num_kv_heads": Alt(8),
     "mapper.offload.topk_fraction": Alt(0.5),
+    "mapper.ianus.placement": Alt("compute"),
+    "mapper.ianus.draft_placement": Alt("pim"),   # refused without a speculative scenario
     "mapper.cxl_pnm.tp_vector_ops": Alt("replicated"),   # cxl_pnm base: tp 8, softmax/RoPE of all heads per device
     "LinkSpec.connects": Alt(["gpu", "pim"]),
     "ParallelismSpec.tp": Alt(4, also=((".devices.gpu.count", 4),)),
