@@ -14,3 +14,18 @@ except Exception:  # noqa: BLE001 - never built/installed with setuptools-scm (o
     except Exception:  # noqa: BLE001 - not installed at all
         __version__ = "0.1.0+unknown"
     BUILD_COMMIT = ""
+
+# The Python API (docs/api.md), imported on first use so `import attnsim` and `attnsim --version` stay fast
+_API = {"run": "attnsim.api", "load": "attnsim.api", "serve": "attnsim.api", "sweep": "attnsim.api",
+        "Results": "attnsim.api", "ServeResults": "attnsim.api", "SweepResults": "attnsim.api",
+        "ConfigError": "attnsim.config", "pim": None}
+__all__ = ["__version__", "BUILD_COMMIT", *_API]
+
+
+def __getattr__(name: str):
+    if name not in _API:
+        raise AttributeError(f"module 'attnsim' has no attribute {name!r}")
+    import importlib
+    if _API[name] is None:  # a submodule (attnsim.pim)
+        return importlib.import_module(f"attnsim.{name}")
+    return getattr(importlib.import_module(_API[name]), name)

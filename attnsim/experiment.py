@@ -7,6 +7,7 @@ would have come from.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -24,6 +25,7 @@ from attnsim.workloads.model import ModelSpec
 from attnsim.workloads.scenario import Scenario, context_window
 
 DEFAULT_EXPERIMENT = "default"
+DICT_FILE = "<dict>"  # the "file" of errors in an experiment given as a Python dict
 
 
 class GenerationSpec(Schema):
@@ -91,22 +93,21 @@ def _load_model_dict(ref: str, base: Optional[Path]) -> tuple[dict, str]:
     return load_yaml(path), display_path(path)
 
 
-def load_tree(path: Optional[str | Path] = None, sets: Optional[list[str]] = None) -> tuple[ConfigTree, Optional[Path]]:
+def load_tree(path: Optional[str | Path | dict] = None, sets: Optional[list[str]] = None) -> tuple[ConfigTree, Optional[Path]]:
     """Read an experiment and everything it references into a ConfigTree (unvalidated).
 
     ``experiment.*`` overrides in ``sets`` are applied before references are resolved
     (so ``experiment.systems=[dgx_h100]`` changes what is loaded); apply the rest with
     ``tree.apply_sets``.
     """
-    if path is None:
-        src = find_config("experiments", DEFAULT_EXPERIMENT)
+    if isinstance(path, dict):  # attnsim.run(dict) (attnsim/api.py): the YAML's shape, references from the cwd
+        src, exp, exp_file = None, copy.deepcopy(path), DICT_FILE
     else:
-        src = find_config("experiments", str(path))
-    exp = load_yaml(src)
-    exp_file = display_path(src)
+        src = find_config("experiments", DEFAULT_EXPERIMENT if path is None else str(path))
+        exp, exp_file = load_yaml(src), display_path(src)
     tree = ConfigTree(experiment=exp, files={("experiment", None): exp_file})
     tree.apply_sets([s for s in sets or () if s.split("=", 1)[0].split(".")[0] == "experiment"])
-    base = src.parent
+    base = src.parent if src is not None else None
     for key in ("systems", "models"):
         val = exp.get(key)
         if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
@@ -277,7 +278,7 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
     return Experiment(tree, spec, models, systems, scenarios, source, reliability)
 
 
-def load_experiment(path: Optional[str | Path] = None, sets: Optional[list[str]] = None) -> Experiment:
+def load_experiment(path: Optional[str | Path | dict] = None, sets: Optional[list[str]] = None) -> Experiment:
     tree, src = load_tree(path, sets)
     tree.apply_sets([s for s in sets or () if s.split("=", 1)[0].split(".")[0] != "experiment"])
     return validate_tree(tree, src)

@@ -1,0 +1,335 @@
+"""The documented Python API (docs/api.md): ``attnsim.run``, ``load``, ``serve``, ``sweep`` and their results.
+
+Every entry point goes through the same code as the CLI (``attnsim run`` / ``serve`` / ``sweep``):
+:func:`attnsim.experiment.load_experiment` with ``--set`` strings, :func:`attnsim.runner.run_experiment`,
+:func:`attnsim.serve.run.serve_experiment`, :func:`attnsim.sweep.executors.run_sweep`; tables come
+from the one flattening of :mod:`attnsim.sweep.table`; files are written by
+:func:`attnsim.results.write_results` after :func:`attnsim.outputs.check_output`. Bad input raises
+:class:`attnsim.config.ConfigError` with the CLI's one-line message (an experiment given as a dict
+is the file ``<dict>``).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from attnsim.config import ConfigError
+
+Experiment = Union[str, Path, Mapping, None]
+
+
+# ---------------------------------------------------------------- sets
+
+def _set_text(key: str, value: Any) -> str:
+    """``value`` as the YAML text ``--set key=TEXT`` reads back to the same value."""
+    import numpy as np
+    import yaml
+    if isinstance(value, np.generic):
+        value = value.item()
+    elif isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, tuple):
+        value = list(value)
+    try:
+        text = yaml.safe_dump(value, default_flow_style=True, width=math.inf, allow_unicode=True)
+    except yaml.YAMLError:
+        raise ConfigError(f"expected a number, string, boolean, None, list or mapping, got {type(value).__name__}",
+                          file="sets", key=key) from None
+    return text[:-5] if text.endswith("\n...\n") else text.rstrip("\n")
+
+
+def set_strings(sets: Optional[Mapping | Iterable[str]]) -> list[str]:
+    """``sets`` (``{dotted key: value}``, or ``["key=value", ...]`` as on the command line) as ``--set`` strings."""
+    if sets is None:
+        return []
+    if isinstance(sets, Mapping):
+        out = []
+        for k, v in sets.items():
+            if not isinstance(k, str) or not k:
+                raise ConfigError(f"expected a dotted key like models.llama2-70b.num_layers, got {k!r}", file="sets")
+            out.append(f"{k}={_set_text(k, v)}")
+        return out
+    if isinstance(sets, str) or not all(isinstance(s, str) for s in sets):
+        raise ConfigError(f"expected a dict of dotted keys -> values or a list of 'key=value' strings, "
+                          f"got {type(sets).__name__}", file="sets")
+    return list(sets)
+
+
+def _experiment_ref(experiment: Experiment):
+    if experiment is None or isinstance(experiment, (str, Path)):
+        return None if experiment is None else str(experiment)
+    if isinstance(experiment, Mapping):
+        return dict(experiment)
+    raise ConfigError(f"expected a built-in experiment name, a path or a dict, got {type(experiment).__name__}",
+                      file="experiment")
+
+
+# ---------------------------------------------------------------- results
+
+class Results:
+    """Run documents of ``attnsim run`` (or a sweep store's points) with tabular views.
+
+    ``docs``: the run documents, as written to results files (``attnsim show --json`` prints them);
+    ``experiment``: its name; ``path``: the file it was loaded from or saved to (None when in memory);
+    ``parameters``: the swept keys (sweep stores; empty otherwise).
+    """
+
+    kind = "run"
+
+    def __init__(self, docs: list[dict], experiment: str = "", *, tree: Optional[dict] = None,
+                 attrs: Optional[dict] = None, path: Optional[Path] = None, table=None):
+        self.docs = list(docs)
+        self.experiment = experiment
+        self.attrs = dict(attrs or {"experiment": experiment})
+        self.path = path
+        self._tree = tree
+        self._table = table
+
+    # sequence of run documents
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __iter__(self):
+        return iter(self.docs)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.docs[i]
+
+    @property
+    def parameters(self) -> list[str]:
+        return list(self.table().parameters)
+
+    def table(self):
+        """The :class:`attnsim.sweep.table.Table` view (the columns ``attnsim export`` and plots use)."""
+        if self._table is None:
+            from attnsim.sweep.table import table_from_docs
+            self._table = table_from_docs(self.path or Path("<memory>"), self.attrs, self.docs)
+        return self._table
+
+    def to_pandas(self):
+        """One row per run: the table's point columns (fixed columns, swept parameters, scalar metrics with
+        their units in the names) then its breakdown columns ``<phase>/<table>/<name>``."""
+        import pandas as pd
+        t = self.table()
+        cols = {**t.columns, **{k: v for k, v in t.breakdown.items() if k not in t.columns}}
+        return pd.DataFrame(cols)
+
+    @property
+    def vs_baseline(self):
+        """Ratios against the experiment's baseline system, one row per run that has them (DataFrame:
+        system, model, scenario, baseline, then the ratios: ``throughput_ratio``, ``tpot_speedup``, ...)."""
+        import pandas as pd
+        rows = []
+        for d in self.docs:
+            vb = d.get("vs_baseline")
+            if isinstance(vb, dict):
+                sc = d.get("scenario") or {}
+                rows.append({"system": d.get("system"), "model": d.get("model"),
+                             "scenario": sc.get("name") if isinstance(sc, dict) else sc, **vb})
+        return pd.DataFrame(rows)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the HDF5 results file ``attnsim run`` writes (atomic; the path is checked first)."""
+        if self.kind == "sweep":
+            raise ConfigError("a sweep store is written by attnsim.sweep(..., out=...); copy that file instead",
+                              file=str(path), key="save")
+        if self._tree is None:
+            raise ConfigError("no resolved config to store (results loaded from a file are saved already)",
+                              file=str(path), key="save")
+        from attnsim.outputs import check_output
+        from attnsim.results import write_results
+        out = check_output(path, "save", inputs=[self.path] if self.path else [])
+        self.path = write_results(out, self.docs, self._tree, self.experiment, argv=["attnsim.api"])
+        return self.path
+
+    def _repr_rows(self) -> str:
+        from attnsim.report import summary_table
+        return summary_table(self.docs)
+
+    def __repr__(self) -> str:
+        head = f"<{type(self).__name__} {self.experiment or '?'}: {len(self)} run{'s' * (len(self) != 1)}>"
+        try:
+            return head + "\n" + self._repr_rows()
+        except (KeyError, TypeError, ValueError):  # an odd document (e.g. a custom point function's)
+            return head
+
+
+class SweepResults(Results):
+    """The points of a sweep store (``attnsim.sweep`` / ``attnsim.load``); ``summary`` after a run."""
+
+    kind = "sweep"
+    summary = None
+
+    def _repr_rows(self) -> str:
+        t = self.table()
+        names = ["status"] + [p for p in t.parameters if p in t.columns] + \
+            [m for m in ("tpot_s", "tokens_per_s", "energy_per_token_j") if m in t.columns]
+        from attnsim.report import _fmt, table
+        n = len(t)
+        rows = [[_fmt(t.columns[c][i].item() if hasattr(t.columns[c][i], "item") else t.columns[c][i])
+                 for c in names] for i in range(min(n, 20))]
+        return table(rows, names) + (f"\n... {n - 20} more" if n > 20 else "")
+
+
+def run(experiment: Experiment = None, sets: Optional[Mapping | Iterable[str]] = None, *,
+        systems: Optional[Iterable[str]] = None, models: Optional[Iterable[str]] = None) -> Results:
+    """Simulate an experiment like ``attnsim run``: ``experiment`` = a built-in name (``"default"``), a YAML
+    path, or a dict in the YAML's shape; ``sets`` = ``{dotted key: value}`` (``--set``); ``systems`` /
+    ``models`` replace the experiment's lists (``experiment.systems=[...]``)."""
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    s = _list_sets(systems, models) + set_strings(sets)
+    exp = load_experiment(_experiment_ref(experiment), s)
+    if exp.spec.serving is not None:
+        raise ConfigError("expected no serving section for attnsim.run (it simulates static batches): use "
+                          "attnsim.serve, or sets={'experiment.serving': None}, got a serving section",
+                          file=exp.tree.file_of("experiment"), key="serving")
+    docs = run_experiment(exp)
+    return Results(docs, exp.spec.name, tree=exp.tree.as_dict())
+
+
+def _list_sets(systems, models) -> list[str]:
+    """``systems=`` / ``models=`` as the ``--set`` strings ``experiment.systems=[...]`` (a baseline outside the
+    new list is refused, as on the command line: add ``sets={"experiment.baseline": None}``)."""
+    out = []
+    for key, names in (("systems", systems), ("models", models)):
+        if names is not None:
+            out.append(f"experiment.{key}={_set_text(key, [names] if isinstance(names, str) else list(names))}")
+    return out
+
+
+# ---------------------------------------------------------------- load
+
+def load(path: str | Path) -> Results:
+    """A results file of ``attnsim run`` / ``serve`` (or ``Results.save``) or a sweep store."""
+    from attnsim.sweep.store import is_sweep_store
+    from attnsim.sweep.table import load_table
+    path = Path(path)
+    table = load_table(path)
+    if is_sweep_store(path):
+        r = SweepResults(list(table.docs()), str(table.attrs.get("sweep_name", "")), attrs=table.attrs, path=path,
+                         table=table)
+        return r
+    docs = list(table.docs())
+    if table.attrs.get("command") == "serve":
+        return ServeResults(docs, str(table.attrs.get("experiment", "")), attrs=table.attrs, path=path,
+                            table=table, requests=_read_requests(path))
+    return Results(docs, str(table.attrs.get("experiment", "")), attrs=table.attrs, path=path, table=table)
+
+
+def _read_requests(path: Path):
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            return f["requests"][()] if "requests" in f else None
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot read /requests ({' '.join(str(exc).split())})", file=str(path)) from None
+
+
+# ---------------------------------------------------------------- serve
+
+_LATENCY_STATS = ("ttft", "tpot", "latency", "queue")
+
+
+def unit_key(key: str) -> str:
+    """A serving metric key with its unit: the latency statistics (``ttft_p50``, ``tpot_mean``, ...) are in
+    seconds (``ttft_p50_s``); every other key already names its unit (``_s``, ``_j``, ``_rps``,
+    ``_per_s``) or is a count or fraction."""
+    head, _, stat = key.rpartition("_")
+    if head in _LATENCY_STATS and (stat == "mean" or (stat[:1] == "p" and stat[1:].isdigit())):
+        return key + "_s"
+    return key
+
+
+class ServeResults(Results):
+    """Serving runs (``attnsim.serve``): ``to_pandas()`` = one row per request (every run), ``metrics`` =
+    {run label: {metric with unit: value}}, ``runs()`` = one row per run."""
+
+    def __init__(self, docs, experiment="", *, requests=None, **kw):
+        super().__init__([{k: v for k, v in d.items() if not k.startswith("_")} for d in docs], experiment, **kw)
+        if requests is None:
+            from attnsim.cli_serve import request_rows
+            requests = request_rows(docs)
+        self._requests = requests
+
+    def labels(self) -> list[str]:
+        """One label per run: its system (or disaggregation pair), with model and scenario when they vary."""
+        keys = [(d.get("system"), d.get("model"), (d.get("scenario") or {}).get("name")) for d in self.docs]
+        wide = len({k[1:] for k in keys}) > 1
+        return [f"{s}/{m}/{c}" if wide else str(s) for s, m, c in keys]
+
+    @property
+    def metrics(self) -> dict[str, dict]:
+        return {lab: {unit_key(k): v for k, v in (d.get("metrics") or {}).items()}
+                for lab, d in zip(self.labels(), self.docs)}
+
+    def to_pandas(self):
+        """One row per request: run, system, model, scenario, request, then the per-request columns
+        (``arrival_s``, ``ttft_s``, ``tpot_s``, ``latency_s``, ``queue_s``, ``energy_j``, token counts)."""
+        import pandas as pd
+        a = self._requests
+        return pd.DataFrame({n: (a[n].astype(str) if a.dtype[n].kind in "OS" else a[n]) for n in a.dtype.names})
+
+    def runs(self):
+        """One row per run (the run table, as :meth:`Results.to_pandas`)."""
+        return Results.to_pandas(self)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the results file ``attnsim serve`` writes (with the ``/requests`` table)."""
+        if self._tree is None:
+            raise ConfigError("no resolved config to store (results loaded from a file are saved already)",
+                              file=str(path), key="save")
+        from attnsim.cli_serve import write_serve_results
+        from attnsim.outputs import check_output
+        out = check_output(path, "save", inputs=[self.path] if self.path else [])
+        self.path = write_serve_results(out, self._docs_with_requests(), self._tree, self.experiment)
+        return self.path
+
+    def _docs_with_requests(self) -> list[dict]:
+        import numpy as np
+        from attnsim.cli_serve import REQUEST_COLUMNS
+        out = []
+        for i, d in enumerate(self.docs):
+            sel = self._requests[self._requests["run"] == i]
+            out.append({**d, "_requests": {c: np.asarray(sel[c]) for c in REQUEST_COLUMNS}} if len(sel) else d)
+        return out
+
+    def _repr_rows(self) -> str:
+        from attnsim.cli_serve import summary_table
+        return summary_table(self.docs)
+
+
+def serve(experiment: Experiment, sets: Optional[Mapping | Iterable[str]] = None) -> ServeResults:
+    """Request-level serving like ``attnsim serve`` (the experiment needs a ``serving:`` section)."""
+    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    exp, serving = load_serving_experiment(_experiment_ref(experiment), set_strings(sets))
+    docs = serve_experiment(exp, serving)
+    return ServeResults(docs, exp.spec.name, tree=exp.tree.as_dict())
+
+
+# ---------------------------------------------------------------- sweep
+
+def sweep(sweep: str | Path | Mapping, out: str | Path, sets: Optional[Mapping | Iterable[str]] = None, *,
+          executor: str = "local", workers: Optional[int] = None, cache: Optional[str | Path] = None) -> SweepResults:
+    """Run (or resume) a sweep like ``attnsim sweep SWEEP --out OUT``: ``sweep`` = a built-in name, a YAML path
+    or a dict in the sweep file's shape (its ``base`` relative to the working folder); returns the store."""
+    from attnsim.outputs import check_output
+    from attnsim.sweep.executors import run_sweep
+    from attnsim.sweep.spec import build_sweep, load_sweep
+    s = set_strings(sets)
+    if isinstance(sweep, Mapping):
+        sw = build_sweep(dict(sweep), file="<dict>", extra_sets=s)
+        inputs = []
+    elif isinstance(sweep, (str, Path)):
+        sw = load_sweep(str(sweep), extra_sets=s)
+        inputs = [sweep] if Path(sweep).is_file() else []
+    else:
+        raise ConfigError(f"expected a built-in sweep name, a path or a dict, got {type(sweep).__name__}", file="sweep")
+    check_output(out, "out", inputs=inputs, create=True)
+    summary = run_sweep(sw, out, executor=executor, workers=workers, cache_dir=cache, progress=False,
+                        argv=["attnsim.api.sweep"])
+    res = load(summary.out)
+    res.summary = summary
+    return res
