@@ -27,6 +27,8 @@ from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from attnsim.config import ConfigError, Schema
 from attnsim.hwmodels.base import OpCost
+from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
+from attnsim.hwmodels.systolic import SystolicSpec
 from attnsim.hwmodels.pim_mapping import (ISA_PARTITIONS, MERGE_SITE, NO_MERGE, PARTITION_NAMES, allowed_partitions,
                                           cpi_candidates, merge_cost)
 from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_partition, lower_attention,
@@ -92,6 +94,10 @@ class PIMSpec(Schema):
                                                            "DRAM background + `static` parts")
     static: StaticParts = Field(default_factory=StaticParts)
     pu: PUParams = Field(default_factory=PUParams)
+    # isa cxl_pnm only: systolic arrays + SRAM buffer instead of pu.tflops (Sangam; hwmodels/systolic.py), and
+    # transparent compression of stored / streamed KV and weights (CXL-NDP; hwmodels/compression.py)
+    systolic: Optional[SystolicSpec] = None
+    compression: Optional[CompressionSpec] = None
 
     @field_validator("static")
     @classmethod
@@ -155,6 +161,13 @@ class PIMDevice:
         if spec.pu.mac_registers != 1 and spec.isa != "aim":
             raise ConfigError(f"expected 1 (mac_registers applies to isa aim), got {spec.pu.mac_registers} with "
                               f"isa {spec.isa}", key="pu.mac_registers")
+        for key in ("systolic", "compression"):
+            if getattr(spec, key) is not None and spec.isa != "cxl_pnm":
+                raise ConfigError(f"expected no {key} section ({key} applies to isa cxl_pnm), got one with isa "
+                                  f"{spec.isa}", key=key)
+        if spec.systolic is not None and spec.pu.tflops is not None:
+            raise ConfigError("expected no pu.tflops with a systolic section (the arrays set the peak), got "
+                              f"{spec.pu.tflops:g}", key="pu.tflops")
         if spec.channel_assignment != "greedy" and spec.isa != "newton":
             raise ConfigError(f"expected greedy (channel_assignment applies to isa newton), got "
                               f"{spec.channel_assignment!r} with isa {spec.isa}", key="channel_assignment")
@@ -205,6 +218,8 @@ class PIMDevice:
     @property
     def peak_flops(self) -> float:
         if self.spec.isa == "cxl_pnm":
+            if self.spec.systolic is not None:
+                return self.spec.systolic.peak_flops
             return (self.spec.pu.tflops or 0.0) * 1e12
         n = self.dram.pim.nCCDAB
         return 2.0 * self.spec.pu.macs_per_command * self.pus_per_channel * self.channels / (n * self.tck_s)
@@ -346,14 +361,41 @@ class PIMDevice:
 
     def _stream_cost(self, trace, i: int):
         c = trace.cols
-        nbytes = float(c["weight_bytes"][i] + c["act_bytes"][i] + c["kv_read_bytes"][i] + c["kv_write_bytes"][i])
+        wb, kvb = float(c["weight_bytes"][i]), float(c["kv_read_bytes"][i] + c["kv_write_bytes"][i])
+        act = float(c["act_bytes"][i])
         fl = float(c["flops"][i])
+        cls = str(c["cls"][i])
+        compute_t = fl / self.peak_flops
+        sys = self.spec.systolic
+        if sys is not None and cls in ("matmul", "attn_score", "attn_context"):
+            from attnsim.hwmodels.systolic import input_rereads, matmul_time_s, row_shape
+            m, n, k, b = row_shape(cls, *(int(c[x][i]) for x in ("m", "n", "k", "batch")))
+            compute_t = matmul_time_s(sys, m, n, k, b)
+            act += input_rereads(sys, act, n)  # inputs past the SRAM buffer are re-read per column pass
+        rw, rk = self.stored_ratio("weights", trace.meta.get("weight_dtype")), self.stored_ratio("kv", trace.meta.get("kv_dtype"))
+        nbytes = wb * rw + kvb * rk + act
         if self.spec.isa == "aim":  # a bank PU keeps no operand: every MAC16 reads its 32 B from the banks again
             nbytes = max(nbytes, fl / 2.0 * self.spec.pu.column_bytes / self.spec.pu.macs_per_command)
-        t = max(nbytes / self.peak_bandwidth_bytes_per_s, fl / self.peak_flops)
+        t = max(nbytes / self.peak_bandwidth_bytes_per_s, compute_t)
         e = {k: v * nbytes for k, v in self._stream_pj_per_byte().items()}
         e["pim_compute"] = fl / 2.0 * self.spec.pu.pj_per_mac * 1e-12
+        comp = self.spec.compression
+        if comp is not None:  # the engine (de)compresses the compressed kinds' raw bytes
+            raw = wb * comp.weights + kvb * comp.kv
+            t = self._with_engine(t, raw)
+            e["compute"] = engine_energy_j(comp, raw)
         return t, e, fl, nbytes
+
+    def stored_ratio(self, kind: str, dtype=None) -> float:
+        """Stored / raw bytes of ``kind`` (weights | kv) on this device: its compression section's ratio, else 1."""
+        comp = self.spec.compression
+        return 1.0 if comp is None else comp.ratio_for(kind, str(dtype or "bf16"))
+
+    def _with_engine(self, t: float, raw_bytes: float) -> float:
+        """Row time with the compression engine streaming ``raw_bytes``: overlapped (max) or added."""
+        from attnsim.hwmodels.compression import engine_time_s
+        te = engine_time_s(self.spec.compression, raw_bytes)
+        return max(t, te) if self.spec.compression.overlap else t + te
 
     def _items(self, trace, i: int):
         """Per-(request, KV head) token counts, head dim, group, element bytes of row i."""
@@ -398,18 +440,29 @@ class PIMDevice:
             phase = ATTN_PHASES[cls]
             if self.spec.isa == "aim" and str(trace.cols["op"][i]) == "softmax_io":
                 phase = "softmax_io"  # CENT: the score moves of a controller softmax (mapper cxl_pnm)
-            return lower_attention(self.spec.isa, phase, tokens, dhead=k, group=group, elem_bytes=eb,
-                                   n_channels=n_ch, org=self.org, pu=self.pu, partition=part)
+            low = lower_attention(self.spec.isa, phase, tokens, dhead=k, group=group, elem_bytes=eb,
+                                  n_channels=n_ch, org=self.org, pu=self.pu, partition=part)
+            return self._compressed(low, "kv", trace.meta.get("kv_dtype"))
         if cls == "matmul":
             c = trace.cols
             m, n, k, b = (int(c[x][i]) for x in ("m", "n", "k", "batch"))
             wb = float(c["weight_bytes"][i]) / max(n * k * b, 1)
             n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
-            return lower_fc(self.spec.isa, n * b, k, m, elem_bytes=wb or 2.0, n_channels=n_ch,
-                            org=self.org, pu=self.pu,  # weights: contiguous rows (no KV blocks)
-                            partition=get_partition(part.name) if part.name != "attacc_bank" else None)
+            low = lower_fc(self.spec.isa, n * b, k, m, elem_bytes=wb or 2.0, n_channels=n_ch,
+                           org=self.org, pu=self.pu,  # weights: contiguous rows (no KV blocks)
+                           partition=get_partition(part.name) if part.name != "attacc_bank" else None)
+            return self._compressed(low, "weights", trace.meta.get("weight_dtype"))
         raise ConfigError(f"PIM device {self.name!r} cannot run op class {cls!r} "
                           "(supported: attn_score, softmax, attn_context, matmul)", key=str(trace.cols["op"][i]))
+
+    def _compressed(self, low: Lowered, kind: str, dtype) -> Lowered:
+        """A lowering whose operands are stored compressed: the stream reads the stored bytes (the
+        ``storage_bytes_ratio`` the engine run and its cache key read); ``raw_bytes`` kept for the engine."""
+        if self.spec.compression is not None:
+            r = self.stored_ratio(kind, dtype)
+            low.meta["raw_bytes"] = float(low.pim_bytes)
+            low.meta["storage_bytes_ratio"] = float(low.meta.get("storage_bytes_ratio", 1.0)) * r
+        return low
 
     def _lowered_cost(self, trace, i: int, part, memo: dict) -> dict:
         """Time, energy, traffic of row i lowered with ``part`` (one repeat); ``memo``: identical lowerings."""
@@ -424,8 +477,15 @@ class PIMDevice:
             from attnsim.isa.lower import host_requests
             t = max(t, host_requests(low) * self.tck_s / HOST_REQUESTS_PER_CYCLE)
         compute_t = 0.0
-        if self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
+        if self.spec.isa == "cxl_pnm" and self.spec.systolic is not None and low.phase != "softmax":
+            from attnsim.hwmodels.systolic import matmul_time_s, row_shape
+            c = trace.cols
+            compute_t = matmul_time_s(self.spec.systolic, *row_shape(str(c["cls"][i]), *(
+                int(c[x][i]) for x in ("m", "n", "k", "batch"))))
+        elif self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
             compute_t = 2.0 * low.macs / (self.spec.pu.tflops * 1e12)
+        if "raw_bytes" in low.meta:  # compressed operands: the engine decompresses the raw bytes on the way
+            t = self._with_engine(t, low.meta["raw_bytes"])
         out = {"time": max(t, compute_t), "channels_used": low.channels_used,
                "bound": "compute" if compute_t > t else ("overhead" if low.phase in ("softmax", "softmax_io")
                                                          else "memory"),
@@ -437,6 +497,9 @@ class PIMDevice:
             out["energy"]["pim_compute"] = elems * self.spec.pu.pj_per_mac * 1e-12
             out["energy"]["sram"] = 2.0 * elems * self.spec.pu.acc_bytes * self.spec.pu.sram_pj_per_byte * 1e-12
         out["bytes_pim"], out["bytes_buf"], out["flops"] = low.pim_bytes, cnt.get("buf_bytes", 0), 2.0 * low.macs
+        if "raw_bytes" in low.meta:
+            out["bytes_pim"] = low.pim_bytes * float(low.meta["storage_bytes_ratio"])
+            out["energy"]["compute"] = engine_energy_j(self.spec.compression, low.meta["raw_bytes"])
         return out
 
     def _merge(self, trace, i: int, cpi: int, channels_used: int):
@@ -541,7 +604,8 @@ class PIMDevice:
         rows = np.asarray(rows, np.int64)
         n = len(rows)
         time = np.zeros(n)
-        comps = ("dram_activate", "dram_read_write", "dram_io", "dram_refresh", "pim_compute", "sram")
+        comps = ("dram_activate", "dram_read_write", "dram_io", "dram_refresh", "pim_compute", "sram") + (
+            ("compute",) if self.spec.compression is not None else ())  # compute: the compression engine
         energy = {k: np.zeros(n) for k in comps}
         bytes_pim, bytes_buf = np.zeros(n), np.zeros(n)
         flops = np.zeros(n)

@@ -49,8 +49,10 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
                           key=f"devices.{pnm}.count")
     gpu = role_of_kind(system, "gpu")
     pnm_weights = rank_weights(model_bytes, trace, tp) if trace.tp == tp else model_bytes["weights"] / tp
-    memory = [MemoryPlacement(pnm, pnm_weights, model_bytes["kv_per_rank"],
-                              system.pools[pnm].model.capacity_bytes)]
+    dev = system.pools[pnm].model
+    ratio = getattr(dev, "stored_ratio", lambda kind, dtype=None: 1.0)  # CXL-NDP compression (hwmodels/compression.py)
+    rw, rk = ratio("weights", trace.meta.get("weight_dtype")), ratio("kv", trace.meta.get("kv_dtype"))
+    memory = [MemoryPlacement(pnm, pnm_weights * rw, model_bytes["kv_per_rank"] * rk, dev.capacity_bytes)]
     parallel = np.full(len(trace), tp, dtype=np.int64)
     if trace.phase == "prefill" and gpu is not None and opts["prefill_on_gpu"]:
         link = "link:" + link_name_between(system, gpu, pnm)
@@ -62,6 +64,9 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
         device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
         device[added] = link  # each host GPU writes its KV shard to the PNM devices over its own port
+        comp = getattr(dev.spec, "compression", None)
+        if comp is not None and comp.link:  # the KV crosses the link compressed (an engine at the host end too)
+            tr.cols["comm_bytes"] = np.where(added, tr.cols["comm_bytes"] * rk, tr.cols["comm_bytes"])
         # the host GPUs hold a copy of the weights for prefill (one host-TP rank's share)
         memory.append(MemoryPlacement(gpu, rank_weights(model_bytes, trace, gtp), 0.0,
                                       system.pools[gpu].model.capacity_bytes))
