@@ -1,0 +1,180 @@
+"""A real single-node Slurm cluster (tests/slurm/cluster.sh: munged + slurmctld + slurmd on this machine).
+
+(a) the array job that ``attnsim sweep --emit-sbatch --merge-after`` writes, submitted with ``sbatch``
+(two shard tasks, then the dependent merge job), and (b) the same sweep through dask-jobqueue's
+SLURMCluster (``--executor dask`` with a ``dask.jobqueue`` block) both give the local run's store:
+same points, bit-equal metrics and breakdowns, equal run documents.
+
+The cluster's packages are installed by .ci/run (``tests/slurm/cluster.sh install``); without them the
+fixture installs them itself when root and fails with the install command otherwise. Jobs run the
+Python of this test process and share one Numba cache, warmed by the local run.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from attnsim.sweep.table import load_table
+from sweep_helpers import TINY_EXPERIMENT
+
+SCRIPT = Path(__file__).parent / "slurm" / "cluster.sh"
+BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue")
+VOLATILE = {"elapsed_s", "finished_unix_s", "worker"}  # when and where a point ran
+WAIT_S = 180  # bound on each Slurm wait (a loaded 2-core machine finishes both tests in ~30 s)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sh(cmd, env, timeout=120, cwd=None) -> str:
+    r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode:
+        pytest.fail(f"{' '.join(map(str, cmd))} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-2000:]}",
+                    pytrace=False)
+    return r.stdout
+
+
+def _have_slurm() -> bool:
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return all(shutil.which(b, path=path) for b in BINARIES)
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """Environment of a running private cluster (SLURM_CONF, ...); stopped at the end of the session."""
+    if not _have_slurm():
+        if os.geteuid() != 0:
+            pytest.fail("slurm-wlm and munge are missing: install them with `sudo tests/slurm/cluster.sh install` "
+                        "(apt-get install -y slurm-wlm munge)", pytrace=False)
+        _sh([str(SCRIPT), "install"], os.environ, timeout=600)
+    root = os.environ.get("ATTNSIM_SLURM_ROOT")  # .ci/run's trap stops every cluster under it
+    state = (Path(root) / f"slurm-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}" if root
+             else tmp_path_factory.mktemp("slurm"))
+    env = {**os.environ, "ATTNSIM_SLURM_DIR": str(state), "ATTNSIM_SLURM_CTLD_PORT": str(_free_port()),
+           "ATTNSIM_SLURM_D_PORT": str(_free_port()), "SLURM_CONF": str(state / "etc" / "slurm.conf")}
+    try:
+        _sh([str(SCRIPT), "start"], env)
+        yield env
+    finally:
+        subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def sweep_dir(slurm, tmp_path_factory):
+    """A 4-point sweep (batch x output length, smallest model) with its sbatch and dask-jobqueue blocks, the
+    environment its commands run in (this Python, a shared Numba cache), and the local run's store."""
+    d = tmp_path_factory.mktemp("sweep")
+    numba = os.environ.get("NUMBA_CACHE_DIR") or str(d / "numba-cache")
+    (d / "tiny.yaml").write_text(yaml.safe_dump(TINY_EXPERIMENT))
+    sweep = {"name": "tiny4", "base": "tiny.yaml",
+             "parameters": [{"grid": {"scenario.batch_size": [1, 2], "scenario.output_len": [4, 8]}}],
+             "slurm": {"shards": 2, "cpus_per_task": 1, "time": "00:05:00", "mem": "1G"},
+             "dask": {"jobqueue": {"kind": "slurm", "jobs": 1, "cores": 2, "memory": "2GB", "walltime": "00:05:00",
+                                   "options": {"job_name": "attnsim-dask", "log_directory": str(d / "dask-logs"),
+                                               "local_directory": str(d / "dask-tmp"),
+                                               "job_script_prologue": [f"export NUMBA_CACHE_DIR={numba}"]}}}}
+    (d / "tiny4.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+    env = {**slurm, "NUMBA_CACHE_DIR": numba}
+    if sys.prefix != sys.base_prefix:  # jobs activate the venv of this process (emit_sbatch reads VIRTUAL_ENV)
+        env["VIRTUAL_ENV"] = sys.prefix
+    else:
+        env.pop("VIRTUAL_ENV", None)
+    t0 = time.perf_counter()
+    _sh([sys.executable, "-m", "attnsim", "sweep", "tiny4.yaml", "--out", "local/s.h5", "--workers", "1",
+         "--no-progress"], env, cwd=d)  # also compiles the Numba kernels once into the shared cache
+    print(f"local run: {time.perf_counter() - t0:.1f} s")
+    return d, env
+
+
+def _same_store(got: Path, want: Path) -> None:
+    """Same points (by key), bit-equal columns but the volatile ones, equal breakdowns and run documents."""
+    a, b = load_table(got), load_table(want)
+    assert a.attrs["sweep_id"] == b.attrs["sweep_id"] and len(b) == 4
+    assert sorted(a.columns["key"]) == sorted(b.columns["key"])
+    ia, ib = np.argsort(a.columns["key"]), np.argsort(b.columns["key"])
+    assert set(a.columns) == set(b.columns) and set(a.breakdown) == set(b.breakdown)
+    for k in sorted(set(a.columns) - VOLATILE):
+        x, y = a.columns[k][ia], b.columns[k][ib]
+        if x.dtype.kind == "f":
+            np.testing.assert_array_equal(x, y, err_msg=k)
+        else:
+            assert x.tolist() == y.tolist(), k
+    for k in a.breakdown:
+        assert np.array_equal(a.breakdown[k][ia], b.breakdown[k][ib], equal_nan=True), k
+    da, db = list(a.docs()), list(b.docs())
+    assert [da[i] for i in ia] == [db[i] for i in ib]
+    assert set(b.columns["status"]) == {"ok"}
+
+
+def _jobcomp(env) -> list[dict]:
+    """Finished jobs of the cluster (its jobcomp/filetxt log): one dict of KEY=VALUE fields per job."""
+    log = Path(env["ATTNSIM_SLURM_DIR"]) / "log" / "jobcomp.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in lines]
+
+
+def _wait_jobs(env, names: set, count: int, what: str, logs: Path) -> list[dict]:
+    """Wait (bounded) until ``count`` jobs named in ``names`` have finished and none is queued."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < WAIT_S:
+        queued = _sh(["squeue", "-h", "-o", "%j"], env).split()
+        done = [j for j in _jobcomp(env) if j.get("Name") in names]
+        if len(done) >= count and not set(queued) & names:
+            return done
+        time.sleep(0.5)
+    tails = "; ".join(f"{p.name}: {p.read_text()[-300:]!r}" for p in sorted(logs.glob("*"))[:4])
+    pytest.fail(f"{what}: not finished after {WAIT_S} s (queued: {queued}, finished: {done}; logs: {tails})",
+                pytrace=False)
+
+
+def test_sbatch_array_and_merge_job_equal_local_run(sweep_dir):
+    d, env = sweep_dir
+    t0 = time.perf_counter()
+    (d / "array").mkdir()
+    _sh([sys.executable, "-m", "attnsim", "sweep", "tiny4.yaml", "--out", "array/s.h5", "--emit-sbatch",
+         "array/job.sh", "--merge-after"], env, cwd=d)
+    script = (d / "array" / "job.sh").read_text()
+    assert "#SBATCH --array=0-1" in script and f"export NUMBA_CACHE_DIR={env['NUMBA_CACHE_DIR']}" in script
+    assert str(Path(sys.executable).name) in script and ("VIRTUAL_ENV" not in env or env["VIRTUAL_ENV"] in script)
+    array_id = _sh(["sbatch", "--parsable", "array/job.sh"], env, cwd=d).strip().split(";")[0]
+    jobs = _wait_jobs(env, {"attnsim-tiny4", "attnsim-tiny4-merge"}, 3, f"array job {array_id} + merge",
+                      d / "array" / "logs")
+    print(f"sbatch array (2 tasks) + merge job: {time.perf_counter() - t0:.1f} s")
+    assert sorted(j["Name"] for j in jobs) == ["attnsim-tiny4", "attnsim-tiny4", "attnsim-tiny4-merge"]
+    assert {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
+    merge = next(j for j in jobs if j["Name"] == "attnsim-tiny4-merge")
+    ends = [j["EndTime"] for j in jobs if j["Name"] == "attnsim-tiny4"]
+    assert merge["StartTime"] >= max(ends)  # the dependency held it until the whole array was done
+    for i in range(2):  # each task wrote its deterministic slice (points i % 2 == task id)
+        shard = load_table(d / "array" / f"s.shard{i}of2.h5")
+        assert shard.columns["index"].tolist() == [i, i + 2]
+    merged = load_table(d / "array" / "s.h5")
+    assert merged.attrs["shard"] == "merged"
+    local_pids = set(load_table(d / "local" / "s.h5").columns["worker"])
+    assert not set(merged.columns["worker"]) & local_pids  # the points ran in the jobs
+    _same_store(d / "array" / "s.h5", d / "local" / "s.h5")
+
+
+def test_dask_jobqueue_slurmcluster_equals_local_run(sweep_dir):
+    import dask_jobqueue  # noqa: F401 - in the test extra: a missing one fails here
+    d, env = sweep_dir
+    t0 = time.perf_counter()
+    out = _sh([sys.executable, "-m", "attnsim", "sweep", "tiny4.yaml", "--executor", "dask", "--out", "dask/s.h5",
+               "--no-progress"], env, cwd=d, timeout=WAIT_S)
+    print(f"dask-jobqueue SLURMCluster sweep: {time.perf_counter() - t0:.1f} s")
+    assert "4 simulated" in out
+    jobs = _wait_jobs(env, {"attnsim-dask"}, 1, "dask worker job", d / "dask-logs")
+    assert len(jobs) == 1 and jobs[0]["JobState"] in ("COMPLETED", "CANCELLED"), jobs  # closed with the sweep
+    worker_log = d / "dask-logs" / f"attnsim-dask-{jobs[0]['JobId']}.err"  # <job_name>-<job id>
+    assert worker_log.read_text().count("Start worker at") == 2  # cores 2 -> two worker processes in the job
+    _same_store(d / "dask" / "s.h5", d / "local" / "s.h5")
