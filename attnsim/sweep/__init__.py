@@ -4,3 +4,8 @@
 into a kill-safe store (:mod:`attnsim.sweep.store`); ``merge_stores`` combines shards.
 """
 from attnsim.sweep.spec import Point, Sweep, SweepSpec, load_sweep  # noqa: F401
+
+# `attnsim.sweep(...)` is also the Python API function (docs/api.md): the package answers the call
+from attnsim.api import callable_package as _callable  # noqa: E402
+
+_callable(__name__, "sweep")
