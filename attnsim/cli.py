@@ -22,6 +22,12 @@ class OneLineParser(argparse.ArgumentParser):
     <message> (see <prog> --help)`` and exit status 2 (argparse prints the whole usage first)."""
 
     def error(self, message):  # noqa: D401 - argparse API
+        import re
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:  # a mistyped subcommand or choice: 'did you mean' (attnsim.suggest)
+            from attnsim.suggest import did_you_mean
+            message = message[:m.end(1) + 1] + did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2))) + \
+                message[m.end(1) + 1:]
         print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 

@@ -32,7 +32,7 @@ def register(sub) -> None:
 
 
 def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
-    from attnsim.report import breakdown_table, summary_table
+    from attnsim.report import breakdown_table, differ_lines, summary_table
     from attnsim.results import dumps, finalize_doc
     if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
         docs = [finalize_doc(dict(d)) for d in docs]
@@ -41,6 +41,11 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
         return
     print(f"experiment: {attrs.get('experiment')}")
     print(summary_table(docs))
+    differs = differ_lines(docs)
+    if differs:
+        print("\nwhat differs and why (decode step = one token for the whole batch; attention = attn_score + "
+              "softmax + attn_context):")
+        print("\n".join(differs))
     if breakdown:
         for d in docs:
             if d["status"] == "ok":

@@ -45,6 +45,9 @@ class ConfigError(ValueError):
     def __init__(self, message: str, file: str | os.PathLike | None = None, key: str | None = None):
         self.file = str(file) if file is not None else None
         self.key = key
+        if "expected one of" in str(message):  # a near miss of a choice gets 'did you mean' (attnsim.suggest)
+            from attnsim.suggest import amend
+            message = amend(str(message))
         self.message = message
         parts = [p for p in (self.file, key) if p]
         super().__init__(_one_line(": ".join(parts + [str(message)])))
@@ -485,8 +488,9 @@ def find_config(kind: str, ref: str, relative_to: Path | None = None) -> Path:
         p = d / f"{ref}.yaml"
         if _is_file(p):
             return p
+    from attnsim.suggest import did_you_mean
     names = ", ".join(available(kind)) or "none"
-    raise ConfigError(f"unknown {kind} config '{ref}' (available: {names})")
+    raise ConfigError(f"unknown {kind} config '{ref}'{did_you_mean(ref, available(kind))} (available: {names})")
 
 
 # ---------------------------------------------------------------- validation
@@ -533,8 +537,49 @@ def _positive_int_hint(msg: str, value: Any) -> str:
     return msg
 
 
-def validation_error_to_config_error(exc: ValidationError, file: str | None, prefix: str = "") -> ConfigError:
-    """Turn the first pydantic error into a ConfigError with a dotted key path."""
+def _alternatives(ann) -> list:
+    """An annotation without Optional / Union / Annotated: the list of types it can be."""
+    origin = typing.get_origin(ann)
+    if origin is typing.Annotated:
+        return _alternatives(typing.get_args(ann)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return [t for a in typing.get_args(ann) for t in _alternatives(a)]
+    return [ann]
+
+
+def _child(ann, part) -> list:
+    """The annotations one step of a pydantic error location leads to (a field, a dict value, a list item)."""
+    out = []
+    for t in _alternatives(ann):
+        origin, args = typing.get_origin(t), typing.get_args(t)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            if part == t.__name__:  # a union member tag
+                out.append(t)
+                continue
+            f = t.model_fields.get(str(part)) or next((f for f in t.model_fields.values() if f.alias == part), None)
+            if f is not None:
+                out.append(f.annotation)
+        elif origin in (dict, Mapping) and len(args) == 2:
+            out.append(args[1])
+        elif origin in (list, tuple) and args:
+            out.append(args[0])
+    return out
+
+
+def known_keys(schema, loc) -> list[str]:
+    """The keys ``schema`` accepts in the mapping that holds the last element of ``loc`` (a pydantic
+    error location, following fields, dict values and list items); [] when the path leaves the schema."""
+    anns = [schema]
+    for part in list(loc)[:-1]:
+        anns = [c for a in anns for c in _child(a, part)]
+    models = [t for a in anns for t in _alternatives(a) if isinstance(t, type) and issubclass(t, BaseModel)]
+    return sorted({f.alias or n for m in models for n, f in m.model_fields.items()})
+
+
+def validation_error_to_config_error(exc: ValidationError, file: str | None, prefix: str = "",
+                                     schema=None) -> ConfigError:
+    """Turn the first pydantic error into a ConfigError with a dotted key path (an unknown key gets a
+    'did you mean' from the keys ``schema`` accepts there)."""
     err = exc.errors(include_url=False)[0]
     loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
     if err.get("type") in ("config_number", "config_unused"):  # Schema's own checks: message complete, sub-path in ctx
@@ -545,6 +590,9 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
     msg = _positive_int_hint(_describe_expected(err), value)
     if err.get("type") not in ("missing", "extra_forbidden") and not isinstance(value, (dict, list)):
         msg = f"{msg}, got {value!r}"
+    if err.get("type") == "extra_forbidden" and schema is not None and loc:
+        from attnsim.suggest import did_you_mean
+        msg += did_you_mean(loc[-1], known_keys(schema, err["loc"]))
     return ConfigError(msg, file=file, key=key)
 
 
@@ -553,7 +601,7 @@ def validate(schema: type[BaseModel], data: Mapping, file: str | None = None, pr
     try:
         return schema.model_validate(dict(data))
     except ValidationError as exc:
-        raise validation_error_to_config_error(exc, file, prefix) from None
+        raise validation_error_to_config_error(exc, file, prefix, schema) from None
 
 
 # ---------------------------------------------------------------- overrides
@@ -604,7 +652,9 @@ def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False,
                               key=where(i))
         if part not in node:
             if not create:
-                raise ConfigError(f"unknown key (known: {', '.join(map(str, node)) or 'none'})", file="--set", key=where(i + 1))
+                from attnsim.suggest import did_you_mean
+                raise ConfigError(f"unknown key{did_you_mean(part, node)} (known: {', '.join(map(str, node)) or 'none'})",
+                                  file="--set", key=where(i + 1))
             node[part] = {}
         node = node[part]
     last = path[-1]
@@ -662,7 +712,9 @@ class ConfigTree:
             path, value = parse_set(item)
             section = path[0]
             if section not in SECTIONS:
-                raise ConfigError(f"unknown section {section!r} (expected one of {', '.join(SECTIONS)})", file="--set", key=".".join(path))
+                from attnsim.suggest import did_you_mean
+                raise ConfigError(f"unknown section {section!r}{did_you_mean(section, SECTIONS)} (expected one of "
+                                  f"{', '.join(SECTIONS)})", file="--set", key=".".join(path))
             if section == "experiment":
                 if len(path) < 2:
                     raise ConfigError("expected experiment.<key>=VALUE", file="--set", key=section)
@@ -672,7 +724,9 @@ class ConfigTree:
             if len(path) < 3:
                 raise ConfigError(f"expected {section}.<name>.<key>=VALUE", file="--set", key=".".join(path))
             if path[1] not in table:
-                raise ConfigError(f"{section} '{path[1]}' is not part of this experiment (have: {', '.join(table) or 'none'})",
+                from attnsim.suggest import did_you_mean
+                raise ConfigError(f"{section} '{path[1]}' is not part of this experiment{did_you_mean(path[1], table)} "
+                                  f"(have: {', '.join(table) or 'none'})",
                                   file="--set", key=".".join(path[:2]))
             set_dotted(table[path[1]], path[2:], value, create=True, prefix=path[:2])
         return self

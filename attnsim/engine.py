@@ -35,6 +35,7 @@ class StepResult:
     energy_j_by_component: dict = field(default_factory=dict)
     time_s_by_op: dict = field(default_factory=dict)
     time_s_by_device: dict = field(default_factory=dict)
+    time_s_by_bound: dict = field(default_factory=dict)  # the device models' bound per row (compute/memory/...)
     energy_j_by_op: dict = field(default_factory=dict)
     energy_j_by_device: dict = field(default_factory=dict)
     bytes_by_device: dict = field(default_factory=dict)  # bytes moved per ONE device of the role (main memory)
@@ -58,7 +59,7 @@ class StepResult:
         self.time_s_layers += w * other.time_s_layers
         self.flops += w * other.flops
         self.static_energy_j += w * other.static_energy_j
-        for name in ("energy_j_by_component", "time_s_by_op", "time_s_by_device", "energy_j_by_op",
+        for name in ("energy_j_by_component", "time_s_by_op", "time_s_by_device", "time_s_by_bound", "energy_j_by_op",
                      "energy_j_by_device", "bytes_by_device", "static_energy_j_by_device",
                      "static_energy_j_by_part"):
             mine, theirs = getattr(self, name), getattr(other, name)
@@ -84,6 +85,7 @@ class StepResult:
             "energy_j": self.energy_j,
             "time_s_by_op": dict(self.time_s_by_op),
             "time_s_by_device": dict(self.time_s_by_device),
+            "time_s_by_bound": dict(self.time_s_by_bound),
             "energy_j_by_op": dict(self.energy_j_by_op),
             "energy_j_by_device": energy_by_device,
             "energy_j_by_component": comp,
@@ -134,6 +136,10 @@ def cost_rows(plan, system):
             if getattr(plan, "row_mapping", None) is None:
                 plan.row_mapping = np.full(n, None, dtype=object)
             plan.row_mapping[rows] = c.mapping
+        if getattr(c, "bound", None) is not None:  # what limits each row (the device model's roofline)
+            if getattr(plan, "row_bound", None) is None:
+                plan.row_bound = np.full(n, "", dtype=object)
+            plan.row_bound[rows] = np.asarray(c.bound, dtype=object)
         row_time[rows] = np.asarray(c.time_s, dtype=np.float64) * count[rows]
         for comp, e in c.energy_j.items():
             arr = row_energy.setdefault(comp, np.zeros(n))
@@ -186,6 +192,9 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     from attnsim.hwmodels.pim_mapping import summarize
     res.pim_mapping = summarize(ops, trace["count"], res.row_mapping)
     _add(res.time_s_by_op, ops, row_time)
+    bound = getattr(plan, "row_bound", None)
+    if bound is not None:
+        _add(res.time_s_by_bound, [str(b) or "other" for b in bound], row_time)
     _add(res.energy_j_by_op, ops, row_e_total)
     set_static(res, system, res.time_s)
     return res

@@ -1,22 +1,63 @@
-"""Human-readable tables of run documents."""
+"""Human-readable tables of run documents, and the one table formatter every CLI command prints with.
+
+Number rule (``fmt_num``): 4 significant digits in plain notation for 0.001 <= |v| < 1e6, else
+scientific (``1.235e+06``); integers as they are; units live in the column headers, never in cells
+(ratios carry ``x``, shares ``%``). ``table`` left-aligns text columns and right-aligns columns whose
+cells are all numbers (or empty), so the same kind of value looks the same in every command.
+"""
 from __future__ import annotations
 
+import math
+import re
 
-def _fmt(v, unit=""):
+_NUMERIC = re.compile(r"^[-+±]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(x|%| %)?$")
+
+
+def fmt_num(v, unit: str = "", digits: int = 4) -> str:
+    """One number as text: ``None`` -> ``-``, non-finite -> ``nan``/``inf``, else ``digits`` significant
+    digits (plain notation between 1e-3 and 1e6, scientific outside), then ``unit`` (e.g. ``x``)."""
     if v is None:
         return "-"
-    if isinstance(v, float):
-        if v != v:
-            return "nan"
-        a = abs(v)
-        s = f"{v:.3g}" if (a >= 1e4 or a < 1e-2) and a != 0 else f"{v:.3f}".rstrip("0").rstrip(".")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v}{unit}"
+    if not math.isfinite(v):
+        return ("nan" if v != v else ("inf" if v > 0 else "-inf")) + unit
+    a = abs(v)
+    if a == 0:
+        return "0" + unit
+    if 1e-3 <= a < 1e6:
+        decimals = max(0, digits - 1 - math.floor(math.log10(a)))
+        s = f"{v:.{decimals}f}"
+        if len(s.replace("-", "").replace(".", "").lstrip("0")) > digits and decimals > 0:  # 9.9996 -> 10.000
+            s = f"{v:.{decimals - 1}f}"
         return s + unit
-    return str(v)
+    return f"{v:.{digits - 1}e}" + unit
 
 
-def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda r: "  ".join(str(x).rjust(w) if i else str(x).ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+def fmt_pct(fraction, digits: int = 1) -> str:
+    """A share as a percentage (``0.2207`` -> ``22.1%``); None -> ``-``."""
+    return "-" if fraction is None else f"{100 * fraction:.{digits}f}%"
+
+
+_fmt = fmt_num  # old name
+
+
+def _is_numeric(cell) -> bool:
+    s = str(cell).strip()
+    return s in ("", "-", "nan", "inf", "-inf") or bool(_NUMERIC.match(s))
+
+
+def table(rows: list[list], header: list[str], numeric: int | None = None) -> str:
+    """Aligned text table: a header, a rule, one line per row. Columns whose cells are all numbers are
+    right-aligned (``numeric=i``: also every column from index i on), the others left-aligned."""
+    rows = [[str(x) for x in r] for r in rows]
+    header = [str(h) for h in header]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    right = [(numeric is not None and i >= numeric) or (bool(rows) and all(_is_numeric(r[i]) for r in rows))
+             for i in range(len(header))]
+    line = lambda r: "  ".join(x.rjust(w) if rj else x.ljust(w) for x, w, rj in zip(r, widths, right)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -32,16 +73,16 @@ def summary_table(docs: list[dict]) -> str:
                          d["status"], "", "", "", "", "", ""])
             continue
         rows.append([d["system"], d["model"], d["scenario"]["name"], d["scenario"].get("batch_size", ""),
-                     _fmt(m["ttft_s"] * 1e3), _fmt(m["tpot_s"] * 1e3), _fmt(m["tokens_per_s"]),
-                     _fmt(m["energy_per_token_j"]), f"{mem:.0%}" if mem is not None else "-",
-                     _fmt(vb.get("throughput_ratio"), "x") if "throughput_ratio" in vb else "-",
-                     _fmt(vb.get("energy_efficiency_ratio"), "x") if "energy_efficiency_ratio" in vb else "-"])
+                     fmt_num(m["ttft_s"] * 1e3), fmt_num(m["tpot_s"] * 1e3), fmt_num(m["tokens_per_s"]),
+                     fmt_num(m["energy_per_token_j"]), f"{mem:.0%}" if mem is not None else "-",
+                     fmt_num(vb.get("throughput_ratio"), "x") if "throughput_ratio" in vb else "-",
+                     fmt_num(vb.get("energy_efficiency_ratio"), "x") if "energy_efficiency_ratio" in vb else "-"])
     if any("accuracy_proxy" in d.get("metrics", {}) for d in docs):
         header += ["silent err/tok", "acc. proxy", "SLO"]
         for r, d in zip(rows, docs):
             m = d.get("metrics") or {}
             if "accuracy_proxy" in m:
-                r += [_fmt(m["silent_errors_per_token"]), _fmt(m["accuracy_proxy"]), "met" if m["slo_met"] else "BROKEN"]
+                r += [fmt_num(m["silent_errors_per_token"]), fmt_num(m["accuracy_proxy"]), "met" if m["slo_met"] else "BROKEN"]
             else:
                 r += ["-", "-", "-"]
     out = table(rows, header)
@@ -58,12 +99,114 @@ def breakdown_table(doc: dict, phase: str = "decode_step", top: int = 12) -> str
     t = bd["time_s"] or 1.0
     e = bd["energy_j"] or 1.0
     ops = sorted(bd["time_s_by_op"], key=lambda k: -bd["time_s_by_op"][k])[:top]
-    rows = [[op, _fmt(bd["time_s_by_op"][op] * 1e6), f"{bd['time_s_by_op'][op] / t:.1%}",
-             _fmt(bd["energy_j_by_op"].get(op, 0.0) * 1e3), f"{bd['energy_j_by_op'].get(op, 0.0) / e:.1%}"] for op in ops]
-    head = f"{doc['system']} / {doc['model']} / {doc['scenario']['name']}: {phase} ({_fmt(t * 1e3)} ms, {_fmt(e)} J)"
+    rows = [[op, fmt_num(bd["time_s_by_op"][op] * 1e6), fmt_pct(bd["time_s_by_op"][op] / t),
+             fmt_num(bd["energy_j_by_op"].get(op, 0.0) * 1e3), fmt_pct(bd["energy_j_by_op"].get(op, 0.0) / e)] for op in ops]
+    head = f"{doc['system']} / {doc['model']} / {doc['scenario']['name']}: {phase} ({fmt_num(t * 1e3)} ms, {fmt_num(e)} J)"
     comp = ", ".join(f"{k} {v / e:.0%}" for k, v in sorted(bd["energy_j_by_component"].items(), key=lambda kv: -kv[1]) if v > 0)
     pm = bd.get("pim_mapping") or {}  # hwmodels/pim_mapping.py: partition x channels_per_item, channels used
     pim = "; ".join(f"{op} {m['partition']} x{m['channels_per_item']} on {m['channels_used']} ch"
-                    + (f" (merge {_fmt(m['merge_s'] * 1e6)} us)" if m["merge_s"] else "") for op, m in pm.items())
+                    + (f" (merge {fmt_num(m['merge_s'] * 1e6)} us)" if m["merge_s"] else "") for op, m in pm.items())
     return head + "\n" + table(rows, ["op", "time us", "time %", "dyn. energy mJ", "energy %"]) + \
         "\nenergy by component: " + comp + ("\npim mapping: " + pim if pim else "")
+
+
+# ------------------------------------------------------------------------------------------------
+# "what differs and why": a few lines per run derived from its breakdowns against the baseline's
+
+ATTENTION_OPS = ("attn_score", "softmax", "attn_context")  # the decode GEMVs PIM/PNM systems move
+
+
+def _op_groups(ops) -> dict[str, tuple[str, ...]]:
+    """Op name -> group: the attention core is one group (its three ops move together), every other op
+    is its own group."""
+    att = tuple(o for o in ATTENTION_OPS if o in ops)
+    groups = {"attention": att} if att else {}
+    groups.update({o: (o,) for o in ops if o not in ATTENTION_OPS})
+    return groups
+
+
+def _where(bd: dict, ops: tuple[str, ...]) -> str:
+    """' (in memory)' when every op of the group has PIM/PNM-mapped rows (hwmodels/pim_mapping.py)."""
+    pm = bd.get("pim_mapping") or {}
+    return " (in memory)" if ops and all(o in pm for o in ops) else ""
+
+
+def _ms_list(d: dict) -> str:
+    """'gpu 9.418 ms, link 5.047 ms' for a {name: seconds} dict, largest first (zeros left out)."""
+    return ", ".join(f"{k} {fmt_num(v * 1e3)} ms" for k, v in sorted(d.items(), key=lambda kv: -kv[1]) if v > 0)
+
+
+_BUFFER_LEVELS = ("pim_buffer", "sram", "link")  # bytes_by_device levels that are not main memory
+
+
+def _faster(speed: float) -> str:
+    """'1.224x faster' / '2.871x slower' from a time ratio baseline / run."""
+    if speed >= 1:
+        return f"{fmt_num(speed)}x faster"
+    return f"{fmt_num(1 / speed)}x slower" if speed > 0 else "no time"
+
+
+def _bandwidth(doc: dict) -> str:
+    """'gpu hbm 1321 of 3350 GB/s (39.4%)' for the device holding the most decode time (per device)."""
+    by_dev = doc["breakdown"]["decode_step"]["time_s_by_device"]
+    roles = [r for r in sorted(by_dev, key=lambda r: -by_dev[r]) if not r.startswith("link")]
+    bw = (doc.get("metrics") or {}).get("bandwidth") or {}
+    for role in roles[:1]:
+        for key, b in bw.items():
+            r, level = key.split(":", 1)
+            if r == role and level not in _BUFFER_LEVELS:
+                return (f"{role} {level} {fmt_num(b['achieved_gbps'])} of {fmt_num(b['peak_gbps'])} GB/s "
+                        f"({fmt_pct(b['utilization'])})")
+    return ""
+
+
+def _step_lines(doc: dict) -> list[str]:
+    """Where one decode step's time goes: by device, by bound type, and the busiest device's memory bandwidth."""
+    bd = doc["breakdown"]["decode_step"]
+    out = [f"by device: {_ms_list(bd['time_s_by_device'])}"]
+    if bd.get("time_s_by_bound"):
+        out[0] += f"; by bound: {_ms_list(bd['time_s_by_bound'])}"
+    bw = _bandwidth(doc)
+    if bw:
+        out.append(f"memory bandwidth: {bw}")
+    return out
+
+
+def differ_lines(docs: list[dict], top: int = 3) -> list[str]:
+    """What differs between each run and its baseline (same model and scenario), and why: the decode
+    step and TTFT, the op groups whose decode time changed most (``attention`` = attn_score + softmax +
+    attn_context; ``(in memory)``: the group has PIM/PNM rows),
+    where the step's time goes (by device, by the device models' bound type) and the busiest device's
+    achieved main-memory bandwidth. Empty without a baseline. Every number printed is a value of the
+    run documents (times in ms) or a ratio of two of them."""
+    by_key = {(d["system"], d["model"], d["scenario"]["name"]): d for d in docs if d["status"] == "ok"}
+    lines, shown = [], set()
+    for d in docs:
+        vb = d.get("vs_baseline") or {}
+        base = by_key.get((vb.get("baseline"), d["model"], d["scenario"]["name"]))
+        if d["status"] != "ok" or base is None or base is d:
+            continue
+        if id(base) not in shown:
+            shown.add(id(base))
+            lines.append(f"{base['system']} (baseline; {base['model']}, {base['scenario']['name']}): decode step "
+                         f"{fmt_num(base['breakdown']['decode_step']['time_s'] * 1e3)} ms, TTFT "
+                         f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms")
+            lines += ["  " + x for x in _step_lines(base)]
+        bd, bb = d["breakdown"]["decode_step"], base["breakdown"]["decode_step"]
+        t, tb = bd["time_s"], bb["time_s"]
+        lines.append(f"{d['system']} vs {base['system']}: decode step {fmt_num(t * 1e3)} vs {fmt_num(tb * 1e3)} ms "
+                     f"({_faster(tb / t if t > 0 else 0.0)}), TTFT {fmt_num(d['metrics']['ttft_s'] * 1e3)} vs "
+                     f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms")
+        ops = list(dict.fromkeys(list(bd["time_s_by_op"]) + list(bb["time_s_by_op"])))
+        diffs = []
+        for name, group in _op_groups(ops).items():
+            a = sum(bd["time_s_by_op"].get(o, 0.0) for o in group)
+            b = sum(bb["time_s_by_op"].get(o, 0.0) for o in group)
+            diffs.append((abs(a - b), name, group, a, b))
+        diffs.sort(key=lambda x: -x[0])
+        changes = [f"{name}{_where(bd, group)} {fmt_num(a * 1e3)} vs {fmt_num(b * 1e3)} ms"
+                   for dd, name, group, a, b in diffs[:top] if dd > 0]
+        if changes:
+            lines.append("  largest changes: " + "; ".join(changes))
+        lines += ["  " + x for x in _step_lines(d)]
+    return lines

@@ -24,6 +24,7 @@ from pydantic import Field, PositiveFloat
 from attnsim.config import (ConfigError, Schema, display_path, find_config, get_dotted, load_yaml, search_dirs,
                             validate)
 from attnsim.outputs import RelativePath, SafeName
+from attnsim.suggest import did_you_mean
 
 REFERENCE = "reference.yaml"
 ROLES = ("calibration", "validation")
@@ -93,7 +94,8 @@ def find(name: str, flag: str = "--set") -> Path:
         if p.name == name:
             return p
     raise ConfigError(f"expected reproductions or reproductions/NAME with NAME one of "
-                      f"{', '.join(p.name for p in folders()) or 'none'}, got {'reproductions/' + name!r}", file=flag)
+                      f"{', '.join(p.name for p in folders()) or 'none'}, got {'reproductions/' + name!r}"
+                      + did_you_mean(name, [p.name for p in folders()]), file=flag)
 
 
 def _experiment_path(folder: Path, ref: str, file: str, key: str) -> Path:

@@ -190,7 +190,9 @@ def check_options(options: dict, allowed: dict, policy: str) -> dict:
     from attnsim.config import check_float, check_int
     bad = sorted(set(options) - set(allowed))
     if bad:
-        raise ConfigError(f"unknown option(s) {', '.join(bad)} for policy {policy} (known: {', '.join(allowed) or 'none'})",
+        from attnsim.suggest import did_you_mean
+        raise ConfigError(f"unknown option(s) {', '.join(bad)}{did_you_mean(bad[0], allowed)} for policy {policy} "
+                          f"(known: {', '.join(allowed) or 'none'})",
                           key="mapper.options")
     out = dict(allowed)
     for name, v in options.items():

@@ -37,8 +37,8 @@ def test_set_override_changes_value_and_is_validated():
 
 def test_system_count_error_names_file_and_key():
     with pytest.raises(ConfigError) as ei:
-        load_experiment(None, ["systems.dgx_a100.devices.gpu.count=-2"])
-    assert str(ei.value) == "systems/dgx_a100.yaml: devices.gpu.count: expected a positive integer, got -2"
+        load_experiment(None, ["systems.dgx_h100.devices.gpu.count=-2"])
+    assert str(ei.value) == "systems/dgx_h100.yaml: devices.gpu.count: expected a positive integer, got -2"
 
 
 @pytest.mark.parametrize("item, fragment", [
@@ -46,7 +46,7 @@ def test_system_count_error_names_file_and_key():
     ("bogus.x.y=1", "unknown section"),
     ("models.not-in-run.num_layers=2", "is not part of this experiment"),
     ("models.llama2-70b.num_layerz=2", "num_layerz: unknown key"),
-    ("hardware.a100_80gb_sxm.hbm_bandwidth_gbps=fast", "hbm_bandwidth_gbps"),
+    ("hardware.h100_sxm.hbm_bandwidth_gbps=fast", "hbm_bandwidth_gbps"),
     ("experiment.baseline=dgx_z", "baseline"),
 ])
 def test_bad_set_values_give_clear_errors(item, fragment):
@@ -89,9 +89,9 @@ def test_parse_set_parses_yaml_values():
 
 def test_cli_bad_config_exits_nonzero_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["run", "--set", "systems.dgx_a100.devices.gpu.count=-2", "--out", str(out)])
+    rc = main(["run", "--set", "systems.dgx_h100.devices.gpu.count=-2", "--out", str(out)])
     assert rc == 2
-    assert "systems/dgx_a100.yaml: devices.gpu.count: expected a positive integer, got -2" in _err(capsys)
+    assert "systems/dgx_h100.yaml: devices.gpu.count: expected a positive integer, got -2" in _err(capsys)
     assert not out.exists()
 
 

@@ -20,7 +20,8 @@ def _run_json(capsys, *args):
 
 def test_run_json_contract_and_show_roundtrip(tmp_path, capsys):
     out = tmp_path / "res"
-    doc = _run_json(capsys, "--out", str(out), *SMALL)
+    gpus = ["--set", "experiment.systems=[dgx_a100, dgx_h100, dgx_h200]", "--set", "experiment.baseline=dgx_a100"]
+    doc = _run_json(capsys, "--out", str(out), *SMALL, *gpus)
     runs = doc["runs"]
     assert [r["system"] for r in runs] == ["dgx_a100", "dgx_h100", "dgx_h200"]
     for r in runs:

@@ -25,7 +25,8 @@ def recipe_problem(recipe: str, given: dict, prefix: str = "") -> Optional[str]:
     """Why ``recipe`` with the options in ``given`` (name -> value, None = not given) is refused, or None;
     option names are written with ``prefix`` (``--`` on the command line)."""
     if recipe not in RECIPE_OPTIONS:
-        return f"unknown recipe {recipe!r} (available: {', '.join(RECIPE_OPTIONS)})"
+        from attnsim.suggest import did_you_mean
+        return f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPE_OPTIONS)} (available: {', '.join(RECIPE_OPTIONS)})"
     unused = [k for k, v in given.items() if v not in (None, {}, []) and k not in RECIPE_OPTIONS[recipe]]
     if unused:
         uses = ", ".join(prefix + k for k in RECIPE_OPTIONS[recipe]) or "none"
