@@ -220,6 +220,10 @@ def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: 
     """Per scenario: exact decode steps within MAX_EXACT_DECODE_STEPS; per model x scenario: prompt +
     output within the model's context window (workloads.scenario.context_window)."""
     for n, sc in scenarios.items():
+        if sc.speculative is not None:  # the draft loads and shares each target's vocabulary
+            from attnsim.workloads.speculative import check_pair
+            for model in models.values():
+                check_pair(model, sc.speculative, file=file, key=f"scenarios.{n}.speculative")
         if spec.generation.mode == "exact" and sc.output_len > MAX_EXACT_DECODE_STEPS:
             raise ConfigError(f"expected at most {MAX_EXACT_DECODE_STEPS} decode steps with generation.mode exact "
                               f"(use mode: sampled), got {sc.output_len}", file=file, key=f"scenarios.{n}.output_len")

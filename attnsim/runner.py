@@ -55,6 +55,12 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     KV capacity, and ``pj_per_byte`` of ECC decode energy on KV reads (component ``ecc``),
     per device role, weighted by where the policy places the KV.
     """
+    if scenario.speculative is not None:  # draft + target model (attnsim/speculative.py)
+        if kv_storage:
+            raise ConfigError("expected no reliability section with speculative decoding (not modelled)",
+                              key="speculative")
+        from attnsim.speculative import simulate_speculative
+        return simulate_speculative(system, model, scenario, generation, timeline, pid)
     spec = system.spec
     tp = spec.parallelism.tp
     replicas = spec.parallelism.replicas

@@ -78,6 +78,9 @@ BASES = {
     "offload": ("run", "default", _sys("offload_host"), None),
     "host": ("run", "default", _sys("cxl_pnm_host"), None),   # a host pool (kind host): static power only
     "ianus": ("run", "default", _sys("ianus"), None),   # unified NPU + GDDR6-AiM memory (mapper/ianus.py)
+    "speculative": ("run", "default", ["experiment.systems=[ianus_a100]", "experiment.models=[gpt2-medium]",
+        "experiment.baseline=null", GEN, "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 6, "
+        "speculative: {draft_model: gpt2, draft_tokens: 2, acceptance_rate: 0.5}}}"], None),
     "moe": ("run", "default", ["experiment.systems=[dgx_a100]", "experiment.models=[deepseek-v2-lite]",
                                "experiment.baseline=null", SCEN, GEN, "models.deepseek-v2-lite.num_layers=3"], None),
     "lens": ("run", "default", _sys("dgx_a100")[:3] + [
@@ -117,7 +120,7 @@ BASES = {
 # field -> base, where the first base reaching it does not exercise it
 FIELD_BASE = {
     "Scenario.reliability": "reliability", "ModelSpec.moe": "moe", "ModelSpec.mla": "moe",
-    "Scenario.context_lens": "lens", "TraceSpec.prefix": "serve_prefix", "ServingSpec.disaggregation": "serve_disagg",
+    "Scenario.speculative": "speculative", "Scenario.context_lens": "lens", "TraceSpec.prefix": "serve_prefix", "ServingSpec.disaggregation": "serve_disagg",
     "KVSpec.prefix_caching": "serve_prefix", "ServingSpec.colocated": "serve_disagg",
     "PUParams.tflops": "cxl_pnm", "PUParams.gb_bytes": "cxl_aim", "LinkSpec.connects": "attacc",
     "NPUSpec.hbm_capacity_gb": "npu",
@@ -186,6 +189,7 @@ ALTERNATIVE = {
     "SystemSpec.software": Alt("vllm"),   # a preset's own fields: tests/test_stack_overheads.py
     "ModelSpec.num_kv_heads": Alt(8),
     "mapper.offload.topk_fraction": Alt(0.5),
+    "SpeculativeSpec.draft_model": Alt("gpt2-large"),
     "mapper.ianus.placement": Alt("compute"),
     "mapper.ianus.draft_placement": Alt("pim"),   # refused without a speculative scenario
     "mapper.cxl_pnm.tp_vector_ops": Alt("replicated"),   # cxl_pnm base: tp 8, softmax/RoPE of all heads per device

@@ -9,6 +9,7 @@ from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator,
 from attnsim.config import Schema
 from attnsim.workloads.limits import MAX_BATCH, MAX_TOKENS
 from attnsim.workloads.model import DType
+from attnsim.workloads.speculative import SpeculativeSpec
 
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]  # a positive token count within workloads.limits
 
@@ -67,6 +68,8 @@ class Scenario(Schema):
     weight_dtype: Optional[DType] = Field(None, description="storage dtype of the weights (default: the model's dtype)")
     act_dtype: DType = "fp16"
     reliability: Optional[dict] = None  # overrides merged onto the experiment's reliability section
+    # speculative decoding: draft model, draft tokens per target step, acceptance rate (workloads/speculative.py)
+    speculative: Optional[SpeculativeSpec] = None
 
     @field_validator("context_lens")
     @classmethod
