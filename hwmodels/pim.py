@@ -460,7 +460,7 @@ class PIMDevice:
         ``storage_bytes_ratio`` the engine run and its cache key read); ``raw_bytes`` kept for the engine."""
         if self.spec.compression is not None:
             r = self.stored_ratio(kind, dtype)
-            low.meta["raw_bytes"] = float(low.pim_bytes)
+            low.meta = dict(low.meta, raw_bytes=float(low.pim_bytes), compression_ratio=r)
             low.meta["storage_bytes_ratio"] = float(low.meta.get("storage_bytes_ratio", 1.0)) * r
         return low
 
@@ -498,7 +498,7 @@ class PIMDevice:
             out["energy"]["sram"] = 2.0 * elems * self.spec.pu.acc_bytes * self.spec.pu.sram_pj_per_byte * 1e-12
         out["bytes_pim"], out["bytes_buf"], out["flops"] = low.pim_bytes, cnt.get("buf_bytes", 0), 2.0 * low.macs
         if "raw_bytes" in low.meta:
-            out["bytes_pim"] = low.pim_bytes * float(low.meta["storage_bytes_ratio"])
+            out["bytes_pim"] = low.pim_bytes * float(low.meta["compression_ratio"])
             out["energy"]["compute"] = engine_energy_j(self.spec.compression, low.meta["raw_bytes"])
         return out
 

@@ -115,6 +115,8 @@ BASES = {
         "experiment.serving.kv.locality_dram=null"] + SMALL, None),
     "dram": ("dram", "default", _sys("attacc"), "hbm3_5200_pim"),      # per-event energies given
     "dram_idd": ("dram", "default", _sys("cxl_pnm"), "lpddr5x_8533"),  # energies derived from IDD
+    "cxl_ndp": ("run", "default", _sys("cxl_ndp"), None),     # a compression section (CXL-NDP)
+    "sangam": ("run", "default", _sys("sangam_x1"), None),    # a systolic section (Sangam)
 }
 
 # field -> base, where the first base reaching it does not exercise it
@@ -123,6 +125,7 @@ FIELD_BASE = {
     "Scenario.speculative": "speculative", "Scenario.context_lens": "lens", "TraceSpec.prefix": "serve_prefix", "ServingSpec.disaggregation": "serve_disagg",
     "KVSpec.prefix_caching": "serve_prefix", "ServingSpec.colocated": "serve_disagg",
     "PUParams.tflops": "cxl_pnm", "PUParams.gb_bytes": "cxl_aim", "LinkSpec.connects": "attacc",
+    "PIMSpec.compression": "cxl_ndp", "PIMSpec.systolic": "sangam",   # containers there (their fields walked)
     "NPUSpec.hbm_capacity_gb": "npu",
     # collectives blocks: containers on the GPU links (their fields are walked on dgx_a100's nvlink3)
     "LinkSpec.nccl": "gpu", "LinkSpec.custom_allreduce": "gpu",
@@ -193,6 +196,9 @@ ALTERNATIVE = {
     "mapper.ianus.placement": Alt("compute"),
     "mapper.ianus.draft_placement": Alt("pim"),   # refused without a speculative scenario
     "mapper.cxl_pnm.tp_vector_ops": Alt("replicated"),   # cxl_pnm base: tp 8, softmax/RoPE of all heads per device
+    "CompressionSpec.engine": Alt("none"),      # one engine preset: another name is refused
+    "CompressionSpec.ratio": Alt(0.5),          # measured -> a number
+    "SystolicSpec.sram_mb": Alt(0.01),          # below the small base's activations: re-read per column pass
     "LinkSpec.connects": Alt(["gpu", "pim"]),
     "ParallelismSpec.tp": Alt(4, also=((".devices.gpu.count", 4),)),
     "ParallelismSpec.pp": Alt(2, also=((".devices.gpu.count", 16),)),
