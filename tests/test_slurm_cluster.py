@@ -62,6 +62,9 @@ def slurm(tmp_path_factory):
              else tmp_path_factory.mktemp("slurm"))
     env = {**os.environ, "ATTNSIM_SLURM_DIR": str(state), "ATTNSIM_SLURM_CTLD_PORT": str(_free_port()),
            "ATTNSIM_SLURM_D_PORT": str(_free_port()), "SLURM_CONF": str(state / "etc" / "slurm.conf")}
+    if state.exists():  # a cluster of an earlier session under ATTNSIM_SLURM_ROOT: stopped, then started afresh
+        subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(state)
     try:
         _sh([str(SCRIPT), "start"], env)
         yield env
@@ -79,8 +82,10 @@ def sweep_dir(slurm, tmp_path_factory):
     sweep = {"name": "tiny4", "base": "tiny.yaml",
              "parameters": [{"grid": {"scenario.batch_size": [1, 2], "scenario.output_len": [4, 8]}}],
              "slurm": {"shards": 2, "cpus_per_task": 1, "time": "00:05:00", "mem": "1G"},
-             "dask": {"jobqueue": {"kind": "slurm", "jobs": 1, "cores": 2, "memory": "2GB", "walltime": "00:05:00",
-                                   "options": {"job_name": "attnsim-dask", "log_directory": str(d / "dask-logs"),
+             # one worker process, no nanny: a second process costs ~8 s of imports on a loaded 2-core machine
+             "dask": {"jobqueue": {"kind": "slurm", "jobs": 1, "cores": 1, "memory": "2GB", "walltime": "00:05:00",
+                                   "options": {"job_name": "attnsim-dask", "nanny": False,
+                                               "log_directory": str(d / "dask-logs"),
                                                "local_directory": str(d / "dask-tmp"),
                                                "job_script_prologue": [f"export NUMBA_CACHE_DIR={numba}"]}}}}
     (d / "tiny4.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
@@ -176,5 +181,5 @@ def test_dask_jobqueue_slurmcluster_equals_local_run(sweep_dir):
     jobs = _wait_jobs(env, {"attnsim-dask"}, 1, "dask worker job", d / "dask-logs")
     assert len(jobs) == 1 and jobs[0]["JobState"] in ("COMPLETED", "CANCELLED"), jobs  # closed with the sweep
     worker_log = d / "dask-logs" / f"attnsim-dask-{jobs[0]['JobId']}.err"  # <job_name>-<job id>
-    assert worker_log.read_text().count("Start worker at") == 2  # cores 2 -> two worker processes in the job
+    assert worker_log.read_text().count("Start worker at") == 1  # the worker ran inside the Slurm job
     _same_store(d / "dask" / "s.h5", d / "local" / "s.h5")

@@ -111,23 +111,27 @@ start() {
     die "node $NODE not idle after ${WAIT_S} s (sinfo says '${state:-no answer}'; logs in $DIR/log)"
 }
 
+terminate() {  # SIGTERM the named daemons (pid files), wait for them (bounded), SIGKILL what is left
+    local name pids=() pid t0=$SECONDS
+    for name in "$@"; do alive "$DIR/run/$name.pid" && pids+=("$(cat "$DIR/run/$name.pid")"); done
+    (( ${#pids[@]} )) || return 0
+    kill "${pids[@]}" 2>/dev/null || true
+    for pid in "${pids[@]}"; do
+        while kill -0 "$pid" 2>/dev/null; do
+            (( SECONDS - t0 < 20 )) || { kill -9 "$pid" 2>/dev/null || true; break; }
+            sleep 0.1
+        done
+    done
+}
+
 stop() {
-    local name pid t0
+    local t0
     if alive "$DIR/run/slurmctld.pid"; then  # jobs of this private cluster first (no stray slurmstepd)
         scancel --quiet --user="$(id -un)" 2>/dev/null || true
         t0=$SECONDS
         while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && (( SECONDS - t0 < 10 )); do sleep 0.2; done
     fi
-    for name in slurmd slurmctld munged; do
-        alive "$DIR/run/$name.pid" || continue
-        pid=$(cat "$DIR/run/$name.pid")
-        kill "$pid"
-        t0=$SECONDS
-        while kill -0 "$pid" 2>/dev/null; do
-            (( SECONDS - t0 < 20 )) || { kill -9 "$pid" 2>/dev/null || true; break; }
-            sleep 0.2
-        done
-    done
+    terminate slurmctld slurmd munged  # together: ~2 s (one at a time, slurmd first: ~8 s)
     rm -f "$DIR"/run/*.pid
 }
 
