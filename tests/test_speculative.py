@@ -85,7 +85,7 @@ def test_alpha_limits_against_plain_decode():
 def test_ianus_draft_and_target_placements():
     """draft_placement pim + placement compute: the draft's GEMVs on the PIM, the target's verification
     on the NPU; both models' weights count against the unified memory."""
-    exp = _exp({"draft_model": "gpt2", "draft_tokens": 2, "acceptance_rate": 0.5}, system="ianus",
+    exp = _exp({"draft_model": "gpt2", "draft_tokens": 2, "acceptance_rate": 0.5}, system="ianus", output_len=3,
                sets=["systems.ianus.mapper.options={placement: compute, draft_placement: pim}"])
     system = build_system(exp.systems["ianus"], exp.tree.hardware, exp.tree.file_of)
     opts = exp.systems["ianus"].mapper.options
@@ -120,3 +120,33 @@ def test_draft_placement_without_draft_refused():
     with pytest.raises(ConfigError) as e:
         run_experiment(exp)
     assert e.value.key == "mapper.options.draft_placement"
+
+
+def test_serving_advances_by_accepted_tokens():
+    """attnsim serve: one request of 17 tokens with gamma = 3. alpha = 1: the prefill's token + 4
+    iterations of 4 tokens; each iteration = a 4-token verification at context c + 3 + 3 draft decodes at
+    context c (c = tokens so far + 1), by the engine on its own traces (exact memo). alpha = 0: 16 of them."""
+    from attnsim.serve.run import quick_pool
+    from attnsim.serve.scheduler import simulate_pool
+    sv = {"trace": {"num_requests": 1, "rate_per_s": 1, "prompt": {"dist": "fixed", "mean": 32},
+                    "output": {"dist": "fixed", "mean": 17}},
+          "memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}}
+    exp = _exp(None)
+    system = build_system(exp.systems["ianus_a100"], exp.tree.hardware, exp.tree.file_of)
+    pol, sc = get_policy("gpu_only"), exp.scenarios["s"]
+    models = {"t": exp.models["gpt2-medium"], "d": load_model("gpt2")}
+    mb = {k: {"weights": weight_bytes(m), "kv": 0.0, "kv_per_rank": 0.0} for k, m in models.items()}
+
+    def t(k, ctx, q=1):
+        tr = build_trace(models[k], sc, "decode", context_lens=np.array([ctx]), query_tokens=np.array([q]))
+        return cost_step(pol(tr, system, mb[k], {}), system).time_s
+
+    for alpha, step in ((1.0, 4), (0.0, 1)):
+        scen = {"prompt_len": 32, "output_len": 17,
+                "speculative": {"draft_model": "gpt2", "draft_tokens": 3, "acceptance_rate": alpha}}
+        pool, _, _ = quick_pool("ianus_a100", "gpt2-medium", scen, sv)
+        r = simulate_pool(pool, np.zeros(1), [32], [17])
+        ctxs = [32 + step * k + 1 for k in range(16 // step)]
+        want = sum(t("t", c + 3, q=4) + 3 * t("d", c) for c in ctxs)
+        assert r.iterations == 1 + 16 // step
+        assert float(r.finish_s[0] - r.first_token_s[0]) == pytest.approx(want, rel=1e-9)

@@ -33,6 +33,11 @@ measures it against exact costing: pure decode batches within 1e-9 in m, single 
 with median error < 0.2 % and worst < 5 %, and whole runs' mean TTFT/TPOT/latency within 1 %
 (measured 0.5 % TTFT, 0.1 % TPOT; Llama-3-8B on one H100). Setting ``context_bucket = token_bucket = 1`` and
 ``relative_bucket = 0`` makes the memo exact (every distinct shape simulated).
+
+Speculative decoding (a scenario's ``speculative:``, workloads/speculative.py): a decode of the
+iteration is a target verification of gamma + 1 query tokens (context + gamma) plus gamma draft decode
+passes (the draft model's own coster, same grid: its iterations x gamma), and each prefill chunk is
+prefilled by the draft too. The draft's weights share the memory (kv_capacity_per_rank_bytes).
 """
 from __future__ import annotations
 
@@ -67,6 +72,15 @@ class IterationCoster:
         self.memo: dict = {}
         self.usage: dict = {}
         self.lookups = 0
+        self.spec = getattr(scenario, "speculative", None)
+        self.role, self.draft = ("target" if self.spec is not None else None), None
+        if self.spec is not None:  # the draft model's iterations, on the same system and grid
+            from attnsim.workloads.speculative import load_draft
+            if self.layout is not None:
+                raise ConfigError("speculative decoding is served with pp = 1 only", key="parallelism.pp")
+            self.draft = IterationCoster(system, load_draft(self.spec), scenario.model_copy(update={"speculative": None}),
+                                         context_bucket, token_bucket, relative_bucket, batch_relative_bucket)
+            self.draft.role = "draft"
 
     # ------------------------------------------------------------ exact path
     def model_bytes(self, ctx) -> dict:
@@ -74,13 +88,16 @@ class IterationCoster:
                 "kv_per_rank": kv_cache_bytes(self.model, self.sc, ctx, tp=self.tp)}
 
     def place(self, trace, ctx):
+        if self.role is not None:  # a speculative target / draft step (mapper/ianus.py draft_placement)
+            trace.meta["speculative"] = self.role
         return self.policy(trace, self.system, self.model_bytes(ctx), self.options)
 
-    def exact(self, context_lens, query_tokens) -> StepResult:
-        """Cost one iteration with exact per-request contexts and query tokens."""
+    def exact(self, context_lens, query_tokens, phase: str | None = None) -> StepResult:
+        """Cost one iteration with exact per-request contexts and query tokens (phase: decode when
+        every q is 1, else prefill, unless given: a speculative verification is a decode of q tokens)."""
         c = np.asarray(context_lens, dtype=np.int64)
         q = np.asarray(query_tokens, dtype=np.int64)
-        phase = "decode" if np.all(q == 1) else "prefill"
+        phase = phase or ("decode" if np.all(q == 1) else "prefill")
         if self.layout is not None:  # pipeline parallelism: the iteration's micro-batches through the stages
             from attnsim.pipeline import pipeline_step
 
@@ -102,9 +119,10 @@ class IterationCoster:
         key = (n_dec, g, pre)
         r = self.memo.get(key)
         if r is None:
-            c = [g] * n_dec + [q + d for q, d in pre]
-            qq = [1] * n_dec + [q for q, _ in pre]
-            r = self.exact(c, qq)
+            gam = self.spec.draft_tokens if self.role == "target" else 0  # verification: gamma + 1 tokens
+            c = [g + gam] * n_dec + [q + d for q, d in pre]
+            qq = [1 + gam] * n_dec + [q for q, _ in pre]
+            r = self.exact(c, qq, "decode" if gam and not pre else None)
             self.memo[key] = r
         return r
 
@@ -121,9 +139,18 @@ class IterationCoster:
         f = (x - lo1) / (lo + step - lo1)
         return [(lo1, 1.0 - f), (lo + step, f)]
 
-    def cost(self, dec_ctx_sum: int, n_dec: int, pre_q=(), pre_done=()) -> tuple[float, float]:
+    def cost(self, dec_ctx_sum: int, n_dec: int, pre_q=(), pre_done=(), scale: float = 1.0) -> tuple[float, float]:
         """(time_s, energy_j) of an iteration: ``n_dec`` decodes whose contexts (tokens read)
-        sum to ``dec_ctx_sum``, plus prefill chunks ``pre_q`` after ``pre_done`` tokens each."""
+        sum to ``dec_ctx_sum``, plus prefill chunks ``pre_q`` after ``pre_done`` tokens each (x ``scale``:
+        repeated passes). Speculative: + the draft's gamma decode passes and its prefill chunks."""
+        t = e = 0.0
+        if self.draft is not None:
+            if n_dec:
+                td, ed = self.draft.cost(dec_ctx_sum, n_dec, scale=scale * self.spec.draft_tokens)
+                t, e = t + td, e + ed
+            if len(pre_q):
+                td, ed = self.draft.cost(0, 0, pre_q, pre_done, scale=scale)
+                t, e = t + td, e + ed
         self.lookups += 1
         # the largest prefill chunk is interpolated in its length; any others are rounded
         parts = sorted(zip((int(q) for q in pre_q), (int(d) for d in pre_done)), reverse=True)
@@ -140,11 +167,10 @@ class IterationCoster:
         else:
             nd_axis = self._axis(n_dec, 1, self.batch_rel)
             g_axis = self._axis(dec_ctx_sum / n_dec, self.cb)
-        t = e = 0.0
         for nd, wn in nd_axis:
             for g, wg in g_axis:
                 for pre, wq in q_axis:
-                    w = wn * wg * wq
+                    w = wn * wg * wq * scale
                     if w == 0.0:
                         continue
                     key = (nd, g, tuple(sorted(pre)))
@@ -168,6 +194,9 @@ class IterationCoster:
         out = StepResult()
         for k, w in self.usage.items():
             out.scaled_add(self.memo[k], w)
+        if self.draft is not None:  # the draft's ops under their own names
+            from attnsim.speculative import prefixed
+            out.scaled_add(prefixed(self.draft.total(), "draft."), 1.0)
         return out
 
     # ------------------------------------------------------------ capacity
@@ -192,6 +221,9 @@ class IterationCoster:
                 continue
             share = mp.kv_bytes / probe
             free = mp.capacity_bytes * memory_fraction - mp.weights_bytes
+            if self.draft is not None:  # the draft's weights beside the target's, its KV per token too
+                free -= self.draft.weights / self.tp
+                share *= 1.0 + kv_cache_bytes(self.draft.model, self.sc, 1) / kv_cache_bytes(self.model, self.sc, 1)
             if free <= 0:
                 raise CapacityError(f"{mp.role}: weights {mp.weights_bytes / 1e9:.1f} GB per device leave no room "
                                     f"for KV in {memory_fraction:g} x {mp.capacity_bytes / 1e9:.1f} GB")

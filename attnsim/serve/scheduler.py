@@ -22,6 +22,10 @@ prompt + t tokens, as in ``attnsim run``. Iteration energy is split among the it
 requests in proportion to the tokens each processed. While no request is present the system idles
 (static power only; counted in the pool's energy, not in any request's).
 
+Speculative decoding (a scenario's ``speculative:``): a decode verifies gamma + 1 tokens (KV blocks and
+token budget for all of them, costing in costing.py) and emits the expected accepted tokens E per
+iteration as whole tokens (its k-th decode emits floor(k E) - floor((k - 1) E): deterministic, mean E).
+
 Modes: ``colocated`` (prefill + decode), ``prefill`` (a request leaves after its prefill: the
 prefill pool of a disaggregated system) and ``decode`` (requests arrive with their prompt KV
 computed elsewhere and one token emitted).
@@ -138,7 +142,17 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
     reserve = None
     if kvs.layout == "contiguous":
         reserve = np.full(n, kvs.reserve_tokens if kvs.reserve_tokens else int(output.max(initial=1)), np.int64)
-    _check_servable(pool, prompt, output, reserve, mode, labels)
+    # speculative decoding (workloads/speculative.py): a decode verifies gamma + 1 tokens (KV and token
+    # budget for all of them) and advances by the expected accepted tokens E per iteration, as whole
+    # tokens: its k-th decode emits floor(k E) - floor((k - 1) E) (deterministic; mean E)
+    spec = getattr(pool.coster, "spec", None)
+    gamma = spec.draft_tokens if spec is not None else 0
+    e_tok = 1.0
+    if spec is not None:
+        from attnsim.workloads.speculative import expected_tokens
+        e_tok = expected_tokens(gamma, spec.acceptance_rate)
+    credit = np.zeros(n)                      # expected accepted tokens so far (speculative)
+    _check_servable(pool, prompt, output + gamma, reserve, mode, labels)
 
     kvp = pool.kvpol
     bt = pool.block_tokens
@@ -241,7 +255,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
         while k < len(running):
             r = running[k]
             if computed[r] >= target[r]:
-                need = -(-hold(r, computed[r] + 1) // bt) - nblocks[r]
+                need = -(-hold(r, computed[r] + 1 + gamma) // bt) - nblocks[r]
                 ok = True
                 while need > alloc.free and not make_room(need):
                     v = running[-1]
@@ -255,7 +269,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
                     blocks[r].extend(alloc.allocate(int(need)))
                     nblocks[r] += need
                 dec.append(r)
-                budget -= 1
+                budget -= 1 + gamma
             else:
                 chunk = int(target[r] - computed[r])
                 if sched.chunked_prefill:
@@ -269,7 +283,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
         # ---- 2. swapped requests come back
         while swapped and len(running) < sched.max_batch:
             r = swapped[0]
-            need = max(int(swapped_blocks[r]), -(-hold(r, computed[r] + 1) // bt))
+            need = max(int(swapped_blocks[r]), -(-hold(r, computed[r] + 1 + gamma) // bt))
             if not make_room(need):
                 break
             swapped.popleft()
@@ -282,12 +296,12 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
             res.energy_j[r] += e
             running.append(r)
             dec.append(r)
-            budget -= 1
+            budget -= 1 + gamma
         # ---- 3. admit waiting requests (FCFS, head-of-line blocking)
         while waiting and not swapped and len(running) < sched.max_batch and budget > 0:
             r = waiting[0]
             if computed[r] >= target[r]:          # arrives with its prompt KV (decode pool)
-                need = -(-hold(r, computed[r] + 1) // bt)
+                need = -(-hold(r, computed[r] + 1 + gamma) // bt)
                 if not make_room(need):
                     break
                 waiting.popleft()
@@ -295,7 +309,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
                 nblocks[r] = need
                 running.append(r)
                 dec.append(r)
-                budget -= 1
+                budget -= 1 + gamma
                 if math.isnan(res.admit_s[r]):
                     res.admit_s[r] = t
                 continue
@@ -354,14 +368,19 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
         res.busy_s += dt
         res.busy_energy_j += e
         max_batch_seen = max(max_batch_seen, len(dec) + len(pre))
-        ntok = len(dec) + sum(c for _, c in pre)
+        ntok = len(dec) * (1 + gamma) + sum(c for _, c in pre)
         per_tok = e / ntok
         # ---- advance
         finished = []
         for r in dec:
-            res.energy_j[r] += per_tok
-            computed[r] += 1
-            generated[r] += 1
+            res.energy_j[r] += per_tok * (1 + gamma)
+            adv = 1
+            if spec is not None:
+                adv = int(math.floor(credit[r] + e_tok + 1e-9) - math.floor(credit[r] + 1e-9))
+                credit[r] += e_tok
+                adv = max(1, min(adv, int(output[r] - generated[r])))
+            computed[r] += adv
+            generated[r] += adv
             if generated[r] >= output[r]:
                 finished.append(r)
         for r, c in pre:
