@@ -39,6 +39,7 @@ from attnsim.config import ConfigError
 
 ENERGY_CLASSES = ("act_pre", "mac", "column_rw", "buffer", "refresh", "controller", "static")
 TEXT_SUFFIXES = (".s", ".asm")
+MAX_RECORDS = 1 << 22  # engine command records one program may expand to (all channels; checked before expanding)
 
 
 @dataclass
@@ -186,16 +187,45 @@ def _check_channels(prog, chans: np.ndarray, n: int, label: str, field_name: str
                           f"per unit (0-{n - 1})", file=label, key=_where(prog, i))
 
 
+def _check_addresses(prog, org, label: str) -> None:
+    """Every row / bank / rank / bank-group operand inside the device's organisation (the ISA's fields are
+    wider than any one device), so an address error names the program line, not an engine record."""
+    bank_limit = {"attacc": org.banks, "aim": org.bank_groups * org.banks_per_group}.get(prog.isa.name,
+                                                                                         org.banks_per_group)
+    limits = {"row": org.rows, "bank": bank_limit, "rank": org.ranks, "bg": org.bank_groups}
+    bad = None
+    for code in np.unique(prog.opcode):
+        op = prog.isa.by_code[int(code)]
+        sel = prog.opcode == code
+        for f in op.fields:
+            if f.name in limits:
+                over = np.flatnonzero(sel & (prog[f.name] >= limits[f.name]))
+                if len(over) and (bad is None or over[0] < bad[0]):
+                    bad = (int(over[0]), op.mnemonic, f.name, limits[f.name])
+    if bad is not None:
+        i, mn, name, lim = bad
+        raise ConfigError(f"{mn}: operand {name}: expected an integer in [0, {lim - 1}] (the device's "
+                          f"organisation), got {int(prog[name][i])}", file=label, key=_where(prog, i))
+
+
+def _check_size(records: float, label: str) -> None:
+    if records > MAX_RECORDS:
+        raise ConfigError(f"the program expands to {records:.4g} engine command records, the limit is {MAX_RECORDS}",
+                          file=label)
+
+
 def lower_program(prog, dev, label: str):
     """The :class:`attnsim.isa.lower.Lowered` the device model times, and the useful MACs of the program."""
     from attnsim.isa.lower import Lowered, aim_commands, attacc_commands
     isa, org, pu = prog.isa.name, dev.org, dev.pu
     n_ch = dev.dram.org.channels
+    _check_addresses(prog, org, label)
     progs, cmds = [], []
     macs = 0.0
     if isa in ("attacc", "newton"):
         ch = prog["ch"]
         _check_channels(prog, ch, n_ch, label, "ch")
+        _check_size(len(prog) * (org.pseudo_channels if isa == "attacc" else 1), label)  # BUF: one record per pCH
         for c in np.unique(ch):
             sub = _subset(prog, ch == c)
             progs.append(sub)
@@ -215,6 +245,7 @@ def lower_program(prog, dev, label: str):
             i = int(np.flatnonzero(has_mask & (masks >> n_ch > 0))[0])
             raise ConfigError(f"{prog.mnemonics()[i]}: ch_mask 0x{int(masks[i]):x} names channels beyond the device's "
                               f"{n_ch} per unit (0-{n_ch - 1})", file=label, key=_where(prog, i))
+        _check_size(2 * sum(int(np.sum(~has_mask | ((masks >> c) & 1).astype(bool))) for c in chans), label)
         for c in chans:
             sub = _subset(prog, ~has_mask | ((masks >> c) & 1).astype(bool))
             progs.append(sub)
@@ -222,7 +253,11 @@ def lower_program(prog, dev, label: str):
     elif isa == "fimdram":
         from attnsim.isa.fimdram import DATA_OPS, column_commands, execute_trace
         from attnsim.isa.lower import _Cmds
-        n = column_commands(prog)
+        try:
+            n = column_commands(prog)
+        except ValueError as exc:  # a JUMP nest beyond execute_trace's step limit
+            raise ConfigError(str(exc), file=label) from None
+        _check_size(3 * -(-n // org.columns), label)
         c, row, left = _Cmds(), 0, n
         while left > 0:
             k = min(left, org.columns)
@@ -240,6 +275,10 @@ def lower_program(prog, dev, label: str):
     elif isa == "cxl_pnm":
         gemv = prog.opcode == prog.isa.code("GEMV")
         macs = float(np.sum((prog["rows"] * prog["cols"] * prog["vectors"])[gemv]))
+        from attnsim.isa.cxl_pnm import DTYPE_BYTES, DTYPES
+        size = np.array([DTYPE_BYTES[t] for t in DTYPES])
+        nbytes = float(np.sum((prog["rows"].astype(float) * prog["cols"] * size[prog["dtype"]])[gemv]))
+        _check_size(nbytes / dev.channels / (org.columns * org.burst_bytes), label)  # whole-row reads per channel
         progs.append(prog)
         cmds.append(None)
     else:  # pragma: no cover - PIMSpec.isa lists the ISAs above

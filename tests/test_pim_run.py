@@ -89,3 +89,7 @@ def test_cli_text_and_binary_agree_and_bad_input_is_one_line(tmp_path, capsys):
         assert not out_json.exists()
     with pytest.raises(ConfigError, match=r"<text>: line 1: ACTAB: ch 16 is beyond the device's 16 channels"):
         run("ACTAB 16, 0\n", STACK)
+    with pytest.raises(ConfigError, match=r"<text>: line 2: ACTAB: operand row: expected an integer in \[0, 16383\]"):
+        run("BARRIER 0\nACTAB 0, 16384\n", STACK)  # the ISA's 16-bit row field is wider than the stack's rows
+    with pytest.raises(ConfigError, match=r"<text>: the program expands to .* engine command records, the limit"):
+        run("GEMV 1, 0, 0, 16000000, 60000, FP32\nHALT\n", "cxl_pnm_lpddr5x")  # 3.8 TB: refused before expanding
