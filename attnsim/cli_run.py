@@ -64,6 +64,8 @@ def run_cmd(args) -> int:
                           file=exp.tree.file_of("experiment"), key="serving")
     out_path = check_run_outputs(args, exp.spec.name, SUMMARY_RECIPES)
     timeline = [] if args.trace else None
+    from attnsim.warmup import print_cold_notice
+    print_cold_notice(exp.tree.hardware)  # the first run compiles the DRAM kernels: say so, and how long
     docs = run_experiment(exp, timeline=timeline)
     attrs = {"experiment": exp.spec.name}
     from attnsim import __version__

@@ -32,7 +32,9 @@ def figure(table, recipe: str, *, x=None, y=None, hue=None, z=None, where: Optio
            width: str = "single", title=None):
     """The matplotlib Figure of ``recipe`` over ``table`` rows matching ``where``."""
     if recipe not in RECIPES:
-        raise ConfigError(f"unknown recipe {recipe!r} (available: {', '.join(RECIPES)})", file="--recipe")
+        from attnsim.suggest import did_you_mean
+        raise ConfigError(f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPES)} (available: {', '.join(RECIPES)})",
+                          file="--recipe")
     check_recipe(recipe, {"x": x, "y": y, "hue": hue, "z": z})
     with paper_style():
         return RECIPES[recipe](table.select(where), x=x, y=y, hue=hue, z=z, width=width, title=title)

@@ -1,0 +1,133 @@
+"""The first command's experience: the default experiment compares a GPU, an HBM-PIM and a CXL-PNM system
+fairly, `attnsim run` explains what differs from numbers that are in the results, and a cold Numba
+cache is announced."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from attnsim.cli import main
+from attnsim.experiment import load_experiment
+from attnsim.report import differ_lines
+from attnsim.runner import run_experiment
+
+# the default experiment, shrunk (2 layers, sampled decode) so the test stays well under a second
+SMALL = ["models.llama2-70b.num_layers=2", "experiment.generation={mode: sampled, samples: 3}"]
+
+
+def _family(exp, name: str) -> str:
+    """gpu | hbm_pim | cxl_pnm | other, from the system's device pools and links (hardware files)."""
+    s, hw = exp.systems[name], exp.tree.hardware
+    kinds = {role: hw[p.hardware]["kind"] for role, p in s.devices.items()}
+    pim = [hw[s.devices[r].hardware] for r, k in kinds.items() if k == "pim"]
+    if not pim:
+        return "gpu" if set(kinds.values()) == {"gpu"} else "other"
+    drams = {str(p.get("dram", "")) for p in pim}
+    cxl = any("cxl" in str(hw[link.hardware].get("name", link.hardware)).lower() for link in s.links.values())
+    if all(d.startswith("hbm") for d in drams):
+        return "hbm_pim"
+    return "cxl_pnm" if cxl else "other"
+
+
+def test_default_experiment_compares_gpu_hbm_pim_and_cxl_pnm_fairly():
+    exp = load_experiment()
+    fam = {n: _family(exp, n) for n in exp.spec.systems}
+    assert {"gpu", "hbm_pim", "cxl_pnm"} <= set(fam.values()), fam
+    assert fam[exp.spec.baseline] == "gpu"
+    # one model and one scenario for all systems, and the same GPUs (the comparison is of what is added)
+    assert len(exp.spec.models) == 1 and len(exp.spec.scenarios) == 1
+    gpus = {(exp.systems[n].devices[r].hardware, exp.systems[n].devices[r].count) for n in exp.spec.systems
+            for r in exp.systems[n].devices if exp.tree.hardware[exp.systems[n].devices[r].hardware]["kind"] == "gpu"}
+    assert len(gpus) == 1, gpus
+
+
+NUM = r"(\d+(?:\.\d+)?(?:e[-+]\d+)?)"
+
+
+def _close(text: str, value: float) -> bool:
+    """``text`` is ``value`` printed with 4 significant digits (attnsim.report.fmt_num)."""
+    return abs(float(text) - value) <= 6e-4 * abs(value) + 1e-12
+
+
+def test_what_differs_lines_are_numbers_of_the_results():
+    docs = run_experiment(load_experiment(None, SMALL))
+    by = {d["system"]: d for d in docs}
+    base = by[docs[0]["vs_baseline"]["baseline"] if "vs_baseline" in docs[0] else docs[1]["vs_baseline"]["baseline"]]
+    lines = differ_lines(docs)
+    text = "\n".join(lines)
+    assert lines[0].startswith(f"{base['system']} (baseline")
+    checked = 0
+    current = base
+    for ln in lines:
+        m = re.match(rf"(\S+) vs (\S+): decode step {NUM} vs {NUM} ms \({NUM}x (faster|slower)\), TTFT {NUM} vs {NUM} ms$", ln)
+        if m:
+            d, b = by[m.group(1)], by[m.group(2)]
+            current = d
+            t, tb = d["breakdown"]["decode_step"]["time_s"], b["breakdown"]["decode_step"]["time_s"]
+            assert _close(m.group(3), t * 1e3) and _close(m.group(4), tb * 1e3)
+            assert _close(m.group(5), tb / t if m.group(6) == "faster" else t / tb)
+            assert _close(m.group(7), d["metrics"]["ttft_s"] * 1e3) and _close(m.group(8), b["metrics"]["ttft_s"] * 1e3)
+            checked += 1
+            continue
+        if ln.startswith("  largest changes: "):
+            bd, bb = current["breakdown"]["decode_step"], base["breakdown"]["decode_step"]
+            for part in ln[len("  largest changes: "):].split("; "):
+                g = re.match(rf"(\S+)( \(in memory\))? {NUM} vs {NUM} ms$", part)
+                ops = ("attn_score", "softmax", "attn_context") if g.group(1) == "attention" else (g.group(1),)
+                assert _close(g.group(3), sum(bd["time_s_by_op"].get(o, 0.0) for o in ops) * 1e3)
+                assert _close(g.group(4), sum(bb["time_s_by_op"].get(o, 0.0) for o in ops) * 1e3)
+                assert bool(g.group(2)) == all(o in (bd.get("pim_mapping") or {}) for o in ops)
+                checked += 1
+        if ln.startswith("  by device: "):
+            bd = current["breakdown"]["decode_step"]
+            dev, _, bound = ln[len("  by device: "):].partition("; by bound: ")
+            for table, part in (("time_s_by_device", dev), ("time_s_by_bound", bound)):
+                items = re.findall(rf"(\S+) {NUM} ms", part)
+                assert {k for k, _ in items} == {k for k, v in bd[table].items() if v > 0}
+                for k, v in items:
+                    assert _close(v, bd[table][k] * 1e3)
+                    checked += 1
+        if ln.startswith("  memory bandwidth: "):
+            g = re.match(rf"  memory bandwidth: (\S+) (\S+) {NUM} of {NUM} GB/s \({NUM}%\)$", ln)
+            bw = current["metrics"]["bandwidth"][f"{g.group(1)}:{g.group(2)}"]
+            assert _close(g.group(3), bw["achieved_gbps"]) and _close(g.group(4), bw["peak_gbps"])
+            assert abs(float(g.group(5)) - 100 * bw["utilization"]) <= 0.05
+            checked += 1
+    assert text.count(" vs " + base["system"] + ":") == len(docs) - 1
+    assert checked >= 20
+    # physical sense of the default comparison: attention on HBM-PIM is faster than on the GPUs, and the
+    # by-bound split of every decode step adds up to the step
+    for d in docs:
+        bd = d["breakdown"]["decode_step"]
+        assert abs(sum(bd["time_s_by_bound"].values()) - bd["time_s"]) <= 1e-9 + 1e-6 * bd["time_s"]
+
+
+def test_run_prints_the_differences_and_no_baseline_prints_none(capsys):
+    args = ["run", "--no-write"] + [x for s in SMALL for x in ("--set", s)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "what differs and why" in out and "attacc_h100 vs dgx_h100: decode step" in out
+    assert main(args + ["--set", "experiment.baseline=null"]) == 0
+    assert "what differs" not in capsys.readouterr().out
+
+
+def test_cold_numba_cache_is_announced(tmp_path, monkeypatch, capsys):
+    from attnsim import warmup
+    # the check works with the installed Numba: a fresh cache folder has no index, this checkout's has
+    code = "from attnsim.warmup import dram_kernels_cached as c; print(c())"
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    assert fresh.stdout.strip() == "False"
+    exp = load_experiment(None, SMALL)
+    assert warmup.needs_dram_engine(exp.tree.hardware)
+    gpu_only = {k: v for k, v in exp.tree.hardware.items() if v["kind"] == "gpu"}
+    monkeypatch.setattr(warmup, "dram_kernels_cached", lambda: False)
+    assert warmup.cold_notice(gpu_only) is None  # GPU-only runs compile nothing
+    line = warmup.cold_notice(exp.tree.hardware)
+    assert "compiling the DRAM engine's Numba kernels" in line and "30-60 s" in line
+    assert main(["run", "--no-write", "--json"] + [x for s in SMALL for x in ("--set", s)]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.strip() == line and cap.out.startswith("{")  # stderr only: --json output stays parseable
+    monkeypatch.setattr(warmup, "dram_kernels_cached", lambda: True)
+    assert warmup.cold_notice(exp.tree.hardware) is None
