@@ -16,7 +16,8 @@ def register(sub) -> None:
                         "total time (s, cycles) and energy per command class.")
     r.add_argument("program", help="assembly text (.s) or binary words (.bin) in the device's ISA")
     r.add_argument("--device", required=True, help="hardware config of kind pim (built-in name or path)")
-    r.add_argument("--isa", default=None, help="the ISA the program is written for (refused if the device runs another)")
+    r.add_argument("--isa", default=None,
+                   help="the ISA the program is written for (refused if the device runs another)")
     r.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     r.add_argument("-o", "--output", default=None, metavar="OUT.json", help="also write the JSON document to a file")
     r.set_defaults(func=run_cmd)
@@ -35,8 +36,8 @@ def run_cmd(args) -> int:
             raise ConfigError(f"expected one of {', '.join(ISA_NAMES)}, got {args.isa!r}", file="--isa")
         dev, f = load_device(args.device)
         if dev.spec.isa != args.isa:
-            raise ConfigError(f"expected a program for isa {dev.spec.isa} (device {dev.name}, {f}), got --isa {args.isa}",
-                              file=args.program, key="--isa")
+            raise ConfigError(f"expected a program for isa {dev.spec.isa} (device {dev.name}, {f}), "
+                              f"got --isa {args.isa}", file=args.program, key="--isa")
     res = run(Path(args.program), args.device)
     doc = dumps(res.to_dict(), indent=1)
     if args.output:
