@@ -71,7 +71,10 @@ class CompressionSpec(Schema):
             return 1.0
         if self.ratio != "measured":
             return float(self.ratio)
-        return measured_ratio(kind, dtype if dtype in DTYPES else "bf16")
+        if dtype not in DTYPES:
+            raise ConfigError(f"expected a number for {kind} in {dtype} (the coder is measured on 16-bit "
+                              f"{' / '.join(DTYPES)} values), got 'measured'", key="compression.ratio")
+        return measured_ratio(kind, dtype)
 
     @property
     def bytes_per_s(self) -> float:

@@ -389,7 +389,12 @@ class PIMDevice:
     def stored_ratio(self, kind: str, dtype=None) -> float:
         """Stored / raw bytes of ``kind`` (weights | kv) on this device: its compression section's ratio, else 1."""
         comp = self.spec.compression
-        return 1.0 if comp is None else comp.ratio_for(kind, str(dtype or "bf16"))
+        if comp is None:
+            return 1.0
+        try:
+            return comp.ratio_for(kind, str(dtype or "bf16"))
+        except ConfigError as exc:  # a dtype the coder was not measured on: name the device's file
+            raise ConfigError(exc.message, file=f"hardware/{self.spec.name}", key=exc.key) from None
 
     def _with_engine(self, t: float, raw_bytes: float) -> float:
         """Row time with the compression engine streaming ``raw_bytes``: overlapped (max) or added."""
