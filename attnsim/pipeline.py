@@ -151,7 +151,7 @@ def stage_plan(plan: Plan, model, lo: int, hi: int, first: bool, last: bool) -> 
                 pipeline_subbatches=plan.pipeline_subbatches,
                 added=None if plan.added is None else plan.added[keep],
                 programs={remap[k]: v for k, v in plan.programs.items() if isinstance(k, (int, np.integer)) and k in remap},
-                notes=list(plan.notes))
+                notes=list(plan.notes), pim_schedule=dict(plan.pim_schedule))
 
 
 def _hidden_role(plan: Plan) -> str:
