@@ -361,7 +361,7 @@ class PIMDevice:
 
     def _stream_cost(self, trace, i: int):
         c = trace.cols
-        wb, kvb = float(c["weight_bytes"][i]), float(c["kv_read_bytes"][i] + c["kv_write_bytes"][i])
+        wb, kvr, kvw = (float(c[x][i]) for x in ("weight_bytes", "kv_read_bytes", "kv_write_bytes"))
         act = float(c["act_bytes"][i])
         fl = float(c["flops"][i])
         cls = str(c["cls"][i])
@@ -373,7 +373,7 @@ class PIMDevice:
             compute_t = matmul_time_s(sys, m, n, k, b)
             act += input_rereads(sys, act, n)  # inputs past the SRAM buffer are re-read per column pass
         rw, rk = self.stored_ratio("weights", trace.meta.get("weight_dtype")), self.stored_ratio("kv", trace.meta.get("kv_dtype"))
-        nbytes = wb * rw + kvb * rk + act
+        nbytes = wb * rw + act + kvr * rk + kvw * rk  # the trace's column order (bit-identical without compression)
         if self.spec.isa == "aim":  # a bank PU keeps no operand: every MAC16 reads its 32 B from the banks again
             nbytes = max(nbytes, fl / 2.0 * self.spec.pu.column_bytes / self.spec.pu.macs_per_command)
         t = max(nbytes / self.peak_bandwidth_bytes_per_s, compute_t)
@@ -381,7 +381,7 @@ class PIMDevice:
         e["pim_compute"] = fl / 2.0 * self.spec.pu.pj_per_mac * 1e-12
         comp = self.spec.compression
         if comp is not None:  # the engine (de)compresses the compressed kinds' raw bytes
-            raw = wb * comp.weights + kvb * comp.kv
+            raw = wb * comp.weights + (kvr + kvw) * comp.kv
             t = self._with_engine(t, raw)
             e["compute"] = engine_energy_j(comp, raw)
         return t, e, fl, nbytes
