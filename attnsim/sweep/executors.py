@@ -496,7 +496,8 @@ def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, 
         lines.append(f"#SBATCH --account={_sbatch_value(s.account)}")
     lines += list(s.extra)  # the sweep file's own lines (module load ...), taken as written
     lines += ["", f"# {sweep.n_points} points in {s.shards} shards; each array task runs one deterministic slice",
-              "# (points i with i % N == SLURM_ARRAY_TASK_ID) into its own shard file. Re-submitting resumes.",
+              "# (points i with i % N == SLURM_ARRAY_TASK_ID) into its own shard file. Re-submitting resumes",
+              "# (all tasks, or some: sbatch --array=1,3 job.sh; finished points are skipped).",
               "set -eo pipefail", f"mkdir -p {q(str(log_dir))}", f"cd {q(str(Path.cwd()))}"]
     if venv:
         lines.append(f"source {q(str(Path(venv) / 'bin' / 'activate'))}")
@@ -516,7 +517,9 @@ def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, 
                   "fi"]
     cmd = [python, "-m", "attnsim", "sweep", sweep_ref, "--executor", "slurm", "--out", str(out)]
     cmd += (["--cache", cache] if cache else []) + [a for x in sets for a in ("--set", x)]
-    lines += [shlex.join(cmd) + ' --workers "$SLURM_CPUS_PER_TASK" --no-progress']
+    # the shard count is the script's, not SLURM_ARRAY_TASK_COUNT: re-submitting some tasks (sbatch --array=1,3)
+    # resumes those shards instead of re-slicing the sweep
+    lines += [shlex.join(cmd) + f' --shard "$SLURM_ARRAY_TASK_ID/{s.shards}" --workers "$SLURM_CPUS_PER_TASK" --no-progress']
     if not merge_after:
         lines += ["", "# when every task has finished:", f"#   {merge}"]
     return "\n".join(lines) + "\n"
