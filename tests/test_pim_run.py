@@ -54,6 +54,9 @@ def test_aim_mask_broadcast_and_cxl_stream_bound():
     a1 = run("MAC_ABK 8, 0x1, 5\nEOC\n", "aim_gddr6_channel")
     a3 = run("MAC_ABK 8, 0x7, 5\nEOC\n", "aim_gddr6_channel")
     assert a3.channels_used == 3 and a3.cycles == a1.cycles
+    dev, _ = load_device("aim_gddr6_channel")  # ACT16, then 8 MAC16 nCCDAB apart; the last one's data after nCL + nBL
+    t, p = dev.dram.timing, dev.dram.pim
+    assert a1.cycles == p.nRCDRDMAC + 7 * p.nCCDAB + t.nCL + t.nBL
     assert a3.energy_j_by_class["mac"] == pytest.approx(3 * a1.energy_j_by_class["mac"])
     res = run("GEMV 1, 0, 0, 4096, 4096\nHALT\n", "cxl_pnm_lpddr5x")  # 4096 x 4096 FP16 = 32 MiB streamed once
     dev, _ = load_device("cxl_pnm_lpddr5x")
