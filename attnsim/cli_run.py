@@ -126,6 +126,17 @@ def summary_figures(results_h5: Path) -> list[Path]:
 
 def show_cmd(args) -> int:
     from attnsim.results import read_results
+    from attnsim.sweep.store import is_sweep_store
     attrs, docs = read_results(args.file)
+    if is_sweep_store(args.file) and not args.json:  # one line per point, the swept parameters as columns
+        from attnsim.report import breakdown_table
+        from attnsim.sweep.table import load_table, sweep_text
+        print(f"experiment: {attrs.get('experiment')}")
+        print(sweep_text(load_table(args.file)))
+        for d in docs if args.breakdown else ():
+            if d["status"] == "ok":
+                print()
+                print(breakdown_table(d, "decode_step"))
+        return 0
     _print_docs(docs, attrs, args.json, args.breakdown)
     return 0

@@ -51,10 +51,15 @@ def register(sub) -> None:
     m.add_argument("--allow-version-mismatch", action="store_true", help="merge shards of different attnsim versions")
     m.set_defaults(func=merge_cmd)
 
-    e = sub.add_parser("export", help="export a sweep store or results file as a flat CSV")
+    e = sub.add_parser("export", help="export a sweep store or results file as a flat CSV or Parquet table",
+                       description="One row per point/run: swept parameters, status, scalar metrics, vs_baseline "
+                       "ratios and breakdowns, with a unit in every quantity's column name. For attnsim serve "
+                       "results, the per-request rows go to OUT.requests.<ext> beside it.")
     e.add_argument("file")
-    e.add_argument("--csv", action="store_true", required=True, help="write CSV (the only format so far)")
-    e.add_argument("-o", "--out", default=None, help="CSV path (default: FILE with .csv)")
+    fmt = e.add_mutually_exclusive_group(required=True)
+    fmt.add_argument("--csv", action="store_true", help="write CSV")
+    fmt.add_argument("--parquet", action="store_true", help="write Parquet (pyarrow: pip install attnsim[parquet])")
+    e.add_argument("-o", "--out", default=None, help="output path (default: FILE with .csv / .parquet)")
     e.set_defaults(func=export_cmd)
 
     p = sub.add_parser("plot", help="render a figure recipe from a sweep store or results file")
@@ -151,12 +156,24 @@ def merge_cmd(args) -> int:
 
 
 def export_cmd(args) -> int:
-    from attnsim.sweep.table import load_table, write_csv
-    out = Path(args.out) if args.out else Path(args.file).with_suffix(".csv")
+    from attnsim.sweep import table as tb
+    ext = ".parquet" if args.parquet else ".csv"
+    out = Path(args.out) if args.out else Path(args.file).with_suffix(ext)
     check_output(out, "-o", inputs=[args.file])
-    t = load_table(args.file)
-    write_csv(t, out)
-    print(f"wrote {out} ({len(t)} rows, {len(t.columns) + len(t.breakdown)} columns)")
+    if args.parquet:
+        tb._optional("pyarrow", "attnsim[parquet]")  # refused before any reading
+    t = tb.load_table(args.file)
+    requests = tb.request_columns(args.file) if t.kind == "run" else None
+    req_out = out.with_name(out.stem + ".requests" + (out.suffix or ext)) if requests is not None else None
+    if req_out is not None:
+        check_output(req_out, "-o", inputs=[args.file, out])
+    cols = tb.export_columns(t)
+    write = (lambda c, p: tb.write_parquet(c, p, tb.export_meta(t))) if args.parquet else tb.write_columns_csv
+    write(cols, out)
+    print(f"wrote {out} ({len(t)} rows, {len(cols)} columns)")
+    if req_out is not None:
+        write(requests, req_out)
+        print(f"wrote {req_out} ({len(next(iter(requests.values()), []))} requests, {len(requests)} columns)")
     return 0
 
 

@@ -39,6 +39,23 @@ SCALAR_METRICS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "en
                   "dynamic_energy_per_token_j", "static_energy_per_token_j", "total_time_s")
 
 
+#: vs_baseline ratios of a run to its baseline run: (name, metric, True if the run's value is the
+#: numerator (higher is better: throughput), False if the baseline's is (lower is better: energy, time))
+BASELINE_RATIOS = (("throughput_ratio", "tokens_per_s", True), ("decode_throughput_ratio", "decode_tokens_per_s", True),
+                   ("energy_efficiency_ratio", "energy_per_token_j", False),
+                   ("dynamic_energy_efficiency_ratio", "dynamic_energy_per_token_j", False),
+                   ("decode_energy_efficiency_ratio", "decode_energy_per_token_j", False),
+                   ("decode_dynamic_energy_efficiency_ratio", "decode_dynamic_energy_per_token_j", False),
+                   ("tpot_speedup", "tpot_s", False))
+
+
+def baseline_ratio(value, base, higher_is_better: bool):
+    """One BASELINE_RATIOS ratio of ``value`` to the baseline's ``base``; None when undefined (a
+    missing value or a zero denominator)."""
+    num, den = (value, base) if higher_is_better else (base, value)
+    return num / den if num is not None and den else None
+
+
 @functools.lru_cache(maxsize=1)
 def git_revision() -> str:
     """The commit of the running code: the live checkout's (``+dirty`` with uncommitted changes) when

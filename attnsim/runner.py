@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.results import finalize_doc
+from attnsim.results import BASELINE_RATIOS, baseline_ratio, finalize_doc
 from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.mapper.base import CapacityError, get_policy
@@ -277,11 +277,6 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
     return docs
 
 
-def _ratio(a, b):
-    """a / b, or None (undefined) when b is zero or missing."""
-    return a / b if a is not None and b else None
-
-
 def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
     """Attach vs_baseline (throughput and energy-efficiency ratios) to every non-baseline run."""
     base = {(d["model"], d["scenario"]["name"]): d for d in docs if d["system"] == baseline and d["status"] == "ok"}
@@ -293,14 +288,4 @@ def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
             d["vs_baseline"] = {"baseline": baseline, "note": "baseline run did not complete"}
             continue
         m, bm = d["metrics"], b["metrics"]
-        d["vs_baseline"] = {
-            "baseline": baseline,
-            "throughput_ratio": _ratio(m["tokens_per_s"], bm["tokens_per_s"]),
-            "decode_throughput_ratio": _ratio(m["decode_tokens_per_s"], bm["decode_tokens_per_s"]),
-            "energy_efficiency_ratio": _ratio(bm["energy_per_token_j"], m["energy_per_token_j"]),
-            "dynamic_energy_efficiency_ratio": _ratio(bm["dynamic_energy_per_token_j"], m["dynamic_energy_per_token_j"]),
-            "decode_energy_efficiency_ratio": _ratio(bm["decode_energy_per_token_j"], m["decode_energy_per_token_j"]),
-            "decode_dynamic_energy_efficiency_ratio": _ratio(bm["decode_dynamic_energy_per_token_j"],
-                                                             m["decode_dynamic_energy_per_token_j"]),
-            "tpot_speedup": _ratio(bm["tpot_s"], m["tpot_s"]),
-        }
+        d["vs_baseline"] = {"baseline": baseline, **{name: baseline_ratio(m[k], bm[k], up) for name, k, up in BASELINE_RATIOS}}

@@ -318,7 +318,8 @@ def store_meta(sweep: Sweep, shard: tuple[int, int], argv=None) -> dict:
             "sweep_name": sweep.spec.name, "sweep_id": sweep.sweep_id, "sweep_definition": sweep_definition_yaml(sweep),
             "base_config": yaml.safe_dump(sweep.base_tree.as_dict(), sort_keys=False),
             "parameters": json.dumps(sweep.param_names), "n_points_total": sweep.n_points,
-            "shard": f"{shard[0]}/{shard[1]}", "argv": " ".join(argv if argv is not None else sys.argv)}
+            "shard": f"{shard[0]}/{shard[1]}", "argv": " ".join(argv if argv is not None else sys.argv),
+            "baseline": sweep.baseline or ""}  # vs_baseline columns (attnsim.sweep.baselines)
 
 
 def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: Optional[int] = None,

@@ -259,6 +259,8 @@ class SweepSpec(Schema):
     figures: list[FigureSpec] = Field(default_factory=list)
     replications: Optional[PositiveInt] = Field(None, le=1000, description="serving experiments: seeded traces per "
                                                 "point (sets experiment.serving.replications)")
+    baseline: Optional[str] = Field(None, description="system every point is compared with (vs_baseline columns of "
+                                    "the store); must be swept. Default: the base experiment's baseline when swept")
 
 
 # ---------------------------------------------------------------- helpers
@@ -356,6 +358,7 @@ class Sweep:
     axes: list[tuple[list[str], list[tuple]]]  # (keys, rows) per axis; points = product of axes
     param_names: list[str]
     definition: dict = field(default_factory=dict)
+    baseline: Optional[str] = None  # system name of the vs_baseline columns (attnsim.sweep.baselines)
 
     # -- size and identity
     @property
@@ -368,7 +371,8 @@ class Sweep:
     @property
     def sweep_id(self) -> str:
         """Identity of the sweep (definition + base config): shards of one sweep share it."""
-        return config_key({"definition": self.definition, "base": self.base_tree.as_dict()})[:12]
+        definition = {k: v for k, v in self.definition.items() if k != "baseline"}  # ratios only: same points
+        return config_key({"definition": definition, "base": self.base_tree.as_dict()})[:12]
 
     def param_dtypes(self) -> dict[str, str]:
         """'i8', 'f8' or 'str' per parameter column (from every value it can take)."""
@@ -662,7 +666,21 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
                               file=file, key=f"parameters.{k}")
     check_count(math.prod(len(rows) for _, rows in axes), file, "parameters")
     definition = json.loads(canonical_json(data))
-    return Sweep(spec, source, file, tree, axes, names, definition)
+    return Sweep(spec, source, file, tree, axes, names, definition, _sweep_baseline(spec, tree, axes, file))
+
+
+def _sweep_baseline(spec: SweepSpec, tree: ConfigTree, axes, file: str) -> Optional[str]:
+    """The system of the vs_baseline columns: ``baseline:`` (refused unless swept), else the base
+    experiment's baseline when it is one of the swept systems, else None."""
+    swept = list(dict.fromkeys(_ref_name(str(r[keys.index("system")])) for keys, rows in axes if "system" in keys
+                               for r in rows))
+    if spec.baseline is not None:
+        if _ref_name(spec.baseline) not in swept:
+            raise ConfigError(f"expected one of the swept systems ({', '.join(swept)}), got {spec.baseline!r}",
+                              file=file, key="baseline")
+        return _ref_name(spec.baseline)
+    base = tree.experiment.get("baseline")
+    return _ref_name(str(base)) if base and _ref_name(str(base)) in swept else None
 
 
 def load_sweep(path: str | Path, extra_sets: Optional[list[str]] = None) -> Sweep:

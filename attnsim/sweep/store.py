@@ -35,13 +35,17 @@ completion order (``index`` gives the expansion order):
   ``sweep_name``, ``sweep_id``, ``sweep_definition`` (YAML), ``base_config`` (YAML of the base tree after
   fixed overrides), ``parameters`` (JSON list of parameter columns), ``n_points_total``, ``shard``
   (``"I/N"``), ``argv``, ``cache_hits``, ``cache_misses``; optionally ``other_versions`` (JSON list of
-  ``"version (revision)"`` that also wrote points, see --allow-version-mismatch) and ``merged_from``.
+  ``"version (revision)"`` that also wrote points, see --allow-version-mismatch) and ``merged_from``;
+  ``baseline`` (system of the vs_baseline columns, ``""`` for none).
 * ``/points/<column>``: ``index`` (i8), ``key`` (str), ``status`` (``ok``, ``does_not_fit``, ``invalid``,
   ``error``), ``error`` (str), ``system``, ``model``, ``scenario`` (str), ``batch_size`` (i8),
   ``prompt_len`` (f8, mean prompt length), ``output_len`` (i8), ``elapsed_s`` (f8, wall time of the
   simulation), ``finished_unix_s`` (f8), ``worker`` (str), one column per parameter (named by its
   sweep key; i8/f8/str) and one f8 column per scalar metric of the run document (``ttft_s``, ``tpot_s``,
-  ...; NaN where a point has none).
+  ...; NaN where a point has none). ``index`` is an HDF5 dimension scale that every column is attached
+  to (``xarray.open_dataset(FILE, group="points", engine="h5netcdf")`` reads the table). With a
+  ``baseline``: ``vs_baseline.<ratio>`` (f8) and ``vs_baseline.status`` (str), recomputed over all rows
+  at every fold (:mod:`attnsim.sweep.baselines`).
 * ``/breakdown/<phase>/<table>/<name>`` (f8): per-point breakdowns (e.g.
   ``/breakdown/decode_step/time_s_by_op/attn_score``), plus ``/breakdown/<phase>/time_s`` and ``energy_j``.
 * ``/docs`` (str): the full run document of each point as JSON (what ``attnsim run --json`` prints).
@@ -301,12 +305,32 @@ def _column(group: h5py.Group, name: str, kind: str, n: int) -> h5py.Dataset:
                               fillvalue=None if kind == "str" else _fill(kind))
     if n and kind == "str":
         ds[:] = np.array([""] * n, dtype=object)
+    _attach_dim(group, ds, name)
     return ds
+
+
+def _attach_dim(group: h5py.Group, ds: h5py.Dataset, name: str) -> None:
+    """``/points/index`` is an HDF5 dimension scale that every ``/points`` column is attached to, so
+    ``xarray.open_dataset(store, group="points", engine="h5netcdf")`` reads the columns as variables
+    along one ``index`` dimension (netCDF-4 layout, no phony dimensions)."""
+    if group.name != "/points":
+        return
+    if name == "index":
+        ds.make_scale("index")
+        return
+    idx = group.get("index")
+    if idx is not None:
+        if not idx.is_scale:  # a store written before the scale existed
+            idx.make_scale("index")
+        ds.dims[0].attach_scale(idx)
 
 
 def _retype(group: h5py.Group, name: str, kind: str) -> h5py.Dataset:
     """Rewrite column ``name`` as ``kind`` (a wider kind: its old values are kept, as text for str)."""
     old = _decode(group[name][()])
+    idx = group.get("index")
+    if idx is not None and name != "index" and idx.is_scale and group[name].dims[0].keys():
+        group[name].dims[0].detach_scale(idx)  # no dangling reference in the scale's list
     del group[name]
     ds = _column(group, name, kind, 0)
     ds.resize((len(old),))
@@ -519,6 +543,7 @@ def fold_into(path: Path, records: Iterable[dict], meta: dict, param_kinds: dict
                     batch = []
             _append_batch(f, batch, param_kinds)
             added += len(batch)
+            _write_baselines(f, path)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -528,6 +553,28 @@ def fold_into(path: Path, records: Iterable[dict], meta: dict, param_kinds: dict
             os.unlink(tmp)
         raise
     return added
+
+
+def _write_baselines(f: h5py.File, path: Path) -> None:
+    """(Re)compute the ``vs_baseline.*`` columns over every row (attnsim.sweep.baselines); none without
+    a ``baseline`` attribute."""
+    from attnsim.results import BASELINE_RATIOS
+    from attnsim.sweep.baselines import STATUS, baseline_columns, ratio_names
+    pts, baseline = f["points"], _attrs(f).get("baseline") or ""
+    if not baseline:
+        for name in ratio_names() + [STATUS]:
+            if name in pts:  # the sweep no longer names a baseline
+                del pts[name]
+        return
+    params = [_h5name(p) for p in parameters_attr(_attrs(f), path)]
+    need = {"key", "system", "model", "scenario", "status", *params, *(m for _, m, _ in BASELINE_RATIOS)}
+    cols = {k: _decode(pts[k][()]) for k in need if k in pts}
+    n = pts["key"].shape[0]
+    for name, vals in baseline_columns(cols, params, baseline).items():
+        kind = "str" if name == STATUS else "f8"
+        ds = pts[name] if name in pts else _column(pts, name, kind, n)
+        ds.resize((n,))
+        ds[:] = _values(kind, vals.tolist())
 
 
 def _init_columns(f: h5py.File, param_kinds: dict) -> None:
@@ -823,6 +870,10 @@ class Store:
             for name in set(self._bd) | {k for c in bcols for k in c}:
                 old = self._bd.get(name, np.full(n, np.nan))
                 self._bd[name] = np.concatenate([old, [c.get(name, np.nan) for c in bcols]])
+            if self.attrs.get("baseline"):  # the folded ratios did not see the journal's points
+                from attnsim.sweep.baselines import baseline_columns
+                self._cols.update(baseline_columns(self._cols, list(map(_h5name, self.parameters)),
+                                                   self.attrs["baseline"]))
 
     def __len__(self) -> int:
         return len(self._cols.get("key", []))

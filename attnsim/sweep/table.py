@@ -2,10 +2,19 @@
 
 ``load_table(path) -> Table``: ``columns`` (name -> 1-D array, one row per point/run, expansion
 order), ``breakdown`` (``<phase>/<table>/<name>`` -> f8 array), ``parameters`` (swept keys), and
-``docs()`` / ``resolved(row)`` for the full run documents and configs. Plots and CSV export use it.
+``docs()`` / ``resolved(row)`` for the full run documents and configs. Plots and exports use it.
+
+Exports (CSV, Parquet, pandas) go through :func:`export_columns`: the same columns with a unit in
+every quantity's name (:func:`unit_name`: ``batch_size`` -> ``batch_size_count``, ``ttft_p50`` ->
+``ttft_p50_s``, ``slo_attainment`` -> ``slo_attainment_ratio``; names that hold a unit keep it);
+identifiers (``system``, ``status``, ...) and swept parameters (named by their sweep keys) keep
+their names. ``vs_baseline.*`` columns: a sweep's (attnsim.sweep.baselines) or a run's ``vs_baseline``.
+:func:`request_columns` reads the per-request rows of ``attnsim serve`` results.
 """
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -109,6 +118,7 @@ def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
     bcols = [_breakdown_columns(d) for d in docs]
     bnames = sorted({k for c in bcols for k in c})
     bd = {n: np.array([c.get(n, np.nan) for c in bcols]) for n in bnames}
+    cols.update(_doc_baselines(docs))
     cfg = attrs.get("resolved_config")
 
     def resolved(row: int) -> dict:
@@ -125,20 +135,198 @@ def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
     return Table(path, "run", attrs, cols, bd, [], lambda: iter(docs), resolved)
 
 
+def _doc_baselines(docs: list[dict]) -> dict[str, np.ndarray]:
+    """``vs_baseline.*`` columns of run documents (an experiment with a baseline), statuses as a sweep's."""
+    from attnsim.sweep.baselines import PREFIX, STATUS, ratio_names
+    vbs = [d.get("vs_baseline") if isinstance(d.get("vs_baseline"), dict) else None for d in docs]
+    base = next((vb.get("baseline") for vb in vbs if vb), None)
+    if base is None:
+        return {}
+    out = {n: np.array([_num((vb or {}).get(n[len(PREFIX):])) for vb in vbs]) for n in ratio_names()}
+    out[STATUS] = np.array(["not_ok" if d.get("status") != "ok" else "is_baseline" if d.get("system") == base
+                            else "baseline_missing" if vb is None else "baseline_not_ok" if "note" in vb else "ok"
+                            for d, vb in zip(docs, vbs)], dtype=object)
+    return out
+
+
+def _num(v) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
+
+
+# ---------------------------------------------------------------- units in names, exports
+
+#: columns that name or label a row (not quantities): exported under their own names
+IDENTIFIERS = frozenset({"index", "key", "status", "error", "system", "model", "scenario", "worker", "run", "request",
+                         "vs_baseline.status"})
+#: name tokens that are units (or say that the value is a ratio, share or count)
+UNIT_TOKENS = frozenset({"s", "ms", "us", "ns", "j", "mj", "pj", "w", "gb", "gib", "mb", "bytes", "gbps", "tokens",
+                         "count", "ratio", "fraction", "rps", "speedup", "hz", "percent", "utilization"})
+#: quantities whose stored name holds no unit -> exported name
+UNIT_NAMES = {"batch_size": "batch_size_count", "prompt_len": "prompt_len_tokens", "output_len": "output_len_tokens",
+              "batch_per_replica": "batch_per_replica_count", "replicas": "replicas_count",
+              "active_replicas": "active_replicas_count", "tp": "tp_count", "pp": "pp_count",
+              "decode_steps_simulated": "decode_steps_simulated_count",
+              # attnsim serve (attnsim.serve.metrics)
+              "requests": "requests_count", "preemptions": "preemptions_count",
+              "mean_in_system": "mean_in_system_count", "littles_law_rhs": "littles_law_rhs_count",
+              "slo_attainment": "slo_attainment_ratio", "ttft_attainment": "ttft_attainment_ratio",
+              "tpot_attainment": "tpot_attainment_ratio"}
+_LATENCY_STAT = re.compile(r"(ttft|tpot|latency|queue)_(mean|p\d+)")  # serve aggregates, in seconds
+_QUALIFIER = re.compile(r"(_ci_low|_ci_high)$")  # replicated serving: bootstrap interval of a mean
+
+
+def unit_name(name: str) -> str:
+    """The export name of a column: ``name`` with its unit (identifiers and names with a unit unchanged)."""
+    if name in IDENTIFIERS or "/" in name:
+        return name
+    q = _QUALIFIER.search(name)
+    base, tail = (name[:q.start()], q.group()) if q else (name, "")
+    base = UNIT_NAMES.get(base) or (base + "_s" if _LATENCY_STAT.fullmatch(base) else base)
+    return base + tail
+
+
+def has_unit(name: str) -> bool:
+    """True if a name holds a unit token (or is a rate ``x_per_y``)."""
+    toks = re.split(r"[_./:]", name.lower())
+    return "per" in toks or any(t in UNIT_TOKENS for t in toks)
+
+
+def export_columns(table: Table) -> dict[str, np.ndarray]:
+    """Every column of ``table`` (point columns, ``vs_baseline.*``, breakdowns), one row per point/run in
+    expansion order, under its export name (:func:`unit_name`; parameters keep their sweep keys)."""
+    params = set(table.parameters)
+    out: dict[str, np.ndarray] = {}
+    for name, col in list(table.columns.items()) + list(table.breakdown.items()):
+        new = name if name in params else unit_name(name)
+        out[new if new not in out and new not in table.columns else name] = col
+    return out
+
+
+def to_pandas(table: Table):
+    """:func:`export_columns` as a pandas DataFrame (``pip install pandas``)."""
+    pd = _optional("pandas", "pandas")
+    return pd.DataFrame(export_columns(table))
+
+
+def request_columns(path: str | Path) -> Optional[dict[str, np.ndarray]]:
+    """Per-request rows of an ``attnsim serve`` results file (``/requests``: run, system, model,
+    scenario, request, arrival_s, ttft_s, ...) under export names; None if the file has none."""
+    import h5py
+    from attnsim.sweep.store import _decode, _reading
+    with _reading(Path(path)) as f:
+        ds = f.get("requests")
+        if not isinstance(ds, h5py.Dataset) or ds.dtype.names is None:
+            return None
+        arr = ds[()]
+    return {unit_name(n): _decode(arr[n]) for n in arr.dtype.names}
+
+
 def write_csv(table: Table, out: str | Path) -> Path:
-    """A flat CSV: point columns, then breakdown columns (``phase/table/name``)."""
+    """A flat CSV of :func:`export_columns`: point columns, then breakdown columns (``phase/table/name``)."""
+    return write_columns_csv(export_columns(table), out)
+
+
+def write_columns_csv(cols: dict[str, np.ndarray], out: str | Path) -> Path:
     import csv
     from attnsim.fileio import atomic_path
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    names = list(table.columns) + list(table.breakdown)
-    cols = [table.columns.get(n, table.breakdown.get(n)) for n in names]
+    n = len(next(iter(cols.values()), []))
     with atomic_path(out, suffix=".csv") as tmp, open(tmp, "w", newline="") as fh:  # no partial CSV on failure
         w = csv.writer(fh)
-        w.writerow(names)
-        for i in range(len(table)):
-            w.writerow([_cell(c[i]) for c in cols])
+        w.writerow(list(cols))
+        for i in range(n):
+            w.writerow([_cell(c[i]) for c in cols.values()])
     return out
+
+
+def write_parquet(cols: dict[str, np.ndarray], out: str | Path, meta: Optional[dict] = None) -> Path:
+    """One Parquet table of ``cols`` (pyarrow: ``pip install attnsim[parquet]``): float columns with
+    missing values (NaN in the store) as nulls, so the file holds finite numbers only; integers as
+    int64, the rest as strings; ``meta`` (str -> str) in the schema's key-value metadata."""
+    pa = _optional("pyarrow", "attnsim[parquet]")
+    import pyarrow.parquet as pq
+    from attnsim.fileio import atomic_path
+    arrays = {}
+    for name, c in cols.items():
+        c = np.asarray(c)
+        if c.dtype.kind == "f":
+            arrays[name] = pa.array(c, type=pa.float64(), mask=~np.isfinite(c))
+        elif c.dtype.kind in "iu":
+            arrays[name] = pa.array(c, type=pa.int64())
+        elif c.dtype.kind == "b":
+            arrays[name] = pa.array(c, type=pa.bool_())
+        else:
+            arrays[name] = pa.array(["" if v is None else str(v) for v in c.tolist()], type=pa.string())
+    t = pa.table(arrays) if arrays else pa.table({})
+    t = t.replace_schema_metadata({str(k): str(v) for k, v in (meta or {}).items()})
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out, suffix=".parquet") as tmp:
+        pq.write_table(t, tmp)
+    return out
+
+
+def export_meta(table: Table) -> dict:
+    """Provenance written into an export (Parquet metadata): source, kind, parameters, versions."""
+    keep = ("attnsim_version", "git_revision", "sweep_name", "sweep_id", "experiment", "baseline", "n_points_total")
+    meta = {f"attnsim.{k}": table.attrs[k] for k in keep if table.attrs.get(k) not in (None, "")}
+    meta.update({"attnsim.kind": table.kind, "attnsim.source": str(table.path),
+                 "attnsim.parameters": json.dumps(table.parameters)})
+    return meta
+
+
+def _optional(module: str, extra: str):
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"expected the optional dependency {module} (pip install {extra}), got none installed",
+                          file=module) from None
+
+
+# ---------------------------------------------------------------- attnsim show of a sweep store
+
+SHOW_METRICS = ("ttft_s", "tpot_s", "tokens_per_s", "energy_per_token_j", "ttft_p99", "tpot_p99", "goodput_rps")
+SHOW_RATIOS = ("vs_baseline.throughput_ratio", "vs_baseline.energy_efficiency_ratio")
+
+
+def sweep_text(table: Table, max_rows: int = 200) -> str:
+    """One line per point: swept parameters, status, key metrics and (with a baseline) vs_baseline ratios;
+    parameters with one value (an implicit axis of one entry) are printed once above the table."""
+    params = [p for p in table.parameters if p in table.columns]
+    fixed = [p for p in params if len(set(table.columns[p].tolist())) == 1 and len(table) > 1]
+    names = [p for p in params if p not in fixed] + ["status"]
+    names += [m for m in SHOW_METRICS if m in table.columns and np.isfinite(table.columns[m].astype(float)).any()]
+    names += [r for r in SHOW_RATIOS if r in table.columns]
+    rows = [[unit_name(n) if n not in table.parameters else n for n in names]]
+    for i in range(min(len(table), max_rows)):
+        rows.append([_show_cell(table.columns[n][i]) for n in names])
+    w = [max(len(r[j]) for r in rows) for j in range(len(names))]
+    num = [all(_is_num(r[j]) for r in rows[1:]) for j in range(len(names))]
+    lines = ["  ".join(c.rjust(w[j]) if num[j] else c.ljust(w[j]) for j, c in enumerate(r)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * x for x in w))
+    if fixed:
+        lines.insert(0, "fixed: " + ", ".join(f"{p}={_show_cell(table.columns[p][0])}" for p in fixed))
+    if len(table) > max_rows:
+        lines.append(f"... {len(table) - max_rows} more points (attnsim export FILE --csv | --parquet for all)")
+    return "\n".join(lines)
+
+
+def _show_cell(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return "-" if not np.isfinite(v) else f"{float(v):.4g}"
+    if isinstance(v, (np.integer, int)) and not isinstance(v, bool):
+        return str(int(v))
+    return str(v) if str(v) else "-"
+
+
+def _is_num(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return s == "-"
 
 
 def _cell(v) -> str:
