@@ -15,7 +15,8 @@ from attnsim.config import ConfigError
 # modules that add subcommands: each has register(subparsers)
 _COMMAND_MODULES = ("attnsim.cli_run", "attnsim.cli_dram", "attnsim.cli_isa", "attnsim.cli_sweep", "attnsim.cli_serve",
                     "attnsim.cli_validate", "attnsim.cli_sensitivity", "attnsim.cli_pim", "attnsim.cli_list",
-                    "attnsim.cli_schema", "attnsim.warmup")
+                    "attnsim.cli_schema", "attnsim.warmup",
+                    "attnsim.cli_plan")
 
 
 class OneLineParser(argparse.ArgumentParser):

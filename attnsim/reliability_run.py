@@ -75,9 +75,8 @@ def hardware_with_refresh(hardware: dict, system_spec, spec) -> dict:
     return hw
 
 
-def reliability_metrics(spec, system_spec, model, scenario, doc: dict) -> dict:
-    """Expected errors per token, accuracy proxy and SLO for a finished run document."""
-    from attnsim.hwmodels.reliability.spec import expected_errors
+def kv_footprint(spec, system_spec, model, scenario, doc: dict) -> dict:
+    """One request's KV bytes per tier (as placed by the finished run ``doc``)."""
     from attnsim.workloads.trace import kv_cache_bytes
     m = doc["metrics"]
     tiers = role_tiers(spec, system_spec)
@@ -89,6 +88,15 @@ def reliability_metrics(spec, system_spec, model, scenario, doc: dict) -> dict:
     for role, kv in kv_by_role.items():
         if kv > 0 and role in tiers:
             footprint[tiers[role]] = footprint.get(tiers[role], 0.0) + per_request_kv * kv / total
+    return footprint
+
+
+def reliability_metrics(spec, system_spec, model, scenario, doc: dict) -> dict:
+    """Expected errors per token, accuracy proxy and SLO for a finished run document."""
+    from attnsim.hwmodels.reliability.spec import expected_errors
+    m = doc["metrics"]
+    prompts = scenario.prompt_lens()
+    footprint = kv_footprint(spec, system_spec, model, scenario, doc)
     residency = spec.residency_s if spec.residency_s is not None else m["total_time_s"]
     kv_heads = model.num_layers * (1 if model.mla else model.num_kv_heads)
     head_dim = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) if model.mla else model.head_dim
@@ -104,7 +112,8 @@ def reliability_metrics(spec, system_spec, model, scenario, doc: dict) -> dict:
         out["due_recompute_time_per_token_s"] = out["detected_errors_per_token"] * per / slowest
     else:
         out["due_recompute_time_per_token_s"] = 0.0
-    out["refresh_interval_ms"] = {t: effective_refresh_ms(spec, t) for t in sorted(set(tiers.values()))}
+    out["refresh_interval_ms"] = {t: effective_refresh_ms(spec, t)
+                                  for t in sorted(set(role_tiers(spec, system_spec).values()))}
     return out
 
 

@@ -19,6 +19,9 @@ the per-flip sensitivities of :func:`accuracy.field_sensitivity` (a key flip tha
 logit hurts whatever the token's weight, hence max(1, r); a value error scales with the
 weight, §4.1) and eps_q the quantization error of :func:`accuracy.quant_error`. The sum over
 blocks bounds the mean head error (triangle inequality); it is constrained to ``budget``.
+``error_weights`` (w_q, w_bit) weigh its quantization term and its bit-error + drop terms in the
+constraint (default 1, 1: the proxy itself); perplexity.error_weights gives the weights that turn a
+measured perplexity-increase SLO into this form (budget 1). Plans report both parts unweighted.
 
 Cost per decode step: time T = sum bytes x (1 + inline overhead) x read time per byte (+ refetch
 of detected-uncorrectable data), dynamic energy E_dyn = bytes x (1 + check bits) x read energy
@@ -192,18 +195,22 @@ class Plan:
     silent_errors_per_token: float
     detected_errors_per_token: float
     migrations: int = 0
+    eps_quant: float = 0.0          # quantization part of eps (unweighted)
+    eps_bit: float = 0.0            # silent bit-error (+ dropped-token) part of eps (unweighted)
 
     def summary(self) -> dict:
         return {"eps": self.eps, "budget": self.budget, "slo_met": self.feasible, "latency_s": self.latency_s,
                 "energy_j": self.energy_j, "refresh_w": self.refresh_w, "objective": self.objective,
                 "tier_bytes": self.tier_bytes, "silent_errors_per_token": self.silent_errors_per_token,
-                "detected_errors_per_token": self.detected_errors_per_token, "migrations": self.migrations}
+                "detected_errors_per_token": self.detected_errors_per_token, "migrations": self.migrations,
+                "eps_quant": self.eps_quant, "eps_bit": self.eps_bit}
 
 
 class Planner:
     def __init__(self, tiers: Sequence[TierSpec], formats: Sequence[str] = ("bf16", "fp8_e4m3", "int8", "int4"),
                  budget: float = 0.05, objective: str = "latency_x_energy", residency_s: float = 1.0,
-                 group: int = 32, due_policy: str = "recompute", options: list[Option] | None = None):
+                 group: int = 32, due_policy: str = "recompute", options: list[Option] | None = None,
+                 error_weights: tuple = (1.0, 1.0)):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         for f in formats:
@@ -211,7 +218,12 @@ class Planner:
                 raise ValueError(f"unknown KV format {f!r}")
         self.tiers = list(tiers)
         self.budget, self.objective, self.due_policy = float(budget), objective, due_policy
+        w = tuple(float(x) for x in error_weights)
+        if len(w) != 2 or not all(np.isfinite(x) and x >= 0 for x in w) or not any(w):
+            raise ValueError(f"error_weights must be two finite weights >= 0, not both 0, got {error_weights!r}")
+        self.error_weights = w
         self.options = options if options is not None else enumerate_options(self.tiers, formats)
+        self.group = group
         self.table = option_table(self.options, self.tiers, residency_s, group, due_policy)
         self.cap = np.array([t.capacity_bytes for t in self.tiers], dtype=float)
 
@@ -224,12 +236,15 @@ class Planner:
         hm = np.array([b.n_heads * b.attention_mass for b in blocks], float)[:, None]
         r = np.array([b.importance_ratio for b in blocks], float)[:, None]
         tok_elems = np.array([b.head_dim * 2 for b in blocks], float)[:, None]  # K+V elements of one token/head
-        eps = hm * tb.eps_q[None] + N * (np.maximum(r, 1.0) * tb.sk[None] + r * tb.sv[None])
+        eps_q = hm * tb.eps_q[None] / H_total
+        eps_b = N * (np.maximum(r, 1.0) * tb.sk[None] + r * tb.sv[None])
         if self.due_policy == "drop":
             p_drop = np.minimum(1.0, tok_elems * tb.due_units_per_element[None])
-            eps = eps + hm * p_drop
-        eps = eps / H_total
-        return {"eps": eps, "time": N * reads * tb.time_s[None], "energy": N * reads * tb.energy_j[None],
+            eps_b = eps_b + hm * p_drop
+        eps_b = eps_b / H_total
+        wq, wb = self.error_weights
+        eps = eps_q + eps_b if (wq, wb) == (1.0, 1.0) else wq * eps_q + wb * eps_b
+        return {"eps": eps, "eps_q": eps_q, "eps_b": eps_b, "time": N * reads * tb.time_s[None], "energy": N * reads * tb.energy_j[None],
                 "ref": N * tb.refresh_w[None], "bytes": N * tb.stored_bytes[None],
                 "silent": N * tb.silent_bits[None], "due": N * tb.due_frac[None]}
 
@@ -306,7 +321,8 @@ class Planner:
         return Plan(list(blocks), [self.options[i] for i in choice], choice, eps, self.budget,
                     eps <= self.budget * (1 + 1e-9), T, E + P * T, P, self._obj(T, E, P),
                     {t.name: float(u) for t, u in zip(self.tiers, use)},
-                    float(M["silent"][rows, choice].sum()), float(M["due"][rows, choice].sum()), migrations)
+                    float(M["silent"][rows, choice].sum()), float(M["due"][rows, choice].sum()), migrations,
+                    float(M["eps_q"][rows, choice].sum()), float(M["eps_b"][rows, choice].sum()))
 
     def plan(self, blocks: Sequence[KVBlock]) -> Plan:
         blocks = list(blocks)
