@@ -31,16 +31,18 @@ def register(sub) -> None:
     r.set_defaults(func=serve_cmd)
 
 
-def _fmt(v, scale=1.0, nd=3):
+def _fmt(v, scale=1.0):
+    """attnsim.report.fmt_num of ``v * scale`` ('-' for a missing or non-finite value)."""
+    from attnsim.report import fmt_num
     if v is None or (isinstance(v, float) and not np.isfinite(v)):
         return "-"
-    return f"{v * scale:.{nd}f}"
+    return fmt_num(v * scale)
 
 
 def summary_table(docs) -> str:
     head = ("system", "status", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "lat p50/p99 s",
             "SLO %", "goodput", "J/req", "preempt", "prefix hit")
-    rows = [head]
+    rows = []
     for d in docs:
         if d["status"] != "ok":
             rows.append((d["system"], d["status"]) + ("",) * (len(head) - 2))
@@ -48,16 +50,14 @@ def summary_table(docs) -> str:
         m = d["metrics"]
         sv = d.get("serving", {})
         hit = sv.get("prefix_hit_rate", sv.get("prefill_pool", {}).get("prefix_hit_rate", 0.0))
-        rows.append((d["system"], "ok", _fmt(m["throughput_rps"], nd=2), _fmt(m["output_tokens_per_s"], nd=0),
-                     f"{_fmt(m['ttft_p50'], 1e3, 1)}/{_fmt(m['ttft_p99'], 1e3, 1)}",
-                     f"{_fmt(m['tpot_p50'], 1e3, 2)}/{_fmt(m['tpot_p99'], 1e3, 2)}",
-                     f"{_fmt(m['latency_p50'], nd=2)}/{_fmt(m['latency_p99'], nd=2)}",
-                     _fmt(m["slo_attainment"], 100, 1), _fmt(m["goodput_rps"], nd=2),
-                     _fmt(m["energy_per_request_j"], nd=1), str(m["preemptions"]), _fmt(hit, 100, 1) + "%"))
-    w = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) for r in rows]
-    lines.insert(1, "  ".join("-" * x for x in w))
-    out = "\n".join(lines)
+        rows.append((d["system"], "ok", _fmt(m["throughput_rps"]), _fmt(m["output_tokens_per_s"]),
+                     f"{_fmt(m['ttft_p50'], 1e3)}/{_fmt(m['ttft_p99'], 1e3)}",
+                     f"{_fmt(m['tpot_p50'], 1e3)}/{_fmt(m['tpot_p99'], 1e3)}",
+                     f"{_fmt(m['latency_p50'])}/{_fmt(m['latency_p99'])}",
+                     _fmt(m["slo_attainment"], 100), _fmt(m["goodput_rps"]),
+                     _fmt(m["energy_per_request_j"]), str(m["preemptions"]), _fmt(hit, 100) + "%"))
+    from attnsim.report import table
+    out = table(rows, list(head), numeric=2)
     errs = [f"{d['system']}: {d['error']}" for d in docs if d["status"] != "ok"]
     return out + ("\n" + "\n".join(errs) if errs else "")
 

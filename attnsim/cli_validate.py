@@ -1,6 +1,8 @@
 """``attnsim validate``: measured vs published for the bundled validation set, by role."""
 from __future__ import annotations
 
+from attnsim.report import fmt_num, table  # the one table formatter (attnsim.report)
+
 SECTIONS = {  # role -> heading
     "calibration": "calibration rows (in-sample: attnsim parameters were set from them)",
     "validation": "validation rows (held out: no attnsim parameter was set from them)",
@@ -45,12 +47,6 @@ def _figure_plan(args) -> dict:
     return plan
 
 
-def table(rows: list[list[str]], header: list[str], numeric: int = 99) -> str:
-    """Columns left-aligned, those from index ``numeric`` on right-aligned."""
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda r: "  ".join(str(x).rjust(w) if i >= numeric else str(x).ljust(w)
-                               for i, (x, w) in enumerate(zip(r, widths))).rstrip()
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def _print(rows, specs) -> None:
@@ -58,7 +54,7 @@ def _print(rows, specs) -> None:
         part = [r for r in rows if r.role == role]
         if not part:
             continue
-        body = [[r.set, r.system, r.name, role, f"{r.published:.4g}", f"{r.measured:.4g}",
+        body = [[r.set, r.system, r.name, role, fmt_num(r.published), fmt_num(r.measured),
                  f"{r.error:+.1%}" if r.check == "relative" else "-",
                  f"±{r.tolerance:.0%}" if r.check == "relative" else f"<= {r.published:g}",
                  "ok" if r.ok else "FAIL"] for r in part]
@@ -74,7 +70,7 @@ def _print(rows, specs) -> None:
     claims = [(name, spec, c) for name, spec in specs.items() for c in spec.paper]
     if claims:
         print("paper headlines (printed beside; the rows compare the artefacts' numbers)\n")
-        body = [[name, c.claim, f"{c.value:g}" if isinstance(c.value, float) else c.value, c.note]
+        body = [[name, c.claim, fmt_num(c.value) if isinstance(c.value, float) else c.value, c.note]
                 for name, spec, c in claims]
         print(table(body, ["system", "claim", "value", "note"]) + "\n")
     bad = sum(not r.ok for r in rows)

@@ -269,8 +269,8 @@ def flip_lines(doc: dict) -> list[str]:
 
 def table(doc: dict) -> str:
     """The result as text: per output, the parameters by descending effect."""
-    from attnsim.cli_validate import table as fmt
-    g = lambda v: "-" if v is None else f"{v:.4g}"
+    from attnsim.report import fmt_num as g
+    from attnsim.report import table as fmt
     if doc["method"] == "oat":
         rows = sorted(doc["rows"], key=lambda r: (r["output"], -abs(r["relative_swing"] or 0.0)))
         body = [[r["output"], r["parameter"], g(r["low"]), g(r["base"]), g(r["high"]), g(r["swing"]),

@@ -16,7 +16,7 @@ from attnsim.hwmodels import registry
 GPU = "a100_80gb_sxm"
 RANGES = (f"hardware.{GPU}.ranges={{idle_power_w: {{low: 40, high: 90, source: 'assumption: test'}}, "
           "hbm_bandwidth_gbps: {low: 1500, high: 2500, source: 'assumption: test'}}")
-SETS = ["experiment.systems=[dgx_a100, dgx_h100]", "experiment.models=[llama2-7b]",
+SETS = ["experiment.systems=[dgx_a100, dgx_h100]", "experiment.baseline=dgx_a100", "experiment.models=[llama2-7b]",
         "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 6}}",
         "experiment.generation={mode: sampled, samples: 3}", "models.llama2-7b.num_layers=2", RANGES]
 IDLE, BW = f"{GPU}.idle_power_w", f"{GPU}.hbm_bandwidth_gbps"
