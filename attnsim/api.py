@@ -125,26 +125,30 @@ class Results:
         return self._table
 
     def to_pandas(self):
-        """One row per run: the table's point columns (fixed columns, swept parameters, scalar metrics with
-        their units in the names) then its breakdown columns ``<phase>/<table>/<name>``."""
-        import pandas as pd
-        t = self.table()
-        cols = {**t.columns, **{k: v for k, v in t.breakdown.items() if k not in t.columns}}
-        return pd.DataFrame(cols)
+        """One row per run: the columns ``attnsim export`` writes (attnsim.sweep.table ``export_columns``: fixed
+        columns, swept parameters, metrics with a unit in every name, ``vs_baseline.*``, breakdowns)."""
+        from attnsim.sweep.table import to_pandas
+        return to_pandas(self.table())
 
     @property
     def vs_baseline(self):
-        """Ratios against the experiment's baseline system, one row per run that has them (DataFrame:
-        system, model, scenario, baseline, then the ratios: ``throughput_ratio``, ``tpot_speedup``, ...)."""
+        """Ratios against the baseline system (DataFrame, one row per run / point): system, model, scenario,
+        the other swept parameters, ``baseline``, ``status`` (``ok``, ``is_baseline``, ``baseline_not_ok``,
+        ``baseline_missing``, ``not_ok``) and the ratios (``throughput_ratio``, ``tpot_speedup``, ...);
+        empty when the experiment or sweep has no baseline."""
         import pandas as pd
-        rows = []
-        for d in self.docs:
-            vb = d.get("vs_baseline")
-            if isinstance(vb, dict):
-                sc = d.get("scenario") or {}
-                rows.append({"system": d.get("system"), "model": d.get("model"),
-                             "scenario": sc.get("name") if isinstance(sc, dict) else sc, **vb})
-        return pd.DataFrame(rows)
+        from attnsim.sweep.baselines import PREFIX
+        t = self.table()
+        ratios = [c for c in t.columns if c.startswith(PREFIX)]
+        if not ratios:
+            return pd.DataFrame()
+        ids = ["system", "model", "scenario"] + [p for p in t.parameters if p in t.columns and
+                                                 p not in ("system", "model", "scenario")]
+        base = t.attrs.get("baseline") or next((d["vs_baseline"].get("baseline") for d in self.docs
+                                                if isinstance(d.get("vs_baseline"), dict)), None)
+        cols = {**{k: t.columns[k] for k in ids}, "baseline": [base] * len(t)}
+        cols.update({c[len(PREFIX):]: t.columns[c] for c in ratios})
+        return pd.DataFrame(cols)
 
     def save(self, path: str | Path) -> Path:
         """Write the HDF5 results file ``attnsim run`` writes (atomic; the path is checked first)."""
@@ -179,14 +183,8 @@ class SweepResults(Results):
     summary = None
 
     def _repr_rows(self) -> str:
-        t = self.table()
-        names = ["status"] + [p for p in t.parameters if p in t.columns] + \
-            [m for m in ("tpot_s", "tokens_per_s", "energy_per_token_j") if m in t.columns]
-        from attnsim.report import _fmt, table
-        n = len(t)
-        rows = [[_fmt(t.columns[c][i].item() if hasattr(t.columns[c][i], "item") else t.columns[c][i])
-                 for c in names] for i in range(min(n, 20))]
-        return table(rows, names) + (f"\n... {n - 20} more" if n > 20 else "")
+        from attnsim.sweep.table import sweep_text
+        return sweep_text(self.table(), max_rows=20)  # what `attnsim show STORE` prints
 
 
 def run(experiment: Experiment = None, sets: Optional[Mapping | Iterable[str]] = None, *,
@@ -230,44 +228,26 @@ def load(path: str | Path) -> Results:
         return r
     docs = list(table.docs())
     if table.attrs.get("command") == "serve":
+        from attnsim.sweep.table import request_columns
         return ServeResults(docs, str(table.attrs.get("experiment", "")), attrs=table.attrs, path=path,
-                            table=table, requests=_read_requests(path))
+                            table=table, requests=request_columns(path) or {})
     return Results(docs, str(table.attrs.get("experiment", "")), attrs=table.attrs, path=path, table=table)
 
 
-def _read_requests(path: Path):
-    import h5py
-    try:
-        with h5py.File(path, "r") as f:
-            return f["requests"][()] if "requests" in f else None
-    except (OSError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"cannot read /requests ({' '.join(str(exc).split())})", file=str(path)) from None
-
-
 # ---------------------------------------------------------------- serve
-
-_LATENCY_STATS = ("ttft", "tpot", "latency", "queue")
-
-
-def unit_key(key: str) -> str:
-    """A serving metric key with its unit: the latency statistics (``ttft_p50``, ``tpot_mean``, ...) are in
-    seconds (``ttft_p50_s``); every other key already names its unit (``_s``, ``_j``, ``_rps``,
-    ``_per_s``) or is a count or fraction."""
-    head, _, stat = key.rpartition("_")
-    if head in _LATENCY_STATS and (stat == "mean" or (stat[:1] == "p" and stat[1:].isdigit())):
-        return key + "_s"
-    return key
-
 
 class ServeResults(Results):
     """Serving runs (``attnsim.serve``): ``to_pandas()`` = one row per request (every run), ``metrics`` =
     {run label: {metric with unit: value}}, ``runs()`` = one row per run."""
 
     def __init__(self, docs, experiment="", *, requests=None, **kw):
+        """``requests``: the per-request columns under export names (default: from the documents' rows)."""
+        from attnsim.sweep.table import unit_name
         super().__init__([{k: v for k, v in d.items() if not k.startswith("_")} for d in docs], experiment, **kw)
         if requests is None:
             from attnsim.cli_serve import request_rows
-            requests = request_rows(docs)
+            a = request_rows(docs)
+            requests = {unit_name(n): a[n] for n in a.dtype.names}
         self._requests = requests
 
     def labels(self) -> list[str]:
@@ -278,15 +258,17 @@ class ServeResults(Results):
 
     @property
     def metrics(self) -> dict[str, dict]:
-        return {lab: {unit_key(k): v for k, v in (d.get("metrics") or {}).items()}
+        """{run label: {metric: value}}, every quantity's name with its unit (attnsim.sweep.table ``unit_name``:
+        ``ttft_p50_s``, ``slo_attainment_ratio``, ``requests_count``, ``goodput_rps``, ...)."""
+        from attnsim.sweep.table import unit_name
+        return {lab: {unit_name(k): v for k, v in (d.get("metrics") or {}).items()}
                 for lab, d in zip(self.labels(), self.docs)}
 
     def to_pandas(self):
         """One row per request: run, system, model, scenario, request, then the per-request columns
         (``arrival_s``, ``ttft_s``, ``tpot_s``, ``latency_s``, ``queue_s``, ``energy_j``, token counts)."""
         import pandas as pd
-        a = self._requests
-        return pd.DataFrame({n: (a[n].astype(str) if a.dtype[n].kind in "OS" else a[n]) for n in a.dtype.names})
+        return pd.DataFrame(self._requests)
 
     def runs(self):
         """One row per run (the run table, as :meth:`Results.to_pandas`)."""
@@ -304,12 +286,16 @@ class ServeResults(Results):
         return self.path
 
     def _docs_with_requests(self) -> list[dict]:
+        """The documents with their ``_requests`` rows again (what attnsim.cli_serve writes)."""
         import numpy as np
         from attnsim.cli_serve import REQUEST_COLUMNS
+        from attnsim.sweep.table import unit_name
+        r = self._requests
         out = []
         for i, d in enumerate(self.docs):
-            sel = self._requests[self._requests["run"] == i]
-            out.append({**d, "_requests": {c: np.asarray(sel[c]) for c in REQUEST_COLUMNS}} if len(sel) else d)
+            sel = np.asarray(r["run"]) == i if "run" in r else np.zeros(0, bool)
+            out.append({**d, "_requests": {c: np.asarray(r[unit_name(c)])[sel] for c in REQUEST_COLUMNS}}
+                       if sel.any() else d)
         return out
 
     def _repr_rows(self) -> str:

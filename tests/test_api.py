@@ -32,10 +32,13 @@ def test_docs_api_examples_run(tmp_path, monkeypatch, capsys):
     assert ns["decode_by_device"].sum(axis=1).iloc[0] == pytest.approx(df["decode_step/time_s"].iloc[0], rel=1e-9)
     r = ns["ratios"].set_index("system")
     assert r.loc["dgx_h100", "baseline"] == "dgx_a100" and r.loc["dgx_h100", "throughput_ratio"] > 1  # H100 beats A100
-    assert "dgx_a100" not in r.index  # the baseline itself has no ratios
+    assert r.loc["dgx_a100", "status"] == "is_baseline" and r.loc["dgx_h100", "status"] == "ok"
     t = ns["table"]
     assert t["scenario.batch_size"].tolist() == [1, 8] and t["tokens_per_s"].is_monotonic_increasing
     assert len(ns["requests"]) == 20 and 0 < ns["p50"] == pytest.approx(ns["requests"]["ttft_s"].median())
+    m = ns["srv"].metrics["h100_x1"]
+    assert m["requests_count"] == 20 and 0 <= m["slo_attainment_ratio"] <= 1 and m["ttft_p99_s"] >= m["ttft_p50_s"]
+    assert attnsim.load(tmp_path / "serve_nb.h5").to_pandas().equals(ns["requests"])
     assert (tmp_path / "serve_nb.h5").is_file() and (tmp_path / "notebook.h5").is_file()
     assert ns["pim"].cycles > 0 and "act_pre" in out
     assert ns["message"] == "<dict>: scenarios.chat.batch_size: expected a positive integer, got -1"
@@ -62,6 +65,11 @@ def test_sets_take_effect_and_bad_input_names_the_key(tmp_path):
     base = attnsim.run(TINY)
     fewer = attnsim.run(TINY, sets={"models.llama2-7b.num_layers": 16})
     assert fewer[0]["metrics"]["tpot_s"] < base[0]["metrics"]["tpot_s"]  # half the layers: a faster step
+    other = attnsim.run(TINY, models="llama3-8b")  # = experiment.models=[llama3-8b]
+    assert other[0]["model"] == "llama3-8b" and other[0]["metrics"]["tpot_s"] != base[0]["metrics"]["tpot_s"]
+    with pytest.raises(attnsim.ConfigError,
+                       match=r"^<dict>: baseline 'dgx_h100' is not one of the experiment's systems \(h100_x1\)"):
+        attnsim.run({**TINY, "systems": ["h100_x1", "dgx_h100"], "baseline": "dgx_h100"}, systems=["h100_x1"])
     cases = [({"models.llama2-7b.num_layers": "many"}, "models/llama2-7b.yaml", "num_layers"),  # the model's file
              ({"scenarios.chat.batch_size": 2.5}, "<dict>", "scenarios.chat.batch_size"),  # the experiment's
              ({"scenarios.nope.batch_size": 1}, "--set", "scenarios.nope"),
