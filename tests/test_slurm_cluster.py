@@ -184,3 +184,23 @@ def test_dask_jobqueue_slurmcluster_equals_local_run(sweep_dir):
     worker_log = d / "dask-logs" / f"attnsim-dask-{jobs[0]['JobId']}.err"  # <job_name>-<job id>
     assert worker_log.read_text().count("Start worker at") == 1  # the worker ran inside the Slurm job
     _same_store(d / "dask" / "s.h5", d / "local" / "s.h5")
+
+
+def test_dask_window_counts_jobqueue_workers_before_they_join():
+    """Points in flight: 4 per worker thread + 4; a jobqueue cluster's threads (jobs x cores) count from the
+    start (they join after the first submissions: with 10 jobs x 8 cores, a window from the 0 joined
+    threads would keep 8 points in flight and 72 workers idle)."""
+    from attnsim.sweep.executors import dask_window
+    from attnsim.sweep.spec import DaskJobqueue
+
+    class Client:
+        def __init__(self, joined: int):
+            self.joined = joined
+
+        def nthreads(self):
+            return {f"tcp://w{i}": 1 for i in range(self.joined)}
+    jq = DaskJobqueue(jobs=10, cores=8)
+    assert dask_window(Client(0), 2, None, jq) == 4 * 80 + 4
+    assert dask_window(Client(96), 2, None, jq) == 4 * 96 + 4  # more threads joined than asked (adaptive)
+    assert dask_window(Client(3), 2, "tcp://sched:8786", None) == 4 * 3 + 4  # an existing cluster: its threads
+    assert dask_window(Client(0), 6, None, None) == 4 * 6 + 4  # LocalCluster: --workers

@@ -211,16 +211,28 @@ def jobqueue_cluster(jobqueue, check_submit: bool = True):
                           key="options") from None
 
 
+def dask_window(client, workers: int, scheduler: Optional[str], jobqueue) -> int:
+    """Points in flight on a dask cluster: 4 per worker thread, + 4. A dask-jobqueue cluster counts the
+    threads it asked for (jobs x cores): its workers join minutes after the first points are submitted."""
+    if scheduler:
+        n = sum(client.nthreads().values())
+    elif jobqueue is not None:
+        n = max(sum(client.nthreads().values()), jobqueue.jobs * jobqueue.cores)
+    else:
+        n = workers
+    return 4 * max(1, n) + 4
+
+
 def _run_dask(tasks: Iterator[dict], workers: int, scheduler: Optional[str], jobqueue) -> Iterator[dict]:
     from dask.distributed import wait as dwait
     client = dask_client(workers, scheduler, jobqueue)
     try:
-        n = max(1, sum(client.nthreads().values()) if scheduler or jobqueue else workers)
+        window = dask_window(client, workers, scheduler, jobqueue)
 
         def wait_one(p):
             res = dwait(list(p), return_when="FIRST_COMPLETED")
             return res.done, set(res.not_done)
-        yield from _windowed(lambda t: client.submit(execute_point, t, pure=False), tasks, 4 * n + 4, wait_one)
+        yield from _windowed(lambda t: client.submit(execute_point, t, pure=False), tasks, window, wait_one)
     finally:
         cluster = client.cluster if not scheduler else None
         client.close()
