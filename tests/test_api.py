@@ -50,15 +50,14 @@ def test_name_dict_path_match_the_cli_results_file(tmp_path):
     out = tmp_path / "cli"
     assert main(["run", str(exp_file), "--out", str(out), "--no-figures"]) == 0
     cli = attnsim.load(out / "results.h5").to_pandas()[METRICS]
-    for exp in (TINY, exp_file, str(exp_file)):
+    for exp in (TINY, exp_file):
         assert attnsim.run(exp).to_pandas()[METRICS].equals(cli)
     # a built-in name with the CLI's --set strings = the same dict given as sets=
     sets = {"experiment.systems": ["h100_x1"], "experiment.models": ["llama2-7b"], "experiment.baseline": None,
             "experiment.scenarios": TINY["scenarios"], "experiment.generation": TINY["generation"]}
-    named = attnsim.run("default", sets=sets)
-    assert named.to_pandas()[METRICS].equals(cli)
-    assert attnsim.run("default", sets=[f"{k}={attnsim.api._set_text(k, v)}" for k, v in sets.items()]
-                       ).to_pandas()[METRICS].equals(cli)
+    assert attnsim.run("default", sets=sets).to_pandas()[METRICS].equals(cli)
+    strings = [f"{k}={attnsim.api._set_text(k, v)}" for k, v in sets.items()]  # the --set text of each value
+    assert [attnsim.config.parse_set(x)[1] for x in strings] == list(sets.values())
 
 
 def test_sets_take_effect_and_bad_input_names_the_key(tmp_path):
