@@ -85,6 +85,9 @@ def test_infeasible_slos_name_the_slo(st, monkeypatch, capsys, tmp_path):
     assert main(["plan", "plan_tiering", "--accuracy-slo", "0.05", "--front-points", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["slo_met"] and np.isfinite(doc["plan"]["energy_per_token_j"])
+    assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "SLO --max-ppl-increase 0.01:" in text and "-> met" in text and "perplexity +" in text
 
 
 @pytest.mark.parametrize("argv, needle", [
