@@ -155,14 +155,23 @@ class Results:
         if self.kind == "sweep":
             raise ConfigError("a sweep store is written by attnsim.sweep(..., out=...); copy that file instead",
                               file=str(path), key="save")
-        if self._tree is None:
-            raise ConfigError("no resolved config to store (results loaded from a file are saved already)",
-                              file=str(path), key="save")
+        tree = self.resolved_config(path)
         from attnsim.outputs import check_output
         from attnsim.results import write_results
         out = check_output(path, "save", inputs=[self.path] if self.path else [])
-        self.path = write_results(out, self.docs, self._tree, self.experiment, argv=["attnsim.api"])
+        self.path = write_results(out, self.docs, tree, self.experiment, argv=["attnsim.api"])
         return self.path
+
+    def resolved_config(self, path=None) -> dict:
+        """The resolved config tree of the runs (a loaded file's ``resolved_config`` attribute)."""
+        if self._tree is None:
+            text = self.attrs.get("resolved_config")
+            if not isinstance(text, str):
+                raise ConfigError("no resolved config to store (the results file has none)",
+                                  file=str(path or self.path), key="save")
+            from attnsim.config import parse_yaml
+            self._tree = parse_yaml(text, file=f"{self.path}: resolved_config") or {}
+        return self._tree
 
     def _repr_rows(self) -> str:
         from attnsim.report import summary_table
@@ -276,13 +285,11 @@ class ServeResults(Results):
 
     def save(self, path: str | Path) -> Path:
         """Write the results file ``attnsim serve`` writes (with the ``/requests`` table)."""
-        if self._tree is None:
-            raise ConfigError("no resolved config to store (results loaded from a file are saved already)",
-                              file=str(path), key="save")
+        tree = self.resolved_config(path)
         from attnsim.cli_serve import write_serve_results
         from attnsim.outputs import check_output
         out = check_output(path, "save", inputs=[self.path] if self.path else [])
-        self.path = write_serve_results(out, self._docs_with_requests(), self._tree, self.experiment)
+        self.path = write_serve_results(out, self._docs_with_requests(), tree, self.experiment)
         return self.path
 
     def _docs_with_requests(self) -> list[dict]:

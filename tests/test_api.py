@@ -49,7 +49,9 @@ def test_name_dict_path_match_the_cli_results_file(tmp_path):
     exp_file.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "cli"
     assert main(["run", str(exp_file), "--out", str(out), "--no-figures"]) == 0
-    cli = attnsim.load(out / "results.h5").to_pandas()[METRICS]
+    loaded = attnsim.load(out / "results.h5")
+    cli = loaded.to_pandas()[METRICS]
+    assert attnsim.load(loaded.save(tmp_path / "copy.h5")).to_pandas()[METRICS].equals(cli)  # saved again as is
     for exp in (TINY, exp_file):
         assert attnsim.run(exp).to_pandas()[METRICS].equals(cli)
     # a built-in name with the CLI's --set strings = the same dict given as sets=
