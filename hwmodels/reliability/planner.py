@@ -106,12 +106,14 @@ class Option:
 
 
 def enumerate_options(tiers: Sequence[TierSpec], formats: Sequence[str]) -> list[Option]:
-    """Every (tier, format, full or high-only ECC, refresh of low fields / of all fields) combination."""
+    """Every (tier, format, full or high-only ECC, refresh of low fields / of all fields) combination
+    (an on-die code, e.g. hbm3_ondie, covers every field: no high-only variant)."""
     opts = []
     for t in tiers:
         for fmt in formats:
             for e in t.ecc_options:
-                eccs = [(e, e)] + ([(e, "none")] if e != "none" else [])
+                # high-only protection, unless the code is on-die (mandatory on every bit: HBM3)
+                eccs = [(e, e)] + ([(e, "none")] if e != "none" and not _ecc.get_scheme(e).hidden else [])
                 refs = [(JEDEC_REFRESH_MS, JEDEC_REFRESH_MS)]
                 for r in t.refresh_options_ms:
                     if r > JEDEC_REFRESH_MS:
