@@ -18,6 +18,9 @@ Execution reuses the device model the mapper times lowered ops with (:class:`att
   stream ACTAB, ``column_commands(kernel)`` MACAB column commands (a new row every ``columns``), PREA.
 - cxl_pnm: the accelerator streams every GEMV's matrix over all channels (PIMDevice.run); time =
   max(stream, 2 x MACs / ``pu.tflops``); a program without GEMV runs its SOFTMAX lengths on the vector unit.
+  LOAD_VEC / STORE / REDUCE (vector-sized next to the matrices) are not timed, as in the mapper's costing.
+
+A program runs once, on the channels it names (the rest of the device idles; its static power still counts).
 
 Energy by command class, from the engine's counts and per-event energies (hwmodels/dram/spec.py
 ``energy_params``, ``pim.access_pj_per_bit`` / ``buf_pj_per_bit``) plus the device's PU energies:
