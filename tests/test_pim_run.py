@@ -48,6 +48,12 @@ def test_long_program_pays_refresh_and_channels_run_in_parallel():
     for k in ("act_pre", "mac", "refresh"):
         assert two.energy_j_by_class[k] == pytest.approx(2 * one.energy_j_by_class[k])
     assert t.nREFI < 40 * 232
+    # 400 rows: the all-bank stream rate, refresh included, within 1 % of the closed form (pim_dram.md; 334 GB/s)
+    from attnsim.hwmodels.pim import allbank_closed_form
+    long = run(groups(400, 32), STACK)
+    o = dev.dram.org
+    rate = 400 * 32 * o.pseudo_channels * o.ranks * o.bank_groups * o.banks_per_group * o.burst_bytes / long.time_s
+    assert rate == pytest.approx(allbank_closed_form(dev.dram, 32)["bytes_per_s"], rel=0.01)
 
 
 def test_aim_mask_broadcast_and_cxl_stream_bound():
