@@ -196,7 +196,8 @@ def differ_lines(docs: list[dict], top: int = 3) -> list[str]:
         t, tb = bd["time_s"], bb["time_s"]
         lines.append(f"{d['system']} vs {base['system']}: decode step {fmt_num(t * 1e3)} vs {fmt_num(tb * 1e3)} ms "
                      f"({_faster(tb / t if t > 0 else 0.0)}), TTFT {fmt_num(d['metrics']['ttft_s'] * 1e3)} vs "
-                     f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms")
+                     f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms, {fmt_num(d['metrics']['energy_per_token_j'])} vs "
+                     f"{fmt_num(base['metrics']['energy_per_token_j'])} J/token")
         ops = list(dict.fromkeys(list(bd["time_s_by_op"]) + list(bb["time_s_by_op"])))
         diffs = []
         for name, group in _op_groups(ops).items():

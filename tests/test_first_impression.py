@@ -62,7 +62,7 @@ def test_what_differs_lines_are_numbers_of_the_results():
     checked = 0
     current = base
     for ln in lines:
-        m = re.match(rf"(\S+) vs (\S+): decode step {NUM} vs {NUM} ms \({NUM}x (faster|slower)\), TTFT {NUM} vs {NUM} ms$", ln)
+        m = re.match(rf"(\S+) vs (\S+): decode step {NUM} vs {NUM} ms \({NUM}x (faster|slower)\), TTFT {NUM} vs {NUM} ms, {NUM} vs {NUM} J/token$", ln)
         if m:
             d, b = by[m.group(1)], by[m.group(2)]
             current = d
@@ -70,6 +70,8 @@ def test_what_differs_lines_are_numbers_of_the_results():
             assert _close(m.group(3), t * 1e3) and _close(m.group(4), tb * 1e3)
             assert _close(m.group(5), tb / t if m.group(6) == "faster" else t / tb)
             assert _close(m.group(7), d["metrics"]["ttft_s"] * 1e3) and _close(m.group(8), b["metrics"]["ttft_s"] * 1e3)
+            e, eb = d["metrics"]["energy_per_token_j"], b["metrics"]["energy_per_token_j"]
+            assert _close(m.group(9), e) and _close(m.group(10), eb)
             checked += 1
             continue
         if ln.startswith("  largest changes: "):
