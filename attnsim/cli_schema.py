@@ -124,14 +124,15 @@ def schema_cmd(args) -> int:
         return 0
     if not args.kind:
         raise ConfigError(f"expected a kind ({', '.join(kinds())}), got none", file="schema")
-    doc = schema_doc(args.kind)
-    text = dumps(doc, indent=1) + "\n"
-    if args.output is None:
+    out = None
+    if args.output is not None:  # checked before any work (attnsim.outputs): an existing folder, writable
+        from attnsim.outputs import check_output
+        out = check_output(args.output, "-o")
+    text = dumps(schema_doc(args.kind), indent=1) + "\n"
+    if out is None:
         print(text, end="")
         return 0
     from attnsim.fileio import atomic_path
-    from attnsim.outputs import check_output
-    out = check_output(args.output, "-o", create=True)
     with atomic_path(out) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)

@@ -159,6 +159,9 @@ def test_every_shipped_config_validates_against_its_exported_schema(tmp_path, ca
 def test_schema_command_errors(tmp_path, capsys):
     assert "expected a kind" in _err(capsys, ["schema"])
     assert "--list alone" in _err(capsys, ["schema", "model", "--list"])
+    missing = tmp_path / "no" / "x.json"
+    assert _err(capsys, ["schema", "model", "-o", str(missing)]).endswith("does not exist")
+    assert not missing.parent.exists()
     assert main(["schema", "stack"]) == 0
     assert json.loads(capsys.readouterr().out)["title"] == "attnsim stack config"
 
