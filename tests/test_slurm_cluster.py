@@ -204,3 +204,25 @@ def test_dask_window_counts_jobqueue_workers_before_they_join():
     assert dask_window(Client(96), 2, None, jq) == 4 * 96 + 4  # more threads joined than asked (adaptive)
     assert dask_window(Client(3), 2, "tcp://sched:8786", None) == 4 * 3 + 4  # an existing cluster: its threads
     assert dask_window(Client(0), 6, None, None) == 4 * 6 + 4  # LocalCluster: --workers
+
+
+def test_store_on_a_file_system_without_flock_is_refused_in_one_line(tmp_path, monkeypatch):
+    """Lustre mounted without ``-o flock`` answers flock() with ENOSYS: one ConfigError naming the lock file,
+    no traceback, no store."""
+    import errno
+    import fcntl
+
+    from attnsim.config import ConfigError
+    from attnsim.sweep.executors import run_sweep
+    from attnsim.sweep.spec import load_sweep
+    from sweep_helpers import write_sweep
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    sw = load_sweep(write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1]}}]))
+    with pytest.raises(ConfigError) as err:
+        run_sweep(sw, tmp_path / "s.h5", workers=1, progress=False, log=lambda m: None)
+    msg = str(err.value)
+    assert "\n" not in msg and "s.h5.lock" in msg and "Function not implemented" in msg
+    assert not (tmp_path / "s.h5").exists() and not (tmp_path / "s.h5.lock").exists()

@@ -637,6 +637,12 @@ def _lock(path: Path):
         except BlockingIOError:
             fh.close()
             raise ConfigError("another sweep is writing this store (lock held)", file=path) from None
+        except OSError as exc:  # ENOSYS/EOPNOTSUPP/ENOLCK: e.g. Lustre mounted without -o flock
+            fh.close()
+            with contextlib.suppress(OSError):  # nobody can hold a lock here: no lock file left behind
+                lp.unlink()
+            raise ConfigError(f"a file system with flock() for the store's lock file, got {exc.strerror}: write "
+                              "the store elsewhere (home, node-local $TMPDIR)", file=lp) from None
         try:
             same = os.path.samestat(os.fstat(fh.fileno()), os.stat(lp))
         except FileNotFoundError:
