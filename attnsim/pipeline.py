@@ -26,7 +26,7 @@ Stages on one device group hand over for free.
   host's total over the micro-batches. Each request gets one token per period (TPOT = mean period);
   with fewer micro-batches than device groups the chain binds and groups idle (the bubble).
 - Energy: dynamic energy of every (micro-batch, stage) cost and transfer, plus static power x time.
-- ``time_s_by_op`` / ``time_s_by_device`` of a pipelined step: each op's (device's) share of the
+- ``time_s_by_op`` / ``time_s_by_device`` / ``time_s_by_bound`` of a pipelined step: each op's (device's) share of the
   work summed over all stages and micro-batches, scaled so that they sum to the step time.
 - Memory: each placement of the policy (one TP rank holding the whole model) is scaled to the layers
   a device group holds: weights by parameter share (embedding on the first stage; final norm + LM head
@@ -427,6 +427,7 @@ def _combine(results: list, system, time_s: float, per_group_bytes: dict) -> Ste
     scale = time_s / work if work > 0 else 0.0
     out.time_s_by_op = {k: v * scale for k, v in out.time_s_by_op.items()}
     out.time_s_by_device = {k: v * scale for k, v in out.time_s_by_device.items()}
+    out.time_s_by_bound = {k: v * scale for k, v in out.time_s_by_bound.items()}
     out.time_s_layers *= scale  # the decoder layers' share, as time_s_by_op
     out.bytes_by_device = dict(per_group_bytes)
     out.time_s = time_s

@@ -131,3 +131,14 @@ def test_run_prints_the_differences_and_a_cold_cache_notice(tmp_path, monkeypatc
     assert cap.err == "" and "what differs" not in cap.out and json.loads(cap.out)["runs"][0]["system"] == "dgx_h100"
     monkeypatch.setattr(warmup, "dram_kernels_cached", lambda: True)
     assert warmup.cold_notice(exp.tree.hardware) is None
+
+
+def test_time_by_bound_adds_up_to_the_step_under_pipeline_parallelism():
+    sets = ["experiment.systems=[dgx_a100]", "experiment.models=[llama2-7b]", "experiment.baseline=null",
+            "experiment.scenarios={s: {batch_size: 8, prompt_len: 64, output_len: 3}}",
+            "experiment.generation={mode: exact}", "systems.dgx_a100.parallelism={tp: 2, pp: 4}"]
+    d = run_experiment(load_experiment(None, sets))[0]
+    for phase in ("prefill", "decode_step"):
+        bd = d["breakdown"][phase]
+        assert set(bd["time_s_by_bound"]) <= {"compute", "memory", "overhead", "link", "other"}
+        assert sum(bd["time_s_by_bound"].values()) == pytest.approx(bd["time_s"], rel=1e-9)
