@@ -28,6 +28,14 @@ Energy by command class, from the engine's counts and per-event energies (hwmode
 ``column_rw`` (host RD/WR array access + I/O), ``buffer`` (PIM datapath transfers + ``pu.sram_pj_per_byte``),
 ``refresh``, ``controller`` (device-side PHY / transaction energy, ``pu.phy_pj_per_command``), and
 ``static`` (the device's static power x time). The dynamic classes sum to PIMDevice.run's energy.
+
+Time by command class (``busy_s_by_class``): the mean per-channel occupancy of the resource each class
+holds, from the engine's counts and the device's timing (commands overlap in a pipelined DRAM, so the
+classes are not additive; each is <= the program's time): ``act_pre`` = ACT x nRCDRD + PRE x nRP (the row
+command windows; per-bank ones overlap across banks), ``mac`` = all-bank MAC x nCCDAB + bank-group /
+single-bank MAC x nCCD_L + fixed-latency PU work (softmax), or 2 x MACs / ``pu.tflops`` on cxl_pnm,
+``column_rw`` = bursts x nBL (data bus), ``buffer`` = buffer units x max(nBL, nCCD_S), ``refresh`` =
+all-bank refreshes x nRFC + per-bank ones x nRFCpb / banks per rank.
 """
 from __future__ import annotations
 
@@ -61,6 +69,7 @@ class PimResult:
     bound: str                   # dram | host_requests | compute
     energy_j: float              # dynamic + static
     energy_j_by_class: dict = field(default_factory=dict)
+    busy_s_by_class: dict = field(default_factory=dict)   # per-channel occupancy (module docstring)
     commands_by_class: dict = field(default_factory=dict)
     instructions_by_mnemonic: dict = field(default_factory=dict)
     macs: float = 0.0
@@ -74,6 +83,7 @@ class PimResult:
                 "channels_used": self.channels_used, "channels": self.channels, "time_s": self.time_s,
                 "cycles": self.cycles, "tck_s": self.tck_s, "bound": self.bound, "energy_j": self.energy_j,
                 "dynamic_energy_j": self.dynamic_energy_j, "energy_j_by_class": dict(self.energy_j_by_class),
+                "busy_s_by_class": dict(self.busy_s_by_class),
                 "commands_by_class": dict(self.commands_by_class), "macs": self.macs,
                 "instructions_by_mnemonic": dict(self.instructions_by_mnemonic)}
 
@@ -81,14 +91,20 @@ class PimResult:
         """The per-class table ``attnsim pim run`` prints."""
         from attnsim.report import _fmt, table
         total = self.energy_j or 1.0
-        rows = [[k, str(self.commands_by_class.get(k, "")), _fmt(v), f"{v / total:.1%}"]
+        t = self.time_s or 1.0
+        rows = [[k, str(self.commands_by_class.get(k, "")),
+                 _fmt(self.busy_s_by_class[k] * 1e6) if k in self.busy_s_by_class else "",
+                 f"{self.busy_s_by_class[k] / t:.1%}" if k in self.busy_s_by_class else "",
+                 _fmt(v), f"{v / total:.1%}"]
                 for k, v in self.energy_j_by_class.items()]
-        rows.append(["total", "", _fmt(self.energy_j), "100.0%" if self.energy_j else "-"])
+        rows.append(["total", "", _fmt(self.time_s * 1e6), "100.0%" if self.time_s else "-",
+                     _fmt(self.energy_j), "100.0%" if self.energy_j else "-"])
         head = (f"{self.program}: {self.instructions} {self.isa} instructions on {self.device} "
                 f"({self.channels_used} of {self.channels} channels)\n"
                 f"time: {_fmt(self.time_s * 1e6)} us = {self.cycles} cycles (tCK {self.tck_s * 1e9:.4g} ns, "
                 f"{self.bound}-bound)\n")
-        return head + table(rows, ["class", "commands", "energy J", "share"])
+        return head + table(rows, ["class", "commands", "busy us", "of time", "energy J", "share"]) + (
+            "\nbusy: mean per-channel occupancy of the class's resource (classes overlap; not additive)")
 
     def __repr__(self) -> str:
         return f"<PimResult {self.program} on {self.device}: {self.time_s:.4g} s, {self.energy_j:.4g} J>"
@@ -294,6 +310,27 @@ def _mac_ops(counts: dict, pu) -> float:
     return float(counts.get("mac_bank_ops", 0)) * pu.macs_per_command
 
 
+def _busy_by_class(counts: dict, dev, channels: int, compute_s: Optional[float]) -> dict:
+    """Mean per-channel occupancy (s) of each command class's resource (module docstring)."""
+    t, o = dev.dram.timing, dev.dram.org
+    pim = dev.dram.pim
+    n = max(int(channels), 1)
+    c = lambda k: float(counts.get(k, 0))  # noqa: E731 - engine count (all channels x multiplicity)
+    mac_cyc = (c("macab_ops") * (pim.nCCDAB if pim else t.nCCD_L)
+               + (c("macsb_ops") + c("macbg_ops")) * t.nCCD_L + c("fix_cycles"))
+    cyc = {
+        "act_pre": c("act_cmds") * t.nRCDRD + c("pre_cmds") * t.nRP,
+        "mac": mac_cyc,
+        "column_rw": (c("rd_bursts") + c("wr_bursts")) * t.nBL,
+        "buffer": c("buf_units") * max(t.nBL, t.nCCD_S),
+        "refresh": c("refs") * t.nRFC + c("refpbs") * t.nRFCpb / max(o.bank_groups * o.banks_per_group, 1),
+    }
+    busy = {k: v / n * dev.tck_s for k, v in cyc.items()}
+    if compute_s is not None:  # cxl_pnm: the accelerator's arithmetic, not bank commands
+        busy["mac"] = float(compute_s)
+    return busy
+
+
 def run(program, device) -> PimResult:
     """Execute ``program`` on ``device`` (see the module docstring); bad input raises ConfigError."""
     from attnsim.hwmodels.dram.spec import energy_params
@@ -340,7 +377,10 @@ def run(program, device) -> PimResult:
            "column_rw": int(counts.get("rd_bursts", 0) + counts.get("wr_bursts", 0)),
            "buffer": int(counts.get("buf_units", 0)), "refresh": int(counts.get("refs", 0) + counts.get("refpbs", 0))}
     used = dev.channels if isa.name == "cxl_pnm" and low.programs and macs else len(low.programs)
+    busy = _busy_by_class(counts, dev, used, 2.0 * macs / (dev.spec.pu.tflops * 1e12)
+                          if isa.name == "cxl_pnm" and dev.spec.pu.tflops else None)
     return PimResult(device=dev.name, isa=isa.name, program=label, instructions=len(prog), channels_used=int(used),
                      channels=int(dev.channels), time_s=float(t), cycles=int(round(t / dev.tck_s)), tck_s=dev.tck_s,
                      bound=bound, energy_j=float(sum(by_class.values())), energy_j_by_class=by_class,
+                     busy_s_by_class=busy,
                      commands_by_class=cmd, instructions_by_mnemonic=prog.counts(), macs=float(macs))

@@ -35,6 +35,12 @@ def test_allbank_groups_time_and_energy_by_hand():
     assert e["static"] == pytest.approx(dev.static_power_w * res.time_s)
     assert res.commands_by_class["act_pre"] == 2 * n and res.commands_by_class["mac"] == n * r
     assert res.channels_used == 1 and res.macs == n * r * banks * 16
+    # time by class: occupancy of each class's resource, by hand; each within the program's time
+    b, tck = res.busy_s_by_class, o.tck_ns * 1e-9
+    assert b["mac"] == pytest.approx(n * r * p.nCCDAB * tck)
+    assert b["act_pre"] == pytest.approx(n * (t.nRCDRD + t.nRP) * tck)
+    assert b["column_rw"] == b["buffer"] == b["refresh"] == 0.0
+    assert all(0.0 <= v <= res.time_s for v in b.values())
 
 
 def test_long_program_pays_refresh_and_channels_run_in_parallel():
