@@ -81,7 +81,9 @@ def sweep_dir(slurm, tmp_path_factory):
     (d / "tiny.yaml").write_text(yaml.safe_dump(TINY_EXPERIMENT))
     sweep = {"name": "tiny4", "base": "tiny.yaml",
              "parameters": [{"grid": {"scenario.batch_size": [1, 2], "scenario.output_len": [4, 8]}}],
-             "slurm": {"shards": 2, "cpus_per_task": 1, "time": "00:05:00", "mem": "1G"},
+             # a shell line before an #SBATCH line in `extra`: the directive must still reach sbatch
+             "slurm": {"shards": 2, "cpus_per_task": 1, "time": "00:05:00", "mem": "1G",
+                       "extra": ["export ATTNSIM_TEST_MARK=1", f"#SBATCH --output={d}/array/logs/extra_%a.log"]},
              # one worker process, no nanny: a second process costs ~8 s of imports on a loaded 2-core machine
              "dask": {"jobqueue": {"kind": "slurm", "jobs": 1, "cores": 1, "memory": "2GB", "walltime": "00:05:00",
                                    "options": {"job_name": "attnsim-dask", "nanny": False,
@@ -161,6 +163,7 @@ def test_sbatch_array_and_merge_job_equal_local_run(sweep_dir):
     merge = next(j for j in jobs if j["Name"] == "attnsim-tiny4-merge")
     ends = [j["EndTime"] for j in jobs if j["Name"] == "attnsim-tiny4"]
     assert merge["StartTime"] >= max(ends)  # the dependency held it until the whole array was done
+    assert sorted(p.name for p in (d / "array" / "logs").glob("extra_*.log")) == ["extra_0.log", "extra_1.log"]
     for i in range(2):  # each task wrote its deterministic slice (points i % 2 == task id)
         shard = load_table(d / "array" / f"s.shard{i}of2.h5")
         assert shard.columns["index"].tolist() == [i, i + 2]

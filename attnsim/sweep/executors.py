@@ -507,7 +507,9 @@ def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, 
         lines.append(f"#SBATCH --partition={_sbatch_value(s.partition)}")
     if s.account:
         lines.append(f"#SBATCH --account={_sbatch_value(s.account)}")
-    lines += list(s.extra)  # the sweep file's own lines (module load ...), taken as written
+    # the sweep file's own lines, taken as written: its #SBATCH lines join the header (sbatch ignores every
+    # #SBATCH after the first command), then its shell lines (module load ...) before the venv is activated
+    lines += [x for x in s.extra if x.startswith("#SBATCH")] + [x for x in s.extra if not x.startswith("#SBATCH")]
     lines += ["", f"# {sweep.n_points} points in {s.shards} shards; each array task runs one deterministic slice",
               "# (points i with i % N == SLURM_ARRAY_TASK_ID) into its own shard file. Re-submitting resumes",
               "# (all tasks, or some: sbatch --array=1,3 job.sh; finished points are skipped).",
