@@ -10,6 +10,7 @@ from attnsim.cli import positive_int, positive_seconds
 
 
 def register(sub) -> None:
+    import argparse
     s = sub.add_parser("sweep", help="run a batch sweep into a resumable HDF5 store",
                        description="Run every point of a sweep file (grid / zip / ranges / random samples over "
                        "any config key). Re-running resumes: finished points are skipped. Exit status: 0 done; "
@@ -72,6 +73,17 @@ def register(sub) -> None:
     p.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE", help="select rows (repeatable)")
     p.add_argument("--width", choices=("single", "double"), default="single")
     p.add_argument("--title", default=None)
+    p.add_argument("--labels", default=None, metavar="FILE.yaml", help="display labels (name: text per line) over "
+                   "the built-in ones (dgx_h100: DGX H100, attn_score: QK^T, ...)")
+    p.add_argument("--logx", action=argparse.BooleanOptionalAction, default=None, help="log / linear (--no-logx) x axis")
+    p.add_argument("--logy", action=argparse.BooleanOptionalAction, default=None, help="log / linear (--no-logy) y axis")
+    p.add_argument("--xlim", default=None, metavar="LO,HI", help="x limits in the column's stored units (s, J, ...)")
+    p.add_argument("--ylim", default=None, metavar="LO,HI", help="y limits in the column's stored units (s, J, ...)")
+    p.add_argument("--font", default=None, help="sans (bundled DejaVu Sans, default), serif (bundled DejaVu Serif), "
+                   "an installed family or a .ttf/.otf file")
+    p.add_argument("--baseline", default=None, metavar="SYSTEM", help="ratio recipe: the system lines are divided by")
+    p.add_argument("--replicate", default=None, metavar="COLUMN", help="line recipes: average over this seed column "
+                   "(mean +- standard deviation error bars)")
     p.add_argument("-o", "--out", default=None, help="figure file (.pdf/.png; the other format is written beside it)")
     p.add_argument("--all", action="store_true", help="render every figure of the store's sweep definition")
     p.add_argument("--fig-dir", default=None)
@@ -180,12 +192,13 @@ def export_cmd(args) -> int:
 def _figure_targets(figures, fig_dir: Path, store: Path) -> list[Path]:
     """The file of each figure of a sweep definition, checked writable and inside ``fig_dir``."""
     from attnsim.outputs import inside
-    from attnsim.plots.style import figure_paths
+    from attnsim.plots.style import figure_paths, resolve_font
     check_output(fig_dir, "--fig-dir", kind="dir", inputs=[store])
     outs = []
     for i, fs in enumerate(figures):
         outs.append(inside(fig_dir, fs.out, f"figures.{i}.out", file=str(store)))
         figure_paths(outs[-1], f"figures.{i}.out", inputs=[store], create=True)
+        resolve_font(fs.font, file=str(store), key=f"figures.{i}.font")  # a missing font fails before the sweep
     return outs
 
 
@@ -194,9 +207,9 @@ def _render_all(path: Path, figures, fig_dir: Path) -> None:
     from attnsim.sweep.table import load_table
     outs = _figure_targets(figures, fig_dir, path)
     table = load_table(path)
+    from attnsim.plots.options import figure_options
     for fs, out in zip(figures, outs):
-        paths = render(table, fs.recipe, out, x=fs.x, y=fs.y, hue=fs.hue, z=fs.z, where=fs.where, width=fs.width,
-                       title=fs.title)
+        paths = render(table, fs.recipe, out, **figure_options(fs))
         print("figure: " + ", ".join(map(str, paths)))
 
 
@@ -215,6 +228,7 @@ def plot_cmd(args) -> int:
         for name, fn in RECIPES.items():
             print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
         print(f"{'latency_cdf':22s} TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file")
+        print(f"{'latency_ccdf':22s} TTFT / TPOT / latency CCDFs (log y) with the SLO lines, `attnsim serve` results")
         return 0
     if not args.file:
         raise ConfigError("needs a results file or sweep store (or --list)", file="plot")
@@ -235,22 +249,30 @@ def plot_cmd(args) -> int:
         raise ConfigError("needs --recipe NAME and -o FILE (or --all, --list)", file="plot")
     from attnsim.plots.style import figure_paths
     figure_paths(args.out, "-o", inputs=[args.file])
-    if args.recipe == "latency_cdf":  # per-request rows of `attnsim serve` results
+    from attnsim.plots.labels import load_labels
+    from attnsim.plots.style import resolve_font
+    labels = load_labels(args.labels) if args.labels else None
+    resolve_font(args.font, file="--font", key=None)
+    style = {"labels": labels, "font": args.font, "logx": args.logx}
+    if args.recipe in ("latency_cdf", "latency_ccdf"):  # per-request rows of `attnsim serve` results
         from attnsim.plots.options import check_recipe
-        from attnsim.serve.plots import _read_requests, latency_cdf
-        check_recipe("latency_cdf", {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
-                                     "title": args.title})
+        from attnsim.serve.plots import _read_requests, latency_cdf, read_slos
+        check_recipe(args.recipe, {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
+                                   "title": args.title, "logy": args.logy, "xlim": args.xlim, "ylim": args.ylim,
+                                   "baseline": args.baseline, "replicate": args.replicate})
         if not Path(args.file).is_file():
             raise ConfigError("file not found", file=args.file)
         try:
             requests = _read_requests(args.file)[0]
         except OSError:
             raise ConfigError("expected an attnsim serve results file (HDF5), got unreadable data", file=args.file) from None
-        paths = latency_cdf(requests, Path(args.out))
+        ccdf = args.recipe == "latency_ccdf"
+        paths = latency_cdf(requests, Path(args.out), ccdf=ccdf, slos=read_slos(args.file) if ccdf else None, **style)
         print("figure: " + ", ".join(map(str, paths)))
         return 0
     table = load_table(args.file)
     paths = render(table, args.recipe, Path(args.out), x=args.x, y=args.y, hue=args.hue, z=args.z,
-                   where=parse_where(args.where), width=args.width, title=args.title)
+                   where=parse_where(args.where), width=args.width, title=args.title, logy=args.logy, xlim=args.xlim,
+                   ylim=args.ylim, baseline=args.baseline, replicate=args.replicate, **style)
     print("figure: " + ", ".join(map(str, paths)))
     return 0

@@ -5,14 +5,16 @@ import pytest
 from attnsim.cli import main as cli_main
 from attnsim.config import ConfigError
 from attnsim.plots import RECIPES, figure, render
+from attnsim.plots.labels import display
 from attnsim.plots.recipes import pareto_front
-from attnsim.plots.style import OKABE_ITO, WIDTH_IN
+from attnsim.plots.style import LINE_COLOURS, WIDTH_IN
 from attnsim.sweep.executors import run_sweep
 from attnsim.sweep.spec import load_sweep
 from attnsim.sweep.table import load_table
 from sweep_helpers import write_sweep
 
 SYSTEMS = ["h100_x1", "dgx_h100"]
+SHOWN = ["1\u00d7 H100", "DGX H100"]  # their built-in display labels (attnsim.plots.labels)
 BATCHES = [1, 4, 16]
 PROMPTS = [256, 1024]
 
@@ -41,16 +43,16 @@ def test_tpot_vs_batch_one_line_per_system(table):
     fig = figure(table, "tpot_vs_batch", where={"prompt_len": 256})
     ax = fig.axes[0]
     lines = ax.get_lines()
-    assert [l.get_label() for l in lines] == SYSTEMS
+    assert [l.get_label() for l in lines] == SHOWN
     assert ax.get_xlabel() == "Batch size" and ax.get_ylabel() == "TPOT (ms)"
     t = table.select({"prompt_len": 256})
     for l in lines:
-        m = t.col("system") == l.get_label()
+        m = t.col("system") == SYSTEMS[SHOWN.index(l.get_label())]
         assert l.get_xdata().tolist() == BATCHES
         np.testing.assert_allclose(l.get_ydata(), t.col("tpot_s")[m] * 1e3)
         assert np.all(np.diff(l.get_ydata()) >= 0)  # a bigger batch never makes a decode step faster
-    assert [l.get_color() for l in lines] == [c.lower() for c in OKABE_ITO[:2]] or \
-        [l.get_color() for l in lines] == OKABE_ITO[:2]
+    assert [l.get_color() for l in lines] == LINE_COLOURS[:2]
+    assert [l.get_linestyle() for l in lines] == ["-", "--"]  # dash patterns change with the colour
     assert fig.get_figwidth() == pytest.approx(WIDTH_IN["single"])
 
 
@@ -78,7 +80,7 @@ def test_stacked_bars_sum_to_the_step_totals(table, recipe, prefix, per_token):
     fig = figure(table, recipe, where=where)
     ax = fig.axes[0]
     conts = _bars(ax)
-    assert [tick.get_text() for tick in ax.get_xticklabels()] == SYSTEMS  # one bar per system
+    assert [tick.get_text() for tick in ax.get_xticklabels()] == SHOWN  # one bar per system
     heights = np.sum([[r.get_height() for r in c] for c in conts], axis=0)
     total = t.col("decode_step/energy_j" if per_token else "decode_step/time_s")
     if per_token:
@@ -93,7 +95,7 @@ def test_stacked_bars_sum_to_the_step_totals(table, recipe, prefix, per_token):
         names = (names - {"static"}) | {f"static: {k[len(sp):]}" for k in t.breakdown
                                         if k.startswith(sp) and np.nansum(t.breakdown[k]) > 0}
     labels = {c.get_label() for c in conts}
-    assert labels <= names | {"other"} and len(labels) == min(len(names), 8)
+    assert labels <= {display(n) for n in names} | {"other"} and len(labels) == min(len(names), 8)
 
 
 def test_heatmap_cells_are_the_metric(table):
@@ -119,7 +121,7 @@ def test_pareto_front_is_exactly_the_non_dominated_points(table):
     assert sorted(fig._pareto_front.tolist()) == sorted(brute)
     front = [l for l in ax.get_lines() if l.get_label() == "Pareto front"][0]
     assert len(front.get_xdata()) == len(brute)
-    assert {c.get_label() for c in ax.collections} == set(SYSTEMS)
+    assert {c.get_label() for c in ax.collections} == set(SHOWN)
     assert "TPOT (ms)" in ax.get_xlabel()
 
 
@@ -163,7 +165,7 @@ def test_recipes_work_on_attnsim_run_results(tmp_path):
     t = load_table(tmp_path / "res" / "results.h5")
     assert t.kind == "run" and len(t) == 4
     fig = figure(t, "throughput_vs_batch")
-    assert [l.get_label() for l in fig.axes[0].get_lines()] == SYSTEMS
+    assert [l.get_label() for l in fig.axes[0].get_lines()] == SHOWN
     assert all(l.get_xdata().tolist() == [1, 8] for l in fig.axes[0].get_lines())
     fig = figure(t, "latency_by_device", where={"batch_size": 8})
     assert len(fig.axes[0].get_xticklabels()) == 2
@@ -171,8 +173,10 @@ def test_recipes_work_on_attnsim_run_results(tmp_path):
 
 def test_plot_cli(store, tmp_path, capsys):
     out = tmp_path / "c.png"
+    (tmp_path / "l.yaml").write_text("dgx_h100: Eight GPUs\n")
     assert cli_main(["plot", str(store), "--recipe", "heatmap", "--x", "scenario.batch_size", "--y",
-                     "scenario.prompt_len", "--z", "decode_tokens_per_s", "--where", "system=dgx_h100", "-o", str(out)]) == 0
+                     "scenario.prompt_len", "--z", "decode_tokens_per_s", "--where", "system=dgx_h100", "-o", str(out),
+                     "--labels", str(tmp_path / "l.yaml"), "--font", "serif", "--title", "dgx_h100"]) == 0
     assert out.exists() and out.with_suffix(".pdf").exists()
     assert cli_main(["plot", str(store), "--recipe", "nope", "-o", str(out)]) == 2
     assert "unknown recipe 'nope'" in capsys.readouterr().err

@@ -1,8 +1,17 @@
 """Serving figures through the CLI: latency CDFs from a serve results file, SLO attainment vs load."""
 import h5py
 import numpy as np
+import pytest
 
 from attnsim.cli import main
+from attnsim.plots.labels import display
+from attnsim.plots.style import paper_style
+
+
+def _labels(tmp_path):
+    p = tmp_path / "labels.yaml"
+    p.write_text("h100_x1: One H100\n")
+    return p
 
 SMALL = ["--set", "experiment.serving.trace.num_requests=30"]
 
@@ -16,6 +25,32 @@ def test_latency_cdf_from_serve_results(tmp_path, capsys):
     capsys.readouterr()
     assert main(["plot", str(out / "results.h5"), "--recipe", "latency_cdf", "-o", str(tmp_path / "cdf.pdf")]) == 0
     assert (tmp_path / "cdf.pdf").read_bytes()[:4] == b"%PDF" and (tmp_path / "cdf.png").stat().st_size > 1000
+    assert main(["plot", str(out / "results.h5"), "--recipe", "latency_ccdf", "--labels", str(_labels(tmp_path)),
+                 "-o", str(tmp_path / "ccdf.png")]) == 0
+    # the CCDF's content: P(X > x) steps down to 1/n on log y (log x), the SLOs of the run as vertical lines
+    from attnsim.results import read_results
+    from attnsim.serve.plots import cdf_figure, read_slos
+    from test_figure_quality import assert_contrast, assert_font, assert_ticks_apart
+    slos = read_slos(out / "results.h5")
+    m = read_results(out / "results.h5")[1][0]["metrics"]
+    assert slos == {"ttft_s": [m["slo_ttft_s"]], "tpot_s": [m["slo_tpot_s"]]}
+    with paper_style():
+        fig = cdf_figure(req, ccdf=True, slos=slos)
+    axes = fig.axes
+    assert [a.get_xlabel() for a in axes] == ["TTFT (s)", "TPOT (ms)", "End-to-end latency (s)"]
+    assert axes[0].get_ylabel() == "Fraction of requests > x" and axes[0].get_yscale() == "log"
+    assert all(a.get_xscale() == "log" for a in axes)
+    system = req["system"][0].decode() if isinstance(req["system"][0], bytes) else str(req["system"][0])
+    ttft = [ln for ln in axes[0].get_lines() if ln.get_label() == display(system)][0]
+    n = int(np.sum(req["run"] == req["run"][0]))
+    np.testing.assert_allclose(ttft.get_ydata(), 1 - np.arange(1, n) / n)
+    np.testing.assert_allclose(ttft.get_xdata(), np.sort(req["ttft_s"][req["run"] == req["run"][0]])[:-1])
+    slo_x = [ln.get_xdata()[0] for a in axes for ln in a.get_lines() if ln.get_gid() == "slo"]
+    assert slo_x == pytest.approx([m["slo_ttft_s"], m["slo_tpot_s"] * 1e3])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [display(system), "SLO"]
+    assert_ticks_apart(fig)
+    assert_contrast(fig)
+    assert_font(fig)
 
 
 def test_slo_vs_load_one_line_per_system(tmp_path, capsys):

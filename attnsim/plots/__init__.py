@@ -2,6 +2,12 @@
 
 ``render(table, recipe, out, ...)`` selects rows (``where``), calls a recipe of :data:`RECIPES` in the
 paper style (:mod:`attnsim.plots.style`) and writes PDF + PNG; ``figure(...)`` returns the Figure only.
+Options every recipe takes: ``labels`` (display names, :mod:`attnsim.plots.labels`), ``font``
+(:func:`attnsim.plots.style.resolve_font`); per recipe (:data:`attnsim.plots.options.RECIPE_OPTIONS`):
+``logx`` / ``logy`` (True: log scale, False: linear, None: the recipe's choice), ``xlim`` / ``ylim``
+((lo, hi) in the column's stored units, e.g. seconds for ``tpot_s`` even when the axis shows ms),
+``baseline`` (ratio) and ``replicate`` (line recipes). Tick labels are then made non-overlapping
+(:mod:`attnsim.plots.ticks`).
 """
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from typing import Optional
 
 from attnsim.config import ConfigError
 from attnsim.plots import recipes as _r
-from attnsim.plots.options import check_recipe
+from attnsim.plots.labels import active as _labels_active
+from attnsim.plots.options import check_limits, check_recipe
 from attnsim.plots.style import paper_style, save
 
 RECIPES = {
@@ -22,6 +29,7 @@ RECIPES = {
     "throughput_vs_context": _r.throughput_vs_context,
     "tpot_vs_context": _r.tpot_vs_context,
     "line": _r.line,
+    "ratio": _r.ratio,
     "roofline": _r.roofline,
     "heatmap": _r.heatmap,
     "pareto": _r.pareto,
@@ -29,15 +37,42 @@ RECIPES = {
 
 
 def figure(table, recipe: str, *, x=None, y=None, hue=None, z=None, where: Optional[dict] = None,
-           width: str = "single", title=None):
-    """The matplotlib Figure of ``recipe`` over ``table`` rows matching ``where``."""
+           width: str = "single", title=None, labels: Optional[dict] = None, logx=None, logy=None, xlim=None,
+           ylim=None, font=None, baseline=None, replicate=None):
+    """The matplotlib Figure of ``recipe`` over ``table`` rows matching ``where`` (options: module docstring)."""
     if recipe not in RECIPES:
         from attnsim.suggest import did_you_mean
         raise ConfigError(f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPES)} (available: {', '.join(RECIPES)})",
                           file="--recipe")
-    check_recipe(recipe, {"x": x, "y": y, "hue": hue, "z": z})
-    with paper_style():
-        return RECIPES[recipe](table.select(where), x=x, y=y, hue=hue, z=z, width=width, title=title)
+    check_recipe(recipe, {"x": x, "y": y, "hue": hue, "z": z, "logx": logx, "logy": logy, "xlim": xlim,
+                          "ylim": ylim, "baseline": baseline, "replicate": replicate})
+    xlim, ylim = check_limits(xlim, "plot", "--xlim"), check_limits(ylim, "plot", "--ylim")
+    for flag, lim, name in ((logx, xlim, "x"), (logy, ylim, "y")):
+        if flag and lim is not None and lim[0] <= 0:
+            raise ConfigError(f"expected LO > 0 on a log axis, got {lim[0]:g}", file="plot", key=f"--{name}lim")
+    extra = {k: v for k, v in (("baseline", baseline), ("replicate", replicate)) if v is not None}
+    with paper_style(font), _labels_active(labels):
+        fig = RECIPES[recipe](table.select(where), x=x, y=y, hue=hue, z=z, width=width, title=title, **extra)
+        finish(fig, logx=logx, logy=logy, xlim=xlim, ylim=ylim)
+    return fig
+
+
+def finish(fig, logx=None, logy=None, xlim=None, ylim=None) -> None:
+    """Apply axis scales and limits to every data axis (not colour bars), then fit the tick labels."""
+    from attnsim.plots.ticks import fit_ticks
+    for ax in fig.axes:
+        if not hasattr(ax, "_attnsim_units"):
+            continue
+        xf, yf = ax._attnsim_units
+        for flag, lim, f, setter, scale, name in ((logx, xlim, xf, ax.set_xlim, ax.set_xscale, "x"),
+                                                  (logy, ylim, yf, ax.set_ylim, ax.set_yscale, "y")):
+            if flag is not None:
+                scale("log" if flag else "linear")
+            if lim is not None:
+                if (ax.get_xscale() if name == "x" else ax.get_yscale()) == "log" and lim[0] <= 0:
+                    raise ConfigError(f"expected LO > 0 on a log axis, got {lim[0]:g}", file="plot", key=f"--{name}lim")
+                setter(lim[0] * f, lim[1] * f)
+    fit_ticks(fig)
 
 
 def render(table, recipe: str, out: str | Path, **kw) -> list[Path]:

@@ -9,16 +9,50 @@ from typing import Optional
 
 from attnsim.config import ConfigError
 
+_LINE = ("x", "y", "hue", "logx", "logy", "xlim", "ylim", "replicate")
 RECIPE_OPTIONS = {
-    "latency_by_op": ("y",), "latency_by_device": ("y",), "energy_breakdown": ("y",),  # y: the phase
-    "throughput_vs_batch": ("x", "y", "hue"), "tpot_vs_batch": ("x", "y", "hue"),
-    "throughput_vs_context": ("x", "y", "hue"), "tpot_vs_context": ("x", "y", "hue"),
-    "line": ("x", "y", "hue"),
-    "roofline": ("y",),
+    "latency_by_op": ("y", "logy", "ylim"), "latency_by_device": ("y", "logy", "ylim"),  # y: the phase
+    "energy_breakdown": ("y", "logy", "ylim"),
+    "throughput_vs_batch": _LINE, "tpot_vs_batch": _LINE, "throughput_vs_context": _LINE, "tpot_vs_context": _LINE,
+    "line": _LINE,
+    "ratio": ("x", "y", "hue", "baseline", "logx", "logy", "xlim", "ylim"),
+    "roofline": ("y", "xlim", "ylim"),
     "heatmap": ("x", "y", "z", "hue"),  # hue: another name for z
-    "pareto": ("x", "y", "hue", "z"),
-    "latency_cdf": (),  # serve results: per-request rows, no options
+    "pareto": ("x", "y", "hue", "z", "logx", "logy", "xlim", "ylim"),
+    "latency_cdf": ("logx",),  # serve results: per-request rows
+    "latency_ccdf": ("logx",),
 }
+COMMON = ("labels", "font")  # every recipe reads these
+TABLE_COMMON = ("where", "width", "title")  # and every recipe over a results table these
+SERVE_RECIPES = ("latency_cdf", "latency_ccdf")  # draw an `attnsim serve` results file, not a table
+
+
+def accepted(recipe: str) -> tuple:
+    """Every option ``recipe`` reads."""
+    return RECIPE_OPTIONS[recipe] + COMMON + (() if recipe in SERVE_RECIPES else TABLE_COMMON)
+
+
+def figure_options(spec) -> dict:
+    """The keyword options of :func:`attnsim.plots.render` held by a sweep file's figure entry."""
+    names = ("x", "y", "hue", "z", "where", "width", "title", "labels", "logx", "logy", "xlim", "ylim", "font",
+             "baseline", "replicate")
+    return {n: getattr(spec, n) for n in names}
+
+
+def check_limits(value, file: Optional[str], key: str):
+    """(lo, hi) floats with lo < hi, or a ConfigError."""
+    import math
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.split(",")
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"expected two numbers LO,HI, got {value!r}", file=file, key=key) from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ConfigError(f"expected finite LO < HI, got {lo:g},{hi:g}", file=file, key=key)
+    return lo, hi
 
 
 def recipe_problem(recipe: str, given: dict, prefix: str = "") -> Optional[str]:
@@ -27,9 +61,10 @@ def recipe_problem(recipe: str, given: dict, prefix: str = "") -> Optional[str]:
     if recipe not in RECIPE_OPTIONS:
         from attnsim.suggest import did_you_mean
         return f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPE_OPTIONS)} (available: {', '.join(RECIPE_OPTIONS)})"
-    unused = [k for k, v in given.items() if v not in (None, {}, []) and k not in RECIPE_OPTIONS[recipe]]
+    unused = [k for k, v in given.items() if v is not None and not (isinstance(v, (dict, list)) and not v)
+              and k not in accepted(recipe)]
     if unused:
-        uses = ", ".join(prefix + k for k in RECIPE_OPTIONS[recipe]) or "none"
+        uses = ", ".join(prefix + k for k in RECIPE_OPTIONS[recipe] + COMMON[:2])
         return f"the {recipe} recipe does not use {', '.join(prefix + k for k in unused)} (it uses: {uses})"
     return None
 

@@ -1,15 +1,20 @@
 """Figure recipes: small functions over a results :class:`~attnsim.sweep.table.Table` -> matplotlib Figure.
 
-Every recipe takes ``(table, x=None, y=None, hue=None, z=None, width="single", title=None)`` (rows
-already selected with ``--where``) and returns the Figure; the axes carry labelled units and, for
-series, a legend with one entry per series, so tests and users can inspect what was drawn.
+Every recipe takes ``(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts)``
+(rows already selected with ``--where``; ``opts``: the recipe's own options, e.g. ``baseline``) and
+returns the Figure; the axes carry labelled units and, for series, a legend with one entry per series
+(names through :func:`attnsim.plots.labels.display`), so tests and users can inspect what was drawn.
+Points whose status is ``does_not_fit`` (the model or KV cache exceeds the memory) are drawn as an
+"x" with a "does not fit" legend entry, never dropped silently. Each data axis records the factors
+from the stored (SI) values to the drawn ones (``ax._attnsim_units``) for ``xlim``/``ylim``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.plots.style import HATCHES, OKABE_ITO, label_for, new_figure, scale_for
+from attnsim.plots.labels import display
+from attnsim.plots.style import HATCHES, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure, scale_for, series_style
 
 MAX_BARS = 40
 TOP_SEGMENTS = 7  # stacked bars: the largest segments, the rest summed as "other"
@@ -20,12 +25,37 @@ def _need(table, what: str):
         raise ConfigError(f"no rows to plot ({what}); check --where", file=table.path)
 
 
-def _ok(table):
+DOES_NOT_FIT = "does_not_fit"  # run/point status when weights or KV exceed the memory (attnsim.runner)
+DNF_LABEL = "does not fit"
+
+
+def _status_is(table, *values) -> np.ndarray:
     if "status" not in table.columns:
-        return table
+        return np.full(len(table), "ok" in values)
     st = table.columns["status"]
-    idx = np.nonzero(st == "ok")[0] if st.dtype.kind in "OU" else np.arange(len(table))
-    return _take(table, idx)
+    return np.array([str(v) in values for v in st], dtype=bool)
+
+
+def _ok(table, dnf: bool = False):
+    """The ok rows (and, with ``dnf``, the does-not-fit rows too)."""
+    return _take(table, np.nonzero(_status_is(table, "ok", *((DOES_NOT_FIT,) if dnf else ())))[0])
+
+
+def _units(ax, xf=1.0, yf=1.0):
+    ax._attnsim_units = (xf, yf)
+
+
+def _mark_dnf(ax, xs, colours, legend=True):
+    """An "x" on the x axis at each x (drawn coordinates) of a point that does not fit (it has no y)."""
+    from matplotlib.transforms import blended_transform_factory
+    if not len(xs):
+        return
+    tr = blended_transform_factory(ax.transData, ax.transAxes)
+    for xv, c in zip(xs, colours):
+        ax.plot([xv], [0.0], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color=c,
+                transform=tr, clip_on=False, zorder=4, label="_nolegend_")
+    if legend:
+        ax.plot([], [], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color="black", label=DNF_LABEL)
 
 
 def _take(table, idx):
@@ -48,8 +78,19 @@ def _row_labels(table) -> list[str]:
                                                              if p not in ("system", "model", "scenario")])
     if not cols:
         cols = ["system"]
-    return [", ".join(str(table.columns[c][i]) if c in ("system", "model", "scenario")
-                      else f"{c.split('.')[-1]}={table.columns[c][i]}" for c in cols) for i in range(len(table))]
+    return [", ".join(display(table.columns[c][i]) if c in ("system", "model", "scenario")
+                      else _param_text(c, table.columns[c][i]) for c in cols) for i in range(len(table))]
+
+
+def _param_text(column: str, value) -> str:
+    """A swept value as a tick label: "512 tokens", "Batch size 16", "tp=4" (unknown names)."""
+    name, _ = label_for(column)
+    v = display(_fmt(value))
+    if name.endswith(")"):  # a unit: "Context length (tokens)"
+        return f"{v} {name[name.rindex('(') + 1:-1]}"
+    if name.lower() != column.split(".")[-1].replace("_", " "):  # a known name
+        return f"{name} {v}"
+    return f"{column.split('.')[-1]}={v}"
 
 
 # ---------------------------------------------------------------- stacked breakdowns
@@ -58,8 +99,9 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
              split: tuple | None = None):
     """``split`` = (segment, prefix2, label): segment ``segment`` of ``prefix`` is replaced by the
     ``prefix2`` columns (labelled ``label: <name>``) where the file has them (same total)."""
-    table = _ok(table)
+    table = _ok(table, dnf=True)
     _need(table, "stacked breakdown")
+    dnf = _status_is(table, DOES_NOT_FIT)
     if len(table) > MAX_BARS:
         raise ConfigError(f"{len(table)} bars; select at most {MAX_BARS} rows with --where", file=table.path)
     names = sorted(k[len(prefix):] for k in table.breakdown if k.startswith(prefix))
@@ -85,31 +127,39 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
     x = np.arange(len(table))
     bottom = np.zeros(len(table))
     for j, (name, vals) in enumerate(segs):
-        ax.bar(x, vals * f, bottom=bottom, label=name, color=OKABE_ITO[j % len(OKABE_ITO)],
+        ax.bar(x, vals * f, bottom=bottom, label=display(name), color=OKABE_ITO[j % len(OKABE_ITO)],
                hatch=HATCHES[j // len(OKABE_ITO) % len(HATCHES)], edgecolor="white", linewidth=0.3, width=0.7)
         bottom += vals * f
-    ax.set_xticks(x, _row_labels(table), rotation=30 if len(table) > 3 else 0, ha="right" if len(table) > 3 else "center")
+    for c in ax.containers:  # a segment's bottom is "sticky"; a 0-height one on top of a stack would cut the margin
+        for patch in c:
+            patch.sticky_edges.y[:] = [v for v in patch.sticky_edges.y if v == 0]
+    ax.set_xticks(x, _row_labels(table))  # attnsim.plots.ticks wraps / rotates them when they collide
     ax.set_ylabel(f"{ylabel_name} ({u}{'/token' if per_token else ''})")
     ax.grid(axis="x", visible=False)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6)
+    _mark_dnf(ax, x[dnf], ["black"] * int(dnf.sum()))
+    h, lab = ax.get_legend_handles_labels()
+    order = [i for i in range(len(lab)) if lab[i] != DNF_LABEL][::-1] + [i for i in range(len(lab)) if lab[i] == DNF_LABEL]
+    ax.legend([h[i] for i in order], [lab[i] for i in order], loc="upper left", bbox_to_anchor=(1.0, 1.0),
+              fontsize=6)  # top to bottom as stacked
+    _units(ax, 1.0, f)
     if title:
         ax.set_title(title)
     return fig
 
 
-def latency_by_op(table, x=None, y=None, hue=None, z=None, width="single", title=None):
+def latency_by_op(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """Stacked step latency per run, by op kind (--y PHASE: decode_step (default) or prefill)."""
     phase = y or "decode_step"
     return _stacked(table, f"{phase}/time_s_by_op/", f"{_phase_name(phase)} latency", "s", False, width, title)
 
 
-def latency_by_device(table, x=None, y=None, hue=None, z=None, width="single", title=None):
+def latency_by_device(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """Stacked step latency per run, by device (--y PHASE: decode_step (default) or prefill)."""
     phase = y or "decode_step"
     return _stacked(table, f"{phase}/time_s_by_device/", f"{_phase_name(phase)} latency", "s", False, width, title)
 
 
-def energy_breakdown(table, x=None, y=None, hue=None, z=None, width="single", title=None):
+def energy_breakdown(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """Stacked energy per generated token of a step, by component (DRAM, PIM, GPU, links), static energy
     by device (``static: <device>``)."""
     phase = y or "decode_step"
@@ -123,53 +173,108 @@ def _phase_name(phase: str) -> str:
 
 # ---------------------------------------------------------------- lines
 
-def line(table, x=None, y=None, hue=None, z=None, width="single", title=None):
-    """Y versus X, one line per HUE (default system); needs one row per (hue, x) (use --where).
+def _series_points(table, x, y, hue, replicate=None, what="line"):
+    """{hue value: (xs, mean ys, (lo, hi) or None, does-not-fit xs)} with one point per (hue, x): the
+    mean +- sample standard deviation over ``replicate`` values where given, else the stored
+    ``<y>_ci_low`` / ``<y>_ci_high`` bounds (serving replications, attnsim.serve.replicate) if any."""
+    table = _ok(table, dnf=True)
+    _need(table, what)
+    dnf = _status_is(table, DOES_NOT_FIT)
+    xs, ys = table.col(x).astype(float), table.col(y).astype(float)
+    hs = np.array([str(v) for v in table.col(hue)])
+    reps = np.array([str(v) for v in table.col(replicate)]) if replicate else np.full(len(table), "")
+    triples = list(zip(hs, xs, reps))
+    if len(set(triples)) != len(triples):
+        others = [c for c in _varying(table, list(dict.fromkeys(["model", "scenario"] + table.parameters)))
+                  if c not in (x, hue, replicate) and c.split(".")[-1] != x]
+        raise ConfigError(f"several rows share a ({hue}, {x}{', ' + replicate if replicate else ''}) "
+                          f"{'triple' if replicate else 'pair'}; fix the other swept columns with --where "
+                          f"(varying: {', '.join(others) or 'none'})", file="plot")
+    lo_name, hi_name = f"{y}_ci_low", f"{y}_ci_high"
+    ci = (table.col(lo_name).astype(float), table.col(hi_name).astype(float)) \
+        if not replicate and lo_name in table.names() and hi_name in table.names() else None
+    out = {}
+    for h in dict.fromkeys(hs):
+        m = hs == h
+        ux = np.unique(xs[m])
+        mean, lo, hi, bad = [], [], [], []
+        for xv in ux:
+            sel = m & (xs == xv) & ~dnf
+            if not sel.any():
+                bad.append(xv)
+                continue
+            v = ys[sel]
+            mean.append(v.mean())
+            if replicate:
+                sd = v.std(ddof=1) if len(v) > 1 else 0.0
+                lo.append(v.mean() - sd)
+                hi.append(v.mean() + sd)
+            elif ci is not None:
+                lo.append(ci[0][sel][0])
+                hi.append(ci[1][sel][0])
+        good = np.array([xv for xv in ux if xv not in bad])
+        band = (np.array(lo), np.array(hi)) if (replicate or ci is not None) else None
+        if band is not None and not (np.all(np.isfinite(band[0])) and np.all(np.isfinite(band[1]))):
+            band = None
+        out[h] = (good, np.array(mean), band, np.array(bad))
+    return out, xs, ys
+
+
+def _draw_series(ax, series, xf, yf):
+    any_dnf = False
+    for j, (h, (sx, sy, band, bad)) in enumerate(series.items()):
+        st = dict(series_style(j), label=display(h))
+        if band is not None and len(sx):
+            err = np.vstack([sy - band[0], band[1] - sy]) * yf
+            ax.errorbar(sx * xf, sy * yf, yerr=np.clip(err, 0, None), capsize=2, **st)
+        else:
+            ax.plot(sx * xf, sy * yf, **st)
+        if len(bad):
+            _mark_dnf(ax, bad * xf, [st["color"]] * len(bad), legend=False)
+            any_dnf = True
+    if any_dnf:
+        ax.plot([], [], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color="black",
+                label=DNF_LABEL)
+
+
+def _auto_log2(ax, xs):
+    """A log2 x axis when positive x values span >= 16x, ticked at the values (<= 12 of them) as plain numbers."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    pos = np.unique(xs[np.isfinite(xs)])
+    if not (len(pos) and np.all(pos > 0) and pos.max() / pos.min() >= 16):
+        return
+    ax.set_xscale("log", base=2)
+    if len(pos) <= 12:
+        ax.xaxis.set_major_locator(FixedLocator(pos))
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def line(table, x=None, y=None, hue=None, z=None, width="single", title=None, replicate=None, **opts):
+    """Y versus X, one line per HUE (default system); needs one row per (hue, x) (use --where), or
+    several differing only in --replicate COLUMN (a seed axis: drawn as mean +- standard deviation).
     Where the table has ``<y>_ci_low`` / ``<y>_ci_high`` (serving replications), draws them as error bars."""
     if not x or not y:
         raise ConfigError("the line recipe needs --x and --y", file="plot")
     hue = hue or "system"
-    table = _ok(table)
-    _need(table, "line")
-    xs, ys = table.col(x).astype(float), table.col(y).astype(float)
-    hs = np.array([str(v) for v in table.col(hue)])
-    pairs = list(zip(hs, xs))
-    if len(set(pairs)) != len(pairs):
-        others = [c for c in _varying(table, list(dict.fromkeys(["model", "scenario"] + table.parameters)))
-                  if c not in (x, hue) and c.split(".")[-1] != x]
-        raise ConfigError(f"several rows share a ({hue}, {x}) pair; fix the other swept columns with --where "
-                          f"(varying: {', '.join(others) or 'none'})", file="plot")
+    series, xs, ys = _series_points(table, x, y, hue, replicate)
     xl, xf = label_for(x, xs)
-    yl, yf = label_for(y, ys)
+    yl, yf = label_for(y, ys[np.isfinite(ys)])
     fig, ax = new_figure(width)
-    markers = "osD^vP*X"
-    lo_name, hi_name = f"{y}_ci_low", f"{y}_ci_high"  # replications' bootstrap intervals (serve/replicate.py)
-    has_ci = lo_name in table.names() and hi_name in table.names()
-    if has_ci:
-        lo, hi = table.col(lo_name).astype(float), table.col(hi_name).astype(float)
-    for j, h in enumerate(dict.fromkeys(hs)):
-        m = hs == h
-        o = np.argsort(xs[m])
-        style = dict(marker=markers[j % len(markers)], label=h, color=OKABE_ITO[j % len(OKABE_ITO)])
-        if has_ci and np.all(np.isfinite(lo[m])) and np.all(np.isfinite(hi[m])):
-            yy = ys[m][o]
-            err = np.vstack([yy - lo[m][o], hi[m][o] - yy]) * yf
-            ax.errorbar(xs[m][o] * xf, yy * yf, yerr=np.clip(err, 0, None), capsize=2, **style)
-        else:
-            ax.plot(xs[m][o] * xf, ys[m][o] * yf, **style)
-    if np.all(xs > 0) and xs.max() / xs.min() >= 16:
-        ax.set_xscale("log", base=2)
+    _draw_series(ax, series, xf, yf)
+    _auto_log2(ax, xs * xf)
     ax.set_xlabel(xl)
     ax.set_ylabel(yl)
     ax.legend(title=label_for(hue)[0] if hue not in ("system", "model") else None)
+    _units(ax, xf, yf)
     if title:
         ax.set_title(title)
     return fig
 
 
 def _line_preset(xcol, ycol, doc):
-    def recipe(table, x=None, y=None, hue=None, z=None, width="single", title=None):
-        return line(table, x=x or xcol, y=y or ycol, hue=hue, width=width, title=title)
+    def recipe(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
+        return line(table, x=x or xcol, y=y or ycol, hue=hue, width=width, title=title, **opts)
     recipe.__doc__ = doc
     return recipe
 
@@ -180,34 +285,109 @@ throughput_vs_context = _line_preset("prompt_len", "decode_tokens_per_s", "Decod
 tpot_vs_context = _line_preset("prompt_len", "tpot_s", "TPOT vs context length, one line per system.")
 
 
+# ---------------------------------------------------------------- ratio vs a baseline
+
+def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, baseline=None, **opts):
+    """--y (default decode_tokens_per_s) / the --baseline system's at the same point, vs --x, one line per
+    other system, with the y = 1 reference; ``vs_baseline.*`` columns (stores with a baseline) drawn as stored."""
+    from attnsim import results
+    ratios = getattr(results, "BASELINE_RATIOS", ())  # (name, metric, higher_is_better) of vs_baseline columns
+    if not x:
+        raise ConfigError("the ratio recipe needs --x", file="plot")
+    hue = hue or "system"
+    baseline = baseline or (table.attrs.get("baseline") or None)
+    y = y or "decode_tokens_per_s"
+    if baseline is None:
+        raise ConfigError(f"the ratio recipe needs --baseline SYSTEM (one of: "
+                          f"{', '.join(dict.fromkeys(str(v) for v in table.col('system')))})", file="plot")
+    if str(baseline) not in {str(v) for v in table.col(hue)}:
+        raise ConfigError(f"expected a {hue} of the selected rows, got {baseline!r}", file="plot", key="--baseline")
+    stored = {metric: name for name, metric, up in ratios if up}  # same formula: metric / baseline's
+    col = y if y.startswith("vs_baseline.") else ("vs_baseline." + stored[y] if y in stored else None)
+    use_col = col is not None and col in table.names() and table.attrs.get("baseline") == baseline
+    if y.startswith("vs_baseline.") and not use_col:
+        raise ConfigError(f"the file has no {y} column against {baseline!r} (its baseline: "
+                          f"{table.attrs.get('baseline') or 'none'}); give a metric as --y", file="plot", key="--y")
+    table = _ok(table, dnf=True)
+    _need(table, "ratio")
+    hs = np.array([str(v) for v in table.col(hue)])
+    keys = [c for c in _varying(table, list(dict.fromkeys(["model", "scenario"] + table.parameters)))
+            if c != hue and c.split(".")[-1] != hue and c.split(".")[-1] != x.split(".")[-1]]
+    rowkey = list(zip(*[[str(v) for v in table.col(c)] for c in keys + [x]]))
+    if use_col:
+        vals = table.col(col).astype(float)
+        name = col[len("vs_baseline."):].replace("_", " ")
+        name = name[:1].upper() + name[1:]
+    else:
+        metric = table.col(y).astype(float)
+        ok = _status_is(table, "ok")
+        base = {k: metric[i] for i, k in enumerate(rowkey) if hs[i] == baseline and ok[i]}
+        vals = np.array([metric[i] / base[k] if k in base and base[k] else np.nan for i, k in enumerate(rowkey)])
+        name = label_for(y)[0].split(" (")[0]
+    # a point whose own or whose baseline's run does not fit gets the capacity marker
+    base_dnf = {k for i, k in enumerate(rowkey) if hs[i] == baseline and _status_is(table, DOES_NOT_FIT)[i]}
+    status = np.array([DOES_NOT_FIT if (s == DOES_NOT_FIT or k in base_dnf) else s
+                       for s, k in zip(table.col("status") if "status" in table.columns else ["ok"] * len(table),
+                                       rowkey)], dtype=object)
+    keep = np.nonzero(hs != baseline)[0]
+    t = _take(table, keep)
+    t.columns = {**t.columns, "status": status[keep], "_ratio": vals[keep]}
+    series, xs, ys = _series_points(t, x, "_ratio", hue, what="ratio")
+    xl, xf = label_for(x, xs)
+    fig, ax = new_figure(width)
+    ax.axhline(1.0, color="0.35", linewidth=0.8, linestyle=(0, (4, 2)), zorder=1,
+               label=f"{display(baseline)} (= 1)")
+    _draw_series(ax, series, xf, 1.0)
+    _auto_log2(ax, xs * xf)
+    ax.set_xlabel(xl)
+    ax.set_ylabel(f"{name} vs {display(baseline)} (\u00d7)")
+    ax.legend(title=label_for(hue)[0] if hue not in ("system", "model") else None)
+    _units(ax, xf, 1.0)
+    if title:
+        ax.set_title(title)
+    fig._ratio = {"column": col if use_col else None, "baseline": baseline}
+    return fig
+
+
 # ---------------------------------------------------------------- heatmap
 
-def heatmap(table, x=None, y=None, hue=None, z=None, width="single", title=None):
+def heatmap(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """A metric (--z) over two swept parameters (--x, --y); one row per cell (use --where)."""
     z = z or hue
     if not (x and y and z):
         raise ConfigError("the heatmap recipe needs --x, --y and --z (the metric)", file="plot")
-    table = _ok(table)
+    table = _ok(table, dnf=True)
     _need(table, "heatmap")
     xs, ys, zs = table.col(x), table.col(y), table.col(z).astype(float)
+    dnf = _status_is(table, DOES_NOT_FIT)
     ux, uy = sorted(set(xs.tolist()), key=_num_key), sorted(set(ys.tolist()), key=_num_key)
     grid = np.full((len(uy), len(ux)), np.nan)
-    for a, b, v in zip(xs.tolist(), ys.tolist(), zs):
+    seen, dnf_cells = set(), []
+    for a, b, v, bad in zip(xs.tolist(), ys.tolist(), zs, dnf):
         i, j = uy.index(b), ux.index(a)
-        if not np.isnan(grid[i, j]):
+        if (i, j) in seen:
             raise ConfigError(f"several rows per ({x}, {y}) cell; fix the other swept columns with --where", file="plot")
-        grid[i, j] = v
+        seen.add((i, j))
+        if bad:
+            dnf_cells.append((j, i))
+        else:
+            grid[i, j] = v
     zl, zf = label_for(z, zs)
     fig, ax = new_figure(width, aspect=0.8)
     im = ax.imshow(grid * zf, origin="lower", aspect="auto", cmap="viridis")
-    ax.set_xticks(range(len(ux)), [_fmt(v) for v in ux])
-    ax.set_yticks(range(len(uy)), [_fmt(v) for v in uy])
+    ax.set_xticks(range(len(ux)), [display(_fmt(v)) for v in ux])
+    ax.set_yticks(range(len(uy)), [display(_fmt(v)) for v in uy])
     ax.set_xlabel(label_for(x)[0])
     ax.set_ylabel(label_for(y)[0])
     ax.grid(False)
     cb = fig.colorbar(im, ax=ax)
     cb.set_label(zl)
-    if grid.size <= 64:
+    if dnf_cells:
+        cx, cy = zip(*dnf_cells)
+        ax.plot(cx, cy, marker="x", markersize=7, markeredgewidth=1.4, linestyle="none", color="black",
+                label=DNF_LABEL)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), borderaxespad=0.2)
+    if grid.size <= 64 and np.isfinite(grid).any():
         lo, hi = np.nanmin(grid), np.nanmax(grid)
         for i in range(len(uy)):
             for j in range(len(ux)):
@@ -250,9 +430,10 @@ def pareto_front(xs: np.ndarray, ys: np.ndarray, max_x: bool = False, max_y: boo
     return idx[np.argsort(xs[idx], kind="stable")]
 
 
-def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None):
+def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """Pareto front of two metrics (--x, --y; e.g. tpot_s vs energy_per_token_j); --z colours by a third (accuracy)."""
     x, y = x or "tpot_s", y or "energy_per_token_j"
+    n_dnf = int(_status_is(table, DOES_NOT_FIT).sum())
     table = _ok(table)
     _need(table, "pareto")
     xs, ys = table.col(x).astype(float), table.col(y).astype(float)
@@ -270,12 +451,17 @@ def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None):
         hs = np.array([str(v) for v in table.col(hue)])
         for j, h in enumerate(dict.fromkeys(hs)):
             m = hs == h
-            ax.scatter(xs[m] * xf, ys[m] * yf, s=12, color=OKABE_ITO[j % len(OKABE_ITO)], label=h)
+            ax.scatter(xs[m] * xf, ys[m] * yf, s=12, color=LINE_COLOURS[j % len(LINE_COLOURS)],
+                       marker=MARKERS[j % len(MARKERS)], label=display(h))
     ax.plot(xs[front] * xf, ys[front] * yf, color="black", linewidth=0.8, linestyle="--", label="Pareto front",
             zorder=3)
+    if n_dnf:  # no metrics to place them by: counted in the legend
+        ax.plot([], [], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color="black",
+                label=f"{DNF_LABEL} ({n_dnf} not drawn)")
     ax.set_xlabel(xl + (" \u2191" if mx else " \u2193"))
     ax.set_ylabel(yl + (" \u2191" if my else " \u2193"))
     ax.legend()
+    _units(ax, xf, yf)
     if title:
         ax.set_title(title)
     fig._pareto_front = front  # row indices on the front (for inspection)
@@ -326,8 +512,11 @@ def placed_ops(resolved: dict, step: str = "decode") -> dict:
     return {"system": sname, "model": mname, "devices": out}
 
 
-def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None):
+def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """Roofline per device of one run (select it with --where) with its placed decode ops (--y prefill for prefill)."""
+    if len(table) == 1 and _status_is(table, DOES_NOT_FIT)[0]:
+        raise ConfigError("the selected run does not fit in memory (status does_not_fit): nothing was placed",
+                          file="plot")
     table = _ok(table)
     _need(table, "roofline")
     if len(table) != 1:
@@ -336,7 +525,8 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
     devs = info["devices"]
     if not devs:
         raise ConfigError("no device of this run reports FLOPs and bytes", file="plot")
-    fig, axes = new_figure(width, aspect=0.75 if len(devs) == 1 else 0.45, ncols=len(devs), squeeze=False)
+    fig, axes = new_figure(width, aspect=0.75 if len(devs) == 1 else 0.5, ncols=len(devs), squeeze=False)
+    fig.subplots_adjust(wspace=0.35)  # room between panels for the tick labels (constrained layout: 10x slower)
     for ax, (role, d) in zip(axes[0], devs.items()):
         ok = (d["bytes"] > 0) & (d["flops"] > 0) & (d["time_s"] > 0)
         ai = d["flops"][ok] / d["bytes"][ok]
@@ -350,12 +540,14 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
         ops = d["ops"][ok]
         for j, op in enumerate(dict.fromkeys(ops.tolist())):  # one colour + marker per op class
             m = ops == op
-            ax.scatter(ai[m], perf[m] / 1e12, s=14, color=OKABE_ITO[j % len(OKABE_ITO)], marker="osD^vP*X"[j % 8],
-                       label=str(op), zorder=3)
-        ax.set_xlabel(f"Arithmetic intensity (FLOP/B, {d['level']})")
-        ax.set_ylabel("Performance (TFLOP/s)")
-        ax.set_title(f"{role}: {d['device']}", fontsize=7)
+            ax.scatter(ai[m], perf[m] / 1e12, s=14, color=LINE_COLOURS[j % len(LINE_COLOURS)],
+                       marker=MARKERS[j % len(MARKERS)], label=display(op), zorder=3)
+        ax.set_xlabel(f"Arithmetic intensity{chr(10) if len(devs) > 1 else ' '}(FLOP/B, {d['level']})")
+        if ax is axes[0][0]:
+            ax.set_ylabel("Performance (TFLOP/s)")
+        ax.set_title(f"{display(role)}: {d['device']}", fontsize=7)
         ax.legend(fontsize=5, loc="lower right")
+        _units(ax, 1.0, 1e-12)
     if title:
         fig.suptitle(title)
     fig._roofline = info
@@ -377,14 +569,14 @@ def reproduction(rows, width="single", title=None):
     fig, ax = new_figure(width, aspect=max(0.35, 0.085 * len(rows)))
     ax.barh(y, 2 * tol, left=1 - tol, height=0.6, color="0.85", label="tolerance band", zorder=1)
     ax.axvline(1.0, color="black", linewidth=0.6, zorder=2)
-    colours = {"calibration": OKABE_ITO[0], "validation": OKABE_ITO[4]}
+    colours = {"calibration": LINE_COLOURS[2], "validation": LINE_COLOURS[0]}  # >= 3:1 on white
     for role, colour in colours.items():
         m = np.array([r.role == role for r in rows])
         if m.any():
             ax.scatter(ratio[m], y[m], s=16, color=colour, marker="o", label=f"{role}", zorder=3)
     bad = np.array([not r.ok for r in rows])
     if bad.any():
-        ax.scatter(ratio[bad], y[bad], s=40, facecolors="none", edgecolors=OKABE_ITO[5], marker="o",
+        ax.scatter(ratio[bad], y[bad], s=40, facecolors="none", edgecolors=LINE_COLOURS[1], marker="o",
                    label="outside tolerance", zorder=4)
     ax.set_yticks(y)
     ax.set_yticklabels([r.name if len(r.name) <= 48 else r.name[:23] + "\u2026" + r.name[-24:] for r in rows], fontsize=5)

@@ -1,11 +1,17 @@
-"""Paper style: serif fonts, a colour-blind-safe palette, column widths, labelled units, PDF + PNG.
+"""Paper style: one bundled font, a colour-blind-safe palette, column widths, labelled units, PDF + PNG.
 
 - Palette: Okabe & Ito, "Color Universal Design" (2008), the 8 colours distinguishable under the
   common colour-vision deficiencies (black first, as they list it, moved last here so series start in
-  colour). Sequential maps use matplotlib's ``viridis`` (perceptually uniform, colour-blind safe).
+  colour), for filled areas (stacked bars). Lines and markers use :data:`LINE_COLOURS`, the Okabe-Ito
+  colours with a WCAG 2.1 contrast ratio >= 3:1 against white (the non-text contrast rule, SC 1.4.11;
+  orange 2.2:1, sky blue 2.3:1 and yellow 1.3:1 are left out), each series also with its own marker
+  and dash pattern (:func:`series_style`), so series stay apart in greyscale print. Sequential maps use
+  matplotlib's ``viridis`` (perceptually uniform, colour-blind safe).
 - Widths: IEEE two-column templates (IEEEtran): column width 3.5 in, text width 7.16 in.
-- Fonts: serif (Times-like when installed, else DejaVu Serif) at 8 pt, the body-text size of
-  figure labels in IEEE/ACM two-column papers; TrueType fonts embedded in the PDF (fonttype 42).
+- Fonts: 8 pt, the body-text size of figure labels in IEEE/ACM two-column papers; TrueType fonts
+  embedded in the PDF (fonttype 42). The default is DejaVu Sans loaded by path from matplotlib's own
+  ``mpl-data/fonts`` (:func:`resolve_font`), so installed system fonts never change a figure;
+  ``font: serif`` is the bundled DejaVu Serif, any other value an installed family or a .ttf/.otf file.
 """
 from __future__ import annotations
 
@@ -24,13 +30,79 @@ HATCHES = ["", "//", "..", "xx", "\\\\", "oo", "--", "++"]
 WIDTH_IN = {"single": 3.5, "double": 7.16}  # IEEEtran column / text width
 GOLDEN = 0.618
 
+# Okabe-Ito colours with contrast >= 3:1 on white (test_figure_quality checks the rule on every line)
+LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#000000"]
+MARKERS = "osD^vP*X"
+DASHES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1))]
+
+
+def series_style(j: int, marker: bool = True) -> dict:
+    """Colour, dash pattern (and marker) of series ``j``: all three change together."""
+    st = {"color": LINE_COLOURS[j % len(LINE_COLOURS)], "linestyle": DASHES[j % len(DASHES)]}
+    if marker:
+        st["marker"] = MARKERS[j % len(MARKERS)]
+    return st
+
+
+def relative_luminance(colour) -> float:
+    """WCAG 2.1 relative luminance of an sRGB colour (any matplotlib colour spec)."""
+    from matplotlib.colors import to_rgb
+    c = np.array(to_rgb(colour))
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return float(lin @ np.array([0.2126, 0.7152, 0.0722]))
+
+
+def contrast_ratio(a, b="white") -> float:
+    """WCAG 2.1 contrast ratio (L1 + 0.05) / (L2 + 0.05), lighter over darker (1 .. 21)."""
+    la, lb = relative_luminance(a), relative_luminance(b)
+    return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+
+
+# ---------------------------------------------------------------- fonts
+
+BUNDLED_FONTS = {"sans": "DejaVuSans.ttf", "serif": "DejaVuSerif.ttf"}  # in matplotlib's mpl-data/fonts/ttf
+DEFAULT_FONT = "sans"
+
+
+def resolve_font(font=None, file=None, key="font") -> tuple[str, Path]:
+    """(family name, font file) of ``font``: None or ``sans`` -> bundled DejaVu Sans, ``serif`` -> bundled
+    DejaVu Serif, a path ending in .ttf/.otf -> that file, else an installed family (refused when none
+    matches: matplotlib would silently substitute another font)."""
+    from matplotlib import font_manager as fm
+    from attnsim.config import ConfigError
+    font = DEFAULT_FONT if font in (None, "") else str(font)
+    if font in BUNDLED_FONTS:
+        path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / BUNDLED_FONTS[font]
+    elif font.lower().endswith((".ttf", ".otf")):
+        path = Path(font)
+        if not path.is_file():
+            raise ConfigError(f"expected a font file, got {font!r} (not found)", file=file, key=key)
+        try:
+            fm.fontManager.addfont(str(path))
+        except Exception as exc:  # noqa: BLE001 - FreeType's error for a file that is not a font
+            raise ConfigError(f"expected a TrueType/OpenType font file, got {font!r} ({exc})", file=file,
+                              key=key) from None
+    else:
+        try:
+            path = Path(fm.findfont(fm.FontProperties(family=font), fallback_to_default=False))
+        except ValueError:
+            raise ConfigError(f"expected 'sans', 'serif' (bundled), an installed font family or a .ttf/.otf file, "
+                              f"got {font!r} (no such font installed)", file=file, key=key) from None
+    name = fm.FontProperties(fname=str(path)).get_name()
+    found = Path(fm.findfont(fm.FontProperties(family=[name]), fallback_to_default=False))
+    if found.resolve() != path.resolve():  # text is drawn by family name: another file of that name would win
+        raise ConfigError(f"expected a font whose family name {name!r} no other installed font has, got {font!r} "
+                          f"({found} has it too)", file=file, key=key)
+    return name, path
+
+
 RC = {
-    "font.family": "serif",
-    "font.serif": ["Times New Roman", "Times", "Nimbus Roman", "DejaVu Serif"],
-    "mathtext.fontset": "dejavuserif",
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "mathtext.fontset": "dejavusans",
     "font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8, "legend.fontsize": 7,
     "xtick.labelsize": 7, "ytick.labelsize": 7,
-    "axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO),
+    "axes.prop_cycle": matplotlib.cycler(color=LINE_COLOURS) + matplotlib.cycler(linestyle=DASHES),
     "axes.grid": True, "grid.linewidth": 0.4, "grid.alpha": 0.5, "axes.axisbelow": True,
     "axes.linewidth": 0.6, "lines.linewidth": 1.2, "lines.markersize": 4,
     "legend.frameon": False, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,
@@ -39,8 +111,12 @@ RC = {
 
 
 @contextmanager
-def paper_style():
-    with plt.rc_context(RC):
+def paper_style(font=None):
+    """The paper rc settings, text in ``font`` (:func:`resolve_font`; default bundled DejaVu Sans)."""
+    name, path = resolve_font(font)
+    serif = path.name.startswith("DejaVuSerif")
+    rc = {**RC, "font.family": [name], "mathtext.fontset": "dejavuserif" if serif else "dejavusans"}
+    with plt.rc_context(rc):
         yield
 
 

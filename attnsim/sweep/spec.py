@@ -236,15 +236,32 @@ class FigureSpec(Schema):
     where: dict[str, Any] = Field(default_factory=dict)
     width: Literal["single", "double"] = "single"
     title: Optional[str] = None
+    labels: dict[str, str] = Field(default_factory=dict, description="display labels: name -> text "
+                                   "(overrides attnsim.plots.labels.DEFAULT_LABELS)")
+    logx: Optional[bool] = Field(None, description="log (true) / linear (false) x axis; unset: the recipe's choice")
+    logy: Optional[bool] = Field(None, description="log (true) / linear (false) y axis; unset: the recipe's choice")
+    xlim: Optional[tuple[float, float]] = Field(None, description="[lo, hi] in the x column's stored units")
+    ylim: Optional[tuple[float, float]] = Field(None, description="[lo, hi] in the y column's stored units")
+    font: Optional[str] = Field(None, description="sans (bundled DejaVu Sans, default), serif (bundled DejaVu "
+                                "Serif), an installed family or a .ttf/.otf file")
+    baseline: Optional[str] = Field(None, description="ratio recipe: the system every line is divided by")
+    replicate: Optional[str] = Field(None, description="line recipes: the seed/replicate column averaged over "
+                                     "(mean +- standard deviation)")
 
     @model_validator(mode="after")
     def _recipe(self):  # an unknown recipe or an option it does not read is refused (attnsim.plots.options)
-        from attnsim.plots.options import recipe_problem
-        problem = recipe_problem(self.recipe, {"x": self.x, "y": self.y, "hue": self.hue, "z": self.z})
-        if problem is None and self.recipe == "latency_cdf":
-            problem = "latency_cdf draws an attnsim serve results file (attnsim plot FILE --recipe latency_cdf)"
+        from attnsim.plots.options import SERVE_RECIPES, check_limits, figure_options, recipe_problem
+        opts = figure_options(self)
+        problem = recipe_problem(self.recipe, opts)
+        if self.recipe in SERVE_RECIPES:
+            problem = f"{self.recipe} draws an attnsim serve results file (attnsim plot FILE --recipe {self.recipe})"
         if problem:
             raise ValueError(problem)
+        for k in ("xlim", "ylim"):
+            try:
+                check_limits(opts[k], None, k)
+            except ConfigError as exc:
+                raise ValueError(f"{k}: {exc.message}") from None
         return self
 
 
