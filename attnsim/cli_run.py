@@ -21,7 +21,11 @@ def register(sub) -> None:
     r.add_argument("--no-figures", action="store_true",
                    help="do not draw the summary figures (latency by device, energy by component) next to the results")
     r.add_argument("--trace", default=None, metavar="TRACE.json",
-                   help="write a Chrome/Perfetto timeline of the prefill and first decode step of each run")
+                   help="write a Chrome/Perfetto timeline (ui.perfetto.dev) of each run: prefill and every decode step "
+                        "on one time axis, per-op bytes/energy/bandwidth/bound, per-device bandwidth and power counters")
+    r.add_argument("--trace-steps", type=int, default=None, metavar="N",
+                   help="with --trace: decode steps drawn op by op per run, evenly spread (default 16); the others "
+                        "are one event per stretch of steps")
     r.set_defaults(func=run_cmd)
 
     s = sub.add_parser("show", help="print a results file again")
@@ -62,11 +66,12 @@ def run_cmd(args) -> int:
         raise ConfigError("expected no serving section for attnsim run (it simulates static batches): use attnsim "
                           "serve, or --set experiment.serving=null, got a serving section",
                           file=exp.tree.file_of("experiment"), key="serving")
+    trace_steps = check_trace_steps(args)
     out_path = check_run_outputs(args, exp.spec.name, SUMMARY_RECIPES)
     timeline = [] if args.trace else None
     from attnsim.warmup import print_cold_notice
     print_cold_notice(exp.tree.hardware)  # the first run compiles the DRAM kernels: say so, and how long
-    docs = run_experiment(exp, timeline=timeline)
+    docs = run_experiment(exp, timeline=timeline, trace_steps=trace_steps)
     attrs = {"experiment": exp.spec.name}
     from attnsim import __version__
     attrs["attnsim_version"] = __version__
@@ -83,6 +88,19 @@ def run_cmd(args) -> int:
         if not args.no_figures and any(d["status"] == "ok" for d in docs):
             print("figures: " + ", ".join(str(p) for p in figures if p.suffix == ".pdf"))
     return 0
+
+
+def check_trace_steps(args) -> int | None:
+    """``--trace-steps``: only with --trace, an integer in [0, timeline.MAX_TRACE_STEPS]."""
+    from attnsim.timeline import MAX_TRACE_STEPS
+    n = getattr(args, "trace_steps", None)
+    if n is None:
+        return None
+    if not args.trace:
+        raise ConfigError("only applies with --trace", file="--trace-steps")
+    if not 0 <= n <= MAX_TRACE_STEPS:
+        raise ConfigError(f"expected an integer in [0, {MAX_TRACE_STEPS}], got {n}", file="--trace-steps")
+    return n
 
 
 SUMMARY_RECIPES = ("latency_by_device", "energy_breakdown")  # drawn beside the results by attnsim run

@@ -43,6 +43,9 @@ class StepResult:
     row_device: np.ndarray | None = None
     row_trace: object = None  # the OpTrace those rows index (the plan's: mapper-added rows included)
     row_mapping: np.ndarray | None = None  # PIM mapping per row (dict or None), one step only (timelines)
+    row_energy_j: np.ndarray | None = None  # dynamic energy per row (x count, all TP ranks), one step only
+    row_bytes: dict | None = None  # "<role>:<level>" -> bytes per row (x count, one device), one step only
+    row_bound: np.ndarray | None = None  # the device model's bound per row ("" if none), one step only
     pim_mapping: dict = field(default_factory=dict)  # op -> PIM mapping (hwmodels/pim_mapping.summarize)
 
     @property
@@ -189,6 +192,8 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     res.row_device = plan.device
     res.row_trace = trace
     res.row_mapping = getattr(plan, "row_mapping", None)
+    res.row_energy_j, res.row_bytes = row_e_total, dict(row_bytes)
+    res.row_bound = getattr(plan, "row_bound", None)
     from attnsim.hwmodels.pim_mapping import summarize
     res.pim_mapping = summarize(ops, trace["count"], res.row_mapping)
     _add(res.time_s_by_op, ops, row_time)

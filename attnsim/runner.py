@@ -45,11 +45,12 @@ def _replica_scenario(scenario, replicas: int):
 
 
 def simulate_generation(system, model, scenario, generation, timeline: list | None = None, pid: int = 1,
-                        kv_storage: dict | None = None) -> dict:
+                        kv_storage: dict | None = None, trace_steps: int | None = None) -> dict:
     """Prefill + decode of one static batch on one system; returns the run document parts.
 
-    With ``timeline`` (a list), trace events of the prefill step and of the first
-    decode step are appended to it (see attnsim.timeline). ``kv_storage`` (from the
+    With ``timeline`` (a list), trace events of the prefill and every decode step are appended to it
+    (attnsim.timeline.generation_events: ``trace_steps`` costed steps drawn op by op, default
+    timeline.DEFAULT_TRACE_STEPS; pp > 1: the prefill and first decode step per device group). ``kv_storage`` (from the
     reliability section, attnsim.reliability_run.kv_storage_costs) adds the KV's ECC
     overheads: ``bytes_scale`` on KV traffic (inline check bits), ``capacity_scale`` on
     KV capacity, and ``pj_per_byte`` of ECC decode energy on KV reads (component ``ecc``),
@@ -102,6 +103,9 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             step.energy_j_by_op["kv_ecc_decode"] = step.energy_j_by_op.get("kv_ecc_decode", 0.0) + e
             role = ks.get("role") or next(iter(system.pools))
             step.energy_j_by_device[role] = step.energy_j_by_device.get(role, 0.0) + e
+            if step.row_energy_j is not None:  # the same energy per row (timelines)
+                tr = plan.trace
+                step.row_energy_j = step.row_energy_j + tr["kv_read_bytes"] * tr["count"] * tp * ks["pj_per_byte"] * 1e-12
         return step
 
     def cost(plan, first_step=False):  # first_step: the prefill, with the stack's per-request cost
@@ -136,15 +140,19 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         return tr, add_step_overhead(cost_step_pipelined(subs, system), system, sc.batch_size)
 
     decode = StepResult()
+    traced = []  # (j, step) of every costed decode step, for the timeline
     for j, w in zip(steps, weights):
         tr, step = decode_step(prompts + j)
         decode.scaled_add(step, w)
         if timeline is not None and j == steps[0] and pipe is not None:
             timeline += pipe.timeline("prefill", 2 * pid - 1) + pipe.timeline("decode", 2 * pid)
-        elif timeline is not None and j == steps[0]:
-            from attnsim.timeline import step_events
-            timeline += step_events(prefill, spec.name, "prefill", pid=2 * pid - 1)
-            timeline += step_events(step, spec.name, f"decode step {j}", pid=2 * pid)
+        elif timeline is not None:
+            traced.append((int(j), step))
+    if timeline is not None and pipe is None:
+        from attnsim.timeline import DEFAULT_TRACE_STEPS, generation_events
+        timeline += generation_events(prefill, traced, sc.output_len - 1, f"{spec.name} ({model.name}, {sc.name})",
+                                      pid=2 * pid - 1,
+                                      max_steps=DEFAULT_TRACE_STEPS if trace_steps is None else trace_steps)
     n_dec = max(1, sc.output_len - 1)
     per_step = decode.scaled(1.0 / n_dec) if len(steps) else StepResult()
 
@@ -219,8 +227,9 @@ def scenario_doc(sc) -> dict:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dict]:
-    """Simulate every (system, model, scenario) of a validated Experiment."""
+def run_experiment(exp, progress=None, timeline: list | None = None, trace_steps: int | None = None) -> list[dict]:
+    """Simulate every (system, model, scenario) of a validated Experiment (``timeline``, ``trace_steps``:
+    see simulate_generation)."""
     systems = {}
     for sname, sspec in exp.systems.items():
         sfile = exp.tree.file_of("systems", sname)
@@ -258,7 +267,8 @@ def run_experiment(exp, progress=None, timeline: list | None = None) -> list[dic
                     kv_storage = kv_storage_costs(rspec, exp.systems[sname])
                 try:
                     doc.update(simulate_generation(system, exp.models[mname], sc, exp.spec.generation,
-                                                   timeline=timeline, pid=len(docs) + 1, kv_storage=kv_storage))
+                                                   timeline=timeline, pid=len(docs) + 1, kv_storage=kv_storage,
+                                                   trace_steps=trace_steps))
                     if rspec is not None:
                         from attnsim.reliability_run import reliability_metrics
                         doc["metrics"].update(reliability_metrics(rspec, exp.systems[sname], exp.models[mname], sc, doc))

@@ -43,10 +43,25 @@ def test_trace_every_system(every_system, capsys):
     runs = {r["system"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     events = json.loads((every_system / "trace.json").read_text())["traceEvents"]
     procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert len(procs) == 2 * len(SYSTEMS)
+    assert len(procs) == sum(2 if r["metrics"]["pp"] > 1 else 1 for r in runs.values() if r["status"] == "ok")
     for pid, name in procs.items():
         system, phase = name.split(" ", 1)
         xs = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
+        if runs[system]["metrics"]["pp"] == 1:  # one process: a steps track + one track per device
+            tracks = {e["tid"]: e["args"]["name"] for e in events if e["pid"] == pid and e["name"] == "thread_name"}
+            steps = [e for e in xs if tracks[e["tid"]] == "steps"]
+            ops = [e for e in xs if tracks[e["tid"]] != "steps"]
+            m, bd = runs[system]["metrics"], runs[system]["breakdown"]
+            assert [e["name"] for e in steps] == ["prefill", "decode step 1"], name
+            for e, want in zip(steps, (m["ttft_s"], m["tpot_s"])):
+                assert e["dur"] * 1e-6 == pytest.approx(want, rel=1e-9), name
+            durs = np.array([e["dur"] for e in ops])
+            assert np.all(np.isfinite(durs)) and np.all(durs >= 0), name
+            assert durs.sum() * 1e-6 == pytest.approx(m["ttft_s"] + m["tpot_s"], rel=1e-6), name
+            assert set(tracks.values()) == {"steps"} | set(bd["prefill"]["time_s_by_device"]) | \
+                set(bd["decode_step"]["time_s_by_device"]), name
+            assert {e["name"] for e in ops} == set(bd["prefill"]["time_s_by_op"]) | set(bd["decode_step"]["time_s_by_op"])
+            continue
         durs = np.array([e["dur"] for e in xs])
         assert len(xs) > 0 and np.all(np.isfinite(durs)) and np.all(durs >= 0), name
         ts = np.array([e["ts"] for e in xs])

@@ -140,7 +140,7 @@ def test_mapping_in_run_document_and_timeline():
     assert all(type(v) in (str, int, float) for m in pm.values() for v in m.values())  # plain JSON values
     json.dumps(doc, allow_nan=False)
     ctx = [e for e in events if e.get("name") == "attn_context" and e["ph"] == "X" and "pim_mapping" in e["args"]]
-    assert len(ctx) == 2  # the decode step's 2 layers (prefill runs as a roofline: no lowering, no mapping)
+    assert len(ctx) == 2 * 2  # 2 decode steps x 2 layers (prefill runs as a roofline: no lowering, no mapping)
     assert all(e["args"]["pim_mapping"]["channels_used"] == 32 for e in ctx)
 
 

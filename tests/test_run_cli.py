@@ -96,8 +96,8 @@ def test_trace_file_has_one_track_per_device(tmp_path, capsys):
     ev = json.loads(tr.read_text())["traceEvents"]
     tracks = {e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
     assert {"gpu", "link"} <= tracks
-    x = [e for e in ev if e["ph"] == "X" and e["pid"] == 2]
-    assert sum(1 for e in x if e["name"] == "qkv_proj") == 80  # one event per layer
+    x = [e for e in ev if e["ph"] == "X" and e["pid"] == 1 and e["tid"] != 1]  # tid 1: the steps track
+    assert sum(1 for e in x if e["name"] == "qkv_proj") == 80 * (1 + 3)  # one per layer: prefill + 3 costed steps
     ends = [e["ts"] + e["dur"] for e in x]
     assert all(b >= a - 1e-6 for a, b in zip(ends, ends[1:]))
 
