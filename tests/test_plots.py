@@ -95,7 +95,7 @@ def test_stacked_bars_sum_to_the_step_totals(table, recipe, prefix, per_token):
         names = (names - {"static"}) | {f"static: {k[len(sp):]}" for k in t.breakdown
                                         if k.startswith(sp) and np.nansum(t.breakdown[k]) > 0}
     labels = {c.get_label() for c in conts}
-    assert labels <= {display(n) for n in names} | {"other"} and len(labels) == min(len(names), 8)
+    assert labels <= {display(n) for n in names} | {"Other"} and len(labels) == min(len(names), 8)
 
 
 def test_heatmap_cells_are_the_metric(table):

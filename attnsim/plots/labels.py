@@ -42,7 +42,7 @@ COMPONENTS = {  # energy_j_by_component, time_s_by_device, static_energy_j_by_de
     "gpu": "GPU", "npu": "NPU", "pim": "PIM", "pnm": "PNM", "host": "Host", "cpu": "CPU",
     "link:gpu_pim": "GPU\u2013PIM link", "link:nvlink": "NVLink", "link:cxl": "CXL link", "link:pcie": "PCIe",
 }
-DEFAULT_LABELS = {**SYSTEMS, **OPS, **COMPONENTS}
+DEFAULT_LABELS = {**SYSTEMS, **OPS, **COMPONENTS, "other": "Other"}  # "other": the summed small segments
 
 _ACTIVE: ContextVar[dict] = ContextVar("attnsim_plot_labels", default=DEFAULT_LABELS)
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from attnsim.config import ConfigError
 from attnsim.plots.labels import display
-from attnsim.plots.style import HATCHES, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure, scale_for, series_style
+from attnsim.plots.style import (HATCHES, KNOWN, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure, scale_for,
+                                 series_style)
 
 MAX_BARS = 40
 TOP_SEGMENTS = 7  # stacked bars: the largest segments, the rest summed as "other"
@@ -88,7 +89,7 @@ def _param_text(column: str, value) -> str:
     v = display(_fmt(value))
     if name.endswith(")"):  # a unit: "Context length (tokens)"
         return f"{v} {name[name.rindex('(') + 1:-1]}"
-    if name.lower() != column.split(".")[-1].replace("_", " "):  # a known name
+    if column.split(".")[-1] in KNOWN:  # a known name without a unit: "Batch size 16"
         return f"{name} {v}"
     return f"{column.split('.')[-1]}={v}"
 

@@ -4,13 +4,15 @@
 boxes (``get_window_extent``) overlap: categorical (not numeric) labels at fixed ticks are
 tried wrapped at ", " / spaces, then rotated 30, 45 and 90 degrees, and finally thinned (every k-th
 label kept); numeric ticks are thinned by fixing the locator to every k-th tick. Minor tick labels
-(log axes) that collide are dropped first. The result is checked again after each change.
+(log axes) that collide are dropped first. The result is checked again after each change. Log axes
+spanning under 3 decades are labelled with plain numbers (:func:`plain_log_ticks`).
 """
 from __future__ import annotations
 
 import textwrap
 
-from matplotlib.ticker import FixedLocator, FixedFormatter, NullFormatter
+import numpy as np
+from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, NullFormatter
 
 GAP_PX = 1.0  # boxes closer than this count as touching
 
@@ -105,8 +107,26 @@ def _fit_axis(fig, axis, renderer):
             return
 
 
+def plain_log_ticks(axis) -> None:
+    """Log-axis tick labels as plain numbers (0.01, 0.02, 0.05, 0.1, ...) rather than 10^k when the
+    axis spans under 3 decades; labels of 2x/5x minor ticks that collide are dropped by :func:`fit_ticks`."""
+    lo, hi = sorted(axis.get_view_interval())
+    if axis.get_scale() != "log" or not (lo > 0 and hi / lo < 1e3) or isinstance(axis.get_major_locator(), FixedLocator):
+        return
+
+    def minor(v, _):
+        m = v / 10 ** np.floor(np.log10(v) + 1e-9)
+        return f"{v:g}" if round(m) in (2, 5) and abs(m - round(m)) < 1e-6 else ""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
 def fit_ticks(fig) -> None:
     """Make every axis's tick labels non-overlapping (see the module docstring)."""
+    fig.draw_without_rendering()  # limits are final after a draw
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            plain_log_ticks(axis)
     fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:

@@ -44,18 +44,6 @@ def read_slos(path) -> dict:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def _plain_log_ticks(axis) -> None:
-    """Log-axis ticks as plain numbers (0.01, 0.02, 0.05, 0.1, ...); colliding 2/5 labels are dropped
-    by attnsim.plots.ticks."""
-    from matplotlib.ticker import FuncFormatter
-
-    def minor(v, _):
-        m = v / 10 ** np.floor(np.log10(v) + 1e-9)
-        return f"{v:g}" if round(m) in (2, 5) and abs(m - round(m)) < 1e-6 else ""
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(FuncFormatter(minor))
-
-
 def cdf_figure(requests: np.ndarray, ccdf: bool = False, slos: dict | None = None, logx=None):
     """One panel per metric, one line per run (labelled by system, through the display labels).
     ``ccdf``: 1 - F(x) on log-log axes (``logx=False``: linear x) with the SLOs in ``slos`` ({column:
@@ -90,7 +78,6 @@ def cdf_figure(requests: np.ndarray, ccdf: bool = False, slos: dict | None = Non
                 slo_label = "_nolegend_"
         if logx or (logx is None and ccdf):  # tails span decades: log x by default on a CCDF
             ax.set_xscale("log")
-            _plain_log_ticks(ax.xaxis)
         ax._attnsim_units = (1.0, 1.0)
     if ccdf:
         axes[0].set_yscale("log")
