@@ -310,6 +310,8 @@ class PIMDevice:
                 sl = slice(k, k + len(c["op"]))
                 for f in ("op", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles"):
                     rec[f][sl] = c[f]
+                if "flags" in c:  # stream_reads: F_IL / F_AP
+                    rec["flags"][sl] = c["flags"]
                 rec["ch"][sl] = j
                 m_arr[j] = mult[s + j]
                 k += len(c["op"])

@@ -39,6 +39,8 @@ from attnsim.isa.fimdram import column_commands, gemv_kernel
 ENGINE_CODES = {"NOP": 0, "ACT": 1, "PRE": 2, "PREA": 3, "RD": 4, "WR": 5, "REF": 6, "REFPB": 7,
                 "ACTAB": 8, "MACAB": 9, "MACSB": 10, "ACTBG": 11, "MACBG": 12, "BUF": 13, "FIX": 14,
                 "BARRIER": 15, "MODE": 16}
+# record flags, from hwmodels/dram/API.md (F_AP auto-precharge, F_IL interleaved reads); checked in the tests
+ENGINE_FLAGS = {"AP": 1, "IL": 2}
 CMD_FIELDS = ("op", "ch", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles")
 LEVELS = ("pch", "rank", "bg", "bank")
 
@@ -354,22 +356,49 @@ def _bg_channel(slices, phase, org, part, pu, dhead, elem_bytes, group, row0=0) 
 
 
 def stream_reads(org: Org, nbytes: float, row0: int = 0) -> dict[str, np.ndarray]:
-    """Sequential read stream of ``nbytes`` on one channel: whole-row RD macro records rotating
-    over pseudo-channels, bank groups and banks (bank-level parallelism), auto-precharge off."""
-    cmd = _Cmds()
-    bursts = int(math.ceil(nbytes / org.burst_bytes))
-    k, row = 0, row0
-    while bursts > 0:
-        n = min(org.columns, bursts)
-        p = k % org.pseudo_channels
-        bg = (k // org.pseudo_channels) % org.bank_groups
-        bank = (k // (org.pseudo_channels * org.bank_groups)) % org.banks_per_group
-        cmd.add("RD", pch=p, rank=0, bg=bg, bank=bank, row=row % org.rows, repeat=n)
-        bursts -= n
-        k += 1
-        if k % (org.pseudo_channels * org.bank_groups * org.banks_per_group) == 0:
-            row += 1
-    return cmd.arrays()
+    """Sequential read stream of ``nbytes`` on one channel, shaped the way a streaming controller reads
+    (CXL-PNM / buffer-die PUs): a round opens ``row`` in one bank of every (pseudo-channel, bank group)
+    and reads those rows out interleaved at burst granularity (one F_IL record: pseudo-channel fastest,
+    then bank group, so the data buses stay busy at tCCD_S instead of tCCD_L), each bank
+    auto-precharging after its last burst. The next round's rows (next bank, then rank, then row) are
+    activated during the current round, one ACT group per bank group (its pseudo-channels) from the
+    middle of the round on, so tRCD is hidden. Records: 2 x bank groups + 1 per round; the engine's
+    F_IL closed form keeps a 100 MB stream fast (bench/bench_stream_reads.py)."""
+    P, R, G, B, C = org.pseudo_channels, org.ranks, org.bank_groups, org.banks_per_group, org.columns
+    nb = P * G
+    per_round = nb * C
+    bursts = int(math.ceil(max(0.0, nbytes) / org.burst_bytes))
+    n_rounds = -(-bursts // per_round)
+    out = {k: np.zeros(0, np.int64) for k in CMD_FIELDS + ("flags",)}
+    if n_rounds == 0:
+        return out
+    il, ap = ENGINE_FLAGS["IL"], ENGINE_FLAGS["AP"]
+    # one round's template: (op, pch, bg, of next round, rotations, flags)
+    tpl = []
+    if R * B >= 2 and C >= 2:  # ACT-ahead needs the next round in other banks
+        after = [min(C - 2, C // 2 + g) for g in range(G)]  # ACT group g after rotation after[g]
+        done = 0
+        for g in range(G):
+            if after[g] + 1 > done:
+                tpl.append((ENGINE_CODES["RD"], -1, -1, 0, after[g] + 1 - done, il))
+                done = after[g] + 1
+            tpl += [(ENGINE_CODES["ACT"], p, g, 1, 0, 0) for p in range(P)]
+        tpl.append((ENGINE_CODES["RD"], -1, -1, 0, C - done, il | ap))
+    else:
+        tpl.append((ENGINE_CODES["RD"], -1, -1, 0, C, il | ap))
+    t = np.array(tpl, np.int64)
+    k = np.repeat(np.arange(n_rounds - 1, dtype=np.int64), len(t)) + np.tile(t[:, 3], n_rounds - 1)
+    last = np.array([[ENGINE_CODES["RD"], -1, -1, 0, 0, il | ap]], np.int64)
+    f = np.concatenate([np.tile(t, (n_rounds - 1, 1)), last])
+    k = np.concatenate([k, [n_rounds - 1]])
+    rep = f[:, 4] * nb
+    rep[-1] = bursts - (n_rounds - 1) * per_round
+    out.update(op=f[:, 0], pch=f[:, 1], bg=f[:, 2], rank=(k // B) % R, bank=k % B,
+               row=(row0 + k // (B * R)) % org.rows, repeat=rep, flags=f[:, 5])
+    n = len(rep)
+    for key in ("ch", "col", "cycles"):
+        out[key] = np.zeros(n, np.int64)
+    return out
 
 
 def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:

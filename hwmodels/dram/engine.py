@@ -36,6 +36,7 @@ class Op(enum.IntEnum):
 
 
 F_AP = K.F_AP
+F_IL = K.F_IL
 BUF_UNIT_BYTES = 32  # BUF moves 32-B units (AttAcc prefetch_size = 32 B, pim_dram.md b.1)
 
 CMD_DTYPE = np.dtype([("op", np.uint8), ("flags", np.uint8), ("ch", np.int16), ("pch", np.int16),
@@ -116,7 +117,7 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True, r
 
 
 def scratch_for(spec: DRAMSpec) -> np.ndarray:
-    return np.zeros((4, spec.banks_per_channel), np.int64)
+    return np.zeros((11, spec.banks_per_channel), np.int64)  # scope lists (0-3), prim_il work rows (4-10)
 
 
 def check_cmds(spec: DRAMSpec, cmds: np.ndarray) -> None:
@@ -135,7 +136,9 @@ def check_cmds(spec: DRAMSpec, cmds: np.ndarray) -> None:
     bad(op >= K.N_OPS, "unknown op code")
     bad((cmds["ch"] < 0) | (cmds["ch"] >= o.channels), f"expected channel in [0, {o.channels})")
     lim = {"pch": o.pseudo_channels, "rank": o.ranks, "bg": o.bank_groups, "bank": o.banks_per_group}
-    single = np.isin(op, np.array(_SINGLE_BANK, np.uint8))
+    il = (cmds["flags"] & F_IL) != 0
+    bad(il & (op != Op.RD), "flag F_IL (interleave) is for RD records only")
+    single = np.isin(op, np.array(_SINGLE_BANK, np.uint8)) & ~il
     for f, n in lim.items():
         v = cmds[f]
         bad((v < -1) | (v >= n), f"expected {f} in [-1, {n}), got out of range")

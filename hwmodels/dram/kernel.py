@@ -28,6 +28,7 @@ def max_cycle(banks_per_channel: int) -> int:
 NOP, ACT, PRE, PREA, RD, WR, REF, REFPB, ACTAB, MACAB, MACSB, ACTBG, MACBG, BUF, FIX, BARRIER, MODE = range(17)
 N_OPS = 17
 F_AP = 1
+F_IL = 2  # RD only: the record's bursts go round robin over the banks of its scope (prim_il)
 
 # ---- timing parameter vector T (filled by engine.timing_vector)
 (T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
@@ -744,6 +745,129 @@ def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs,
             auto_pre(banks[q], T, BS, ST, ch)
 
 
+@hot
+def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST,
+            scratch):
+    """F_IL read record: n bursts to ``row`` round robin over the nb scope banks (rotation order: pseudo-channel
+    fastest, then bank group, bank, rank), each burst a repeat-1 RD (prim_col). Before a burst to a closed bank
+    (record start, after a refresh) every scope bank that is closed and still has bursts in the record is
+    opened, in rotation order from that bank, by in-order ACTs (a controller re-activating the stream's rows
+    together); a refresh that a burst would meet is performed first. F_AP: each bank precharges after its last
+    burst of the record.
+
+    Closed form (T_IDLESKIP on): the rotation is a max-plus homogeneous map of the state it reads (the
+    scope's data buses U_DATA, bank-group and rank RD spacings, C_LAST and the column bus) once the banks'
+    constant ACT->RD bounds lie behind the bursts. When a rotation without ACT or refresh advances every
+    burst and every such state value by the same d cycles, each later rotation does the same (F(x + d) =
+    F(x) + d), so the whole rotations up to the next refresh due (keeping the last one to walk) are committed
+    at once: every bank's last burst at its time + J x d, counts x J. Exactness vs the walk is tested."""
+    PS = npc
+    RSz = nr // npc
+    GSz = ng // nr
+    BSz = nb // ng
+    tprev = scratch[4]
+    tcur = scratch[5]
+    xu = scratch[6]
+    xg = scratch[7]
+    xr = scratch[8]
+    pos = scratch[9]
+    mcls = scratch[10]
+    for p in range(nb):  # rotation position -> index into banks[] (make_scope order: pch, rank, bg, bank)
+        pc = p % PS
+        g = (p // PS) % GSz
+        b = (p // (PS * GSz)) % BSz
+        r = p // (PS * GSz * BSz)
+        pos[p] = ((pc * RSz + r) * GSz + g) * BSz + b
+        mcls[p] = 0
+    NBr = T[T_G] * T[T_B]
+    cb = T[T_COLBUS]
+    jump = T[T_IDLESKIP] == 1
+    have = False
+    xlast = 0
+    xcb = 0
+    ev0 = ST[ch, S_ACT] + ST[ch, S_REF] + ST[ch, S_REFPB]  # ACTs and refreshes before this rotation
+    j = 0
+    while j < n:
+        p = j % nb
+        k = banks[pos[p]]
+        if BS[k, B_ROW] != row:
+            for q0 in range(nb):
+                if j + q0 >= n:
+                    break
+                q = (p + q0) % nb
+                kq = banks[pos[q]]
+                if BS[kq, B_ROW] != row:
+                    mcls[q] = 2 if BS[kq, B_ROW] >= 0 else 1
+                    prim_act(kq, row, arrival, T, BS, GS, RS, CS, ST)
+            if BS[k, B_ROW] != row:  # closed again by a refresh its rank met during the ACTs
+                continue
+        r = k // NBr
+        t = earliest_col(k, 0, T, BS, GS, RS, US, CS)
+        if arrival > t:
+            t = arrival
+        if t >= due_of(r, T, RS):
+            auto_refresh(r, T, BS, RS, CS, ST, ch)
+            continue
+        fl = flags & F_AP if j + nb >= n else 0
+        prim_col(k, row, 0, 1, fl, arrival, T, BS, GS, RS, US, CS, ST)
+        if mcls[p] > 0:
+            ST[ch, S_HIT] -= 1
+            ST[ch, S_MISS + mcls[p] - 1] += 1
+            mcls[p] = 0
+        tcur[p] = CS[ch, C_LAST]
+        j += 1
+        if p != nb - 1 or not jump:
+            continue
+        ev = ST[ch, S_ACT] + ST[ch, S_REF] + ST[ch, S_REFPB]
+        if ev != ev0:  # the rotation met an ACT or a refresh: not the homogeneous map
+            ev0 = ev
+            have = False
+            continue
+        if have:
+            d = CS[ch, C_LAST] - xlast
+            good = d > 0 and CS[ch, cb] - xcb == d
+            for q in range(nb):
+                if tcur[q] - tprev[q] != d or BS[banks[pos[q]], B_RD] > tprev[q]:
+                    good = False
+            for q in range(npc):
+                if US[pcs[q], U_DATA] - xu[q] != d:
+                    good = False
+            for q in range(ng):
+                if GS[bgs[q], G_RD] - xg[q] != d:
+                    good = False
+            for q in range(nr):
+                if RS[ranks[q], R_RD] - xr[q] != d:
+                    good = False
+            if good:
+                J = (n - j) // nb - 1  # whole rotations left, the last one walked (F_AP, partial tail)
+                for q in range(nb):
+                    lim = (due_of(banks[pos[q]] // NBr, T, RS) - 1 - tcur[q]) // d
+                    if lim < J:
+                        J = lim
+                if J >= 1:
+                    for q in range(nb):
+                        kq = banks[pos[q]]
+                        tcur[q] += J * d
+                        commit_col(kq, 0, tcur[q], 1, T, BS, GS, RS, US, CS, ST)
+                        BS[kq, B_NACC] += J - 1
+                    ST[ch, S_RD] += nb * (J - 1)
+                    ST[ch, S_HIT] += nb * J
+                    j += J * nb
+                    have = False
+                    continue
+        for q in range(nb):
+            tprev[q] = tcur[q]
+        for q in range(npc):
+            xu[q] = US[pcs[q], U_DATA]
+        for q in range(ng):
+            xg[q] = GS[bgs[q], G_RD]
+        for q in range(nr):
+            xr[q] = RS[ranks[q], R_RD]
+        xlast = CS[ch, C_LAST]
+        xcb = CS[ch, cb]
+        have = True
+
+
 # ============================================================== the record walker
 
 @hot
@@ -762,6 +886,12 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
         if a > CS[ch, C_LAST] and o != REF and o != REFPB:  # not-before cycle: in-order time moves up
             CS[ch, C_LAST] = a                               # (REF/REFPB: out of band, arrival = due)
         if o == NOP:
+            continue
+        if o == RD and flags[i] & F_IL:
+            nb, nr, ng, npc = make_scope(ch, np.int64(pch[i]), np.int64(rank[i]), np.int64(bg[i]),
+                                         np.int64(bank[i]), T, banks, ranks, bgs, pcs)
+            prim_il(ch, np.int64(row[i]), np.int64(rep[i]), flags[i], a, nb, banks, nr, ranks, ng, bgs, npc, pcs,
+                    T, BS, GS, RS, US, CS, ST, scratch)
             continue
         if o == ACT or o == PRE or o == RD or o == WR or o == MACSB or o == REFPB:
             k = (((ch * P + pch[i]) * R + rank[i]) * G + bg[i]) * B + bank[i]
