@@ -3,7 +3,7 @@
 #
 #   tests/slurm/cluster.sh install   apt-get install slurm-wlm munge (root; no-op when installed)
 #   tests/slurm/cluster.sh start     write the config, start munged, slurmctld, slurmd; wait for the node
-#   tests/slurm/cluster.sh stop      stop the three daemons (by their pid files); keeps the state folder
+#   tests/slurm/cluster.sh stop      cancel its jobs, stop the three daemons (pid files); keeps the state folder
 #   tests/slurm/cluster.sh status    daemons and sinfo
 #
 # Everything (config, munge key and socket, spool, state, logs, pid files) lives in a private folder,
