@@ -28,6 +28,11 @@ def register(sub) -> None:
                    help="comma-separated arrival rates: serve at each and draw SLO attainment and goodput vs load "
                         "per system into --figure (default serve_slo.pdf)")
     r.add_argument("--figure", default=None, help="figure file for --slo-vs-load (default serve_slo.pdf)")
+    r.add_argument("--trace", default=None, metavar="TRACE.json",
+                   help="write a Chrome/Perfetto timeline (ui.perfetto.dev): per pool instance its scheduler iterations "
+                        "and counters (running, waiting, KV occupancy, tokens/s), per request its phases")
+    r.add_argument("--trace-requests", type=int, default=None, metavar="N",
+                   help="with --trace: requests drawn per run, the first N by arrival (default 1000)")
     r.set_defaults(func=serve_cmd)
 
 
@@ -114,13 +119,29 @@ def write_csv(path, docs) -> None:
             w.writerow([x.decode() if isinstance(x, bytes) else x for x in r.tolist()])
 
 
+def _check_trace_requests(args) -> int | None:
+    """``--trace-requests``: only with --trace, an integer in [0, timeline_serve.MAX_TRACE_REQUESTS]."""
+    from attnsim.config import ConfigError
+    from attnsim.timeline_serve import MAX_TRACE_REQUESTS
+    n = args.trace_requests
+    if n is None:
+        return None
+    if not args.trace:
+        raise ConfigError("only applies with --trace", file="--trace-requests")
+    if not 0 <= n <= MAX_TRACE_REQUESTS:
+        raise ConfigError(f"expected an integer in [0, {MAX_TRACE_REQUESTS}], got {n}", file="--trace-requests")
+    return n
+
+
 def serve_cmd(args) -> int:
     from attnsim.config import ConfigError
+    trace_requests = _check_trace_requests(args)
     if args.figure is not None and args.slo_vs_load is None:
         raise ConfigError("only applies with --slo-vs-load", file="--figure")
     if args.slo_vs_load is not None:
         from attnsim.serve.plots import slo_vs_load
-        ignored = [f for f, v in (("--out", args.out), ("--csv", args.csv), ("--json", args.json)) if v]
+        ignored = [f for f, v in (("--out", args.out), ("--csv", args.csv), ("--json", args.json),
+                                  ("--trace", args.trace)) if v]
         if ignored:
             raise ConfigError(f"--slo-vs-load draws one figure and writes no results; drop {', '.join(ignored)}",
                               file="--slo-vs-load")
@@ -144,11 +165,15 @@ def serve_cmd(args) -> int:
     from attnsim.cli_run import check_run_outputs
     exp, serving = load_serving_experiment(args.experiment, args.sets)
     out_path = check_run_outputs(args, exp.spec.name)
-    docs = serve_experiment(exp, serving)
+    timeline = [] if args.trace else None
+    docs = serve_experiment(exp, serving, timeline=timeline, trace_requests=trace_requests)
     if out_path is not None:
         out_path = write_serve_results(out_path, docs, exp.tree.as_dict(), exp.spec.name)
     if args.csv:
         write_csv(args.csv, docs)
+    if timeline is not None:
+        from attnsim.timeline import write_trace
+        write_trace(args.trace, timeline)
     if args.json:
         clean = [{k: v for k, v in d.items() if not k.startswith("_")} for d in docs]
         print(dumps({"experiment": exp.spec.name, "attnsim_version": __version__, "command": "serve",

@@ -281,9 +281,12 @@ def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) ->
                           "decode_pool": dec_pool.coster.total().breakdown()}}
 
 
-def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
+def serve_experiment(exp, serving: ServingSpec, progress=None, timeline: list | None = None,
+                     trace_requests: int | None = None) -> list[dict]:
     """Run documents for every (model, scenario) x (colocated system | disaggregation pair); with
-    ``serving.replications`` > 1 each is the combination of that many seeded traces (replicate.py)."""
+    ``serving.replications`` > 1 each is the combination of that many seeded traces (replicate.py).
+    ``timeline`` (a list): trace events of every ok run's first replication are appended to it
+    (attnsim.timeline_serve; ``trace_requests`` requests drawn per run)."""
     systems = _systems(exp, serving)
     base = exp.source.parent if exp.source is not None else None
     seeds = replication_seeds(serving.trace.seed, serving.replications)
@@ -309,8 +312,18 @@ def serve_experiment(exp, serving: ServingSpec, progress=None) -> list[dict]:
             pools: dict = {}
             for sname, d in runs:
                 label = sname if d is None else (d.name or f"{d.prefill}->{d.decode}")
-                reps = [_serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools)
-                        for trace in traces]
+                reps = []
+                for k, trace in enumerate(traces):
+                    if timeline is None or k:
+                        reps.append(_serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools))
+                        continue
+                    from attnsim.timeline_serve import DEFAULT_TRACE_REQUESTS, recording, serve_events
+                    with recording() as rec:
+                        reps.append(_serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools))
+                    if reps[-1]["status"] == "ok":
+                        n_req = DEFAULT_TRACE_REQUESTS if trace_requests is None else trace_requests
+                        timeline += serve_events(reps[-1], rec, pid=1 + max((e["pid"] for e in timeline), default=0),
+                                                 max_requests=n_req)
                 doc = combine(reps, seeds, serving.confidence, exp.spec.seed)
                 if acc is not None:
                     doc.setdefault("serving", {})["kv_policy_accuracy"] = acc

@@ -185,6 +185,9 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
     max_batch_seen = 0
     swap_bytes_per_block = pool.block_bytes  # per rank; ranks swap in parallel over their own links
     tp = pool.tp
+    from attnsim.timeline_serve import active_recorder
+    recorder = active_recorder()
+    log = [] if recorder is not None else None  # iterations, for a timeline (attnsim/timeline_serve.py)
 
     def hold(i, ctx):
         h = int(kvp.retained_tokens(ctx, prompt[i]))
@@ -355,6 +358,9 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
             ctx_sum = 0
         dt, e = coster.cost(ctx_sum, len(dec), [c for _, c in pre], [int(computed[r]) for r, _ in pre])
         dt += swap_s
+        if log is not None:  # timeline_serve.LOG_FIELDS
+            log.append((t, dt, len(dec), len(pre), sum(c for _, c in pre), len(dec) * (1 + gamma), alloc.used,
+                        len(running), len(waiting), e + swap_e))
         res.swap_energy_j += swap_e
         res.in_system_area += (na - done) * dt
         used_slots = alloc.used * bt
@@ -420,4 +426,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
                  "prefix_hit_tokens": pcache.hit_tokens,
                  "memo_entries": len(coster.memo), "memo_lookups": coster.lookups,
                  "sample_block_ids": sample_blocks}
+    if recorder is not None:
+        recorder.append({"pool": pool.name, "mode": mode, "labels": np.asarray(labels), "arrival_s": arrival,
+                         "log": log, "result": res, "kv_blocks": pool.total_blocks, "static_w": static_w})
     return res
