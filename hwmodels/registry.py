@@ -29,6 +29,8 @@ _MODULES = (
     "attnsim.hwmodels.memory",
     "attnsim.hwmodels.cxl_controller",
     "attnsim.hwmodels.host",
+    "attnsim.hwmodels.kv_pool",
+    "attnsim.hwmodels.flash",
 )
 _loaded = False
 _loading = False

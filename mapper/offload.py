@@ -1,4 +1,4 @@
-"""offload: KV (and optionally weights) live in host DDR5 / CXL memory and stream to the GPU.
+"""offload: KV (and optionally weights) live in host DDR5 / CXL memory / NAND flash and stream to the GPU.
 
 FlexGen / InfiniGen-style offloading (shared/reference/cxl_reliability.md §1.3). Each decode layer
 fetches its KV (``topk_fraction`` of it: InfiniGen-style selection of the important tokens; 1.0 =
@@ -27,9 +27,9 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
     if not 0 < f <= 1:
         raise ConfigError(f"expected 0 < topk_fraction <= 1, got {f}", key="mapper.options.topk_fraction")
     gpu = role_of_kind(system, "gpu", "npu")
-    host = role_of_kind(system, "memory")
+    host = role_of_kind(system, "memory", "flash")
     if gpu is None or host is None:
-        raise ConfigError("policy offload needs a gpu pool and a memory pool (kind: memory)", key="devices")
+        raise ConfigError("policy offload needs a gpu pool and a memory pool (kind: memory or flash)", key="devices")
     link = "link:" + link_name_between(system, gpu, host)
     tp = system.spec.parallelism.tp
     w_gpu = 0.0 if opts["offload_weights"] else rank_weights(model_bytes, trace, tp)

@@ -45,6 +45,8 @@ COSMETIC = {
     "ControllerSpec.kind",
     "HostSpec.name", "HostSpec.description", "HostSpec.source", "HostSpec.kind",
     "NCCLSpec.source", "CustomAllReduceSpec.source",
+    "KVPoolSpec.name", "KVPoolSpec.description", "KVPoolSpec.source", "KVPoolSpec.kind",
+    "FlashSpec.name", "FlashSpec.description", "FlashSpec.source", "FlashSpec.kind",
 }
 
 SMALL = ["models.llama2-7b.num_layers=2"]
@@ -117,6 +119,16 @@ BASES = {
     "dram_idd": ("dram", "default", _sys("cxl_pnm"), "lpddr5x_8533"),  # energies derived from IDD
     "cxl_ndp": ("run", "default", _sys("cxl_ndp"), None),     # a compression section (CXL-NDP)
     "sangam": ("run", "default", _sys("sangam_x1"), None),    # a systolic section (Sangam)
+    "kv_pool": ("serve", "kv_pool", [   # 4 instances sharing a KV pool (hwmodels/kv_pool.py)
+        "experiment.models=[llama3-8b]", "experiment.serving.trace.num_requests=24",
+        "experiment.serving.trace.rate_per_s=8", "experiment.serving.trace.prefix={num_prefixes: 4, tokens: 256, fraction: 1.0}",
+        "experiment.serving.trace.prompt={dist: fixed, mean: 32}", "experiment.serving.trace.output={dist: fixed, mean: 3}",
+        "experiment.systems=[mooncake_h100_x4, mooncake_h100_x8_nopool]",
+        "experiment.serving.kv_pool.systems=[mooncake_h100_x4]", "models.llama3-8b.num_layers=2"], None),
+    "flash": ("run", "kv_flash", [   # KV on one NAND SSD (hwmodels/flash.py), flash-bound: a fast link, no overlap
+        "experiment.systems=[kvnand_h100_ssd]", "experiment.baseline=null", GEN, "models.llama3-8b.num_layers=2",
+        "experiment.scenarios={s: {batch_size: 1, prompt_len: 4096, output_len: 4}}",
+        "hardware.nand_nvme_gen5_x4.bandwidth_gbps=1000", "systems.kvnand_h100_ssd.mapper.options.overlap=false"], None),
 }
 
 # field -> base, where the first base reaching it does not exercise it
@@ -131,7 +143,7 @@ FIELD_BASE = {
     "LinkSpec.nccl": "gpu", "LinkSpec.custom_allreduce": "gpu",
     "ExperimentSpec.seed": "serve", "TraceSpec.prefix_tokens": "serve_file", "TraceSpec.file": "serve_file",
     "TraceSpec.prompt": "serve", "TraceSpec.output": "serve", "ModelSpec.rope_scaling": "moe", "MapperSpec.policy": "attacc",
-    "MemoSpec.relative_bucket": "serve_disagg", "DRAMSpec.pim": "dram",
+    "MemoSpec.relative_bucket": "serve_disagg", "DRAMSpec.pim": "dram", "ServingSpec.kv_pool": "kv_pool",
     **{f"IDD.{c}": "dram_idd" for c in ("idd0_ma", "idd2n_ma", "idd4r_ma", "idd4w_ma")},
     "PIMTiming.nCCDSB": "dram", "PIMTiming.mode_switch_cycles": "dram",   # no lowering emits MACSB / MODE
     "PIMTiming.actbg_faw_acts": "neupims",   # ACTBG: NeuPIMs' G_ACT (isa newton); AttAcc's lowering opens with ACTAB
@@ -307,6 +319,19 @@ ALTERNATIVE = {
     "DisaggSpec.prefill": Alt("attacc"),
     "DisaggSpec.decode": Alt("a100_hbm3_x8"),
     "DisaggSpec.link": Alt("nvlink4"),
+    "ServingSpec.kv_pool": Alt(None),
+    "KVPoolServingSpec.hardware": Alt("cxl_pool_pond_mhd"),
+    "KVPoolServingSpec.systems": Alt(["mooncake_h100_x8_nopool"]),
+    "KVPoolSpec.capacity_gb": Alt(1.0e-6),            # a limit: binds only when below the prefixes' KV
+    "KVPoolSpec.hosts": Alt(2),                       # a limit: refused below the instances
+    "KVPoolSpec.pool_bandwidth_gbps": Alt(100.0),     # binds below hosts x host_link_gbps
+    "FlashSpec.capacity_gb": Alt(1.0e-6),             # a limit: binds only when below the KV
+    "FlashSpec.dies_per_channel": Alt(1),             # one die: sensing and bus no longer overlap
+    "FlashSpec.planes_per_die": Alt(1),               # 8 pages per wave instead of 32: more waves
+    # wear and retention act through read retries once the ECC's tail binds (BCH at RBER ~2-3e-3)
+    "FlashSpec.pe_cycles": Alt(4500.0, extra=("hardware.nand_tlc_ssd.ecc=bch_nand",)),
+    "FlashSpec.retention_days": Alt(3650.0, extra=("hardware.nand_tlc_ssd.ecc=bch_nand",)),
+    "FlashSpec.ecc": Alt("bch_nand"),
 }
 
 

@@ -30,6 +30,7 @@ from attnsim.serve.replicate import combine, replication_seeds
 from attnsim.serve.requests import build_request_trace
 from attnsim.serve.scheduler import Pool, ServeError, simulate_pool
 from attnsim.serve.spec import ServingSpec
+from attnsim.workloads.trace import kv_cache_bytes
 
 
 def load_serving_experiment(path=None, sets: Optional[list[str]] = None):
@@ -59,10 +60,14 @@ def serving_hardware_refs(serving: ServingSpec) -> list[tuple[str, str]]:
     links.append((serving.scheduler.swap_link, "serving.scheduler.swap_link"))
     if serving.kv.locality_dram:
         links.append((serving.kv.locality_dram, "serving.kv.locality_dram"))
+    if serving.kv_pool is not None:
+        links.append((serving.kv_pool.hardware, "serving.kv_pool.hardware"))
     return links
 
 
-_REF_KINDS = {"serving.scheduler.swap_link": "link", "serving.kv.locality_dram": "dram"}
+_REF_KINDS = {"serving.scheduler.swap_link": "link", "serving.kv.locality_dram": "dram",
+              "serving.kv_pool.hardware": "kv_pool"}
+MAX_POOL_PASSES = 4  # fixed-point passes over the instances sharing a KV pool (hwmodels/kv_pool.py)
 
 
 def load_serving_hardware(tree, base: Optional[Path]) -> None:
@@ -95,6 +100,10 @@ def experiment_from_tree(tree, src=None):
         if kind != "link":
             raise ConfigError(f"expected a hardware config of kind link, got kind {kind!r}", file=exp_file,
                               key=f"serving.disaggregation.{i}.link")
+    for i, name in enumerate(serving.kv_pool.systems if serving.kv_pool is not None else ()):
+        if name not in exp.systems:
+            raise ConfigError(f"expected one of the experiment's systems ({', '.join(exp.systems)}), got {name!r}",
+                              file=exp_file, key=f"serving.kv_pool.systems.{i}")
     for ref, key in serving_hardware_refs(serving):
         want, hw = _REF_KINDS.get(key), tree.hardware.get(ref_name(ref))
         if want and isinstance(hw, dict) and hw.get("kind") != want:
@@ -204,8 +213,35 @@ def layout_locality(pool: Pool, block_ids: list, dram: str) -> dict:
             "contiguous_bandwidth_gbps": float(contig["bandwidth_gbps"])}
 
 
-def serve_colocated(system, model, sc, serving, trace, pool: Pool) -> dict:
-    """One system serving the trace (data-parallel replicas get requests round-robin)."""
+def _replica_runs(pool: Pool, trace, R: int, kv_pool=None):
+    """(request indices, PoolResult) per replica; with a shared ``kv_pool`` the replicas are served
+    again, each seeing the others' pool entries, until the entries repeat (at most MAX_POOL_PASSES)."""
+    remote = None
+    if kv_pool is not None:
+        from attnsim.hwmodels.kv_pool import SharedPrefixPool
+        bt = pool.block_tokens
+        remote = SharedPrefixPool(kv_pool, kv_cache_bytes(pool.model, pool.sc, [bt]) / bt, bt, R)
+    for npass in range(1, MAX_POOL_PASSES + 1):
+        if npass > 1:
+            remote.next_pass()
+            pool.coster.usage.clear()
+        runs = []
+        for k in range(R):
+            idx = np.arange(k, len(trace), R)
+            if len(idx):
+                sub = trace.subset(idx)
+                runs.append((idx, simulate_pool(pool, sub.arrival_s, sub.prompt_tokens, sub.output_tokens,
+                                                sub.prefix_id, sub.prefix_tokens, labels=idx, remote=remote)))
+        if remote is None or remote.converged():
+            break
+    facts = None if remote is None else {"hardware": kv_pool.name, "instances": R, "passes": npass,
+                                         "converged": remote.converged(), **remote.stats()}
+    return runs, facts
+
+
+def serve_colocated(system, model, sc, serving, trace, pool: Pool, kv_pool=None) -> dict:
+    """One system serving the trace (data-parallel replicas get requests round-robin; with ``kv_pool``
+    the replicas share that KV pool tier)."""
     pool.coster.usage.clear()  # the breakdown is this run's iterations (pools are shared between runs)
     R = system.spec.parallelism.replicas
     n = len(trace)
@@ -216,13 +252,10 @@ def serve_colocated(system, model, sc, serving, trace, pool: Pool) -> dict:
     total_e = 0.0
     area = 0.0
     stats, iters = [], 0
-    for k in range(R):
-        idx = np.arange(k, n, R)
-        if not len(idx):
-            continue
-        sub = trace.subset(idx)
-        r = simulate_pool(pool, sub.arrival_s, sub.prompt_tokens, sub.output_tokens, sub.prefix_id, sub.prefix_tokens,
-                          labels=idx)
+    runs, pool_facts = _replica_runs(pool, trace, R, kv_pool)
+    if pool_facts is not None:
+        total_e += pool_facts["pool_energy_j"]
+    for idx, r in runs:
         cols["first_token_s"][idx] = r.first_token_s
         cols["finish_s"][idx] = r.finish_s
         cols["admit_s"][idx] = r.admit_s
@@ -238,6 +271,10 @@ def serve_colocated(system, model, sc, serving, trace, pool: Pool) -> dict:
     m = summarize(req, serving.slo, total_e, in_system_area=area)
     facts = _serving_facts(pool, stats)
     facts["iterations"] = iters
+    if pool_facts is not None:  # requests served from a prefix cache: local (HBM) or the pool
+        pool_facts["prefix_hit_rate_with_pool"] = ((facts["prefix_hits"] + pool_facts["pool_hits"]) / facts["prefix_lookups"]
+                                                   if facts["prefix_lookups"] else 0.0)
+        facts["kv_pool"] = pool_facts
     if serving.kv.locality_dram and stats and stats[0]["sample_block_ids"]:
         facts["kv_layout_locality"] = layout_locality(pool, stats[0]["sample_block_ids"], serving.kv.locality_dram)
     return {"metrics": m, "serving": facts, "_requests": req,
@@ -362,7 +399,14 @@ def _serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, 
     try:
         if d is None:
             sysm = systems[sname]
-            doc.update(serve_colocated(sysm, model, sc, serving, trace, _pool(sysm, model, sc, serving, exp, pools)))
+            kvp = serving.kv_pool
+            shared = _link(exp, kvp.hardware) if kvp is not None and (not kvp.systems or sname in kvp.systems) else None
+            if shared is not None and sysm.spec.parallelism.replicas > shared.spec.hosts:
+                raise ConfigError(f"expected at most {shared.spec.hosts} hosts on the pool, got system {sname} with "
+                                  f"{sysm.spec.parallelism.replicas} replicas", key="hosts",
+                                  file=exp.tree.file_of("hardware", ref_name(kvp.hardware)))
+            doc.update(serve_colocated(sysm, model, sc, serving, trace, _pool(sysm, model, sc, serving, exp, pools),
+                                       kv_pool=shared))
         else:
             doc["disaggregation"] = d.model_dump()
             pp = _pool(systems[d.prefill], model, sc, serving, exp, pools)

@@ -123,8 +123,10 @@ def _check_servable(pool: Pool, prompt, output, reserve, mode: str, labels) -> N
 
 
 def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_tokens=None,
-                  mode: str = "colocated", labels=None) -> PoolResult:
-    """Serve requests (sorted by ``arrival_s``) on ``pool``; see the module docstring."""
+                  mode: str = "colocated", labels=None, remote=None) -> PoolResult:
+    """Serve requests (sorted by ``arrival_s``) on ``pool``; see the module docstring. ``remote``: a
+    shared KV pool (hwmodels/kv_pool.SharedPrefixPool) consulted on a local prefix miss: a hit skips the
+    prefill of the pooled tokens, but the request's prefill waits for the lookup + transfer."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
     stack = getattr(pool.system, "stack", None)
     if stack is not None and stack.request_us and mode != "decode":  # attnsim/stack.py: tokenize + front end
@@ -172,6 +174,8 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
     shared = np.zeros(n, np.int64)            # tokens read from a prefix-cache entry
     holds_ref = np.zeros(n, dtype=bool)
     swapped_blocks = np.zeros(n, np.int64)
+    ready = np.full(n, -np.inf)               # a prefill waits for its pooled KV until then
+    fetched = np.zeros(n, dtype=bool)         # its prefix came from the pool (not written back)
     res = PoolResult(*(np.full(n, np.nan) for _ in range(5)), energy_j=np.zeros(n),
                      preemptions=np.zeros(n, np.int64), prefix_hit_tokens=np.zeros(n, np.int64))
     waiting: deque = deque()
@@ -273,6 +277,8 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
                     nblocks[r] += need
                 dec.append(r)
                 budget -= 1 + gamma
+            elif ready[r] > t:
+                pass  # pooled KV still in flight
             else:
                 chunk = int(target[r] - computed[r])
                 if sched.chunked_prefill:
@@ -332,6 +338,10 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
                 shared[r] = 0
                 break
             waiting.popleft()
+            pooled = fetch_s = 0
+            if remote is not None and hit == 0 and p >= 0 and generated[r] == 0:
+                pooled, fetch_s, fetch_e = remote.lookup(p, t, min(int(ptok[r]), int(target[r]) - 1))
+                res.energy_j[r] += fetch_e
             if hit:
                 got = pcache.acquire(p, t)
                 assert got == hit
@@ -343,10 +353,24 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
             blocks[r] = alloc.allocate(need)
             nblocks[r] = need
             running.append(r)
-            pre.append((r, chunk))
-            budget -= chunk
+            if pooled:  # prefill of the rest starts once the pooled KV has arrived
+                computed[r] = pooled
+                res.prefix_hit_tokens[r] += pooled
+                ready[r] = t + fetch_s
+                fetched[r] = True
+            else:
+                pre.append((r, chunk))
+                budget -= chunk
             if math.isnan(res.admit_s[r]):
                 res.admit_s[r] = t
+        if not dec and not pre and running and ready[running].max() > t:  # only pooled KV in flight
+            wake = float(ready[running][ready[running] > t].min())
+            if na < n:
+                wake = min(wake, float(arrival[na]))
+            res.idle_s += wake - t
+            res.in_system_area += (na - done) * (wake - t)
+            t = wake
+            continue
         if not dec and not pre:  # cannot happen for a trace that passed _check_servable
             raise ServeError(f"{pool.name}: scheduler stalled at t={t:.3f} s with {len(waiting)} waiting, "
                              f"{len(swapped)} swapped, {len(running)} running, {alloc.free}/{alloc.total} blocks free")
@@ -399,6 +423,8 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
                     res.first_token_s[r] = t
                     res.prefill_done_s[r] = t
                 p = int(pid[r])
+                if remote is not None and p >= 0 and not holds_ref[r] and not fetched[r]:
+                    res.energy_j[r] += remote.publish(p, pcache.shareable(ptok[r]), t)
                 if pcache.enabled and p >= 0 and not holds_ref[r]:
                     st = pcache.shareable(ptok[r])
                     nsh = st // bt

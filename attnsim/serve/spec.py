@@ -68,6 +68,15 @@ class DisaggSpec(Schema):
     parallel_links: Optional[PositiveInt] = Field(None, description="links used in parallel (default: prefill tp x pp device groups)")
 
 
+class KVPoolServingSpec(Schema):
+    """A KV pool tier shared by the data-parallel replicas (instances) of a colocated system
+    (hwmodels/kv_pool.py): a local prefix miss looks the prefix up in the pool."""
+
+    hardware: str = Field(description="hardware config (kind: kv_pool)")
+    systems: list[str] = Field(default_factory=list, description="experiment systems whose replicas share a pool "
+                               "(default: every system)")
+
+
 class ServingSpec(Schema):
     trace: TraceSpec = TraceSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
@@ -76,6 +85,7 @@ class ServingSpec(Schema):
     slo: SLOSpec = SLOSpec()
     colocated: bool = Field(True, description="serve every experiment system on its own (continuous batching)")
     disaggregation: list[DisaggSpec] = Field(default_factory=list)
+    kv_pool: Optional[KVPoolServingSpec] = None
     accuracy_proxy: bool = Field(True, description="estimate the KV policy's attention error (reliability L0 proxy)")
     replications: PositiveInt = Field(1, le=1000, description="independently seeded traces per run (seeds trace.seed + r); "
                                       "metrics are means with bootstrap confidence intervals (serve/replicate.py)")
@@ -85,6 +95,10 @@ class ServingSpec(Schema):
     def _check(self):
         if self.kv.prefix_caching and self.kv.policy.kind not in ("none", "quest"):
             raise ValueError("prefix caching with an evicting KV policy is not modelled (use kind none or quest)")
+        if self.kv_pool is not None and self.kv.policy.kind not in ("none", "quest"):
+            raise ValueError("a KV pool with an evicting KV policy is not modelled (use kind none or quest)")
+        if self.kv_pool is not None and not self.colocated:
+            raise ValueError("kv_pool is shared by the replicas of colocated runs: set colocated: true")
         if self.replications == 1:
             self.refuse_unused(["confidence"], "with replications: 1 (intervals need several replications)")
         if self.replications > 1 and self.trace.file is not None:

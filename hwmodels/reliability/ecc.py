@@ -93,9 +93,7 @@ class EccScheme:
         """Symbol codes: probability a pattern beyond ``detect`` lands in another decoding sphere."""
         if self.kind not in ("symbol", "two_level"):
             return 0.0
-        n, k, q = self.n_symbols, self.k_bits // self.symbol_bits, 2 ** self.symbol_bits
-        vol = sum(comb(n, i) * (q - 1) ** i for i in range(self.t + 1))
-        return min(1.0, vol / float(q) ** (n - k))
+        return _sphere_fraction(self.n_symbols, self.k_bits // self.symbol_bits, 2 ** self.symbol_bits, self.t)
 
     # ------------------------------------------------------------ closed form
     def outcome(self, p: float) -> EccOutcome:
@@ -117,6 +115,13 @@ class EccScheme:
             # silent erroneous bits per codeword, a fraction k/n of them in data bits
             return EccOutcome(c0, cor, due, sdc, sil_bits / self.n_bits, due)
         return _two_level_outcome(self, p)
+
+
+@lru_cache(maxsize=None)
+def _sphere_fraction(n: int, k: int, q: int, t: int) -> float:
+    """sum_{i<=t} C(n,i)(q-1)^i / q^(n-k), in exact integers (long binary codes overflow floats)."""
+    vol = sum(comb(n, i) * (q - 1) ** i for i in range(t + 1))
+    return min(1.0, vol / q ** (n - k))
 
 
 def _binom_pmf(n: int, p: float) -> np.ndarray:
@@ -294,6 +299,19 @@ SCHEMES: dict[str, EccScheme] = {
     "rs2": EccScheme("rs2", "two_level", 288, 256, symbol_bits=8, t=2, detect=2, outer_m=32, outer_r=2,
                      bandwidth_overhead=1.0 / 0.79 - 1.0, decode_cycles=20, energy_pj_per_byte=4.9),
 }
+
+
+# NAND page ECC (hwmodels/flash.py), binary codes as ``symbol`` codes with 1-bit symbols: bounded-distance
+# decoding of t bit errors per codeword, detection beyond (miscorrection: the sphere fraction).
+# BCH over 1 KB: GF(2^14), t = 40 -> 560 parity bits (6.8 %), the strength class of MLC/TLC controllers [M];
+# hard-decision decode 2 us per codeword [M], 1.5 pJ/B [M].
+SCHEMES["bch_nand"] = EccScheme("bch_nand", "symbol", 8192 + 14 * 40, 8192, symbol_bits=1, t=40, detect=40,
+                                decode_cycles=2000, energy_pj_per_byte=1.5)
+# LDPC over 4 KB + 512 B parity (rate 0.89) [M]: soft-decision LDPC of 3D NAND corrects raw BER up to
+# ~5e-3..1e-2 [M]; modelled as a bounded-distance code correcting t = 300 bits per codeword (0.8 %, its
+# hard-equivalent strength [M]); the extra soft sensing reads are not modelled; decode 4 us [M], 5 pJ/B [M].
+SCHEMES["ldpc_nand"] = EccScheme("ldpc_nand", "symbol", 36864, 32768, symbol_bits=1, t=300, detect=300,
+                                 decode_cycles=4000, energy_pj_per_byte=5.0)
 
 
 def get_scheme(name: str) -> EccScheme:
