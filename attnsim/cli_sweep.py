@@ -71,7 +71,8 @@ def register(sub) -> None:
     p.add_argument("--hue", default=None)
     p.add_argument("--z", default=None, help="colour metric (heatmap) or third metric (pareto)")
     p.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE", help="select rows (repeatable)")
-    p.add_argument("--width", choices=("single", "double"), default="single")
+    p.add_argument("--width", choices=("single", "double"), default=None, help="IEEE column (3.5 in, default) or "
+                   "text (7.16 in) width")
     p.add_argument("--title", default=None)
     p.add_argument("--labels", default=None, metavar="FILE.yaml", help="display labels (name: text per line) over "
                    "the built-in ones (dgx_h100: DGX H100, attn_score: QK^T, ...)")
@@ -258,7 +259,8 @@ def plot_cmd(args) -> int:
         from attnsim.plots.options import check_recipe
         from attnsim.serve.plots import _read_requests, latency_cdf, read_slos
         check_recipe(args.recipe, {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
-                                   "title": args.title, "logy": args.logy, "xlim": args.xlim, "ylim": args.ylim,
+                                   "title": args.title, "width": args.width, "logy": args.logy, "xlim": args.xlim,
+                                   "ylim": args.ylim,
                                    "baseline": args.baseline, "replicate": args.replicate})
         if not Path(args.file).is_file():
             raise ConfigError("file not found", file=args.file)
@@ -272,7 +274,8 @@ def plot_cmd(args) -> int:
         return 0
     table = load_table(args.file)
     paths = render(table, args.recipe, Path(args.out), x=args.x, y=args.y, hue=args.hue, z=args.z,
-                   where=parse_where(args.where), width=args.width, title=args.title, logy=args.logy, xlim=args.xlim,
+                   where=parse_where(args.where), width=args.width or "single", title=args.title, logy=args.logy,
+                   xlim=args.xlim,
                    ylim=args.ylim, baseline=args.baseline, replicate=args.replicate, **style)
     print("figure: " + ", ".join(map(str, paths)))
     return 0

@@ -42,7 +42,7 @@ def table(tmp_path_factory):
 
 DNF = {"batch_size": 64, "prompt_len": 3072}  # h100_x1 there does not fit
 CASES = {  # recipe -> (options, expected y label or None for a pattern check, does-not-fit point selected)
-    "latency_by_op": (dict(where=DNF), "Decode-step latency (ms)", True),
+    "latency_by_op": (dict(where=DNF, title="Llama-2-13B, batch 64"), "Decode-step latency (ms)", True),
     "latency_by_device": (dict(where=DNF), "Decode-step latency (ms)", True),
     "energy_breakdown": (dict(where={"batch_size": 64}), "Decode-step energy (mJ/token)", True),
     "throughput_vs_batch": (dict(where={"prompt_len": 3072}), "Decode throughput (tokens/s)", True),
@@ -54,7 +54,8 @@ CASES = {  # recipe -> (options, expected y label or None for a pattern check, d
               "Decode throughput vs DGX H100 (\u00d7)", True),
     "roofline": (dict(where={"system": "dgx_h100", "batch_size": 64, "prompt_len": 512}),
                  "Performance (TFLOP/s)", False),
-    "heatmap": (dict(x="scenario.batch_size", y="system", z="tpot_s", where={"prompt_len": 3072}), "System", True),
+    "heatmap": (dict(x="scenario.batch_size", y="system", z="tpot_s", where={"prompt_len": 3072}, title="Llama-2-13B"),
+                "System", True),
     "pareto": (dict(), "Energy per token (J/token) \u2193", True),
 }
 
@@ -136,6 +137,10 @@ def test_recipe_output_is_paper_ready(table, recipe):
     assert_ticks_apart(fig)
     assert_contrast(fig)
     assert_font(fig)
+    if opts.get("title"):  # the title clears the legend (heatmap: the "does not fit" key sits above the axes)
+        r = fig.canvas.get_renderer()
+        t, leg = ax.title.get_window_extent(r), ax.get_legend().get_window_extent(r)
+        assert not (t.x0 < leg.x1 and leg.x0 < t.x1 and t.y0 < leg.y1 and leg.y0 < t.y1)
 
 
 def test_line_palette_contrast_hand_values():

@@ -16,7 +16,7 @@ from typing import Optional
 
 from attnsim.config import ConfigError
 from attnsim.plots import recipes as _r
-from attnsim.plots.labels import active as _labels_active
+from attnsim.plots.labels import active as _labels_active, check_labels
 from attnsim.plots.options import check_limits, check_recipe
 from attnsim.plots.style import paper_style, save
 
@@ -47,6 +47,8 @@ def figure(table, recipe: str, *, x=None, y=None, hue=None, z=None, where: Optio
     check_recipe(recipe, {"x": x, "y": y, "hue": hue, "z": z, "logx": logx, "logy": logy, "xlim": xlim,
                           "ylim": ylim, "baseline": baseline, "replicate": replicate})
     xlim, ylim = check_limits(xlim, "plot", "--xlim"), check_limits(ylim, "plot", "--ylim")
+    if labels is not None:
+        labels = check_labels(labels, "plot", "labels")
     for flag, lim, name in ((logx, xlim, "x"), (logy, ylim, "y")):
         if flag and lim is not None and lim[0] <= 0:
             raise ConfigError(f"expected LO > 0 on a log axis, got {lim[0]:g}", file="plot", key=f"--{name}lim")

@@ -398,7 +398,7 @@ def heatmap(table, x=None, y=None, hue=None, z=None, width="single", title=None,
                     ax.text(j, i, f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}", ha="center", va="center", fontsize=6,
                             color="white" if dark else "black")
     if title:
-        ax.set_title(title)
+        ax.set_title(title, pad=18 if dnf_cells else 6)  # above the "does not fit" legend
     return fig
 
 
