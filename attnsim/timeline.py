@@ -261,11 +261,12 @@ class _Counters:
         for name, base in self.base.items():
             pts = [(0.0, base)]
             for t0, t1, v in sorted(self.spans.get(name, [])):
-                if pts[-1][0] == t0:
-                    pts[-1] = (t0, v)
+                t0 = max(t0, pts[-1][0])  # float sums: a span may start a rounding error before the last ends
+                if t0 - pts[-1][0] <= 1e-9 * max(1.0, t0):
+                    pts[-1] = (pts[-1][0], v)
                 else:
                     pts.append((t0, v))
-                pts.append((t1, base))
+                pts.append((max(t1, pts[-1][0]), base))
             if pts[-1][0] < end_us:
                 pts.append((end_us, base))
             out += [{"ph": "C", "name": name, "pid": self.pid, "ts": ts, "args": {"value": v}} for ts, v in pts]
