@@ -1,9 +1,16 @@
-"""Chrome/Perfetto timeline (JSON trace event format) of one simulated step.
+"""Chrome/Perfetto timeline (JSON trace event format) of simulated steps (``attnsim run --trace``).
 
-One track (thread) per device role, one event per op instance (each layer of a
-row's ``count`` is its own event), so overlap and stalls can be inspected in
-chrome://tracing or ui.perfetto.dev. Format: the Trace Event Format's complete
-events (``"ph": "X"``, times in microseconds).
+One track (thread) per device role, one event per op instance (each layer of a row's ``count`` is
+its own event), so overlap and stalls can be inspected in chrome://tracing or ui.perfetto.dev.
+Format: the Trace Event Format's complete events (``"ph": "X"``, times in microseconds), counters
+(``"ph": "C"``) and metadata (``"ph": "M"``). :func:`generation_events` lays a whole generation on
+one time axis (prefill, then every decode step: drawn op by op up to a cap, else one event per
+stretch of steps); every op event carries its bytes, energy, achieved bandwidth and bound in
+``args``. Limits: a row that a concurrent stage hides behind a slower device has duration 0 (its
+energy is in its args, not in the power counter: AttAcc's overlapped attention, ~0.4 % of the
+default experiment's energy); ``memory_bytes`` of a link row is the traffic over the whole link
+(all ranks). :func:`check_events` is the validity check the tests use; the serving timeline is
+attnsim/timeline_serve.py.
 """
 from __future__ import annotations
 

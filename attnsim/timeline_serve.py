@@ -120,6 +120,12 @@ def serve_events(doc: dict, rec: list, pid: int, max_requests: int = DEFAULT_TRA
     start = float(arrival.min()) if len(arrival) else 0.0
     label = f"{doc['system']} ({doc['model']}, {doc['scenario']['name']})"
     events: list = []
+    last = {}  # a pool served again (e.g. fixed-point passes over a shared KV pool): its last pass counts
+    for entry in rec:
+        labels = entry["labels"]
+        last.pop(key := (entry["mode"], entry["pool"], int(labels[0]) if len(labels) else -1, len(labels)), None)
+        last[key] = entry
+    rec = list(last.values())
     colocated = [e for e in rec if e["mode"] == "colocated"]
     for k, entry in enumerate(rec):
         what = f"replica {k}" if entry["mode"] == "colocated" and len(colocated) > 1 else \
