@@ -133,3 +133,16 @@ def test_worn_flash_pays_read_retries():
     assert float(worn.read_time_s(nbytes)) == pytest.approx(float(fresh.read_time_s(nbytes)) + p_page * 5 * (40e-6 + page_bus),
                                                             rel=1e-9)
     assert fresh.p_retry < 1e-30
+
+
+def test_kv_flash_experiment_tier_is_the_preset():
+    """kv_flash.yaml's nand reliability tier is FlashModel.reliability_tier() of its SSD preset (no drift)."""
+    from attnsim.config import find_config, load_yaml
+    from attnsim.hwmodels import registry
+    tier = load_yaml(find_config("experiments", "kv_flash"))["reliability"]["tiers"]["nand"]
+    want = registry.build(load_yaml(find_config("hardware", "nand_tlc_ssd"))).reliability_tier()
+    assert tier["ecc"] == want["ecc"] and tier["capacity_gb"] == want["capacity_gb"]
+    for k in ("read_gbps", "read_pj_per_byte", "refresh_mw_per_gb"):
+        assert tier[k] == pytest.approx(want[k], rel=1e-5, abs=1e-12)
+    for k, v in want["errors"].items():
+        assert tier["errors"][k] == pytest.approx(v, rel=1e-5, abs=1e-30)
