@@ -759,13 +759,12 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
     scope's data buses U_DATA, bank-group and rank RD spacings, C_LAST and the column bus) once the banks'
     constant ACT->RD bounds lie behind the bursts. When a rotation without ACT or refresh advances every
     burst and every such state value by the same d cycles, each later rotation does the same (F(x + d) =
-    F(x) + d), so the whole rotations up to the next refresh due (keeping the last one to walk) are committed
-    at once: every bank's last burst at its time + J x d, counts x J. Exactness vs the walk is tested."""
+    F(x) + d), so the whole rotations up to the next refresh due are committed at once: every bank's last
+    burst at its time + J x d (then F_AP where it was the bank's last), counts x J. Equal to the walk (tested)."""
     PS = npc
     RSz = nr // npc
     GSz = ng // nr
     BSz = nb // ng
-    tprev = scratch[4]
     tcur = scratch[5]
     xu = scratch[6]
     xg = scratch[7]
@@ -782,9 +781,15 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
     NBr = T[T_G] * T[T_B]
     cb = T[T_COLBUS]
     jump = T[T_IDLESKIP] == 1
-    have = False
-    xlast = 0
-    xcb = 0
+    for q in range(npc):  # the state the first rotation starts from
+        xu[q] = US[pcs[q], U_DATA]
+    for q in range(ng):
+        xg[q] = GS[bgs[q], G_RD]
+    for q in range(nr):
+        xr[q] = RS[ranks[q], R_RD]
+    xlast = CS[ch, C_LAST]
+    xcb = CS[ch, cb]
+    have = True
     ev0 = ST[ch, S_ACT] + ST[ch, S_REF] + ST[ch, S_REFPB]  # ACTs and refreshes before this rotation
     j = 0
     while j < n:
@@ -826,8 +831,8 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
         if have:
             d = CS[ch, C_LAST] - xlast
             good = d > 0 and CS[ch, cb] - xcb == d
-            for q in range(nb):
-                if tcur[q] - tprev[q] != d or BS[banks[pos[q]], B_RD] > tprev[q]:
+            for q in range(nb):  # the banks' ACT->RD bounds behind the rotation: never binding again
+                if BS[banks[pos[q]], B_RD] > xlast:
                     good = False
             for q in range(npc):
                 if US[pcs[q], U_DATA] - xu[q] != d:
@@ -839,7 +844,7 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
                 if RS[ranks[q], R_RD] - xr[q] != d:
                     good = False
             if good:
-                J = (n - j) // nb - 1  # whole rotations left, the last one walked (F_AP, partial tail)
+                J = (n - j) // nb  # whole rotations left
                 for q in range(nb):
                     lim = (due_of(banks[pos[q]] // NBr, T, RS) - 1 - tcur[q]) // d
                     if lim < J:
@@ -853,10 +858,12 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
                     ST[ch, S_RD] += nb * (J - 1)
                     ST[ch, S_HIT] += nb * J
                     j += J * nb
+                    if flags & F_AP:  # banks whose last burst was jumped over
+                        for q in range(nb):
+                            if j + q >= n:
+                                auto_pre(banks[pos[q]], T, BS, ST, ch)
                     have = False
                     continue
-        for q in range(nb):
-            tprev[q] = tcur[q]
         for q in range(npc):
             xu[q] = US[pcs[q], U_DATA]
         for q in range(ng):
