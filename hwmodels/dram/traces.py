@@ -11,6 +11,8 @@ Formats (``fmt``; "auto" picks by the first request line, ``.npy`` by the file n
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import njit
 
@@ -220,13 +222,19 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
     the file and line."""
     if fmt not in FORMATS:
         raise ConfigError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--trace-format")
+    limit_bytes = 64 * max_requests
     try:
         with open(path, "rb") as f:
-            data = f.read(64 * max_requests + 1)
+            size_bytes = os.fstat(f.fileno()).st_size
+            data = f.read(4096)
+            if fmt == "auto":
+                fmt = detect_format(path, data)
+            if fmt != "npy" and size_bytes > limit_bytes:  # sized before the rest is read
+                raise ConfigError(f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)",
+                                  file=path)
+            data += f.read(limit_bytes + 1 - len(data))
     except OSError as exc:
         raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
-    if fmt == "auto":
-        fmt = detect_format(path, data[:4096])
     if fmt == "npy":
         import io
         try:
