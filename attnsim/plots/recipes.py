@@ -17,7 +17,7 @@ from attnsim.plots.labels import display
 from attnsim.plots.style import (HATCHES, KNOWN, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure, scale_for,
                                  series_style)
 
-MAX_BARS = 40
+MAX_BARS = 64  # one bar per run: 64 fit a double-column figure with rotated labels
 TOP_SEGMENTS = 7  # stacked bars: the largest segments, the rest summed as "other"
 
 

@@ -2,8 +2,8 @@
 
 :func:`fit_ticks` draws the figure once (Agg, no file) and, per axis whose tick labels' text bounding
 boxes (``get_window_extent``) overlap: categorical (not numeric) labels at fixed ticks are
-tried wrapped at ", " / spaces, then rotated 30, 45 and 90 degrees, and finally thinned (every k-th
-label kept); numeric ticks are thinned by fixing the locator to every k-th tick. Minor tick labels
+tried wrapped at ", " / spaces, then rotated 30, 45 and 90 degrees, then set smaller (down to
+:data:`MIN_PT`), and finally thinned (every k-th label kept); numeric ticks are thinned by fixing the locator to every k-th tick. Minor tick labels
 (log axes) that collide are dropped first. The result is checked again after each change. Log axes
 spanning under 3 decades are labelled with plain numbers (:func:`plain_log_ticks`).
 """
@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, NullFormatter
 
 GAP_PX = 1.0  # boxes closer than this count as touching
+MIN_PT = 5.0  # smallest tick label size tried before labels are thinned (IEEE figures: >= 5 pt legible in print)
 
 
 def _labels(axis, renderer, which="both"):
@@ -90,6 +91,14 @@ def _fit_axis(fig, axis, renderer):
                 if angle == 90 and xaxis:
                     lab.set_verticalalignment("center")
                     lab.set_horizontalalignment("right")
+            fig.draw_without_rendering()
+            if not axis_overlaps(axis, renderer):
+                return
+        size = axis.get_ticklabels()[0].get_fontsize() if texts else MIN_PT
+        while size > MIN_PT:  # categories are not dropped before their labels reach MIN_PT
+            size = max(MIN_PT, size - 0.5)
+            for lab in axis.get_ticklabels():
+                lab.set_fontsize(size)
             fig.draw_without_rendering()
             if not axis_overlaps(axis, renderer):
                 return
