@@ -80,10 +80,11 @@ class PIMSpec(Schema):
     units: PositiveInt = 1
     capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
     refresh: Literal["ab", "pb", "none"] = "ab"
-    # isa newton (NeuPIMs): request -> channel placement, greedy = longest first to the least loaded channel
-    # (NeuPIMs ch_load_balancing), round_robin = request i on channel i mod channels, or an explicit list
+    # isa newton (NeuPIMs): request -> channel placement, greedy = attnsim's offline LPT (longest first to the
+    # least loaded channel), online = the artefact's ch_load_balancing (requests in arrival order, each to the
+    # least loaded channel then), round_robin = request i on channel i mod channels, or an explicit list
     # (the channel of each request of a fixed batch, e.g. an artefact's request trace) (isa/lower_newton.py)
-    channel_assignment: Union[Literal["greedy", "round_robin"], list[int]] = "greedy"
+    channel_assignment: Union[Literal["greedy", "online", "round_robin"], list[int]] = "greedy"
     # KV layout in the banks: 0 = contiguous per (request, head); > 0 = paged, blocks of this many tokens
     # (e.g. vLLM's 16), each starting a new row in every bank (isa/lower.py Partition.kv_block_tokens)
     kv_block_tokens: int = Field(0, ge=0)

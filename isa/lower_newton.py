@@ -16,11 +16,17 @@ Layout and loops follow casys-kaist/NeuPIMs f299af3 ``src/operations/NeuPIMSLogi
 * Softmax is not a PIM op: the NPU's vector units do it between the two (mapper/neupims.py), on
   the scores READRES returned; GWRITE sends the probabilities back.
 
-Requests go to channels by decreasing estimated load (row openings of both GEMVs) to the least
-loaded channel (``greedy``: NeuPIMs' ``ch_load_balancing``, trace-generator/channel_load_balancing.py
-``distribute_requests`` / ``estimate_mha_latency``), or ``round_robin`` (request i on channel
-i mod channels, the npu+pim baseline without load balancing), or an explicit channel per request
-(a fixed batch's placement, e.g. the ``ch_idx`` column of the artefact's request traces).
+Request placement on channels (``channel_assignment``):
+
+* ``greedy`` (attnsim's own, offline): the whole batch, by decreasing estimated load (row openings of
+  both GEMVs), each to the least loaded channel (LPT over the batch's current lengths).
+* ``online`` (the artefact's, NeuPIMs' ``ch_load_balancing``: trace-generator/get_distributions.py
+  ``_channel_load_balancing``, which wrote the ``ch_idx`` of its request traces): requests in arrival
+  order (the batch's order), each to the channel of least accumulated load known then, the lowest
+  channel on ties (Python ``min``); load = the artefact's ``estimate_mha_latency``
+  (:func:`artefact_load`).
+* ``round_robin``: request i on channel i mod channels (the npu+pim baseline without load balancing).
+* a list: an explicit channel per request (a fixed batch's placement, e.g. an artefact trace's ``ch_idx``).
 """
 from __future__ import annotations
 
@@ -36,7 +42,12 @@ from attnsim.isa import get_isa
 from attnsim.isa.base import Program
 from attnsim.isa.lower import PU, Lowered, Org, _Cmds
 
-ASSIGNMENTS = ("greedy", "round_robin")
+ASSIGNMENTS = ("greedy", "online", "round_robin")
+# the artefact's MHA latency estimate (casys-kaist/NeuPIMs f299af3 src/scheduler/Scheduler.cc _gwrite_latency,
+# _gemv_latency; trace-generator/get_distributions.py MemoryConfig) [V: artefact code]: cycles per GWRITE of a
+# chunk and per GEMV tile (a row opened in every bank); used only to place requests (``online``)
+ARTEFACT_GWRITE_CYCLES = 100
+ARTEFACT_GEMV_CYCLES = 184
 UNIT_BYTES = 32  # GWRITE / READRES operand units (BUF units of the engine)
 NO_SOFTMAX = ("expected score or context: the Newton/NeuPIMs PIM has no softmax unit (the NPU's vector units "
               "run softmax; mapper neupims places it there)")
@@ -49,10 +60,23 @@ def request_load(t: int, org: Org, *, heads: int, dhead: int, elem_bytes: float)
     return (-(-heads * dhead // page)) * (-(-t // org.banks)) + heads * (-(-t // page)) * (-(-dhead // org.banks))
 
 
+def artefact_load(t: int, org: Org, *, heads: int, dhead: int, elem_bytes: float) -> int:
+    """NeuPIMs' ``estimate_mha_latency`` of one request of ``t`` tokens (Scheduler.cc; get_distributions.py
+    ``Request.estimate_latency``): per GEMV, chunks x GWRITE cycles + chunks x tiles x GEMV cycles; K: chunks of
+    the device's heads x dhead elements per row, tiles of ``banks`` tokens; V: per head, chunks of a row's
+    tokens, tiles of ``banks`` output elements. ``heads`` = the device's heads, as Scheduler.cc counts them
+    (get_distributions.py counts V chunks over the model's heads: see reference.yaml)."""
+    page = max(1, int(org.columns * org.burst_bytes // elem_bytes))
+    k_chunks, v_chunks = -(-heads * dhead // page), heads * (-(-t // page))
+    return (ARTEFACT_GWRITE_CYCLES * (k_chunks + v_chunks)
+            + ARTEFACT_GEMV_CYCLES * request_load(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes))
+
+
 def assign_requests(lens: Sequence[int], n_channels: int, assignment="greedy", load=None):
     """Distinct per-channel request lists (token counts) with multiplicity (idle channels omitted).
 
     greedy: requests by decreasing ``load(t)`` (default: t) each to the least loaded channel (LPT);
+    online: requests in order, each to the least loaded channel so far (lowest index on ties);
     round_robin: request i on channel i mod ``n_channels``; a list: request i on channel ``assignment[i]``."""
     lens = [int(t) for t in lens]
     if n_channels < 1:
@@ -79,6 +103,16 @@ def assign_requests(lens: Sequence[int], n_channels: int, assignment="greedy", l
             w, c = heapq.heappop(heap)
             work[c].append(t)
             heapq.heappush(heap, (w + load(t), c))
+        chans = [tuple(w) for w in work.values()]
+    elif assignment == "online":
+        load = load or (lambda t: t)
+        heap = [(0, c) for c in range(n_channels)]   # (load, channel): the lowest channel among equal loads
+        work = {c: [] for c in range(n_channels)}
+        for t in lens:
+            if t > 0:
+                w, c = heapq.heappop(heap)
+                work[c].append(t)
+                heapq.heappush(heap, (w + load(t), c))
         chans = [tuple(w) for w in work.values()]
     else:
         chans = [tuple(t for t in lens[c::n_channels] if t > 0) for c in range(min(n_channels, len(lens)))]
@@ -172,7 +206,8 @@ def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, gro
         raise ConfigError(NO_SOFTMAX + f", got phase {phase!r}", key="phase")
     lens = np.asarray(lens, np.int64)
     progs, cmds, mult = [], [], []
-    load = lambda t: request_load(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)  # noqa: E731
+    load_fn = artefact_load if assignment == "online" else request_load
+    load = lambda t: load_fn(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)  # noqa: E731
     for slices, m in assign_requests(lens, n_channels, assignment, load):
         p = channel_program(slices, phase, org, pu, heads=heads, dhead=dhead, group=group, elem_bytes=elem_bytes)
         p.multiplicity = m

@@ -14,7 +14,7 @@ from attnsim.hwmodels.system import build_system
 from attnsim.isa import get_isa
 from attnsim.isa.base import assemble, decode, disassemble, encode
 from attnsim.isa.lower import ENGINE_CODES, Lowered
-from attnsim.isa.lower_newton import assign_requests, channel_program, lower_newton, newton_commands
+from attnsim.isa.lower_newton import artefact_load, assign_requests, channel_program, lower_newton, newton_commands
 from attnsim.mapper.base import get_policy
 
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
@@ -90,6 +90,55 @@ def test_channel_assignment_greedy_and_round_robin():
         assign_requests(lens, 3, [0, 1, 2, 3, 0, 1])   # channel 3 of 3
     with pytest.raises(ConfigError, match="channel_assignment"):
         pim(isa="attacc", dram="hbm3_5200_pim", channel_assignment="round_robin")
+
+
+def test_channel_assignment_online_by_hand():
+    # in order, each to the least loaded channel so far (lowest channel on ties), load = t:
+    # 10 -> ch0, 20 -> ch1, 30 -> ch0 (10 < 20): 40 / 20, where the offline greedy (30; 20 + 10) gives 30 / 30
+    assert dict(assign_requests([10, 20, 30], 2, "online")) == {(10, 30): 1, (20,): 1}
+    assert sorted(sum(w) for w, _ in assign_requests([10, 20, 30], 2, "greedy")) == [30, 30]
+    # 50 -> 0 (tie), 40 -> 1, 30 -> 1 (40 < 50), 20 -> 0 (50 < 70), 10 -> 0 (70 = 70: lowest), 5 -> 1 (75 < 80)
+    assert dict(assign_requests([50, 40, 30, 20, 10, 5], 2, "online")) == {(50, 20, 10): 1, (40, 30, 5): 1}
+    # the artefact's estimate_mha_latency (Scheduler.cc) for GPT-3 7B at TP 4 (8 heads x 128 per device), 300
+    # tokens, 1 KB rows of 512 fp16, 32 banks: K 2 chunks x 100 + 2 x ceil(300/32) = 10 tiles x 184 = 3,880;
+    # V 8 heads x ceil(300/512) = 8 chunks x 100 + 8 x ceil(128/32) = 4 tiles x 184 = 6,688
+    assert artefact_load(300, DEV.org, heads=8, dhead=128, elem_bytes=2.0) == 3880 + 6688
+
+
+def _artefact_online(lens, k, heads, dhead):
+    """casys-kaist/NeuPIMs f299af3 trace-generator/get_distributions.py _channel_load_balancing, one request per
+    arrival, with Scheduler.cc estimate_mha_latency (page 512 fp16, 32 banks, GWRITE 100, GEMV 184), re-written
+    slowly from the artefact's code."""
+    import math
+
+    def est(seq_len):
+        lat, eff = 0, heads * dhead
+        chunks, tiles = math.ceil(eff / 512), math.ceil(seq_len / 32)
+        lat += chunks * 100 + chunks * tiles * 184
+        chunks, tiles = math.ceil(seq_len / 512) * heads, math.ceil(dhead / 32)
+        return lat + chunks * 100 + chunks * tiles * 184
+
+    loads, chans = [0] * k, [[] for _ in range(k)]
+    for t in lens:
+        for req in reversed(sorted([t])):   # each arrival's new requests, longest first
+            i = min(range(k), key=lambda i: loads[i])
+            loads[i] += est(req)
+            chans[i].append(req)
+    return chans
+
+
+def test_channel_assignment_online_equals_the_artefacts_algorithm():
+    from collections import Counter
+    rng = np.random.default_rng(11)
+    for n, k in ((512, 32), (70, 8), (5, 32)):
+        lens = [int(x) for x in rng.integers(1, 2049, n)]
+        load = lambda t: artefact_load(t, DEV.org, heads=8, dhead=128, elem_bytes=2.0)  # noqa: E731
+        want = Counter(tuple(c) for c in _artefact_online(lens, k, 8, 128) if c)
+        assert dict(assign_requests(lens, k, "online", load)) == dict(want)
+    # through the lowering: one program per distinct channel, the placement recorded
+    low = lower_newton("score", lens, heads=8, dhead=128, group=1, elem_bytes=2.0, n_channels=32,
+                       org=DEV.org, pu=DEV.pu, assignment="online")
+    assert low.meta["assignment"] == "online" and int(low.multiplicity.sum()) == 5
 
 
 def _two_gacts(faw_acts):
