@@ -296,6 +296,38 @@ class RefEngine:
         if flags & K.F_AP:
             self.auto_pre([k], ch)
 
+    def interleaved(self, ch, row, n, flags, arrival, pch, rank, bg, bank):
+        """F_IL read: n bursts round robin over the scope banks, pseudo-channel fastest, then bank group, bank,
+        rank; a burst to a closed bank first opens every closed scope bank with bursts left (rotation order
+        from it); a refresh the burst would meet is done first."""
+        T = self.T
+        P, R, G, B = (self.P if pch < 0 else 1), (self.R if rank < 0 else 1), (self.G if bg < 0 else 1), \
+            (self.B if bank < 0 else 1)
+        banks = self.scope(ch, pch, rank, bg, bank)[0]
+        order = [banks[((p % P * R + p // (P * G * B)) * G + p // P % G) * B + p // (P * G) % B]
+                 for p in range(len(banks))]
+        nb, miss, j = len(order), {}, 0
+        while j < n:
+            k = order[j % nb]
+            if self.row.get(k, -1) != row:
+                for q in range(min(nb, n - j)):
+                    kq = order[(j + q) % nb]
+                    if self.row.get(kq, -1) != row:
+                        miss[kq] = 2 if self.row.get(kq, -1) >= 0 else 1
+                        self.act(kq, row, arrival, ch)
+                continue
+            g, r, u = self.g_of(k), self.r_of(k), self.u_of(k)
+            t = self.mx(self.last_act(k) + T[K.T_RCDRD], self.rdlike_ready({g}, {r}), self.data_end(u) - T[K.T_CL],
+                        self.last[ch], self.colbus_of(ch), arrival)
+            if t >= self.get_due(r):
+                self.auto_refresh(r, ch)
+                continue
+            self.col(k, row, 0, 1, flags & K.F_AP if j + nb >= n else 0, arrival, ch)
+            if k in miss:
+                self.st[ch, K.S_HIT] -= 1
+                self.st[ch, K.S_MISS + miss.pop(k) - 1] += 1
+            j += 1
+
     def wr_ready(self, g, r):
         T = self.T
         v = -INF
@@ -427,6 +459,9 @@ class RefEngine:
             pch, rank, bg, bank = int(c["pch"]), int(c["rank"]), int(c["bg"]), int(c["bank"])
             row, rep, fl = int(c["row"]), int(c["repeat"]), int(c["flags"])
             if o == K.NOP:
+                continue
+            if o == K.RD and fl & K.F_IL:
+                self.interleaved(ch, row, rep, fl, a, pch, rank, bg, bank)
                 continue
             if o in (K.ACT, K.PRE, K.RD, K.WR, K.MACSB, K.REFPB):
                 k = (((ch * self.P + pch) * self.R + rank) * self.G + bg) * self.B + bank
