@@ -49,6 +49,29 @@ def concurrent_npu_traffic(trace, device: np.ndarray, npu: str, npu_model) -> di
     return {"npu_read_bytes": rd, "npu_write_bytes": wr, "npu_time_s": t}
 
 
+def stage_schedule_s(phases, layers: int) -> list[float]:
+    """Stage times of NeuPIMs' two-sub-batch schedule over ``layers`` decoder layers, fill and drain included
+    (casys-kaist/NeuPIMs f299af3 src/StageProgram.cc, the stage table above init_program):
+
+    ====  ================  ==========
+    A     SA: QKV#1         PIM: -
+    B     SA: QKV#2         PIM: MHA#1
+    C     SA: PjFFN#1+QKV#1 PIM: MHA#2
+    D     SA: PjFFN#2+QKV#2 PIM: MHA#1
+    E     SA: PjFFN#1       PIM: MHA#2
+    F     SA: PjFFN#2       PIM: -
+    ====  ================  ==========
+
+    A, B, (C, D) x (layers - 1), E, F; a stage lasts its slower side. ``phases`` = ((qkv, mha, pjffn) of
+    sub-batch 1, the same of sub-batch 2) in seconds. The steady state is C + D per layer; the average over
+    the run is sum / layers (the artefact's sub-batch-on run is layers = 2: A-F)."""
+    if layers < 1:
+        raise ValueError(f"expected at least one layer, got {layers}")
+    (q1, m1, f1), (q2, m2, f2) = phases
+    steady = [max(f1 + q1, m2), max(f2 + q2, m1)] * (layers - 1)
+    return [q1, max(q2, m1), *steady, max(f1, m2), f2]
+
+
 @register("neupims", options=OPTIONS)
 def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "neupims")

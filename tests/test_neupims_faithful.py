@@ -141,6 +141,21 @@ def test_channel_assignment_online_equals_the_artefacts_algorithm():
     assert low.meta["assignment"] == "online" and int(low.multiplicity.sum()) == 5
 
 
+def test_stage_schedule_fill_and_drain_by_hand():
+    from attnsim.mapper.neupims import stage_schedule_s
+    ph = ((1.0, 5.0, 3.0), (2.0, 4.0, 6.0))   # (QKV, MHA, PjFFN) of sub-batch 1 and 2
+    # A = QKV1 1; B = max(QKV2 2, MHA1 5); E = max(PjFFN1 3, MHA2 4); F = PjFFN2 6;
+    # C = max(3 + 1, MHA2 4) = 4, D = max(6 + 2, MHA1 5) = 8 per extra layer
+    assert stage_schedule_s(ph, 1) == [1.0, 5.0, 4.0, 6.0]
+    assert stage_schedule_s(ph, 3) == [1.0, 5.0, 4.0, 8.0, 4.0, 8.0, 4.0, 6.0]
+    # the run average tends to the steady state C + D per layer; each sub-batch's work is done once per layer
+    avg = [sum(stage_schedule_s(ph, n)) / n for n in (1, 2, 10, 1000)]
+    assert avg[0] == 16.0 and avg[1] == 14.0 and abs(avg[-1] - 12.0) < 0.01 and avg == sorted(avg, reverse=True)
+    for n in (1, 4):   # never faster than each side's total work
+        st = stage_schedule_s(ph, n)
+        assert sum(st) >= n * max(1 + 3 + 2 + 6, 5 + 4)
+
+
 def _two_gacts(faw_acts):
     spec = SPEC.model_copy(update={"pim": SPEC.pim.model_copy(update={"actbg_faw_acts": faw_acts})})
     c = cmds_from(op=[Op.ACTBG, Op.ACTBG], pch=0, rank=0, bg=[0, 1], row=1)
