@@ -245,19 +245,26 @@ class Program:
     def from_records(isa: ISA, records: Sequence[tuple[str, dict]], **kw) -> "Program":
         """Build from ``[(mnemonic, {field: value}), ...]`` (defaults filled, not validated)."""
         n = len(records)
-        opc = np.zeros(n, np.int16)
-        cols = {k: np.zeros(n, np.int64) for k in isa.field_names}
+        # per opcode: (code, ((field, default), ...), field names); columns built as lists (a Python loop
+        # over numpy element assignment was the cost of lowering large programs)
+        ops = {mn: (op.code, tuple((f.name, f.default) for f in op.fields), frozenset(f.name for f in op.fields))
+               for mn, op in isa.by_mnemonic.items()}
+        opc = [0] * n
+        cols = {k: [0] * n for k in isa.field_names}
         for i, (mn, vals) in enumerate(records):
-            op = isa.by_mnemonic[mn]
-            opc[i] = op.code
-            for f in op.fields:
-                v = vals.get(f.name, f.default)
+            try:
+                code, fields, names = ops[mn]
+            except KeyError:
+                raise KeyError(mn) from None
+            opc[i] = code
+            for name, default in fields:
+                v = vals.get(name, default)
                 if v is None:
-                    raise ValueError(f"{mn}: missing operand {f.name}")
-                cols[f.name][i] = v
-            for k in vals:
-                op.field(k)  # KeyError for a stray operand
-        return Program(isa, opc, cols, **kw)
+                    raise ValueError(f"{mn}: missing operand {name}")
+                cols[name][i] = v
+            if not vals.keys() <= names:
+                raise KeyError(next(k for k in vals if k not in names))  # a stray operand
+        return Program(isa, np.array(opc, np.int16), {k: np.array(v, np.int64) for k, v in cols.items()}, **kw)
 
     @staticmethod
     def concat(progs: Sequence["Program"]) -> "Program":
