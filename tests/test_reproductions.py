@@ -232,17 +232,24 @@ def test_every_builtin_reproduction_loads():
 
 
 
-def test_every_builtin_reproduction_runs():
+# attacc is run by tests/test_validate.py and test_attacc_rows_read_the_builtin_experiment; one test per other
+# folder, so the folders run in parallel under xdist
+RUN_FOLDERS = [p for p in reproduce.folders() if p.name != "attacc"]
+
+
+def test_some_builtin_reproduction_is_run():
+    assert {"cent", "neupims"} <= {p.name for p in RUN_FOLDERS}
+
+
+@pytest.mark.parametrize("folder", RUN_FOLDERS, ids=[p.name for p in RUN_FOLDERS])
+def test_every_builtin_reproduction_runs(folder):
     """Each folder's rows read a number from a completed run (metric paths, selected runs that fit); whether
     they are within tolerance is each reproduction's own test (tests/test_validate.py for AttAcc)."""
     import math
-    for p in reproduce.folders():
-        if p.name == "attacc":
-            continue  # run by tests/test_validate.py and test_attacc_rows_read_the_builtin_experiment
-        rep = reproduce.load(p)
-        rows = reproduce.run_rows(rep)
-        assert [r.name for r in rows] == [r.name for r in rep.spec.rows]
-        assert all(math.isfinite(r.measured) and r.role in reproduce.ROLES for r in rows)
+    rep = reproduce.load(folder)
+    rows = reproduce.run_rows(rep)
+    assert [r.name for r in rows] == [r.name for r in rep.spec.rows]
+    assert all(math.isfinite(r.measured) and r.role in reproduce.ROLES for r in rows)
 
 
 @pytest.mark.parametrize("escape", ['"\\U00110000"', '"\\UFFFFFFFF"', "2001-13-01", "!!int 12x"])
