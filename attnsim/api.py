@@ -219,6 +219,11 @@ def _list_sets(systems, models) -> list[str]:
     out = []
     for key, names in (("systems", systems), ("models", models)):
         if names is not None:
+            names = names if isinstance(names, str) or not isinstance(names, Iterable) else list(names)
+            if not isinstance(names, str) and not (isinstance(names, list) and
+                                                   all(isinstance(n, (str, Path)) for n in names)):
+                raise ConfigError(f"expected a name or a list of names, got {names!r}", file=key)
+            names = names if isinstance(names, str) else [str(n) for n in names]
             out.append(f"experiment.{key}={_set_text(key, [names] if isinstance(names, str) else list(names))}")
     return out
 
@@ -229,6 +234,8 @@ def load(path: str | Path) -> Results:
     """A results file of ``attnsim run`` / ``serve`` (or ``Results.save``) or a sweep store."""
     from attnsim.sweep.store import is_sweep_store
     from attnsim.sweep.table import load_table
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(f"expected a results file or sweep store path, got {type(path).__name__}", file="path")
     path = Path(path)
     table = load_table(path)
     if is_sweep_store(path):

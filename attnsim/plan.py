@@ -80,6 +80,10 @@ def setup(experiment: str, sets=(), *, system=None, model=None, scenario=None, l
     if layer_groups > L:
         raise ConfigError(f"expected at most {L} layer groups ({mo} has {L} layers), got {layer_groups}",
                           file="--layer-groups")
+    context = int(round(float(np.mean(exp.scenarios[sc].prompt_lens())) + exp.scenarios[sc].output_len))
+    if block_tokens is not None and block_tokens > context:
+        raise ConfigError(f"expected at most the context of one request ({context} tokens in scenario {sc}), got "
+                          f"{block_tokens}", file="--block-tokens")
     one = dataclasses.replace(exp, systems={sy: exp.systems[sy]}, models={mo: exp.models[mo]},
                               scenarios={sc: exp.scenarios[sc]}, reliability={sc: rel[sc]})
     doc = run_experiment(one)[0]
@@ -95,7 +99,6 @@ def setup(experiment: str, sets=(), *, system=None, model=None, scenario=None, l
     residency = float(spec.residency_s if spec.residency_s is not None else m["total_time_s"])
     kv_heads = 1 if mspec.mla else mspec.num_kv_heads
     head_dim = (mspec.mla.kv_lora_rank + mspec.mla.qk_rope_head_dim) if mspec.mla else mspec.head_dim
-    context = int(round(float(np.mean(scen.prompt_lens())) + scen.output_len))
     bt = block_tokens or max(32, -(-context // 8) // 32 * 32)
     edges = np.linspace(0, L, layer_groups + 1).round().astype(int)
     blocks, groups = [], []

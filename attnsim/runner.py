@@ -21,6 +21,7 @@ from attnsim.workloads.scenario import context_window
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, tp_imbalance, weight_bytes
 
 #: The keys of a run document's ``metrics`` (every status: null values when the run did not complete)
+SYSTEM_KEYS = ("mapper", "devices", "links", "parallelism")  # keys of a system file (errors raised while planning)
 METRIC_KEYS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
                "dynamic_energy_per_token_j", "static_energy_per_token_j", "decode_energy_per_token_j",
                "decode_dynamic_energy_per_token_j", "total_time_s", "prefill_time_s", "decode_time_s",
@@ -276,6 +277,10 @@ def run_experiment(exp, progress=None, timeline: list | None = None, trace_steps
                     doc["status"] = "does_not_fit"
                     doc["error"] = str(e)
                     doc["metrics"] = null_metrics(fits=False)
+                except ConfigError as e:  # a mapper's option / pool check: name the system's file
+                    if e.file is not None or str(e.key or "").split(".")[0] not in SYSTEM_KEYS:
+                        raise
+                    raise ConfigError(e.message, file=exp.tree.file_of("systems", sname), key=e.key) from None
                 finalize_doc(doc)  # a non-finite metric makes the run an error, never `ok`
                 docs.append(doc)
                 if progress:

@@ -397,7 +397,8 @@ class PIMDevice:
         try:
             return comp.ratio_for(kind, str(dtype or "bf16"))
         except ConfigError as exc:  # a dtype the coder was not measured on: name the device's file
-            raise ConfigError(exc.message, file=f"hardware/{self.spec.name}", key=exc.key) from None
+            raise ConfigError(exc.message, file=getattr(self, "config_file", None) or f"hardware/{self.spec.name}",
+                              key=exc.key) from None
 
     def _with_engine(self, t: float, raw_bytes: float) -> float:
         """Row time with the compression engine streaming ``raw_bytes``: overlapped (max) or added."""

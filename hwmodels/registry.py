@@ -86,7 +86,18 @@ def build(hw: dict, file: str | None = None, hardware: dict | None = None):
     one references (a PIM device's DRAM preset) from that table, so overrides of them apply."""
     spec = validate_hardware(hw, file)
     factory = _KINDS[hw["kind"]][1]
-    return factory(spec, hardware=hardware) if hw["kind"] in _WITH_TABLE else factory(spec)
+    try:
+        model = factory(spec, hardware=hardware) if hw["kind"] in _WITH_TABLE else factory(spec)
+    except ConfigError as e:  # a cross-field check of the model: name the config's file
+        if e.file is not None or file is None or type(e) is not ConfigError:
+            raise
+        raise ConfigError(e.message, file=file, key=e.key) from None
+    if file is not None:
+        try:
+            model.config_file = file  # later errors about this config (e.g. PIMDevice.stored_ratio) name it
+        except AttributeError:  # a frozen model
+            pass
+    return model
 
 
 def validate_hardware(hw: dict, file: str | None = None):

@@ -43,7 +43,7 @@ def load_draft(spec: SpeculativeSpec, file: str | None = None, key: str = "specu
     try:
         return load_model(spec.draft_model)
     except ConfigError as e:
-        raise ConfigError(f"expected a model config name or path ({e.message}), got {spec.draft_model!r}",
+        raise ConfigError(f"expected a model config name or path ({e}), got {spec.draft_model!r}",
                           file=file, key=key) from None
 
 

@@ -20,6 +20,7 @@ from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.pipeline import check_pipeline
 from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.runner import SYSTEM_KEYS
 from attnsim.results import finalize_doc
 from attnsim.runner import scenario_doc
 from attnsim.serve.costing import IterationCoster
@@ -418,6 +419,10 @@ def _serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, 
     except CapacityError as e:
         doc["status"] = "does_not_fit"
         doc["error"] = str(e)
+    except ConfigError as e:  # a mapper's option / pool check while costing: name the system's file
+        if e.file is not None or d is not None or str(e.key or "").split(".")[0] not in SYSTEM_KEYS:
+            raise
+        raise ConfigError(e.message, file=exp.tree.file_of("systems", sname), key=e.key) from None
     return doc
 
 

@@ -351,10 +351,10 @@ def calibration_path():
 
 def load_calibration(path=None) -> dict:
     """The saved calibration (bench/calibrate_perplexity.py) with its fit."""
-    import yaml
+    from attnsim.config import ConfigError, display_path, load_yaml
     p = calibration_path() if path is None else path
-    with open(p) as f:
-        doc = yaml.safe_load(f)
-    if not isinstance(doc, dict) or "fit" not in doc or "model" not in doc:
-        raise ValueError(f"{p}: not a KV error -> perplexity calibration (needs model, fit)")
+    doc = load_yaml(p)  # a missing / non-YAML file: one ConfigError naming the file (and line)
+    if "fit" not in doc or "model" not in doc:
+        raise ConfigError(f"expected a KV error -> perplexity calibration (keys model, fit), got keys "
+                          f"{sorted(map(str, doc))}", file=display_path(p))
     return doc

@@ -433,8 +433,8 @@ serve_case("block-tokens-zero", [("serving.kv.block_tokens", 0)], ("serving.kv.b
 serve_case("layout-unknown", [("serving.kv.layout", "sparse")], ("serving.kv.layout",))
 serve_case("locality-dram-unknown", [("serving.kv.locality_dram", "no_such_dram")], ("serving.kv.locality_dram",))
 serve_case("slo-ttft-inf", [("serving.slo.ttft_s", float("inf"))], ("serving.slo.ttft_s",))
-serve_case("disagg-unknown-system", [("serving.disagg", [{"prefill": "h100_x1", "decode": "nope", "link": "nvlink4"}])],
-           ("serving.disagg",))
+serve_case("disagg-unknown-system", [("serving.disaggregation", [{"prefill": "h100_x1", "decode": "nope", "link": "nvlink4"}])],
+           ("serving.disaggregation.0.decode", "nope"))
 serve_case("seed-word", [("serving.trace.seed", "x")], ("serving.trace.seed",))
 case("serving", "slo-vs-load-word", SERVE_ARGV + ("--slo-vs-load", "a,b"), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
 case("serving", "slo-vs-load-negative", SERVE_ARGV + ("--slo-vs-load", "1,-2"), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
@@ -828,4 +828,288 @@ hw_case("kind-mapping", mut(HW, ("kind", {"a": 1})), ("kind",))
 case("set", "hardware-kind-mapping", RUN + ("--set", "hardware.h100_sxm.kind={a: 1}"), {}, ("h100_sxm", "kind"))
 case("experiment", "builtin-name-too-long", ("run", "x" * 300), {}, ("x" * 40,))
 sweep_case("base-name-too-long", mut(SWEEP, ("base", "e" * 300)), ("base",))
+
+# ---------------------------------------------------------------- issues 14/15 surfaces: attnsim pim run
+
+PIM_DEV = "attacc_hbm3_pim_stack"
+PIM_ARGV = ("pim", "run", "p.s", "--device", PIM_DEV)
+PIM_HW = yaml.safe_load(builtin("hardware", PIM_DEV))
+
+
+def pim_case(name, text, names, extra=(), files=None, program="p.s"):
+    argv = ("pim", "run", program, "--device", PIM_DEV) + tuple(extra)
+    case("pim", name, argv, {**({program: text} if text is not None else {}), **(files or {})}, tuple(names))
+
+
+case("pim", "device-unknown", ("pim", "run", "p.s", "--device", "no_such_pim"), {}, ("--device", "no_such_pim"))
+case("pim", "device-is-gpu", ("pim", "run", "p.s", "--device", "h100_sxm"), {}, ("--device", "h100_sxm"))
+case("pim", "device-is-dram", ("pim", "run", "p.s", "--device", "hbm3_6400"), {}, ("--device", "hbm3_6400"))
+case("pim", "device-path-missing", ("pim", "run", "p.s", "--device", "nope.yaml"), {}, ("nope.yaml",))
+case("pim", "device-units-zero", ("pim", "run", "p.s", "--device", "d.yaml"), {"d.yaml": dump(mut(PIM_HW, ("units", 0)))},
+     ("d.yaml", "units"))
+case("pim", "device-unknown-key", ("pim", "run", "p.s", "--device", "d.yaml"), {"d.yaml": dump(mut(PIM_HW, ("unitz", 2)))},
+     ("d.yaml", "unitz"))
+case("pim", "device-non-utf8", ("pim", "run", "p.s", "--device", "d.yaml"), {"d.yaml": b"kind: pim\nname: \xff\n"}, ("d.yaml",))
+case("pim", "device-is-a-directory", ("pim", "run", "p.s", "--device", "d.yaml"), {"d.yaml": DIR}, ("d.yaml",))
+pim_case("isa-unknown", ASM_OK, ("--isa", "x86"), extra=("--isa", "x86"))
+pim_case("isa-other-than-device", ASM_OK, ("p.s", "--isa", "aim"), extra=("--isa", "aim"))
+case("pim", "program-missing", ("pim", "run", "nope.s", "--device", PIM_DEV), {}, ("nope.s",))
+pim_case("program-is-a-directory", DIR, ("p.s",))
+pim_case("program-empty", "", ("p.s",))
+pim_case("program-only-comments", "# nothing\n\n", ("p.s",))
+pim_case("program-unknown-opcode", "ACTAB 0, 0\nFLY 1\n", ("p.s", "line 2"))
+pim_case("program-non-utf8", b"ACTAB 0, 0\nPREA \xff\n", ("p.s",))
+pim_case("program-row-beyond-device", "ACTAB 0, 0\nACTAB 0, 20000\n", ("p.s", "line 2", "row"))
+pim_case("program-channel-beyond-device", "ACTAB 16, 0\n", ("p.s", "line 1", "ch"))
+pim_case("program-bin-truncated", b"\x00" * 12, ("p.bin",), program="p.bin")
+pim_case("program-bin-unknown-opcode", b"\xff" * 8, ("p.bin", "word 0"), program="p.bin")
+pim_case("program-bin-empty", b"", ("p.bin",), program="p.bin")
+case("pim", "output-is-dir", PIM_ARGV + ("-o", "odir"), {"odir": DIR}, ("odir",))
+case("pim", "output-missing-dir", PIM_ARGV + ("-o", "missing/dir/r.json"), {}, ("missing/dir",))
+case("pim", "output-is-program", PIM_ARGV + ("-o", "p.s"), {}, ("p.s",))
+case("pim", "no-device", ("pim", "run", "p.s"), {}, ("--device",))
+
+case("pim", "aim-channel-mask-beyond-device", ("pim", "run", "p.s", "--device", "ianus_aim"),
+     {"p.s": "MAC_ABK 8, 0x1, 5\nMAC_ABK 8, 0x80000000, 5\nEOC\n"}, ("p.s", "line 2", "ch_mask"))
+case("pim", "cxl-pnm-program-too-large", ("pim", "run", "p.s", "--device", "cxl_pnm_lpddr5x"),
+     {"p.s": "GEMV 1, 0, 0, 16000000, 60000, FP32\nHALT\n"}, ("p.s", "records"))
+case("pim", "program-for-another-isa", ("pim", "run", "p.s", "--device", "cxl_pnm_lpddr5x"), {}, ("p.s", "line 1"))
+
+
+# ---------------------------------------------------------------- attnsim plan
+
+PLAN_FILES = {"exp.yaml": dump(EXP_REL)}
+
+
+def plan_case(name, extra, names, files=None, exp="exp.yaml"):
+    case("plan", name, ("plan", exp) + tuple(extra), {**PLAN_FILES, **(files or {})}, tuple(names))
+
+
+plan_case("no-reliability-section", (), ("exp.yaml", "reliability"), files={"exp.yaml": dump(EXP)})
+plan_case("accuracy-slo-negative", ("--accuracy-slo", "-0.1"), ("--accuracy-slo",))
+plan_case("accuracy-slo-nan", ("--accuracy-slo", "nan"), ("--accuracy-slo",))
+plan_case("accuracy-slo-word", ("--accuracy-slo", "tight"), ("--accuracy-slo",))
+plan_case("tpot-slo-zero", ("--tpot-slo-s", "0"), ("--tpot-slo-s",))
+plan_case("tpot-and-latency-slo", ("--tpot-slo-s", "1", "--latency-slo-s", "1"), ("--latency-slo-s",))
+plan_case("energy-slo-inf", ("--energy-slo-j", "inf"), ("--energy-slo-j",))
+plan_case("max-ppl-increase-negative", ("--max-ppl-increase", "-1"), ("--max-ppl-increase",))
+plan_case("calibration-without-ppl", ("--calibration", "cal.yaml"), ("--calibration",), files={"cal.yaml": "a: 1\n"})
+plan_case("calibration-missing", ("--max-ppl-increase", "0.01", "--calibration", "nope.yaml"), ("nope.yaml",))
+plan_case("calibration-garbage", ("--max-ppl-increase", "0.01", "--calibration", "cal.yaml"), ("cal.yaml",),
+          files={"cal.yaml": "fit: [unclosed\n"})
+plan_case("calibration-not-a-calibration", ("--max-ppl-increase", "0.01", "--calibration", "cal.yaml"), ("cal.yaml",),
+          files={"cal.yaml": "name: x\n"})
+plan_case("formats-unknown", ("--formats", "bf16,fp7"), ("--formats", "fp7"))
+plan_case("formats-empty", ("--formats", ","), ("--formats",))
+plan_case("layer-groups-zero", ("--layer-groups", "0"), ("--layer-groups",))
+plan_case("layer-groups-over-layers", ("--layer-groups", "33"), ("layer",))
+plan_case("layer-groups-2p63", ("--layer-groups", str(HUGE)), ("--layer-groups",))
+plan_case("block-tokens-zero", ("--block-tokens", "0"), ("--block-tokens",))
+plan_case("block-tokens-over-context", ("--block-tokens", "100000"), ("--block-tokens", "132"))
+plan_case("front-points-zero", ("--front-points", "0"), ("--front-points",))
+plan_case("scenario-unknown", ("--scenario", "nope"), ("--scenario", "nope"))
+plan_case("system-unknown", ("--system", "nope"), ("--system", "nope"))
+plan_case("model-unknown", ("--model", "nope"), ("--model", "nope"))
+plan_case("set-unknown-section", ("--set", "bogus.x=1"), ("--set", "bogus"))
+plan_case("set-bad-value", ("--set", "scenarios.chat.batch_size=0"), ("scenarios.chat.batch_size",))
+plan_case("output-is-dir", ("-o", "odir"), ("odir",), files={"odir": DIR})
+plan_case("output-missing-dir-bad-scenario", ("-o", "new/dir/plan.json", "--scenario", "nope"), ("--scenario",))
+plan_case("output-is-experiment", ("-o", "exp.yaml"), ("exp.yaml",))
+case("plan", "experiment-missing", ("plan", "nope.yaml"), {}, ("nope.yaml",))
+case("plan", "experiment-unknown-name", ("plan", "no_such_experiment"), {}, ("no_such_experiment",))
+
+
+# ---------------------------------------------------------------- attnsim list / schema / warmup
+
+case("list", "kind-unknown", ("list", "system"), {}, ("list", "system"))
+case("list", "no-kind", ("list",), {}, ("list",))
+case("list", "extra-argument", ("list", "systems", "models"), {}, ("models",))
+case("schema", "kind-unknown", ("schema", "experimnt"), {}, ("experimnt",))
+case("schema", "no-kind", ("schema",), {}, ("schema",))
+case("schema", "hardware-kind-unknown", ("schema", "hardware.tpu"), {}, ("hardware.tpu",))
+case("schema", "output-missing-dir", ("schema", "experiment", "-o", "missing/dir/s.json"), {}, ("missing/dir",))
+case("schema", "output-is-dir", ("schema", "experiment", "-o", "odir"), {"odir": DIR}, ("odir",))
+case("schema", "output-under-file", ("schema", "experiment", "-o", "taken/s.json"), {"taken": "x\n"}, ("taken",))
+case("schema", "list-with-kind", ("schema", "--list", "experiment"), {}, (("--list", "experiment"),))
+case("warmup", "extra-argument", ("warmup", "now"), {}, ("now",))
+
+# ---------------------------------------------------------------- attnsim export --parquet, show on sweep stores
+
+for sname in ("text-file", "empty-file", "directory", "truncated-results", "sweep-only-format", "sweep-short-column"):
+    case("store", f"export-parquet-{sname}", ("export", "s.h5", "--parquet"), {"s.h5": BROKEN_STORES[sname]}, ("s.h5",))
+case("store", "export-parquet-missing-file", ("export", "s.h5", "--parquet"), {}, ("s.h5",))
+case("output", "export-parquet-out-missing-dir", ("export", "s.h5", "--parquet", "-o", "missing/dir/x.parquet"),
+     {"s.h5": Store("sweep")}, ("missing/dir",))
+case("output", "export-parquet-out-is-dir", ("export", "s.h5", "--parquet", "-o", "odir"),
+     {"s.h5": Store("sweep"), "odir": DIR}, ("odir",))
+case("output", "export-parquet-out-is-input", ("export", "s.h5", "--parquet", "-o", "s.h5"), {"s.h5": Store("sweep")},
+     ("s.h5",))
+case("output", "export-parquet-out-under-file", ("export", "s.h5", "--parquet", "-o", "taken/x.parquet"),
+     {"s.h5": Store("sweep"), "taken": "x\n"}, ("taken",))
+case("store", "export-csv-and-parquet", ("export", "s.h5", "--csv", "--parquet"), {"s.h5": Store("sweep")},
+     ("--parquet",))
+
+
+def _parameters_garbage(f) -> None:
+    f.attrs["parameters"] = "{not json"
+
+
+case("store", "show-sweep-parameters-not-json", ("show", "s.h5"), {"s.h5": Store("sweep", _h5(_parameters_garbage))},
+     ("s.h5",))
+case("store", "show-sweep-breakdown-text-file", ("show", "s.h5", "--breakdown"), {"s.h5": "not hdf5\n"}, ("s.h5",))
+
+# ---------------------------------------------------------------- run --trace-steps, serve --trace / --trace-requests
+
+case("output", "run-trace-steps-over-limit", RUN + ("--no-write", "--trace", "t.json", "--trace-steps", "4097"), {},
+     ("--trace-steps", "4096"))
+case("output", "run-trace-steps-negative", RUN + ("--no-write", "--trace", "t.json", "--trace-steps", "-3"), {},
+     ("--trace-steps",))
+case("output", "run-trace-steps-word", RUN + ("--no-write", "--trace", "t.json", "--trace-steps", "all"), {},
+     ("--trace-steps",))
+case("output", "run-trace-steps-2p63", RUN + ("--no-write", "--trace", "t.json", "--trace-steps", str(HUGE)), {},
+     ("--trace-steps",))
+case("output", "run-trace-steps-without-trace", RUN + ("--no-write", "--trace-steps", "4"), {}, ("--trace-steps",))
+case("output", "run-trace-is-input", RUN + ("--no-write", "--trace", "exp.yaml"), {}, ("exp.yaml",))
+SERVE_T = ("serve", "serve.yaml", "--no-write")
+case("output", "serve-trace-is-dir", SERVE_T + ("--trace", "tdir"), {"tdir": DIR}, ("tdir",))
+case("output", "serve-trace-missing-dir", SERVE_T + ("--trace", "missing/dir/t.json"), {}, ("missing/dir",))
+case("output", "serve-trace-under-file", SERVE_T + ("--trace", "taken/t.json"), {"taken": "x\n"}, ("taken",))
+case("output", "serve-trace-is-input", SERVE_T + ("--trace", "serve.yaml"), {}, ("serve.yaml",))
+case("output", "serve-trace-requests-negative", SERVE_T + ("--trace", "t.json", "--trace-requests", "-1"), {},
+     ("--trace-requests",))
+case("output", "serve-trace-requests-word", SERVE_T + ("--trace", "t.json", "--trace-requests", "many"), {},
+     ("--trace-requests",))
+case("output", "serve-trace-requests-without-trace", SERVE_T + ("--trace-requests", "5"), {}, ("--trace-requests",))
+
+
+# ---------------------------------------------------------------- sweep baseline:, scenario speculative:
+
+SWEEP_SYSTEMS = mut(SWEEP, ("parameters", [{"grid": {"system": ["h100_x1", "dgx_h100"]}}]))
+sweep_case("baseline-unknown", mut(SWEEP_SYSTEMS, ("baseline", "dgx_a100")), ("baseline", "dgx_a100"))
+sweep_case("baseline-not-string", mut(SWEEP_SYSTEMS, ("baseline", [1])), ("baseline",))
+
+SPEC = {"draft_model": "llama2-7b", "draft_tokens": 4, "acceptance_rate": 0.8}  # same vocabulary as the target
+
+
+def spec_case(name, pairs, names, exp=EXP, files=None, argv=RUN):
+    data = mut(exp, ("scenarios.chat.speculative", dict(SPEC)), *(("scenarios.chat.speculative." + k, v) for k, v in pairs))
+    case("speculative", name, argv, {"exp.yaml": dump(data), **(files or {})}, ("exp.yaml",) + tuple(names))
+
+
+spec_case("draft-unknown", [("draft_model", "no_such_model")], ("scenarios.chat.speculative.draft_model", "no_such_model"))
+spec_case("draft-missing", [("draft_model", DELETE)], ("scenarios.chat.speculative.draft_model",))
+spec_case("draft-tokens-zero", [("draft_tokens", 0)], ("scenarios.chat.speculative.draft_tokens",))
+spec_case("draft-tokens-over-64", [("draft_tokens", 65)], ("scenarios.chat.speculative.draft_tokens",))
+spec_case("draft-tokens-fraction", [("draft_tokens", 2.5)], ("scenarios.chat.speculative.draft_tokens",))
+spec_case("acceptance-over-one", [("acceptance_rate", 1.5)], ("scenarios.chat.speculative.acceptance_rate",))
+spec_case("acceptance-negative", [("acceptance_rate", -0.1)], ("scenarios.chat.speculative.acceptance_rate",))
+spec_case("acceptance-nan", [("acceptance_rate", float("nan"))], ("scenarios.chat.speculative.acceptance_rate",))
+spec_case("unknown-key", [("gamma", 4)], ("scenarios.chat.speculative.gamma",))
+spec_case("draft-other-vocabulary", [("draft_model", "gpt2")], ("scenarios.chat.speculative.draft_model", "vocab"))
+spec_case("draft-path-bad-model", [("draft_model", "model.yaml")], ("model.yaml", "num_layers"),
+          files={"model.yaml": dump(mut(MODEL, ("num_layers", 0)))})
+exp_case("speculative-not-mapping", mut(EXP, ("scenarios.chat.speculative", 4)), ("exp.yaml", "scenarios.chat.speculative"))
+case("speculative", "pipeline-parallel", RUN, {"exp.yaml": dump(mut(EXP_SYS, ("scenarios.chat.speculative", dict(SPEC)))),
+                                               "sys.yaml": dump(mut(SYS, ("parallelism", {"tp": 1, "pp": 2})))},
+     ("parallelism.pp",))
+spec_case("serve-draft-unknown", [("draft_model", "no_such_model")], ("speculative.draft_model", "no_such_model"),
+          exp=SERVE, argv=SERVE_ARGV)
+
+# ---------------------------------------------------------------- mapper.options of the ianus policy
+
+IANUS = yaml.safe_load(builtin("systems", "ianus"))
+EXP_IANUS = mut(EXP_SYS, ("models", ["gpt2"]))
+
+
+def ianus_case(name, options, names, exp=EXP_IANUS):
+    sysd = mut(IANUS, ("mapper.options", options))
+    case("ianus", name, RUN, {"exp.yaml": dump(exp), "sys.yaml": dump(sysd)}, tuple(names))
+
+
+ianus_case("placement-unknown", {"placement": "gpu"}, ("sys.yaml", "mapper.options.placement"))
+ianus_case("draft-placement-unknown", {"draft_placement": "npu"}, ("sys.yaml", "mapper.options.draft_placement"))
+ianus_case("draft-placement-without-speculative", {"draft_placement": "pim"}, ("sys.yaml", "mapper.options.draft_placement"))
+ianus_case("option-typo", {"placment": "auto"}, ("mapper.options",))
+ianus_case("schedule-not-bool", {"schedule": "yes"}, ("mapper.options.schedule",))
+ianus_case("exclusion-without-schedule", {"schedule": False, "exclusion": True}, ("mapper.options",))
+ianus_case("options-list", ["auto"], ("mapper.options",))
+case("ianus", "one-pool-only", RUN, {"exp.yaml": dump(EXP_IANUS), "sys.yaml": dump(mut(IANUS, ("devices.pim", DELETE)))},
+     ("sys.yaml", "devices"))
+
+# ---------------------------------------------------------------- compression: and systolic: of CXL-PNM devices
+
+NDP = yaml.safe_load(builtin("hardware", "cxl_ndp_lpddr5x"))
+SANGAM = yaml.safe_load(builtin("hardware", "sangam_chiplet"))
+ATTACC_STACK = yaml.safe_load(builtin("hardware", "attacc_hbm3_pim_stack"))
+SYS_PNM = {"name": "pnm1", "devices": {"pnm": {"hardware": "pnm.yaml", "count": 1}}, "parallelism": {"tp": 1},
+           "mapper": {"policy": "cxl_pnm"}}
+
+
+def pnm_case(surface, name, hw, names, exp=EXP_SYS):
+    case(surface, name, RUN, {"exp.yaml": dump(exp), "sys.yaml": dump(SYS_PNM), "pnm.yaml": dump(hw)},
+         ("pnm.yaml",) + tuple(names))
+
+
+pnm_case("compression", "engine-unknown", mut(NDP, ("compression.engine", "zstd")), ("compression.engine",))
+pnm_case("compression", "ratio-zero", mut(NDP, ("compression.ratio", 0)), ("compression.ratio",))
+pnm_case("compression", "ratio-over-one", mut(NDP, ("compression.ratio", 1.5)), ("compression.ratio",))
+pnm_case("compression", "ratio-word", mut(NDP, ("compression.ratio", "high")), ("compression.ratio",))
+pnm_case("compression", "ratio-nan", mut(NDP, ("compression.ratio", float("nan"))), ("compression.ratio",))
+pnm_case("compression", "kv-not-bool", mut(NDP, ("compression.kv", "sometimes")), ("compression.kv",))
+pnm_case("compression", "unknown-key", mut(NDP, ("compression.level", 9)), ("compression.level",))
+pnm_case("compression", "not-mapping", mut(NDP, ("compression", True)), ("compression",))
+pnm_case("compression", "measured-fp8-kv", NDP, ("compression.ratio", "fp8"),
+         exp=mut(EXP_SYS, ("scenarios.chat.kv_dtype", "fp8")))
+pnm_case("compression", "on-attacc-device", mut(ATTACC_STACK, ("compression", {"engine": "cxl_ndp"})), ("compression",))
+pnm_case("systolic", "arrays-zero", mut(SANGAM, ("systolic.arrays", 0)), ("systolic.arrays",))
+pnm_case("systolic", "rows-fraction", mut(SANGAM, ("systolic.rows", 1.5)), ("systolic.rows",))
+pnm_case("systolic", "clock-nan", mut(SANGAM, ("systolic.clock_mhz", float("nan"))), ("systolic.clock_mhz",))
+pnm_case("systolic", "clock-inf", mut(SANGAM, ("systolic.clock_mhz", float("inf"))), ("systolic.clock_mhz",))
+pnm_case("systolic", "sram-zero", mut(SANGAM, ("systolic.sram_mb", 0)), ("systolic.sram_mb",))
+pnm_case("systolic", "arrays-missing", mut(SANGAM, ("systolic.arrays", DELETE)), ("systolic.arrays",))
+pnm_case("systolic", "unknown-key", mut(SANGAM, ("systolic.columns", 128)), ("systolic.columns",))
+pnm_case("systolic", "with-pu-tflops", mut(SANGAM, ("pu.tflops", 16)), ("pu.tflops",))
+pnm_case("systolic", "on-attacc-device", mut(ATTACC_STACK, ("systolic", SANGAM["systolic"])), ("systolic",))
+
+CASES.append(Case("serving", "ianus-placement-unknown", SERVE_ARGV,
+                 {"exp.yaml": dump(mut(SERVE, ("systems", ["sys.yaml"]), ("models", ["gpt2"]))),
+                  "sys.yaml": dump(mut(IANUS, ("mapper.options", {"placement": "gpu"})))},
+                 ("sys.yaml", "mapper.options.placement")))
+
+# ---------------------------------------------------------------- KV pool (serving.kv_pool) and flash KV tier
+
+POOL = yaml.safe_load(builtin("hardware", "rdma_mooncake_pool"))
+SERVE_POOL = mut(SERVE, ("serving.kv", {"prefix_caching": True}), ("serving.kv_pool", {"hardware": "rdma_mooncake_pool"}))
+
+
+def pool_case(name, pairs, names, pool=None):
+    files = {"exp.yaml": dump(mut(SERVE_POOL, *pairs))}
+    if pool is not None:
+        files["pool.yaml"] = dump(pool)
+    case("kv-pool", name, SERVE_ARGV, files, tuple(names))
+
+
+pool_case("hardware-unknown", [("serving.kv_pool.hardware", "no_such_pool")], ("exp.yaml", "serving.kv_pool.hardware"))
+pool_case("hardware-is-gpu", [("serving.kv_pool.hardware", "h100_sxm")], ("exp.yaml", "serving.kv_pool.hardware"))
+pool_case("hardware-missing", [("serving.kv_pool.hardware", DELETE)], ("exp.yaml", "serving.kv_pool.hardware"))
+pool_case("systems-unknown", [("serving.kv_pool.systems", ["no_such_system"])], ("exp.yaml", "serving.kv_pool.systems"))
+pool_case("unknown-key", [("serving.kv_pool.size_gb", 1)], ("exp.yaml", "serving.kv_pool.size_gb"))
+pool_case("not-colocated", [("serving.colocated", False),
+                            ("serving.disaggregation", [{"prefill": "h100_x1", "decode": "h100_x1", "link": "nvlink4"}])],
+          ("exp.yaml", "serving", "colocated"))
+for key, value in (("capacity_gb", 0), ("hosts", 0), ("host_link_gbps", -1), ("access_latency_us", -1.0),
+                   ("lookup_rpc_us", float("nan")), ("pool_bandwidth_gbps", float("inf")), ("kind", "pool"),
+                   ("hosts", 1.5), ("energy_pj_per_byte", "cheap"), ("latency_us", 1.0)):
+    pool_case(f"file-{key.replace('_', '-')}-{str(value).replace('.', 'p')}", [("serving.kv_pool.hardware", "pool.yaml")],
+              ("pool.yaml", key), pool=mut(POOL, (key, value)))
+
+FLASH = yaml.safe_load(builtin("hardware", "nand_tlc_ssd"))
+SYS_FLASH = mut(yaml.safe_load(builtin("systems", "kvnand_h100_ssd")), ("devices.flash.hardware", "flash.yaml"))
+for key, value in (("channels", 0), ("dies_per_channel", -1), ("page_kb", float("nan")), ("t_read_us", float("inf")),
+                   ("ecc", "bch_magic"), ("pe_cycles", -5), ("capacity_gb", "big"), ("t_read", 50),
+                   ("planes_per_die", 2 ** 63)):
+    case("flash", f"{key.replace('_', '-')}-{str(value).replace('.', 'p')}", RUN,
+         {"exp.yaml": dump(EXP_SYS), "sys.yaml": dump(SYS_FLASH), "flash.yaml": dump(mut(FLASH, (key, value)))},
+         ("flash.yaml", key))
+
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
