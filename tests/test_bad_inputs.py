@@ -23,9 +23,10 @@ def stores(tmp_path_factory):
 
 def test_the_suite_covers_every_surface():
     surfaces = {c.surface for c in ACTIVE}
-    assert len(ACTIVE) >= 150
+    assert len(ACTIVE) >= 500
     assert {"experiment", "system", "hardware", "model", "set", "hf-config", "request-trace", "serving", "dram-trace",
-            "dram-spec", "asm", "disasm", "sweep", "store", "output"} <= surfaces
+            "dram-spec", "asm", "disasm", "sweep", "store", "output", "pim", "plan", "list", "schema", "warmup",
+            "speculative", "ianus", "compression", "systolic", "kv-pool", "flash"} <= surfaces
     assert PENDING <= {c.id for c in CASES}, "PENDING names a case that does not exist"
 
 
