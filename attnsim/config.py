@@ -531,9 +531,12 @@ def _describe_expected(err: dict) -> str:
     return err.get("msg", "invalid value")
 
 
-def _positive_int_hint(msg: str, value: Any) -> str:
+def _positive_int_hint(msg: str, value: Any, anns: list = ()) -> str:
+    """'positive integer' for an int given to a field that takes integers (``anns``: the field's annotations,
+    [] when unknown); a float field keeps 'positive number'."""
     if msg == "expected a positive number" and isinstance(value, int) and not isinstance(value, bool):
-        return "expected a positive integer"
+        if not anns or any(t is int for a in anns for t in _alternatives(a)):
+            return "expected a positive integer"
     return msg
 
 
@@ -587,7 +590,10 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
         return ConfigError(err["ctx"]["msg"], file=file, key=key)
     key = ".".join(([prefix] if prefix else []) + loc) or None
     value = err.get("input")
-    msg = _positive_int_hint(_describe_expected(err), value)
+    anns = [schema] if schema is not None else []
+    for part in err.get("loc", ()) if schema is not None else ():
+        anns = [c for a in anns for c in _child(a, part)]
+    msg = _positive_int_hint(_describe_expected(err), value, anns)
     if err.get("type") not in ("missing", "extra_forbidden") and not isinstance(value, (dict, list)):
         msg = f"{msg}, got {value!r}"
     if err.get("type") == "extra_forbidden" and schema is not None and loc:

@@ -767,7 +767,9 @@ case("output", "sbatch-is-dir", ("sweep", "sweep.yaml", "--emit-sbatch", "odir")
 
 # Cases that fail today (see /tmp/bad_inputs_status.md / the helper report for the cause of each); they are
 # left out of tests/test_bad_inputs.py until fixed. `python bench/fuzz.py --cases` still runs them.
-PENDING: frozenset = frozenset()
+# dram-spec-org-not-mapping: hwmodels/dram/timing_ns.py resolve_timing_ns tests `in data.get('org')` before the
+# schema sees org: 5 (TypeError); left to the DRAM stream work in progress.
+PENDING: frozenset = frozenset({"dram-spec-org-not-mapping"})
 
 # ---------------------------------------------------------------- more: reliability section, mapper options, validate
 
@@ -1065,7 +1067,7 @@ pnm_case("systolic", "arrays-zero", mut(SANGAM, ("systolic.arrays", 0)), ("systo
 pnm_case("systolic", "rows-fraction", mut(SANGAM, ("systolic.rows", 1.5)), ("systolic.rows",))
 pnm_case("systolic", "clock-nan", mut(SANGAM, ("systolic.clock_mhz", float("nan"))), ("systolic.clock_mhz",))
 pnm_case("systolic", "clock-inf", mut(SANGAM, ("systolic.clock_mhz", float("inf"))), ("systolic.clock_mhz",))
-pnm_case("systolic", "sram-zero", mut(SANGAM, ("systolic.sram_mb", 0)), ("systolic.sram_mb",))
+pnm_case("systolic", "sram-zero", mut(SANGAM, ("systolic.sram_mb", 0)), ("systolic.sram_mb", "positive number"))  # a float field
 pnm_case("systolic", "arrays-missing", mut(SANGAM, ("systolic.arrays", DELETE)), ("systolic.arrays",))
 pnm_case("systolic", "unknown-key", mut(SANGAM, ("systolic.columns", 128)), ("systolic.columns",))
 pnm_case("systolic", "with-pu-tflops", mut(SANGAM, ("pu.tflops", 16)), ("pu.tflops",))
@@ -1111,5 +1113,8 @@ for key, value in (("channels", 0), ("dies_per_channel", -1), ("page_kb", float(
     case("flash", f"{key.replace('_', '-')}-{str(value).replace('.', 'p')}", RUN,
          {"exp.yaml": dump(EXP_SYS), "sys.yaml": dump(SYS_FLASH), "flash.yaml": dump(mut(FLASH, (key, value)))},
          ("flash.yaml", key))
+
+dspec("org-not-mapping", mut(DRAM, ("org", 5)), ("org",))
+dspec("timing-not-mapping", mut(DRAM, ("timing", [1, 2])), ("timing",))
 
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
