@@ -108,6 +108,15 @@ def systems_compare() -> str:
             "(baseline a100_hbm3_x8)\n" + summary_table(_run("systems_compare")).rstrip("\n") + "\n```\n")
 
 
+def default_run() -> str:
+    """What ``attnsim run`` (the default experiment) prints: the table and the "what differs" lines."""
+    from attnsim.report import differ_lines, summary_table
+    docs = _run("default")
+    return ("```\n$ attnsim run\n" + summary_table(docs).rstrip("\n") + "\n\nwhat differs and why (decode step = one "
+            "token for the whole batch; attention = attn_score + softmax + attn_context):\n"
+            + "\n".join(differ_lines(docs)) + "\n```\n")
+
+
 def reliability_tiering() -> str:
     """The relaxed-refresh table of ``attnsim run reliability_tiering``."""
     docs = _run("reliability_tiering")
@@ -129,7 +138,7 @@ def reliability_tiering() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATORS = {"serve-examples": serve_examples, "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
+GENERATORS = {"default-run": default_run, "serve-examples": serve_examples, "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
               "reliability-tiering": reliability_tiering}
 
 
