@@ -112,3 +112,31 @@ def test_cxl_pnm_words_are_128_bit():
     assert int.from_bytes(data, "little") >> 120 == 0x02
     back = decode(isa, data)
     assert int(back["base"][0]) == (1 << 40) - 1 and int(back["rows"][0]) == 4096
+
+
+@pytest.mark.parametrize("name", ISA_NAMES)
+def test_from_records_equals_one_record_at_a_time(name):
+    """Program.from_records (columns built in bulk) = the instructions one by one: every operand given is
+    stored, an omitted one takes its field default, other fields of the ISA stay 0; a missing operand
+    without default is a ValueError and an operand the opcode lacks a KeyError."""
+    isa = get_isa(name)
+    recs = []
+    for k, op in enumerate(isa.opcodes):  # each opcode twice: all operands given, then only required ones
+        recs.append((op.mnemonic, {f.name: (f.min if f.default is None else f.default) + k % 2 for f in op.fields}))
+        recs.append((op.mnemonic, {f.name: f.min for f in op.fields if f.default is None}))
+    prog = Program.from_records(isa, recs)
+    assert prog.opcode.dtype == np.int16 and all(c.dtype == np.int64 for c in prog.fields.values())
+    for i, (mn, vals) in enumerate(recs):
+        op = isa.op(mn)
+        assert int(prog.opcode[i]) == op.code
+        want = {f.name: vals.get(f.name, f.default) for f in op.fields}
+        assert {k: int(c[i]) for k, c in prog.fields.items()} == {k: want.get(k, 0) for k in isa.field_names}
+    required = [(op, f) for op in isa.opcodes for f in op.fields if f.default is None]
+    if required:
+        op, f = required[0]
+        with pytest.raises(ValueError, match=f"missing operand {f.name}"):
+            Program.from_records(isa, [(op.mnemonic, {g.name: g.min for g in op.fields if g is not f})])
+    op = isa.opcodes[0]
+    stray = next(k for k in isa.field_names + ("zz",) if k not in {f.name for f in op.fields})
+    with pytest.raises(KeyError, match=stray):
+        Program.from_records(isa, [(op.mnemonic, {**{f.name: f.min for f in op.fields}, stray: 1})])
