@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveFloat, model_validator
 
 from attnsim.config import Schema, validate
 from attnsim.hwmodels.reliability import ecc as _ecc
@@ -68,7 +68,7 @@ class TierSchema(Schema):
     ecc: FieldEcc = FieldEcc()
     refresh_ms: FieldRefresh = FieldRefresh()
     ecc_options: list[EccName] = []          # planner choices (default: the configured ecc)
-    refresh_options_ms: list[float] = []     # planner choices (default: the configured refresh)
+    refresh_options_ms: list[PositiveFloat] = []  # planner choices (default: the configured refresh)
     errors: ErrorModelSpec = ErrorModelSpec()
 
 

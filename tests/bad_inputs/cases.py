@@ -1117,4 +1117,24 @@ for key, value in (("channels", 0), ("dies_per_channel", -1), ("page_kb", float(
 dspec("org-not-mapping", mut(DRAM, ("org", 5)), ("org",))
 dspec("timing-not-mapping", mut(DRAM, ("timing", [1, 2])), ("timing",))
 
+
+# ---------------------------------------------------------------- reliability: keys the planner reads (attnsim plan)
+
+for rname, pairs, rkey in (
+        ("objective-unknown", [("reliability.objective", "cheapest")], "reliability.objective"),
+        ("ecc-options-unknown", [("reliability.tiers.hbm.ecc_options", ["secded", "magic"])], "reliability.tiers.hbm.ecc_options"),
+        ("refresh-options-zero", [("reliability.tiers.hbm.refresh_options_ms", [64, 0])], "reliability.tiers.hbm.refresh_options_ms"),
+        ("refresh-options-nan", [("reliability.tiers.hbm.refresh_options_ms", [float("nan")])],
+         "reliability.tiers.hbm.refresh_options_ms"),
+        ("refresh-ms-high-zero", [("reliability.tiers.hbm.refresh_ms", {"high": 0})], "reliability.tiers.hbm.refresh_ms.high"),
+        ("retention-anchor-lengths", [("reliability.tiers.hbm.errors.retention_anchor_s", [1.0, 10.0])], "tier hbm"),
+        ("retention-anchor-decreasing", [("reliability.tiers.hbm.errors.retention_anchor_s", [20.0, 10.0, 1.0])],
+         "tier hbm"),
+        ("residency-zero", [("reliability.residency_s", 0)], "reliability.residency_s"),
+        ("quant-group-zero", [("reliability.quant_group", 0)], "reliability.quant_group"),
+        ("ber-approx-over-one", [("reliability.tiers.hbm.errors.ber_approx", 2)], "reliability.tiers.hbm.errors.ber_approx"),
+        ("accuracy-slo-missing", [("reliability.accuracy_slo", {})], "reliability.accuracy_slo"),
+        ("tiers-empty", [("reliability.tiers", {}), ("reliability.role_tiers", {})], "reliability")):
+    case("plan", f"reliability-{rname}", ("plan", "exp.yaml"), {"exp.yaml": dump(mut(EXP_REL, *pairs))}, ("exp.yaml", rkey))
+
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
