@@ -117,7 +117,17 @@ def setup(experiment: str, sets=(), *, system=None, model=None, scenario=None, l
         pos = ((i % per_group) + 0.5) / per_group
         tier = names[min(int(np.searchsorted(share_edges, pos)), len(names) - 1)]
         base.append(spec.configured_option(tier))
-    tiers = [dataclasses.replace(t, capacity_bytes=t.capacity_bytes / requests) for t in spec.tier_specs()]
+    # a tier's read_gbps and capacity_gb are per device (reliability_tiering.yaml: one H100, one CXL-PNM
+    # device); the tier holds the KV of every device of the roles mapped to it, each request's KV spread
+    # over them (TP shards, replicas hold other requests): aggregate bandwidth and capacity
+    from attnsim.reliability_run import role_tiers
+    devices = {}
+    for role, tier in role_tiers(spec, exp.systems[sy]).items():
+        if role in exp.systems[sy].devices:
+            devices[tier] = devices.get(tier, 0) + int(exp.systems[sy].devices[role].count)
+    tiers = [dataclasses.replace(t, read_s_per_byte=t.read_s_per_byte / max(devices.get(t.name, 1), 1),
+                                 capacity_bytes=t.capacity_bytes * max(devices.get(t.name, 1), 1) / requests)
+             for t in spec.tier_specs()]
     return Setup(exp.spec.name, sy, mo, sc, spec, tiers, blocks, base, requests, residency, float(m["tpot_s"]),
                  float(m["energy_per_token_j"]), groups)
 
