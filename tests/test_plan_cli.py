@@ -105,3 +105,19 @@ def test_bad_flags_fail_in_one_line(argv, needle, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_kv_read_time_is_part_of_the_step_and_tiers_aggregate_their_devices(st, plans):
+    """Physical limit: the configured KV's read time for the whole batch is part of the run's step, so it
+    cannot exceed the TPOT; the tier's per-device bandwidth and capacity are aggregated over the devices of
+    the roles mapped to it (plan_tiering: 8 CXL-PNM devices, 8 H100s)."""
+    from attnsim.experiment import load_experiment
+    exp = load_experiment("plan_tiering", FAST)
+    system = exp.systems[st.system]
+    per_device = {t.name: t for t in st.spec.tier_specs()}
+    counts = {"cxl": system.devices["pnm"].count, "hbm": system.devices["gpu"].count}
+    for t in st.tiers:
+        assert t.read_s_per_byte == pytest.approx(per_device[t.name].read_s_per_byte / counts[t.name])
+        assert t.capacity_bytes == pytest.approx(per_device[t.name].capacity_bytes * counts[t.name] / st.requests)
+    conf = plans[0.01]["configured"]
+    assert 0 < st.requests * conf["kv_read_time_s"] < st.tpot_s
