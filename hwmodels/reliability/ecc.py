@@ -30,7 +30,6 @@ from itertools import combinations
 from math import comb
 
 import numpy as np
-from scipy.stats import binom
 
 EXACT_WEIGHTS = 12  # bit codes: error weights counted exactly (beyond: parity-matched tail)
 
@@ -125,6 +124,7 @@ def _sphere_fraction(n: int, k: int, q: int, t: int) -> float:
 
 
 def _binom_pmf(n: int, p: float) -> np.ndarray:
+    from scipy.stats import binom  # imported on first use: scipy.stats costs seconds at every CLI start
     return binom.pmf(np.arange(n + 1), n, p)
 
 
