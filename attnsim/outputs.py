@@ -68,6 +68,8 @@ def _same(a: Path, b: Path) -> bool:
 def check_output(path: str | os.PathLike, flag: str, kind: Literal["file", "dir"] = "file",
                  inputs: Iterable[str | os.PathLike] = (), create: bool = False) -> Path:
     """Refuse an output path that cannot be written as ``kind`` (see the module docstring); returns it."""
+    if not isinstance(path, (str, os.PathLike)):  # the Python API: save(5), sweep(out=None)
+        raise ConfigError(f"expected a path, got {type(path).__name__}", file=flag)
     p = Path(path)
     name = str(path)
     if kind == "file" and name.endswith(("/", os.sep)):

@@ -8,6 +8,7 @@ import os
 import pytest
 
 import attnsim
+import attnsim.api
 from attnsim.config import ConfigError
 
 EXP = {"name": "tiny", "systems": ["h100_x1"], "models": ["llama2-7b"],
@@ -72,6 +73,12 @@ CASES = [
     ("sweep-not-a-sweep", lambda: attnsim.sweep(42, "o.h5"), ("sweep", "int")),
     ("sweep-dict-unknown-base", lambda: attnsim.sweep({"name": "s", "base": "nope", "parameters": []}, "o.h5"),
      ("<dict>", "base")),
+    ("sweep-out-not-a-path", lambda: attnsim.sweep({"name": "s", "base": "default", "parameters": []}, 5),
+     ("out", "int")),
+    ("sweep-out-is-a-directory", lambda: attnsim.sweep({"name": "s", "base": "default", "parameters": []}, "d"),
+     ("d", "out")),
+    ("save-not-a-path", lambda: attnsim.api.Results([], "x", tree={}).save(5), ("save", "int")),
+    ("save-to-a-directory", lambda: attnsim.api.Results([], "x", tree={}).save("d"), ("d", "save")),
 ]
 
 
