@@ -1137,4 +1137,17 @@ for rname, pairs, rkey in (
         ("tiers-empty", [("reliability.tiers", {}), ("reliability.role_tiers", {})], "reliability")):
     case("plan", f"reliability-{rname}", ("plan", "exp.yaml"), {"exp.yaml": dump(mut(EXP_REL, *pairs))}, ("exp.yaml", rkey))
 
+sweep_case("speculative-grid-without-draft", grid({"scenario.speculative.draft_tokens": [2, 4]}),
+           ("scenario.speculative",))
+
+for pname, dev, text, pnames in (
+        ("newton-channel-beyond-device", "neupims_hbm2_pim", "GACT 0, 0, 0, 0\nGACT 40, 0, 0, 0\n", ("line 2", "ch")),
+        ("newton-rank-beyond-field", "neupims_hbm2_pim", "GACT 0, 7, 0, 0\n", ("line 1", "rank")),
+        ("newton-rank-beyond-device", "neupims_hbm2_pim", "GACT 0, 0, 0, 0\nGACT 0, 3, 0, 0\n", ("line 2", "rank")),
+        ("newton-bank-group-beyond-device", "neupims_hbm2_pim", "GACT 0, 0, 15, 0\n", ("line 1", "bg")),
+        ("cxl-pnm-dtype-unknown", "cxl_pnm_lpddr5x", "GEMV 1, 0, 0, 64, 64, FP7\nHALT\n", ("line 1",)),
+        ("fimdram-jump-before-start", "fimdram_hbm2", "JUMP 5, 3\nEXIT\n", ("line 1",)),
+        ("fimdram-no-exit", "fimdram_hbm2", "NOP 0\nNOP 0\n", ())):
+    case("pim", pname, ("pim", "run", "p.s", "--device", dev), {"p.s": text}, ("p.s",) + pnames)
+
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
