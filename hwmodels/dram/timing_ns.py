@@ -26,7 +26,10 @@ def ns_to_cycles(t_ns: float, tck_ns: float) -> int:
 
 def resolve_timing_ns(data: dict, file: str | None = None) -> dict:
     """Return ``data`` with ``timing_ns`` (and ``org.transfers_per_ck``) turned into cycle timings / tck_ns."""
-    if "timing_ns" not in data and "transfers_per_ck" not in (data.get("org") or {}):
+    org_in = data.get("org")
+    if org_in is not None and not isinstance(org_in, dict):  # the schema refuses it with its own message
+        return data
+    if "timing_ns" not in data and "transfers_per_ck" not in (org_in or {}):
         return data
     d = dict(data)
     org = dict(d.get("org") or {})

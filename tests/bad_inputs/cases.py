@@ -767,9 +767,7 @@ case("output", "sbatch-is-dir", ("sweep", "sweep.yaml", "--emit-sbatch", "odir")
 
 # Cases that fail today (see /tmp/bad_inputs_status.md / the helper report for the cause of each); they are
 # left out of tests/test_bad_inputs.py until fixed. `python bench/fuzz.py --cases` still runs them.
-# dram-spec-org-not-mapping: hwmodels/dram/timing_ns.py resolve_timing_ns tests `in data.get('org')` before the
-# schema sees org: 5 (TypeError); left to the DRAM stream work in progress.
-PENDING: frozenset = frozenset({"dram-spec-org-not-mapping"})
+PENDING: frozenset = frozenset()
 
 # ---------------------------------------------------------------- more: reliability section, mapper options, validate
 
