@@ -43,16 +43,25 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0."""
+def _positive_float(text: str, what: str) -> float:
     from attnsim.config import check_float
     try:
         v = check_float(text, lo=0.0)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
     if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return v
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    return _positive_float(text, "a positive number of seconds")
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    return _positive_float(text, "a number > 0")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,26 +2,14 @@
 accuracy SLO (proxy or perplexity) and a performance SLO (attnsim.plan)."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from attnsim.config import ConfigError
 
 
-def _positive(text: str) -> float:
-    from attnsim.config import check_float
-    try:
-        v = check_float(text, lo=0.0)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return v
-
-
 def register(sub) -> None:
-    from attnsim.cli import positive_int
+    from attnsim.cli import positive_int, positive_number
     from attnsim.plan import DEFAULT_FORMATS
     r = sub.add_parser("plan", help="reliability-aware KV tiering within an accuracy and a performance SLO",
                        description="Run the experiment once (one system, model and scenario with a reliability: "
@@ -31,18 +19,18 @@ def register(sub) -> None:
                        "performance SLO and print the plan table and the Pareto front (proxy error vs TPOT vs "
                        "energy per token). An SLO no plan meets: one line naming it, exit status 1.")
     r.add_argument("experiment", help="experiment YAML path or built-in name (e.g. plan_tiering)")
-    r.add_argument("--accuracy-slo", type=_positive, default=None, metavar="X",
+    r.add_argument("--accuracy-slo", type=positive_number, default=None, metavar="X",
                    help="max relative attention error (the proxy; default: reliability.accuracy_slo unless "
                         "--max-ppl-increase is given)")
-    r.add_argument("--max-ppl-increase", type=_positive, default=None, metavar="X",
+    r.add_argument("--max-ppl-increase", type=positive_number, default=None, metavar="X",
                    help="max relative perplexity increase (0.01 = 1 %%), converted by the measured calibration")
     r.add_argument("--calibration", default=None, metavar="FILE",
                    help="error -> perplexity calibration (default configs/calibration/kv_error_ppl.yaml)")
     perf = r.add_mutually_exclusive_group()
-    perf.add_argument("--tpot-slo-s", type=_positive, default=None, metavar="Y", help="max time per output token")
-    perf.add_argument("--latency-slo-s", type=_positive, default=None, metavar="Y",
+    perf.add_argument("--tpot-slo-s", type=positive_number, default=None, metavar="Y", help="max time per output token")
+    perf.add_argument("--latency-slo-s", type=positive_number, default=None, metavar="Y",
                       help="max KV read time per decode step for one request (the planner's latency)")
-    r.add_argument("--energy-slo-j", type=_positive, default=None, metavar="J", help="max energy per output token")
+    r.add_argument("--energy-slo-j", type=positive_number, default=None, metavar="J", help="max energy per output token")
     r.add_argument("--formats", default=",".join(DEFAULT_FORMATS), metavar="F,...",
                    help=f"KV formats the planner may choose (default {','.join(DEFAULT_FORMATS)})")
     r.add_argument("--layer-groups", type=positive_int, default=4, help="layer groups (default 4)")
