@@ -28,6 +28,9 @@ class StepResult:
 
     time_s: float = 0.0
     time_s_layers: float = 0.0  # time of the decoder-layer rows (layer_group >= 0): no embedding / final norm / LM head
+    # the same layers run once through, a two-sub-batch pipeline's fill and drain included (engine.layers_run_s);
+    # = time_s_layers for a step that is not pipelined
+    time_s_layers_run: float = 0.0
     flops: float = 0.0
     static_energy_j: float = 0.0
     static_energy_j_by_device: dict = field(default_factory=dict)  # role / link:<name> -> J (sums to static_energy_j)
@@ -60,6 +63,7 @@ class StepResult:
         """self += w * other (for weighted sums of steps)."""
         self.time_s += w * other.time_s
         self.time_s_layers += w * other.time_s_layers
+        self.time_s_layers_run += w * other.time_s_layers_run
         self.flops += w * other.flops
         self.static_energy_j += w * other.static_energy_j
         for name in ("energy_j_by_component", "time_s_by_op", "time_s_by_device", "time_s_by_bound", "energy_j_by_op",
@@ -85,6 +89,7 @@ class StepResult:
         return {
             "time_s": self.time_s,
             "time_s_layers": self.time_s_layers,
+            "time_s_layers_run": self.time_s_layers_run,
             "energy_j": self.energy_j,
             "time_s_by_op": dict(self.time_s_by_op),
             "time_s_by_device": dict(self.time_s_by_device),
@@ -188,6 +193,7 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     res.flops = float(row_flops.sum())
     res.time_s = float(row_time.sum())
     res.time_s_layers = float(row_time[np.asarray(trace["layer_group"]) >= 0].sum())
+    res.time_s_layers_run = res.time_s_layers
     res.row_time_s = row_time
     res.row_device = plan.device
     res.row_trace = trace
@@ -266,7 +272,72 @@ def cost_step_pipelined(plans: list, system) -> StepResult:
         for k, v in part[2].items():
             row_bytes[k] = row_bytes.get(k, 0.0) + v
     row_flops = sum(part[3] for part in parts)
-    return _assemble(plans[0], system, row_time, row_energy, row_bytes, row_flops)
+    res = _assemble(plans[0], system, row_time, row_energy, row_bytes, row_flops)
+    if len(plans) == 2:
+        res.time_s_layers_run = layers_run_s(plans, [_effective_times(p, part[0]) for p, part in zip(plans, parts)])
+    return res
+
+
+def stage_schedule_s(phases, layers: int) -> list[float]:
+    """Stage times of NeuPIMs' two-sub-batch schedule over ``layers`` decoder layers, fill and drain included
+    (casys-kaist/NeuPIMs f299af3 src/StageProgram.cc, the stage table above init_program):
+
+    ====  ================  ==========
+    A     SA: QKV#1         PIM: -
+    B     SA: QKV#2         PIM: MHA#1
+    C     SA: PjFFN#1+QKV#1 PIM: MHA#2
+    D     SA: PjFFN#2+QKV#2 PIM: MHA#1
+    E     SA: PjFFN#1       PIM: MHA#2
+    F     SA: PjFFN#2       PIM: -
+    ====  ================  ==========
+
+    A, B, (C, D) x (layers - 1), E, F; a stage lasts its slower side. ``phases`` = ((qkv, mha, pjffn) of
+    sub-batch 1, the same of sub-batch 2) in seconds. The steady state is C + D per layer; the average over
+    the run is sum / layers (the artefact's sub-batch-on run is layers = 2: A-F)."""
+    if layers < 1:
+        raise ValueError(f"expected at least one layer, got {layers}")
+    (q1, m1, f1), (q2, m2, f2) = phases
+    steady = [max(f1 + q1, m2), max(f2 + q2, m1)] * (layers - 1)
+    return [q1, max(q2, m1), *steady, max(f1, m2), f2]
+
+
+def subbatch_parts(plan, n_requests: int) -> list:
+    """The sub-batches of a pipelined step: [(request indices, channel per request or None)], the plan's own
+    (``plan.subbatch_parts``, e.g. mapper neupims' per-channel halves) or the batch's contiguous slices."""
+    if plan.subbatch_parts:
+        return [(np.asarray(i, dtype=np.int64), c) for i, c in plan.subbatch_parts if len(i)]
+    return [(p, None) for p in np.array_split(np.arange(n_requests), plan.pipeline_subbatches) if len(p)]
+
+
+def layer_phases_s(plan, eff: np.ndarray, rows: np.ndarray) -> tuple[float, float, float]:
+    """(before, offloaded, after) of one layer of a sub-batch: the layer's rows (``rows``, in trace order) cut at
+    the first and last row placed on a device other than the layer's first row's (the collective link
+    aside), e.g. NeuPIMs' QKV generation, MHA on PIM (the NPU softmax between the GEMVs included),
+    projection + FFN. Per repeat (a row's time / its count)."""
+    idx = np.flatnonzero(rows)
+    if not len(idx):
+        return 0.0, 0.0, 0.0
+    t = eff[idx] / np.maximum(plan.trace["count"][idx].astype(np.float64), 1.0)
+    dev = plan.device[idx]
+    off = np.flatnonzero((dev != dev[0]) & (dev != "link"))
+    if not len(off):
+        return float(t.sum()), 0.0, 0.0
+    lo, hi = off[0], off[-1] + 1
+    return float(t[:lo].sum()), float(t[lo:hi].sum()), float(t[hi:].sum())
+
+
+def layers_run_s(plans: list, effs: list) -> float:
+    """Decoder-layer time of two pipelined sub-batches run once through each layer group's ``count`` layers,
+    fill and drain included: the stages of NeuPIMs' schedule (:func:`stage_schedule_s`) on each
+    sub-batch's per-layer phases (:func:`layer_phases_s`)."""
+    groups = plans[0].trace["layer_group"]
+    total = 0.0
+    for g in np.unique(groups[groups >= 0]):
+        rows = groups == g
+        layers = int(round(float(np.max(plans[0].trace["count"][rows]))))
+        phases = [layer_phases_s(p, e, p.trace["layer_group"] == g) for p, e in zip(plans, effs)]
+        total += sum(stage_schedule_s(phases, max(1, layers)))
+    return total
 
 
 def _collective_link(system, plan):

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.engine import StepResult, cost_step, cost_step_pipelined, set_static
+from attnsim.engine import StepResult, cost_step, cost_step_pipelined, set_static, subbatch_parts
 from attnsim.mapper.base import CapacityError, MemoryPlacement, Plan, transfer_row
 from attnsim.workloads.model import DTYPE_BYTES
 from attnsim.workloads.optrace import LayerGroup, OpTrace
@@ -351,8 +351,9 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
             plan = place(cm, qm)
             subs = None
             if plan.pipeline_subbatches > 1:
-                subs = [place(cm[p], qm[p], subbatch_of=plan.pipeline_subbatches)
-                        for p in np.array_split(np.arange(len(cm)), plan.pipeline_subbatches) if len(p)]
+                subs = [place(cm[p], qm[p], subbatch_of=plan.pipeline_subbatches,
+                              **({} if ch is None else {"channels": ch}))  # the batch's channels per request
+                        for p, ch in subbatch_parts(plan, len(cm))]
             link_name = link_name or (pp_link_name(system, plan, layout) if layout.groups > 1 else None)
             act = DTYPE_BYTES[plan.trace.meta.get("act_dtype", "fp16")]
             per_stage, per_x, same = [], [], {}
@@ -429,6 +430,7 @@ def _combine(results: list, system, time_s: float, per_group_bytes: dict) -> Ste
     out.time_s_by_device = {k: v * scale for k, v in out.time_s_by_device.items()}
     out.time_s_by_bound = {k: v * scale for k, v in out.time_s_by_bound.items()}
     out.time_s_layers *= scale  # the decoder layers' share, as time_s_by_op
+    out.time_s_layers_run *= scale
     out.bytes_by_device = dict(per_group_bytes)
     out.time_s = time_s
     set_static(out, system, time_s)
@@ -495,11 +497,13 @@ class RunPipeline:
         self.decode_first: PipelineStep | None = None
 
     def place(self, phase: str):
-        def fn(ctx, q, subbatch_of=None):
+        def fn(ctx, q, subbatch_of=None, channels=None):
             sc = self.sc.model_copy(update={"batch_size": len(ctx)})
             tr = self._build(self.model, sc, phase, tp=self.layout.tp, context_lens=ctx, query_tokens=q)
             if subbatch_of is not None:  # trace meta "subbatch_of": other sub-batches run concurrently
                 tr.meta["subbatch_of"] = subbatch_of
+            if channels is not None:  # the channels the whole batch's requests were placed on
+                tr.meta["channel_assignment"] = [int(c) for c in channels]
             plan = self._place(tr)
             mem = stage_memory(plan.memory, self.system, self.model, self.layout, self.final_ctx)
             check_stage_capacity(mem, self.layout)

@@ -12,7 +12,7 @@ import numpy as np
 
 from attnsim.config import ConfigError
 from attnsim.results import BASELINE_RATIOS, baseline_ratio, finalize_doc
-from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights
+from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights, subbatch_parts
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.pipeline import check_pipeline
@@ -132,12 +132,15 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         s = plan.pipeline_subbatches
         if s <= 1:
             return tr, cost(plan)
-        # pipelined over sub-batches: one plan per contiguous slice of the batch
-        def sub(part):  # trace meta "subbatch_of": the mapper knows other sub-batches run concurrently
+        # pipelined over sub-batches: one plan per sub-batch (engine.subbatch_parts)
+        def sub(idx, channels):  # trace meta "subbatch_of": the mapper knows other sub-batches run concurrently
+            part = ctx[idx]
             t = build(model, sc.model_copy(update={"batch_size": len(part)}), "decode", tp=tp, context_lens=part)
             t.meta["subbatch_of"] = s
+            if channels is not None:  # the channels the whole batch's requests were placed on
+                t.meta["channel_assignment"] = [int(c) for c in channels]
             return place(t)
-        subs = [sub(part) for part in np.array_split(ctx, s) if len(part)]
+        subs = [sub(idx, ch) for idx, ch in subbatch_parts(plan, len(ctx))]
         return tr, add_step_overhead(cost_step_pipelined(subs, system), system, sc.batch_size)
 
     decode = StepResult()

@@ -133,6 +133,29 @@ def run_shared(device, low: Lowered, mode: str, npu: dict[str, np.ndarray], t_pi
 
 # ---------------------------------------------------------------- PIMDevice (isa: newton) glue
 
+def _request_items(device, trace, i: int):
+    """(tokens per request, KV heads per request, dhead, query heads per KV head, element bytes) of attention
+    row i (one entry per (request, head) when the heads differ in length: heads 1)."""
+    tokens, k, group, eb = device._items(trace, i)
+    n_req = max(1, len(trace.context_lens))
+    kvh = max(1, len(tokens) // n_req)
+    if len(tokens) == n_req * kvh:
+        return np.asarray(tokens, np.int64).reshape(n_req, kvh)[:, 0], kvh, k, group, eb
+    return tokens, 1, k, group, eb
+
+
+def newton_request_channels(device, trace, i: int) -> np.ndarray | None:
+    """The channel of each request of attention row i, placed as :func:`lower_newton_row` places them
+    (the device's ``channel_assignment``); None when the row's items are not one per request."""
+    from attnsim.isa.lower_newton import placement_load, request_channels
+    lens, heads, k, _, eb = _request_items(device, trace, i)
+    if len(lens) != len(trace.context_lens):
+        return None
+    assign = device.spec.channel_assignment
+    load = placement_load(assign, device.org, heads=heads, dhead=k, elem_bytes=eb)
+    return request_channels(lens, device.channels, assign, load)
+
+
 def lower_newton_row(device, trace, i: int) -> Lowered:
     """Row i of ``trace`` lowered for a Newton/NeuPIMs device; the NPU traffic the mapper recorded as
     concurrent with this row (``trace.meta["neupims_rowbuffer"]``) attached for :func:`run_shared`."""
@@ -141,12 +164,12 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
     cls = str(trace.cols["cls"][i])
     assign = device.spec.channel_assignment
     if cls in ("attn_score", "attn_context", "softmax"):
-        tokens, k, group, eb = device._items(trace, i)
-        n_req = max(1, len(trace.context_lens))
-        kvh = max(1, len(tokens) // n_req)
-        lens = np.asarray(tokens, np.int64).reshape(n_req, kvh)[:, 0] if len(tokens) == n_req * kvh else tokens
+        lens, heads, k, group, eb = _request_items(device, trace, i)
         phase = {"attn_score": "score", "attn_context": "context", "softmax": "softmax"}[cls]
-        low = lower_newton(phase, lens, heads=kvh if len(tokens) == n_req * kvh else 1, dhead=k, group=group,
+        # a sub-batch of a per-channel split (mapper neupims subbatch_split): its requests keep the channels
+        # the whole batch was placed on
+        assign = trace.meta.get("channel_assignment", assign)
+        low = lower_newton(phase, lens, heads=heads, dhead=k, group=group,
                            elem_bytes=eb, n_channels=device.channels, org=device.org, pu=device.pu, assignment=assign)
     elif cls == "matmul":  # FC GEMV: output rows as "tokens" of one head of k_in elements
         c = trace.cols

@@ -72,6 +72,47 @@ def artefact_load(t: int, org: Org, *, heads: int, dhead: int, elem_bytes: float
             + ARTEFACT_GEMV_CYCLES * request_load(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes))
 
 
+def request_channels(lens: Sequence[int], n_channels: int, assignment="greedy", load=None) -> np.ndarray:
+    """The channel of each request (-1: no tokens), by ``assignment`` (see :func:`assign_requests`)."""
+    return _placement([int(t) for t in lens], n_channels, assignment, load)[0]
+
+
+def _placement(lens: list, n_channels: int, assignment, load):
+    """(channel per request, -1 for none; the order requests were placed in)."""
+    if n_channels < 1:
+        raise ConfigError(f"expected a positive channel count, got {n_channels}")
+    chan = np.full(len(lens), -1, dtype=np.int64)
+    if not isinstance(assignment, str):
+        given = [int(c) for c in assignment]
+        if len(given) != len(lens) or any(not 0 <= c < n_channels for c in given):
+            raise ConfigError(f"expected one channel in [0, {n_channels - 1}] per request ({len(lens)} requests: "
+                              "an explicit list fits one whole batch, subbatches: 1 or subbatch_split: per_channel), "
+                              f"got a list of {len(given)} from {min(given, default=0)} to {max(given, default=0)}",
+                              key="channel_assignment")
+        order = [i for i, t in enumerate(lens) if t > 0]
+        chan[order] = [given[i] for i in order]
+        return chan, order
+    if assignment not in ASSIGNMENTS:
+        raise ConfigError(f"expected one of {', '.join(ASSIGNMENTS)} or a list, got {assignment!r}",
+                          key="channel_assignment")
+    load = load or (lambda t: t)
+    if assignment == "greedy":
+        heap = [(0, c) for c in range(min(n_channels, len(lens)))]
+        order = sorted((i for i, t in enumerate(lens) if t > 0), key=lambda i: (-load(lens[i]), -lens[i]))
+    elif assignment == "online":
+        heap = [(0, c) for c in range(n_channels)]   # (load, channel): the lowest channel among equal loads
+        order = [i for i, t in enumerate(lens) if t > 0]
+    else:
+        order = [i for i, t in enumerate(lens) if t > 0]
+        chan[order] = [i % n_channels for i in order]
+        return chan, order
+    for i in order:
+        w, c = heapq.heappop(heap)
+        chan[i] = c
+        heapq.heappush(heap, (w + load(lens[i]), c))
+    return chan, order
+
+
 def assign_requests(lens: Sequence[int], n_channels: int, assignment="greedy", load=None):
     """Distinct per-channel request lists (token counts) with multiplicity (idle channels omitted).
 
@@ -79,44 +120,11 @@ def assign_requests(lens: Sequence[int], n_channels: int, assignment="greedy", l
     online: requests in order, each to the least loaded channel so far (lowest index on ties);
     round_robin: request i on channel i mod ``n_channels``; a list: request i on channel ``assignment[i]``."""
     lens = [int(t) for t in lens]
-    if n_channels < 1:
-        raise ConfigError(f"expected a positive channel count, got {n_channels}")
-    if not isinstance(assignment, str):
-        chan = [int(c) for c in assignment]
-        if len(chan) != len(lens) or any(not 0 <= c < n_channels for c in chan):
-            raise ConfigError(f"expected one channel in [0, {n_channels - 1}] per request ({len(lens)} requests: "
-                              "an explicit list fits one whole batch, subbatches: 1), got a list of "
-                              f"{len(chan)} from {min(chan, default=0)} to {max(chan, default=0)}", key="channel_assignment")
-        work = {c: [] for c in range(n_channels)}
-        for t, c in zip(lens, chan):
-            if t > 0:
-                work[c].append(t)
-        return sorted(Counter(tuple(w) for w in work.values() if w).items(), key=lambda kv: -sum(kv[0]))
-    if assignment not in ASSIGNMENTS:
-        raise ConfigError(f"expected one of {', '.join(ASSIGNMENTS)} or a list, got {assignment!r}",
-                          key="channel_assignment")
-    if assignment == "greedy":
-        load = load or (lambda t: t)
-        heap = [(0, c) for c in range(min(n_channels, len(lens)))]
-        work: dict[int, list[int]] = {c: [] for _, c in heap}
-        for t in sorted((t for t in lens if t > 0), key=lambda t: (-load(t), -t)):
-            w, c = heapq.heappop(heap)
-            work[c].append(t)
-            heapq.heappush(heap, (w + load(t), c))
-        chans = [tuple(w) for w in work.values()]
-    elif assignment == "online":
-        load = load or (lambda t: t)
-        heap = [(0, c) for c in range(n_channels)]   # (load, channel): the lowest channel among equal loads
-        work = {c: [] for c in range(n_channels)}
-        for t in lens:
-            if t > 0:
-                w, c = heapq.heappop(heap)
-                work[c].append(t)
-                heapq.heappush(heap, (w + load(t), c))
-        chans = [tuple(w) for w in work.values()]
-    else:
-        chans = [tuple(t for t in lens[c::n_channels] if t > 0) for c in range(min(n_channels, len(lens)))]
-    return sorted(Counter(w for w in chans if w).items(), key=lambda kv: -sum(kv[0]))
+    chan, order = _placement(lens, n_channels, assignment, load)
+    work: dict[int, list[int]] = {int(c): [] for c in sorted(set(chan[order].tolist()))}
+    for i in order:
+        work[int(chan[i])].append(lens[i])
+    return sorted(Counter(tuple(w) for w in work.values()).items(), key=lambda kv: -sum(kv[0]))
 
 
 def _units(nbytes: float) -> int:
@@ -198,6 +206,12 @@ def newton_commands(prog: Program, org: Org) -> dict[str, np.ndarray]:
     return cmd.arrays()
 
 
+def placement_load(assignment, org: Org, *, heads: int, dhead: int, elem_bytes: float):
+    """The per-request load ``assignment`` places by: the artefact's estimate (online), else row openings."""
+    load_fn = artefact_load if assignment == "online" else request_load
+    return lambda t: load_fn(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)
+
+
 def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, group: int, elem_bytes: float,
                  n_channels: int, org: Org, pu: PU, assignment="greedy") -> Lowered:
     """Lower the logit ("score") or attend ("context") GEMV of every request (``lens``: tokens per
@@ -206,8 +220,7 @@ def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, gro
         raise ConfigError(NO_SOFTMAX + f", got phase {phase!r}", key="phase")
     lens = np.asarray(lens, np.int64)
     progs, cmds, mult = [], [], []
-    load_fn = artefact_load if assignment == "online" else request_load
-    load = lambda t: load_fn(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)  # noqa: E731
+    load = placement_load(assignment, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)
     for slices, m in assign_requests(lens, n_channels, assignment, load):
         p = channel_program(slices, phase, org, pu, heads=heads, dhead=dhead, group=group, elem_bytes=elem_bytes)
         p.multiplicity = m

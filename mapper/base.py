@@ -53,6 +53,9 @@ class Plan:
     # drain of a pipeline over that many items (e.g. 1 / heads for head-granular pipelining); default 0
     stage_exposed: dict = field(default_factory=dict)
     pipeline_subbatches: int = 1  # >1: decode layers pipelined over sub-batches across devices (engine)
+    # the sub-batches of a pipelined step: [(request indices, channel per request or None)]; empty: the batch's
+    # contiguous slices (engine.subbatch_parts)
+    subbatch_parts: list = field(default_factory=list)
     added: np.ndarray | None = None  # rows the mapper added (overheads not in the model: merges, copies)
     programs: dict = field(default_factory=dict)  # PIM/PNM isa programs per row (later policies)
     # unified memory (hwmodels/pim_scheduling.py): {"compute": role, "pim": role, "exclusion", "partitions"}:

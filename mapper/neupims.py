@@ -6,6 +6,12 @@ The NPU and the PIM share one HBM: weights and KV both live in the PIM pool's me
 * ``subbatches`` (default 2): the batch is split and pipelined (runner: engine.cost_step_pipelined),
   the attention of one sub-batch overlapping the GEMMs of the other (NeuPIMs' stages B-D,
   src/StageProgram.cc: SA runs QKV / projection + FFN of one sub-batch while PIM runs MHA of the other).
+* ``subbatch_split`` (default ``per_channel``): how the sub-batches are formed. ``per_channel`` is NeuPIMs'
+  (src/scheduler/Scheduler.cc group_sub_batches): the whole batch is placed on channels (the PIM's
+  ``channel_assignment``), then each channel's requests are halved, so every sub-batch holds half of every
+  channel's load and keeps the batch's channels (the runner passes them as trace ``meta["channel_assignment"]``);
+  applies with ``isa: newton`` (another PIM spreads every request over all channels: the list's halves).
+  ``list``: contiguous slices of the request list, each sub-batch placed on its own.
 * ``dual_row_buffer`` (default true): with a Newton/NeuPIMs PIM (``isa: newton``), in a sub-batch of a
   pipelined step (the runner marks its trace ``meta["subbatch_of"]``), the concurrent sub-batch's NPU
   memory traffic (its GEMMs' weight stream, its new K/V writes, and the NPU's time for them) is recorded
@@ -22,11 +28,33 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnsim.config import ConfigError
+from attnsim.engine import stage_schedule_s  # noqa: F401 (NeuPIMs' stage schedule; the engine's run field)
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
                                  insert_rows, kv_writeback_rows, pim_pair, register, transfer_row)
 from attnsim.workloads.model import DTYPE_BYTES
 
-OPTIONS = {"dual_row_buffer": True, "subbatches": 2}
+OPTIONS = {"dual_row_buffer": True, "subbatches": 2, "subbatch_split": "per_channel"}
+SPLITS = ("per_channel", "list")
+
+
+def per_channel_parts(channels: np.ndarray, s: int) -> list:
+    """Sub-batches as NeuPIMs forms them (casys-kaist/NeuPIMs f299af3 src/scheduler/Scheduler.cc
+    group_sub_batches, _partition_alg_simple = true): channel by channel, the first share of a channel's
+    requests (batch order) to sub-batch 1, the rest to the next; a channel with an odd count gives its extra
+    request to sub-batch 1 and 2 in turn (ceil_turn). Returns [(request indices, channel of each)]."""
+    parts = [[] for _ in range(s)]
+    turn = 0
+    for c in sorted(set(channels.tolist())):
+        reqs = np.flatnonzero(channels == c).tolist()
+        base, rem = divmod(len(reqs), s)
+        sizes = [base + (1 if (b - turn) % s < rem else 0) for b in range(s)]
+        turn = (turn + rem) % s
+        lo = 0
+        for b, n in enumerate(sizes):
+            parts[b] += reqs[lo:lo + n]
+            lo += n
+    return [(np.asarray(p, dtype=np.int64), [max(0, int(channels[i])) for i in p]) for p in parts if p]
 
 
 def _newton(system, pim: str) -> bool:
@@ -49,32 +77,12 @@ def concurrent_npu_traffic(trace, device: np.ndarray, npu: str, npu_model) -> di
     return {"npu_read_bytes": rd, "npu_write_bytes": wr, "npu_time_s": t}
 
 
-def stage_schedule_s(phases, layers: int) -> list[float]:
-    """Stage times of NeuPIMs' two-sub-batch schedule over ``layers`` decoder layers, fill and drain included
-    (casys-kaist/NeuPIMs f299af3 src/StageProgram.cc, the stage table above init_program):
-
-    ====  ================  ==========
-    A     SA: QKV#1         PIM: -
-    B     SA: QKV#2         PIM: MHA#1
-    C     SA: PjFFN#1+QKV#1 PIM: MHA#2
-    D     SA: PjFFN#2+QKV#2 PIM: MHA#1
-    E     SA: PjFFN#1       PIM: MHA#2
-    F     SA: PjFFN#2       PIM: -
-    ====  ================  ==========
-
-    A, B, (C, D) x (layers - 1), E, F; a stage lasts its slower side. ``phases`` = ((qkv, mha, pjffn) of
-    sub-batch 1, the same of sub-batch 2) in seconds. The steady state is C + D per layer; the average over
-    the run is sum / layers (the artefact's sub-batch-on run is layers = 2: A-F)."""
-    if layers < 1:
-        raise ValueError(f"expected at least one layer, got {layers}")
-    (q1, m1, f1), (q2, m2, f2) = phases
-    steady = [max(f1 + q1, m2), max(f2 + q2, m1)] * (layers - 1)
-    return [q1, max(q2, m1), *steady, max(f1, m2), f2]
-
-
 @register("neupims", options=OPTIONS)
 def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "neupims")
+    if opts["subbatch_split"] not in SPLITS:
+        raise ConfigError(f"expected one of {', '.join(SPLITS)}, got {opts['subbatch_split']!r}",
+                          key="mapper.options.subbatch_split")
     npu, pim, link = pim_pair(system, "neupims")
     tp = system.spec.parallelism.tp
     memory = [MemoryPlacement(pim, model_bytes["weights"] / tp, model_bytes["kv_per_rank"],
@@ -110,4 +118,14 @@ def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) 
     plan = Plan("neupims", tr, device, np.full(len(tr), tp, dtype=np.int64), memory)
     if pipelined and (opts["dual_row_buffer"] or newton):
         plan.pipeline_subbatches = s
+        if opts["subbatch_split"] == "per_channel" and newton and "subbatch_of" not in trace.meta:
+            from attnsim.hwmodels.rowbuffer import newton_request_channels
+            i = int(np.flatnonzero(tr["cls"] == "attn_score")[0])
+            chans = newton_request_channels(system.pools[pim].model, tr, i)
+            if chans is not None:
+                plan.subbatch_parts = per_channel_parts(chans, s)
+        elif opts["subbatch_split"] == "per_channel" and options and "subbatch_split" in options and not newton:
+            raise ConfigError("expected list (per_channel splits the requests each channel holds: a PIM with "
+                              "isa newton places whole requests on channels), got per_channel",
+                              key="mapper.options.subbatch_split")
     return plan

@@ -288,6 +288,11 @@ def test_time_s_layers_is_the_decoder_layers_time(over):
     layers = sum(v for k, v in bd["time_s_by_op"].items() if k not in NON_LAYER_OPS and not k.startswith("pp_"))
     assert 0 < bd["time_s_layers"] < bd["time_s"]
     assert bd["time_s_layers"] == pytest.approx(layers, rel=1e-9)
+    # the run through the layers: the sequential step's own time; pipelined, with fill + drain of the stage schedule
+    if "systems.neupims.mapper.options.subbatches=1" in over:
+        assert bd["time_s_layers_run"] == bd["time_s_layers"]
+    else:
+        assert 0 < bd["time_s_layers_run"] < float("inf") and bd["time_s_layers_run"] != bd["time_s_layers"]
 
 
 def test_reproduction_metric_sums_dotted_paths():
@@ -298,3 +303,66 @@ def test_reproduction_metric_sums_dotted_paths():
     assert _number(doc, f"{one}attn_norm + {one}qkv_proj", "r.yaml", "rows.0.metric") == pytest.approx(8.5e-5)
     with pytest.raises(ConfigError, match=r"r.yaml: rows.0.metric: .*'breakdown.decode_step.time_s_by_op.nope'"):
         _number(doc, f"{one}attn_norm + {one}nope", "r.yaml", "rows.0.metric")
+
+
+def test_per_channel_parts_as_the_artefact_halves_each_channel():
+    """Scheduler.cc group_sub_batches (_partition_alg_simple): per channel, the first half of its requests in
+    batch order to sub-batch 1; an odd channel gives the extra to sub-batch 1, then 2 (ceil_turn)."""
+    from attnsim.mapper.neupims import per_channel_parts
+    ch = np.array([1, 0, 0, 1, 2, 0, 1, 2])
+    # ch 0 = requests 1, 2, 5 (odd, ceil): 1, 2 | 5; ch 1 = 0, 3, 6 (odd, floor): 0 | 3, 6; ch 2 = 4, 7: 4 | 7
+    (i1, c1), (i2, c2) = per_channel_parts(ch, 2)
+    assert i1.tolist() == [1, 2, 0, 4] and c1 == [0, 0, 1, 2]
+    assert i2.tolist() == [5, 3, 6, 7] and c2 == [0, 1, 1, 2]
+
+
+def test_mapper_splits_each_channel_of_the_whole_batch(neupims_exp):
+    """subbatch_split per_channel (default): the whole batch is placed (greedy) and each channel halved, the
+    sub-batches keeping the batch's channels; list: no parts (contiguous slices); a bad value is refused."""
+    from attnsim.engine import subbatch_parts
+    from attnsim.hwmodels.rowbuffer import newton_request_channels
+    system = build_system(neupims_exp.systems["neupims"], neupims_exp.tree.hardware, neupims_exp.tree.file_of)
+    model, sc = neupims_exp.models["llama2-7b"], neupims_exp.scenarios["chat"]
+    lens = np.array([900, 40, 700, 650, 30, 20, 600, 10] * 6)
+    tr = build_trace(model, sc.model_copy(update={"batch_size": len(lens)}), "decode", tp=1, context_lens=lens)
+    mb = {"weights": 1.0, "kv": 1.0, "kv_per_rank": 1.0}
+    policy = get_policy("neupims")
+    plan = policy(tr, system, mb, {})
+    i = int(np.flatnonzero(plan.trace["cls"] == "attn_score")[0])
+    chans = newton_request_channels(system.pools["pim"].model, plan.trace, i)
+    parts = subbatch_parts(plan, len(lens))
+    assert len(parts) == 2 and sorted(np.concatenate([p for p, _ in parts]).tolist()) == list(range(len(lens)))
+    for idx, c in parts:
+        assert c == chans[idx].tolist()
+    for c in set(chans.tolist()):   # every channel's requests halved (within one)
+        n1, n2 = (int(np.sum(chans[idx] == c)) for idx, _ in parts)
+        assert abs(n1 - n2) <= 1
+    flat = policy(tr, system, mb, {"subbatch_split": "list"})
+    assert not flat.subbatch_parts and [p.tolist() for p, c in subbatch_parts(flat, 48) if c is None] == \
+        [list(range(24)), list(range(24, 48))]
+    with pytest.raises(ConfigError, match="mapper.options.subbatch_split: expected one of per_channel, list"):
+        policy(tr, system, mb, {"subbatch_split": "halves"})
+
+
+class _ToyPlan:
+    def __init__(self, devices, count):
+        self.device = np.array(devices, dtype=object)
+        self.trace = {"layer_group": np.zeros(len(devices), np.int64), "count": np.full(len(devices), count)}
+
+
+def test_layers_run_is_the_stage_schedule_by_hand():
+    """engine.layers_run_s: each sub-batch's layer cut at its first / last row off the first device (the
+    collective link aside): (QKV, MHA incl. the NPU softmax between, Pj/FFN); stages A-F added by hand."""
+    from attnsim.engine import layer_phases_s, layers_run_s
+    devs = ["npu", "link:bus", "pim", "npu", "pim", "npu", "link"]   # qkv, kv write, score, softmax, ctx, ffn, all-reduce
+    per1 = np.array([2.0, 0.5, 3.0, 1.0, 4.0, 4.75, 0.25])           # (2, 8.5, 5) per layer
+    per2 = np.array([2.0, 0.5, 1.0, 0.5, 1.0, 4.75, 0.25])           # (2, 3, 5)
+    for L in (2, 1000):
+        plans = [_ToyPlan(devs, L), _ToyPlan(devs, L)]
+        effs = [per1 * L, per2 * L]                                  # row times x count
+        assert layer_phases_s(plans[0], effs[0], np.ones(7, bool)) == pytest.approx((2.0, 8.5, 5.0))
+        run = layers_run_s(plans, effs)
+        if L == 2:   # A 2, B max(2, 8.5), C max(5 + 2, 3), D max(5 + 2, 8.5), E max(5, 3), F 5
+            assert run == pytest.approx(2 + 8.5 + 7 + 8.5 + 5 + 5)
+        else:        # fill + drain fade: the steady state C + D = 15.5 per layer
+            assert run / L == pytest.approx(15.5, rel=1e-3) and run / L > 15.5

@@ -222,6 +222,9 @@ ALTERNATIVE = {
                                                       "connects: [gpu, gpu]}, nv4: {hardware: nvlink4, connects: [gpu, gpu]}}")),
     "MapperSpec.policy": Alt("tiered", also=(("options", {}),)),
     "mapper.attacc.subbatches": Alt(3, extra=("systems.attacc.mapper.options.pipeline=true",)),
+    # the list's halves (request 0 | 1) instead of each channel's (the longest first, on channel 0 | the other)
+    "mapper.neupims.subbatch_split": Alt("list", extra=(
+        "experiment.scenarios={s: {batch_size: 2, context_lens: [64, 1000], output_len: 6}}",)),
     # GPU
     "GPUSpec.attn_compute_eta_unfused": Alt(0.9, extra=(GPU + ".software_stack=eager",)),
     "GPUSpec.attn_mem_eta_unfused": Alt(0.9, extra=(GPU + ".software_stack=eager",)),

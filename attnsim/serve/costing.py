@@ -101,12 +101,14 @@ class IterationCoster:
         if self.layout is not None:  # pipeline parallelism: the iteration's micro-batches through the stages
             from attnsim.pipeline import pipeline_step
 
-            def place(cm, qm, subbatch_of=None):
+            def place(cm, qm, subbatch_of=None, channels=None):
                 ph = "decode" if np.all(qm == 1) else "prefill"
                 sc = self.sc.model_copy(update={"batch_size": len(cm)})
                 tr = build_trace(self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm)
                 if subbatch_of is not None:
                     tr.meta["subbatch_of"] = subbatch_of
+                if channels is not None:  # the channels the whole batch's requests were placed on
+                    tr.meta["channel_assignment"] = [int(c) for c in channels]
                 return self.place(tr, c)
             step = pipeline_step(self.system, self.model, self.layout, c, q, place,
                                  lambda plan: cost_step(plan, self.system)).result
