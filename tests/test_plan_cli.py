@@ -121,3 +121,15 @@ def test_kv_read_time_is_part_of_the_step_and_tiers_aggregate_their_devices(st, 
         assert t.capacity_bytes == pytest.approx(per_device[t.name].capacity_bytes * counts[t.name] / st.requests)
     conf = plans[0.01]["configured"]
     assert 0 < st.requests * conf["kv_read_time_s"] < st.tpot_s
+
+
+def test_verified_plan_meets_the_accuracy_slo_by_fault_injection(st):
+    """--verify: the accuracy verdict is the error measured by injection, and the plan meets it (re-planned
+    against a scaled SLO if the proxy's estimate was optimistic)."""
+    d = P.verified_plan(st, accuracy_slo=0.01, tpot_slo_s=st.tpot_s, front_points=2, seeds=(0, 1))
+    p, s = d["plan"], d["slos"]["accuracy"]
+    assert 1 <= p["verify_rounds"] <= 3 and s["limit"] == 0.01 and s["planned_limit"] <= 0.01
+    assert s["value"] == p["verified_rel_attention_error"] <= 0.01 and s["met"] and d["slo_met"]
+    from attnsim.hwmodels.reliability.planner import Option
+    again = P.verify_by_injection(st, [Option(**o) for o in p["options"]], seeds=(0, 1))
+    assert again == pytest.approx(p["verified_rel_attention_error"])  # same seeds, same flips
