@@ -129,3 +129,47 @@ def test_steady_region_detects_periods_and_rejects_drift():
     drift = np.cumsum(np.arange(40) * 10 + 100)              # rate still growing
     assert steady_region(drift) is None
     assert steady_region(np.cumsum(np.ones(5, int))) is None  # too few windows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_write_drain_schedulers_issue_exactly_the_scan_order(seed):
+    """ramulator2 preset (read/write queues, write drain, active buffer): flat and heap == queue scan."""
+    spec = _short_refresh(["hbm3_6400", "hbm2_2000", "lpddr5_6400"][seed % 3])
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(200, 1500))
+    addr = rng.integers(0, 1 << int(rng.choice([9, 13, 20])), n) * spec.org.burst_bytes
+    w = rng.random(n) < [0.0, 0.3, 0.7][seed % 3]
+    arr = np.cumsum(rng.integers(0, [1, 3, 30][seed // 2], n))
+    kw = dict(page=["open", "closed"][seed % 2], refresh="ab", emit=True, controller="ramulator2")
+    b = simulate_requests(spec, addr, w, arr, scheduler="scan", **kw)
+    for sched in ("fast", "heap"):
+        a = simulate_requests(spec, addr, w, arr, scheduler=sched, **kw)
+        assert np.array_equal(a.commands, b.commands)
+        assert a.cycles == b.cycles and a.counts == b.counts
+        assert a.mean_latency_cycles == b.mean_latency_cycles
+
+
+# Recorded at commit 36f4cf2 (before the issue-13 speed work on trace loading and the schedulers): cycles, row
+# hits / misses / conflicts, mean latency and a digest of the emitted command stream of 200k-request HBM3
+# streams (bench streams, seed 1). Any speed change of the schedulers must leave every figure identical.
+RECORDED_200K = {
+    "ramulator2/seq": [234279, 191684, 2253, 6063, 117033.42684, "157c4711b2b46e16"],
+    "ramulator2/random": [687905, 16, 4087, 195897, 343220.40175, "0d486929e8620e2b"],
+    "ramulator2/mixed": [746255, 14, 20992, 178994, 371406.322925, "fb26db040305b8f0"],
+    "attnsim/mixed": [550968, 19, 3119, 196862, 274696.518945, "16641d439919d3b7"],
+    "attnsim/closed": [388845, 13, 199987, 0, 194043.933475, "2104c011c6aa6200"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED_200K))
+def test_200k_streams_give_the_recorded_cycles_and_commands(case):
+    import hashlib
+
+    from attnsim.hwmodels.dram.streams import MAPPING, make_stream, stream_options
+    ctrl, kind = case.split("/")
+    spec = device_spec("hbm3_6400", channels=1)
+    addr, w = make_stream(spec.org, kind, 200_000, 1)
+    r = simulate_requests(spec, addr, w, mapping=MAPPING, controller=ctrl, emit=True, **stream_options(kind))
+    h = hashlib.sha256(np.ascontiguousarray(r.commands).tobytes()).hexdigest()[:16]
+    got = [int(r.cycles), int(r.row_hits), int(r.row_misses), int(r.row_conflicts), float(r.mean_latency_cycles), h]
+    assert got == RECORDED_200K[case]

@@ -61,6 +61,8 @@ def test_convert_to_npy_and_run_equal_text(tmp_path, capsys):
     ("ramulator", ["LD 0x0", "XX 0x40"], "line 2: expected 'LD|ST <address>'"),
     ("ramulator", ["R 0,0,0,0,0,1,8", "R 0,0,0,0,9,1,8"], "line 2: address vector"),
     ("ramulator", ["R 0,0,0,0,0,1,8", "LD 0x40"], "request 2: mixes address vectors and flat addresses"),
+    ("ramulator", ["# c", "LD 0x40", "W 0,0,0,0,0,1,8"], "request 1: mixes address vectors and flat addresses"),
+    ("ramulator", ["LD 0x40", "W 0,0,0,0,0,1,8", "LD zz"], "line 3: expected an address"),
     ("dramsim3", ["0x0 READ 0", "0x40 FETCH 3"], "line 2: expected '<0x hex address> <READ|WRITE> <cycle>'"),
     ("dramsim3", ["0x0 READ 5", "0x40 READ 3"], "line 2: arrival cycles must not decrease"),
     ("ramulator", ["LD 0x40000000000"], "beyond the device capacity"),

@@ -330,9 +330,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     w = np.ascontiguousarray(np.broadcast_to(np.asarray(is_write, dtype=np.int64), (n,)))
     arr = np.zeros(n, np.int64) if arrival is None else np.ascontiguousarray(np.asarray(arrival, dtype=np.int64))
     top = K.max_cycle(spec.banks_per_channel)
-    if arr.shape != (n,) or np.any(arr < 0) or np.any(arr > top):
+    if arr.shape != (n,) or (n and (arr.min() < 0 or arr.max() > top)):
         raise ConfigError(f"expected one arrival cycle in [0, {top}] per request", key="arrival")
-    if np.any(np.diff(arr) < 0):
+    if n > 1 and bool((arr[1:] < arr[:-1]).any()):  # no n-element temporaries beyond one bool mask
         order = np.argsort(arr, kind="stable")
         addr, w, arr = addr[order], w[order], arr[order]
     if page not in ("open", "closed"):
@@ -345,7 +345,10 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     T = timing_vector(spec, refresh, idle_skip, rules)
     ch, k, row = decode(spec, addr, mapping)
     n_ch = spec.org.channels
-    order, starts = _counting_order(ch, n_ch)
+    if n_ch == 1:  # one channel: the identity order
+        order, starts = np.arange(n, dtype=np.int64), np.array([0, n], np.int64)
+    else:
+        order, starts = _counting_order(ch, n_ch)
     present = np.diff(starts) > 0
     mult = np.ones(n_ch)
     chans = np.flatnonzero(present).astype(np.int64)

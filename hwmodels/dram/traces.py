@@ -79,9 +79,11 @@ def _dec(b, i, j):
 
 
 @njit(cache=True)
-def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec):
-    """Parse the byte buffer; returns (requests, error code, error line). vec: (cap, nlev) address vectors."""
+def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec, store):
+    """Parse the byte buffer; returns (requests, error code, error line). vec: (cap, nlev) address vectors;
+    ``store`` False: the first request is a flat address, so vectors are not stored and one is error 11."""
     n = b.shape[0]
+    mixed = False
     i = 0
     line = 0
     k = 0
@@ -152,11 +154,13 @@ def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec):
                     x, ok = _dec(b, p, q)
                     if not ok or lv >= nlev or x >= lev_size[lv]:
                         return k, 9, line
-                    vec[k, lv] = x
+                    if store:
+                        vec[k, lv] = x
                     lv += 1
                     p = q + 1
                 if lv != nlev:
                     return k, 9, line
+                mixed = mixed or not store
                 wr[k] = w
                 arr[k] = 0
                 k += 1
@@ -176,7 +180,19 @@ def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec):
         arr[k] = tm
         k += 1
         i = e + 1
-    return k, 0, line
+    return k, 11 if mixed else 0, line
+
+
+def _first_is_vector(data: bytes) -> bool:
+    """Whether the first request line (within the first 4 KiB; True if none is complete there) is an R/W
+    address vector: only then are vectors stored (a (requests x levels) array)."""
+    head = data[:4096]
+    for raw in head.split(b"\n")[:-1] if len(data) > 4096 else head.split(b"\n"):
+        tok = raw.lstrip(b" \t\r")
+        if not tok or tok[:1] == b"#":
+            continue
+        return tok.split()[0] in (b"R", b"W")
+    return True
 
 
 def vector_levels(org):
@@ -223,42 +239,36 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
     if fmt not in FORMATS:
         raise ConfigError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--trace-format")
     limit_bytes = 64 * max_requests
+    if fmt == "auto":
+        try:
+            with open(path, "rb") as f:
+                fmt = detect_format(path, f.read(4096))
+        except OSError as exc:
+            raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
+    if fmt == "npy":
+        return _read_npy(path, max_requests)
     try:
         with open(path, "rb") as f:
-            size_bytes = os.fstat(f.fileno()).st_size
-            data = f.read(4096)
-            if fmt == "auto":
-                fmt = detect_format(path, data)
-            if fmt != "npy" and size_bytes > limit_bytes:  # sized before the rest is read
+            if os.fstat(f.fileno()).st_size > limit_bytes:  # sized before anything is read
                 raise ConfigError(f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)",
                                   file=path)
-            data += f.read(limit_bytes + 1 - len(data))
+            data = f.read(limit_bytes + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
-    if fmt == "npy":
-        import io
-        try:
-            t = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
-        if t.dtype != TRACE_DTYPE or t.ndim != 1:
-            raise ConfigError(f"expected a 1-D array of {TRACE_DTYPE.descr}, got {t.dtype} x {t.shape}", file=path)
-        if t.shape[0] > max_requests:
-            raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path)
-        if np.any(np.diff(t["arrival"]) < 0) or (t.shape[0] and t["arrival"].min() < 0):
-            raise ConfigError("arrival cycles must be >= 0 and not decrease", file=path)
-        return t["addr"].copy(), t["write"].astype(bool), t["arrival"].copy()
     if len(data) > 64 * max_requests:
         raise ConfigError(f"trace of more than {64 * max_requests} B (the limit for {max_requests} requests)", file=path)
     b = np.frombuffer(data, np.uint8)
-    cap = min(max_requests, int(np.count_nonzero(b == 10)) + 1)
+    cap = min(max_requests, data.count(b"\n") + 1)
     addr = np.empty(cap, np.uint64)
     wr = np.empty(cap, np.bool_)
     arr = np.empty(cap, np.int64)
     lv, prefetch = vector_levels(spec.org) if spec is not None else ([("Ch", 1)], 1)
     sizes = np.array([s for _, s in lv], np.int64)
-    vec = np.full((cap if fmt == "ramulator" else 1, len(lv)), -1, np.int64)
-    k, err, line = _parse(b, _FMT[fmt], len(lv), sizes, addr, wr, arr, vec)
+    store = fmt == "ramulator" and _first_is_vector(data)
+    vec = np.full((cap if store else 1, len(lv)), -1, np.int64)
+    k, err, line = _parse(b, _FMT[fmt], len(lv), sizes, addr, wr, arr, vec, store)
+    if err == 11:  # a flat address first, an address vector later
+        raise ConfigError("mixes address vectors and flat addresses", file=path, key="request 1")
     if err == 10:
         raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path, key=f"line {line}")
     if err:
@@ -266,7 +276,7 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
     if k == 0:
         raise ConfigError("trace has no requests", file=path)
     addr, wr, arr = addr[:k], wr[:k], arr[:k]
-    isv = vec[:k, 0] >= 0 if fmt == "ramulator" else np.zeros(1, bool)
+    isv = vec[:k, 0] >= 0 if store else np.zeros(1, bool)
     if isv.any():
         if not isv.all():
             raise ConfigError("mixes address vectors and flat addresses", file=path,
@@ -280,6 +290,26 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
         raise ConfigError(f"address 0x{int(addr[i]):x} beyond the device capacity ({spec.capacity_bytes} B)",
                           file=path, key=f"request {i + 1}")
     return addr, wr, arr
+
+
+def _read_npy(path: str, max_requests: int):
+    """The .npy trace: header checked first (memory-mapped, nothing read beyond it), then one copy per field."""
+    try:
+        t = np.load(path, mmap_mode="r", allow_pickle=False)
+    except OSError as exc:
+        if exc.strerror:
+            raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
+        raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
+    except ValueError as exc:
+        raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
+    if t.dtype != TRACE_DTYPE or t.ndim != 1:
+        raise ConfigError(f"expected a 1-D array of {TRACE_DTYPE.descr}, got {t.dtype} x {t.shape}", file=path)
+    if t.shape[0] > max_requests:
+        raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path)
+    arr = np.array(t["arrival"])
+    if arr.shape[0] and (arr[0] < 0 or bool((arr[1:] < arr[:-1]).any())):
+        raise ConfigError("arrival cycles must be >= 0 and not decrease", file=path)
+    return np.array(t["addr"]), t["write"] != 0, arr
 
 
 def write_npy(path: str, addr, is_write, arrival=None) -> None:
