@@ -117,7 +117,7 @@ def speed(a, n: int, tmp: str) -> None:
     """Side by side on HBM3 seq and random streams of n requests: attnsim engine (sim_wall_s, compile excluded)
     and whole process (`attnsim dram`, from the .npy and from Ramulator's LoadStoreTrace text) vs Ramulator 2.1's
     simulation loop (Simulation.run) and whole process."""
-    from attnsim.hwmodels.dram.traces import write_npy
+    from attnsim.hwmodels.dram.traces import read_trace_any, write_npy
     spec = device_spec("hbm3_6400", channels=1)
     for kind in ("seq", "random"):
         addr, w = make_stream(spec.org, kind, n, a.seed)
@@ -135,8 +135,15 @@ def speed(a, n: int, tmp: str) -> None:
             row[label] = time.perf_counter() - t0
             out = json.loads(p.stdout)
         row["engine"], row["compile"] = out["sim_wall_s"], out["compile_s"]
+        load = {}
+        for label, path in (("npy", npy), ("text", txt)):  # trace loading alone, in this process (parser compiled)
+            read_trace_any(path, spec)
+            t0 = time.perf_counter()
+            read_trace_any(path, spec)
+            load[label] = time.perf_counter() - t0
         line = (f"speed hbm3 {kind:6} n={n}: attnsim engine {row['engine']:.2f} s, process {row['npy']:.2f} s (npy) / "
-                f"{row['text']:.2f} s (text), compile/cache {row['compile']:.2f} s")
+                f"{row['text']:.2f} s (text), of which trace loading {load['npy']:.2f} s / {load['text']:.2f} s, "
+                f"compile/cache {row['compile']:.2f} s")
         if a.ramulator2:
             q = run_ramulator2(a.ramulator2, a.ramulator2_python, "hbm3", kind, addr, w, tmp)
             line += (f" | Ramulator 2.1 loop {q['engine_wall_s']:.2f} s, process {q['process_wall_s']:.2f} s | "
