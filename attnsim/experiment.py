@@ -211,9 +211,13 @@ def _check_system_refs(sspec: SystemSpec, tree: ConfigTree, file: str) -> None:
             if section == "links" and kind != "link":
                 raise ConfigError(f"expected a hardware config of kind link, got {ent.hardware!r} of kind {kind!r}",
                                   file=file, key=key)
-            if section == "devices" and kind in ("link", "dram"):
-                raise ConfigError(f"expected a device (kind {', '.join(k for k in registry.kinds() if k not in ('link', 'dram'))}), "
-                                  f"got {ent.hardware!r} of kind {kind!r}", file=file, key=key)
+            # not device pools: links, DRAM specs, and the shared KV pool tier (serving.kv_pool.hardware; as a
+            # pool no policy would place anything on it, so it would be accepted and ignored)
+            not_devices = ("link", "dram", "kv_pool")
+            if section == "devices" and kind in not_devices:
+                hint = " (a kv_pool is a serving tier: serving.kv_pool.hardware)" if kind == "kv_pool" else ""
+                raise ConfigError(f"expected a device (kind {', '.join(k for k in registry.kinds() if k not in not_devices)}), "
+                                  f"got {ent.hardware!r} of kind {kind!r}{hint}", file=file, key=key)
 
 
 def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: ConfigTree, file: str) -> None:

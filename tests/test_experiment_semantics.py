@@ -343,9 +343,12 @@ def test_sweep_points_that_did_not_run_have_every_metric_key(tmp_path):
     ({"links": {"nv": {"hardware": "nvlink4", "connects": ["gpu", "pim"]}}},
      ("mine.yaml: links: link 'nv' connects unknown device role 'pim'",)),
     ({"devices": {"gpu": {"hardware": "nvlink4", "count": 1}}},
-     ("mine.yaml: devices.gpu.hardware: expected a device (kind cxl_controller, gpu, host, memory, npu, pim), got 'nvlink4' of kind 'link'",)),
+     ("mine.yaml: devices.gpu.hardware: expected a device (kind cxl_controller, flash, gpu, host, memory, npu, pim), got 'nvlink4' of kind 'link'",)),
     ({"links": {"nv": {"hardware": "h100_sxm", "connects": ["gpu", "gpu"]}}},
      ("mine.yaml: links.nv.hardware: expected a hardware config of kind link, got 'h100_sxm' of kind 'gpu'",)),
+    ({"devices": {"gpu": {"hardware": "h100_sxm", "count": 1}, "pool": {"hardware": "rdma_mooncake_pool", "count": 1}}},
+     ("mine.yaml: devices.pool.hardware: expected a device", "got 'rdma_mooncake_pool' of kind 'kv_pool' (a kv_pool "
+      "is a serving tier: serving.kv_pool.hardware)")),
     ({"mapper": {"policy": "gpu_only", "options": {}}, "devices": {"gpu": {"hardware": "hbm3_6400", "count": 1}}},
      ("devices.gpu.hardware:", "of kind 'dram'")),
 ])
