@@ -110,7 +110,7 @@ def check_run_outputs(args, name: str, figures=()) -> Path | None:
     """Check every path ``run``/``serve`` will write (results folder, results.h5, the figures beside it,
     ``--trace``, ``--csv``) before any simulation; returns the results.h5 path (None with --no-write)."""
     from attnsim.outputs import check_output
-    from attnsim.plots.style import figure_paths
+    from attnsim.outputs import figure_paths
     if args.no_write and args.out:
         raise ConfigError("--no-write writes no results folder; drop one of --out and --no-write", file="--out")
     inputs = [args.experiment] if args.experiment and Path(args.experiment).is_file() else []

@@ -39,7 +39,7 @@ def register(sub) -> None:
 def _plan(args, name: str):
     """(result path, figure paths) checked before any simulation; (None, []) with --no-write."""
     from attnsim.outputs import check_output
-    from attnsim.plots.style import figure_paths
+    from attnsim.outputs import figure_paths
     if args.no_write:
         if args.out:
             raise ConfigError("--no-write writes no results folder; drop one of --out and --no-write", file="--out")

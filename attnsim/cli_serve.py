@@ -152,7 +152,7 @@ def serve_cmd(args) -> int:
             raise ConfigError(f"expected comma-separated numbers, got {args.slo_vs_load!r}", file="--slo-vs-load") from None
         if not rates or min(rates) <= 0 or not all(math.isfinite(r) for r in rates):
             raise ConfigError(f"expected positive finite arrival rates, got {args.slo_vs_load!r}", file="--slo-vs-load")
-        from attnsim.plots.style import figure_paths
+        from attnsim.outputs import figure_paths
         figure_paths(args.figure, "--figure")
         paths, table = slo_vs_load(args.experiment, rates, args.figure, args.sets)
         for name, rows in table.items():

@@ -192,8 +192,8 @@ def export_cmd(args) -> int:
 
 def _figure_targets(figures, fig_dir: Path, store: Path) -> list[Path]:
     """The file of each figure of a sweep definition, checked writable and inside ``fig_dir``."""
-    from attnsim.outputs import inside
-    from attnsim.plots.style import figure_paths, resolve_font
+    from attnsim.outputs import figure_paths, inside
+    from attnsim.plots.style import resolve_font
     check_output(fig_dir, "--fig-dir", kind="dir", inputs=[store])
     outs = []
     for i, fs in enumerate(figures):
@@ -248,7 +248,7 @@ def plot_cmd(args) -> int:
         return 0
     if not args.recipe or not args.out:
         raise ConfigError("needs --recipe NAME and -o FILE (or --all, --list)", file="plot")
-    from attnsim.plots.style import figure_paths
+    from attnsim.outputs import figure_paths
     figure_paths(args.out, "-o", inputs=[args.file])
     from attnsim.plots.labels import load_labels
     from attnsim.plots.style import resolve_font

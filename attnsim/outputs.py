@@ -148,3 +148,18 @@ def inside(folder: str | os.PathLike, rel: str, what: str, file: Optional[str] =
     if problem:
         raise ConfigError(f"{problem}, got {str(rel)!r}", file=file, key=what)
     return Path(folder) / rel
+
+
+def figure_paths(out: str | Path, flag: str = "-o", inputs=(), create: bool = False) -> list[Path]:
+    """``out`` and its sibling in the other format (PDF <-> PNG; SVG gets a PNG), after checking both
+    can be written (:func:`check_output`); call it before rendering. Here, not in attnsim.plots, so
+    commands check their figure paths without importing matplotlib."""
+    from attnsim.config import ConfigError
+    check_output(out, flag, inputs=inputs, create=create)  # as given: a trailing '/' means a folder
+    out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in (".pdf", ".png", ".svg"):
+        raise ConfigError(f"expected a .pdf, .png or .svg file, got {out.name!r}", file=str(out), key=flag)
+    paths = [out, out.with_suffix(".pdf" if suffix == ".png" else ".png")]
+    check_output(paths[1], flag, inputs=inputs, create=create)
+    return paths

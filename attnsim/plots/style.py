@@ -18,6 +18,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from attnsim.outputs import figure_paths  # noqa: F401 - re-exported (it lives beside check_output)
+
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
@@ -126,21 +128,6 @@ def new_figure(width: str = "single", aspect: float = GOLDEN, nrows: int = 1, nc
     aspect = aspect * WIDTH_IN["single"] / w
     fig, ax = plt.subplots(nrows, ncols, figsize=(w, w * aspect * (nrows if ncols == 1 else 1)), **kw)
     return fig, ax
-
-
-def figure_paths(out: str | Path, flag: str = "-o", inputs=(), create: bool = False) -> list[Path]:
-    """``out`` and its sibling in the other format (PDF <-> PNG; SVG gets a PNG), after checking both
-    can be written (:func:`attnsim.outputs.check_output`); call it before rendering."""
-    from attnsim.config import ConfigError
-    from attnsim.outputs import check_output
-    check_output(out, flag, inputs=inputs, create=create)  # as given: a trailing '/' means a folder
-    out = Path(out)
-    suffix = out.suffix.lower()
-    if suffix not in (".pdf", ".png", ".svg"):
-        raise ConfigError(f"expected a .pdf, .png or .svg file, got {out.name!r}", file=str(out), key=flag)
-    paths = [out, out.with_suffix(".pdf" if suffix == ".png" else ".png")]
-    check_output(paths[1], flag, inputs=inputs, create=create)
-    return paths
 
 
 def save(fig, out: str | Path, dpi: int = 300) -> list[Path]:
