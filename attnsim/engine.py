@@ -245,6 +245,8 @@ def cost_step_pipelined(plans: list, system) -> StepResult:
     A cyclic two-or-more-stage pipeline has a period of at least each device's total
     (sum_b T[d, b]) and each sub-batch's chain (sum_d T[d, b]); the layer takes
     period = max of those. Non-layer rows run sequentially. Energy is the sum.
+    With two sub-batches ``time_s_layers_run`` is the layers run once through, fill and drain included
+    (:func:`layers_run_s`); the period above is the steady state.
     """
     parts = [cost_rows(p, system) for p in plans]
     groups = plans[0].trace["layer_group"]
