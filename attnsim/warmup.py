@@ -1,7 +1,10 @@
 """The first-run cost of the DRAM engine: its Numba kernels compile once per cache location
 (``__pycache__`` beside hwmodels/dram/, or ``$NUMBA_CACHE_DIR``), then load from the cache.
 
-``cold_notice(hardware)`` is the one line the CLI prints to stderr before a run that will compile them;
+``cold_notice(hardware)`` is the one line the CLI prints to stderr when a run is about to compile them:
+``arm_cold_notice(hardware)`` (the CLI, before simulating) arms it and the DRAM engine fires it at its
+first kernel dispatch (``fire_cold_notice``), so a run that fails on bad input before any DRAM work (a
+mapper option, a device cross-field check) still prints its one error line and nothing else.
 ``attnsim warmup`` compiles them ahead (e.g. right after ``pip install``, or once per cluster node image).
 """
 from __future__ import annotations
@@ -40,10 +43,21 @@ def cold_notice(hardware: dict) -> str | None:
             f"cached in {where}; `attnsim warmup` compiles them ahead)")
 
 
-def print_cold_notice(hardware: dict) -> None:
+_armed: list = []  # the armed line (at most one), printed once by the first kernel dispatch
+
+
+def arm_cold_notice(hardware: dict) -> None:
+    """Arm the cold-cache line for this run (printed by :func:`fire_cold_notice`, if the engine runs)."""
+    _armed.clear()
     line = cold_notice(hardware)
     if line:
-        print(line, file=sys.stderr, flush=True)
+        _armed.append(line)
+
+
+def fire_cold_notice() -> None:
+    """Called by the DRAM engine before a kernel dispatch: print the armed line once, to stderr."""
+    if _armed:
+        print(_armed.pop(), file=sys.stderr, flush=True)
 
 
 def register(sub) -> None:

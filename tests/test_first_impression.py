@@ -120,9 +120,16 @@ def test_run_prints_the_differences_and_a_cold_cache_notice(tmp_path, monkeypatc
     exp = load_experiment(None, SMALL)
     line = warmup.cold_notice(exp.tree.hardware)
     assert "compiling the DRAM engine's Numba kernels" in line and "30-60 s" in line
+    from attnsim.sweep import cache
+    cache.reset()  # an engine result memoised by an earlier test would mean no kernel dispatch here
     assert main(["run", "--no-write"] + [x for s in SMALL for x in ("--set", s)]) == 0
     cap = capsys.readouterr()
-    assert cap.err.strip() == line  # on stderr, before the tables
+    assert cap.err.strip() == line  # on stderr, before the tables (printed at the first kernel dispatch)
+    # bad input found before any DRAM work still gives exactly one line (the notice is never printed)
+    bad = SMALL + ["systems.attacc_h100.mapper.options.nope=1"]
+    assert main(["run", "--no-write"] + [x for s in bad for x in ("--set", s)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "nope" in err[0], err
     assert "what differs and why" in cap.out and "attacc_h100 vs dgx_h100: decode step" in cap.out
     # a GPU-only run compiles no DRAM kernel (no notice); no baseline, nothing to compare; --json stays JSON
     gpu = SMALL + ["experiment.systems=[dgx_h100]", "experiment.baseline=null"]
