@@ -48,7 +48,6 @@ import numpy as np
 
 from attnsim.config import ConfigError
 
-ENERGY_CLASSES = ("act_pre", "mac", "column_rw", "buffer", "refresh", "controller", "static")
 TEXT_SUFFIXES = (".s", ".asm")
 MAX_RECORDS = 1 << 22  # engine command records one program may expand to (all channels; checked before expanding)
 

@@ -48,16 +48,9 @@ def _check_step(step) -> None:
 
 
 def _devices(step) -> set:
-    from attnsim.stack import HOST_DEVICE
-    host = any(step.time_s_by_op.get(op, 0.0) > 0 for op in _HOST_OPS)
+    from attnsim.stack import HOST_DEVICE, HOST_OP, REQUEST_OP
+    host = any(step.time_s_by_op.get(op, 0.0) > 0 for op in (REQUEST_OP, HOST_OP))
     return set(step.row_device) | ({HOST_DEVICE} if host else set())
-
-
-_HOST_OPS = ("host_request", "host_overhead")  # attnsim.stack REQUEST_OP, HOST_OP
-
-
-def _gbps(nbytes: float, dur_s: float):
-    return nbytes / dur_s / 1e9 if dur_s > 0 else None
 
 
 def _op_events(step, pid: int, tids: dict, t_us: float) -> tuple[list[dict], float]:
