@@ -5,11 +5,17 @@ streams the weights of the other sub-batch's GEMMs and writes its new K/V tokens
 banks. NewtonSim (casys-kaist/NeuPIMs f299af3 extern/NewtonSim src/timing.cc) times both in one
 controller:
 
-* single row buffer (``pim_type = SINGLE``, the npu+pim baseline): PIM and normal accesses share
-  each bank's row buffer; a normal access closes the PIM row (PIM_PRECHARGE / PRECHARGE before the
-  other's ACT, tRAS / tRTP / tRP apart). Here the NPU's records are interleaved into every channel's
-  PIM command stream (spread evenly over its tile boundaries, the PIM_PRECHARGEs) and the merged
-  stream runs in ONE engine call: every switch closes the other stream's row.
+* single row buffer (``pim_type = SINGLE``, the npu+pim baseline, casys-kaist/NeuPIMs e51a4af
+  extern/NewtonSim src/newton_controller.cc, newton_command_queue.cc): PIM and normal accesses share each
+  bank's row buffer, and the controller keeps them apart per channel: PIM transactions and the NPU's reads
+  share one in-order transaction queue; a GEMV tile (P_HEADER .. last READRES) runs in "PIM mode", during
+  which no other DRAM command issues, and starts only when every normal command queue is empty (the NPU's
+  traffic goes first). Here the NPU's records are placed between the PIM tiles (spread evenly over the
+  PIM_PRECHARGEs) with a BARRIER on both sides, and the merged stream runs in ONE engine call: the two
+  streams take turns on the channel and every switch re-opens the other's rows. With the NPU first, its
+  traffic keeps arriving while the PIM op runs: an op of ``t_pim`` alone meets ``f x T`` of NPU memory time
+  in its duration T (f = the NPU's memory time / its compute time), so T = t_pim / (1 - f) while the NPU
+  stage lasts, the share of the NPU's bytes that fall inside it ``min(1, t_pim / ((1 - f) t_npu))``.
 * dual row buffer (``pim_type = DUAL``): the PIM has its own row buffer (``read_to_pim_read_same_bk
   = 0``, ``pim_to_precharge = 0``): the two streams overlap and only share the channel's command
   slots (one row and one column command per CK). Time = max(PIM alone, NPU alone, command slots).
@@ -61,9 +67,10 @@ def npu_stream(org: Org, read_bytes: float, write_bytes: float, row0: int = 0) -
     return cmd.arrays()
 
 
-def interleave(pim: dict[str, np.ndarray], npu: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def interleave(pim: dict[str, np.ndarray], npu: dict[str, np.ndarray], exclusive: bool = False) -> dict[str, np.ndarray]:
     """``npu`` records spread evenly over ``pim``'s tile boundaries (after each PREA; appended at the end
-    when there is none): the order one in-order channel sees them in."""
+    when there is none): the order one in-order channel sees them in. ``exclusive``: each NPU segment between
+    BARRIERs (the channel serves one stream at a time: NewtonSim's single-row-buffer PIM mode)."""
     n_npu = len(npu["op"])
     if n_npu == 0:
         return {k: v.copy() for k, v in pim.items()}
@@ -72,15 +79,17 @@ def interleave(pim: dict[str, np.ndarray], npu: dict[str, np.ndarray]) -> dict[s
     if not len(cuts):
         cuts = np.array([n])
     bounds = np.linspace(0, n_npu, len(cuts) + 1).round().astype(np.int64)
+    barrier = {f: np.zeros(1, np.int64) for f in CMD_FIELDS}
+    barrier["op"][0] = ENGINE_CODES["BARRIER"]
     # merged order: PIM records up to cut j, then NPU records bounds[j]:bounds[j+1], ...
-    src = np.concatenate([np.zeros(n, np.int64), np.ones(n_npu, np.int64)])
-    key = np.concatenate([np.arange(n) * 2.0, (cuts[np.searchsorted(bounds[1:], np.arange(n_npu), side="right")]
-                                               - 1) * 2.0 + 1.0])
-    order = np.argsort(key, kind="stable")
-    idx = np.concatenate([np.arange(n), np.arange(n_npu)])[order]
-    src = src[order]
-    return {f: np.where(src == 0, pim[f][np.minimum(idx, n - 1)] if n else 0, npu[f][np.minimum(idx, n_npu - 1)])
-            for f in CMD_FIELDS}
+    pieces, lo = [], 0
+    for j, cut in enumerate(cuts.tolist()):
+        pieces.append({f: pim[f][lo:cut] for f in CMD_FIELDS})
+        lo = cut
+        seg = {f: npu[f][bounds[j]:bounds[j + 1]] for f in CMD_FIELDS}
+        pieces += [barrier, seg, barrier] if exclusive and bounds[j + 1] > bounds[j] else [seg]
+    pieces.append({f: pim[f][lo:] for f in CMD_FIELDS})
+    return {f: np.concatenate([np.asarray(p[f], np.int64) for p in pieces]) for f in CMD_FIELDS}
 
 
 def command_slots(c: dict[str, np.ndarray], row_cmd_cycles: int) -> int:
@@ -96,13 +105,21 @@ def command_slots(c: dict[str, np.ndarray], row_cmd_cycles: int) -> int:
 
 def run_window(device, low: Lowered):
     """``low`` with the NPU traffic of ``low.meta["rowbuffer"]`` (bytes per channel over ``npu_time_s``):
-    the share that falls inside the PIM op's own time (bytes x min(1, t_pim / t_npu)) shares the banks."""
+    the share that falls inside the PIM op's time shares the banks: dual, bytes x min(1, t_pim / t_npu);
+    single (NPU first), bytes x min(1, t_pim / ((1 - f) t_npu)), f = the NPU stream's engine time / t_npu."""
     rb = low.meta["rowbuffer"]
     plain = dataclasses.replace(low, meta={k: v for k, v in low.meta.items() if k != "rowbuffer"})
     t_pim = device.run(plain)[0]
-    share = min(1.0, t_pim / rb["npu_time_s"])
-    npu = npu_stream(device.org, rb["read_bytes"] * share, rb["write_bytes"] * share,
-                     row0=int(device.org.rows * NPU_ROW0_FRACTION))
+    row0 = int(device.org.rows * NPU_ROW0_FRACTION)
+    window = t_pim
+    if rb["mode"] == "single":  # the NPU goes first: the op stretches by the NPU memory time it meets
+        full = npu_stream(device.org, rb["read_bytes"], rb["write_bytes"], row0=row0)
+        t_mem = device.run(dataclasses.replace(plain, commands=[full], programs=[None],
+                                               multiplicity=np.array([plain.channels_used], np.int64)))[0]
+        busy = min(t_mem / rb["npu_time_s"], 1.0)
+        window = t_pim / (1.0 - busy) if busy < 1.0 else math.inf
+    share = min(rb.get("weight", 1.0), window / rb["npu_time_s"])
+    npu = npu_stream(device.org, rb["read_bytes"] * share, rb["write_bytes"] * share, row0=row0)
     return run_shared(device, plain, rb["mode"], npu, t_pim=t_pim)
 
 
@@ -117,7 +134,7 @@ def run_shared(device, low: Lowered, mode: str, npu: dict[str, np.ndarray], t_pi
                                 programs=[None])
     t_npu, e_npu, c_npu = device.run(alone)
     if mode == "single":
-        merged = dataclasses.replace(plain, commands=[interleave(c, npu) for c in plain.commands])
+        merged = dataclasses.replace(plain, commands=[interleave(c, npu, exclusive=True) for c in plain.commands])
         t, e, cnt = device.run(merged)
         # the banks serve both streams: never faster than either alone (the in-order merged walk can come
         # out a few refreshes below the NPU stream alone, < 1 %, where the refreshes fall differently)
@@ -132,6 +149,16 @@ def run_shared(device, low: Lowered, mode: str, npu: dict[str, np.ndarray], t_pi
 
 
 # ---------------------------------------------------------------- PIMDevice (isa: newton) glue
+
+def phase_weight(phase: str, lens, org: Org, *, heads: int, dhead: int, elem_bytes: float) -> float:
+    """This GEMV's share of the MHA's GEMV tiles (logit vs attend row openings, isa/lower_newton.py
+    request_load): the most of one NPU stage's traffic it can meet, so the shares of a layer's ops sum to <= 1."""
+    page = max(1, int(org.columns * org.burst_bytes // elem_bytes))
+    t = np.asarray(lens, np.int64)
+    k = float(np.sum(-(-heads * dhead // page) * (-(-t // org.banks))))
+    v = float(np.sum(heads * (-(-t // page)) * (-(-dhead // org.banks))))
+    return (k if phase == "score" else v) / max(k + v, 1.0)
+
 
 def _request_items(device, trace, i: int):
     """(tokens per request, KV heads per request, dhead, query heads per KV head, element bytes) of attention
@@ -192,6 +219,8 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
         wr = float(rb["npu_write_bytes"].get(g, 0.0)) / device.channels
         t_npu = float(rb["npu_time_s"].get(g, 0.0))
         if rd + wr > 0 and t_npu > 0:
-            low.meta["rowbuffer"] = {"mode": rb["mode"], "read_bytes": rd, "write_bytes": wr, "npu_time_s": t_npu}
-            low.meta["rowbuffer_key"] = (rb["mode"], rd, wr, t_npu)
+            w = phase_weight(phase, lens, device.org, heads=heads, dhead=k, elem_bytes=eb)
+            low.meta["rowbuffer"] = {"mode": rb["mode"], "read_bytes": rd, "write_bytes": wr, "npu_time_s": t_npu,
+                                     "weight": w}
+            low.meta["rowbuffer_key"] = (rb["mode"], rd, wr, t_npu, w)
     return low

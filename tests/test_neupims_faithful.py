@@ -366,3 +366,42 @@ def test_layers_run_is_the_stage_schedule_by_hand():
             assert run == pytest.approx(2 + 8.5 + 7 + 8.5 + 5 + 5)
         else:        # fill + drain fade: the steady state C + D = 15.5 per layer
             assert run / L == pytest.approx(15.5, rel=1e-3) and run / L > 15.5
+
+
+def test_single_row_buffer_takes_turns_and_the_npu_goes_first():
+    """npu+pim (e51a4af newton_command_queue.cc): no DRAM command during a PIM tile and a tile only when the
+    normal queues are empty, so the channel serves the streams one after the other; the NPU goes first, so
+    an op meets the NPU traffic of its stretched duration, capped by its share of the MHA's tiles."""
+    import dataclasses
+    from attnsim.hwmodels.rowbuffer import phase_weight, run_window
+    lens = [300, 120, 700]
+    low = lower_newton("score", lens, heads=8, dhead=128, group=1, elem_bytes=2.0, n_channels=2,
+                       org=DEV.org, pu=DEV.pu)
+    alone = DEV.run(low)[0]
+    npu = npu_stream(DEV.org, 128e3, 8e3, row0=DEV.org.rows // 2)
+    npu_alone = DEV.run(Lowered("newton", "x", [None], [npu], np.array([2])))[0]
+    # one stream at a time: never below the sum of the two alone (refreshes fall differently: 1 %)
+    assert run_shared(DEV, low, "single", npu)[0] >= 0.99 * (alone + npu_alone)
+    m = interleave(low.commands[0], npu, exclusive=True)
+    n_seg = int(np.count_nonzero(m["op"] == ENGINE_CODES["BARRIER"])
+                - np.count_nonzero(low.commands[0]["op"] == ENGINE_CODES["BARRIER"]))
+    assert n_seg % 2 == 0 and n_seg > 0
+    # shares by hand: the logit GEMV's tiles, K: 2 chunks x ceil(t / 32); V: 8 heads x ceil(t / 512) x 4
+    k = sum(2 * -(-t // 32) for t in lens)
+    v = sum(8 * -(-t // 512) * 4 for t in lens)
+    w = phase_weight("score", lens, DEV.org, heads=8, dhead=128, elem_bytes=2.0)
+    assert w == pytest.approx(k / (k + v))
+    rd, wr = 4e6, 1e5
+    full = npu_stream(DEV.org, rd, wr, row0=DEV.org.rows // 2)
+    t_mem = DEV.run(Lowered("newton", "x", [None], [full], np.array([2])))[0]
+    def window(t_npu):
+        meta = {**low.meta, "rowbuffer": {"mode": "single", "read_bytes": rd, "write_bytes": wr,
+                                          "npu_time_s": t_npu, "weight": w}}
+        return run_window(DEV, dataclasses.replace(low, meta=meta))[0]
+    # a memory-bound NPU stage (its stream alone takes its whole time): the op meets the weight's share
+    capped = npu_stream(DEV.org, rd * w, wr * w, row0=int(DEV.org.rows * 0.5))
+    assert window(t_mem) == pytest.approx(run_shared(DEV, low, "single", capped)[0])
+    # an NPU stage 10x its memory time: share = t_pim / (0.9 x t_npu)
+    s = alone / (0.9 * 10 * t_mem)
+    part = npu_stream(DEV.org, rd * s, wr * s, row0=int(DEV.org.rows * 0.5))
+    assert window(10 * t_mem) == pytest.approx(run_shared(DEV, low, "single", part)[0])
