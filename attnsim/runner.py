@@ -16,7 +16,7 @@ from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_st
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.pipeline import check_pipeline
-from attnsim.stack import add_step_overhead
+from attnsim.stack import add_step_overhead, sampler_cost
 from attnsim.workloads.scenario import context_window
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, tp_imbalance, weight_bytes
 
@@ -84,7 +84,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
                    "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp) * cap_scale}
 
     def build(*args, **kw):
-        tr = build_trace(*args, **kw)
+        tr = build_trace(*args, sampler=sampler_cost(system), **kw)
         if ks.get("bytes_scale", 1.0) != 1.0:  # inline ECC: check bits travel with the KV
             for col in ("kv_read_bytes", "kv_write_bytes"):
                 tr.cols[col] = tr.cols[col] * ks["bytes_scale"]

@@ -19,7 +19,7 @@ import numpy as np
 from attnsim.config import ConfigError
 from attnsim.engine import StepResult, cost_step, decode_step_weights
 from attnsim.mapper.base import CapacityError, MemoryPlacement, get_policy
-from attnsim.stack import add_step_overhead
+from attnsim.stack import add_step_overhead, sampler_cost
 from attnsim.workloads.speculative import expected_tokens, load_draft
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, weight_bytes
 
@@ -75,7 +75,7 @@ def simulate_speculative(system, model, scenario, generation, timeline: list | N
     models = {"target": model, "draft": draft}
 
     def place(role, phase, **kw):
-        tr = build_trace(models[role], sc, phase, tp=tp, **kw)
+        tr = build_trace(models[role], sc, phase, tp=tp, sampler=sampler_cost(system), **kw)
         tr.meta["speculative"] = role
         return policy(tr, system, mb[role], spec.mapper.options)
 

@@ -21,6 +21,15 @@ Where the costs land (the one mechanism, used by ``attnsim run`` and ``attnsim s
   (op ``host_request``; the batch's requests are tokenized concurrently, so one request's cost), so TTFT
   includes it; ``attnsim serve`` delays each request's entry by it (its TTFT and latency include it).
 
+``sampling`` (GPU work, not host time): the token sampler over the full vocabulary of every sampled token,
+a ``sampler`` row after the LM head (workloads/trace.py ``build_trace(sampler=)``), costed by the device
+model like any bytes-bound op, so it is in the breakdown, the timeline and the power. Its HBM bytes per
+vocabulary entry per token are :data:`SAMPLERS` (pass counts below, each an ASSUMPTION with a range).
+
+``async_scheduling`` (vLLM ``--async-scheduling``): the host prepares step n + 1 while the devices run step
+n, so a step's host time is on the critical path only where it exceeds the step's device time:
+``max(0, host - device)``; off, all of it is (the devices idle through it).
+
 ``software: none`` (the default) adds nothing: results are those of the device models alone.
 """
 from __future__ import annotations
@@ -31,6 +40,22 @@ from pydantic import Field
 
 from attnsim.config import ConfigError, Schema
 
+# Sampler HBM traffic per vocabulary entry of one sampled token: (bytes, FLOPs, passes) [M], vLLM v0.11 V1
+# sampler (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py; the vLLM source is not mirrored here: the pass
+# lists are from its structure as of v0.10-v0.11 and are ASSUMPTIONS, ranges in the comments).
+SAMPLERS = {
+    "none": (0.0, 0.0),
+    # logits.to(fp32) (r 2 + w 4 B), argmax (r 4): 10 B; range 10-14
+    "greedy": (10.0, 1.0),
+    # forward_native: fp32 cast 6, temperature div_ 8, logits.sort (PyTorch/CUB radix sort of fp32 keys + int64
+    # indices: index init 8 + 4 passes x (4 + 8) B read + written = 104), softmax of the sorted logits 12
+    # (2 reads + 1 write), cumsum 8, top-p mask 5, masked_fill_ 9, scatter_ back 16 (int64 index + value),
+    # softmax 12, exponential_ 4, div_ 12, argmax 4: 200 B; range 150-320 (3-8 radix passes, histogram reads)
+    "top_p_sort": (200.0, 20.0),
+    # FlashInfer sort-free top-p (top_p_sampling_from_probs): cast 6, temperature 8, softmax 12, rejection
+    # rounds reading the probabilities (4 B each, ~4 rounds): 42 B; range 30-160 (1-32 rounds)
+    "top_p_flashinfer": (42.0, 12.0),
+}
 HOST_OP = "host_overhead"
 REQUEST_OP = "host_request"
 HOST_DEVICE = "host"
@@ -50,6 +75,10 @@ class StackSpec(Schema):
                                                      "(tokenization, API front end)")
     custom_allreduce: bool = Field(False, description="links whose preset has a custom_allreduce block "
                                                       "(NVLink) time all-reduce with it (allreduce: custom)")
+    sampling: Literal["none", "greedy", "top_p_sort", "top_p_flashinfer"] = Field(
+        "none", description="GPU token sampler per sampled token (SAMPLERS: HBM bytes per vocabulary entry)")
+    async_scheduling: bool = Field(False, description="host step work overlaps the previous step's device "
+                                                      "work: only max(0, host - device time) is exposed")
 
 
 NONE = StackSpec(kind="stack", name="none", description="no software-stack costs")
@@ -85,11 +114,24 @@ def add_host_time(step, system, seconds: float, op: str = HOST_OP):
     return step
 
 
+def sampler_cost(system) -> tuple | None:
+    """``build_trace(sampler=)`` of the system's stack: (HBM bytes, FLOPs) per vocabulary entry per
+    sampled token, or None (no sampler row)."""
+    stack = getattr(system, "stack", None) or NONE
+    return None if stack.sampling == "none" else SAMPLERS[stack.sampling]
+
+
+def exposed_host_s(stack: StackSpec, host_s: float, device_s: float) -> float:
+    """Host seconds on a step's critical path: all of them, or under async scheduling the part the
+    step's ``device_s`` does not hide."""
+    return max(0.0, host_s - device_s) if stack.async_scheduling else host_s
+
+
 def add_step_overhead(step, system, requests: int, first_step: bool = False):
     """A step of ``requests`` requests with the system's stack costs (``first_step``: also the
     per-request cost, for ``attnsim run``'s prefill)."""
     stack = getattr(system, "stack", NONE)
-    step = add_host_time(step, system, step_overhead_s(stack, requests))
+    step = add_host_time(step, system, exposed_host_s(stack, step_overhead_s(stack, requests), step.time_s))
     if first_step:
         step = add_host_time(step, system, stack.request_us * 1e-6, REQUEST_OP)
     return step

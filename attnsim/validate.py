@@ -90,7 +90,33 @@ def gpu_rows() -> list[Row]:
                 tol = exceptions.get((key, table["model"], int(tokens), "sum"), 0.10)
                 out.append(Row("gpu", f"{key} {table['model']} TP{table['tp']} sum of 4 @{tokens} tok [us]",
                                float(np.sum(t)), float(np.sum(times)), tol, role="calibration", system=presets[key]))
-    return out + gpu_held_out_rows()
+    return out + gpu_held_out_rows() + decode_attention_rows()
+
+
+def decode_attention_row_dicts(batch: int, ctx: int, heads: int, kv_heads: int, head_dim: int = 128) -> list[dict]:
+    """The three attention rows of one decode (q = 1) kernel call, bf16, as the trace builder writes them
+    (KV already cached: a kernel benchmark does not write it)."""
+    pairs, kv = batch * ctx, 2.0 * batch * ctx * kv_heads * head_dim
+    base = dict(m=1, n=pairs, batch=heads, flops=2.0 * heads * pairs * head_dim, count=1,
+                act_bytes=2.0 * (batch * heads * head_dim + heads * pairs), kv_read_bytes=kv)
+    return [dict(op="attn_score", cls="attn_score", k=head_dim, **base),
+            dict(op="softmax", cls="softmax", k=0, m=1, n=pairs, batch=heads, count=1,
+                 flops=5.0 * heads * pairs, act_bytes=4.0 * heads * pairs),
+            dict(op="attn_context", cls="attn_context", k=head_dim, **base)]
+
+
+def decode_attention_rows() -> list[Row]:
+    """H100 decode attention kernel times (FA3 / FA2 / ONNX Runtime) vs the fused attention rows of one
+    call on h100_sxm; roles and per-row bounds from the data file (default 15 %)."""
+    from attnsim.hwmodels.gpu import load_hardware
+    data = _load("gpu_calibration")["decode_attention_h100"]
+    gpu = load_hardware("h100_sxm")
+    out = []
+    for kernel, b, ctx, hq, hkv, us, role, *tol in data["rows"]:
+        t = float(np.sum(_cost_us(gpu, decode_attention_row_dicts(int(b), int(ctx), int(hq), int(hkv)))))
+        out.append(Row("gpu", f"h100 decode attention {kernel} batch {b} ctx {ctx} {hq}/{hkv} heads [us]", t,
+                       float(us), float(tol[0]) if tol else 0.15, role=role, system="h100_sxm", source=data["source"]))
+    return out
 
 
 def _cost_us(gpu, rows: list[dict]) -> np.ndarray:
@@ -172,30 +198,45 @@ def limit_rows() -> list[Row]:
 
 
 def power_runs(sets: tuple = (), roles: tuple = ("calibration", "validation")) -> list[dict]:
-    """Each row of configs/validation/power.yaml run as its equivalent static batch (batch = round(avg
-    batch), the file's prompt_len, output_len = round(avg_output_len)): measured and modelled per-GPU
-    power, J/token, median ITL vs TPOT. ``sets``: extra ``--set`` overrides, applied last (e.g. a fit or a prompt length)."""
+    """Each row of configs/validation/power.yaml as its serving equivalent (batch n = round(avg batch),
+    the file's prompt_len P, L = round(avg_output_len) tokens per request): one prefill of the batch plus
+    L - 1 decode steps at the TOKEN-WEIGHTED mean context P + E[L^2] / 2E[L] (``len_weighted_output_len``
+    / 2: under continuous batching a request of L tokens sits in L steps, so long requests fill the
+    steps; a static batch of mean-length requests would attend over P + L/2). Two runs: (P, 2 tokens)
+    for the prefill, (that context, 2 tokens) for the decode step (decode cost is linear in the context,
+    so one step at the mean is the mean step). Returns measured and modelled per-GPU power, J/token,
+    step per output token and the decode step vs median ITL. ``sets``: extra ``--set`` overrides,
+    applied last (e.g. a fit or a prompt length)."""
     from attnsim.experiment import load_experiment
     from attnsim.runner import run_experiment
     data = _load("power")
     exp = CONFIG_ROOT / "validation" / data["experiment"]
-    out = []
-    for r in (r for r in data["rows"] if r["role"] in roles):
-        run_sets = [f"experiment.systems=[{r['system']}]", f"experiment.models=[{r['model']}]",
-                    f"scenarios.chat.batch_size={max(1, round(r['avg_batch_size']))}",
-                    f"scenarios.chat.prompt_len={data['prompt_len']}",
-                    f"scenarios.chat.output_len={max(1, round(r['avg_output_len']))}", *sets]
-        (d,) = run_experiment(load_experiment(exp, run_sets))
+
+    def run(r, prompt: int) -> dict:
+        (d,) = run_experiment(load_experiment(exp, [
+            f"experiment.systems=[{r['system']}]", f"experiment.models=[{r['model']}]",
+            f"scenarios.chat.batch_size={max(1, round(r['avg_batch_size']))}",
+            f"scenarios.chat.prompt_len={prompt}", "scenarios.chat.output_len=2", *sets]))
         if d["status"] != "ok":
             raise ConfigError(f"a run that completes, got {d['status']} at batch {r['avg_batch_size']}",
                               file="configs/validation/power.yaml", key=f"rows.{r['model_id']}")
-        m = d["metrics"]
-        tokens = m["batch_per_replica"] * m["replicas"] * max(1, round(r["avg_output_len"]))
+        return d
+
+    out = []
+    for r in (r for r in data["rows"] if r["role"] in roles):
+        n_out = max(1, round(r["avg_output_len"]))
+        pre = run(r, data["prompt_len"])
+        ctx = data["prompt_len"] + max(0, round(r["len_weighted_output_len"] / 2))
+        dec = run(r, ctx)
+        p, s = pre["breakdown"]["prefill"], dec["breakdown"]["decode_step"]
+        time_s = p["time_s"] + (n_out - 1) * s["time_s"]
+        energy_j = p["energy_j"] + (n_out - 1) * s["energy_j"]
+        m = pre["metrics"]
         gpus = m["tp"] * m.get("pp", 1) * m["replicas"]
-        out.append({**r, "source": data["source"], "tolerance": data["tolerance"],
-                    "model_power_w_per_gpu": m["energy_per_token_j"] * tokens / m["total_time_s"] / gpus,
-                    "model_energy_per_token_j": m["energy_per_token_j"], "model_tpot_ms": m["tpot_s"] * 1e3,
-                    "model_step_ms": m["total_time_s"] / max(1, round(r["avg_output_len"])) * 1e3})
+        out.append({**r, "source": data["source"], "tolerance": data["tolerance"], "decode_context": ctx,
+                    "model_power_w_per_gpu": energy_j / time_s / gpus,
+                    "model_energy_per_token_j": energy_j / (m["batch_per_replica"] * m["replicas"] * n_out),
+                    "model_tpot_ms": s["time_s"] * 1e3, "model_step_ms": time_s / n_out * 1e3})
     return out
 
 

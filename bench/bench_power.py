@@ -1,12 +1,13 @@
 """GPU serving power and J/token per batch: ML.ENERGY v3 (H100, vLLM, lm-arena-chat) measured vs attnsim.
 
 Rows of configs/validation/power.yaml (shared/reference/calibration/mlenergy_v3_h100.csv), each run as its
-equivalent static batch under software: vllm (attnsim.validate.power_runs). Columns: Llama-3.1-8B TP1
+serving equivalent under software: vllm (attnsim.validate.power_runs: prefill + decode steps at the
+token-weighted mean context). Columns: Llama-3.1-8B TP1
 (calibration: the h100_sxm power parameters were fitted to its power), Llama-3.1-70B TP4 (held out). Rows:
 per-GPU power (700 W board cap dashed), J/token (log), and the time side: attnsim's step time per output
-token (prefill amortised, and the decode TPOT) vs the measured mean step (batch / output tok/s) and median
-ITL. Prints a per-batch table of the errors (power, J/token, step vs batch / tok/s, TPOT vs median ITL) for
-every model of the set (Llama-3.3-70B TP4 too).
+token (prefill amortised, and the decode step) vs the measured mean step (batch / output tok/s) and median
+ITL. Prints a per-batch table, measured / attnsim / error (power, J/token, step vs batch / tok/s, decode step
+vs median ITL) for every model of the set (Llama-3.3-70B TP4 too).
 
 Run: python bench/bench_power.py [--out results/figures/gpu_power_mlenergy.png] [--set KEY=VALUE ...]
 (--set: overrides applied to every row, e.g. hardware.h100_sxm.sm_active_power_w=300 for a before/after)
@@ -34,15 +35,18 @@ def columns(runs):
 
 
 def table(runs) -> str:
-    """Per row: batch, role, and attnsim's relative error in W/GPU, J/token, step (vs batch / output tok/s)
-    and decode TPOT (vs median ITL)."""
-    lines = [f"{'model':24s} {'batch':>6s} {'role':11s} {'W/GPU':>7s} {'J/tok':>7s} {'step':>7s} {'TPOT/ITL':>8s}"]
+    """Per row: batch, role, measured / attnsim W per GPU, J/token, step per output token (measured: batch /
+    output tok/s) and decode step (measured: median ITL), with attnsim's relative error of each."""
+    lines = [f"{'model':24s} {'batch':>6s} {'role':11s} {'W/GPU meas/model':>22s} {'J/tok meas/model':>25s} "
+             f"{'step ms meas/model':>24s} {'ITL/TPOT ms':>24s}"]
     for r in sorted(runs, key=lambda r: (r["model_id"], r["avg_batch_size"])):
         step = r["avg_batch_size"] / r["output_tok_per_s"] * 1e3
-        errs = (r["model_power_w_per_gpu"] / r["avg_power_w_per_gpu"], r["model_energy_per_token_j"] / r["energy_per_token_j"],
-                r["model_step_ms"] / step, r["model_tpot_ms"] / r["median_itl_ms"])
-        lines.append(f"{r['model_id'].split('/')[-1]:24s} {r['avg_batch_size']:6.0f} {r['role']:11s} "
-                     + " ".join(f"{e - 1:+7.1%}" for e in errs))
+        cells = []
+        for meas, mod, fmt in ((r["avg_power_w_per_gpu"], r["model_power_w_per_gpu"], "6.1f"),
+                               (r["energy_per_token_j"], r["model_energy_per_token_j"], "7.4f"),
+                               (step, r["model_step_ms"], "6.2f"), (r["median_itl_ms"], r["model_tpot_ms"], "6.2f")):
+            cells.append(f"{meas:{fmt}} {mod:{fmt}} {mod / meas - 1:+6.1%}")
+        lines.append(f"{r['model_id'].split('/')[-1]:24s} {r['avg_batch_size']:6.0f} {r['role']:11s} " + "  ".join(cells))
     return "\n".join(lines)
 
 
@@ -66,7 +70,7 @@ def figure(data):
         ax.loglog(b, c["step_ms"], "ko", ms=3, label="measured batch / tok/s")
         ax.loglog(b, c["median_itl_ms"], "k^", ms=3, mfc="none", label="measured median ITL")
         ax.loglog(b, c["model_step_ms"], "s-", color="C0", ms=3, lw=0.8, label="attnsim step (prefill amortised)")
-        ax.loglog(b, c["model_tpot_ms"], ":", color="C0", lw=0.8, label="attnsim TPOT (decode)")
+        ax.loglog(b, c["model_tpot_ms"], ":", color="C0", lw=0.8, label="attnsim decode step")
         ax.set_xlabel("average batch (requests)")
     axes[0][0].set_ylabel("W per GPU")
     axes[1][0].set_ylabel("J / output token")

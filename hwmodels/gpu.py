@@ -21,7 +21,11 @@ Per row (one repeat), after shared/reference/gpu_calibration.md §7:
     compute (padding), and partial last waves cost a whole wave.
 * ``attn_score`` / ``attn_context``: roofline on the KV (+activation) bytes and FLOPs with attention
   efficiencies; ``software_stack: eager`` uses the unfused PyTorch efficiencies (§4.2: 53-70 % of peak
-  BW), ``fused`` the flash-decoding ones.
+  BW), ``fused`` the flash-decoding ones. ``fused``: attn_score + softmax + attn_context are ONE flash
+  kernel call: ``t = attn_call_us + (KV + q/o bytes) / (BW * attn_mem_eta_fused)`` (the scores never reach
+  HBM, the softmax row costs nothing of its own: the kernel's measured time includes it); the fixed cost
+  and achieved bandwidth are per-op kernel measurements where a preset has them (h100_sxm: FlashAttention-3
+  paged decode, calibration/README.md "Decode attention kernel times").
 * ``softmax`` / ``elementwise`` / ``embedding``: bytes-bound with eta(bytes) plus a per-kernel cost
   (``kernel_overhead_us`` fused, ``eager_elementwise_overhead_us`` / ``eager_softmax_overhead_us``
   eager: §4.2 ~45-48 us per element-wise kernel).
@@ -88,6 +92,9 @@ class GPUSpec(HBMEnergySpec):
     attn_mem_eta_fused: float = Field(gt=0, le=1)
     attn_compute_eta_unfused: float = Field(gt=0, le=1)
     attn_compute_eta_fused: float = Field(gt=0, le=1)
+    attn_call_us: Optional[float] = Field(None, ge=0, description="fixed cost of one fused attention kernel call "
+                                          "(launch, split-KV combine, pipeline fill), on attn_score; null: "
+                                          "kernel_overhead_us (one launch)")
     # --- energy
     l2_pj_per_byte: float = Field(ge=0)
     l1_pj_per_byte: float = Field(ge=0)
@@ -184,6 +191,18 @@ class GPUModel:
         safe = np.where(mx > 0, mx, 1.0)
         return np.where(mx > 0, safe * ((tc / safe) ** p + (tm / safe) ** p) ** (1.0 / p), 0.0)
 
+    @staticmethod
+    def _fused_attention_bytes(c, rows, meta) -> np.ndarray:
+        """HBM bytes of attention rows run as one flash kernel: KV read + written, query in / output out;
+        the score/probability matrix (``H x pairs`` of the trace's unfused ``act_bytes`` = flops / 2k
+        elements) never leaves the chip."""
+        from attnsim.workloads.model import DTYPE_BYTES
+        act = DTYPE_BYTES.get(str(meta.get("act_dtype", "fp16")), 2)
+        k = np.maximum(c["k"][rows].astype(np.float64), 1.0)
+        scores = c["flops"][rows].astype(np.float64) / (2.0 * k) * act
+        qo = np.maximum(c["act_bytes"][rows] - scores, 0.0)
+        return (c["kv_read_bytes"][rows] + c["kv_write_bytes"][rows] + qo).astype(np.float64)
+
     # ------------------------------------------------------------ DeviceModel.cost
     def cost(self, trace, rows: np.ndarray) -> OpCost:
         s = self.spec
@@ -214,13 +233,21 @@ class GPUModel:
                 t_ovh[mm] += s.eager_matmul_overhead_us * 1e-6
 
         at = (cls == "attn_score") | (cls == "attn_context")
+        fused_sm = np.zeros(n_rows, dtype=bool) if eager else cls == "softmax"
         if at.any():
             mem_eta = s.attn_mem_eta_unfused if eager else s.attn_mem_eta_fused
             c_eta = s.attn_compute_eta_unfused if eager else s.attn_compute_eta_fused
+            if not eager:  # one flash kernel: scores stay on chip; its fixed cost once per call
+                nbytes[at] = self._fused_attention_bytes(c, rows[at], meta)
+                call_us = s.kernel_overhead_us if s.attn_call_us is None else s.attn_call_us
+                t_ovh[at] = np.where(cls[at] == "attn_score", call_us * 1e-6, 0.0)
             t_mem[at] = self.memory_time_s(nbytes[at], eta=mem_eta)
             t_comp[at] = flops[at] / (peak * c_eta)
+        if fused_sm.any():  # inside the fused attention kernel (its measured time includes it): no time, no HBM
+            nbytes[fused_sm] = 0.0
+            t_ovh[fused_sm] = 0.0
 
-        ew = (cls == "softmax") | (cls == "elementwise") | (cls == "embedding")
+        ew = ((cls == "softmax") & ~fused_sm) | (cls == "elementwise") | (cls == "embedding")
         if ew.any():
             t_mem[ew] = self.memory_time_s(nbytes[ew])
             t_comp[ew] = flops[ew] / peak

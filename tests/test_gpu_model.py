@@ -243,6 +243,46 @@ def test_attention_fused_vs_unfused_bandwidth():
     assert cost_rows(g, [row]).bound[0] == "memory"
 
 
+def test_fused_decode_attention_is_one_call_with_fixed_cost():
+    """Fused (flash) attention: attn_score + softmax + attn_context = attn_call_us + (KV + q/o) / (BW x
+    attn_mem_eta_fused), by hand for the FA3 calibration shape (batch 16, 32/32 heads, ctx 4,000: 567.2 us
+    measured); the scores never reach HBM and the softmax row costs nothing of its own. Eager: three kernels,
+    scores through HBM."""
+    from attnsim.validate import decode_attention_row_dicts
+    g = gpu("h100_sxm")
+    rows = decode_attention_row_dicts(16, 4000, 32, 32)
+    c = cost_rows(g, rows)
+    kv, qo = 2 * 2.0 * 16 * 4000 * 32 * 128, 2 * 2.0 * 16 * 32 * 128
+    assert c.time_s[1] == 0.0 and c.bytes_by_level["hbm"][1] == 0.0  # softmax inside the kernel
+    assert float(np.sum(c.bytes_by_level["hbm"])) == pytest.approx(kv + qo, rel=1e-12)
+    hand = g.spec.attn_call_us * 1e-6 + (kv + qo) / (3350e9 * g.spec.attn_mem_eta_fused)
+    assert float(np.sum(c.time_s)) == pytest.approx(hand, rel=2e-3)  # + the FLOPs through the smooth max
+    assert float(np.sum(c.time_s)) * 1e6 == pytest.approx(567.2, rel=0.01)  # the calibration row itself
+    eager = cost_rows(GPUModel(g.spec.model_copy(update={"software_stack": "eager"})), rows)
+    assert eager.time_s[1] > 0 and float(np.sum(eager.bytes_by_level["hbm"])) > kv + qo  # scores through HBM
+    # a preset without kernel data (A100) keeps one launch per call: kernel_overhead_us on attn_score
+    a = gpu("a100_80gb_sxm")
+    assert a.spec.attn_call_us is None
+    ca = cost_rows(a, rows)
+    assert ca.time_s[0] - ca.time_s[2] == pytest.approx(a.spec.kernel_overhead_us * 1e-6, rel=1e-9)
+
+
+def test_prefill_attention_stays_compute_bound_on_h100():
+    """Prefill attention (2,048 queries x 2,048 keys causal, 32 heads), fused: one call = attn_call_us + the
+    smooth max of FLOPs / (peak x attn_compute_eta_fused) and (KV + q/o) / (BW x attn_mem_eta_fused); compute
+    bound (the 134 MB score matrix an unfused kernel writes is not charged: it made this row memory-bound)."""
+    g = gpu("h100_sxm")
+    q = ctx = 2048
+    pairs = q * (q + 1) // 2
+    row = dict(op="qk", cls="attn_score", count=1, m=q, n=ctx, k=128, batch=32, flops=2.0 * 32 * pairs * 128,
+               kv_read_bytes=2.0 * ctx * 32 * 128, act_bytes=2.0 * (q * 32 * 128 + 32 * pairs))
+    t = cost_rows(g, [row]).time_s[0]
+    assert cost_rows(g, [row]).bound[0] == "compute"
+    tc = row["flops"] / (989.4e12 * g.spec.attn_compute_eta_fused)
+    tm = (row["kv_read_bytes"] + 2.0 * q * 32 * 128) / (3350e9 * g.spec.attn_mem_eta_fused)
+    assert tm < tc and t == pytest.approx(g.spec.attn_call_us * 1e-6 + float(g.combine(tc, tm)), rel=1e-9)
+
+
 # ------------------------------------------------------------------ config errors
 
 def test_bad_config_raises_config_error():
@@ -285,10 +325,13 @@ def test_attention_never_beats_peak(name, q, ctx, heads, cls, eager):
         g = GPUModel(g.spec.model_copy(update={"software_stack": "eager"}))
     kv = 2.0 * ctx * heads * 128
     flops = 2.0 * q * ctx * 128 * heads
+    # act_bytes as the trace writes them: query (or output) + the unfused score matrix (heads x q x ctx)
+    qo, scores = 2.0 * q * heads * 128, 2.0 * heads * q * ctx
     c = cost_rows(g, [dict(op="a", cls=cls, count=1, m=q, n=ctx, k=128, batch=heads, flops=flops,
-                           kv_read_bytes=kv, act_bytes=4.0 * q * heads * 128)])
+                           kv_read_bytes=kv, act_bytes=qo + scores)])
     t = c.time_s[0]
-    assert flops / t <= g.peak_flops and (kv + 4.0 * q * heads * 128) / t <= g.peak_bandwidth_bytes_per_s
+    moved = kv + qo + (scores if eager else 0.0)  # a fused (flash) kernel keeps the scores on chip
+    assert flops / t <= g.peak_flops and moved / t <= g.peak_bandwidth_bytes_per_s
 
 
 @settings(max_examples=30, deadline=None)

@@ -70,16 +70,16 @@ def test_hand_numbers_one_decode_gemv_h100():
     body = t - s.kernel_overhead_us * 1e-6
     # tiles 256x128 -> tm 16, 1 x 32 tiles; split-K min(16, 14336 // 256) = 16 (32 x 16 >= 132 SMs): occupancy 1
     assert matmul_occupancy(s, m, n, k, 1)[0] == 1.0
-    assert (s.sm_active_power_w, s.compute_pj_per_flop) == (340.0, 1.2)  # h100_sxm.yaml's fit
-    assert c.energy_j["active"][0] == pytest.approx(340.0 * body)  # sm_active_power_w x body time
-    assert c.energy_j["compute"][0] == pytest.approx(2.0 * m * n * k * 1.2e-12)  # 1.2 pJ/FLOP
+    assert (s.sm_active_power_w, s.compute_pj_per_flop) == (295.0, 1.5)  # h100_sxm.yaml's fit
+    assert c.energy_j["active"][0] == pytest.approx(295.0 * body)  # sm_active_power_w x body time
+    assert c.energy_j["compute"][0] == pytest.approx(2.0 * m * n * k * 1.5e-12)  # 1.5 pJ/FLOP
     assert c.energy_j["sram"][0] == pytest.approx(nbytes * (2.4 + 1.28) * 1e-12)
     assert c.energy_j["dram_read_write"][0] == pytest.approx(nbytes * 8 * 2.68e-12)
     # a memory-bound decode GEMV draws idle + ~all of sm_active + HBM: ~450-500 W, far from the FLOP share
     p = s.idle_power_w + c.energy_total_j()[0] / t
     hbm_w = nbytes * 8 * (0.11 + 2.68 + 0.8) * 1e-12 / t
-    assert p == pytest.approx(110 + 340 * body / t + 2.0 * m * n * k * 1.2e-12 / t + nbytes * 3.68e-12 / t + hbm_w)
-    assert 420 < p < 560
+    assert p == pytest.approx(110 + 295 * body / t + 2.0 * m * n * k * 1.5e-12 / t + nbytes * 3.68e-12 / t + hbm_w)
+    assert 400 < p < 560
     # few output tiles and shallow K: 8 x 256 @ 256 x 128 is one CTA of 132 SMs
     assert matmul_occupancy(s, 8, 128, 256, 1)[0] == pytest.approx(1 / 132)
 
@@ -122,23 +122,29 @@ def test_mlenergy_rows_cover_both_models_every_batch(mlenergy):
                 assert (row["model_id"], float(row["avg_batch_size"])) in by
 
 
+def _step_err(r):
+    return r["model_step_ms"] / (r["avg_batch_size"] / r["output_tok_per_s"] * 1e3) - 1.0
+
+
+def _tag(r):
+    return f"{r['model_id']} b{r['avg_batch_size']}"
+
+
 @pytest.mark.parametrize("role", ["calibration", "validation"])
 def test_mlenergy_power_per_gpu_within_15_percent(mlenergy, role):
     rows = [r for r in mlenergy if r["role"] == role]
-    errs = {f"{r['model_id']} b{r['avg_batch_size']}": round(_err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu"), 3)
-            for r in rows}
-    if role == "validation":  # held out (70B TP4): the rows over 15 % are the ones whose step is >= 8 % short
-        over = [r for r in rows if abs(_err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu")) > 0.15]
-        assert len(over) <= 2 and all(_step_err(r) <= -0.08 for r in over), errs  # 3.1-70B batch 32, 64
-        assert all(abs(_err(r, "model_energy_per_token_j", "energy_per_token_j")) <= 0.15 for r in over), errs
-        errs = {k: e for k, e in errs.items() if not any(k == f"{r['model_id']} b{r['avg_batch_size']}" for r in over)}
-    assert rows and all(abs(e) <= 0.15 for e in errs.values()), errs
-    if role == "calibration":  # in-sample: the fit is tight (max 6.5 %: at the 700 W cap the vllm host gaps
-        assert all(abs(e) <= 0.07 for e in errs.values()), errs  # draw idle power, no parameter lifts them)
-
-
-def _step_err(r):
-    return r["model_step_ms"] / (r["avg_batch_size"] / r["output_tok_per_s"] * 1e3) - 1.0
+    errs = {_tag(r): round(_err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu"), 3) for r in rows}
+    if role == "calibration":  # in-sample: the fit is tight (max 2.2 %: the rows at the 700 W cap, measured 686-691 W)
+        assert rows and all(abs(e) <= 0.03 for e in errs.values()), errs
+        return
+    # held out (70B TP4): the known misses (configs/validation/power.yaml) are Llama-3.1-70B batch 32-96, power over
+    # by 15-20 % while their J/token stays within 15 % and their step is short (the model's power rises with batch
+    # as the 8B's does; the measured TP4 power barely does)
+    over = [r for r in rows if abs(_err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu")) > 0.15]
+    assert {_tag(r) for r in over} <= {f"meta-llama/Llama-3.1-70B-Instruct b{b}" for b in (31.88, 63.79, 95.73)}, errs
+    assert all(_err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu") <= 0.20 and _step_err(r) < -0.05
+               and abs(_err(r, "model_energy_per_token_j", "energy_per_token_j")) <= 0.15 for r in over), errs
+    assert sum(abs(e) <= 0.15 for e in errs.values()) >= len(rows) - 3
 
 
 def test_mlenergy_energy_per_token_is_power_times_step_time(mlenergy):
@@ -150,42 +156,44 @@ def test_mlenergy_energy_per_token_is_power_times_step_time(mlenergy):
         assert 1 + _err(r, "model_energy_per_token_j", "energy_per_token_j") == pytest.approx(pred, rel=0.02)
 
 
-@pytest.mark.parametrize("role", ["calibration", "validation"])
-def test_mlenergy_energy_per_token_misses_are_the_time_side(mlenergy, role):
-    """Calibration (8B TP1) and held-out (70B TP4) rows apart: where attnsim's step per output token is
-    within 5 % of the measured batch / output tok/s, J/token is within 15 %; every J/token miss is a row
-    whose step is >= 8 % short (GPU-busy time attnsim lacks: configs/validation/power.yaml notes)."""
-    rows = [r for r in mlenergy if r["role"] == role]
-    ok_time = [r for r in rows if abs(_step_err(r)) <= 0.05]
-    assert ok_time and all(abs(_err(r, "model_energy_per_token_j", "energy_per_token_j")) <= 0.15 for r in ok_time)
-    misses = {f"{r['model_id']} b{r['avg_batch_size']}": round(_step_err(r), 3) for r in rows
-              if abs(_err(r, "model_energy_per_token_j", "energy_per_token_j")) > 0.15}
-    assert all(e <= -0.08 for e in misses.values()), misses
-    if role == "calibration":  # the 8B rows: at batch <= 32 the vllm stack's step time gets within 15 %
-        assert all(abs(_err(r, "model_energy_per_token_j", "energy_per_token_j")) <= 0.15
-                   for r in rows if r["avg_batch_size"] <= 32)
-    else:  # Llama-3.1-70B TP4 held out: 11 of 12 batches within 15 % (batch 511: step -13 %, power -5 %)
-        held = [r for r in rows if r["model_id"].endswith("3.1-70B-Instruct")]
-        assert sum(abs(_err(r, "model_energy_per_token_j", "energy_per_token_j")) <= 0.15 for r in held) >= 11
+def test_mlenergy_energy_per_token_within_15_percent_every_row(mlenergy):
+    """Issue 12's J/token target: every row (8B calibration; 3.1-70B and 3.3-70B TP4 held out) within 15 %;
+    the step per output token within 11 % (the 8B steps are 4-9 % short at every batch: the residual the
+    vllm stack's former fitted host intercept stood for)."""
+    errs = {_tag(r): round(_err(r, "model_energy_per_token_j", "energy_per_token_j"), 3) for r in mlenergy}
+    assert all(abs(e) <= 0.15 for e in errs.values()), errs
+    steps = {_tag(r): round(_step_err(r), 3) for r in mlenergy}
+    assert all(abs(e) <= 0.11 for e in steps.values()), steps
 
 
-def test_vllm_stack_host_time_in_every_row(mlenergy):
-    """The rows run under software: vllm (ML.ENERGY ran vLLM): a decode step is the software-none step
-    plus step_us + request_step_us x batch (configs/stacks/vllm.yaml), at idle power."""
+def test_mlenergy_decode_context_is_token_weighted(mlenergy):
+    """Each row's decode runs at prompt + E[L^2] / 2E[L] (a request of L tokens is in L steps); the data
+    column obeys E[L^2] / E[L] >= E[L] (Cauchy-Schwarz; the leaderboard's histograms are wide: ~2x)."""
+    from attnsim import validate
+    p = validate._load("power")["prompt_len"]
+    for r in mlenergy:
+        assert r["len_weighted_output_len"] >= r["avg_output_len"]
+        assert r["decode_context"] == p + round(r["len_weighted_output_len"] / 2)
+
+
+def test_vllm_stack_in_every_row(mlenergy):
+    """The rows run under software: vllm (ML.ENERGY ran vLLM v0.11.1 with async scheduling and top-p): a decode
+    step is the software-none step plus the sampler op (GPU work, dynamic energy), the host time hidden."""
     from attnsim.experiment import load_experiment
     from attnsim.runner import run_experiment
     from attnsim.stack import load_stack
     st = load_stack("vllm")
     assert {r["system"] for r in mlenergy} == {"h100_x1_vllm.yaml", "h100_x4_tp4.yaml"} and st.custom_allreduce
-    tpot, static = {}, {}
+    assert st.async_scheduling and st.sampling == "top_p_sort"
+    dec = {}
     for sysname in ("h100_x1", "h100_x1_vllm.yaml"):
         (d,) = run_experiment(load_experiment("configs/validation/power/mlenergy_h100.yaml", [
             f"experiment.systems=[{sysname}]", "experiment.models=[llama3-8b]", "scenarios.chat.output_len=16"]))
-        tpot[sysname] = d["metrics"]["tpot_s"]
-        static[sysname] = d["breakdown"]["decode_step"]["energy_j_by_component"]["static"]
-    host_s = (st.step_us + st.request_step_us * 8) * 1e-6
-    assert tpot["h100_x1_vllm.yaml"] - tpot["h100_x1"] == pytest.approx(host_s, rel=1e-6)
-    assert static["h100_x1_vllm.yaml"] - static["h100_x1"] == pytest.approx(110.0 * host_s, rel=1e-6)
+        dec[sysname] = d["breakdown"]["decode_step"]
+    v, n = dec["h100_x1_vllm.yaml"], dec["h100_x1"]
+    assert "host_overhead" not in v["time_s_by_op"]  # 0.69 ms of host work behind a ~7 ms GPU step
+    assert v["time_s"] - n["time_s"] == pytest.approx(v["time_s_by_op"]["sampler"], rel=1e-9)
+    assert v["energy_j_by_op"]["sampler"] > 0
 
 
 def test_power_set_rows():

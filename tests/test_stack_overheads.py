@@ -131,9 +131,10 @@ def test_every_stack_field_acts_or_only_names(tmp_path):
     """The no-silent-no-op rule for StackSpec (presets are not in the config tree the walk covers)."""
     from attnsim.stack import StackSpec
     cosmetic = {"kind", "name", "description", "source"}
-    changed = {"kernels": "eager", "step_us": 10.0, "request_step_us": 10.0, "request_us": 10.0}
-    # custom_allreduce acts only on NVLink tensor parallelism: test_custom_allreduce_is_the_links_custom_mode
-    assert set(StackSpec.model_fields) == cosmetic | set(changed) | {"custom_allreduce"}
+    changed = {"kernels": "eager", "step_us": 10.0, "request_step_us": 10.0, "request_us": 10.0, "sampling": "greedy"}
+    # custom_allreduce acts only on NVLink tensor parallelism: test_custom_allreduce_is_the_links_custom_mode;
+    # async_scheduling only where there is host time: test_async_scheduling_exposes_only_host_beyond_the_step
+    assert set(StackSpec.model_fields) == cosmetic | set(changed) | {"custom_allreduce", "async_scheduling"}
     base = tmp_path / "base.yaml"
     base.write_text("kind: stack\nname: base\n")
     ref = _doc("h100_x1", f"systems.h100_x1.software={base}")["metrics"]
@@ -158,3 +159,48 @@ def test_custom_allreduce_is_the_links_custom_mode(tmp_path):
     assert custom == pytest.approx(ar_s(f"systems.dgx_h100.software={off}", "hardware.nvlink4.allreduce=custom"), rel=1e-12)
     assert 0 < custom < base  # decode-sized messages: one-/two-shot beats NCCL's latency floor
 
+
+
+def test_async_scheduling_exposes_only_host_beyond_the_step(tmp_path):
+    """async_scheduling: a step's host time overlaps its device time, only max(0, host - device) is on the
+    critical path (hand numbers: a 10 s host step exposes 10 s - the device step; 123 us is hidden)."""
+    from attnsim.stack import exposed_host_s, load_stack
+    dev = {}
+    for name, step_us, asyn in (("serial", STEP, "false"), ("hidden", STEP, "true"), ("long", 1e7, "true")):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(f"kind: stack\nname: {name}\nstep_us: {step_us}\nasync_scheduling: {asyn}\n")
+        dev[name] = _doc("h100_x1", f"systems.h100_x1.software={f}")["breakdown"]["decode_step"]
+        assert exposed_host_s(load_stack(str(f)), step_us * 1e-6, 1e-3) == (
+            max(0.0, step_us * 1e-6 - 1e-3) if asyn == "true" else step_us * 1e-6)
+    gpu = dev["serial"]["time_s_by_device"]["gpu"]
+    assert dev["serial"]["time_s_by_op"]["host_overhead"] == pytest.approx(STEP * 1e-6, rel=1e-12)
+    assert "host_overhead" not in dev["hidden"]["time_s_by_op"] and dev["hidden"]["time_s"] == pytest.approx(gpu)
+    assert dev["long"]["time_s"] == pytest.approx(10.0, rel=1e-12)  # host-bound: the host's 10 s
+    assert dev["long"]["time_s_by_op"]["host_overhead"] == pytest.approx(10.0 - gpu, rel=1e-9)
+
+
+def test_sampler_op_bytes_and_order(tmp_path):
+    """sampling: a `sampler` row after lm_head with tokens x vocabulary x SAMPLERS bytes (decode: one token per
+    request); a bytes-bound GPU op, so greedy < FlashInfer sort-free < sort-based top-p in time; its energy is
+    dynamic (not idle host time)."""
+    from attnsim.stack import SAMPLERS
+    vocab = 32000  # llama2-7b
+    t, e = {}, {}
+    for method in ("none", "greedy", "top_p_flashinfer", "top_p_sort"):
+        f = tmp_path / f"{method}.yaml"
+        f.write_text(f"kind: stack\nname: {method}\nsampling: {method}\n")
+        d = _doc("h100_x1", f"systems.h100_x1.software={f}")["breakdown"]["decode_step"]
+        t[method], e[method] = d["time_s_by_op"].get("sampler", 0.0), d["energy_j_by_op"].get("sampler", 0.0)
+    assert t["none"] == 0.0 and 0 < t["greedy"] < t["top_p_flashinfer"] < t["top_p_sort"]
+    assert all(e[m] > 0 for m in ("greedy", "top_p_flashinfer", "top_p_sort"))
+    from attnsim.hwmodels.gpu import load_hardware
+    from attnsim.workloads.trace import build_trace
+    from attnsim.workloads.zoo import load_model
+    from attnsim.workloads.scenario import Scenario
+    tr = build_trace(load_model("llama2-7b"), Scenario(batch_size=B, prompt_len=P), "decode", tp=2,
+                     sampler=SAMPLERS["top_p_sort"])
+    assert list(tr["op"][-2:]) == ["lm_head", "sampler"]
+    assert tr["act_bytes"][-1] == B * vocab * SAMPLERS["top_p_sort"][0]  # full vocabulary on every TP rank
+    # bytes-bound: the GPU's streaming time of those bytes + one kernel launch
+    g = load_hardware("h100_sxm")
+    assert t["top_p_sort"] == pytest.approx(float(g.memory_time_s(B * vocab * 200.0)) + 1e-6, rel=1e-6)

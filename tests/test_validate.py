@@ -24,9 +24,13 @@ def test_gpu_calibration_rows_within_stated_tolerance(capsys):
     rc = main(["validate", "--set", "gpu", "--json"])
     rows = json.loads(capsys.readouterr().out)
     fit = [r for r in rows if r["role"] == "calibration"]  # the presets were fitted to every vidur row
-    assert len(fit) == 2 * (9 + 6) * 5 and all("tok [us]" in r["name"] for r in fit)  # 2 GPUs x 15 x (4 ops + sum)
-    held = [r for r in rows if r["role"] == "validation"]  # LLMCompass: 10 GEMMs with K >= 1024, decode + prefill layer
-    assert len(held) == 12 and all("LLMCompass" in r["name"] or "GPT-3 layer" in r["name"] for r in held)
+    attn = [r for r in fit if "decode attention" in r["name"]]  # + the two FA3 rows h100 attention was set from
+    assert len(attn) == 2 and all("FA3" in r["name"] for r in attn)
+    assert len(fit) == 2 * (9 + 6) * 5 + 2 and all("tok [us]" in r["name"] for r in fit if r not in attn)
+    held = [r for r in rows if r["role"] == "validation"]  # LLMCompass: 10 GEMMs with K >= 1024, decode + prefill
+    # layer; H100 decode attention kernels: FA3 ctx 2,000, FA2 x 4, ONNX Runtime x 5
+    assert len(held) == 12 + 10 and all(any(s in r["name"] for s in ("LLMCompass", "GPT-3 layer", "decode attention"))
+                                        for r in held)
     assert len(rows) == len(fit) + len(held)
     assert rc == 0, [r["name"] for r in rows if not r["ok"]]
 

@@ -44,7 +44,9 @@ Modelling choices (each documented where it is made):
   combine of expert outputs are not counted.
 * Quantisation scales (per-group scale/zero of int4/fp8 KV or weights) are ignored: bytes are
   elements x dtype bytes (attnsim.workloads.model.DTYPE_BYTES).
-* lm_head runs on the last token of each request in prefill, on every token in decode.
+* lm_head runs on the last token of each request in prefill, on every token in decode; with a
+  serving stack's sampler (``sampler=``), a ``sampler`` row follows it: the stack's HBM bytes and FLOPs
+  per vocabulary entry of each sampled token (full vocabulary: the logits are gathered on every rank).
 """
 from __future__ import annotations
 
@@ -381,13 +383,16 @@ class _Rows:
 
 
 def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
-                context_lens: np.ndarray | None = None, query_tokens: np.ndarray | None = None) -> OpTrace:
+                context_lens: np.ndarray | None = None, query_tokens: np.ndarray | None = None,
+                sampler: tuple | None = None) -> OpTrace:
     """One step of ``model`` on one of ``tp`` ranks (see the module docstring for the rows).
 
     decode: each request processes query_tokens (default 1) token(s) and attends to context_lens
     tokens (default scenario.prompt_lens() + 1: the first decode step). prefill: each request
     processes its prompt (query_tokens = context_lens = prompt lengths by default) causally.
     Uneven tp: the rank of the largest shards, with flops_share / bytes_share per row.
+    ``sampler`` = (HBM bytes, FLOPs) per vocabulary entry per sampled token: a ``sampler`` row after the LM
+    head (a serving stack's sampling, :func:`attnsim.stack.sampler_cost`); None: no row.
     """
     check_tp(model, tp)
     c, q = _lengths(scenario, phase, context_lens, query_tokens)
@@ -395,15 +400,15 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
         kv = 1 if model.mla is not None or model.num_kv_heads < tp else model.num_kv_heads // tp
         return _trace(model, phase, tp, c, q, *_step_rows(model, scenario, phase, tp, (
             model.num_heads // tp, kv, model.intermediate_size // tp,
-            model.moe.expert_intermediate_size // tp if model.moe else 0), c, q))
+            model.moe.expert_intermediate_size // tp if model.moe else 0), c, q, sampler))
     shards = _rank_shards(model, tp)
     largest = tuple(int(x) for x in shards.max(axis=0))
-    rows, meta = _step_rows(model, scenario, phase, tp, largest, c, q)
+    rows, meta = _step_rows(model, scenario, phase, tp, largest, c, q, sampler)
     meta = {**meta, **_uneven_meta(model, tp)}
     flops_sum, bytes_sum = np.zeros(len(rows)), np.zeros(len(rows))
     shapes, mult = np.unique(shards, axis=0, return_counts=True)
     for shape, k in zip(shapes, mult):
-        rk = _step_rows(model, scenario, phase, tp, tuple(int(x) for x in shape), c, q)[0]
+        rk = _step_rows(model, scenario, phase, tp, tuple(int(x) for x in shape), c, q, sampler)[0]
         flops_sum += k * np.array([r.get("flops", 0.0) for r in rk])
         bytes_sum += k * np.array([_row_bytes(r) for r in rk])
     top_f = np.array([r.get("flops", 0.0) for r in rows])
@@ -444,7 +449,7 @@ def _uneven_meta(model: ModelSpec, tp: int) -> dict:
 
 
 def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard: tuple, c: np.ndarray,
-               q: np.ndarray) -> tuple[list[dict], dict]:
+               q: np.ndarray, sampler: tuple | None = None) -> tuple[list[dict], dict]:
     """Rows and meta of one rank holding ``shard`` = (query heads, KV heads, FFN columns, expert FFN columns)."""
     B, T = len(c), int(q.sum())
     w_dtype = scenario.weight_dtype or model.dtype
@@ -548,6 +553,10 @@ def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard:
     R.elementwise("final_norm", -1, 1, T * h, nf, weights=norm_w, m=T, n=h)
     last = B if phase == "prefill" else T
     R.matmul("lm_head", -1, 1, last, -(-model.vocab_size // tp), h)
+    if sampler is not None:  # every rank samples the gathered full-vocabulary logits (attnsim.stack)
+        logits = float(last) * model.vocab_size
+        R.add(op="sampler", cls="elementwise", layer_group=-1, count=1, m=last, n=model.vocab_size, batch=1,
+              flops=logits * sampler[1], act_bytes=logits * sampler[0])
 
     meta = {
         "heads_per_rank": H, "kv_heads_per_rank": Hkv, "head_dim": model.head_dim,

@@ -493,7 +493,8 @@ def placed_ops(resolved: dict, step: str = "decode") -> dict:
     final_ctx = sc.prompt_lens() + sc.output_len
     mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, final_ctx),
           "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp)}
-    plan = policy(build_trace(model, sc, step, tp=tp), system, mb, sspec.mapper.options)
+    from attnsim.stack import sampler_cost
+    plan = policy(build_trace(model, sc, step, tp=tp, sampler=sampler_cost(system)), system, mb, sspec.mapper.options)
     trace = plan.trace  # the placed rows: a mapper may split rows and add transfers (Plan.added)
     out = {}
     for role in np.unique(plan.device):

@@ -48,7 +48,7 @@ import numpy as np
 from attnsim.config import ConfigError
 from attnsim.engine import StepResult, cost_step
 from attnsim.mapper.base import CapacityError, get_policy
-from attnsim.stack import add_step_overhead
+from attnsim.stack import add_step_overhead, sampler_cost
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 
@@ -104,7 +104,8 @@ class IterationCoster:
             def place(cm, qm, subbatch_of=None, channels=None):
                 ph = "decode" if np.all(qm == 1) else "prefill"
                 sc = self.sc.model_copy(update={"batch_size": len(cm)})
-                tr = build_trace(self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm)
+                tr = build_trace(self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm,
+                                 sampler=sampler_cost(self.system))
                 if subbatch_of is not None:
                     tr.meta["subbatch_of"] = subbatch_of
                 if channels is not None:  # the channels the whole batch's requests were placed on
@@ -113,7 +114,8 @@ class IterationCoster:
             step = pipeline_step(self.system, self.model, self.layout, c, q, place,
                                  lambda plan: cost_step(plan, self.system)).result
             return add_step_overhead(step, self.system, len(c))
-        tr = build_trace(self.model, self.sc, phase, tp=self.tp, context_lens=c, query_tokens=q)
+        tr = build_trace(self.model, self.sc, phase, tp=self.tp, context_lens=c, query_tokens=q,
+                         sampler=sampler_cost(self.system))
         return add_step_overhead(cost_step(self.place(tr, c), self.system), self.system, len(c))
 
     # ------------------------------------------------------------ memo path
