@@ -64,13 +64,19 @@ def positive_number(text: str) -> float:
     return _positive_float(text, "a number > 0")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# `attnsim dram ...` registers only its own module: the other command modules import most of the simulator
+# (~1 s), which would count against the DRAM engine's whole-process speed (issue 13)
+_ONLY = {"dram": ("attnsim.cli_dram",)}
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or only ``_ONLY[argv[0]]``'s when argv starts with such a command."""
     p = OneLineParser(prog="attnsim", description="Cycle-approximate simulator of LLM inference "
                                 "on memory-centric hardware (GPU/NPU, HBM-PIM, CXL-PNM).")
     from attnsim import __version__
     p.add_argument("--version", action="version", version=f"attnsim {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in _COMMAND_MODULES:
+    for mod in _ONLY.get(argv[0], _COMMAND_MODULES) if argv else _COMMAND_MODULES:
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as exc:
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; bad input -> ``error: ...`` and 2, Ctrl-C -> ``interrupted`` and 130, a closed
     stdout pipe (``attnsim show ... | head``) -> quiet exit 141 (128 + SIGPIPE)."""
     try:
-        parser = build_parser()
+        parser = build_parser(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

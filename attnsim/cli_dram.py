@@ -276,15 +276,37 @@ def convert(args) -> int:
     return 0
 
 
+def _skip_blas_probe() -> None:
+    """Numba's first kernel load (from the cache too) imports numba.np.arraymath, whose BLAS probe imports
+    scipy.linalg: ~0.4-0.8 s of an `attnsim dram` process. No DRAM kernel calls BLAS, so the probe is answered
+    'absent' for this process only (numba then uses its own loop for np.dot-based inner products, the same
+    results); later imports of scipy work as usual."""
+    import sys
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg.cython_blas" in sys.modules:
+        return
+    sys.modules["scipy.linalg.cython_blas"] = None  # import -> ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules["scipy.linalg.cython_blas"]
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
 def run_dram(args) -> int:
+    _skip_blas_probe()
     if args.action == "convert":
         return convert(args)
     if args.out:
         raise ConfigError("--out has no effect without 'convert'", key="--out")
     out = simulate(args)
-    if args.json:
-        from attnsim.results import dumps
-        print(dumps(out))
+    if args.json:  # strict JSON as attnsim.results.dumps, without its imports (h5py, ~0.2 s)
+        import json
+        print(json.dumps(out, default=_json_default, allow_nan=False))
         return 0
     rows = [("device", out["device"]), ("requests", out["requests"]),
             ("cycles", f"{out['cycles']} ({out['clock_domain']})"), ("time", f"{out['time_s'] * 1e6:.3f} us"),

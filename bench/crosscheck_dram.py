@@ -149,7 +149,7 @@ def speed(a, n: int, tmp: str) -> None:
             line += (f" | Ramulator 2.1 loop {q['engine_wall_s']:.2f} s, process {q['process_wall_s']:.2f} s | "
                      f"x{q['engine_wall_s'] / row['engine']:.0f} engine, x{q['process_wall_s'] / row['npy']:.1f} "
                      f"process (npy), x{q['process_wall_s'] / row['text']:.1f} process (text)")
-        print(line, flush=True)
+        print(line + f" | load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
 
 
 DRAMSIM3 = {"simulator": "DRAMsim3", "repository": "umd-memsys/DRAMsim3", "commit": "2981759"}

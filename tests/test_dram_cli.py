@@ -63,3 +63,24 @@ def test_periodic_pattern_is_extrapolated_unless_disabled(capsys):
     assert d["cycles"] == pytest.approx(full["cycles"], rel=1e-3)
     rnd = json.loads(run(capsys, "--device", "lpddr5_6400", "--pattern", "random", "--requests", "2000", "--json")[1])
     assert rnd["extrapolated"] is False
+
+
+def test_dram_command_imports_only_the_dram_path():
+    """`attnsim dram` registers only its own command and loads neither the rest of the simulator nor scipy.linalg /
+    h5py / pandas / matplotlib (start-up counts in the whole-process speed, issue 13); `attnsim` lists every command."""
+    import subprocess
+    import sys
+
+    from attnsim.cli import build_parser
+    assert set(build_parser(["dram"])._subparsers._group_actions[0].choices) == {"dram"}
+    assert {"dram", "run", "sweep"} <= set(build_parser([])._subparsers._group_actions[0].choices)
+    code = ("import sys; from attnsim.cli import main; "
+            "rc = main(['dram', '--device', 'hbm2_2000', '--requests', '64', '--json']); "
+            "print(rc, sorted(m for m in sys.modules if m.startswith(('attnsim.', 'scipy.linalg', 'h5py', 'pandas', "
+            "'matplotlib')))); import scipy.linalg")  # the BLAS probe left scipy importable
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    rc, mods = p.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert rc == "0"
+    heavy = [m for m in eval(mods) if not m.startswith(("attnsim.hwmodels.dram", "attnsim.cli", "attnsim.config"))
+             and m not in ("attnsim.hwmodels", "attnsim.hwmodels.registry", "attnsim.warmup", "attnsim._version")]
+    assert heavy == []

@@ -51,24 +51,34 @@ def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
         shift += bits
     a = np.ascontiguousarray(np.asarray(addr).astype(np.uint64, copy=False))
     n = a.shape[0]
-    ch, k, row = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-    _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch, k, row)
+    k, row = np.empty(n, np.int64), np.empty(n, np.int64)
+    if mk[0] == 0:  # one channel: all zeros, not written (calloc'd pages: a 10M-request trace saves ~0.1-0.2 s)
+        ch = np.zeros(n, np.int64)
+        _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch[:0], k, row)
+    else:
+        ch = np.empty(n, np.int64)
+        _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch, k, row)
     return ch, k, row
 
 
 @njit(cache=True)
 def _decode_kernel(a, sh, mk, P, R, G, B, ch, k, row):
-    """One pass over the addresses (the mapping as shift/mask per field; mask 0 = field absent)."""
+    """One pass over the addresses (the mapping as shift/mask per field; mask 0 = field absent). An empty ``ch``:
+    the channel is 0 and not stored. Shifts and masks are read once (the stores may alias them otherwise)."""
+    s0, s1, s2, s3, s4, s5 = sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]
+    m0, m1, m2, m3, m4, m5 = mk[0], mk[1], mk[2], mk[3], mk[4], mk[5]
+    wch = ch.shape[0] > 0
     for i in range(a.shape[0]):
         x = a[i]
-        c = np.int64((x >> sh[0]) & mk[0])
-        pc = np.int64((x >> sh[1]) & mk[1])
-        ra = np.int64((x >> sh[2]) & mk[2])
-        bg = np.int64((x >> sh[3]) & mk[3])
-        ba = np.int64((x >> sh[4]) & mk[4])
-        ch[i] = c
+        c = np.int64((x >> s0) & m0)
+        pc = np.int64((x >> s1) & m1)
+        ra = np.int64((x >> s2) & m2)
+        bg = np.int64((x >> s3) & m3)
+        ba = np.int64((x >> s4) & m4)
+        if wch:
+            ch[i] = c
         k[i] = (((c * P + pc) * R + ra) * G + bg) * B + ba
-        row[i] = np.int64((x >> sh[5]) & mk[5])
+        row[i] = np.int64((x >> s5) & m5)
 
 
 @njit(cache=True)

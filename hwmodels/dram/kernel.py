@@ -267,7 +267,7 @@ def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
     r0 = r
     nr = 1
     if T[T_ACTSCOPE] == 1:  # one nRRD_S / tFAW window per pseudo-channel: kept identical in all its ranks
-        r0 = r - r % T[T_R]
+        r0 = BS[k, B_U] * T[T_R]  # its first rank (= r - r % R, without a division on the hot path)
         nr = T[T_R]
     for rr in range(r0, r0 + nr):
         if t + T[T_RRDS] > RS[rr, R_ACT]:
@@ -386,8 +386,8 @@ def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
         if v > GS[g, G_RD]:
             GS[g, G_RD] = v
         v = end + T[T_WTRS]
-        if T[T_TASCOPE] == 1:  # WR->RD turnaround per pseudo-channel
-            for rr in range(r - r % T[T_R], r - r % T[T_R] + T[T_R]):
+        if T[T_TASCOPE] == 1:  # WR->RD turnaround per pseudo-channel (its ranks u * R ..: no division)
+            for rr in range(u * T[T_R], u * T[T_R] + T[T_R]):
                 if v > RS[rr, R_RD]:
                     RS[rr, R_RD] = v
         elif v > RS[r, R_RD]:
@@ -412,7 +412,7 @@ def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
             v = tl + T[T_RTW]
             if T[T_TASCOPE] == 1 or T[T_CCDR] > 0:  # RD->WR per pseudo-channel; nCCDR to the other SIDs
                 vr = tl + T[T_CCDR]
-                for rr in range(r - r % T[T_R], r - r % T[T_R] + T[T_R]):
+                for rr in range(u * T[T_R], u * T[T_R] + T[T_R]):
                     if T[T_TASCOPE] == 1 and v > RS[rr, R_WR]:
                         RS[rr, R_WR] = v
                     if rr != r and vr > RS[rr, R_RD]:
