@@ -14,7 +14,8 @@ Where the costs land (the one mechanism, used by ``attnsim run`` and ``attnsim s
 
 - every step (prefill, each decode step, each serving iteration) gets
   ``step_us + request_step_us x requests in the step`` of host time on the critical path (the devices
-  idle: static energy only), as op ``host_overhead`` on device ``host``; a pipelined (pp > 1) decode in
+  idle: static energy only; under ``async_scheduling`` only the part beyond the step's device time), as
+  op ``host_overhead`` on device ``host``; a pipelined (pp > 1) decode in
   ``attnsim run`` puts each micro-batch's share on that micro-batch's chain instead (between its last
   stage and its next first stage: attnsim/pipeline.py ``host_s``), so it can hide behind a busier device;
 - ``request_us`` once per request, before its first step: ``attnsim run`` adds it to the prefill step
