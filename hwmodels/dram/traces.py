@@ -306,10 +306,13 @@ def _read_npy(path: str, max_requests: int):
         raise ConfigError(f"expected a 1-D array of {TRACE_DTYPE.descr}, got {t.dtype} x {t.shape}", file=path)
     if t.shape[0] > max_requests:
         raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path)
+    addr = np.array(t["addr"])  # (reads every page of the file: the records are interleaved)
+    if not t["arrival"].any():  # all at cycle 0 (the common case): calloc'd zeros, no 8 B/request copy (~0.3 s at 10M)
+        return addr, t["write"] != 0, np.zeros(t.shape[0], np.int64)
     arr = np.array(t["arrival"])
     if arr.shape[0] and (arr[0] < 0 or bool((arr[1:] < arr[:-1]).any())):
         raise ConfigError("arrival cycles must be >= 0 and not decrease", file=path)
-    return np.array(t["addr"]), t["write"] != 0, arr
+    return addr, t["write"] != 0, arr
 
 
 def write_npy(path: str, addr, is_write, arrival=None) -> None:
