@@ -63,6 +63,8 @@ class ControllerRules:
     wr_low_watermark: float = 0.2    # write drain ends below low x write_queue_entries queued writes
     wr_high_watermark: float = 0.8   # and starts above high x write_queue_entries
     refresh_stagger: bool = False    # ranks refresh in turn, tREFI / ranks apart (DRAMsim3 RANK_LEVEL_STAGGERED)
+    cmd_queue_entries: int = 0       # > 0: two-level queues (cmdqueue.py), command queues of this depth
+    cmd_queue_scope: str = "bank"    # "bank" | "rank": one command queue per bank / per rank
 
     def queue_per_pseudo_channel(self, pseudo_channels: int) -> int:
         if self.queue_scope == "channel":
@@ -72,9 +74,12 @@ class ControllerRules:
 
 PRESETS = {
     "attnsim": ControllerRules("rank", "rank", 32, "pseudo_channel", False),
-    # trans_queue_size 32 (HBM2 .ini); refresh staggered across ranks (DRAMsim3 @ 2981759 src/refresh.cc:16-17,
-    # 41-45, 64-65: every tREFI / ranks cycles the next rank, round robin; the default refresh_policy)
-    "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, refresh_stagger=True),
+    # trans_queue_size 32 (HBM2 / LPDDR4 .ini; unified_queue False: 32 reads + a 32-entry write buffer,
+    # controller.cc:30-35), cmd_queue_size 8 per bank (queue_structure PER_BANK, command_queue.cc:16-21); refresh
+    # staggered across ranks (DRAMsim3 @ 2981759 src/refresh.cc:16-17, 41-45, 64-65: every tREFI / ranks cycles
+    # the next rank, round robin; the default refresh_policy)
+    "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, write_queue_entries=32,
+                                refresh_stagger=True, cmd_queue_entries=8),
     # ClosedCAP cap 4; 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49)
     "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8),
 }
