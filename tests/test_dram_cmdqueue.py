@@ -22,6 +22,16 @@ def _with_rules(name, **kw):
     RL.PRESETS[name] = dataclasses.replace(RL.PRESETS["dramsim3"], **kw)
 
 
+# DRAMsim3 @ 2981759 built with cmake -DCMD_TRACE=ON, LPDDR4_8Gb_x16_2400.ini with channels = 1, address_mapping =
+# chrabgbaroco, cmd_queue_size = 2, trans_queue_size = 4 / 3; `dramsim3main <ini> -c 300 -t <the 6 reads at cycle
+# 0>`: its ch_0cmd.trace as (cycle, command, bank); every other field is rank 0, bank group 0.
+_A, _P, _R = "activate", "precharge", "read"
+_TAIL = [(34, _P, 0), (49, _A, 0), (64, _R, 0), (81, _P, 0), (96, _A, 0), (111, _R, 0), (128, _P, 0), (143, _A, 0),
+         (158, _R, 0), (175, _P, 0), (190, _A, 0), (205, _R, 0)]
+DRAMSIM3_CMDS = {4: [(2, _A, 0), (10, _A, 1), (17, _R, 0), (25, _R, 1)] + _TAIL,
+                 3: [(2, _A, 0), (17, _R, 0), (19, _A, 1)] + _TAIL[:1] + [(35, _R, 1)] + _TAIL[1:]}
+
+
 @pytest.mark.parametrize("read_queue,act1_cycle", [(4, 10), (3, 19)])
 def test_transaction_bypasses_a_full_command_queue(read_queue, act1_cycle):
     """Five reads to bank 0 (rows 0-4), then one to bank 1; command queues of 2 per bank. Per cycle DRAMsim3
@@ -29,7 +39,8 @@ def test_transaction_bypasses_a_full_command_queue(read_queue, act1_cycle):
     r0 in at 0, moved at 1, its ACT at 2; r1 in at 1, moved at 2 (bank 0's queue full); r2, r3, r4 in at 2-4.
     Read queue of 4: r5 in at 5, moved at 6 past r2-r4 (the oldest whose command queue has room), its ACT at
     2 + nRRD_L = 10. Read queue of 3: r5 waits for room: r0's RD at 2 + nRCD = 17 frees a slot, r2 moves
-    and r5 enters at 17, moves at 18, ACT at 19 (bank 0 has nothing legal: r1's PRE waits for the hit r2)."""
+    and r5 enters at 17, moves at 18, ACT at 19 (bank 0 has nothing legal: r1's PRE waits for the hit r2).
+    The whole command stream is DRAMsim3's own (its command trace, DRAMSIM3_CMDS)."""
     spec = dramsim3_spec("lpddr4")
     t = spec.timing
     assert (t.nRRD_L, t.nRCDRD) == (8, 15)  # the hand derivation's timings
@@ -48,6 +59,8 @@ def test_transaction_bypasses_a_full_command_queue(read_queue, act1_cycle):
     first_rd = c[c["op"] == 4][0]
     assert int(first_rd["arrival"]) == 2 + t.nRCDRD and int(first_rd["bank"]) == 0
     assert r.row_hits + r.row_misses + r.row_conflicts == 6 and r.counts["rd_bursts"] == 6
+    names = {1: _A, 2: _P, 4: _R}
+    assert [(int(x["arrival"]), names[int(x["op"])], int(x["bank"])) for x in c] == DRAMSIM3_CMDS[read_queue]
 
 
 @pytest.mark.parametrize("nacc,want", [(3, (1, CQ.KIND_COL)), (4, (0, CQ.KIND_PRE)), (9, (0, CQ.KIND_PRE))])

@@ -38,7 +38,7 @@ DRAIN_IDLE = 8     # writes that start a drain when every command queue is empty
 KIND_COL, KIND_ACT, KIND_PRE = 0, 1, 2
 
 
-@K.inline
+@K.hot
 def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS):
     """Queue ``q`` (n entries) at cycle t: (position of the first entry whose command is legal at t, or -1; its
     kind; the earliest cycle of any entry's command the arbitration allows)."""
@@ -48,10 +48,10 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS):
         k = kq[i]
         cur = BS[k, K.B_ROW]
         if cur < 0:
-            e = K.earliest_act_i(k, T, BS, GS, RS, CS)
+            e = K.earliest_act(k, T, BS, GS, RS, CS)
             kind = KIND_ACT
         elif cur == rowq[i]:
-            e = K.earliest_col_i(k, wq[i], T, BS, GS, RS, US, CS)
+            e = K.earliest_col(k, wq[i], T, BS, GS, RS, US, CS)
             kind = KIND_COL
         else:  # PRE: only for the bank's oldest entry, and no pending hit unless the row reached the limit
             ok = True
@@ -67,7 +67,7 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS):
                         break
             if not ok:
                 continue
-            e = K.earliest_pre_i(k, T, BS, CS)
+            e = K.earliest_pre(k, T, BS, CS)
             kind = KIND_PRE
         if e <= t:
             return j, kind, e
@@ -146,14 +146,14 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                     i = CQ[q, j]
                     k = kq[i]
                     if kind == KIND_PRE:
-                        K.commit_pre_i(k, t, T, BS, CS, ST)
+                        K.commit_pre(k, t, T, BS, CS, ST)
                         if CF[q, j] < 0:
                             CF[q, j] = 2
                             ST[ch, K.S_CONF] += 1
                         if ne < ecap:
                             _emit(E, ne, K.PRE, 0, k, 0, t, T)
                     elif kind == KIND_ACT:
-                        K.commit_act_i(k, rowq[i], t, T, BS, GS, RS, CS, ST)
+                        K.commit_act(k, rowq[i], t, T, BS, GS, RS, CS, ST)
                         if CF[q, j] < 0:
                             CF[q, j] = 1
                             ST[ch, K.S_MISS] += 1
@@ -161,12 +161,12 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                             _emit(E, ne, K.ACT, 0, k, rowq[i], t, T)
                     else:
                         w = wq[i]
-                        K.commit_col_i(k, w, t, 1, T, BS, GS, RS, US, CS, ST)
+                        K.commit_col(k, w, t, 1, T, BS, GS, RS, US, CS, ST)
                         if CF[q, j] < 0:
                             ST[ch, K.S_HIT] += 1
                         fl = 0
                         if closed:
-                            K.auto_pre_i(k, T, BS, ST, ch)
+                            K.auto_pre(k, T, BS, ST, ch)
                             fl = K.F_AP
                         if ne < ecap:
                             _emit(E, ne, K.WR if w == 1 else K.RD, fl, k, rowq[i], t, T)

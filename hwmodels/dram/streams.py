@@ -82,7 +82,10 @@ DRAMSIM3_STANDARDS = {
                            columns=64, burst_bytes=128, channel_width_bits=64, data_rate_mtps=2400, tck_ns=0.83),
                "timing": dict(nBL=8, nCL=17, nCWL=14, nRCDRD=15, nRCDWR=15, nRP=15, nRAS=32, nRC=47, nWR=30,
                               nRTP=12, nCCD_S=4, nCCD_L=6, nRRD_S=8, nRRD_L=8, nFAW=32, nWTR_S=8, nWTR_L=16,
-                              nRTW=13, nRFC=392, nREFI=8660)},
+                              nRTW=13, nRFC=392, nREFI=8660,
+                              # one command per cycle: DRAMsim3 issues two in a cycle only on HBM
+                              # (configuration.cc:107-109, controller.cc:84-92)
+                              separate_row_col_bus=False)},
 }
 def dramsim3_spec(std: str):
     """attnsim spec mirroring DRAMsim3's ``DRAMSIM3_STANDARDS[std]`` .ini (one channel)."""
