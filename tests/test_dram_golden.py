@@ -52,9 +52,31 @@ def test_dramsim3_golden(fname, kind):
     assert lo <= d <= hi, f"{fname} {kind}: attnsim {r.cycles} vs DRAMsim3 {s['cycles']} cycles ({d:+.2%})"
     assert abs(r.row_hits - s["row_hits"]) <= max(TOL * s["row_hits"], 0.01 * n)
     assert abs(r.counts["bank_acts"] - s["acts"]) <= max(TOL * s["acts"], 0.01 * n)
+    # equal time: column commands issued in DRAMsim3's cycles on the whole stream (no truncated-stream tail; DRAMsim3
+    # posts a write as done when it accepts it); the two-level queue kernel emits commands at their issue cycle
+    c = simulate_requests(spec, addr[:n + 2000], w[:n + 2000], mapping=g["mapping"], controller="dramsim3",
+                          refresh="ab", emit=True).commands
+    cols = int(np.count_nonzero(np.isin(c["op"], (4, 5)) & (c["arrival"] < s["cycles"])))
+    assert abs(cols / s["col_cmds"] - 1) <= TOL, (cols, s["col_cmds"])
     if not spec.timing.separate_row_col_bus:  # DRAMsim3 counts a PRE for a miss in ArbitratePrecharge, also when
         # its HBM dual-issue pass then drops it (command_queue.cc:106, controller.cc:85-88): compared without HBM
         assert abs(r.row_conflicts - s["ondemand_pres"]) <= max(TOL * s["ondemand_pres"], 0.01 * n)
+
+
+def test_dramsim3_hbm2_command_trace():
+    """The dramsim3 preset issues DRAMsim3's own commands, cycle for cycle: the first 1000 of its command trace on
+    the HBM2 mixed stream (before the first refresh; tests/data/dram_golden/cmdtrace_dramsim3_hbm2_mixed.json)."""
+    g = json.loads((GOLDEN / "cmdtrace_dramsim3_hbm2_mixed.json").read_text())
+    assert g["repository"] == "umd-memsys/DRAMsim3" and g["commit"] and g["command"]
+    spec = dramsim3_spec("hbm2")
+    addr, w = make_stream(spec.org, "mixed", 60000, 1)
+    r = simulate_requests(spec, addr[:3000], w[:3000], mapping=MAPPING, controller="dramsim3", refresh="ab",
+                          emit=True)
+    names = {1: "A", 2: "P", 4: "R", 5: "W"}
+    c = r.commands[r.commands["op"] != 6][:len(g["commands"])]
+    got = [[int(x["arrival"]), names[int(x["op"])], int(x["bg"]), int(x["bank"])] + ([int(x["row"])] if x["op"] == 1
+                                                                                      else []) for x in c]
+    assert got == g["commands"]
 
 
 def test_golden_files_name_their_source():

@@ -128,8 +128,16 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
             progress = False
             nxt_t = INF
             first_col = -1
-            for _ in range(2 if dual else 1):
+            cb = T[K.T_COLBUS]
+            bus_r = CS[ch, K.C_ROWBUS]
+            bus_c = CS[ch, cb]
+            for npass in range(2 if dual else 1):
                 found = False
+                if npass == 1:  # DRAMsim3 has no command-bus state: the second pick sees the bus of the first
+                    # command free (a same-kind pick then only moves the round robin)
+                    bus_r, CS[ch, K.C_ROWBUS] = CS[ch, K.C_ROWBUS], bus_r
+                    bus_c, CS[ch, cb] = CS[ch, cb], bus_c
+                col1 = first_col
                 for jq in range(1, nq + 1):
                     q = (qidx + jq) % nq
                     if cqn[q] == 0:
@@ -180,6 +188,11 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                     progress = True
                     first_col = 1 if kind == KIND_COL else 0
                     break
+                if npass == 1:  # the buses as the issued commands left them
+                    if col1 == 1:  # the first command's bus
+                        CS[ch, cb] = bus_c
+                    else:
+                        CS[ch, K.C_ROWBUS] = bus_r
                 if not found:
                     break
             # ---- 3. one transaction into its command queue

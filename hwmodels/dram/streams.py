@@ -74,7 +74,9 @@ DRAMSIM3_STANDARDS = {
              # BL4 bursts; 64 MiB banks x 16 = the whole 1024 MB channel: one rank
              "org": dict(channels=1, pseudo_channels=1, ranks=1, bank_groups=4, banks_per_group=4, rows=32768,
                          columns=32, burst_bytes=64, channel_width_bits=128),
-             "timing": dict(nBL=2, nCL=14, nCWL=4, nRCDRD=14, nRCDWR=14, nRP=14, nRAS=34, nRC=48, nWR=16, nRTP=6,
+             # nRTP: DRAMsim3 reads the key tRTP, absent from the .ini (it has tRTP_L / tRTP_S): its default 5
+             # (configuration.cc:307)
+             "timing": dict(nBL=2, nCL=14, nCWL=4, nRCDRD=14, nRCDWR=14, nRP=14, nRAS=34, nRC=48, nWR=16, nRTP=5,
                             nCCD_S=1, nCCD_L=2, nRRD_S=4, nRRD_L=6, nFAW=30, nWTR_S=6, nWTR_L=8, nRTW=14,
                             nRFC=260, nREFI=3900)},
     "lpddr4": {"ini": "LPDDR4_8Gb_x16_2400.ini", "base": "lpddr5_6400",
