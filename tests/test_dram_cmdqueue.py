@@ -77,9 +77,11 @@ def test_row_hit_limit_lets_a_waiting_miss_close_the_row(nacc, want):
     rowq = np.array([1, 0], np.int64)
     wq = np.zeros(2, np.int64)
     Q = np.array([[0, 1]], np.int64)
-    j, kind, e = CQ._pick(0, 2, Q, 100, kq, rowq, wq, T, BS, GS, RS, US, CS)
+    drank = np.full(2 * US.shape[0], -1, np.int64)
+    lastpre = np.full(RS.shape[0], K.NEG, np.int64)
+    j, kind, e = CQ._pick(0, 2, Q, 100, kq, rowq, wq, T, BS, GS, RS, US, CS, 0, drank, 0, lastpre)
     assert (j, kind) == want and e <= 100
-    j, kind, e = CQ._pick(0, 1, Q[:, 1:], 100, kq, rowq, wq, T, BS, GS, RS, US, CS)  # the hit alone
+    j, kind, e = CQ._pick(0, 1, Q[:, 1:], 100, kq, rowq, wq, T, BS, GS, RS, US, CS, 0, drank, 0, lastpre)  # hit alone
     assert (j, kind) == (0, CQ.KIND_COL)
 
 

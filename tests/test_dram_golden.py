@@ -63,19 +63,23 @@ def test_dramsim3_golden(fname, kind):
         assert abs(r.row_conflicts - s["ondemand_pres"]) <= max(TOL * s["ondemand_pres"], 0.01 * n)
 
 
-def test_dramsim3_hbm2_command_trace():
-    """The dramsim3 preset issues DRAMsim3's own commands, cycle for cycle: the first 1000 of its command trace on
-    the HBM2 mixed stream (before the first refresh; tests/data/dram_golden/cmdtrace_dramsim3_hbm2_mixed.json)."""
-    g = json.loads((GOLDEN / "cmdtrace_dramsim3_hbm2_mixed.json").read_text())
+@pytest.mark.parametrize("std", ["hbm2", "lpddr4"])
+def test_dramsim3_command_trace(std):
+    """The dramsim3 preset issues DRAMsim3's own commands, cycle for cycle, refresh included: the first 1700 / 1800
+    of its command trace on the mixed stream (tests/data/dram_golden/cmdtrace_dramsim3_<std>_mixed.json). HBM2:
+    dual issue, no command bus in the second pick, nRTP 5; LPDDR4: two ranks (nRTRS, staggered refresh), nPPD."""
+    g = json.loads((GOLDEN / f"cmdtrace_dramsim3_{std}_mixed.json").read_text())
     assert g["repository"] == "umd-memsys/DRAMsim3" and g["commit"] and g["command"]
-    spec = dramsim3_spec("hbm2")
+    spec = dramsim3_spec(std)
     addr, w = make_stream(spec.org, "mixed", 60000, 1)
-    r = simulate_requests(spec, addr[:3000], w[:3000], mapping=MAPPING, controller="dramsim3", refresh="ab",
+    r = simulate_requests(spec, addr[:4000], w[:4000], mapping=MAPPING, controller="dramsim3", refresh="ab",
                           emit=True)
-    names = {1: "A", 2: "P", 4: "R", 5: "W"}
-    c = r.commands[r.commands["op"] != 6][:len(g["commands"])]
-    got = [[int(x["arrival"]), names[int(x["op"])], int(x["bg"]), int(x["bank"])] + ([int(x["row"])] if x["op"] == 1
-                                                                                      else []) for x in c]
+    names = {1: "A", 2: "P", 4: "R", 5: "W", 6: "F"}
+    got = []
+    for x in r.commands[:len(g["commands"])]:
+        op = int(x["op"])
+        got.append([int(x["arrival"]), names[op], int(x["rank"])] + ([] if op == 6 else [int(x["bg"]), int(x["bank"])])
+                   + ([int(x["row"])] if op == 1 else []))
     assert got == g["commands"]
 
 
@@ -170,15 +174,19 @@ def test_pseudo_channel_scope_slows_random_hbm3_and_is_refused_when_unknown():
 
 
 def test_dramsim3_preset_staggers_refresh_across_ranks():
-    """DRAMsim3 RANK_LEVEL_STAGGERED: rank r first refreshes at (r + 1) x nREFI / ranks, then every nREFI; the
-    other presets refresh all ranks at nREFI."""
+    """DRAMsim3 RANK_LEVEL_STAGGERED: rank r is first due at (r + 1) x nREFI / ranks, then every nREFI; the
+    other presets refresh all ranks at nREFI. The ramulator2 records carry the due; the dramsim3 preset emits the
+    REF at its issue cycle: after the due, the PREs of the open banks (one per cycle, once legal) and nRP."""
     spec = device_spec("hbm3_6400", channels=1)
-    R, refi = spec.org.ranks, spec.timing.nREFI
+    t = spec.timing
+    R, refi = spec.org.ranks, t.nREFI
+    lag = t.nRAS + t.nRP + spec.org.bank_groups * spec.org.banks_per_group  # tRAS / tRTP wait, PREs, tRP
     addr = np.arange(20000) * spec.org.burst_bytes
-    for ctrl, want in (("dramsim3", [(r + 1) * refi // R for r in range(R)]), ("ramulator2", [refi] * R)):
+    for ctrl, want, slack in (("dramsim3", [(r + 1) * refi // R for r in range(R)], lag),
+                              ("ramulator2", [refi] * R, 1)):
         c = simulate_requests(spec, addr, False, controller=ctrl, emit=True, refresh="ab").commands
         ref = c[c["op"] == 6]
         first = [int(ref[(ref["pch"] == 0) & (ref["rank"] == r)]["arrival"].min()) for r in range(R)]
-        assert first == want, ctrl
+        assert all(w <= f < w + slack for f, w in zip(first, want)), (ctrl, first, want)
         r0 = ref[(ref["pch"] == 0) & (ref["rank"] == 0)]["arrival"]
-        assert np.all(np.diff(r0) == refi)
+        assert np.all(np.abs(np.diff(r0) - refi) < slack)

@@ -3,7 +3,8 @@
 DRAMsim3 @ 2981759 holds a request in a transaction queue only until it moves into the command queue of its
 bank (or rank), and schedules commands from the command queues only; per cycle (src/controller.cc:65-149):
 
-1. refresh (src/refresh.cc, kernel.auto_refresh here: a due rank closes its banks and refreshes; its queues wait);
+1. refresh (src/refresh.cc): from its due a rank's command queues wait, and the refresh takes the cycle's command
+   for a PRE of each open bank, then the REF (_refresh_step; per-bank refresh: kernel.auto_refresh, out of band);
 2. one command: the command queues in round robin, starting after the queue that issued last
    (command_queue.cc:36-54, 138-144); in a queue the first entry, in queue order, whose next command (ACT,
    PRE or the column command) is legal now (command_queue.cc:178-196, channel_state.cc:76-115). A PRE only
@@ -21,7 +22,7 @@ bank (or rank), and schedules commands from the command queues only; per cycle (
 Closed page: every column command auto-precharges (controller.cc:271-277 READ_PRECHARGE / WRITE_PRECHARGE).
 Not modelled: merging of same-address writes and reads served from the write buffer (controller.cc:166-192),
 the write-after-read hold to one address (command_queue.cc:218-230): the cross-check streams do not repeat an
-address within a queue's reach; refresh PRE/REF take no command slot (kernel.refresh_rank).
+address within a queue's reach.
 The bank timing is kernel.py's (the same earliest-cycle rules as every other scheduler).
 """
 from __future__ import annotations
@@ -39,9 +40,13 @@ KIND_COL, KIND_ACT, KIND_PRE = 0, 1, 2
 
 
 @K.hot
-def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS):
+def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, lastpre):
     """Queue ``q`` (n entries) at cycle t: (position of the first entry whose command is legal at t, or -1; its
-    kind; the earliest cycle of any entry's command the arbitration allows)."""
+    kind; the earliest cycle of any entry's command the arbitration allows). ``rtrs``: data-bus cycles added when
+    the last burst of the pseudo-channel (``drank[u]``: its rank, -1 none; ``drank[U + u]`` 1 if a write) came
+    from another rank, unless both are writes (DRAMsim3 @ 2981759 timing.cc:15-30: read_to_read_o,
+    read_to_write_o, write_to_read_o add tRTRS, write_to_write_o does not). ``ppd``: PRE -> PRE within a rank
+    (``lastpre``: last PRE per rank; DRAMsim3 timing.cc:211-221 tPPD for LPDDR4 / GDDR)."""
     best = INF
     for j in range(n):
         i = CQ[q, j]
@@ -52,6 +57,12 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS):
             kind = KIND_ACT
         elif cur == rowq[i]:
             e = K.earliest_col(k, wq[i], T, BS, GS, RS, US, CS)
+            u = BS[k, K.B_U]
+            if rtrs > 0 and drank[u] >= 0 and drank[u] != BS[k, K.B_R] and not (drank[u + US.shape[0]] == 1
+                                                                                 and wq[i] == 1):  # rank switch
+                d = US[u, K.U_DATA] - (T[K.T_CWL] if wq[i] == 1 else T[K.T_CL]) + rtrs
+                if d > e:
+                    e = d
             kind = KIND_COL
         else:  # PRE: only for the bank's oldest entry, and no pending hit unless the row reached the limit
             ok = True
@@ -68,6 +79,8 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS):
             if not ok:
                 continue
             e = K.earliest_pre(k, T, BS, CS)
+            if lastpre[BS[k, K.B_R]] + ppd > e:
+                e = lastpre[BS[k, K.B_R]] + ppd
             kind = KIND_PRE
         if e <= t:
             return j, kind, e
@@ -76,11 +89,62 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS):
     return -1, 0, best
 
 
+@K.hot
+def _refresh_step(r0, rpc, t, NB, T, BS, RS, CS, ST, ch, E, ne, ppd, lastpre):
+    """All-bank refresh as DRAMsim3 sequences it (controller.cc:71-78, command_queue.cc:56-75, channel_state.cc:78-
+    101): from its due a rank's queues wait; each cycle the refresh takes the command slot for one PRE (the first
+    open bank, in bank order, whose PRE is legal) or, all banks closed and ready, the REF. Returns (emitted count,
+    whether a command issued, the next cycle the refresh can act at)."""
+    te = INF
+    for r in range(r0, r0 + rpc):
+        due = RS[r, K.R_DUE]
+        if due > t:
+            if due < te:
+                te = due
+            continue
+        ready = t
+        pre = -1
+        for k in range(r * NB, (r + 1) * NB):
+            if BS[k, K.B_ROW] >= 0:
+                e = K.earliest_pre(k, T, BS, CS)
+                if lastpre[r] + ppd > e:
+                    e = lastpre[r] + ppd
+                if e <= t:
+                    pre = k
+                    break
+                if e < te:
+                    te = e
+                ready = INF
+            elif BS[k, K.B_ACT] > ready:
+                ready = BS[k, K.B_ACT]
+        if pre >= 0:
+            K.commit_pre(pre, t, T, BS, CS, ST)
+            lastpre[r] = t
+            if ne < E.shape[0]:
+                _emit(E, ne, K.PRE, 0, pre, 0, t, T)
+            return ne + 1, True, te
+        if ready < INF:
+            if CS[ch, K.C_ROWBUS] > ready:
+                ready = CS[ch, K.C_ROWBUS]
+            if ready <= t:
+                K.refresh_rank(r, t, -1, T, BS, CS, ST, ch)
+                RS[r, K.R_DUE] = due + T[K.T_REFI]
+                CS[ch, K.C_LAST] = t
+                CS[ch, K.C_ROWBUS] = t + T[K.T_ROWCMD]
+                if ne < E.shape[0]:
+                    _emit(E, ne, K.REF, 0, r * NB, 0, t, T)
+                return ne + 1, True, te
+            if ready < te:
+                te = ready
+    return ne, False, te
+
+
 @njit(cache=True)
-def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, depth, per_rank, closed, T, BS, GS,
-                         RS, US, CS, ST, LAT, E):
+def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, depth, per_rank, closed, rtrs, ppd, T,
+                         BS, GS, RS, US, CS, ST, LAT, E):
     """DRAMsim3's controller (module docstring) over each channel in ``chans``: read queue ``rcap`` and write
-    buffer ``wcap`` entries, command queues of ``depth`` per bank (``per_rank``: per rank). Same contract as
+    buffer ``wcap`` entries, command queues of ``depth`` per bank (``per_rank``: per rank), rank switch ``rtrs``
+    and PRE -> PRE ``ppd`` (spec timing.nRTRS, nPPD; _pick). Same contract as
     controller.ctrl_kernel_scan (statistics into ST / CS / LAT, E rows emitted with the issue cycle as their
     arrival, REF records at their due); returns the number of emitted commands."""
     nbank = BS.shape[0]
@@ -94,6 +158,8 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
     RQ = np.zeros(max(rcap, 1), np.int64)  # read queue (transaction queue), oldest first
     WB = np.zeros(max(wcap, 1), np.int64)  # write buffer
     dual = T[K.T_COLBUS] != K.C_ROWBUS    # separate row / column buses (HBM): dual issue
+    drank = np.full(2 * US.shape[0], -1, np.int64)  # per pseudo-channel: rank of the last burst; then: a write
+    lastpre = np.full(RS.shape[0], K.NEG, np.int64)  # per rank: cycle of the last PRE
     ecap = E.shape[0]
     ne = 0
     for ci in range(chans.shape[0]):
@@ -111,27 +177,30 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
         lat = 0.0
         t = arr[order[nxt]] if nxt < end else 0
         while nxt < end or nrq + nwb + incq > 0:
-            # ---- 1. refresh every rank that is due
-            if T[K.T_REFMODE] != 0:
+            cb = T[K.T_COLBUS]
+            bus_r = CS[ch, K.C_ROWBUS]  # command buses before this cycle's first command (dual issue below)
+            bus_c = CS[ch, cb]
+            # ---- 1. refresh (per-bank refresh: kernel.auto_refresh, out of band)
+            nxt_t = INF
+            refcmd = False
+            if T[K.T_REFMODE] == 2:
                 for r in range(r0, r0 + rpc):
                     while RS[r, K.R_DUE] <= t:
-                        due = RS[r, K.R_DUE]
-                        if T[K.T_REFMODE] == 2:
-                            idx = RS[r, K.R_PBNEXT]
-                            if ne < ecap:
-                                _emit(E, ne, K.REFPB, 0, r * NB + idx, 0, due, T)
-                        elif ne < ecap:
-                            _emit(E, ne, K.REF, 0, r * NB, 0, due, T)
+                        idx = RS[r, K.R_PBNEXT]
+                        if ne < ecap:
+                            _emit(E, ne, K.REFPB, 0, r * NB + idx, 0, RS[r, K.R_DUE], T)
                         ne += 1
                         K.auto_refresh(r, T, BS, RS, CS, ST, ch)
+            elif T[K.T_REFMODE] == 1:
+                ne, refcmd, te = _refresh_step(r0, rpc, t, NB, T, BS, RS, CS, ST, ch, E, ne, ppd, lastpre)
+                if te < nxt_t:
+                    nxt_t = te
             # ---- 2. at most one command (two on HBM: a column command and a row command)
-            progress = False
-            nxt_t = INF
-            first_col = -1
-            cb = T[K.T_COLBUS]
-            bus_r = CS[ch, K.C_ROWBUS]
-            bus_c = CS[ch, cb]
+            progress = refcmd
+            first_col = 0 if refcmd else -1
             for npass in range(2 if dual else 1):
+                if refcmd and npass == 0:
+                    continue  # the refresh took the cycle's first command
                 found = False
                 if npass == 1:  # DRAMsim3 has no command-bus state: the second pick sees the bus of the first
                     # command free (a same-kind pick then only moves the round robin)
@@ -142,7 +211,9 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                     q = (qidx + jq) % nq
                     if cqn[q] == 0:
                         continue
-                    j, kind, e = _pick(q, cqn[q], CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS)
+                    if T[K.T_REFMODE] == 1 and RS[r0 + (q if per_rank else q // NB), K.R_DUE] <= t:
+                        continue  # its rank waits for its refresh (command_queue.cc:40-43)
+                    j, kind, e = _pick(q, cqn[q], CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, lastpre)
                     if j < 0:
                         if e < nxt_t:
                             nxt_t = e
@@ -155,6 +226,7 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                     k = kq[i]
                     if kind == KIND_PRE:
                         K.commit_pre(k, t, T, BS, CS, ST)
+                        lastpre[BS[k, K.B_R]] = t
                         if CF[q, j] < 0:
                             CF[q, j] = 2
                             ST[ch, K.S_CONF] += 1
@@ -170,6 +242,8 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                     else:
                         w = wq[i]
                         K.commit_col(k, w, t, 1, T, BS, GS, RS, US, CS, ST)
+                        drank[BS[k, K.B_U]] = BS[k, K.B_R]
+                        drank[BS[k, K.B_U] + US.shape[0]] = w
                         if CF[q, j] < 0:
                             ST[ch, K.S_HIT] += 1
                         fl = 0
@@ -197,7 +271,8 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                     break
             # ---- 3. one transaction into its command queue
             idle = incq == 0
-            if draining == 0 and nwb > 0 and (nwb >= wcap or (nwb > DRAIN_IDLE and idle) or (idle and nrq == 0 and nxt >= end)):
+            if draining == 0 and nwb > 0 and (nwb >= wcap or (nwb > DRAIN_IDLE and idle)
+                                              or (idle and nrq == 0 and nxt >= end)):
                 draining = nwb
             src_w = draining > 0
             m = nwb if src_w else nrq

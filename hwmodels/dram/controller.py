@@ -385,7 +385,7 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         if rules.cmd_queue_entries > 0:  # two-level queues (cmdqueue.py): one implementation for every scheduler
             ne = ctrl_kernel_twolevel(order, starts, chans, k, row, w, arr, qcap, rules.write_queue_entries,
                                       rules.cmd_queue_entries, rules.cmd_queue_scope == "rank", page == "closed",
-                                      T, BS, GS, RS, US, CS, ST, LAT, E)
+                                      spec.timing.nRTRS, spec.timing.nPPD, T, BS, GS, RS, US, CS, ST, LAT, E)
         elif scheduler == "scan":
             ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
                                   CS, ST, LAT, E)
