@@ -26,9 +26,15 @@ TOL = 0.03
 # (golden file, stream) -> (lo, hi) band of attnsim/reference - 1 in simulated time, where the rule that explains
 # the gap is not modelled yet; none since the read/write queues with write drain (rules.py)
 KNOWN_GAPS: dict = {}
-# streams whose miss/conflict split differs though the time agrees: the order of drained writes (mixed: up to
-# 1.3 % of the requests move between miss and conflict); their row hits are still checked
-COUNT_GAPS = {"mixed", ("ramulator2_lpddr5", "seq")}  # LPDDR5 seq: 548 vs 1165 misses, not analysed
+# streams whose miss/conflict split differs though the time agrees; their row hits are still checked. Causes
+# (Ramulator 2.1 CmdTraceRecorder vs attnsim's emitted commands): LPDDR5 seq (548 vs 1165 misses): Ramulator's
+# FRFCFS (scheduler/impl/frfcfs.cpp:17-55, ready first then oldest) does not hold a PRE back while a hit to the
+# open row is queued, so at a row boundary it closes the row and reopens it for the last hit (1933 vs 1316 ACTs);
+# mixed (up to 1.3 % of the requests): attnsim's refresh closes rows whose ACT issued before their column command
+# (240-437 same-row re-ACTs after a REF on LPDDR5 mixed / random / fewbanks, none in Ramulator: its controllers
+# serve the active buffer before the refresh, lpddr_controller_base.cpp select_normal_candidate), plus the order
+# of drained writes. Neither rule is in the ramulator2 preset yet.
+COUNT_GAPS = {"mixed", ("ramulator2_lpddr5", "seq")}
 
 
 # DRAMsim3 (--controller dramsim3) streams outside 3 %, asserted at their band: none since the two-level queues
@@ -57,7 +63,7 @@ def test_dramsim3_golden(fname, kind):
     c = simulate_requests(spec, addr[:n + 2000], w[:n + 2000], mapping=g["mapping"], controller="dramsim3",
                           refresh="ab", emit=True).commands
     cols = int(np.count_nonzero(np.isin(c["op"], (4, 5)) & (c["arrival"] < s["cycles"])))
-    assert abs(cols / s["col_cmds"] - 1) <= TOL, (cols, s["col_cmds"])
+    assert abs(cols / s["col_cmds"] - 1) <= 0.01, (cols, s["col_cmds"])  # measured: equal on all 10 streams
     if not spec.timing.separate_row_col_bus:  # DRAMsim3 counts a PRE for a miss in ArbitratePrecharge, also when
         # its HBM dual-issue pass then drops it (command_queue.cc:106, controller.cc:85-88): compared without HBM
         assert abs(r.row_conflicts - s["ondemand_pres"]) <= max(TOL * s["ondemand_pres"], 0.01 * n)
