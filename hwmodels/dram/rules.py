@@ -32,6 +32,12 @@ is named after the simulator whose controller it emulates:
 - ``refresh_stagger``: all ranks of a pseudo-channel refresh at the same due (attnsim, Ramulator 2.1 AllBank
   refresh) or in turn, rank r first at (r + 1) x nREFI / ranks (DRAMsim3 RANK_LEVEL_STAGGERED, its default);
   JEDEC leaves the phase of each rank's refresh to the controller.
+- ``cmd_queue_entries`` / ``cmd_queue_scope``: 0 = requests are scheduled from the request queue(s) above. Else
+  DRAMsim3's two-level queues (cmdqueue.py): a request waits in the read queue (``queue_entries``) or write
+  buffer (``write_queue_entries``, drained when full or above 8 with empty command queues; the watermarks do
+  not apply) until it moves into the command queue of its bank ("bank") or rank ("rank") of this depth; commands
+  come from the command queues in round robin (DRAMsim3 @ 2981759 controller.cc, command_queue.cc). The spec's
+  ``timing.nRTRS`` and ``timing.nPPD`` apply there. JEDEC is silent (a controller structure).
 - ``device_rules``: whether the spec's nCCDR and act_cmd_cycles apply. The "attnsim" preset keeps attnsim's
   historical rule set (no inter-SID RD rule, every row command ``row_cmd_cycles`` long) so its results,
   including the PIM reproductions and the steady-state extrapolation bounds, are unchanged; it is therefore
