@@ -194,7 +194,8 @@ def run_dramsim3(root: str, std: str, kind: str, addr, w, cycles: int, tmp: str)
     c = json.load(open(stats))["0"]
     return {"cycles": cycles, "done": int(c["num_reads_done"]) + int(c["num_writes_done"]),
             "row_hits": int(c["num_read_row_hits"]) + int(c["num_write_row_hits"]), "acts": int(c["num_act_cmds"]),
-            "refs": int(c["num_ref_cmds"]), "process_wall_s": wall,
+            "ondemand_pres": int(c["num_ondemand_pres"]), "refs": int(c["num_ref_cmds"]), "process_wall_s": wall,
+            "col_cmds": int(c["num_read_cmds"]) + int(c["num_write_cmds"]),
             "command": f"build/dramsim3main <ini> -c {cycles} -t <{len(addr)}-line trace> -o <dir>"}
 
 
@@ -202,14 +203,25 @@ def dramsim3_attnsim(std: str, kind: str, addr, w, done: int, controller: str = 
     """attnsim on the first ``done`` requests of the stream (what DRAMsim3 finished in its cycles)."""
     spec = dramsim3_spec(std)
     r = simulate_requests(spec, addr[:done], w[:done], mapping=MAPPING, controller=controller, refresh="ab")
-    return {"cycles": int(r.cycles), "row_hits": int(r.row_hits), "acts": int(r.stats["bank_acts"]) if hasattr(r, "stats") and isinstance(r.stats, dict) else -1}
+    return {"cycles": int(r.cycles), "row_hits": int(r.row_hits), "acts": int(r.counts["bank_acts"]),
+            "conflicts": int(r.row_conflicts)}
+
+
+def dramsim3_attnsim_cols(std: str, addr, w, cycles: int) -> int:
+    """Column commands attnsim (dramsim3 preset) issues in the first ``cycles`` on the whole stream: the equal-time
+    comparison (no truncated-stream tail, DRAMsim3 posts writes as done when it accepts them). The two-level queue
+    kernel emits each command with its issue cycle (cmdqueue.py)."""
+    r = simulate_requests(dramsim3_spec(std), addr, w, mapping=MAPPING, controller="dramsim3", refresh="ab", emit=True)
+    c = r.commands
+    return int(np.count_nonzero(np.isin(c["op"], (4, 5)) & (c["arrival"] < cycles)))
 
 
 def crosscheck_dramsim3(a) -> None:
     stds = [s for s in a.dramsim3_standards.split(",")]
     golden = {}
     print(f"{'standard':8} {'stream':10} {'done':>7} {'DRAMsim3 cyc':>12} {'attnsim cyc':>12} {'dt':>7} "
-          f"{'hits ds3/attnsim':>18}")
+          f"{'hits ds3/attnsim':>18} {'ACTs ds3/attnsim':>18} {'PRE-for-miss ds3/conflicts':>27} "
+          f"{'RD+WR in cycles ds3/attnsim':>28}")
     with tempfile.TemporaryDirectory() as tmp:
         for std in stds:
             spec = dramsim3_spec(std)
@@ -219,8 +231,11 @@ def crosscheck_dramsim3(a) -> None:
                 if q["done"] >= a.requests:
                     raise RuntimeError(f"{std}/{kind}: DRAMsim3 finished the whole stream; use more --requests")
                 r = dramsim3_attnsim(std, kind, addr, w, q["done"], a.controller or "dramsim3")
+                cols = dramsim3_attnsim_cols(std, addr, w, q["cycles"])
                 print(f"{std:8} {kind:10} {q['done']:7} {q['cycles']:12} {r['cycles']:12} "
-                      f"{rel(r['cycles'], q['cycles']):+7.1%} {q['row_hits']:>8}/{r['row_hits']:<8}", flush=True)
+                      f"{rel(r['cycles'], q['cycles']):+7.1%} {q['row_hits']:>8}/{r['row_hits']:<8} "
+                      f"{q['acts']:>8}/{r['acts']:<8} {q['ondemand_pres']:>12}/{r['conflicts']:<8} "
+                      f"{q['col_cmds']:>8}/{cols:<8} {rel(cols, q['col_cmds']):+7.1%}", flush=True)
                 g = golden.setdefault(std, {**DRAMSIM3, "ini": DRAMSIM3_STANDARDS[std]["ini"],
                                             "ini_changes": "channels = 1, address_mapping = chrabgbaroco",
                                             "attnsim_spec": "hwmodels/dram/streams.py dramsim3_spec (DRAMSIM3_STANDARDS)",
@@ -232,7 +247,8 @@ def crosscheck_dramsim3(a) -> None:
                                 f"<checkout> --dramsim3-cycles {a.dramsim3_cycles} --requests {a.requests} "
                                 "--golden-out tests/data/dram_golden")
                 g["streams"][kind] = {"digest": stream_digest(addr, w), "cycles": q["cycles"], "done": q["done"],
-                                      "row_hits": q["row_hits"], "acts": q["acts"], "refs": q["refs"]}
+                                      "row_hits": q["row_hits"], "acts": q["acts"], "refs": q["refs"],
+                                      "ondemand_pres": q["ondemand_pres"], "col_cmds": q["col_cmds"]}
     if a.golden_out:
         os.makedirs(a.golden_out, exist_ok=True)
         for std, g in golden.items():

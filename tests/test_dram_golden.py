@@ -26,19 +26,20 @@ TOL = 0.03
 # (golden file, stream) -> (lo, hi) band of attnsim/reference - 1 in simulated time, where the rule that explains
 # the gap is not modelled yet; none since the read/write queues with write drain (rules.py)
 KNOWN_GAPS: dict = {}
-# streams whose miss/conflict split differs though the time agrees: the order of drained writes (mixed: up to
-# 1.3 % of the requests move between miss and conflict); their row hits are still checked
-COUNT_GAPS = {"mixed", ("ramulator2_lpddr5", "seq")}  # LPDDR5 seq: 548 vs 1165 misses, not analysed
+# streams whose miss/conflict split differs though the time agrees; their row hits are still checked. Causes
+# (Ramulator 2.1 CmdTraceRecorder vs attnsim's emitted commands): LPDDR5 seq (548 vs 1165 misses): Ramulator's
+# FRFCFS (scheduler/impl/frfcfs.cpp:17-55, ready first then oldest) does not hold a PRE back while a hit to the
+# open row is queued, so at a row boundary it closes the row and reopens it for the last hit (1933 vs 1316 ACTs);
+# mixed (up to 1.3 % of the requests): attnsim's refresh closes rows whose ACT issued before their column command
+# (240-437 same-row re-ACTs after a REF on LPDDR5 mixed / random / fewbanks, none in Ramulator: its controllers
+# serve the active buffer before the refresh, lpddr_controller_base.cpp select_normal_candidate), plus the order
+# of drained writes. Neither rule is in the ramulator2 preset yet.
+COUNT_GAPS = {"mixed", ("ramulator2_lpddr5", "seq")}
 
 
-# DRAMsim3 (--controller dramsim3) streams outside 3 %, asserted at their band (README "DRAM cross-check"):
-# LPDDR4 seq / strided (2 ranks, bus-bound): DRAMsim3 keeps the data bus busy while one rank refreshes; attnsim's
-# 32-entry queue fills with requests to the refreshing rank. DRAMsim3's per-bank command queues (8 per bank behind
-# the 32-entry transaction queue, round robin over banks) are not modelled.
-DS3_GAPS = {
-    ("dramsim3_lpddr4", "seq"): (0.02, 0.06),
-    ("dramsim3_lpddr4", "strided"): (0.03, 0.07),
-}
+# DRAMsim3 (--controller dramsim3) streams outside 3 %, asserted at their band: none since the two-level queues
+# (cmdqueue.py: 32-entry read queue / write buffer ahead of 8-entry command queues per bank, round robin over them)
+DS3_GAPS: dict = {}
 
 
 @pytest.mark.parametrize("fname,kind", [(f, k) for f, g in DS3.items() for k in g["streams"]])
@@ -56,6 +57,36 @@ def test_dramsim3_golden(fname, kind):
     lo, hi = DS3_GAPS.get((fname, kind), (-TOL, TOL))
     assert lo <= d <= hi, f"{fname} {kind}: attnsim {r.cycles} vs DRAMsim3 {s['cycles']} cycles ({d:+.2%})"
     assert abs(r.row_hits - s["row_hits"]) <= max(TOL * s["row_hits"], 0.01 * n)
+    assert abs(r.counts["bank_acts"] - s["acts"]) <= max(TOL * s["acts"], 0.01 * n)
+    # equal time: column commands issued in DRAMsim3's cycles on the whole stream (no truncated-stream tail; DRAMsim3
+    # posts a write as done when it accepts it); the two-level queue kernel emits commands at their issue cycle
+    c = simulate_requests(spec, addr[:n + 2000], w[:n + 2000], mapping=g["mapping"], controller="dramsim3",
+                          refresh="ab", emit=True).commands
+    cols = int(np.count_nonzero(np.isin(c["op"], (4, 5)) & (c["arrival"] < s["cycles"])))
+    assert abs(cols / s["col_cmds"] - 1) <= 0.01, (cols, s["col_cmds"])  # measured: equal on all 10 streams
+    if not spec.timing.separate_row_col_bus:  # DRAMsim3 counts a PRE for a miss in ArbitratePrecharge, also when
+        # its HBM dual-issue pass then drops it (command_queue.cc:106, controller.cc:85-88): compared without HBM
+        assert abs(r.row_conflicts - s["ondemand_pres"]) <= max(TOL * s["ondemand_pres"], 0.01 * n)
+
+
+@pytest.mark.parametrize("std", ["hbm2", "lpddr4"])
+def test_dramsim3_command_trace(std):
+    """The dramsim3 preset issues DRAMsim3's own commands, cycle for cycle, refresh included: the first 1700 / 1800
+    of its command trace on the mixed stream (tests/data/dram_golden/cmdtrace_dramsim3_<std>_mixed.json). HBM2:
+    dual issue, no command bus in the second pick, nRTP 5; LPDDR4: two ranks (nRTRS, staggered refresh), nPPD."""
+    g = json.loads((GOLDEN / f"cmdtrace_dramsim3_{std}_mixed.json").read_text())
+    assert g["repository"] == "umd-memsys/DRAMsim3" and g["commit"] and g["command"]
+    spec = dramsim3_spec(std)
+    addr, w = make_stream(spec.org, "mixed", 60000, 1)
+    r = simulate_requests(spec, addr[:4000], w[:4000], mapping=MAPPING, controller="dramsim3", refresh="ab",
+                          emit=True)
+    names = {1: "A", 2: "P", 4: "R", 5: "W", 6: "F"}
+    got = []
+    for x in r.commands[:len(g["commands"])]:
+        op = int(x["op"])
+        got.append([int(x["arrival"]), names[op], int(x["rank"])] + ([] if op == 6 else [int(x["bg"]), int(x["bank"])])
+                   + ([int(x["row"])] if op == 1 else []))
+    assert got == g["commands"]
 
 
 def test_golden_files_name_their_source():
@@ -149,15 +180,19 @@ def test_pseudo_channel_scope_slows_random_hbm3_and_is_refused_when_unknown():
 
 
 def test_dramsim3_preset_staggers_refresh_across_ranks():
-    """DRAMsim3 RANK_LEVEL_STAGGERED: rank r first refreshes at (r + 1) x nREFI / ranks, then every nREFI; the
-    other presets refresh all ranks at nREFI."""
+    """DRAMsim3 RANK_LEVEL_STAGGERED: rank r is first due at (r + 1) x nREFI / ranks, then every nREFI; the
+    other presets refresh all ranks at nREFI. The ramulator2 records carry the due; the dramsim3 preset emits the
+    REF at its issue cycle: after the due, the PREs of the open banks (one per cycle, once legal) and nRP."""
     spec = device_spec("hbm3_6400", channels=1)
-    R, refi = spec.org.ranks, spec.timing.nREFI
+    t = spec.timing
+    R, refi = spec.org.ranks, t.nREFI
+    lag = t.nRAS + t.nRP + spec.org.bank_groups * spec.org.banks_per_group  # tRAS / tRTP wait, PREs, tRP
     addr = np.arange(20000) * spec.org.burst_bytes
-    for ctrl, want in (("dramsim3", [(r + 1) * refi // R for r in range(R)]), ("ramulator2", [refi] * R)):
+    for ctrl, want, slack in (("dramsim3", [(r + 1) * refi // R for r in range(R)], lag),
+                              ("ramulator2", [refi] * R, 1)):
         c = simulate_requests(spec, addr, False, controller=ctrl, emit=True, refresh="ab").commands
         ref = c[c["op"] == 6]
         first = [int(ref[(ref["pch"] == 0) & (ref["rank"] == r)]["arrival"].min()) for r in range(R)]
-        assert first == want, ctrl
+        assert all(w <= f < w + slack for f, w in zip(first, want)), (ctrl, first, want)
         r0 = ref[(ref["pch"] == 0) & (ref["rank"] == 0)]["arrival"]
-        assert np.all(np.diff(r0) == refi)
+        assert np.all(np.abs(np.diff(r0) - refi) < slack)

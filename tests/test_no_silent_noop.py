@@ -273,6 +273,9 @@ ALTERNATIVE = {
     # applied by the controller presets with device rules (hwmodels/dram/rules.py), not by the "attnsim" one
     "Timing.nCCDR": Alt(8, extra=("hardware.hbm3_5200_pim.controller=ramulator2",)),
     "Timing.act_cmd_cycles": Alt(4, extra=("hardware.hbm3_5200_pim.controller=ramulator2",)),
+    # applied by the dramsim3 preset's two-level queue scheduler (hwmodels/dram/cmdqueue.py)
+    "Timing.nRTRS": Alt(6, extra=("hardware.hbm3_5200_pim.controller=dramsim3",)),
+    "Timing.nPPD": Alt(8, extra=("hardware.hbm3_5200_pim.controller=dramsim3",)),
     "Energy.refpb_pj": Alt(5000.0, extra=PB),
     "IDD.idd5pb_ma": Alt(300.0, extra=PB),
     # reliability (KV in the cxl tier on cxl_pnm)

@@ -22,6 +22,7 @@ from attnsim.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
+from attnsim.hwmodels.dram.cmdqueue import ctrl_kernel_twolevel
 from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
 from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, drain_mode, gap_refresh, room
 from attnsim.hwmodels.dram.rules import controller_rules
@@ -371,7 +372,7 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     if scheduler == "fast" and (n >= AGE_LIMIT or spec.banks_per_channel > MAX_BANKS):
         scheduler = "heap"  # beyond the flat scheduler's key fields (flat.py)
     periodic = (extrapolate and not emit and scheduler != "scan" and steady_windows >= 8
-                and steady.is_periodic(addr, w, arr))
+                and not rules.cmd_queue_entries and steady.is_periodic(addr, w, arr))
     if n > 1 and n_ch > 1:  # channel-contiguous copies: the scheduler then reads the stream sequentially
         k, row, w, arr = _by_channel(order, k, row, w, arr)
         order = np.arange(n, dtype=np.int64)
@@ -391,7 +392,11 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         WF = np.zeros((nc, max(maxw, 1)), np.int64)
         win = steady.window_cycles(T)
         w0 = time.perf_counter()
-        if scheduler == "scan":
+        if rules.cmd_queue_entries > 0:  # two-level queues (cmdqueue.py): one implementation for every scheduler
+            ne = ctrl_kernel_twolevel(order, starts, chans, k, row, w, arr, qcap, rules.write_queue_entries,
+                                      rules.cmd_queue_entries, rules.cmd_queue_scope == "rank", page == "closed",
+                                      spec.timing.nRTRS, spec.timing.nPPD, T, BS, GS, RS, US, CS, ST, LAT, E)
+        elif scheduler == "scan":
             ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
                                   CS, ST, LAT, E)
         else:

@@ -32,6 +32,12 @@ is named after the simulator whose controller it emulates:
 - ``refresh_stagger``: all ranks of a pseudo-channel refresh at the same due (attnsim, Ramulator 2.1 AllBank
   refresh) or in turn, rank r first at (r + 1) x nREFI / ranks (DRAMsim3 RANK_LEVEL_STAGGERED, its default);
   JEDEC leaves the phase of each rank's refresh to the controller.
+- ``cmd_queue_entries`` / ``cmd_queue_scope``: 0 = requests are scheduled from the request queue(s) above. Else
+  DRAMsim3's two-level queues (cmdqueue.py): a request waits in the read queue (``queue_entries``) or write
+  buffer (``write_queue_entries``, drained when full or above 8 with empty command queues; the watermarks do
+  not apply) until it moves into the command queue of its bank ("bank") or rank ("rank") of this depth; commands
+  come from the command queues in round robin (DRAMsim3 @ 2981759 controller.cc, command_queue.cc). The spec's
+  ``timing.nRTRS`` and ``timing.nPPD`` apply there. JEDEC is silent (a controller structure).
 - ``device_rules``: whether the spec's nCCDR and act_cmd_cycles apply. The "attnsim" preset keeps attnsim's
   historical rule set (no inter-SID RD rule, every row command ``row_cmd_cycles`` long) so its results,
   including the PIM reproductions and the steady-state extrapolation bounds, are unchanged; it is therefore
@@ -63,6 +69,8 @@ class ControllerRules:
     wr_low_watermark: float = 0.2    # write drain ends below low x write_queue_entries queued writes
     wr_high_watermark: float = 0.8   # and starts above high x write_queue_entries
     refresh_stagger: bool = False    # ranks refresh in turn, tREFI / ranks apart (DRAMsim3 RANK_LEVEL_STAGGERED)
+    cmd_queue_entries: int = 0       # > 0: two-level queues (cmdqueue.py), command queues of this depth
+    cmd_queue_scope: str = "bank"    # "bank" | "rank": one command queue per bank / per rank
 
     def queue_per_pseudo_channel(self, pseudo_channels: int) -> int:
         if self.queue_scope == "channel":
@@ -72,9 +80,12 @@ class ControllerRules:
 
 PRESETS = {
     "attnsim": ControllerRules("rank", "rank", 32, "pseudo_channel", False),
-    # trans_queue_size 32 (HBM2 .ini); refresh staggered across ranks (DRAMsim3 @ 2981759 src/refresh.cc:16-17,
-    # 41-45, 64-65: every tREFI / ranks cycles the next rank, round robin; the default refresh_policy)
-    "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, refresh_stagger=True),
+    # trans_queue_size 32 (HBM2 / LPDDR4 .ini; unified_queue False: 32 reads + a 32-entry write buffer,
+    # controller.cc:30-35), cmd_queue_size 8 per bank (queue_structure PER_BANK, command_queue.cc:16-21); refresh
+    # staggered across ranks (DRAMsim3 @ 2981759 src/refresh.cc:16-17, 41-45, 64-65: every tREFI / ranks cycles
+    # the next rank, round robin; the default refresh_policy)
+    "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, write_queue_entries=32,
+                                refresh_stagger=True, cmd_queue_entries=8),
     # ClosedCAP cap 4; 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49)
     "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8),
 }

@@ -82,6 +82,10 @@ class Timing(Schema):
     row_cmd_cycles: Cycles = 1     # command-bus slots of a row command (ACT/PRE)
     act_cmd_cycles: Optional[Cycles] = None  # row-bus slots of an ACT if longer (JESD235 HBM2: 2); default above
     nCCDR: CyclesOrZero = 0        # RD -> RD to another SID of the pseudo-channel (JESD238 HBM3 tCCDR); 0 = none
+    nRTRS: CyclesOrZero = 0        # data-bus gap between bursts of different ranks, except WR -> WR (DRAMsim3 tRTRS;
+    # applied by the dramsim3 preset, cmdqueue.py; JEDEC leaves the rank-to-rank switch to the controller/board)
+    nPPD: CyclesOrZero = 0         # PRE -> PRE to another bank of the rank (LPDDR4 tPPD, JESD209-4; applied by the
+    # dramsim3 preset, cmdqueue.py)
     separate_row_col_bus: bool = True   # HBM has separate row/column command pins (JESD235/238)
 
 
