@@ -9,6 +9,10 @@ and x all the rest (bank, bank group, rank, pseudo-channel terms and the arrival
 recomputed eagerly when its inputs change: a bank's own candidates when the bank is touched (enqueue, command,
 refresh); after an ACT the ACT candidates of that rank (nRRD, tFAW); after a RD/WR the hit candidates of that
 pseudo-channel (data bus, nCCD, nWTR, nRTW), found through per-bank bitmasks. No other command changes any x.
+The RD/WR update is incremental: only that commit changed the hit candidates' inputs and each only grows (the
+data-bus end strictly, rank and bank-group terms are max-updated), so x = max(x, rank term) per rank of the
+pseudo-channel and max(x, group term) for the committed bank's group -- equal to the full recomputation (issue 13:
+~10 % of the seq stream's engine time).
 The selection is then one branch-free (vectorised) scan over the 2 x banks candidates of the key
 min(max(x, C) - base, sat) << (31 + eb) | not_hit << (30 + eb) | age << eb | index: the queue scan's order
 (cycle, then row hits, then the oldest), with the winner's index in the low eb bits. A saturated cycle field
@@ -504,38 +508,52 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 free[nfree] = slot
                 nfree += 1
                 qn -= 1
-                # data bus / nCCD / nWTR / nRTW moved: the hit candidates of this pseudo-channel
+                # data bus / nCCD / nWTR / nRTW moved: the hit candidates of this pseudo-channel. Only this commit
+                # changed their inputs and every input only grows (the data-bus end strictly, the rank and group
+                # terms are max-updated), so x = max(x, rank term) per rank, and the group term for bank k's group:
+                # the same value as recomputing max(LA, data bus, rank, group) with four loads per candidate
                 u = BS[k, K.B_U]
                 d = US[u, K.U_DATA]
-                lo = u * nbu - kbase
-                hi = lo + nbu
+                for rr in range(u * R, u * R + R):
+                    vr = d - T[K.T_CL]
+                    if RS[rr, K.R_RD] > vr:
+                        vr = RS[rr, K.R_RD]
+                    vw = d - T[K.T_CWL]
+                    if RS[rr, K.R_WR] > vw:
+                        vw = RS[rr, K.R_WR]
+                    lo = rr * nbr - kbase
+                    hi = lo + nbr
+                    for wd in range(lo >> 6, ((hi - 1) >> 6) + 1):
+                        mm = _range_word(MH, wd, lo, hi)
+                        while mm != 0:
+                            q = (wd << 6) + _cttz(mm)
+                            mm &= mm - 1
+                            if vr > X[q]:
+                                X[q] = vr
+                        mm = _range_word(MW, wd, lo, hi)
+                        while mm != 0:
+                            q = nbc + (wd << 6) + _cttz(mm)
+                            mm &= mm - 1
+                            if vw > X[q]:
+                                X[q] = vw
+                g = BS[k, K.B_G]
+                vr = GS[g, K.G_RD]
+                vw = GS[g, K.G_WR]
+                lo = g * B - kbase
+                hi = lo + B
                 for wd in range(lo >> 6, ((hi - 1) >> 6) + 1):
                     mm = _range_word(MH, wd, lo, hi)
                     while mm != 0:
                         q = (wd << 6) + _cttz(mm)
                         mm &= mm - 1
-                        kk = kbase + q
-                        v = d - T[K.T_CL]
-                        x = RS[BS[kk, K.B_R], K.R_RD]
-                        if x > v:
-                            v = x
-                        x = GS[BS[kk, K.B_G], K.G_RD]
-                        if x > v:
-                            v = x
-                        X[q] = LA[q] if LA[q] > v else v
+                        if vr > X[q]:
+                            X[q] = vr
                     mm = _range_word(MW, wd, lo, hi)
                     while mm != 0:
-                        q = (wd << 6) + _cttz(mm)
+                        q = nbc + (wd << 6) + _cttz(mm)
                         mm &= mm - 1
-                        kk = kbase + q
-                        v = d - T[K.T_CWL]
-                        x = RS[BS[kk, K.B_R], K.R_WR]
-                        if x > v:
-                            v = x
-                        x = GS[BS[kk, K.B_G], K.G_WR]
-                        if x > v:
-                            v = x
-                        X[nbc + q] = LW[q] if LW[q] > v else v
+                        if vw > X[q]:
+                            X[q] = vw
             ne += 1
             nwh += _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
                          X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
