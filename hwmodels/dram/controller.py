@@ -338,7 +338,12 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         queue = rules.queue_per_pseudo_channel(spec.org.pseudo_channels)
     addr = np.asarray(addr)
     n = addr.shape[0]
-    w = np.ascontiguousarray(np.broadcast_to(np.asarray(is_write, dtype=np.int64), (n,)))
+    wb = np.asarray(is_write)
+    if wb.dtype == np.bool_ and wb.shape == (n,):  # calloc'd zeros + the writes' ones: a read stream writes no page
+        w = np.zeros(n, np.int64)
+        w[wb] = 1
+    else:
+        w = np.ascontiguousarray(np.broadcast_to(np.asarray(is_write, dtype=np.int64), (n,)))
     arr = np.zeros(n, np.int64) if arrival is None else np.ascontiguousarray(np.asarray(arrival, dtype=np.int64))
     top = K.max_cycle(spec.banks_per_channel)
     if arr.shape != (n,) or (n and (arr.min() < 0 or arr.max() > top)):
