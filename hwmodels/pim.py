@@ -80,6 +80,9 @@ class PIMSpec(Schema):
     units: PositiveInt = 1
     capacity_gb_per_unit: Optional[float] = Field(None, gt=0)
     refresh: Literal["ab", "pb", "none"] = "ab"
+    # isa newton: NewtonSim's refresh guard (hwmodels/pim_refresh.py): a GWRITE / GEMV tile starts only if its
+    # estimated latency fits before the next refresh, else the PIM waits for that refresh
+    refresh_guard: bool = False
     # isa newton (NeuPIMs): request -> channel placement, greedy = attnsim's offline LPT (longest first to the
     # least loaded channel), online = the artefact's ch_load_balancing (requests in arrival order, each to the
     # least loaded channel then), round_robin = request i on channel i mod channels, or an explicit list
@@ -172,6 +175,9 @@ class PIMDevice:
         if spec.channel_assignment != "greedy" and spec.isa != "newton":
             raise ConfigError(f"expected greedy (channel_assignment applies to isa newton), got "
                               f"{spec.channel_assignment!r} with isa {spec.isa}", key="channel_assignment")
+        if spec.refresh_guard and (spec.isa != "newton" or spec.refresh == "none"):
+            raise ConfigError(f"expected false (refresh_guard applies to isa newton with refresh on), got true with "
+                              f"isa {spec.isa}, refresh {spec.refresh}", key="refresh_guard")
         self._init_mapping()
 
     def _init_mapping(self) -> None:
@@ -317,7 +323,7 @@ class PIMDevice:
                 m_arr[j] = mult[s + j]
                 k += len(c["op"])
             res = run_commands(self.dram, rec, multiplicity=m_arr, refresh=self.spec.refresh)
-            t_max = max(t_max, float(res.time_s))
+            t_max = max(t_max, float(res.time_s) if not self.spec.refresh_guard else self._guarded_s(rec, batch))
             for key, v in res.energy_j.items():
                 if key != "dram_background":  # static: PIMDevice.static_power_w x step time
                     energy[key] = energy.get(key, 0.0) + float(v)
@@ -336,6 +342,24 @@ class PIMDevice:
             energy["dram_read_write"] = energy.get("dram_read_write", 0.0) / 2.0
             counts["pim_bytes"] //= 2
         return t_max, energy, counts
+
+    def _guarded_s(self, rec, batch) -> float:
+        """Slowest channel of ``rec`` (channels ``batch``) under NewtonSim's refresh guard
+        (hwmodels/pim_refresh.py); the energy stays the engine run's."""
+        from attnsim.hwmodels.dram.engine import make_cmds, raw_run, run_commands
+        from attnsim.hwmodels.dram.rules import controller_rules
+        from attnsim.hwmodels.pim_refresh import guarded_cycles
+
+        def run(c):
+            r = make_cmds(len(c["op"]))
+            for f in ("op", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles"):
+                r[f][:] = c[f]
+            return float(run_commands(self.dram, r, refresh="none").time_s) / self.tck_s
+
+        total = raw_run(self.dram, rec, refresh="none")[0]
+        stagger = controller_rules(None, self.dram).refresh_stagger
+        return max(guarded_cycles(self.dram, c, float(total[j]), run, staggered=stagger)
+                   for j, c in enumerate(batch)) * self.tck_s
 
     # ------------------------------------------------------------ ops
     def _streams(self, trace, i: int) -> bool:

@@ -16,8 +16,9 @@ The NPU and the PIM share one HBM: weights and KV both live in the PIM pool's me
   pipelined step (the runner marks its trace ``meta["subbatch_of"]``), the concurrent sub-batch's NPU
   memory traffic (its GEMMs' weight stream, its new K/V writes, and the NPU's time for them) is recorded
   in the trace (``meta["neupims_rowbuffer"]``) and timed with the PIM commands on the DRAM engine
-  (hwmodels/rowbuffer.py): single row buffer = both streams interleaved in the same banks, each
-  switch closing the other's row (the npu+pim baseline); dual = PIM on its own row buffer. With
+  (hwmodels/rowbuffer.py): single row buffer = the channel serves PIM tiles and NPU traffic in turns,
+  the NPU first, each switch re-opening the other's rows (the npu+pim baseline's controller); dual = PIM
+  on its own row buffer. With
   another PIM ISA there is no such model: a single row buffer then runs the ops one after another.
 
 With ``isa: newton`` softmax runs on the NPU's vector units (NeuPIMs: the logits come back by READRES,

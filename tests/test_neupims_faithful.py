@@ -183,8 +183,8 @@ def test_gact_counts_four_acts_in_tfaw():
 def test_tighter_tfaw_slows_the_logit_gemv():
     low = lower_newton("score", [300] * 32, heads=8, dhead=128, group=1, elem_bytes=2.0, n_channels=32,
                        org=DEV.org, pu=DEV.pu)
-    base = pim(refresh="none").run(low)[0]
-    slow = pim(refresh="none", dram_overrides={"timing": {"nFAW": 60}}).run(low)[0]
+    base = pim(refresh="none", refresh_guard=False).run(low)[0]
+    slow = pim(refresh="none", refresh_guard=False, dram_overrides={"timing": {"nFAW": 60}}).run(low)[0]
     # per tile (row opening) the 4 G_ACTs of a rank are tFAW apart: 3 x (60 - 30) CK more per tile
     tiles = int(np.count_nonzero(low.commands[0]["op"] == ENGINE_CODES["PREA"]))
     assert tiles == 2 * 10                       # 2 chunks x ceil(300 / 32) tiles, one request per channel
@@ -405,3 +405,40 @@ def test_single_row_buffer_takes_turns_and_the_npu_goes_first():
     s = alone / (0.9 * 10 * t_mem)
     part = npu_stream(DEV.org, rd * s, wr * s, row0=int(DEV.org.rows * 0.5))
     assert window(10 * t_mem) == pytest.approx(run_shared(DEV, low, "single", part)[0])
+
+
+def test_refresh_guard_estimate_and_schedule_by_hand():
+    """NewtonSim CanMeetRefreshDeadline (neupims_command_queue.cc) with EstimatePIMOperationLatency
+    (channel_state.cc): K tile = 32 open PIM rows x tRTP 5 + tFAW 30 x (8 G_ACT / 2 - 1) + tRCD 14 +
+    2 x 32 COMPs + 2 x (4 READRES - 1) = 334 CK; GWRITE = tRP + tRCD + (tCCD_S + tCCD_L) x 32 = 124."""
+    from attnsim.hwmodels.pim_refresh import estimate_cycles, guarded_cycles, split_units
+    t = SPEC.timing
+    assert estimate_cycles(t, 8, 32, 4, True, 32) == 334 and estimate_cycles(t, 8, 32, 4, True, 0) == 174
+    assert estimate_cycles(t, 8, 19, 1, True, 0) == 90 + 14 + 2 * 32   # 19 COMPs: the header's 32
+    assert estimate_cycles(t, 0, 0, 1, True, 0) == 124 and estimate_cycles(t, 0, 0, 1, False, 0) is None
+    low = lower_newton("score", [2000], heads=8, dhead=128, group=1, elem_bytes=2.0, n_channels=1,
+                       org=DEV.org, pu=DEV.pu)
+    c = low.commands[0]
+    units = split_units(c)
+    assert len(units) == 2 + 2 * 63          # 2 chunks: a GWRITE + ceil(2000 / 32) tiles each
+    run = lambda r: float(run_commands(SPEC, _one_channel(r), refresh="none").time_s) / 1e-9
+    total = run(c)
+    far = SPEC.model_copy(update={"timing": t.model_copy(update={"nREFI": 10 ** 9})})
+    assert guarded_cycles(far, c, total, run) == round(total)   # no refresh due: nothing waits
+    g = guarded_cycles(SPEC, c, total, run)
+    n_ref = int(g // (t.nREFI // 2))            # refreshes passed (one rank every nREFI / 2)
+    stall = t.nRP + t.nRFC
+    # every refresh costs its stall, plus at most the estimate of the operation it did not start
+    assert total + n_ref * stall <= g <= total + (n_ref + 1) * (stall + 334)
+    assert g > total + n_ref * stall + n_ref * 50   # the guard wastes slack at (nearly) every refresh
+    with pytest.raises(ConfigError, match="refresh_guard"):
+        registry.build({**load_yaml(find_config("hardware", "fimdram_hbm2")), "refresh_guard": True},
+                       file="fimdram_hbm2")
+
+
+def _one_channel(c):
+    from attnsim.hwmodels.dram.engine import make_cmds
+    r = make_cmds(len(c["op"]))
+    for f in ("op", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles"):
+        r[f][:] = c[f]
+    return r
