@@ -323,7 +323,7 @@ def flow_shop(t: np.ndarray, x: np.ndarray, group: list) -> tuple[np.ndarray, np
 
 
 def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, place, cost,
-                  host_s=None) -> PipelineStep:
+                  host_s=None, host_overlap: bool = False) -> PipelineStep:
     """Cost one step of a replica's batch (``context_lens`` / ``query_tokens`` per request) through the
     pipeline. ``place(ctx, q, subbatch_of=None) -> Plan`` places a micro-batch's full trace (policy + memory
     of the whole replica; ``subbatch_of`` = s marks one of s concurrent sub-batches, as the runner does); ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras);
@@ -331,7 +331,9 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
     costed by engine.cost_step_pipelined per stage, as attnsim.runner does without PP.
     ``host_s(requests) -> seconds`` (decode): the software stack's host time of each micro-batch's token
     (sampling between its last stage and its next first stage) on that micro-batch's chain; the host
-    runs the micro-batches' shares one after another, so its sum is one more load on the period."""
+    runs the micro-batches' shares one after another, so its sum is one more load on the period.
+    ``host_overlap`` (the stack's async_scheduling): a share overlaps its micro-batch's chain, only
+    max(0, share - chain) is on the chain (the period is then max(load, chain, sum of the shares))."""
     c = np.atleast_1d(np.asarray(context_lens, dtype=np.int64))
     q = np.atleast_1d(np.asarray(query_tokens, dtype=np.int64))
     phase_decode = bool(np.all(q == 1))
@@ -393,9 +395,10 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
     if host_s is not None and phase_decode:
         from attnsim.stack import HOST_DEVICE, HOST_OP
         h = np.array([host_s(len(idx)) for idx in parts])
-        chain = chain + h
+        he = np.maximum(0.0, h - chain) if host_overlap else h  # the part of each share on its chain
+        chain = chain + he
         step_time = float(max(load.max(), chain.max(), h.sum()))
-        for hm in h[h > 0]:
+        for hm in he[he > 0]:
             results.append(StepResult(time_s=float(hm), time_s_by_op={HOST_OP: float(hm)},
                                       time_s_by_device={HOST_DEVICE: float(hm)}))
     res = _combine(results, system, step_time, per_group_bytes=_group_bytes(parts, memo, c, q, layout))
@@ -522,7 +525,8 @@ class RunPipeline:
         from attnsim.stack import NONE, step_overhead_s
         stack = getattr(self.system, "stack", NONE)
         step = pipeline_step(self.system, self.model, self.layout, ctx, np.ones_like(ctx), self.place("decode"),
-                             self._cost, host_s=lambda n: step_overhead_s(stack, n))
+                             self._cost, host_s=lambda n: step_overhead_s(stack, n),
+                             host_overlap=stack.async_scheduling)
         if self.decode_first is None:
             self.decode_first = step
         return step.result

@@ -17,7 +17,8 @@ Where the costs land (the one mechanism, used by ``attnsim run`` and ``attnsim s
   idle: static energy only; under ``async_scheduling`` only the part beyond the step's device time), as
   op ``host_overhead`` on device ``host``; a pipelined (pp > 1) decode in
   ``attnsim run`` puts each micro-batch's share on that micro-batch's chain instead (between its last
-  stage and its next first stage: attnsim/pipeline.py ``host_s``), so it can hide behind a busier device;
+  stage and its next first stage: attnsim/pipeline.py ``host_s``; under ``async_scheduling`` only the part
+  beyond that chain's device time), so it can hide behind a busier device;
 - ``request_us`` once per request, before its first step: ``attnsim run`` adds it to the prefill step
   (op ``host_request``; the batch's requests are tokenized concurrently, so one request's cost), so TTFT
   includes it; ``attnsim serve`` delays each request's entry by it (its TTFT and latency include it).
@@ -41,7 +42,7 @@ from pydantic import Field
 
 from attnsim.config import ConfigError, Schema
 
-# Sampler HBM traffic per vocabulary entry of one sampled token: (bytes, FLOPs, passes) [M], vLLM v0.11 V1
+# Sampler work per vocabulary entry of one sampled token: (HBM bytes, FLOPs) [M], vLLM v0.11 V1
 # sampler (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py; the vLLM source is not mirrored here: the pass
 # lists are from its structure as of v0.10-v0.11 and are ASSUMPTIONS, ranges in the comments).
 SAMPLERS = {

@@ -204,3 +204,21 @@ def test_sampler_op_bytes_and_order(tmp_path):
     # bytes-bound: the GPU's streaming time of those bytes + one kernel launch
     g = load_hardware("h100_sxm")
     assert t["top_p_sort"] == pytest.approx(float(g.memory_time_s(B * vocab * 200.0)) + 1e-6, rel=1e-6)
+
+
+def test_async_scheduling_under_pipeline_parallelism(tmp_path):
+    """pp > 1 decode (each micro-batch's host share on its chain, attnsim/pipeline.py): under async_scheduling
+    a share overlaps its chain, so chain + max(0, share - chain) = max(chain, share) and the period is
+    max(device period, shares in a row) (hand form; 2 micro-batches of 2 requests, no per-request cost)."""
+    pp = "systems.dgx_h100.parallelism={tp: 4, pp: 2}"
+    sc = "experiment.scenarios={s: {batch_size: 4, prompt_len: 48, output_len: 3}}"
+    dev = _doc("dgx_h100", pp, sc, "systems.dgx_h100.software=none")["metrics"]["tpot_s"]
+    for step_us in (0.3 * dev * 1e6, 0.7 * dev * 1e6, 3.0 * dev * 1e6):  # hidden; shares in a row bind; host-bound
+        tpot = {}
+        for asyn in ("false", "true"):
+            f = tmp_path / f"{asyn}.yaml"
+            f.write_text(f"kind: stack\nname: s{asyn}\nstep_us: {step_us}\nasync_scheduling: {asyn}\n")
+            tpot[asyn] = _doc("dgx_h100", pp, sc, f"systems.dgx_h100.software={f}")["metrics"]["tpot_s"]
+        assert tpot["true"] == pytest.approx(max(dev, 2 * step_us * 1e-6), rel=1e-9)
+        assert tpot["false"] >= tpot["true"]
+    assert tpot["false"] == tpot["true"]  # host-bound: the host's shares in a row either way
