@@ -232,10 +232,10 @@ def power_runs(sets: tuple = (), roles: tuple = ("calibration", "validation")) -
         time_s = p["time_s"] + (n_out - 1) * s["time_s"]
         energy_j = p["energy_j"] + (n_out - 1) * s["energy_j"]
         m = pre["metrics"]
-        gpus = m["tp"] * m.get("pp", 1) * m["replicas"]
+        gpus = m["tp"] * m.get("pp", 1)  # the breakdown's steps are one replica's (engine.cost_step, set_static)
         out.append({**r, "source": data["source"], "tolerance": data["tolerance"], "decode_context": ctx,
                     "model_power_w_per_gpu": energy_j / time_s / gpus,
-                    "model_energy_per_token_j": energy_j / (m["batch_per_replica"] * m["replicas"] * n_out),
+                    "model_energy_per_token_j": energy_j / (m["batch_per_replica"] * n_out),
                     "model_tpot_ms": s["time_s"] * 1e3, "model_step_ms": time_s / n_out * 1e3})
     return out
 

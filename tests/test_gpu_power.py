@@ -202,3 +202,20 @@ def test_power_set_rows():
     rows = validate.power_rows()
     assert {r.role for r in rows} == {"calibration", "validation"}
     assert all(np.isfinite(r.measured) and r.published > 0 and r.source for r in rows)
+
+
+def test_power_runs_per_gpu_and_per_token_do_not_scale_with_replicas(monkeypatch):
+    """power_runs' energy and time are one replica's steps (engine.cost_step): 2 replicas of 1 GPU serving 2 x
+    the batch draw the same per-GPU power and J/token as 1 replica (they were halved: divided by replicas twice)."""
+    from attnsim import validate
+    real = validate._load
+    row = {"model_id": "x", "model": "llama3-8b", "system": "h100_x1_vllm.yaml", "role": "calibration",
+           "avg_batch_size": 8, "avg_output_len": 20, "len_weighted_output_len": 30}
+    out = {}
+    for reps in (1, 2):
+        monkeypatch.setattr(validate, "_load", lambda n, b=8 * reps: {**real(n), "rows": [{**row, "avg_batch_size": b}]})
+        (out[reps],) = validate.power_runs(sets=("models.llama3-8b.num_layers=2",
+                                                 f"systems.h100_x1_vllm.devices.gpu.count={reps}",
+                                                 f"systems.h100_x1_vllm.parallelism.replicas={reps}"))
+    for k in ("model_power_w_per_gpu", "model_energy_per_token_j", "model_step_ms"):
+        assert out[2][k] == pytest.approx(out[1][k], rel=1e-9), k
