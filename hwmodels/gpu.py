@@ -234,6 +234,9 @@ class GPUModel:
 
         at = (cls == "attn_score") | (cls == "attn_context")
         fused_sm = np.zeros(n_rows, dtype=bool) if eager else cls == "softmax"
+        if fused_sm.any():  # inside a flash kernel only where this device runs that layer group's attention
+            lg = c["layer_group"][rows]
+            fused_sm &= np.isin(lg, lg[cls == "attn_score"])
         if at.any():
             mem_eta = s.attn_mem_eta_unfused if eager else s.attn_mem_eta_fused
             c_eta = s.attn_compute_eta_unfused if eager else s.attn_compute_eta_fused

@@ -361,3 +361,20 @@ def test_gemv_flat_until_ridge_then_grows(name, n, k):
 def test_prefill_matmul_is_compute_bound(name, m, n, k):
     c = cost_rows(gpu(name), [mm_row(m, k, n)])
     assert c.bound[0] == "compute"
+
+
+def test_fused_softmax_is_free_only_beside_its_attention():
+    """The softmax row costs nothing on a fused GPU only inside the flash kernel of its layer group's attention on
+    the same device; a softmax placed on the GPU while its attention runs elsewhere (a PIM / NPU device) is an
+    ordinary bytes-bound kernel: launch + its bytes at the curve's bandwidth."""
+    from attnsim.validate import decode_attention_row_dicts
+    g = gpu("h100_sxm")
+    rows = [dict(r, layer_group=0) for r in decode_attention_row_dicts(16, 4000, 32, 32)]
+    sm = rows[1]
+    alone = cost_rows(g, [sm])
+    assert alone.time_s[0] == pytest.approx(g.spec.kernel_overhead_us * 1e-6 + float(g.memory_time_s(sm["act_bytes"])),
+                                            rel=1e-9)
+    assert alone.bytes_by_level["hbm"][0] == sm["act_bytes"]
+    other = cost_rows(g, [rows[0], dict(sm, layer_group=1)])  # another layer group's attention only
+    assert other.time_s[1] == pytest.approx(alone.time_s[0], rel=1e-12)
+    assert cost_rows(g, rows).time_s[1] == 0.0
