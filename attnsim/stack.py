@@ -30,7 +30,8 @@ vocabulary entry per token are :data:`SAMPLERS` (pass counts below, each an ASSU
 
 ``async_scheduling`` (vLLM ``--async-scheduling``): the host prepares step n + 1 while the devices run step
 n, so a step's host time is on the critical path only where it exceeds the step's device time:
-``max(0, host - device)``; off, all of it is (the devices idle through it).
+``max(0, host - device)``; off, all of it is (the devices idle through it). ``attnsim run``'s prefill is the
+batch's first step: no earlier step hides its host time, all of it is exposed.
 
 ``software: none`` (the default) adds nothing: results are those of the device models alone.
 """
@@ -131,9 +132,11 @@ def exposed_host_s(stack: StackSpec, host_s: float, device_s: float) -> float:
 
 def add_step_overhead(step, system, requests: int, first_step: bool = False):
     """A step of ``requests`` requests with the system's stack costs (``first_step``: also the
-    per-request cost, for ``attnsim run``'s prefill)."""
+    per-request cost, for ``attnsim run``'s prefill; its host time is exposed in full even under async
+    scheduling: there is no earlier device step to prepare it behind)."""
     stack = getattr(system, "stack", NONE)
-    step = add_host_time(step, system, exposed_host_s(stack, step_overhead_s(stack, requests), step.time_s))
+    host_s = step_overhead_s(stack, requests)
+    step = add_host_time(step, system, host_s if first_step else exposed_host_s(stack, host_s, step.time_s))
     if first_step:
         step = add_host_time(step, system, stack.request_us * 1e-6, REQUEST_OP)
     return step

@@ -222,3 +222,17 @@ def test_async_scheduling_under_pipeline_parallelism(tmp_path):
         assert tpot["true"] == pytest.approx(max(dev, 2 * step_us * 1e-6), rel=1e-9)
         assert tpot["false"] >= tpot["true"]
     assert tpot["false"] == tpot["true"]  # host-bound: the host's shares in a row either way
+
+
+def test_async_scheduling_first_step_is_exposed(stack_file, tmp_path):
+    """Async scheduling prepares step n + 1 behind step n: attnsim run's prefill (the batch's first step) has no
+    step before it, so its host time is on the critical path in full (as without async: same TTFT), while a
+    decode step's shorter host time is hidden."""
+    f = tmp_path / "async.yaml"
+    f.write_text(f"kind: stack\nname: hand_async\nstep_us: {STEP}\nrequest_step_us: {PER_REQ}\nrequest_us: {REQ}\n"
+                 "async_scheduling: true\n")
+    serial, asyn = (_doc("h100_x1", f"systems.h100_x1.software={s}") for s in (stack_file, f))
+    assert asyn["metrics"]["ttft_s"] == pytest.approx(serial["metrics"]["ttft_s"], rel=1e-12)
+    assert asyn["breakdown"]["prefill"]["time_s_by_op"]["host_overhead"] == pytest.approx(
+        (STEP + PER_REQ * B) * 1e-6, rel=1e-12)
+    assert "host_overhead" not in asyn["breakdown"]["decode_step"]["time_s_by_op"]
