@@ -6,9 +6,10 @@ Format: the Trace Event Format's complete events (``"ph": "X"``, times in micros
 (``"ph": "C"``) and metadata (``"ph": "M"``). :func:`generation_events` lays a whole generation on
 one time axis (prefill, then every decode step: drawn op by op up to a cap, else one event per
 stretch of steps); every op event carries its bytes, energy, achieved bandwidth and bound in
-``args``. Limits: a row that a concurrent stage hides behind a slower device has duration 0 (its
-energy is in its args, not in the power counter: AttAcc's overlapped attention, ~0.4 % of the
-default experiment's energy); ``memory_bytes`` of a link row is the traffic over the whole link
+``args``. A zero-duration row (a softmax inside the fused attention kernel, a row that a concurrent
+stage hides behind a slower device: AttAcc's overlapped attention) keeps its energy in its args and
+adds it to the power counter's next span of its device (or its last, at the end), so each power
+counter integrates to the device's energy unless the device has no span of its own; ``memory_bytes`` of a link row is the traffic over the whole link
 (all ranks). :func:`check_events` is the validity check the tests use; the serving timeline is
 attnsim/timeline_serve.py.
 """
@@ -242,11 +243,14 @@ class _Counters:
         self.pid, self.static_w = pid, static_w
         self.spans: dict = {}  # counter name -> [(t0 us, t1 us, value)]
         self.base: dict = {}   # counter name -> value when nothing runs
+        self.pending: dict = {}  # power counter -> energy (J) of zero-duration events not yet drawn
 
     def add(self, dev: str, ts: float, dur: float, energy_j: float, mem: dict) -> None:
-        if dur <= 0:
-            return
         p = f"{dev} power (W)"
+        if dur <= 0:  # e.g. a softmax inside the fused attention kernel: its energy joins the device's
+            self.pending[p] = self.pending.get(p, 0.0) + energy_j  # next span (the kernel's context part)
+            return
+        energy_j += self.pending.pop(p, 0.0)
         self.base.setdefault(p, self.static_w.get(dev, 0.0))
         self.spans.setdefault(p, []).append((ts, ts + dur, self.base[p] + energy_j / (dur * 1e-6)))
         for lvl, b in mem.items():
@@ -255,6 +259,11 @@ class _Counters:
             self.spans.setdefault(name, []).append((ts, ts + dur, b / (dur * 1e-6) / 1e9))
 
     def events(self, end_us: float) -> list[dict]:
+        for p, e in self.pending.items():  # zero-duration energy after a device's last span: onto that span
+            if e and self.spans.get(p):
+                t0, t1, v = self.spans[p][-1]
+                self.spans[p][-1] = (t0, t1, v + e / ((t1 - t0) * 1e-6))
+        self.pending.clear()
         for dev, w in self.static_w.items():  # devices that only idle: their static power throughout
             self.base.setdefault(f"{dev} power (W)", w)
         out = []
