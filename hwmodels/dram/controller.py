@@ -180,6 +180,8 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
                     kind = 0
                     t = K.earliest_col(k, wq[i], T, BS, GS, RS, US, CS)
                 elif cur < 0:
+                    if areq[k] >= 0 and areq[k] != i:  # a refresh closed the row of the bank's active request:
+                        continue                       # its ACT again (the active buffer first)
                     kind = 1
                     t = K.earliest_act(k, T, BS, GS, RS, CS)
                 else:

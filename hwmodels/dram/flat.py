@@ -131,8 +131,8 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
         return -was_w
     cur = BS[k, K.B_ROW]
     er, ew = eligible_hits(k, cur, mode, aslot, hp, hpw, sreq, rowq, wq)
-    if cur < 0 or er + ew == 0:
-        s = first_eligible(s, k, mode, aslot, snext, sreq, wq)
+    if cur < 0 or er + ew == 0:  # a refresh closed the row of the active request (aslot): its ACT again
+        s = aslot[k] if cur < 0 and aslot[k] >= 0 else first_eligible(s, k, mode, aslot, snext, sreq, wq)
         if s < 0:
             X[j] = INF
             KA[j] = KA_NONE

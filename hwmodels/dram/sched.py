@@ -145,7 +145,8 @@ def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US
     cur = BS[k, K.B_ROW]
     er, ew = eligible_hits(k, cur, mode, aslot, hp, hpw, sreq, rowq, wq)
     if cur < 0 or er + ew == 0:
-        s = first_eligible(s, k, mode, aslot, snext, sreq, wq)
+        # a refresh closed the row of the bank's active request (aslot): its ACT again (the active buffer first)
+        s = aslot[k] if cur < 0 and aslot[k] >= 0 else first_eligible(s, k, mode, aslot, snext, sreq, wq)
         if s < 0:
             return INF, 0, -1, 0
         i = sreq[s]
