@@ -26,15 +26,11 @@ TOL = 0.03
 # (golden file, stream) -> (lo, hi) band of attnsim/reference - 1 in simulated time, where the rule that explains
 # the gap is not modelled yet; none since the read/write queues with write drain (rules.py)
 KNOWN_GAPS: dict = {}
-# streams whose miss/conflict split differs though the time agrees; their row hits are still checked. Causes
-# (Ramulator 2.1 CmdTraceRecorder vs attnsim's emitted commands): LPDDR5 seq (548 vs 1165 misses): Ramulator's
-# FRFCFS (scheduler/impl/frfcfs.cpp:17-55, ready first then oldest) does not hold a PRE back while a hit to the
-# open row is queued, so at a row boundary it closes the row and reopens it for the last hit (1933 vs 1316 ACTs);
-# mixed (up to 1.3 % of the requests): attnsim's refresh closes rows whose ACT issued before their column command
-# (240-437 same-row re-ACTs after a REF on LPDDR5 mixed / random / fewbanks, none in Ramulator: its controllers
-# serve the active buffer before the refresh, lpddr_controller_base.cpp select_normal_candidate), plus the order
-# of drained writes. Neither rule is in the ramulator2 preset yet.
-COUNT_GAPS = {"mixed", ("ramulator2_lpddr5", "seq")}
+# streams whose miss/conflict split differs though the time agrees (only their row hits are checked): none since the
+# ramulator2 preset's pre_holdback False / refresh_waits_active True (rules.py; the Ramulator 2.1 causes found from its
+# CmdTraceRecorder, test_ramulator2_rules_reproduce_its_command_trace). Before them LPDDR5 seq had 548 vs 1165 misses
+# and the mixed streams moved up to 1.3 % of the requests between miss and conflict.
+COUNT_GAPS: set = set()
 
 
 # DRAMsim3 (--controller dramsim3) streams outside 3 %, asserted at their band: none since the two-level queues
@@ -128,19 +124,76 @@ def test_rule_sets_keep_engine_equal_to_reference(ctrl):
         assert np.array_equal(a, b) and np.array_equal(sa, sb), seed
 
 
-@pytest.mark.parametrize("name", ["hbm3_6400", "hbm2_2000"])
+@pytest.mark.parametrize("name", ["hbm3_6400", "hbm2_2000", "lpddr5_6400", "ddr5_4800"])
 def test_rule_sets_schedulers_issue_the_scan_order(name):
+    """ramulator2 rules (windows, turnarounds, write drain, no PRE hold-back, refresh after the active requests) with
+    frequent all-bank / per-bank refreshes on random and sequential runs: flat and heap == queue scan."""
     spec = load_dram_spec(name)
+    spec = spec.model_copy(update=dict(timing=spec.timing.model_copy(update=dict(nREFI=900, nREFIpb=200))))
     rng = np.random.default_rng(3)
-    for _ in range(6):
+    for it in range(6):
         n = int(rng.integers(50, 400))
         addr = rng.integers(0, 1 << 12, n) * spec.org.burst_bytes
+        if it % 2:  # sequential runs: row boundaries with queued hits
+            addr = (int(rng.integers(0, 1 << 12)) + np.arange(n)) * spec.org.burst_bytes
         w = rng.random(n) < 0.3
-        kw = dict(controller="ramulator2", emit=True, page=("open", "closed")[int(rng.integers(2))])
+        kw = dict(controller="ramulator2", emit=True, page=("open", "closed")[int(rng.integers(2))],
+                  refresh=("ab", "pb")[it % 3 == 2])
         b = simulate_requests(spec, addr, w, scheduler="scan", **kw)
         for sched in ("fast", "heap"):
             a = simulate_requests(spec, addr, w, scheduler=sched, **kw)
             assert np.array_equal(a.commands, b.commands) and a.cycles == b.cycles
+
+
+def _reopens(c):
+    """(ACTs to the row the bank's previous ACT opened, those of them where a REF closed that row before any RD/WR
+    to the bank): the command-trace signatures of rules.py pre_holdback and refresh_waits_active."""
+    last, served, refd, n, nref = {}, {}, set(), 0, 0
+    for op, b, row in zip(c["op"].tolist(), zip(c["rank"].tolist(), c["bg"].tolist(), c["bank"].tolist()),
+                          c["row"].tolist()):
+        if op == 6:
+            refd.update(last)
+        elif op == 1:
+            if last.get(b) == row:
+                n += 1
+                nref += b in refd and not served[b]
+            last[b], served[b] = row, False
+            refd.discard(b)
+        elif op in (4, 5):
+            served[b] = True
+    return n, nref
+
+
+@pytest.mark.parametrize("kind", ["seq", "mixed"])
+def test_ramulator2_rules_reproduce_its_command_trace(kind):
+    """Ramulator 2.1's LPDDR5 command trace (tests/data/dram_golden/cmdtrace_ramulator2_lpddr5.json): its FRFCFS closes a
+    row at a row boundary of the sequential stream while hits to it are queued, and they reopen it (pre_holdback
+    False: 1149 reopens, 1933 ACTs; holding the PRE back gives ~1320 ACTs); its refresh waits for requests whose ACT
+    issued (refresh_waits_active: no reopen after a REF; without the rule ~240 on the mixed stream)."""
+    import dataclasses
+    from attnsim.hwmodels.dram import rules as RL
+    g = json.loads((GOLDEN / "cmdtrace_ramulator2_lpddr5.json").read_text())
+    assert g["repository"] == "CMU-SAFARI/ramulator2" and g["commit"] and g["command"]
+    s = g["streams"][kind]
+    spec = device_spec(g["attnsim_preset"], channels=1)
+    addr, w = make_stream(spec.org, kind, g["requests"], g["seed"])
+    assert stream_digest(addr, w) == s["digest"]
+    c = simulate_requests(spec, addr, w, mapping=g["mapping"], controller="ramulator2", emit=True).commands
+    n, nref = _reopens(c)
+    assert abs(int(np.count_nonzero(c["op"] == 1)) - s["acts"]) <= 0.01 * s["acts"]
+    assert abs(n - s["reopens"]) <= max(0.03 * s["reopens"], 5) and nref == s["refresh_reopens"] == 0
+    assert abs(int(np.count_nonzero(c["op"] == 6)) - s["refs"]) <= 2
+    old = dataclasses.replace(RL.PRESETS["ramulator2"], pre_holdback=True, refresh_waits_active=False)
+    RL.PRESETS["rules_test"] = old
+    try:
+        b = simulate_requests(spec, addr, w, mapping=g["mapping"], controller="rules_test", emit=True).commands
+    finally:
+        del RL.PRESETS["rules_test"]
+    nb, nrefb = _reopens(b)
+    if kind == "seq":  # held back: a row is reopened only for requests admitted after its PRE
+        assert np.count_nonzero(b["op"] == 1) < 0.75 * s["acts"] and nb < 0.6 * s["reopens"]
+    else:
+        assert nrefb > 100
 
 
 def test_write_drain_serves_writes_in_batches():

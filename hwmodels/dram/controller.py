@@ -3,7 +3,9 @@
 Each channel has one bounded request queue of ``queue`` entries per pseudo-channel (default 32,
 DRAMsim3's trans queue size, dram_timing.md §1; HBM pseudo-channels have their own data buses). Scheduling is event-driven FR-FCFS: among queued requests the next command
 (PRE, ACT or the column command) that can issue earliest goes first; ties go to row hits, then to
-the oldest. A PRE that would close a row still wanted by a queued hit is held back. Closed page:
+the oldest. A PRE that would close a row still wanted by a queued hit is held back (rules.py pre_holdback; the
+``ramulator2`` preset holds it back only for the request whose ACT opened the row, and lets such requests issue
+their column commands before a due refresh: refresh_waits_active). Closed page:
 auto-precharge after the last queued hit of the row. Requests enter the queue in arrival order,
 when there is room, once their arrival cycle is reached. A rule set with ``write_queue_entries`` (rules.py,
 ``ramulator2``) gives writes their own queue per channel and serves reads and writes in turns between the
@@ -24,7 +26,7 @@ from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
 from attnsim.hwmodels.dram.cmdqueue import ctrl_kernel_twolevel
 from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
-from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, drain_mode, gap_refresh, room
+from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, drain_mode, gap_refresh, in_refresh, room
 from attnsim.hwmodels.dram.rules import controller_rules
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
@@ -178,10 +180,15 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
                     kind = 0
                     t = K.earliest_col(k, wq[i], T, BS, GS, RS, US, CS)
                 elif cur < 0:
+                    if areq[k] >= 0 and areq[k] != i:  # a refresh closed the row of the bank's active request:
+                        continue                       # its ACT again (the active buffer first)
                     kind = 1
                     t = K.earliest_act(k, T, BS, GS, RS, CS)
                 else:
-                    if (eh[k] if drain else hp[k]) > 0:
+                    if T[K.T_PREHOLD] == 1:
+                        if (eh[k] if drain else hp[k]) > 0:
+                            continue
+                    elif areq[k] >= 0 and rowq[areq[k]] == cur:  # the row's active request is pending
                         continue
                     kind = 2
                     t = K.earliest_pre(k, T, BS, CS)
@@ -198,6 +205,26 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
             k = kq[i]
             r = k // NB
             due = K.due_of(r, T, RS)
+            if bt >= due and T[K.T_REFACTIVE] == 1:  # the refresh's banks with a pending active request: its
+                ba = -1                              # column command first (the earliest, then the oldest)
+                ta = INF
+                for e in range(qn):
+                    j = q[e]
+                    kk = kq[j]
+                    if kk // NB == r and areq[kk] == j and BS[kk, K.B_ROW] == rowq[j] and in_refresh(kk, r, T, RS):
+                        t = K.earliest_col(kk, wq[j], T, BS, GS, RS, US, CS)
+                        if arr[j] > t:
+                            t = arr[j]
+                        if t < ta:
+                            ba = e
+                            ta = t
+                if ba >= 0:
+                    best = ba
+                    bt = ta
+                    bkind = 0
+                    i = q[best]
+                    k = kq[i]
+                    due = INF
             if bt >= due:
                 ng = 0
                 if bt - due >= K.ref_period(T):  # at least two refreshes due: an idle gap

@@ -3,7 +3,9 @@ min-scan per command. Same selection order as the queue scan ``controller.ctrl_k
 scheduler ``sched.ctrl_kernel_fast`` (differential tests in tests/test_dram_sched.py).
 
 Every bank of the channel has at most two candidates (as in sched.py): the primary one (oldest read hit to the
-open row, else ACT / PRE for the oldest request) and the oldest write hit. The earliest legal cycle of a
+open row, else ACT / PRE for the oldest request) and the oldest write hit; without the PRE hold-back (rules.py
+pre_holdback False) a third, the PRE for the oldest other-row request of a bank with hits (its x = max(bank's
+earliest PRE, arrival) changes only with the bank). The earliest legal cycle of a
 candidate is max(x, C), where C is the channel-level term (last command cycle and the row / column command bus)
 and x all the rest (bank, bank group, rank, pseudo-channel terms and the arrival). x is stored per candidate and
 recomputed eagerly when its inputs change: a bank's own candidates when the bank is touched (enqueue, command,
@@ -13,12 +15,12 @@ The RD/WR update is incremental: only that commit changed the hit candidates' in
 data-bus end strictly, rank and bank-group terms are max-updated), so x = max(x, rank term) per rank of the
 pseudo-channel and max(x, group term) for the committed bank's group -- equal to the full recomputation (issue 13:
 ~10 % of the seq stream's engine time).
-The selection is then one branch-free (vectorised) scan over the 2 x banks candidates of the key
+The selection is then one branch-free (vectorised) scan over the 2 (3) x banks candidates of the key
 min(max(x, C) - base, sat) << (31 + eb) | not_hit << (30 + eb) | age << eb | index: the queue scan's order
 (cycle, then row hits, then the oldest), with the winner's index in the low eb bits. A saturated cycle field
 (every candidate >= 2**(32 - eb) cycles ahead, only after long arrival gaps) falls back to an exact two-key scan.
-Ages are positions in the channel order (< 2**30) and eb = ceil(log2(2 x banks)) <= 12; the caller uses the heap
-scheduler beyond those limits.
+Ages are positions in the channel order (< 2**30) and eb = ceil(log2(2 (3) x banks)) <= 13; the caller uses the
+heap scheduler beyond those limits.
 """
 from __future__ import annotations
 
@@ -29,12 +31,13 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from attnsim.hwmodels.dram import kernel as K
-from attnsim.hwmodels.dram.sched import _emit, drain_mode, eligible_hits, first_eligible, gap_refresh, oldest_arrival, room
+from attnsim.hwmodels.dram.sched import (_emit, drain_mode, eligible_hits, first_eligible, gap_refresh, oldest_arrival,
+                                          pending_active, room)
 
 INF = 1 << 62
 KEYMAX = (1 << 63) - 1  # above every key (ages < AGE_LIMIT - 1)
 AGE_LIMIT = 1 << 30       # ages (positions) take 30 bits of the key
-MAX_BANKS = 1 << 11       # banks per channel: the candidate index takes <= 12 bits, leaving >= 20 for the cycle
+MAX_BANKS = 1 << 11       # banks per channel: the candidate index takes <= 13 bits, leaving >= 19 for the cycle
 KA_HIT, KA_ACT, KA_PRE, KA_NONE = 0, 2, 3, 4
 
 
@@ -105,11 +108,17 @@ def _s_wr(k, T, BS, GS, RS, US):
 @K.inline
 def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
           X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot):
-    """Choose bank k's candidates (local index j) and compute their x; returns the change in write-hit count.
-    ``mode``/``aslot``: write drain (sched.drain_mode, sched.eligible_hits)."""
+    """Choose bank k's candidates (local index j) and compute their x; returns the change in the number of
+    write-hit and PRE candidates (the second and third sets). ``mode``/``aslot``: write drain (sched.drain_mode,
+    sched.eligible_hits). pre_holdback off (T_PREHOLD 0): the third candidate, the PRE for the oldest other-row
+    request of a bank with hits unless the request that activated the row is pending (as sched._best)."""
     jw = nbc + j
     was_w = 1 if X[jw] < INF else 0
     X[jw] = INF
+    jp = 2 * nbc + j
+    if T[K.T_PREHOLD] == 0 and X[jp] < INF:
+        X[jp] = INF
+        was_w += 1
     wj = j >> 6
     bj = 1 << (j & 63)
     MA[wj] &= ~bj
@@ -122,8 +131,8 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
         return -was_w
     cur = BS[k, K.B_ROW]
     er, ew = eligible_hits(k, cur, mode, aslot, hp, hpw, sreq, rowq, wq)
-    if cur < 0 or er + ew == 0:
-        s = first_eligible(s, k, mode, aslot, snext, sreq, wq)
+    if cur < 0 or er + ew == 0:  # a refresh closed the row of the active request (aslot): its ACT again
+        s = aslot[k] if cur < 0 and aslot[k] >= 0 else first_eligible(s, k, mode, aslot, snext, sreq, wq)
         if s < 0:
             X[j] = INF
             KA[j] = KA_NONE
@@ -152,12 +161,19 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
         return -was_w
     need_r = er > 0
     need_w = ew > 0
+    a = aslot[k]  # pre_holdback off: a PRE for the oldest other-row request unless the row's active one is pending
+    need_p = T[K.T_PREHOLD] == 0 and not (a >= 0 and rowq[sreq[a]] == cur)
     sr = -1
     sw = -1
-    while s >= 0 and (need_r or need_w):
+    sp = -1
+    while s >= 0 and (need_r or need_w or need_p):
         i = sreq[s]
-        if rowq[i] == cur and (mode < 0 or wq[i] == mode or aslot[k] == s):
-            if wq[i] == 1:
+        if mode < 0 or wq[i] == mode or aslot[k] == s:
+            if rowq[i] != cur:
+                if need_p:
+                    sp = s
+                    need_p = False
+            elif wq[i] == 1:
                 if need_w:
                     sw = s
                     need_w = False
@@ -165,6 +181,16 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
                 sr = s
                 need_r = False
         s = snext[s]
+    if sp >= 0:
+        la = BS[k, K.B_PRE]
+        a = arr[sreq[sp]]
+        if a > la:
+            la = a
+        X[jp] = la
+        SUB[jp] = (((1 << 30) | spos[sp]) << eb) | jp
+        CLS[jp] = 0
+        SLOT[jp] = sp
+        was_w -= 1
     if sr >= 0:
         KA[j] = KA_HIT
         MH[wj] |= bj
@@ -206,7 +232,7 @@ def ctrl_kernel_flat(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     BQ[2:5] = -1
     scap = qcap + T[K.T_WQ] + (nbc if T[K.T_WQ] > 0 else 0)  # slots: one mixed queue, or reads + writes + active
     SQ = np.zeros((7, scap), np.int64)      # per slot: next, prev, request, age, class, free stack, active
-    CA = np.zeros((4, 2 * nbc), np.int64)   # per candidate: x, sub-key, class (0 row, 1 column), slot
+    CA = np.zeros((4, 3 * nbc), np.int64)   # per candidate: x, sub-key, class (0 row, 1 column), slot
     CB = np.zeros((3, nbc), np.int64)       # per bank: primary kind, its local part, the write hit's local part
     CM = np.zeros((3, (nbc + 63) // 64), np.int64)  # bitmasks over the banks: ACT candidate, read hit, write hit
     return _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
@@ -228,8 +254,9 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
     cb = T[K.T_COLBUS]
     nbr = NB                       # banks per rank
     nbu = T[K.T_R] * NB            # banks per pseudo-channel
+    ncs = 2 if T[K.T_PREHOLD] == 1 else 3  # candidate sets: primary, write hit (, PRE: pre_holdback off)
     eb = 1                         # bits of the candidate index in the key
-    while (1 << eb) < 2 * nbc:
+    while (1 << eb) < ncs * nbc:
         eb += 1
     emask = (1 << eb) - 1
     yshift = 31 + eb
@@ -240,7 +267,7 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
     for ci in range(chans.shape[0]):
         ch = chans[ci]
         kbase = ch * nbc
-        for j in range(2 * nbc):
+        for j in range(X.shape[0]):
             X[j] = INF
             SUB[j] = 0
             CLS[j] = 1
@@ -250,7 +277,7 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             MA[j] = 0
             MH[j] = 0
             MW[j] = 0
-        nwh = 0                    # banks with a write-hit candidate
+        nwh = 0                    # write-hit and PRE candidates (second and third sets)
         nxt = starts[ch]
         end = starts[ch + 1]
         if limit >= 0 and end - nxt > limit:
@@ -324,7 +351,7 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             dr = c_row - base
             dc = c_col - base
             m = KEYMAX
-            ncand = 2 * nbc if nwh > 0 else nbc
+            ncand = ncs * nbc if nwh > 0 else nbc
             for e in range(ncand):
                 y = X[e] - base
                 c = dc if CLS[e] == 1 else dr
@@ -356,9 +383,12 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             if e < nbc:
                 j = e
                 kind = 0 if KA[j] == KA_HIT else (1 if KA[j] == KA_ACT else 2)
-            else:
+            elif e < 2 * nbc:
                 j = e - nbc
                 kind = 0
+            else:
+                j = e - 2 * nbc
+                kind = 2
             slot = SLOT[e]
             k = kbase + j
             if nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and arr[order[nxt]] <= bt:
@@ -382,6 +412,16 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             i = sreq[slot]
             r = BS[k, K.B_R]
             due = K.due_of(r, T, RS)
+            if bt >= due and T[K.T_REFACTIVE] == 1:  # a pending active request of the refresh's banks first
+                ta, sa, ka = pending_active(r, T, BS, GS, RS, US, CS, aslot, sreq, spos, rowq, wq, arr)
+                if sa >= 0:
+                    bt = ta
+                    slot = sa
+                    kind = 0
+                    k = ka
+                    j = k - kbase
+                    i = sreq[slot]
+                    due = INF
             if bt >= due:
                 ng = 0
                 if bt - due >= K.ref_period(T):  # at least two refreshes due: an idle gap

@@ -35,8 +35,8 @@ F_IL = 2  # RD only: the record's bursts go round robin over the banks of its sc
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
  T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
  T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP, T_WQ, T_WQHI, T_WQLO,
- T_REFSTAGGER) = range(50)
-N_T = 50  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+ T_REFSTAGGER, T_PREHOLD, T_REFACTIVE) = range(52)
+N_T = 52  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
 # controller rule set (rules.py): T_ACTSCOPE 1 = nRRD_S/tFAW per pseudo-channel (all ranks/SIDs of
 # it), 0 = per rank/SID; T_ROWCMDACT: row-bus cycles of an ACT (PRE/REF: T_ROWCMD); T_CCDR: RD->RD to another
 # SID of the pseudo-channel (0 = none); T_TASCOPE 1 = RD->WR / WR->RD turnarounds per pseudo-channel, 0 = per rank;
@@ -46,6 +46,9 @@ N_T = 50  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap
 # than T_WQLO (rules.py, sched.drain_mode)
 # T_REFSTAGGER 1: the ranks of a pseudo-channel refresh in turn, rank r first due at (r + 1) x period / ranks
 # (then every period), instead of all at the period (rules.py refresh_stagger)
+# T_PREHOLD 1: a PRE waits while a hit to the open row is queued; 0: only while the request whose ACT opened the
+# row has not issued its column command (rules.py pre_holdback). T_REFACTIVE 1: a due refresh first lets those
+# requests of its banks issue their column commands (rules.py refresh_waits_active)
 # T_ACTBGFAW: ACTs one ACTBG record counts in a rank's tFAW window (1..4; NewtonSim G_ACT = 4)
 
 # ---- state columns

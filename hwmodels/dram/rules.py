@@ -38,6 +38,19 @@ is named after the simulator whose controller it emulates:
   not apply) until it moves into the command queue of its bank ("bank") or rank ("rank") of this depth; commands
   come from the command queues in round robin (DRAMsim3 @ 2981759 controller.cc, command_queue.cc). The spec's
   ``timing.nRTRS`` and ``timing.nPPD`` apply there. JEDEC is silent (a controller structure).
+- ``pre_holdback``: True (attnsim): a PRE that would close a row waits while a hit to that row is queued. False
+  (Ramulator 2.1 @ c5b1c3a): it waits only while the request whose ACT opened the row has not issued its column
+  command (the active buffer: src/ramulator/controller/controller_base.cpp:305-314 pick_rw_if refuses a request
+  whose command would_close_active, :316-330); otherwise its FRFCFS (scheduler/impl/frfcfs.cpp:17-55: ready first,
+  then the oldest) closes the row for an older request to another row while hits to it are queued, and they
+  reopen it (at the row boundaries of a sequential stream). JEDEC is silent (a controller policy).
+- ``refresh_waits_active``: False (attnsim): a due refresh precharges its banks at once, also a row opened by an
+  ACT whose request has not issued its column command yet (the request then activates its row again). True
+  (Ramulator 2.1): those requests issue their column commands first, then the refresh precharges: the refresh
+  request (priority buffer) may not close a bank of the active buffer (controller_base.cpp:281-303
+  pick_priority_if, :292 would_close_active), the active buffer is served before it and the read/write buffers
+  only when no refresh is pending (impl/lpddr_controller_base.cpp:237-252 select_normal_candidate,
+  impl/hbm_controller_base.cpp:45-60 try_issue_slot). JEDEC is silent (it fixes tRFC/tREFI, not the order).
 - ``device_rules``: whether the spec's nCCDR and act_cmd_cycles apply. The "attnsim" preset keeps attnsim's
   historical rule set (no inter-SID RD rule, every row command ``row_cmd_cycles`` long) so its results,
   including the PIM reproductions and the steady-state extrapolation bounds, are unchanged; it is therefore
@@ -71,6 +84,8 @@ class ControllerRules:
     refresh_stagger: bool = False    # ranks refresh in turn, tREFI / ranks apart (DRAMsim3 RANK_LEVEL_STAGGERED)
     cmd_queue_entries: int = 0       # > 0: two-level queues (cmdqueue.py), command queues of this depth
     cmd_queue_scope: str = "bank"    # "bank" | "rank": one command queue per bank / per rank
+    pre_holdback: bool = True        # a PRE waits for queued hits to the open row (else: for the active request)
+    refresh_waits_active: bool = False  # a due refresh first lets requests whose ACT issued do their column op
 
     def queue_per_pseudo_channel(self, pseudo_channels: int) -> int:
         if self.queue_scope == "channel":
@@ -86,8 +101,10 @@ PRESETS = {
     # the next rank, round robin; the default refresh_policy)
     "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, write_queue_entries=32,
                                 refresh_stagger=True, cmd_queue_entries=8),
-    # ClosedCAP cap 4; 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49)
-    "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8),
+    # ClosedCAP cap 4; 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49); PRE
+    # held back only for the active buffer, refresh after it (would_close_active, controller_base.cpp:281-330)
+    "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8,
+                                  pre_holdback=False, refresh_waits_active=True),
 }
 
 

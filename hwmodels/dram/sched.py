@@ -6,6 +6,8 @@ tests/test_dram_sched.py), which scans the whole queue for every command. Here:
 - Every bank keeps its queued requests in a FIFO (doubly linked slots, oldest first). The scan's candidates
   of one bank reduce to at most two: the oldest read hit and the oldest write hit to the open row (if the
   bank has queued hits), else the oldest request (ACT if the bank is closed, PRE if another row is open).
+  Without the PRE hold-back (rules.py pre_holdback False) a bank with hits has a third: the PRE for its oldest
+  other-row request, unless the request whose ACT opened the row has not issued its column command yet.
   Arrival cycles are non-decreasing in queue order, so the oldest of a class is also its earliest.
 - The best candidate of each bank sits in a binary min-heap keyed by (cycle, not-a-hit, age), the scan's
   tie order. Keys are lower bounds: every "earliest legal cycle" of the kernel only grows while a bank is
@@ -143,7 +145,8 @@ def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US
     cur = BS[k, K.B_ROW]
     er, ew = eligible_hits(k, cur, mode, aslot, hp, hpw, sreq, rowq, wq)
     if cur < 0 or er + ew == 0:
-        s = first_eligible(s, k, mode, aslot, snext, sreq, wq)
+        # a refresh closed the row of the bank's active request (aslot): its ACT again (the active buffer first)
+        s = aslot[k] if cur < 0 and aslot[k] >= 0 else first_eligible(s, k, mode, aslot, snext, sreq, wq)
         if s < 0:
             return INF, 0, -1, 0
         i = sreq[s]
@@ -158,12 +161,19 @@ def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US
         return t, (1 << AGE_BITS) | spos[s], s, kind
     need_r = er > 0
     need_w = ew > 0
+    a = aslot[k]  # pre_holdback off: a PRE for the oldest other-row request unless the row's active one is pending
+    need_p = T[K.T_PREHOLD] == 0 and not (a >= 0 and rowq[sreq[a]] == cur)
     sr = -1
     sw = -1
-    while s >= 0 and (need_r or need_w):
+    sp = -1
+    while s >= 0 and (need_r or need_w or need_p):
         i = sreq[s]
-        if rowq[i] == cur and (mode < 0 or wq[i] == mode or aslot[k] == s):
-            if wq[i] == 1:
+        if mode < 0 or wq[i] == mode or aslot[k] == s:
+            if rowq[i] != cur:
+                if need_p:
+                    sp = s
+                    need_p = False
+            elif wq[i] == 1:
                 if need_w:
                     sw = s
                     need_w = False
@@ -191,7 +201,18 @@ def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US
             bt = t
             bs = spos[sw]
             bsl = sw
-    return bt, bs, bsl, 0
+    kind = 0
+    if sp >= 0:
+        t = K.earliest_pre_i(k, T, BS, CS)
+        i = sreq[sp]
+        if arr[i] > t:
+            t = arr[i]
+        if _less(t, (1 << AGE_BITS) | spos[sp], bt, bs):
+            bt = t
+            bs = (1 << AGE_BITS) | spos[sp]
+            bsl = sp
+            kind = 2
+    return bt, bs, bsl, kind
 
 
 @K.hot
@@ -231,6 +252,46 @@ def gap_refresh(r, t, T, BS, RS, ST, ch, E, ne):
         ne += 1
         j += 1
     return n, ne + (n - j)
+
+
+@K.inline
+def in_refresh(k, r, T, RS):
+    """Whether bank k (of rank r) is refreshed by the rank's due refresh (all-bank, or its per-bank group)."""
+    if T[K.T_REFMODE] != 2:
+        return True
+    NB = T[K.T_G] * T[K.T_B]
+    return (k % NB) % (NB // T[K.T_PBG]) == RS[r, K.R_PBNEXT]
+
+
+@K.inline
+def pending_active(r, T, BS, GS, RS, US, CS, aslot, sreq, spos, rowq, wq, arr):
+    """rules.py refresh_waits_active: of the banks that rank r's due refresh closes, those whose open row was
+    activated for a request that has not issued its column command (aslot); the column command of the earliest
+    (then the oldest) of them: (cycle, slot, bank), slot -1 if none."""
+    NB = T[K.T_G] * T[K.T_B]
+    lo = 0
+    cnt = NB
+    stride = 1
+    if T[K.T_REFMODE] == 2:
+        stride = NB // T[K.T_PBG]
+        lo = RS[r, K.R_PBNEXT]
+        cnt = T[K.T_PBG]
+    bt = INF
+    bs = -1
+    bk = -1
+    for j in range(cnt):
+        k = r * NB + lo + j * stride
+        a = aslot[k]
+        if a >= 0 and BS[k, K.B_ROW] >= 0 and rowq[sreq[a]] == BS[k, K.B_ROW]:
+            i = sreq[a]
+            t = K.earliest_col_i(k, wq[i], T, BS, GS, RS, US, CS)
+            if arr[i] > t:
+                t = arr[i]
+            if t < bt or (t == bt and spos[a] < spos[bs]):
+                bt = t
+                bs = a
+                bk = k
+    return bt, bs, bk
 
 
 @K.inline
@@ -410,6 +471,19 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             i = sreq[slot]
             r = BS[k, K.B_R]
             due = K.due_of(r, T, RS)
+            if bt >= due and T[K.T_REFACTIVE] == 1:  # a pending active request of the refresh's banks first
+                ta, sa, ka = pending_active(r, T, BS, GS, RS, US, CS, aslot, sreq, spos, rowq, wq, arr)
+                if sa >= 0:
+                    if ka != k:  # the popped bank keeps its candidate: back to the heap
+                        dmark[k] = 1
+                        dirty[nd] = k
+                        nd += 1
+                    bt = ta
+                    slot = sa
+                    kind = 0
+                    k = ka
+                    i = sreq[slot]
+                    due = INF
             if bt >= due:
                 ng = 0
                 if bt - due >= K.ref_period(T):  # at least two refreshes due: an idle gap
