@@ -98,3 +98,17 @@ def test_emitted_commands_replay_to_same_cycles(std, kind):
         assert r.row_hits + r.row_misses + r.row_conflicts == 3000
         assert r.counts["rd_bursts"] + r.counts["wr_bursts"] == 3000
         assert r.refreshes >= r.cycles // 1200 - 1
+
+
+def test_rank_switch_and_ppd_timings_refused_outside_the_dramsim3_preset():
+    """timing.nRTRS / nPPD only act in the two-level queue kernel: under another preset they are refused."""
+    import numpy as np
+    import pytest
+    from attnsim.config import ConfigError
+    from attnsim.hwmodels.dram.controller import simulate_requests
+    spec = dramsim3_spec("lpddr4")  # nRTRS 1, nPPD 2
+    addr = np.arange(64, dtype=np.int64) * 64
+    for preset in ("attnsim", "ramulator2"):
+        with pytest.raises(ConfigError, match=r"timing\.nRTRS: 0 unless the controller preset is dramsim3"):
+            simulate_requests(spec, addr, np.zeros(64, bool), controller=preset)
+    assert simulate_requests(spec, addr, np.zeros(64, bool), controller="dramsim3") is not None

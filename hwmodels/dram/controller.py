@@ -361,6 +361,11 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     pseudo-channel) defaults to the preset's depth."""
     spec = load_dram_spec(spec)
     rules = controller_rules(controller, spec)
+    for name in ("nRTRS", "nPPD"):  # only the two-level queue kernel (cmdqueue.py) applies them
+        if getattr(spec.timing, name) and not rules.cmd_queue_entries:
+            raise ConfigError(f"0 unless the controller preset is dramsim3 (only its two-level queues apply it), "
+                              f"got {getattr(spec.timing, name)} under controller {controller or spec.controller!r}",
+                              key=f"timing.{name}")
     if queue is None:
         queue = rules.queue_per_pseudo_channel(spec.org.pseudo_channels)
     addr = np.asarray(addr)
