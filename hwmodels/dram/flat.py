@@ -67,6 +67,25 @@ def _range_word(M, w, lo, hi):
 
 
 @K.inline
+def _raise_hits(MH, MW, X, lo, hi, nbc, vr, vw):
+    """X[q] = max(X[q], vr) for the read hit candidates q in [lo, hi) (bitmask MH), and likewise vw for the
+    write hit candidates (MW, stored at nbc + q): one input of their issue times grew."""
+    for wd in range(lo >> 6, ((hi - 1) >> 6) + 1):
+        mm = _range_word(MH, wd, lo, hi)
+        while mm != 0:
+            q = (wd << 6) + _cttz(mm)
+            mm &= mm - 1
+            if vr > X[q]:
+                X[q] = vr
+        mm = _range_word(MW, wd, lo, hi)
+        while mm != 0:
+            q = nbc + (wd << 6) + _cttz(mm)
+            mm &= mm - 1
+            if vw > X[q]:
+                X[q] = vw
+
+
+@K.inline
 def _s_act(k, T, BS, GS, RS):
     """Rank/bank-group part of the earliest ACT of bank k."""
     g = BS[k, K.B_G]
@@ -562,38 +581,12 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                     if RS[rr, K.R_WR] > vw:
                         vw = RS[rr, K.R_WR]
                     lo = rr * nbr - kbase
-                    hi = lo + nbr
-                    for wd in range(lo >> 6, ((hi - 1) >> 6) + 1):
-                        mm = _range_word(MH, wd, lo, hi)
-                        while mm != 0:
-                            q = (wd << 6) + _cttz(mm)
-                            mm &= mm - 1
-                            if vr > X[q]:
-                                X[q] = vr
-                        mm = _range_word(MW, wd, lo, hi)
-                        while mm != 0:
-                            q = nbc + (wd << 6) + _cttz(mm)
-                            mm &= mm - 1
-                            if vw > X[q]:
-                                X[q] = vw
+                    _raise_hits(MH, MW, X, lo, lo + nbr, nbc, vr, vw)
                 g = BS[k, K.B_G]
                 vr = GS[g, K.G_RD]
                 vw = GS[g, K.G_WR]
                 lo = g * B - kbase
-                hi = lo + B
-                for wd in range(lo >> 6, ((hi - 1) >> 6) + 1):
-                    mm = _range_word(MH, wd, lo, hi)
-                    while mm != 0:
-                        q = (wd << 6) + _cttz(mm)
-                        mm &= mm - 1
-                        if vr > X[q]:
-                            X[q] = vr
-                    mm = _range_word(MW, wd, lo, hi)
-                    while mm != 0:
-                        q = nbc + (wd << 6) + _cttz(mm)
-                        mm &= mm - 1
-                        if vw > X[q]:
-                            X[q] = vw
+                _raise_hits(MH, MW, X, lo, lo + B, nbc, vr, vw)
             ne += 1
             nwh += _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
                          X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
