@@ -132,7 +132,7 @@ def _tag(r):
 
 @pytest.mark.parametrize("role", ["calibration", "validation"])
 def test_mlenergy_power_per_gpu_within_15_percent(mlenergy, role):
-    rows = [r for r in mlenergy if r["role"] == role]
+    rows = [r for r in mlenergy if r["role"] == role and r["model_id"].startswith("meta-llama/")]  # issue 12's rows
     errs = {_tag(r): round(_err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu"), 3) for r in rows}
     if role == "calibration":  # in-sample: the fit is tight (max 2.2 %: the rows at the 700 W cap, measured 686-691 W)
         assert rows and all(abs(e) <= 0.03 for e in errs.values()), errs
@@ -145,6 +145,29 @@ def test_mlenergy_power_per_gpu_within_15_percent(mlenergy, role):
     assert all(_err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu") <= 0.20 and _step_err(r) < -0.05
                and abs(_err(r, "model_energy_per_token_j", "energy_per_token_j")) <= 0.15 for r in over), errs
     assert sum(abs(e) <= 0.15 for e in errs.values()) >= len(rows) - 3
+
+
+def test_mlenergy_qwen3_rows_held_out(mlenergy):
+    """Qwen3-8B / 14B / 32B (TP1) and Qwen3-32B TP2, held out (configs/validation/power.yaml): J/token within 11 %
+    on every row; the power misses are where the step is short (power x step = J/token), as the 70B misses."""
+    rows = [r for r in mlenergy if r["model_id"].startswith("Qwen/Qwen3-")]
+    assert {r["role"] for r in rows} == {"validation"}
+    assert {(r["model_id"], r["system"]) for r in rows} == {
+        ("Qwen/Qwen3-8B", "h100_x1_vllm.yaml"), ("Qwen/Qwen3-14B", "h100_x1_vllm.yaml"),
+        ("Qwen/Qwen3-32B", "h100_x1_vllm.yaml"), ("Qwen/Qwen3-32B", "h100_x2_tp2.yaml")}
+    assert len(rows) == 30  # every H100 lm-arena-chat row of the three models in calibration/mlenergy_v3_h100.csv
+    je = {_tag(r): round(_err(r, "model_energy_per_token_j", "energy_per_token_j"), 3) for r in rows}
+    assert all(abs(e) <= 0.11 for e in je.values()), je
+    for r in rows:
+        pe = _err(r, "model_power_w_per_gpu", "avg_power_w_per_gpu")
+        assert pe <= 0.30, _tag(r)
+        if abs(pe) > 0.15:
+            assert pe > 0 and _step_err(r) < -0.05, (_tag(r), pe, _step_err(r))
+    # the TP1 -> TP2 finding: measured energy per step of both GPUs falls, the model's rises
+    q32 = {r["system"]: r for r in rows if r["model_id"] == "Qwen/Qwen3-32B" and round(r["avg_batch_size"]) == 8}
+    meas = {k: r["avg_power_w_per_gpu"] * r["median_itl_ms"] * (2 if "tp2" in k else 1) for k, r in q32.items()}
+    model = {k: r["model_power_w_per_gpu"] * r["model_tpot_ms"] * (2 if "tp2" in k else 1) for k, r in q32.items()}
+    assert meas["h100_x2_tp2.yaml"] < meas["h100_x1_vllm.yaml"] and model["h100_x2_tp2.yaml"] > model["h100_x1_vllm.yaml"]
 
 
 def test_mlenergy_energy_per_token_is_power_times_step_time(mlenergy):
@@ -163,7 +186,7 @@ def test_mlenergy_energy_per_token_within_15_percent_every_row(mlenergy):
     errs = {_tag(r): round(_err(r, "model_energy_per_token_j", "energy_per_token_j"), 3) for r in mlenergy}
     assert all(abs(e) <= 0.15 for e in errs.values()), errs
     steps = {_tag(r): round(_step_err(r), 3) for r in mlenergy}
-    assert all(abs(e) <= 0.11 for e in steps.values()), steps
+    assert all(abs(e) <= (0.11 if k.startswith("meta-llama/") else 0.15) for k, e in steps.items()), steps
 
 
 def test_mlenergy_decode_context_is_token_weighted(mlenergy):
@@ -183,7 +206,8 @@ def test_vllm_stack_in_every_row(mlenergy):
     from attnsim.runner import run_experiment
     from attnsim.stack import load_stack
     st = load_stack("vllm")
-    assert {r["system"] for r in mlenergy} == {"h100_x1_vllm.yaml", "h100_x4_tp4.yaml"} and st.custom_allreduce
+    assert {r["system"] for r in mlenergy} == {"h100_x1_vllm.yaml", "h100_x2_tp2.yaml", "h100_x4_tp4.yaml"}
+    assert st.custom_allreduce
     assert st.async_scheduling and st.sampling == "top_p_sort"
     dec = {}
     for sysname in ("h100_x1", "h100_x1_vllm.yaml"):
