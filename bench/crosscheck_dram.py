@@ -141,7 +141,9 @@ def speed(a, n: int, tmp: str) -> None:
             t0 = time.perf_counter()
             read_trace_any(path, spec)
             load[label] = time.perf_counter() - t0
-        line = (f"speed hbm3 {kind:6} n={n}: attnsim engine {row['engine']:.2f} s, process {row['npy']:.2f} s (npy) / "
+        ncmd = out["row_hits"] + 2 * out["row_misses"] + 3 * out["row_conflicts"]  # RD/WR, + ACT, + PRE
+        line = (f"speed hbm3 {kind:6} n={n}: attnsim engine {row['engine']:.2f} s "
+                f"({row['engine'] / max(ncmd, 1) * 1e9:.0f} ns per RD/ACT/PRE), process {row['npy']:.2f} s (npy) / "
                 f"{row['text']:.2f} s (text), of which trace loading {load['npy']:.2f} s / {load['text']:.2f} s, "
                 f"compile/cache {row['compile']:.2f} s")
         if a.ramulator2:
