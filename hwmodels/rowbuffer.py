@@ -192,17 +192,18 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
     from attnsim.isa.lower_newton import lower_newton
     cls = str(trace.cols["cls"][i])
     assign = device.spec.channel_assignment
+    rate = device.spec.npu_issue_per_ns   # the NPU's PIM-instruction issue port (None: no limit)
+    port = dict(port_interval_cycles=None if rate is None else 1e-9 / (rate * device.tck_s),
+                comp_instructions=device.spec.comp_instructions)
     if cls in ("attn_score", "attn_context", "softmax"):
         lens, heads, k, group, eb = _request_items(device, trace, i)
         phase = {"attn_score": "score", "attn_context": "context", "softmax": "softmax"}[cls]
         # a sub-batch of a per-channel split (mapper neupims subbatch_split): its requests keep the channels
         # the whole batch was placed on
         assign = trace.meta.get("channel_assignment", assign)
-        rate = device.spec.npu_issue_per_ns   # the NPU's PIM-instruction issue port (None: no limit)
         low = lower_newton(phase, lens, heads=heads, dhead=k, group=group,
                            elem_bytes=eb, n_channels=device.channels, org=device.org, pu=device.pu, assignment=assign,
-                           port_interval_cycles=None if rate is None else 1e-9 / (rate * device.tck_s),
-                           comp_instructions=device.spec.comp_instructions)
+                           **port)
     elif cls == "matmul":  # FC GEMV: output rows as "tokens" of one head of k_in elements
         c = trace.cols
         m, n, k, b = (int(c[x][i]) for x in ("m", "n", "k", "batch"))
@@ -211,7 +212,8 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
         active = -(-n * b // per)
         outs = [per] * (active - 1) + [n * b - per * (active - 1)]
         low = lower_newton("score", outs, heads=1, dhead=k, group=m, elem_bytes=wb, n_channels=device.channels,
-                           org=device.org, pu=device.pu, assignment=assign if isinstance(assign, str) else "greedy")
+                           org=device.org, pu=device.pu, assignment=assign if isinstance(assign, str) else "greedy",
+                           **port)
         low.phase = "fc"
         return low
     else:
