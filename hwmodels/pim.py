@@ -88,6 +88,16 @@ class PIMSpec(Schema):
     # least loaded channel then), round_robin = request i on channel i mod channels, or an explicit list
     # (the channel of each request of a fixed batch, e.g. an artefact's request trace) (isa/lower_newton.py)
     channel_assignment: Union[Literal["greedy", "online", "round_robin"], list[int]] = "greedy"
+    # isa newton: the NPU's PIM-instruction issue port (NeuPIMs NeuPIMSystolicWS.cc pim_ld_queue_cycle): PIM
+    # instructions per ns through ONE in-order port that every channel shares, requests issued channel by channel
+    # (Scheduler.cc group_sub_batches); no back-pressure (the per-channel request queues are unbounded,
+    # NeuPIMSCore::push_memory_request). null = no limit (main f299af3: `while`, every queued instruction in a
+    # cycle); 1.0 = the npu+pim baseline (e51a4af NeuPIMSystolicWS.cc:153 `if`, one per 1 GHz core cycle)
+    npu_issue_per_ns: Optional[float] = Field(None, gt=0)
+    # isa newton, with npu_issue_per_ns: NPU instructions of a head's COMP run: fused = one COMPS_READRES (main),
+    # per_comp = one instruction per COMP + one READRES (npu+pim e51a4af with dram_type newton:
+    # NeuPIMSLogitSoftmax.cc:231, NeuPIMSAttend.cc:204); a GWRITE and a tile's P_HEADER are one each either way
+    comp_instructions: Literal["fused", "per_comp"] = "fused"
     # KV layout in the banks: 0 = contiguous per (request, head); > 0 = paged, blocks of this many tokens
     # (e.g. vLLM's 16), each starting a new row in every bank (isa/lower.py Partition.kv_block_tokens)
     kv_block_tokens: int = Field(0, ge=0)
@@ -175,6 +185,13 @@ class PIMDevice:
         if spec.channel_assignment != "greedy" and spec.isa != "newton":
             raise ConfigError(f"expected greedy (channel_assignment applies to isa newton), got "
                               f"{spec.channel_assignment!r} with isa {spec.isa}", key="channel_assignment")
+        if spec.npu_issue_per_ns is not None and spec.isa != "newton":
+            raise ConfigError(f"expected null (npu_issue_per_ns applies to isa newton), got {spec.npu_issue_per_ns:g} "
+                              f"with isa {spec.isa}", key="npu_issue_per_ns")
+        if spec.comp_instructions != "fused" and spec.npu_issue_per_ns is None:
+            raise ConfigError(f"expected fused (comp_instructions counts instructions through the NPU issue port: "
+                              f"set npu_issue_per_ns), got {spec.comp_instructions!r} without a port rate",
+                              key="comp_instructions")
         if spec.refresh_guard and (spec.isa != "newton" or spec.refresh == "none"):
             raise ConfigError(f"expected false (refresh_guard applies to isa newton with refresh on), got true with "
                               f"isa {spec.isa}, refresh {spec.refresh}", key="refresh_guard")
@@ -317,6 +334,8 @@ class PIMDevice:
                 sl = slice(k, k + len(c["op"]))
                 for f in ("op", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles"):
                     rec[f][sl] = c[f]
+                if "arrival" in c:  # isa newton with an NPU issue port: not-before cycle of each record
+                    rec["arrival"][sl] = c["arrival"]
                 if "flags" in c:  # stream_reads: F_IL / F_AP
                     rec["flags"][sl] = c["flags"]
                 rec["ch"][sl] = j
@@ -356,7 +375,9 @@ class PIMDevice:
                 r[f][:] = c[f]
             return float(run_commands(self.dram, r, refresh="none").time_s) / self.tck_s
 
-        total = raw_run(self.dram, rec, refresh="none")[0]
+        free = rec.copy()
+        free["arrival"] = 0   # back-to-back time: the walk applies the issue port's arrivals (pim_refresh.py)
+        total = raw_run(self.dram, free, refresh="none")[0]
         stagger = controller_rules(None, self.dram).refresh_stagger
         return max(guarded_cycles(self.dram, c, float(total[j]), run, staggered=stagger)
                    for j, c in enumerate(batch)) * self.tck_s
@@ -501,7 +522,8 @@ class PIMDevice:
         """Time, energy, traffic of row i lowered with ``part`` (one repeat); ``memo``: identical lowerings."""
         low = self.lower_row(trace, i, part)
         key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
-               tuple(low.multiplicity), low.pim_bytes, low.macs, part.name, low.meta.get("rowbuffer_key"))
+               tuple(low.multiplicity), low.pim_bytes, low.macs, part.name, low.meta.get("rowbuffer_key"),
+               low.meta.get("issue_port_key"))
         if key not in memo:  # identical lowerings (e.g. same shape in two layer groups)
             memo[key] = self._run_cached(low)
         t, e, cnt = memo[key]

@@ -80,8 +80,10 @@ def estimate_cycles(t, n_gact: int, comps: int, n_buf: int, pim: bool, open_bank
 def guarded_cycles(dram, c: dict, total: float, run, staggered: bool = True) -> int:
     """Cycles of one channel's records ``c`` under the refresh schedule (one rank every nREFI / ranks when
     ``staggered``, else every rank every nREFI) with NewtonSim's refresh guard on its PIM operations.
-    ``total``: the engine's cycles for ``c`` without refresh; ``run(records) -> cycles``: the engine on one
-    channel without refresh, used once per distinct operation (cached) to apportion ``total`` to them."""
+    ``total``: the engine's cycles for ``c`` without refresh (and without arrivals); ``run(records) -> cycles``: the
+    engine on one channel without refresh, used once per distinct operation (cached) to apportion ``total`` to them.
+    Records with an ``arrival`` (the NPU issue port, isa/lower_newton.py) start an operation no earlier than its first
+    record's arrival and end it no earlier than its last one's; refreshes due while the channel waits cost nothing."""
     t, org = dram.timing, dram.org
     period = t.nREFI // org.ranks if staggered else t.nREFI
     banks_per_rank = org.bank_groups * org.banks_per_group
@@ -97,7 +99,15 @@ def guarded_cycles(dram, c: dict, total: float, run, staggered: bool = True) -> 
     now, due, open_ranks = 0.0, period, 0
     stall = t.nRP + t.nRFC      # PIM rows of the rank closed, REF, tRFC before its next G_ACT
     n_gact, comps, n_buf, pim = (x.tolist() for x in _features(c, units))
+    arrival = np.asarray(c["arrival"], np.int64) if "arrival" in c else None
     for j, a in enumerate(alone):
+        lo, hi = units[j]
+        if arrival is not None and arrival[lo] > now:   # the NPU issue port has not sent it yet: idle until then,
+            rel = float(arrival[lo])                      # the refreshes due in the gap done there (PIM rows closed)
+            while due <= rel - stall:
+                due += period
+                open_ranks = max(0, open_ranks - 1)
+            now = rel
         est = estimate_cycles(t, n_gact[j], comps[j], n_buf[j], pim[j], open_ranks * banks_per_rank)
         if est is not None:
             while due - now - est <= 0:   # CanMeetRefreshDeadline: the remaining slack must stay > 0
@@ -109,6 +119,8 @@ def guarded_cycles(dram, c: dict, total: float, run, staggered: bool = True) -> 
             d += stall
             due += period
         now += d
+        if arrival is not None:   # not done before its last instruction arrived
+            now = max(now, float(arrival[lo:hi].max()))
         if n_gact[j]:
             open_ranks = org.ranks
     return int(round(now))

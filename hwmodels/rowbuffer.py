@@ -79,17 +79,19 @@ def interleave(pim: dict[str, np.ndarray], npu: dict[str, np.ndarray], exclusive
     if not len(cuts):
         cuts = np.array([n])
     bounds = np.linspace(0, n_npu, len(cuts) + 1).round().astype(np.int64)
-    barrier = {f: np.zeros(1, np.int64) for f in CMD_FIELDS}
+    fields = CMD_FIELDS + (("arrival",) if "arrival" in pim else ())   # NPU issue port: PIM records' arrivals
+    npu = dict(npu, arrival=np.zeros(n_npu, np.int64)) if "arrival" in pim else npu
+    barrier = {f: np.zeros(1, np.int64) for f in fields}
     barrier["op"][0] = ENGINE_CODES["BARRIER"]
     # merged order: PIM records up to cut j, then NPU records bounds[j]:bounds[j+1], ...
     pieces, lo = [], 0
     for j, cut in enumerate(cuts.tolist()):
-        pieces.append({f: pim[f][lo:cut] for f in CMD_FIELDS})
+        pieces.append({f: pim[f][lo:cut] for f in fields})
         lo = cut
-        seg = {f: npu[f][bounds[j]:bounds[j + 1]] for f in CMD_FIELDS}
+        seg = {f: npu[f][bounds[j]:bounds[j + 1]] for f in fields}
         pieces += [barrier, seg, barrier] if exclusive and bounds[j + 1] > bounds[j] else [seg]
-    pieces.append({f: pim[f][lo:] for f in CMD_FIELDS})
-    return {f: np.concatenate([np.asarray(p[f], np.int64) for p in pieces]) for f in CMD_FIELDS}
+    pieces.append({f: pim[f][lo:] for f in fields})
+    return {f: np.concatenate([np.asarray(p[f], np.int64) for p in pieces]) for f in fields}
 
 
 def command_slots(c: dict[str, np.ndarray], row_cmd_cycles: int) -> int:
@@ -190,6 +192,9 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
     from attnsim.isa.lower_newton import lower_newton
     cls = str(trace.cols["cls"][i])
     assign = device.spec.channel_assignment
+    rate = device.spec.npu_issue_per_ns   # the NPU's PIM-instruction issue port (None: no limit)
+    port = dict(port_interval_cycles=None if rate is None else 1e-9 / (rate * device.tck_s),
+                comp_instructions=device.spec.comp_instructions)
     if cls in ("attn_score", "attn_context", "softmax"):
         lens, heads, k, group, eb = _request_items(device, trace, i)
         phase = {"attn_score": "score", "attn_context": "context", "softmax": "softmax"}[cls]
@@ -197,7 +202,8 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
         # the whole batch was placed on
         assign = trace.meta.get("channel_assignment", assign)
         low = lower_newton(phase, lens, heads=heads, dhead=k, group=group,
-                           elem_bytes=eb, n_channels=device.channels, org=device.org, pu=device.pu, assignment=assign)
+                           elem_bytes=eb, n_channels=device.channels, org=device.org, pu=device.pu, assignment=assign,
+                           **port)
     elif cls == "matmul":  # FC GEMV: output rows as "tokens" of one head of k_in elements
         c = trace.cols
         m, n, k, b = (int(c[x][i]) for x in ("m", "n", "k", "batch"))
@@ -206,7 +212,8 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
         active = -(-n * b // per)
         outs = [per] * (active - 1) + [n * b - per * (active - 1)]
         low = lower_newton("score", outs, heads=1, dhead=k, group=m, elem_bytes=wb, n_channels=device.channels,
-                           org=device.org, pu=device.pu, assignment=assign if isinstance(assign, str) else "greedy")
+                           org=device.org, pu=device.pu, assignment=assign if isinstance(assign, str) else "greedy",
+                           **port)
         low.phase = "fc"
         return low
     else:

@@ -27,6 +27,16 @@ Request placement on channels (``channel_assignment``):
   (:func:`artefact_load`).
 * ``round_robin``: request i on channel i mod channels (the npu+pim baseline without load balancing).
 * a list: an explicit channel per request (a fixed batch's placement, e.g. an artefact trace's ``ch_idx``).
+
+NPU issue port (``port_interval_cycles``, the PIM preset's ``npu_issue_per_ns``): the NPU sends every PIM
+instruction of an op through one in-order port shared by all channels (casys-kaist/NeuPIMs e51a4af
+``NeuPIMSystolicWS.cc:153`` issues one per core cycle; main f299af3 issues all queued ones, no limit), the batch
+channel by channel, ascending, each channel's requests in batch order (``Scheduler.cc group_sub_batches``), with no
+back-pressure (the per-channel queues behind it are unbounded). Each engine record gets the cycle its first
+instruction leaves the port as ``arrival``: a GWRITE and a tile's P_HEADER (its G_ACTs) are one instruction; a
+head's COMP run + READRES is one fused COMPS_READRES (``comp_instructions: fused``, main) or one instruction per
+COMP + one READRES (``per_comp``: the npu+pim branch with dram_type newton, ``NeuPIMSLogitSoftmax.cc:231``,
+``NeuPIMSAttend.cc:204``). Channels are then no longer interchangeable: one program per channel.
 """
 from __future__ import annotations
 
@@ -43,6 +53,7 @@ from attnsim.isa.base import Program
 from attnsim.isa.lower import PU, Lowered, Org, _Cmds
 
 ASSIGNMENTS = ("greedy", "online", "round_robin")
+COMP_INSTRUCTIONS = ("fused", "per_comp")
 # the artefact's MHA latency estimate (casys-kaist/NeuPIMs f299af3 src/scheduler/Scheduler.cc _gwrite_latency,
 # _gemv_latency; trace-generator/get_distributions.py MemoryConfig) [V: artefact code]: cycles per GWRITE of a
 # chunk and per GEMV tile (a row opened in every bank); used only to place requests (``online``)
@@ -145,14 +156,17 @@ def _tile(recs: list, org: Org, row: int, comps: Sequence[int], readres_units: i
 
 
 def channel_program(slices, phase: str, org: Org, pu: PU, *, heads: int, dhead: int, group: int,
-                    elem_bytes: float, row0: int = 0) -> Program:
-    """Newton program of one channel running the requests ``slices`` (token counts) in order."""
+                    elem_bytes: float, row0: int = 0, starts: list | None = None) -> Program:
+    """Newton program of one channel running the requests ``slices`` (token counts) in order (``starts``, when
+    given, receives the index of each request's first record)."""
     banks = org.banks
     page = max(1, int(org.columns * org.burst_bytes // elem_bytes))  # elements per 1 KB row
     lanes = pu.macs_per_command                                        # pim_comp_coverage
     res_units = _units(banks * pu.acc_bytes * group)                   # one result per bank and query
     recs, row = [], row0
     for t in slices:
+        if starts is not None:
+            starts.append(len(recs))
         if phase == "score":
             E = heads * dhead
             for c in range(-(-E // page)):
@@ -206,6 +220,35 @@ def newton_commands(prog: Program, org: Org) -> dict[str, np.ndarray]:
     return cmd.arrays()
 
 
+def record_instructions(prog: Program, comp_instructions: str = "fused") -> np.ndarray:
+    """NPU instructions each record of a Newton program takes through the issue port: GWRITE 1, the first G_ACT of
+    a tile 1 (the P_HEADER), READRES 1 (fused: the whole COMPS_READRES), COMP its repeat count with ``per_comp``
+    (else 0), PIM_PRECHARGE / BARRIER 0 (no instruction: NewtonSim closes the tile after its last READRES)."""
+    if comp_instructions not in COMP_INSTRUCTIONS:
+        raise ConfigError(f"expected one of {', '.join(COMP_INSTRUCTIONS)}, got {comp_instructions!r}",
+                          key="comp_instructions")
+    isa = prog.isa
+    op = prog.opcode
+    gact = op == isa.code("GACT")
+    header = gact & ~np.concatenate([[False], gact[:-1]])
+    n = (header | (op == isa.code("GWRITE")) | (op == isa.code("READRES"))).astype(np.int64)
+    if comp_instructions == "per_comp":
+        n += np.where(op == isa.code("COMP"), prog.fields["repeat"], 0)
+    return n
+
+
+def port_arrivals(progs: Sequence[Program], interval_cycles: float, comp_instructions: str = "fused"):
+    """Per program (channel, in issue order) the ``arrival`` cycle of each record through an in-order port of one
+    instruction per ``interval_cycles``, the channels one after another; and the total instruction count."""
+    out, k = [], 0
+    for p in progs:
+        n = record_instructions(p, comp_instructions)
+        before = k + np.cumsum(n) - n                       # instructions issued before this record's first one
+        out.append(np.where(n > 0, np.ceil(before * float(interval_cycles)), 0).astype(np.int64))
+        k += int(n.sum())
+    return out, k
+
+
 def placement_load(assignment, org: Org, *, heads: int, dhead: int, elem_bytes: float):
     """The per-request load ``assignment`` places by: the artefact's estimate (online), else row openings."""
     load_fn = artefact_load if assignment == "online" else request_load
@@ -213,22 +256,40 @@ def placement_load(assignment, org: Org, *, heads: int, dhead: int, elem_bytes: 
 
 
 def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, group: int, elem_bytes: float,
-                 n_channels: int, org: Org, pu: PU, assignment="greedy") -> Lowered:
+                 n_channels: int, org: Org, pu: PU, assignment="greedy", port_interval_cycles: float | None = None,
+                 comp_instructions: str = "fused") -> Lowered:
     """Lower the logit ("score") or attend ("context") GEMV of every request (``lens``: tokens per
-    request; ``heads``: KV heads of a request on this device; ``group``: query heads per KV head)."""
+    request; ``heads``: KV heads of a request on this device; ``group``: query heads per KV head).
+    ``port_interval_cycles``: DRAM cycles per instruction of the NPU issue port (None: no port limit)."""
     if phase not in ("score", "context"):
         raise ConfigError(NO_SOFTMAX + f", got phase {phase!r}", key="phase")
     lens = np.asarray(lens, np.int64)
     progs, cmds, mult = [], [], []
     load = placement_load(assignment, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)
-    for slices, m in assign_requests(lens, n_channels, assignment, load):
-        p = channel_program(slices, phase, org, pu, heads=heads, dhead=dhead, group=group, elem_bytes=elem_bytes)
-        p.multiplicity = m
-        progs.append(p)
-        cmds.append(newton_commands(p, org))
-        mult.append(m)
+    extra = {}
+    if port_interval_cycles is None:
+        for slices, m in assign_requests(lens, n_channels, assignment, load):
+            p = channel_program(slices, phase, org, pu, heads=heads, dhead=dhead, group=group, elem_bytes=elem_bytes)
+            p.multiplicity = m
+            progs.append(p)
+            cmds.append(newton_commands(p, org))
+            mult.append(m)
+    else:  # one program per channel, channels in issue order (ascending), requests in batch order
+        chan, _ = _placement([int(t) for t in lens], n_channels, assignment, load)
+        for c in sorted(set(chan[chan >= 0].tolist())):
+            p = channel_program([int(t) for t in lens[chan == c]], phase, org, pu, heads=heads, dhead=dhead,
+                                group=group, elem_bytes=elem_bytes)
+            p.multiplicity = 1
+            progs.append(p)
+            mult.append(1)
+        arrivals, n_instr = port_arrivals(progs, port_interval_cycles, comp_instructions)
+        for p, a in zip(progs, arrivals):
+            c = newton_commands(p, org)
+            c["arrival"] = a
+            cmds.append(c)
+        extra = dict(npu_instructions=n_instr, issue_port_key=(float(port_interval_cycles), comp_instructions))
     tok = float(lens.sum()) * heads
     return Lowered("newton", phase, progs, cmds, np.array(mult, np.int64), macs=tok * dhead * group,
                    pim_bytes=tok * dhead * elem_bytes,
                    meta=dict(partition="neupims", items=len(lens), elements=tok * group,
-                             assignment=assignment if isinstance(assignment, str) else "explicit"))
+                             assignment=assignment if isinstance(assignment, str) else "explicit", **extra))

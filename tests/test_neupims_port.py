@@ -1,0 +1,107 @@
+"""NeuPIMs' NPU PIM-instruction issue port (npu_issue_per_ns, comp_instructions; isa/lower_newton.py): the
+instruction counts from the tile shapes (casys-kaist/NeuPIMs e51a4af NeuPIMSLogitSoftmax.cc / NeuPIMSAttend.cc),
+the channel-by-channel issue order, and the time an in-order port of one instruction per cycle imposes."""
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.hwmodels import registry
+from attnsim.isa.lower_newton import (channel_program, lower_newton, placement_load, port_arrivals,
+                                      record_instructions, request_channels)
+
+DATA = Path(__file__).parent / "data" / "neupims"
+
+
+def pim(**over):
+    hw = load_yaml(find_config("hardware", "neupims_hbm2_pim"))
+    hw.update(over)
+    return registry.build(hw, file="neupims_hbm2_pim")
+
+
+DEV = pim()
+KW = dict(heads=8, dhead=128, group=1, elem_bytes=2.0)   # GPT-3 7B at TP 4: 8 heads of 128 per device
+
+
+def _instr(phase, t, mode):
+    p = channel_program([t], phase, DEV.org, DEV.pu, **KW)
+    return int(record_instructions(p, mode).sum())
+
+
+def test_instruction_counts_from_the_tile_shapes():
+    # K GEMV, 64 tokens: E = 1024 over 512-element rows = 2 chunks (GWRITE each); ceil(64 / 32 banks) = 2 tiles per
+    # chunk, each a P_HEADER + 4 heads x (ceil(128 / 16) = 8 COMPs + READRES) = 37 instructions, fused 1 + 4 = 5
+    assert _instr("score", 64, "per_comp") == 2 * (1 + 2 * (1 + 4 * (8 + 1))) == 150
+    assert _instr("score", 64, "fused") == 2 * (1 + 2 * 5) == 22
+    # V GEMV, 600 tokens: per head 2 chunks of a row's 512 tokens (GWRITE each), ceil(128 / 32) = 4 tiles per chunk,
+    # a tile P_HEADER + COMPs (512 / 16 = 32; last chunk ceil(88 / 16) = 6) + READRES
+    assert _instr("context", 600, "per_comp") == 8 * ((1 + 4 * (1 + 32 + 1)) + (1 + 4 * (1 + 6 + 1))) == 1360
+    assert _instr("context", 600, "fused") == 8 * 2 * (1 + 4 * 2) == 144
+    with pytest.raises(ConfigError, match="comp_instructions"):
+        _instr("score", 64, "per_head")
+
+
+def test_artefact_instruction_total_on_its_batch():
+    """The artefact's batch (clb-0 seq_len, its own channels): the per-COMP instructions of the two GEMVs are the
+    374,280 + 358,832 an instrumented npu+pim e51a4af counted through its port (run here, reference.yaml)."""
+    rows = list(csv.DictReader(open(DATA / "clb0_attnsim_greedy.csv")))
+    lens = [int(r["seq_len"]) for r in rows]
+    import attnsim.configs
+    hw = Path(attnsim.configs.__path__[0]) / "reproductions" / "neupims" / "neupims_hbm2_pim_clb0.yaml"
+    chans = [int(x) for x in load_yaml(hw)["channel_assignment"]]
+    tot = {}
+    for phase in ("score", "context"):   # the port path's programs (lower_newton), without the engine records
+        progs = [channel_program([t for t, c in zip(lens, chans) if c == ch], phase, DEV.org, DEV.pu, **KW)
+                 for ch in sorted(set(chans))]
+        tot[phase] = port_arrivals(progs, 1.0, "per_comp")[1]
+    assert tot == {"score": 374280, "context": 358832}
+
+
+def test_port_issues_channel_by_channel_and_bounds_the_time():
+    lens = [300, 40, 700, 120, 5, 260]
+    chans = [2, 0, 2, 1, 0, 1]
+    low = lower_newton("score", lens, n_channels=32, org=DEV.org, pu=DEV.pu, assignment=chans,
+                       port_interval_cycles=1.0, comp_instructions="per_comp", **KW)
+    # one program per used channel, ascending, its requests in batch order
+    per = [[t for t, c in zip(lens, chans) if c == ch] for ch in (0, 1, 2)]
+    n = [sum(_instr("score", t, "per_comp") for t in p) for p in per]
+    assert low.meta["npu_instructions"] == sum(n) and list(low.multiplicity) == [1, 1, 1]
+    firsts = [int(c["arrival"][0]) for c in low.commands]
+    assert firsts == [0, n[0], n[0] + n[1]]          # channel k starts after every instruction of channels < k
+    assert all(np.all(np.diff(c["arrival"][c["arrival"] > 0]) >= 1) for c in low.commands)   # in order, 1/cycle
+    t_port = DEV.run(low)[0] / DEV.tck_s
+    free = lower_newton("score", lens, n_channels=32, org=DEV.org, pu=DEV.pu, assignment=chans, **KW)
+    t_free = DEV.run(free)[0] / DEV.tck_s
+    last_alone = DEV.run(lower_newton("score", per[2], n_channels=32, org=DEV.org, pu=DEV.pu,
+                                      assignment=[0] * len(per[2]), **KW))[0] / DEV.tck_s
+    # N instructions through a 1/cycle port: >= N cycles; the last channel cannot start before its turn
+    assert t_port >= sum(n) and t_port >= n[0] + n[1] + 0.95 * last_alone and t_port > t_free
+    # a port far faster than the channels costs (almost) nothing; fused instructions arrive sooner than per COMP
+    fast = lower_newton("score", lens, n_channels=32, org=DEV.org, pu=DEV.pu, assignment=chans,
+                        port_interval_cycles=1e-3, comp_instructions="per_comp", **KW)
+    assert abs(DEV.run(fast)[0] / DEV.tck_s - t_free) <= 0.01 * t_free
+    fused = lower_newton("score", lens, n_channels=32, org=DEV.org, pu=DEV.pu, assignment=chans,
+                         port_interval_cycles=1.0, comp_instructions="fused", **KW)
+    assert fused.meta["npu_instructions"] < low.meta["npu_instructions"] and DEV.run(fused)[0] < DEV.run(low)[0]
+
+
+def test_port_options_refused_where_they_do_nothing():
+    with pytest.raises(ConfigError, match="comp_instructions: expected fused"):
+        pim(comp_instructions="per_comp")             # per-COMP counting needs a port rate
+    with pytest.raises(ConfigError, match="npu_issue_per_ns: expected null"):
+        hw = load_yaml(find_config("hardware", "attacc_hbm3_pim_stack"))
+        hw["npu_issue_per_ns"] = 1.0
+        registry.build(hw, file="attacc_hbm3_pim_stack")
+    assert pim(npu_issue_per_ns=1.0, comp_instructions="per_comp").spec.npu_issue_per_ns == 1.0
+
+
+def test_recorded_placements_are_attnsims():
+    """The artefact runs behind the greedy / online rows (reference.yaml) took these channel lists: they must be
+    what attnsim places the same batch on (context = seq_len + 1 at the decode step)."""
+    for name in ("greedy", "online"):
+        rows = list(csv.DictReader(open(DATA / f"clb0_attnsim_{name}.csv")))
+        lens = [int(r["seq_len"]) + 1 for r in rows]
+        load = placement_load(name, DEV.org, heads=8, dhead=128, elem_bytes=2.0)
+        assert request_channels(lens, 32, name, load).tolist() == [int(r["ch_idx"]) for r in rows]
