@@ -252,6 +252,12 @@ def lower_program(prog, dev, label: str):
             else:
                 from attnsim.isa.lower_newton import newton_commands
                 cmds.append(newton_commands(sub, org))
+        rate = getattr(dev.spec, "npu_issue_per_ns", None)
+        if isa == "newton" and rate is not None:  # the NPU issue port: channels in ascending order (lower_newton)
+            from attnsim.isa.lower_newton import port_arrivals
+            arrivals, _ = port_arrivals(progs, 1e-9 / (rate * dev.tck_s), dev.spec.comp_instructions)
+            for c, a in zip(cmds, arrivals):
+                c["arrival"] = a
     elif isa == "aim":
         masks = prog["ch_mask"]
         has_mask = np.array([any(f.name == "ch_mask" for f in prog.isa.by_code[int(c)].fields) for c in prog.opcode])

@@ -93,7 +93,7 @@ class PIMSpec(Schema):
     # (Scheduler.cc group_sub_batches); no back-pressure (the per-channel request queues are unbounded,
     # NeuPIMSCore::push_memory_request). null = no limit (main f299af3: `while`, every queued instruction in a
     # cycle); 1.0 = the npu+pim baseline (e51a4af NeuPIMSystolicWS.cc:153 `if`, one per 1 GHz core cycle)
-    npu_issue_per_ns: Optional[float] = Field(None, gt=0)
+    npu_issue_per_ns: Optional[float] = Field(None, ge=1e-3)   # >= 1 per us: slower ports overflow the engine clock
     # isa newton, with npu_issue_per_ns: NPU instructions of a head's COMP run: fused = one COMPS_READRES (main),
     # per_comp = one instruction per COMP + one READRES (npu+pim e51a4af with dram_type newton:
     # NeuPIMSLogitSoftmax.cc:231, NeuPIMSAttend.cc:204); a GWRITE and a tile's P_HEADER are one each either way

@@ -274,11 +274,13 @@ def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, gro
             progs.append(p)
             cmds.append(newton_commands(p, org))
             mult.append(m)
-    else:  # one program per channel, channels in issue order (ascending), requests in batch order
-        chan, _ = _placement([int(t) for t in lens], n_channels, assignment, load)
+    else:  # one program per channel, channels in issue order (ascending), each channel's requests in the order
+        # they were placed (as assign_requests: batch order for online / round_robin / a list, the artefact's; greedy
+        # longest first), so a port without a limit times exactly as no port
+        chan, order = _placement([int(t) for t in lens], n_channels, assignment, load)
         for c in sorted(set(chan[chan >= 0].tolist())):
-            p = channel_program([int(t) for t in lens[chan == c]], phase, org, pu, heads=heads, dhead=dhead,
-                                group=group, elem_bytes=elem_bytes)
+            p = channel_program([int(lens[i]) for i in order if chan[i] == c], phase, org, pu, heads=heads,
+                                dhead=dhead, group=group, elem_bytes=elem_bytes)
             p.multiplicity = 1
             progs.append(p)
             mult.append(1)
