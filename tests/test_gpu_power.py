@@ -156,6 +156,20 @@ def test_mlenergy_qwen3_rows_held_out(mlenergy):
         ("Qwen/Qwen3-8B", "h100_x1_vllm.yaml"), ("Qwen/Qwen3-14B", "h100_x1_vllm.yaml"),
         ("Qwen/Qwen3-32B", "h100_x1_vllm.yaml"), ("Qwen/Qwen3-32B", "h100_x2_tp2.yaml")}
     assert len(rows) == 30  # every H100 lm-arena-chat row of the three models in calibration/mlenergy_v3_h100.csv
+    import csv
+    from pathlib import Path
+    src = Path("/work/shared/reference/calibration/mlenergy_v3_h100.csv")
+    if src.exists():  # the rows are the CSV's, field for field
+        by = {(r["model_id"], int(r["max_num_seqs"]), r["system"]): r for r in rows}
+        n = 0
+        for row in csv.DictReader(src.open()):
+            if row["model_id"] in ("Qwen/Qwen3-8B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B") and row["task"] == "lm-arena-chat":
+                r = by[(row["model_id"], int(row["max_num_seqs"]), f"h100_x{row['num_gpus']}_" + (
+                    "vllm.yaml" if row["num_gpus"] == "1" else f"tp{row['tp']}.yaml"))]
+                assert (r["avg_power_w_per_gpu"], r["energy_per_token_j"], r["median_itl_ms"]) == (
+                    float(row["avg_power_W_per_gpu"]), float(row["energy_per_token_J"]), float(row["median_itl_ms"]))
+                n += 1
+        assert n == 30
     je = {_tag(r): round(_err(r, "model_energy_per_token_j", "energy_per_token_j"), 3) for r in rows}
     assert all(abs(e) <= 0.11 for e in je.values()), je
     for r in rows:
