@@ -222,18 +222,22 @@ def newton_commands(prog: Program, org: Org) -> dict[str, np.ndarray]:
 
 def record_instructions(prog: Program, comp_instructions: str = "fused") -> np.ndarray:
     """NPU instructions each record of a Newton program takes through the issue port: GWRITE 1, the first G_ACT of
-    a tile 1 (the P_HEADER), READRES 1 (fused: the whole COMPS_READRES), COMP its repeat count with ``per_comp``
-    (else 0), PIM_PRECHARGE / BARRIER 0 (no instruction: NewtonSim closes the tile after its last READRES)."""
+    a tile 1 (the P_HEADER); ``per_comp``: COMP its repeat count and READRES 1; ``fused``: 1 on the first COMP of a
+    run (the whole COMPS_READRES), 0 on the rest of the run and its READRES; PIM_PRECHARGE / BARRIER 0 (no
+    instruction: NewtonSim closes the tile after its last READRES)."""
     if comp_instructions not in COMP_INSTRUCTIONS:
         raise ConfigError(f"expected one of {', '.join(COMP_INSTRUCTIONS)}, got {comp_instructions!r}",
                           key="comp_instructions")
     isa = prog.isa
     op = prog.opcode
-    gact = op == isa.code("GACT")
-    header = gact & ~np.concatenate([[False], gact[:-1]])
-    n = (header | (op == isa.code("GWRITE")) | (op == isa.code("READRES"))).astype(np.int64)
+    gact, comp, readres = op == isa.code("GACT"), op == isa.code("COMP"), op == isa.code("READRES")
+    after = lambda m: np.concatenate([[False], m[:-1]])   # noqa: E731 (the previous record is an m)
+    header = gact & ~after(gact)
+    n = (header | (op == isa.code("GWRITE"))).astype(np.int64)
     if comp_instructions == "per_comp":
-        n += np.where(op == isa.code("COMP"), prog.fields["repeat"], 0)
+        n += readres + np.where(comp, prog.fields["repeat"], 0)
+    else:  # one COMPS_READRES per COMP run: carried by the run's first COMP, so no COMP starts before it arrives
+        n += (comp & ~after(comp)) | (readres & ~after(comp))
     return n
 
 
