@@ -31,8 +31,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from attnsim.hwmodels.dram import kernel as K
-from attnsim.hwmodels.dram.sched import (_emit, drain_mode, eligible_hits, first_eligible, gap_refresh, oldest_arrival,
-                                          pending_active, room)
+from attnsim.hwmodels.dram.sched import (_emit, bank_candidates, drain_mode, eligible_hits, first_eligible,
+                                          gap_refresh, oldest_arrival, pending_active, room)
 
 INF = 1 << 62
 KEYMAX = (1 << 63) - 1  # above every key (ages < AGE_LIMIT - 1)
@@ -178,28 +178,7 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
         CLS[j] = 0
         SLOT[j] = s
         return -was_w
-    need_r = er > 0
-    need_w = ew > 0
-    a = aslot[k]  # pre_holdback off: a PRE for the oldest other-row request unless the row's active one is pending
-    need_p = T[K.T_PREHOLD] == 0 and not (a >= 0 and rowq[sreq[a]] == cur)
-    sr = -1
-    sw = -1
-    sp = -1
-    while s >= 0 and (need_r or need_w or need_p):
-        i = sreq[s]
-        if mode < 0 or wq[i] == mode or aslot[k] == s:
-            if rowq[i] != cur:
-                if need_p:
-                    sp = s
-                    need_p = False
-            elif wq[i] == 1:
-                if need_w:
-                    sw = s
-                    need_w = False
-            elif need_r:
-                sr = s
-                need_r = False
-        s = snext[s]
+    sr, sw, sp = bank_candidates(s, k, cur, er, ew, mode, aslot, snext, sreq, rowq, wq, T)
     if sp >= 0:
         la = BS[k, K.B_PRE]
         a = arr[sreq[sp]]

@@ -136,6 +136,36 @@ def first_eligible(s, k, mode, aslot, snext, sreq, wq):
 
 
 @K.inline
+def bank_candidates(s, k, cur, er, ew, mode, aslot, snext, sreq, rowq, wq, T):
+    """Slots of bank k's oldest eligible read hit (if ``er``), write hit (if ``ew``) and, without the PRE
+    hold-back, its oldest other-row request (unless the row's active request is pending), walking the bank's
+    queue from slot ``s`` in age order; -1 where none. Shared by the heap and flat schedulers."""
+    need_r = er > 0
+    need_w = ew > 0
+    a = aslot[k]  # pre_holdback off: a PRE for the oldest other-row request unless the row's active one is pending
+    need_p = T[K.T_PREHOLD] == 0 and not (a >= 0 and rowq[sreq[a]] == cur)
+    sr = -1
+    sw = -1
+    sp = -1
+    while s >= 0 and (need_r or need_w or need_p):
+        i = sreq[s]
+        if mode < 0 or wq[i] == mode or aslot[k] == s:
+            if rowq[i] != cur:
+                if need_p:
+                    sp = s
+                    need_p = False
+            elif wq[i] == 1:
+                if need_w:
+                    sw = s
+                    need_w = False
+            elif need_r:
+                sr = s
+                need_r = False
+        s = snext[s]
+    return sr, sw, sp
+
+
+@K.inline
 def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US, CS, mode, aslot):
     """Best candidate of bank k: (cycle, sub-key, slot, kind 0 hit / 1 ACT / 2 PRE); cycle INF if none.
     ``mode``/``aslot``: write drain (drain_mode, eligible_hits)."""
@@ -159,28 +189,7 @@ def _best(k, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US
         if arr[i] > t:
             t = arr[i]
         return t, (1 << AGE_BITS) | spos[s], s, kind
-    need_r = er > 0
-    need_w = ew > 0
-    a = aslot[k]  # pre_holdback off: a PRE for the oldest other-row request unless the row's active one is pending
-    need_p = T[K.T_PREHOLD] == 0 and not (a >= 0 and rowq[sreq[a]] == cur)
-    sr = -1
-    sw = -1
-    sp = -1
-    while s >= 0 and (need_r or need_w or need_p):
-        i = sreq[s]
-        if mode < 0 or wq[i] == mode or aslot[k] == s:
-            if rowq[i] != cur:
-                if need_p:
-                    sp = s
-                    need_p = False
-            elif wq[i] == 1:
-                if need_w:
-                    sw = s
-                    need_w = False
-            elif need_r:
-                sr = s
-                need_r = False
-        s = snext[s]
+    sr, sw, sp = bank_candidates(s, k, cur, er, ew, mode, aslot, snext, sreq, rowq, wq, T)
     bt = INF
     bs = 0
     bsl = -1
