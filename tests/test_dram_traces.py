@@ -81,3 +81,51 @@ def test_npy_of_another_dtype_and_format_without_trace_are_refused(tmp_path, cap
         read_trace_any(p, SPEC)
     assert main(["dram", "--device", "hbm3_6400", "--trace-format", "dramsim3"]) == 2
     assert "--trace-format has no effect without --trace" in capsys.readouterr().err
+
+
+def _general(data: bytes, fmt: int):
+    """The general parser alone (what every line of another shape goes through)."""
+    from attnsim.hwmodels.dram.traces import _parse
+    b = np.frombuffer(data, np.uint8)
+    cap = data.count(b"\n") + 1
+    out = np.empty(cap, np.uint64), np.empty(cap, np.bool_), np.empty(cap, np.int64)
+    k, err, _ = _parse(b, fmt, 1, np.ones(1, np.int64), *out, np.full((1, 1), -1, np.int64), False)
+    return k, err, out
+
+
+def test_fast_parser_equals_the_general_one_or_defers_to_it():
+    """The one-pass parser of the canonical line shapes (traces._parse_fast) returns exactly the general
+    parser's requests whenever it accepts a file, and defers (-1) on every file the general parser refuses;
+    canonical files take the fast path. Random files mix canonical lines with odd ones (tabs, CRLF, comments,
+    decimal / upper-case / over-long numbers, lax DRAMsim3 words, decreasing cycles, extra tokens)."""
+    from attnsim.hwmodels.dram.traces import _HEXVAL, _parse_fast
+    rng = np.random.default_rng(7)
+    odd = {0: ["0X1F r", "1f W 3", "0x10 R ", "# c", "", "\t0x1 R", "0x1 R\r", "0x1 X", "0x" + "f" * 17 + " R",
+               "0x1 R " + "9" * 19, "0x1 R 1", "g R", "0x1  R", "0x1 RW"],
+           1: ["LD 12", "ST 0X1f", "LD " + "9" * 19, "LD 0x", "LD\t0x1", "LD 0x1 5", "ld 0x1", "LX 0x1", "",
+               "LD 0x1\r", "ST " + "1" * 18, "LD 0x" + "0" * 16],
+           2: ["0x1 read 1", "0x1 RXXX 2", "1 READ 3", "0x1 WRITE", "0x1 WRITE 0", "0x1 READ 99 ", "0x1 READ x"]}
+    canon = {0: lambda a, w, t: f"0x{a:x} {'W' if w else 'R'} {t}", 1: lambda a, w, t: f"{'ST' if w else 'LD'} 0x{a:x}",
+             2: lambda a, w, t: f"0x{a:x} {'WRITE' if w else 'READ'} {t}"}
+    fast_taken = 0
+    for trial in range(300):
+        fmt = trial % 3
+        n = int(rng.integers(1, 12))
+        t = np.sort(rng.integers(0, 50, n))
+        lines = [canon[fmt](int(a), bool(w), int(c)) for a, w, c in
+                 zip(rng.integers(0, 1 << 40, n), rng.integers(0, 2, n), t)]
+        if trial % 4:  # three of four files get one odd line somewhere
+            lines.insert(int(rng.integers(0, n + 1)), odd[fmt][int(rng.integers(len(odd[fmt])))])
+        data = ("\n".join(lines) + ("\n" if rng.integers(2) else "")).encode()
+        k_g, err, (ag, wg, tg) = _general(data, fmt)
+        cap = len(data) // 4 + 1
+        af, wf, tf = np.empty(cap, np.uint64), np.empty(cap, np.bool_), np.empty(cap, np.int64)
+        k_f = _parse_fast(np.frombuffer(data, np.uint8), fmt, _HEXVAL, af, wf, tf)
+        if k_f >= 0:
+            fast_taken += 1
+            assert err == 0 and k_f == k_g, (fmt, data)
+            assert np.array_equal(af[:k_f], ag[:k_g]) and np.array_equal(wf[:k_f], wg[:k_g]), (fmt, data)
+            assert np.array_equal(tf[:k_f], tg[:k_g]), (fmt, data)
+        if trial % 4 == 0:  # canonical files: always the fast path
+            assert k_f == k_g > 0, (fmt, data)
+    assert fast_taken >= 75
