@@ -141,12 +141,14 @@ def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = 
         rw = parts[1].upper()
         if rw not in ("R", "W"):
             raise ConfigError(f"expected R or W, got {parts[1][:40]!r}", file=path, key=where)
-        t = 0
+        t = 0  # a line without an arrival cycle arrives at 0
         if len(parts) == 3:
             t = check_int(parts[2], file=path, key=f"{where}: arrival cycle", lo=0, hi=max_arrival)
-            if t < last:
-                raise ConfigError(f"arrival cycles must not decrease ({t} < {last})", file=path, key=where)
-            last = t
+        if t < last:
+            raise ConfigError(f"arrival cycles must not decrease ({t} < {last}"
+                              f"{'' if len(parts) == 3 else ': a line without one arrives at cycle 0'})",
+                              file=path, key=where)
+        last = t
         if len(addrs) >= MAX_REQUESTS:
             raise ConfigError(f"trace has more than {MAX_REQUESTS} requests (the limit)", file=path, key=where)
         addrs.append(a)

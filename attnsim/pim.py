@@ -252,10 +252,10 @@ def lower_program(prog, dev, label: str):
             else:
                 from attnsim.isa.lower_newton import newton_commands
                 cmds.append(newton_commands(sub, org))
-        rate = getattr(dev.spec, "npu_issue_per_ns", None)
-        if isa == "newton" and rate is not None:  # the NPU issue port: channels in ascending order (lower_newton)
+        if isa == "newton" and dev.port_interval_cycles is not None:  # the NPU issue port, in program order
             from attnsim.isa.lower_newton import port_arrivals
-            arrivals, _ = port_arrivals(progs, 1e-9 / (rate * dev.tck_s), dev.spec.comp_instructions)
+            arrivals, _ = port_arrivals(progs, dev.port_interval_cycles, dev.spec.comp_instructions,
+                                        positions=[np.flatnonzero(ch == c) for c in np.unique(ch)])
             for c, a in zip(cmds, arrivals):
                 c["arrival"] = a
     elif isa == "aim":

@@ -103,11 +103,12 @@ def guarded_cycles(dram, c: dict, total: float, run, staggered: bool = True) -> 
     for j, a in enumerate(alone):
         lo, hi = units[j]
         if arrival is not None and arrival[lo] > now:   # the NPU issue port has not sent it yet: idle until then,
-            rel = float(arrival[lo])                      # the refreshes due in the gap done there (PIM rows closed)
-            while due <= rel - stall:
-                due += period
-                open_ranks = max(0, open_ranks - 1)
-            now = rel
+            rel = int(arrival[lo])                        # the refreshes due in the gap done there (PIM rows closed),
+            if due <= rel - stall:                        # counted in closed form (a slow port leaves long gaps)
+                k = (rel - stall - due) // period + 1
+                due += k * period
+                open_ranks = max(0, open_ranks - k)
+            now = float(rel)
         est = estimate_cycles(t, n_gact[j], comps[j], n_buf[j], pim[j], open_ranks * banks_per_rank)
         if est is not None:
             while due - now - est <= 0:   # CanMeetRefreshDeadline: the remaining slack must stay > 0

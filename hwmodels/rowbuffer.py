@@ -192,8 +192,7 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
     from attnsim.isa.lower_newton import lower_newton
     cls = str(trace.cols["cls"][i])
     assign = device.spec.channel_assignment
-    rate = device.spec.npu_issue_per_ns   # the NPU's PIM-instruction issue port (None: no limit)
-    port = dict(port_interval_cycles=None if rate is None else 1e-9 / (rate * device.tck_s),
+    port = dict(port_interval_cycles=device.port_interval_cycles,  # the NPU's PIM-instruction issue port
                 comp_instructions=device.spec.comp_instructions)
     if cls in ("attn_score", "attn_context", "softmax"):
         lens, heads, k, group, eb = _request_items(device, trace, i)

@@ -241,16 +241,23 @@ def record_instructions(prog: Program, comp_instructions: str = "fused") -> np.n
     return n
 
 
-def port_arrivals(progs: Sequence[Program], interval_cycles: float, comp_instructions: str = "fused"):
-    """Per program (channel, in issue order) the ``arrival`` cycle of each record through an in-order port of one
-    instruction per ``interval_cycles``, the channels one after another; and the total instruction count."""
-    out, k = [], 0
-    for p in progs:
-        n = record_instructions(p, comp_instructions)
-        before = k + np.cumsum(n) - n                       # instructions issued before this record's first one
-        out.append(np.where(n > 0, np.ceil(before * float(interval_cycles)), 0).astype(np.int64))
-        k += int(n.sum())
-    return out, k
+def port_arrivals(progs: Sequence[Program], interval_cycles: float, comp_instructions: str = "fused",
+                  positions: Sequence[np.ndarray] | None = None):
+    """Per program (channel) the ``arrival`` cycle of each record through an in-order port of one instruction per
+    ``interval_cycles``, and the total instruction count. Issue order: ``positions[c]`` are program c's records'
+    places in one sequence over all programs (a user's program as written, ``attnsim pim run``); None: the
+    programs one after another (NeuPIMs issues channel by channel, Scheduler.cc group_sub_batches)."""
+    ns = [record_instructions(p, comp_instructions) for p in progs]
+    if positions is None:
+        ends = np.cumsum([len(n) for n in ns])
+        positions = [np.arange(e - len(n), e) for n, e in zip(ns, ends)]
+    issued = np.zeros(sum(len(n) for n in ns), np.int64)
+    for n, pos in zip(ns, positions):
+        issued[pos] = n
+    before = np.cumsum(issued) - issued                     # instructions issued before each record's first one
+    out = [np.where(n > 0, np.ceil(before[pos] * float(interval_cycles)), 0).astype(np.int64)
+           for n, pos in zip(ns, positions)]
+    return out, int(issued.sum())
 
 
 def placement_load(assignment, org: Org, *, heads: int, dhead: int, elem_bytes: float):

@@ -115,7 +115,10 @@ def test_mlenergy_rows_cover_both_models_every_batch(mlenergy):
     by = {(r["model_id"], float(r["avg_batch_size"])) for r in mlenergy}
     assert sum(r["role"] == "calibration" for r in mlenergy) == 11  # Llama-3.1-8B TP1, every batch
     assert sum(r["model_id"].endswith("3.1-70B-Instruct") and r["role"] == "validation" for r in mlenergy) == 12
-    if src.exists():  # the rows are the CSV's (copied with their source)
+    for r in mlenergy:  # the copy is self-consistent without the CSV: total W / output tok/s = J/token (CSV README)
+        gpus = int(r["system"].split("_x")[1].split("_")[0])
+        assert r["avg_power_w_per_gpu"] * gpus / r["output_tok_per_s"] == pytest.approx(r["energy_per_token_j"], rel=1e-3)
+    if src.exists():  # where the source is checked out beside the project: the rows are the CSV's
         for row in csv.DictReader(src.open()):
             if row["model_id"].startswith("meta-llama/Llama-3.1-") and row["num_gpus"] in ("1", "4") \
                     and not row["model_id"].endswith("FP8"):

@@ -132,3 +132,70 @@ def test_pim_run_applies_the_issue_port():
     n_instr = int(record_instructions(p, "per_comp").sum())   # (a lower bound of the two channels' count)
     t_port, t_free = run(p, npupim).time_s, run(p, "neupims_hbm2_pim").time_s
     assert t_port >= n_instr * 1e-9 and t_port > 1.05 * t_free
+
+
+def test_row_memo_tells_apart_lowerings_that_share_the_length_key():
+    """Two batches with equal token sums and chunk counts ([100, 300] and [200, 200] on two channels) lower to
+    records of equal lengths, multiplicities and byte counts; with the port each channel is its own program, so
+    the per-trace memo must compare the records themselves (it returned the first batch's time for both)."""
+    dev = pim(npu_issue_per_ns=1.0, comp_instructions="per_comp")
+    interval = dev.port_interval_cycles
+    lows = [lower_newton("context", lens, n_channels=2, org=dev.org, pu=dev.pu, port_interval_cycles=interval,
+                         comp_instructions="per_comp", **KW) for lens in ([100, 300], [200, 200])]
+    assert [len(c["op"]) for c in lows[0].commands] == [len(c["op"]) for c in lows[1].commands]
+    direct = [dev.run(low)[0] for low in lows]
+    assert direct[0] != direct[1]
+    dev.lower_row = lambda trace, i, part=None: lows[i]   # the two rows of one trace
+    memo = {}
+    got = [dev._lowered_cost(None, i, dev.partition, memo)["time"] for i in (0, 1, 0)]
+    assert got == [direct[0], direct[1], direct[0]]
+
+
+def test_pim_run_issues_a_program_in_the_order_it_is_written():
+    """`attnsim pim run` sends a user's Newton program through the port in program order: the same two-channel
+    work interleaved at its GWRITEs lets channel 1 start before channel 0 is done (faster than channel by
+    channel, which times as the port's channel-after-channel order); without the port the order changes nothing."""
+    from attnsim.isa.base import Program
+    from attnsim.pim import run
+    npupim = str(Path(__file__).parents[1] / "configs" / "reproductions" / "neupims" /
+                 "neupims_hbm2_pim_clb0_npupim.yaml")
+    p = channel_program([300], "score", DEV.org, DEV.pu, **KW)
+    n = len(p)
+
+    def build(order):  # (channel, record) pairs in program order
+        f = {k: np.array([p.fields[k][i] for _, i in order]) for k in p.fields}
+        f["ch"] = np.array([c for c, _ in order])
+        return Program(p.isa, np.array([p.opcode[i] for _, i in order]), f)
+    seq = [(0, i) for i in range(n)] + [(1, i) for i in range(n)]
+    cuts = [i for i in range(n) if p.mnemonics()[i] == "GWRITE"] + [n]
+    inter = [(c, i) for a, b in zip(cuts[:-1], cuts[1:]) for c in (0, 1) for i in range(a, b)]
+    t_seq, t_inter = run(build(seq), npupim).time_s, run(build(inter), npupim).time_s
+    assert t_inter < t_seq
+    sub = [channel_program([300], "score", DEV.org, DEV.pu, **KW) for _ in (0, 1)]
+    a_default, _ = port_arrivals(sub, 1.0, "per_comp")
+    a_seq, _ = port_arrivals(sub, 1.0, "per_comp", positions=[np.arange(n), np.arange(n, 2 * n)])
+    assert all(np.array_equal(x, y) for x, y in zip(a_default, a_seq))
+    assert run(build(seq), "neupims_hbm2_pim").time_s == run(build(inter), "neupims_hbm2_pim").time_s
+
+
+def test_a_slow_port_under_the_refresh_guard_ends_after_its_last_instruction():
+    """A port far slower than the engine (one instruction per 1e8 DRAM cycles) leaves gaps of ~1e5 refresh periods
+    between a channel's operations: the guard walk counts them in closed form (it walked them one by one, for
+    minutes), and the channel ends after its last instruction's arrival, within one operation's guarded time."""
+    dev = pim(refresh_guard=True)
+    low = lower_newton("score", [300, 200], n_channels=2, org=dev.org, pu=dev.pu, port_interval_cycles=1e8,
+                       comp_instructions="per_comp", **KW)
+    t_cycles = dev.run(low)[0] / dev.tck_s
+    last = max(int(c["arrival"].max()) for c in low.commands)
+    alone = max(dev.run(lower_newton("score", [t], n_channels=1, org=dev.org, pu=dev.pu, **KW))[0] for t in (300, 200))
+    assert last <= t_cycles <= last + alone / dev.tck_s
+
+
+def test_the_clb0_presets_place_the_same_batch():
+    """The clb-0 reproduction presets (dual row buffer, no guard, no refresh, the npu+pim port) each carry the
+    artefact trace's 512-entry channel list (hardware configs have no inheritance): one list, copied four times."""
+    import attnsim.configs
+    folder = Path(attnsim.configs.__path__[0]) / "reproductions" / "neupims"
+    lists = {p.name: load_yaml(p)["channel_assignment"] for p in sorted(folder.glob("neupims_hbm2_pim_clb0*.yaml"))}
+    assert len(lists) == 4 and len(lists["neupims_hbm2_pim_clb0.yaml"]) == 512
+    assert all(v == lists["neupims_hbm2_pim_clb0.yaml"] for v in lists.values())

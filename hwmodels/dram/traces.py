@@ -22,10 +22,12 @@ TRACE_DTYPE = np.dtype([("addr", "<u8"), ("write", "u1"), ("arrival", "<i8")])
 FORMATS = ("auto", "attnsim", "ramulator", "dramsim3", "npy")
 _FMT = {"attnsim": 0, "ramulator": 1, "dramsim3": 2}
 # error codes of the kernel -> message
-_ERR = {1: "expected '<hex address> <R|W> [<arrival cycle>]'", 2: "expected a hex address of at most 64 bits",
-        3: "expected R or W", 4: "expected a decimal arrival cycle", 5: "expected 'LD|ST <address>' or "
-        "'R|W <l0,l1,...>' (Ramulator LoadStoreTrace / ReadWriteTrace)", 6: "expected an address of at most 64 bits",
-        7: "expected '<0x hex address> <READ|WRITE> <cycle>' (DRAMsim3)", 8: "arrival cycles must not decrease",
+_ERR = {1: "expected '<hex address> <R|W> [<arrival cycle>]'", 2: "expected a hex address of at most 16 digits",
+        3: "expected R or W", 4: "expected a decimal arrival cycle of at most 18 digits",
+        5: "expected 'LD|ST <address>' or 'R|W <l0,l1,...>' (Ramulator LoadStoreTrace / ReadWriteTrace)",
+        6: "expected a 0x-hex (at most 16 digits) or decimal (at most 18 digits) address",
+        7: "expected '<0x hex address> <READ|WRITE> <cycle>' (DRAMsim3; also P_MEM_RD, P_MEM_WR, BOFF)",
+        8: "arrival cycles must not decrease (a line without one arrives at cycle 0)",
         9: "address vector: wrong number of levels or a level out of range"}
 
 
@@ -79,6 +81,36 @@ def _dec(b, i, j):
 
 
 @njit(cache=True)
+def _word(b, i, j, word, fold):
+    """Whether b[i:j] is ``word`` (ASCII bytes), letters compared case-insensitively when ``fold``."""
+    if j - i != len(word):
+        return False
+    for p in range(j - i):
+        c = b[i + p]
+        if fold and 65 <= c <= 90:
+            c = c | 32
+        if c != word[p]:
+            return False
+    return True
+
+
+_READ, _WRITE = np.frombuffer(b"read", np.uint8).copy(), np.frombuffer(b"write", np.uint8).copy()
+_P_MEM_RD, _P_MEM_WR, _BOFF = (np.frombuffer(w, np.uint8).copy() for w in (b"P_MEM_RD", b"P_MEM_WR", b"BOFF"))
+
+
+@njit(cache=True)
+def _ds3_kind(b, i, j):
+    """A DRAMsim3 command word: 0 read (READ, read, any case; P_MEM_RD), 1 write (WRITE any case; P_MEM_WR, BOFF:
+    DRAMsim3's write set, common.cc operator>>), -1 anything else (DRAMsim3 reads every other word as a read;
+    refused here, a typo must not become a read)."""
+    if _word(b, i, j, _READ, True) or _word(b, i, j, _P_MEM_RD, False):
+        return 0
+    if _word(b, i, j, _WRITE, True) or _word(b, i, j, _P_MEM_WR, False) or _word(b, i, j, _BOFF, False):
+        return 1
+    return -1
+
+
+@njit(cache=True)
 def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec, store):
     """Parse the byte buffer; returns (requests, error code, error line). vec: (cap, nlev) address vectors;
     ``store`` False: the first request is a flat address, so vectors are not stored and one is error 11."""
@@ -120,19 +152,17 @@ def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec, store):
                     return k, 3, line
                 w = c0 == 119
             else:
-                if ln == 4 and c0 == 114:
-                    w = False
-                elif ln == 5 and c0 == 119:
-                    w = True
-                else:
+                kind = _ds3_kind(b, t2, t3)
+                if kind < 0:
                     return k, 7, line
+                w = kind == 1
             if t4 != t5:
                 tm, ok = _dec(b, t4, t5)
                 if not ok:
                     return k, 4, line
-                if tm < last:
-                    return k, 8, line
-                last = tm
+            if tm < last:  # a line without a cycle arrives at 0
+                return k, 8, line
+            last = tm
         else:
             if t2 == t3 or t4 != t5:
                 return k, 5, line
@@ -277,11 +307,13 @@ def _parse_fast(b, fmt, hexval, addr, wr, arr):
                     tm = tm * 10 + (b[i] - 48)
                     nd += 1
                     i += 1
-                if nd == 0 or tm < last:
+                if nd == 0:
                     return -1
-                last = tm
             elif fmt == 2:
                 return -1
+            if tm < last:  # (a line without a cycle arrives at 0)
+                return -1
+            last = tm
         if i < n:
             if b[i] != 10:
                 return -1
@@ -291,6 +323,15 @@ def _parse_fast(b, fmt, hexval, addr, wr, arr):
         arr[k] = tm
         k += 1
     return k
+
+
+def _line_text(b: np.ndarray, line: int, width: int = 60) -> str:
+    """Line ``line`` (1-based) of the byte buffer, stripped and cut to ``width`` characters (for error messages)."""
+    ends = np.flatnonzero(b == 10)
+    lo = int(ends[line - 2]) + 1 if line >= 2 else 0
+    hi = int(ends[line - 1]) if line - 1 < len(ends) else len(b)
+    text = bytes(b[lo:hi]).decode("utf-8", "replace").strip()
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def _first_is_vector(data: bytes) -> bool:
@@ -388,7 +429,7 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
     if err == 10:
         raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path, key=f"line {line}")
     if err:
-        raise ConfigError(f"{_ERR[err]} ({fmt} format)", file=path, key=f"line {line}")
+        raise ConfigError(f"{_ERR[err]} ({fmt} format), got {_line_text(b, line)!r}", file=path, key=f"line {line}")
     if k == 0:
         raise ConfigError("trace has no requests", file=path)
     addr, wr, arr = addr[:k], wr[:k], arr[:k]
