@@ -152,7 +152,6 @@ def load_dram_for(spec: PIMSpec, hardware: dict | None = None):
     return spec_from_dict(data, file=file)
 
 
-
 def _same_value(a, b) -> bool:
     """Deep equality of lowering contents (arrays element-wise, containers item by item)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -172,6 +171,7 @@ def _same_lowering(a, b) -> bool:
             and (a.isa != "cxl_pnm"  # its engine streams are built from the programs (PIMDevice.run)
                  or _same_value([(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in a.programs],
                                 [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in b.programs])))
+
 
 class PIMDevice:
     """A PIM/PNM device: DeviceModel protocol (name, kind, peaks, capacity, cost)."""
