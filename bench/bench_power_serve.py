@@ -55,7 +55,8 @@ def steady(row: dict, prompt_len: int, sets: list[str], tmp: Path) -> dict:
     w = log[full[len(full) // 10]: full[-1] + 1]
     dur, energy = w[:, F["dur_s"]].sum(), w[:, F["energy_j"]].sum()
     tokens = w[:, F["decodes"]].sum() + w[:, F["prefills"]].sum()  # a decode and a finished prefill emit a token
-    gpus = int(row["system"].split("_x")[1].split("_")[0])  # h100_x<GPUs>_...yaml
+    par = next(iter(exp.systems.values())).parallelism
+    gpus = par.tp * par.pp  # the pool's iterations are one replica's (as attnsim.validate.power_runs)
     return {"power_w_per_gpu": energy / dur / gpus, "energy_per_token_j": energy / tokens,
             "itl_ms": float(np.median(w[:, F["dur_s"]])) * 1e3, "tok_per_s": tokens / dur}
 
