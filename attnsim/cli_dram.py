@@ -53,6 +53,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-extrapolate", action="store_true",
                    help="simulate periodic patterns (sequential, strided) in full instead of extrapolating the "
                         "steady state over whole refresh windows")
+    p.add_argument("--no-skip-ahead", action="store_true",
+                   help="issue every command instead of jumping over exactly recurring controller states "
+                        "(identical results; hwmodels/dram/recur.py)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_dram)
 
@@ -171,6 +174,10 @@ def _refuse_ignored(args) -> None:
     if (getattr(args, "seed", None) is not None and not args.trace and args.pattern != "random"
             and not getattr(args, "write_fraction", None)):
         raise ConfigError(f"--seed has no effect on --pattern {args.pattern} without --write-fraction", key="--seed")
+    if getattr(args, "no_skip_ahead", False):
+        if not args.trace and args.pattern != "random" and not getattr(args, "no_extrapolate", False):
+            raise ConfigError(f"--no-skip-ahead has no effect on --pattern {args.pattern} while it is extrapolated "
+                              "(add --no-extrapolate)", key="--no-skip-ahead")
     if getattr(args, "stride", None) is not None and args.pattern != "strided":
         raise ConfigError(f"--stride has no effect with --pattern {args.pattern} (use --pattern strided)",
                           key="--stride")
@@ -186,7 +193,10 @@ def _check_before_compile(spec, args) -> None:
             parse_mapping(args.mapping, spec.org)
         except ValueError as exc:
             raise ConfigError(str(exc), key="mapping") from None
-    controller_rules(getattr(args, "controller", None), spec)
+    rules = controller_rules(getattr(args, "controller", None), spec)
+    if getattr(args, "no_skip_ahead", False) and rules.cmd_queue_entries:
+        raise ConfigError("--no-skip-ahead has no effect under the dramsim3 controller preset (its two-level queues "
+                          "issue every command)", key="--no-skip-ahead")
 
 
 def warm_up(spec) -> float:
@@ -218,7 +228,8 @@ def simulate(args) -> dict:
     refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
     extrapolate = not args.trace and not getattr(args, "no_extrapolate", False)
     r = simulate_requests(spec, addr, w, arr, mapping=args.mapping, page=args.page, queue=args.queue,
-                          refresh=refresh, extrapolate=extrapolate, controller=getattr(args, "controller", None))
+                          refresh=refresh, extrapolate=extrapolate, controller=getattr(args, "controller", None),
+                          skip_ahead=False if getattr(args, "no_skip_ahead", False) else None)
     out = {
         "device": spec.name, "requests": int(r.requests), "cycles": int(r.cycles), "clock_domain": r.clock_domain,
         "tck_s": r.tck_s, "time_s": r.time_s, "bytes": int(r.bytes), "bandwidth_gbps": r.bandwidth_gbps,
@@ -229,6 +240,8 @@ def simulate(args) -> dict:
         # steady-state extrapolation (periodic patterns; --no-extrapolate to simulate in full)
         "extrapolated": bool(r.extrapolated),
         "steady": ({k: v for k, v in r.steady.items() if k != "channels"} if r.extrapolated else None),
+        # exact skip-ahead over recurring controller states (--no-skip-ahead to issue every command)
+        "skipped_requests": int(r.skipped_requests), "skip_jumps": int(r.skip_jumps),
     }
     out["energy_j"] = {k: float(v) for k, v in out["energy_j"].items()}
     for k, v in out.items():
@@ -324,6 +337,9 @@ def run_dram(args) -> int:
         st = out["steady"]
         rows.append(("steady state", f"extrapolated after {st['windows']} refresh windows "
                                      f"({st['simulated_requests']} requests per channel simulated)"))
+    if out["skipped_requests"]:
+        rows.append(("skip-ahead", f"{out['skipped_requests']} requests in {out['skip_jumps']} jumps over recurring "
+                                   "controller states (exact)"))
     rows += [("sim wall (compile excluded)", f"{out['sim_wall_s']:.3f} s"), ("compile / cache load", f"{out['compile_s']:.2f} s")]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -321,6 +321,8 @@ class RequestResult(CommandResult):
     mean_latency_cycles: float = 0.0
     commands: np.ndarray | None = None  # emitted command stream (emit=True)
     extrapolated: bool = False          # steady-state extrapolation used (extrapolate=True on a periodic stream)
+    skipped_requests: int = 0           # requests served by exact skip-ahead over recurring states (recur.py)
+    skip_jumps: int = 0                 # number of such jumps
     steady: dict | None = None          # its details (windows, period, simulated requests per channel)
 
 
@@ -348,7 +350,7 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
                       queue: int | None = None, refresh: str | None = None, symmetry: bool = True,
                       emit: bool = False, scheduler: str = "fast", extrapolate: bool = False,
                       steady_windows: int = steady.DEFAULT_WINDOWS, idle_skip: bool = True,
-                      controller: str | None = None) -> RequestResult:
+                      controller: str | None = None, skip_ahead: bool | None = None) -> RequestResult:
     """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival.
 
     ``scheduler``: "fast" (exact per-bank candidate keys + one min-scan per command, flat.py), "heap" (per-bank
@@ -358,7 +360,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     Idle gaps cost nothing: the scheduler jumps to the next arrival and refreshes an idle rank in closed form
     (kernel.refresh_gap; ``idle_skip=False`` walks them one by one, same results, for tests).
     ``controller``: rule-set preset (rules.py; default the spec's ``controller``); ``queue`` (entries per
-    pseudo-channel) defaults to the preset's depth."""
+    pseudo-channel) defaults to the preset's depth. ``skip_ahead``: jump over exactly recurring controller states
+    (recur.py: identical results); None = wherever the scheduler has it (``fast`` without command emission or
+    extrapolation), True = required (refused elsewhere), False = issue every command."""
     spec = load_dram_spec(spec)
     rules = controller_rules(controller, spec)
     for name in ("nRTRS", "nPPD"):  # only the two-level queue kernel (cmdqueue.py) applies them
@@ -410,6 +414,13 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         scheduler = "heap"  # beyond the flat scheduler's key fields (flat.py)
     periodic = (extrapolate and not emit and scheduler != "scan" and steady_windows >= 8
                 and not rules.cmd_queue_entries and steady.is_periodic(addr, w, arr))
+    can_skip = scheduler == "fast" and not rules.cmd_queue_entries and not emit
+    if skip_ahead is True and (not can_skip or extrapolate):
+        raise ConfigError("skip-ahead runs only in the fast scheduler without the two-level queues of the dramsim3 "
+                          "preset, command emission or steady-state extrapolation; expected skip_ahead None or "
+                          "False here", key="skip_ahead")
+    if skip_ahead not in (None, True, False):
+        raise ConfigError(f"expected None, True or False, got {skip_ahead!r}", key="skip_ahead")
     if n > 1 and n_ch > 1:  # channel-contiguous copies: the scheduler then reads the stream sequentially
         k, row, w, arr = _by_channel(order, k, row, w, arr)
         order = np.arange(n, dtype=np.int64)
@@ -428,6 +439,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         WL = np.zeros((nc, max(maxw, 1)))
         WF = np.zeros((nc, max(maxw, 1)), np.int64)
         win = steady.window_cycles(T)
+        skip = can_skip and skip_ahead is not False and not periodic
+        SKO = np.zeros(2, np.int64)
         w0 = time.perf_counter()
         if rules.cmd_queue_entries > 0:  # two-level queues (cmdqueue.py): one implementation for every scheduler
             ne = ctrl_kernel_twolevel(order, starts, chans, k, row, w, arr, qcap, rules.write_queue_entries,
@@ -437,9 +450,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
             ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
                                   CS, ST, LAT, E)
         else:
-            kern = ctrl_kernel_flat if scheduler == "fast" else ctrl_kernel_fast
-            ne = kern(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
-                      CS, ST, LAT, E, -1, win, maxw, WN, WR, WS, WL, WF)
+            args = (order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E,
+                    -1, win, maxw, WN, WR, WS, WL, WF)
+            ne = ctrl_kernel_flat(*args, skip, SKO) if scheduler == "fast" else ctrl_kernel_fast(*args)
         info = None
         if periodic and np.any(WN >= 0):
             info = _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w[0], arr[0], ST, CS, RS, LAT)
@@ -461,6 +474,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     res.bandwidth_gbps = res.bytes / res.time_s / 1e9 if res.cycles else 0.0
     res.mean_latency_cycles = float((LAT * mult).sum() / n) if n else 0.0
     res.extrapolated = info is not None
+    res.skipped_requests = int(SKO[0])
+    res.skip_jumps = int(SKO[1])
     res.steady = info
     if emit:
         res.commands = _to_cmds(E[:ne])

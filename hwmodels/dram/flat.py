@@ -31,6 +31,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from attnsim.hwmodels.dram import kernel as K
+from attnsim.hwmodels.dram import recur
 from attnsim.hwmodels.dram.sched import (_emit, bank_candidates, drain_mode, eligible_hits, first_eligible,
                                           gap_refresh, oldest_arrival, pending_active, room)
 
@@ -222,8 +223,10 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
 
 @njit(cache=True)
 def ctrl_kernel_flat(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
-                     limit, win, maxw, WN, WR, WS, WL, WF):
-    """FR-FCFS over each channel in ``chans``; same contract and results as sched.ctrl_kernel_fast."""
+                     limit, win, maxw, WN, WR, WS, WL, WF, skip, SKO):
+    """FR-FCFS over each channel in ``chans``; same contract and results as sched.ctrl_kernel_fast. ``skip``:
+    jump over exactly recurring states (recur.py; off while emitting commands or recording steady windows);
+    SKO[0] += requests skipped, SKO[1] += jumps."""
     nbank = BS.shape[0]
     nbc = nbank // T[K.T_NCH] if T[K.T_NCH] > 0 else nbank
     BQ = np.zeros((5, nbank), np.int64)     # per bank: hp, hpw, head, tail, active slot (write drain)
@@ -233,16 +236,22 @@ def ctrl_kernel_flat(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     CA = np.zeros((4, 3 * nbc), np.int64)   # per candidate: x, sub-key, class (0 row, 1 column), slot
     CB = np.zeros((3, nbc), np.int64)       # per bank: primary kind, its local part, the write hit's local part
     CM = np.zeros((3, (nbc + 63) // 64), np.int64)  # bitmasks over the banks: ACT candidate, read hit, write hit
+    P, R, G = T[K.T_P], T[K.T_R], T[K.T_G]
+    ncv = 16 + 3 * P + 10 * P * R + 3 * P * R * G + 32 * nbc + 6 * scap  # recur.canon's length bound
+    CV = np.zeros((2, ncv), np.int64)       # skip-ahead: the saved and the current canonical state
+    SV = np.zeros(K.N_S, np.int64)          # statistics at the saved state
+    sk = skip and E.shape[0] == 0 and maxw == 0
     return _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                       limit, win, maxw, WN, WR, WS, WL, WF, nbc, BQ[0], BQ[1], BQ[2], BQ[3],
                       SQ[0], SQ[1], SQ[2], SQ[3], SQ[4], SQ[5], CA[0], CA[1], CA[2], CA[3], CB[0], CB[1], CB[2],
-                      CM[0], CM[1], CM[2], BQ[4], SQ[6])
+                      CM[0], CM[1], CM[2], BQ[4], SQ[6], sk, recur.clamp_cycles(T), CV[0], CV[1], SV, SKO)
 
 
 @K.hot
 def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                limit, win, maxw, WN, WR, WS, WL, WF, nbc, hp, hpw, bhead, btail,
-               snext, sprev, sreq, spos, sqc, free, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, aslot, sout):
+               snext, sprev, sreq, spos, sqc, free, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, aslot, sout,
+               skip, clamp, CV0, CV1, SV, SKO):
     NB = T[K.T_G] * T[K.T_B]
     drain = T[K.T_WQ] > 0
     scap = sout.shape[0]
@@ -296,6 +305,18 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
         bound = win if maxw > 0 else INF
         stopped = False
         fpend = -1
+        bpow = 1                   # skip-ahead (recur.py): Brent's power and step count, the saved state
+        blam = 0
+        sv_n = -1
+        sv_sig = 0
+        sv_t = 0
+        sv_nxt = 0
+        sv_row = 0
+        sv_served = 0
+        sv_lat = 0.0
+        sv_ne = 0
+        sv_hold = False
+        sv_lo = 0
         while nxt < end or qn > 0:
             # ---- admit requests (arrival order) while there is room
             while nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[order[nxt]] <= horizon):
@@ -569,6 +590,60 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             ne += 1
             nwh += _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
                          X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
+            if skip and kind == 1 and nxt < end:  # ACT checkpoint: Brent's cycle detection (recur.py)
+                t = CS[ch, K.C_LAST]
+                r0 = rowq[order[nxt]]
+                sig = recur.signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS)
+                save = False
+                if sv_n > 0 and sig == sv_sig:
+                    ncv = recur.canon(CV1, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon,
+                                      arr[order[nxt]], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
+                                      sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot, rowq, wq, arr)
+                    if ncv == sv_n and recur.same(CV0, CV1, ncv):
+                        dn = nxt - sv_nxt
+                        dt = t - sv_t
+                        drow = r0 - sv_row
+                        ext = recur.periodic_extent(order, kq, rowq, wq, arr, sv_nxt, dn, drow, dt, sv_lo, sv_hold,
+                                                    end) if dn > 0 and dt > 0 else 0
+                        mj = (ext - 1) // dn if ext > 0 else 0
+                        if mj > 0:
+                            for x in range(ST.shape[1]):
+                                SV[x] = ST[ch, x] - SV[x]
+                            recur.jump(mj, dt, dn, drow, ch, kbase, nbc, eb, T, BS, GS, RS, US, CS, ST, SV, bhead,
+                                       snext, sreq, spos, X, SUB, LA, LW, order)
+                            c = served - sv_served
+                            dl = lat - sv_lat
+                            da = arr[order[sv_nxt + dn]] - arr[order[sv_nxt]]  # < dt: latencies grow per period
+                            lat += mj * dl + float(dt - da) * c * (mj * (mj + 1) // 2)
+                            served += mj * c
+                            ne += mj * (ne - sv_ne)
+                            nxt += mj * dn
+                            horizon += mj * dt
+                            SKO[0] += mj * dn
+                            SKO[1] += 1
+                            bpow = 1
+                            save = True
+                blam += 1
+                if blam >= bpow or save:  # a new saved state (Brent: at powers of two; after a jump)
+                    t = CS[ch, K.C_LAST]
+                    r0 = rowq[order[nxt]]
+                    sv_n = recur.canon(CV0, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon,
+                                       arr[order[nxt]], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
+                                       sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot, rowq, wq, arr)
+                    sv_sig = recur.signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS)
+                    sv_t = t
+                    sv_nxt = nxt
+                    sv_row = r0
+                    sv_served = served
+                    sv_lat = lat
+                    sv_ne = ne
+                    sv_lo = t + CV0[0]
+                    sv_hold = horizon <= sv_lo
+                    for x in range(ST.shape[1]):
+                        SV[x] = ST[ch, x]
+                    if not save and bpow < recur.MAX_POWER:
+                        bpow *= 2
+                    blam = 0
         LAT[ch] = lat
         WN[ci] = nw if stopped else -1
         if stopped:
