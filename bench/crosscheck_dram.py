@@ -142,8 +142,11 @@ def speed(a, n: int, tmp: str) -> None:
             read_trace_any(path, spec)
             load[label] = time.perf_counter() - t0
         ncmd = out["row_hits"] + 2 * out["row_misses"] + 3 * out["row_conflicts"]  # RD/WR, + ACT, + PRE
+        sim = max(n - out["skipped_requests"], 1) / n  # share of the commands issued (the rest skipped: recur.py)
         line = (f"speed hbm3 {kind:6} n={n}: attnsim engine {row['engine']:.2f} s "
-                f"({row['engine'] / max(ncmd, 1) * 1e9:.0f} ns per RD/ACT/PRE), process {row['npy']:.2f} s (npy) / "
+                f"({out['skipped_requests']} requests skipped in {out['skip_jumps']} jumps; "
+                f"{row['engine'] / max(ncmd * sim, 1) * 1e9:.0f} ns per issued RD/ACT/PRE), "
+                f"process {row['npy']:.2f} s (npy) / "
                 f"{row['text']:.2f} s (text), of which trace loading {load['npy']:.2f} s / {load['text']:.2f} s, "
                 f"compile/cache {row['compile']:.2f} s")
         if a.ramulator2:

@@ -397,8 +397,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     T = timing_vector(spec, refresh, idle_skip, rules)
     ch, k, row = decode(spec, addr, mapping)
     n_ch = spec.org.channels
-    if n_ch == 1:  # one channel: the identity order
-        order, starts = np.arange(n, dtype=np.int64), np.array([0, n], np.int64)
+    if n_ch == 1:  # one channel: the identity order (allocated below only for the kernels that read it)
+        order, starts = None, np.array([0, n], np.int64)
     else:
         order, starts = _counting_order(ch, n_ch)
     present = np.diff(starts) > 0
@@ -423,6 +423,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         raise ConfigError(f"expected None, True or False, got {skip_ahead!r}", key="skip_ahead")
     if n > 1 and n_ch > 1:  # channel-contiguous copies: the scheduler then reads the stream sequentially
         k, row, w, arr = _by_channel(order, k, row, w, arr)
+        order = None
+    if order is None and (scheduler != "fast" or rules.cmd_queue_entries):  # the flat scheduler needs none
         order = np.arange(n, dtype=np.int64)
     qcap = int(queue) * spec.org.pseudo_channels
     cap = 3 * n + 64 if emit else 0
@@ -450,9 +452,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
             ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
                                   CS, ST, LAT, E)
         else:
-            args = (order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E,
+            args = (starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E,
                     -1, win, maxw, WN, WR, WS, WL, WF)
-            ne = ctrl_kernel_flat(*args, skip, SKO) if scheduler == "fast" else ctrl_kernel_fast(*args)
+            ne = ctrl_kernel_flat(*args, skip, SKO) if scheduler == "fast" else ctrl_kernel_fast(order, *args)
         info = None
         if periodic and np.any(WN >= 0):
             info = _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w[0], arr[0], ST, CS, RS, LAT)

@@ -222,9 +222,10 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
 
 
 @njit(cache=True)
-def ctrl_kernel_flat(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
+def ctrl_kernel_flat(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                      limit, win, maxw, WN, WR, WS, WL, WF, skip, SKO):
-    """FR-FCFS over each channel in ``chans``; same contract and results as sched.ctrl_kernel_fast. ``skip``:
+    """FR-FCFS over each channel in ``chans``; same contract and results as sched.ctrl_kernel_fast, for requests
+    stored channel-contiguous in arrival order (the request at position x is x: no order array). ``skip``:
     jump over exactly recurring states (recur.py; off while emitting commands or recording steady windows);
     SKO[0] += requests skipped, SKO[1] += jumps."""
     nbank = BS.shape[0]
@@ -241,14 +242,14 @@ def ctrl_kernel_flat(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     CV = np.zeros((2, ncv), np.int64)       # skip-ahead: the saved and the current canonical state
     SV = np.zeros(K.N_S, np.int64)          # statistics at the saved state
     sk = skip and E.shape[0] == 0 and maxw == 0
-    return _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
+    return _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                       limit, win, maxw, WN, WR, WS, WL, WF, nbc, BQ[0], BQ[1], BQ[2], BQ[3],
                       SQ[0], SQ[1], SQ[2], SQ[3], SQ[4], SQ[5], CA[0], CA[1], CA[2], CA[3], CB[0], CB[1], CB[2],
                       CM[0], CM[1], CM[2], BQ[4], SQ[6], sk, recur.clamp_cycles(T), CV[0], CV[1], SV, SKO)
 
 
 @K.hot
-def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
+def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                limit, win, maxw, WN, WR, WS, WL, WF, nbc, hp, hpw, bhead, btail,
                snext, sprev, sreq, spos, sqc, free, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, aslot, sout,
                skip, clamp, CV0, CV1, SV, SKO):
@@ -319,8 +320,8 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
         sv_lo = 0
         while nxt < end or qn > 0:
             # ---- admit requests (arrival order) while there is room
-            while nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[order[nxt]] <= horizon):
-                i = order[nxt]
+            while nxt < end and room(nxt, qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[nxt] <= horizon):
+                i = nxt
                 if wq[i] == 1:
                     nwq += 1
                 else:
@@ -410,7 +411,7 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 kind = 2
             slot = SLOT[e]
             k = kbase + j
-            if nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and arr[order[nxt]] <= bt:
+            if nxt < end and room(nxt, qn, nrq, nwq, qcap, scap, wq, T) and arr[nxt] <= bt:
                 horizon = bt
                 continue
             # ---- steady-state windows
@@ -592,28 +593,28 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                          X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
             if skip and kind == 1 and nxt < end:  # ACT checkpoint: Brent's cycle detection (recur.py)
                 t = CS[ch, K.C_LAST]
-                r0 = rowq[order[nxt]]
+                r0 = rowq[nxt]
                 sig = recur.signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS)
                 save = False
                 if sv_n > 0 and sig == sv_sig:
                     ncv = recur.canon(CV1, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon,
-                                      arr[order[nxt]], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
+                                      arr[nxt], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
                                       sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot, rowq, wq, arr)
                     if ncv == sv_n and recur.same(CV0, CV1, ncv):
                         dn = nxt - sv_nxt
                         dt = t - sv_t
                         drow = r0 - sv_row
-                        ext = recur.periodic_extent(order, kq, rowq, wq, arr, sv_nxt, dn, drow, dt, sv_lo, sv_hold,
+                        ext = recur.periodic_extent(kq, rowq, wq, arr, sv_nxt, dn, drow, dt, sv_lo, sv_hold,
                                                     end) if dn > 0 and dt > 0 else 0
                         mj = (ext - 1) // dn if ext > 0 else 0
                         if mj > 0:
                             for x in range(ST.shape[1]):
                                 SV[x] = ST[ch, x] - SV[x]
                             recur.jump(mj, dt, dn, drow, ch, kbase, nbc, eb, T, BS, GS, RS, US, CS, ST, SV, bhead,
-                                       snext, sreq, spos, X, SUB, LA, LW, order)
+                                       snext, sreq, spos, X, SUB, LA, LW)
                             c = served - sv_served
                             dl = lat - sv_lat
-                            da = arr[order[sv_nxt + dn]] - arr[order[sv_nxt]]  # < dt: latencies grow per period
+                            da = arr[sv_nxt + dn] - arr[sv_nxt]  # < dt: latencies grow per period
                             lat += mj * dl + float(dt - da) * c * (mj * (mj + 1) // 2)
                             served += mj * c
                             ne += mj * (ne - sv_ne)
@@ -626,9 +627,9 @@ def _flat_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                 blam += 1
                 if blam >= bpow or save:  # a new saved state (Brent: at powers of two; after a jump)
                     t = CS[ch, K.C_LAST]
-                    r0 = rowq[order[nxt]]
+                    r0 = rowq[nxt]
                     sv_n = recur.canon(CV0, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon,
-                                       arr[order[nxt]], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
+                                       arr[nxt], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
                                        sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot, rowq, wq, arr)
                     sv_sig = recur.signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS)
                     sv_t = t

@@ -174,22 +174,22 @@ def same(A, B, n):
 
 
 @K.hot
-def periodic_extent(order, kq, rowq, wq, arr, na, dn, drow, dt, lo_a, horizon_old, end):
+def periodic_extent(kq, rowq, wq, arr, na, dn, drow, dt, lo_a, horizon_old, end):
     """Largest L such that for every offset o < L the request at na + o + dn (< end) is the one at na + o with
     the row + drow and the arrival + da, da the same for all: da = dt (arrivals shift with the period; A's horizon
     recent), or 0 <= da < dt with the arrivals up to na + dn old at A (<= lo_a: they stay old; da > 0 only with a
     recent horizon, which every old arrival precedes). 0 if none holds."""
-    da = arr[order[na + dn]] - arr[order[na]]
+    da = arr[na + dn] - arr[na]
     if da == dt:
         ok = not horizon_old
     else:
-        ok = 0 <= da < dt and arr[order[na + dn]] <= lo_a and (da == 0 or not horizon_old)
+        ok = 0 <= da < dt and arr[na + dn] <= lo_a and (da == 0 or not horizon_old)
     if not ok:
         return 0
     o = 0
     while na + o + dn < end:
-        x = order[na + o]
-        y = order[na + o + dn]
+        x = na + o
+        y = x + dn
         if kq[y] != kq[x] or wq[y] != wq[x] or rowq[y] - rowq[x] != drow or arr[y] - arr[x] != da:
             break
         o += 1
@@ -198,7 +198,7 @@ def periodic_extent(order, kq, rowq, wq, arr, na, dn, drow, dt, lo_a, horizon_ol
 
 @K.hot
 def jump(m, dt, dn, drow, ch, kbase, nbc, eb, T, BS, GS, RS, US, CS, ST, dST, bhead, snext, sreq, spos, X, SUB,
-         LA, LW, order):
+         LA, LW):
     """Advance channel ch's state by m periods of (dt cycles, dn positions, drow rows): see the module doc."""
     P, R, G = T[K.T_P], T[K.T_R], T[K.T_G]
     mt = m * dt
@@ -210,7 +210,7 @@ def jump(m, dt, dn, drow, ch, kbase, nbc, eb, T, BS, GS, RS, US, CS, ST, dST, bh
         s = bhead[k]
         while s >= 0:
             spos[s] += m * dn
-            sreq[s] = order[spos[s]]
+            sreq[s] = spos[s]  # requests stored in position order (flat.py)
             s = snext[s]
     for g in range(ch * P * R * G, (ch + 1) * P * R * G):
         for c in range(K.N_G):
