@@ -204,3 +204,14 @@ def test_skip_ahead_exact_on_random_periodic_streams(seed):
               refresh=["ab", "pb", "none"][seed % 3], page=["open", "closed"][(seed // 3) % 2],
               queue=int(rng.choice([4, 16, 32])))
     _both(spec, addr, np.tile(wb, reps), arr, **kw)
+
+
+def test_a_spec_whose_refresh_never_ends_is_refused_not_run_forever():
+    """nRFC >= nREFI (a spec built with model_copy, which skips the spec validators) livelocked the controller:
+    the refresh is refused when the kernel's parameters are built."""
+    spec = load_dram_spec("hbm2_2000")
+    bad = spec.model_copy(update=dict(timing=spec.timing.model_copy(update=dict(nREFI=300))))
+    addr, w = _seq(spec, 20)
+    with pytest.raises(ConfigError, match="nRFC"):
+        simulate_requests(bad, addr, w)
+    assert simulate_requests(bad, addr, w, refresh="none").cycles > 0

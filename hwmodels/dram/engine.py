@@ -112,6 +112,9 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True, r
     if refresh == "pb" and t.nRFCpb > rounds:
         raise ConfigError(f"expected nRFCpb <= nREFIpb x per-bank refresh groups = {rounds} (else a bank is due "
                           f"again before its refresh ends), got {t.nRFCpb}", file=spec.name, key="timing.nRFCpb")
+    if refresh == "ab" and t.nRFC >= t.nREFI:  # specs built without validation (model_copy): refresh only, no progress
+        raise ConfigError(f"expected nRFC < nREFI = {t.nREFI} (else the device only refreshes), got {t.nRFC}",
+                          file=spec.name, key="timing.nRFC")
     vals[K.T_REFMODE] = modes[refresh]
     for k, v in vals.items():
         T[k] = int(v)
