@@ -215,3 +215,28 @@ def test_a_spec_whose_refresh_never_ends_is_refused_not_run_forever():
     with pytest.raises(ConfigError, match="nRFC"):
         simulate_requests(bad, addr, w)
     assert simulate_requests(bad, addr, w, refresh="none").cycles > 0
+
+
+def _one_bank_rows(spec, n):
+    """Every request to bank 0 of channel 0, each to the next row (default mapping)."""
+    o = spec.org
+    rowstride = o.columns * o.bank_groups * o.pseudo_channels * o.banks_per_group * o.ranks
+    return np.arange(n, dtype=np.uint64) * np.uint64(rowstride * o.burst_bytes), np.zeros(n, bool)
+
+
+@pytest.mark.parametrize("n", [100, 6000])
+def test_skip_ahead_latency_exact_when_queued_requests_arrived_otherwise(n):
+    """Found by fuzzing (3,870 streams): requests queued at the saved state whose (old) arrivals do not follow the
+    period's shift. Their arrivals do not change the schedule but count in the latency, so the input must be
+    periodic from the oldest queued request on: the first 83 arrive at 0, the rest at 342 (queue 1), and a
+    backlog of 40 at 0 followed by one request every nRC (queue 8)."""
+    spec = _spec("hbm2_2000", channels=1)
+    addr = np.arange(n, dtype=np.uint64) * np.uint64(512 * spec.org.burst_bytes)
+    arr = np.zeros(n, np.int64)
+    arr[83:] = 342
+    _both(spec, addr, np.zeros(n, bool), arr, queue=1, controller="ramulator2", refresh="none")
+    addr, w = _one_bank_rows(spec, n)
+    arr = np.zeros(n, np.int64)
+    arr[40:] = spec.timing.nRC * np.arange(n - 40)
+    a = _both(spec, addr, w, arr, queue=8, controller="attnsim", refresh="none")
+    assert a.skipped_requests > 0 or n < 1000

@@ -318,6 +318,7 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
         sv_ne = 0
         sv_hold = False
         sv_lo = 0
+        sv_q0 = 0
         while nxt < end or qn > 0:
             # ---- admit requests (arrival order) while there is room
             while nxt < end and room(nxt, qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[nxt] <= horizon):
@@ -604,7 +605,7 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                         dn = nxt - sv_nxt
                         dt = t - sv_t
                         drow = r0 - sv_row
-                        ext = recur.periodic_extent(kq, rowq, wq, arr, sv_nxt, dn, drow, dt, sv_lo, sv_hold,
+                        ext = recur.periodic_extent(kq, rowq, wq, arr, sv_q0, sv_nxt, dn, drow, dt, sv_lo, sv_hold,
                                                     end) if dn > 0 and dt > 0 else 0
                         mj = (ext - 1) // dn if ext > 0 else 0
                         if mj > 0:
@@ -619,7 +620,8 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                             served += mj * c
                             ne += mj * (ne - sv_ne)
                             nxt += mj * dn
-                            horizon += mj * dt
+                            if horizon > t + CV1[0]:  # recent: shifts; old: only its comparison with the
+                                horizon += mj * dt    # (constant) arrivals counts, kept by leaving it
                             SKO[0] += mj * dn
                             SKO[1] += 1
                             bpow = 1
@@ -639,6 +641,7 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                     sv_lat = lat
                     sv_ne = ne
                     sv_lo = t + CV0[0]
+                    sv_q0 = nxt + CV0[12]
                     sv_hold = horizon <= sv_lo
                     for x in range(ST.shape[1]):
                         SV[x] = ST[ch, x]

@@ -80,7 +80,8 @@ def signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS):
 def canon(CV, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon, harr, closed, T,
           BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc, sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot,
           rowq, wq, arr):
-    """Write the canonical state into CV; returns its length. CV[0] = old_bound - t."""
+    """Write the canonical state into CV; returns its length. CV[0] = old_bound - t, CV[12] = the oldest queued
+    position - nxt (0 if none)."""
     P, R, G = T[K.T_P], T[K.T_R], T[K.T_G]
     lo = old_bound(ch, t, clamp, T, RS)
     CV[0] = lo - t
@@ -99,7 +100,8 @@ def canon(CV, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, ho
     CV[8] = _rel(CS[ch, K.C_COLBUS], t, lo)
     CV[9] = _rel(CS[ch, K.C_DONE], t, lo)
     CV[10] = _rel(CS[ch, K.C_FIX], t, lo)
-    n = 12
+    CV[12] = 0
+    n = 13
     for u in range(ch * P, ch * P + P):
         for c in range(K.N_U):
             CV[n] = _rel(US[u, c], t, lo)
@@ -154,6 +156,8 @@ def canon(CV, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, ho
         while s >= 0:
             i = sreq[s]
             CV[n] = spos[s] - nxt
+            if CV[n] < CV[12]:
+                CV[12] = CV[n]
             CV[n + 1] = rowq[i] - r0
             CV[n + 2] = wq[i]
             CV[n + 3] = _rel(arr[i], t, lo)
@@ -174,26 +178,27 @@ def same(A, B, n):
 
 
 @K.hot
-def periodic_extent(kq, rowq, wq, arr, na, dn, drow, dt, lo_a, horizon_old, end):
+def periodic_extent(kq, rowq, wq, arr, q0, na, dn, drow, dt, lo_a, horizon_old, end):
     """Largest L such that for every offset o < L the request at na + o + dn (< end) is the one at na + o with
-    the row + drow and the arrival + da, da the same for all: da = dt (arrivals shift with the period; A's horizon
-    recent), or 0 <= da < dt with the arrivals up to na + dn old at A (<= lo_a: they stay old; da > 0 only with a
-    recent horizon, which every old arrival precedes). 0 if none holds."""
-    da = arr[na + dn] - arr[na]
+    the row + drow and the arrival + da -- and so is every request from q0 (A's oldest queued position) on, so
+    that each request served over a period is the previous period's shifted by (dn, da): the latency sum then
+    grows by (dt - da) per request and period exactly. da is the same for all: da = dt (arrivals shift with the
+    period; A's horizon recent), or 0 <= da < dt with the arrivals up to na + dn old at A (<= lo_a: they stay
+    old; da > 0 only with a recent horizon, which every old arrival precedes). 0 if none holds."""
+    da = arr[q0 + dn] - arr[q0]
     if da == dt:
         ok = not horizon_old
     else:
         ok = 0 <= da < dt and arr[na + dn] <= lo_a and (da == 0 or not horizon_old)
     if not ok:
         return 0
-    o = 0
-    while na + o + dn < end:
-        x = na + o
+    x = q0
+    while x + dn < end:
         y = x + dn
         if kq[y] != kq[x] or wq[y] != wq[x] or rowq[y] - rowq[x] != drow or arr[y] - arr[x] != da:
             break
-        o += 1
-    return o
+        x += 1
+    return x - na if x > na else 0
 
 
 @K.hot
