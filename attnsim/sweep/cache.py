@@ -47,6 +47,7 @@ import sqlite3
 import stat
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -59,6 +60,7 @@ _MEMO_MAX = 4096
 _MAX_ENTRY_BYTES = 64 << 20  # an entry larger than this is rejected unread (none comes close)
 _FORMAT = 1                  # entry format (bump if the encoding changes)
 _KEY_BYTES = 32
+_SETUP_TRIES = 200  # x 50 ms: connection set-up retries on an immediate 'database is locked' (SqliteStore._conn)
 # the folders of the attnsim packages (pyproject [tool.setuptools.package-dir]): their .py files are the code
 _PACKAGES = ("attnsim", "attnsim.hwmodels", "attnsim.isa", "attnsim.workloads", "attnsim.mapper", "attnsim.configs")
 
@@ -306,9 +308,20 @@ class SqliteStore(_Store):
         if c is None or self._local.pid != os.getpid():  # never reuse a connection across fork
             self.path.parent.mkdir(parents=True, exist_ok=True)
             c = sqlite3.connect(self.path, timeout=60.0)
-            c.execute("PRAGMA journal_mode=WAL")
-            c.execute("PRAGMA synchronous=NORMAL")
-            c.execute("CREATE TABLE IF NOT EXISTS entries (k TEXT PRIMARY KEY, mac TEXT NOT NULL, payload BLOB NOT NULL)")
+            for attempt in range(_SETUP_TRIES):
+                try:
+                    c.execute("PRAGMA journal_mode=WAL")
+                    c.execute("PRAGMA synchronous=NORMAL")
+                    c.execute("CREATE TABLE IF NOT EXISTS entries (k TEXT PRIMARY KEY, mac TEXT NOT NULL, "
+                              "payload BLOB NOT NULL)")
+                    break
+                except sqlite3.OperationalError as exc:
+                    # SQLite answers "locked" at once, without its busy timeout, while another connection
+                    # recovers or checkpoints the WAL (e.g. the last one of finished threads closing): retry
+                    if "locked" not in str(exc) or attempt == _SETUP_TRIES - 1:
+                        c.close()
+                        raise
+                    time.sleep(0.05)
             self._local.conn, self._local.pid = c, os.getpid()
         return c
 
