@@ -4,8 +4,9 @@ A stream that repeats itself -- period dn requests with the same banks and kinds
 drow, arrivals shifted by the period's cycles dt, or so long past that they no longer constrain anything --
 drives the controller through states that recur. The scheduler compares times, positions and rows but never
 uses their values otherwise (translation invariance), so if the whole state at two checkpoints A and B is equal
-relative to (last command cycle t, next position, next request's row), the run from B over the next m periods
-is the run from A shifted m times by (dt, dn, drow). The state after m periods is then B's with every time +
+relative to (last command cycle t, next position, next request's row), and the input is periodic from the
+oldest request queued at A on, the run from B over the next m periods is the run from A shifted m times by
+(dt, dn, drow) and serves the previous period's requests shifted by dn (so the latency sum is exact too). The state after m periods is then B's with every time +
 m dt, every queued position + m dn, every open row + m drow, the statistics + m (B - A) and the latency sum +
 m L + (dt - da) c m (m + 1) / 2 (L, c: latency sum and requests served between A and B; da: the arrivals' shift
 per period, dt or less for long-past arrivals). The result is exact: the same cycles, counts and latency as
