@@ -285,7 +285,7 @@ def convert(args) -> int:
     t0 = time.perf_counter()
     addr, w, arr = load_trace(args, spec)
     parse_s = time.perf_counter() - t0
-    write_npy(args.out, addr, w, arr)
+    write_npy(args.out, np.array(addr), w, arr)  # a copy: a .npy input is a view of its file, which --out may be
     print(f"{args.out}: {addr.shape[0]} requests (parsed in {parse_s:.3f} s, "
           f"{addr.shape[0] / max(parse_s, 1e-9) / 1e6:.1f} M lines/s)")
     return 0

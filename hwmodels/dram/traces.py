@@ -450,7 +450,9 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
 
 
 def _read_npy(path: str, max_requests: int):
-    """The .npy trace: header checked first (memory-mapped, nothing read beyond it), then one copy per field."""
+    """The .npy trace: header checked first (memory-mapped, nothing read beyond it). The addresses stay a view of
+    the mapped file (decoded in place: a copy cost ~0.2 s of fresh pages at 10M requests); the write flags and
+    non-zero arrivals are copied. The file must not change while the run reads it."""
     try:
         t = np.load(path, mmap_mode="r", allow_pickle=False)
     except OSError as exc:
@@ -463,7 +465,7 @@ def _read_npy(path: str, max_requests: int):
         raise ConfigError(f"expected a 1-D array of {TRACE_DTYPE.descr}, got {t.dtype} x {t.shape}", file=path)
     if t.shape[0] > max_requests:
         raise ConfigError(f"trace has more than {max_requests} requests (the limit)", file=path)
-    addr = np.array(t["addr"])  # (reads every page of the file: the records are interleaved)
+    addr = t["addr"]  # a strided view of the mapped file: decoded in place (controller.decode), never copied
     if not t["arrival"].any():  # all at cycle 0 (the common case): calloc'd zeros, no 8 B/request copy (~0.3 s at 10M)
         return addr, t["write"] != 0, np.zeros(t.shape[0], np.int64)
     arr = np.array(t["arrival"])
