@@ -106,7 +106,7 @@ def _general(data: bytes, fmt: int):
     from attnsim.hwmodels.dram.traces import _parse
     b = np.frombuffer(data, np.uint8)
     cap = data.count(b"\n") + 1
-    out = np.empty(cap, np.uint64), np.empty(cap, np.bool_), np.empty(cap, np.int64)
+    out = np.empty(cap, np.uint64), np.empty(cap, np.bool_), np.zeros(cap, np.int64)  # arrivals: zeroed (contract)
     k, err, _ = _parse(b, fmt, 1, np.ones(1, np.int64), *out, np.full((1, 1), -1, np.int64), False)
     return k, err, out
 
@@ -137,7 +137,7 @@ def test_fast_parser_equals_the_general_one_or_defers_to_it():
         data = ("\n".join(lines) + ("\n" if rng.integers(2) else "")).encode()
         k_g, err, (ag, wg, tg) = _general(data, fmt)
         cap = len(data) // 4 + 1
-        af, wf, tf = np.empty(cap, np.uint64), np.empty(cap, np.bool_), np.empty(cap, np.int64)
+        af, wf, tf = np.empty(cap, np.uint64), np.empty(cap, np.bool_), np.zeros(cap, np.int64)
         k_f = _parse_fast(np.frombuffer(data, np.uint8), fmt, _HEXVAL, af, wf, tf)
         if k_f >= 0:
             fast_taken += 1
@@ -147,3 +147,69 @@ def test_fast_parser_equals_the_general_one_or_defers_to_it():
         if trial % 4 == 0:  # canonical files: always the fast path
             assert k_f == k_g > 0, (fmt, data)
     assert fast_taken >= 75
+
+
+def test_npy_addresses_are_decoded_in_place_with_the_same_results(tmp_path):
+    """The .npy trace's addresses stay a view of the mapped file (no copy); the run equals one on a copy."""
+    from attnsim.hwmodels.dram.controller import simulate_requests
+    from attnsim.hwmodels.dram.traces import write_npy
+    p = str(tmp_path / "t.npy")
+    write_npy(p, ADDR, W)
+    a, w, t = read_trace_any(p, SPEC)
+    assert not a.flags.owndata and not a.flags.writeable and a.strides == (17,)  # a field of the mapped records
+    ch, k, row = decode(SPEC, a, MAPPING)
+    _, k2, row2 = decode(SPEC, np.array(a), MAPPING)
+    assert k.dtype == row.dtype == np.int32 and np.array_equal(k, k2) and np.array_equal(row, row2)
+    r1 = simulate_requests(SPEC, a, w, t, mapping=MAPPING)
+    r2 = simulate_requests(SPEC, np.array(a), np.array(w, dtype=np.int64), mapping=MAPPING)  # 0/1 ints, no arrival
+    assert (r1.cycles, r1.row_hits, r1.row_conflicts, r1.mean_latency_cycles) == \
+        (r2.cycles, r2.row_hits, r2.row_conflicts, r2.mean_latency_cycles)
+
+
+def test_convert_onto_its_own_npy_input_keeps_the_stream(tmp_path, capsys):
+    """The .npy input is a view of its file: converting onto the same path must copy before writing."""
+    from attnsim.hwmodels.dram.traces import write_npy
+    p = str(tmp_path / "t.npy")
+    write_npy(p, ADDR, W)
+    assert main(["dram", "convert", "--device", "hbm3_6400", "--channels", "1", "--trace", p, "--out", p]) == 0
+    a, w, _ = read_trace_any(p, SPEC)
+    assert np.array_equal(a, ADDR) and np.array_equal(w, W)
+
+
+def test_text_trace_from_a_pipe_and_an_empty_file(tmp_path, capsys):
+    """Regular files are mapped; a FIFO is read (it cannot be mapped); an empty file has no requests."""
+    import os
+    import threading
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    text = "".join(f"{'ST' if w else 'LD'} 0x{a:x}\n" for a, w in zip(ADDR, W))
+
+    def feed():
+        with open(fifo, "w") as f:
+            f.write(text)
+    th = threading.Thread(target=feed)
+    th.start()
+    a, w, t = read_trace_any(fifo, SPEC, "ramulator")
+    th.join()
+    assert np.array_equal(a, ADDR) and np.array_equal(w, W) and not t.any()
+    for name, content in (("empty.trace", ""), ("blank.trace", "\n")):  # size 0 (not mapped) and a blank line
+        (tmp_path / name).write_text(content)
+        with pytest.raises(ConfigError, match="no requests"):
+            read_trace_any(str(tmp_path / name), SPEC, "ramulator")
+
+
+def test_cli_main_leaves_the_collector_as_it_found_it(tmp_path, capsys):
+    """main() pauses the cyclic collector during start-up (cli.settle_gc) and restores it, also on an error."""
+    import gc
+    assert gc.isenabled()
+    p = _write(tmp_path, "t.trace", [f"LD 0x{a:x}" for a in ADDR])
+    assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--trace", p, "--json"]) == 0
+    assert gc.isenabled()
+    assert main(["dram", "--device", "hbm3_6400", "--trace", str(tmp_path / "missing.trace")]) == 2
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--trace", p, "--json"]) == 0
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()

@@ -11,7 +11,9 @@ Formats (``fmt``; "auto" picks by the first request line, ``.npy`` by the file n
 """
 from __future__ import annotations
 
+import mmap
 import os
+import stat
 
 import numpy as np
 from numba import njit
@@ -112,7 +114,8 @@ def _ds3_kind(b, i, j):
 
 @njit(cache=True)
 def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec, store):
-    """Parse the byte buffer; returns (requests, error code, error line). vec: (cap, nlev) address vectors;
+    """Parse the byte buffer; returns (requests, error code, error line). ``arr`` must be zeroed: only non-zero
+    arrival cycles are written (a trace without cycles touches none of its pages). vec: (cap, nlev) address vectors;
     ``store`` False: the first request is a flat address, so vectors are not stored and one is error 11."""
     n = b.shape[0]
     mixed = False
@@ -191,8 +194,7 @@ def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec, store):
                 if lv != nlev:
                     return k, 9, line
                 mixed = mixed or not store
-                wr[k] = w
-                arr[k] = 0
+                wr[k] = w  # arrival 0: arr is zeroed (calloc'd pages, untouched)
                 k += 1
                 i = e + 1
                 continue
@@ -207,7 +209,8 @@ def _parse(b, fmt, nlev, lev_size, addr, wr, arr, vec, store):
                 return k, 6, line
         addr[k] = a
         wr[k] = w
-        arr[k] = tm
+        if tm != 0:  # arr is zeroed: a trace without cycles touches none of its pages
+            arr[k] = tm
         k += 1
         i = e + 1
     return k, 11 if mixed else 0, line
@@ -226,7 +229,7 @@ def _parse_fast(b, fmt, hexval, addr, wr, arr):
     '\n', no blank or comment line): ``LD|ST <0x hex | decimal>`` (ramulator), ``<hex> <R|W>[ <decimal>]``
     (attnsim), ``<0x hex> <READ|WRITE> <decimal>`` (dramsim3), arrival cycles not decreasing. Returns the number
     of requests, or -1 at the first line of any other shape: the general parser (``_parse``) then reads the file
-    and accepts it or names the line (so every error message is the general parser's)."""
+    and accepts it or names the line (so every error message is the general parser's). ``arr`` zeroed (as _parse)."""
     n = b.shape[0]
     cap = addr.shape[0]
     i = 0
@@ -320,7 +323,8 @@ def _parse_fast(b, fmt, hexval, addr, wr, arr):
             i += 1
         addr[k] = v
         wr[k] = w
-        arr[k] = tm
+        if tm != 0:  # arr is zeroed (see _parse)
+            arr[k] = tm
         k += 1
     return k
 
@@ -398,25 +402,15 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
             raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
     if fmt == "npy":
         return _read_npy(path, max_requests)
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > limit_bytes:  # sized before anything is read
-                raise ConfigError(f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)",
-                                  file=path)
-            data = f.read(limit_bytes + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
-    if len(data) > 64 * max_requests:
-        raise ConfigError(f"trace of more than {64 * max_requests} B (the limit for {max_requests} requests)", file=path)
-    b = np.frombuffer(data, np.uint8)
-    store = fmt == "ramulator" and _first_is_vector(data)
+    b = _map_text(path, limit_bytes, max_requests)
+    store = fmt == "ramulator" and _first_is_vector(b[:4097].tobytes())
     # room for every request: address vectors (np.full below touches its pages) by the line count; flat
     # addresses by the bytes (a request line has >= 4, "0 R\n"; np.empty's untouched pages cost nothing, and
-    # counting the lines took 0.1 s of a 10M-line trace)
-    cap = min(max_requests, (data.count(b"\n") if store else len(data) // 4) + 1)
+    # counting the lines took 0.1 s of a 10M-line trace). Arrivals: zeroed pages, written only where non-zero
+    cap = min(max_requests, (_count_lines(b) if store else b.shape[0] // 4) + 1)
     addr = np.empty(cap, np.uint64)
     wr = np.empty(cap, np.bool_)
-    arr = np.empty(cap, np.int64)
+    arr = np.zeros(cap, np.int64)
     lv, prefetch = vector_levels(spec.org) if spec is not None else ([("Ch", 1)], 1)
     sizes = np.array([s for _, s in lv], np.int64)
     vec = np.full((cap if store else 1, len(lv)), -1, np.int64)
@@ -447,6 +441,33 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
         raise ConfigError(f"address 0x{int(addr[i]):x} beyond the device capacity ({spec.capacity_bytes} B)",
                           file=path, key=f"request {i + 1}")
     return addr, wr, arr
+
+
+def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
+    """The text trace's bytes as a uint8 view of the file mapped read-only (the page cache's pages: no copy; a
+    bytes copy of a 10M-line trace wrote 137 MB of fresh pages). Sized before anything is read."""
+    too_big = f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)"
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size > limit_bytes:
+                raise ConfigError(too_big, file=path)
+            if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+                try:
+                    return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
+                except (OSError, ValueError):  # a file system without mmap: read it
+                    pass
+            data = f.read(limit_bytes + 1)  # a pipe, a device, an empty file
+            if len(data) > limit_bytes:
+                raise ConfigError(too_big, file=path)
+            return np.frombuffer(data, np.uint8)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
+
+
+def _count_lines(b: np.ndarray, chunk: int = 1 << 24) -> int:
+    """Newlines in b, counted in chunks (one bounded temporary)."""
+    return sum(int(np.count_nonzero(b[i:i + chunk] == 10)) for i in range(0, b.shape[0], chunk))
 
 
 def _read_npy(path: str, max_requests: int):
