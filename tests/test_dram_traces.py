@@ -213,3 +213,20 @@ def test_cli_main_leaves_the_collector_as_it_found_it(tmp_path, capsys):
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+def test_decode_by_channel_is_a_stable_sort_of_decode():
+    """decode_by_channel writes each request at its channel-contiguous position: decode's output in the order of a
+    stable sort by channel; write flags and arrivals follow (arrivals stay zeros when there are none)."""
+    from attnsim.hwmodels.dram.controller import decode_by_channel
+    spec = device_spec("hbm3_6400", channels=8)
+    rng = np.random.default_rng(11)
+    addr = (rng.integers(0, spec.capacity_bytes // 32, 5000) * 32).astype(np.uint64)
+    w = (rng.random(5000) < 0.3).astype(np.int8)
+    for arr in (np.zeros(5000, np.int64), np.sort(rng.integers(0, 10**6, 5000))):
+        ch, k, row = decode(spec, addr)
+        o = np.argsort(ch, kind="stable")
+        starts, k2, row2, w2, arr2 = decode_by_channel(spec, addr, w, arr)
+        assert np.array_equal(starts, np.concatenate([[0], np.cumsum(np.bincount(ch, minlength=8))]))
+        assert np.array_equal(k2, k[o]) and np.array_equal(row2, row[o]) and np.array_equal(w2, w[o])
+        assert np.array_equal(arr2, arr[o]) and k2.dtype == np.int32 and w2.dtype == np.int8

@@ -41,9 +41,24 @@ def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
     cost (a 10M-request stream: 80 MB instead of 160 MB written). ``addr`` may be a strided view (the fields of
     a memory-mapped .npy trace): it is read in place, not copied."""
     o = spec.org
-    mapping = mapping or spec.default_mapping
+    sh, mk = _fields(spec, mapping)
+    a = _addresses(addr)
+    n = a.shape[0]
+    k, row = np.empty(n, np.int32), np.empty(n, np.int32)
+    if mk[0] == 0:  # one channel: all zeros, not written (calloc'd pages: a 10M-request trace saves ~0.1-0.2 s)
+        ch = np.zeros(n, np.int32)
+        _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch[:0], k, row)
+    else:
+        ch = np.empty(n, np.int32)
+        _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch, k, row)
+    return ch, k, row
+
+
+def _fields(spec: DRAMSpec, mapping: str | None):
+    """Shift and mask of the Ch, Pc, Ra, Bg, Ba, Ro fields of a byte address (mask 0: the field is absent)."""
+    o = spec.org
     try:
-        parts = parse_mapping(mapping, o)
+        parts = parse_mapping(mapping or spec.default_mapping, o)
     except ValueError as exc:
         raise ConfigError(str(exc), key="mapping") from None
     shift = int(np.log2(o.burst_bytes))
@@ -55,18 +70,67 @@ def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
             sh[names.index(name)] = shift
             mk[names.index(name)] = (1 << bits) - 1
         shift += bits
+    return sh, mk
+
+
+def _addresses(addr) -> np.ndarray:
+    """A 1-D uint64 array of the addresses: the caller's own (a strided view too) when it is one."""
     a = np.asarray(addr)
     if a.dtype != np.uint64 or a.ndim != 1:
         a = np.ascontiguousarray(a.astype(np.uint64, copy=False)).reshape(-1)
+    return a
+
+
+def decode_by_channel(spec: DRAMSpec, addr, w, arr, mapping: str | None = None):
+    """The stream decoded straight into channel-contiguous order (stable within a channel): (starts, bank, row,
+    write, arrival), starts[c]..starts[c + 1] being channel c's requests. One counting pass and one scatter
+    pass over the addresses, so a multi-channel stream writes no more pages than a one-channel one (no order
+    array, no decoded copy to permute); ``arr`` is permuted only when it has a non-zero cycle (else zeros)."""
+    o = spec.org
+    n_ch = o.channels
+    if n_ch == 1:
+        _, k, row = decode(spec, addr, mapping)
+        return np.array([0, k.shape[0]], np.int64), k, row, w, arr
+    sh, mk = _fields(spec, mapping)
+    a = _addresses(addr)
     n = a.shape[0]
-    k, row = np.empty(n, np.int32), np.empty(n, np.int32)
-    if mk[0] == 0:  # one channel: all zeros, not written (calloc'd pages: a 10M-request trace saves ~0.1-0.2 s)
-        ch = np.zeros(n, np.int32)
-        _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch[:0], k, row)
-    else:
-        ch = np.empty(n, np.int32)
-        _decode_kernel(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, ch, k, row)
-    return ch, k, row
+    starts = _channel_starts(a, sh[0], mk[0], n_ch)
+    k, row, w2 = np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int8)
+    timed = bool(arr.any())
+    arr2 = np.empty(n, np.int64) if timed else np.zeros(n, np.int64)
+    _decode_scatter(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, starts, w, arr, timed,
+                    k, row, w2, arr2)
+    return starts, k, row, w2, arr2
+
+
+@njit(cache=True)
+def _channel_starts(a, s0, m0, n_ch):
+    """starts[c] = the number of requests of channels < c (n_ch + 1 entries)."""
+    cnt = np.zeros(n_ch + 1, np.int64)
+    for i in range(a.shape[0]):
+        cnt[np.int64((a[i] >> s0) & m0) + 1] += 1
+    for c in range(n_ch):
+        cnt[c + 1] += cnt[c]
+    return cnt
+
+
+@njit(cache=True)
+def _decode_scatter(a, sh, mk, P, R, G, B, starts, w, arr, timed, k, row, w2, arr2):
+    """_decode_kernel writing request i at its channel-contiguous position (a stable counting sort)."""
+    s0, s1, s2, s3, s4, s5 = sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]
+    m0, m1, m2, m3, m4, m5 = mk[0], mk[1], mk[2], mk[3], mk[4], mk[5]
+    pos = starts[:-1].copy()
+    for i in range(a.shape[0]):
+        x = a[i]
+        c = np.int64((x >> s0) & m0)
+        j = pos[c]
+        pos[c] = j + 1
+        k[j] = (((c * P + np.int64((x >> s1) & m1)) * R + np.int64((x >> s2) & m2)) * G
+                + np.int64((x >> s3) & m3)) * B + np.int64((x >> s4) & m4)
+        row[j] = np.int64((x >> s5) & m5)
+        w2[j] = w[i]
+        if timed:
+            arr2[j] = arr[i]
 
 
 @njit(cache=True)
@@ -87,23 +151,6 @@ def _decode_kernel(a, sh, mk, P, R, G, B, ch, k, row):
             ch[i] = c
         k[i] = (((c * P + pc) * R + ra) * G + bg) * B + ba
         row[i] = np.int64((x >> s5) & m5)
-
-
-@njit(cache=True)
-def _counting_order(ch, n_ch):
-    """Stable order of requests grouped by channel, and group starts."""
-    cnt = np.zeros(n_ch + 1, np.int64)
-    for i in range(ch.shape[0]):
-        cnt[ch[i] + 1] += 1
-    for c in range(n_ch):
-        cnt[c + 1] += cnt[c]
-    pos = cnt[:-1].copy()
-    order = np.empty(ch.shape[0], np.int64)
-    for i in range(ch.shape[0]):
-        c = ch[i]
-        order[pos[c]] = i
-        pos[c] += 1
-    return order, cnt
 
 
 @njit(cache=True)
@@ -304,20 +351,6 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     return ne
 
 
-@njit(cache=True)
-def _by_channel(order, k, row, w, arr):
-    """The request arrays permuted into channel order (one pass)."""
-    n = order.shape[0]
-    k2, row2, w2, arr2 = np.empty(n, k.dtype), np.empty(n, row.dtype), np.empty(n, w.dtype), np.empty(n, arr.dtype)
-    for j in range(n):
-        i = order[j]
-        k2[j] = k[i]
-        row2[j] = row[i]
-        w2[j] = w[i]
-        arr2[j] = arr[i]
-    return k2, row2, w2, arr2
-
-
 @dataclass
 class RequestResult(CommandResult):
     requests: int = 0
@@ -331,21 +364,22 @@ class RequestResult(CommandResult):
     steady: dict | None = None          # its details (windows, period, simulated requests per channel)
 
 
-def _symmetric(ch, k, row, w, arr, order, starts, n_ch, spec) -> bool:
-    """True if every channel gets the same local request sequence (bank within channel, row, R/W, arrival)."""
+def _symmetric(k, row, w, arr, starts, n_ch, spec) -> bool:
+    """True if every channel gets the same local request sequence (bank within channel, row, R/W, arrival);
+    the arrays are channel-contiguous (decode_by_channel)."""
     cnt = np.diff(starts)
     if n_ch < 2 or np.any(cnt != cnt[0]) or cnt[0] == 0:
         return False
-    return bool(_same_channels(order, starts, k, row, w, arr, spec.banks_per_channel))
+    return bool(_same_channels(starts, k, row, w, arr, spec.banks_per_channel))
 
 
 @njit(cache=True)
-def _same_channels(order, starts, k, row, w, arr, bpc):
+def _same_channels(starts, k, row, w, arr, bpc):
     m = starts[1] - starts[0]
     for c in range(1, starts.shape[0] - 1):
         for j in range(m):
-            i0 = order[starts[0] + j]
-            i = order[starts[c] + j]
+            i0 = starts[0] + j
+            i = starts[c] + j
             if k[i] % bpc != k[i0] % bpc or row[i] != row[i0] or w[i] != w[i0] or arr[i] != arr[i0]:
                 return False
     return True
@@ -402,16 +436,13 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         raise ConfigError(f"expected fast, heap or scan, got {scheduler!r}", key="scheduler")
     refresh = spec.default_refresh if refresh is None else refresh
     T = timing_vector(spec, refresh, idle_skip, rules)
-    ch, k, row = decode(spec, addr, mapping)
     n_ch = spec.org.channels
-    if n_ch == 1:  # one channel: the identity order (allocated below only for the kernels that read it)
-        order, starts = None, np.array([0, n], np.int64)
-    else:
-        order, starts = _counting_order(ch, n_ch)
+    # channel-contiguous (the scheduler reads each channel's requests sequentially, by position)
+    starts, k, row, w_ch, arr_ch = decode_by_channel(spec, addr, w, arr, mapping)
     present = np.diff(starts) > 0
     mult = np.ones(n_ch)
     chans = np.flatnonzero(present).astype(np.int64)
-    if symmetry and not emit and _symmetric(ch, k, row, w, arr, order, starts, n_ch, spec):
+    if symmetry and not emit and _symmetric(k, row, w_ch, arr_ch, starts, n_ch, spec):
         chans = chans[:1]
         mult[:] = 0
         mult[0] = n_ch
@@ -428,10 +459,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
                           "False here", key="skip_ahead")
     if skip_ahead not in (None, True, False):
         raise ConfigError(f"expected None, True or False, got {skip_ahead!r}", key="skip_ahead")
-    if n > 1 and n_ch > 1:  # channel-contiguous copies: the scheduler then reads the stream sequentially
-        k, row, w, arr = _by_channel(order, k, row, w, arr)
-        order = None
-    if order is None and (scheduler != "fast" or rules.cmd_queue_entries):  # the flat scheduler needs none
+    w, arr = w_ch, arr_ch
+    order = None  # the identity: only the heap / scan / two-level kernels read one (the flat scheduler needs none)
+    if scheduler != "fast" or rules.cmd_queue_entries:
         order = np.arange(n, dtype=np.int64)
     qcap = int(queue) * spec.org.pseudo_channels
     cap = 3 * n + 64 if emit else 0
