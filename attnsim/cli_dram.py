@@ -200,10 +200,15 @@ def _check_before_compile(spec, args) -> None:
 
 
 def warm_up(spec) -> float:
-    """Compile (or load from Numba's cache) the kernels on a tiny stream; returns seconds."""
-    from attnsim.hwmodels.dram.controller import simulate_requests
+    """Compile (or load from Numba's cache) the kernels on a tiny stream; returns seconds. Also the decoder's
+    variant for a .npy trace's address field (a read-only strided view of the mapped records)."""
+    from attnsim.hwmodels.dram.controller import decode_by_channel, simulate_requests
+    from attnsim.hwmodels.dram.traces import TRACE_DTYPE
     t0 = time.perf_counter()
     simulate_requests(spec, np.arange(8, dtype=np.int64) * spec.org.burst_bytes, np.arange(8) % 2 == 1)
+    view = np.zeros(8, TRACE_DTYPE)["addr"]
+    view.flags.writeable = False
+    decode_by_channel(spec, view, np.zeros(8, np.int8), np.zeros(8, np.int64))
     return time.perf_counter() - t0
 
 
