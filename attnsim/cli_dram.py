@@ -212,6 +212,30 @@ def warm_up(spec) -> float:
     return time.perf_counter() - t0
 
 
+def warm_all(device: str = "hbm3_6400") -> None:
+    """Compile (or load) every kernel an `attnsim dram` run reaches, for `attnsim warmup`: the flat scheduler
+    and the decoders on one and several channels (contiguous addresses and a .npy field view), the dramsim3
+    preset's two-level queues, steady-state extrapolation (patterns), the trace parsers (the fast one and the
+    general one). Not the heap scheduler (only beyond 2**30 requests or 2048 banks per channel)."""
+    import tempfile
+    from attnsim.hwmodels.dram.controller import simulate_requests
+    from attnsim.hwmodels.dram.traces import read_trace_any
+    for channels in (1, 2):
+        spec = device_spec(device, channels)
+        warm_up(spec)
+        simulate_requests(spec, np.arange(8, dtype=np.int64) * spec.org.burst_bytes, False, controller="dramsim3")
+    spec = device_spec(device, 1)
+    simulate_requests(spec, np.arange(4096, dtype=np.int64) * spec.org.burst_bytes, False, extrapolate=True)
+    lines = {"ramulator": "LD 0x0\nST 0x40\n", "dramsim3": "0x0 READ 0\n0x40 WRITE 3\n",
+             "attnsim": "# general parser\n0x0 R\n0x40 W 2\n"}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt, text in lines.items():
+            path = os.path.join(tmp, fmt + ".trace")
+            with open(path, "w") as f:
+                f.write(text)
+            read_trace_any(path, spec, fmt)
+
+
 def simulate(args) -> dict:
     from attnsim.hwmodels.dram.controller import simulate_requests
     from attnsim.hwmodels.dram.controller import MAX_QUEUE
