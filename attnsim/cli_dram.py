@@ -342,19 +342,15 @@ def _json_default(o):
 
 
 def run_dram(args) -> int:
-    import atexit
     import gc
-    from attnsim.cli import settle_gc
+    from attnsim.cli import settle_gc, skip_final_collection
     collecting = gc.isenabled()
     gc.disable()
     _skip_blas_probe()
     import attnsim.hwmodels.dram.controller  # noqa: F401 - the engine's modules (numba), collector paused
     import attnsim.hwmodels.dram.traces  # noqa: F401
     settle_gc(collecting)
-    # the interpreter's final collection would traverse every object of the run again (~0.13 s): this command
-    # leaves no buffered file behind (stdout is flushed by cli.main, np.save closes its file), so at exit the
-    # run's objects are frozen first (atexit runs before that collection)
-    atexit.register(gc.freeze)
+    skip_final_collection()  # stdout is flushed by cli.main, np.save closes its file: no buffered file is left
     if args.action == "convert":
         return convert(args)
     if args.out:

@@ -199,12 +199,14 @@ def test_text_trace_from_a_pipe_and_an_empty_file(tmp_path, capsys):
 
 
 def test_cli_main_leaves_the_collector_as_it_found_it(tmp_path, capsys):
-    """main() pauses the cyclic collector during start-up (cli.settle_gc) and restores it, also on an error."""
+    """main() pauses the cyclic collector during start-up (cli.settle_gc) and restores it, also on an error; an
+    in-process call (argv given) freezes nothing (a freeze would keep the caller's uncollected cycles forever)."""
     import gc
     assert gc.isenabled()
+    frozen = gc.get_freeze_count()
     p = _write(tmp_path, "t.trace", [f"LD 0x{a:x}" for a in ADDR])
     assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--trace", p, "--json"]) == 0
-    assert gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
     assert main(["dram", "--device", "hbm3_6400", "--trace", str(tmp_path / "missing.trace")]) == 2
     assert gc.isenabled()
     gc.disable()
@@ -230,3 +232,21 @@ def test_decode_by_channel_is_a_stable_sort_of_decode():
         assert np.array_equal(starts, np.concatenate([[0], np.cumsum(np.bincount(ch, minlength=8))]))
         assert np.array_equal(k2, k[o]) and np.array_equal(row2, row[o]) and np.array_equal(w2, w[o])
         assert np.array_equal(arr2, arr[o]) and k2.dtype == np.int32 and w2.dtype == np.int8
+
+
+def test_the_program_freezes_its_start_up_objects(tmp_path):
+    """Run as the program (main() with no argv, as the console script and python -m attnsim do), start-up's
+    objects leave the collector's generations (gc.freeze) and attnsim dram freezes again at exit."""
+    import subprocess
+    import sys
+    p = _write(tmp_path, "t.trace", [f"LD 0x{a:x}" for a in ADDR])
+    code = ("import atexit, gc, sys\n"
+            f"sys.argv = ['attnsim', 'dram', '--device', 'hbm3_6400', '--channels', '1', '--trace', {p!r}, '--json']\n"
+            "from attnsim.cli import main\n"
+            "import attnsim.cli_dram, attnsim.hwmodels.dram.controller, attnsim.hwmodels.dram.traces\n"
+            "n0 = atexit._ncallbacks()\n"
+            "rc = main()\n"
+            "print('FROZEN', rc, gc.isenabled(), gc.get_freeze_count() > 1000, atexit._ncallbacks() - n0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [ln for ln in out.stdout.splitlines() if ln.startswith("FROZEN")] == ["FROZEN 0 True True 1"]
