@@ -44,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("--refresh", choices=("ab", "pb"), help="all-bank (default of the preset) or per-bank refresh")
     p.add_argument("--seed", type=int, help="random pattern / write choice seed (default 0)")
     p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
-    p.add_argument("--page", choices=("open", "closed"), default="open")
+    p.add_argument("--page", choices=("open", "closed"), help="row policy (default open)")
     p.add_argument("--queue", type=int, help="controller queue entries per pseudo-channel (default: the "
                                              "controller preset's: 32 per pseudo-channel, ramulator2 32 per channel)")
     p.add_argument("--controller", choices=("attnsim", "ramulator2", "dramsim3"),
@@ -56,6 +56,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-skip-ahead", action="store_true",
                    help="issue every command instead of jumping over exactly recurring controller states "
                         "(identical results; hwmodels/dram/recur.py)")
+    p.add_argument("--threads", type=int, help="threads over groups of channels (default 1; channels are "
+                                               "independent: identical results)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_dram)
 
@@ -194,6 +196,9 @@ def _check_before_compile(spec, args) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc), key="mapping") from None
     rules = controller_rules(getattr(args, "controller", None), spec)
+    if getattr(args, "threads", None) is not None:
+        from attnsim.hwmodels.dram.controller import check_threads
+        check_threads(args.threads, spec.org.channels, "fast", False, rules, key="--threads")
     if getattr(args, "no_skip_ahead", False) and rules.cmd_queue_entries:
         raise ConfigError("--no-skip-ahead has no effect under the dramsim3 controller preset (its two-level queues "
                           "issue every command)", key="--no-skip-ahead")
@@ -256,9 +261,10 @@ def simulate(args) -> dict:
     compile_s = warm_up(spec)
     refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
     extrapolate = not args.trace and not getattr(args, "no_extrapolate", False)
-    r = simulate_requests(spec, addr, w, arr, mapping=args.mapping, page=args.page, queue=args.queue,
+    r = simulate_requests(spec, addr, w, arr, mapping=args.mapping, page=args.page or "open", queue=args.queue,
                           refresh=refresh, extrapolate=extrapolate, controller=getattr(args, "controller", None),
-                          skip_ahead=False if getattr(args, "no_skip_ahead", False) else None)
+                          skip_ahead=False if getattr(args, "no_skip_ahead", False) else None,
+                          threads=getattr(args, "threads", None) or 1)
     out = {
         "device": spec.name, "requests": int(r.requests), "cycles": int(r.cycles), "clock_domain": r.clock_domain,
         "tck_s": r.tck_s, "time_s": r.time_s, "bytes": int(r.bytes), "bandwidth_gbps": r.bandwidth_gbps,
@@ -303,6 +309,11 @@ def load_trace(args, spec):
     return addr, w, arr
 
 
+# options that only a simulation reads (refused by convert)
+_SIMULATION_ONLY = ("queue", "page", "controller", "no_refresh", "refresh", "no_extrapolate", "no_skip_ahead",
+                    "threads", "json")
+
+
 def convert(args) -> int:
     """attnsim dram convert --device D --trace IN --out OUT.npy: the binary trace form (traces.TRACE_DTYPE)."""
     from attnsim.hwmodels.dram.traces import write_npy
@@ -310,6 +321,10 @@ def convert(args) -> int:
         raise ConfigError("convert needs --trace IN and --out OUT.npy", key="--out" if args.trace else "--trace")
     if not args.out.endswith(".npy"):
         raise ConfigError(f"expected a file name ending in .npy, got {args.out!r}", key="--out")
+    for name in _SIMULATION_ONLY + tuple(PATTERN_DEFAULTS):  # convert simulates nothing: they would be ignored
+        v = getattr(args, name, None)
+        if v is not None and v is not False:
+            raise ConfigError("has no effect with 'convert' (nothing is simulated)", key="--" + name.replace("_", "-"))
     spec = device_spec(args.device, args.channels, args.banks)
     t0 = time.perf_counter()
     addr, w, arr = load_trace(args, spec)

@@ -385,11 +385,62 @@ def _same_channels(starts, k, row, w, arr, bpc):
     return True
 
 
+MAX_THREADS = 1024
+
+
+def check_threads(threads, n_ch: int, scheduler: str, emit: bool, rules, key: str = "threads") -> None:
+    """``threads`` takes effect or is refused: an integer in [1, MAX_THREADS]; > 1 only where channel groups can
+    run apart (the fast scheduler, no command emission, no two-level queues, more than one channel)."""
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"expected an integer in [1, {MAX_THREADS}], got {threads!r}", key=key)
+    if threads == 1:
+        return
+    if n_ch == 1:
+        raise ConfigError(f"threads run channels apart; the device has one channel (got {threads})", key=key)
+    if scheduler != "fast" or emit or rules.cmd_queue_entries:
+        raise ConfigError("threads > 1 run only in the fast scheduler without command emission or the dramsim3 "
+                          f"preset's two-level queues; expected 1 here, got {threads}", key=key)
+
+
+def _flat_in_threads(threads: int, counts: np.ndarray, args: tuple, skip: bool, SKO: np.ndarray) -> int:
+    """ctrl_kernel_flat over groups of the channels in parallel threads (it releases the GIL). A channel's
+    state rows, statistics and latency slot are its own, so each group writes only its own; the per-channel
+    window records (WN..WF, rows by position in ``chans``) are per group and copied back. Groups are balanced
+    by request count (longest first onto the least loaded group)."""
+    from concurrent.futures import ThreadPoolExecutor
+    chans = args[1]
+    WN, WR, WS, WL, WF = args[20:25]
+    groups = [[] for _ in range(min(threads, chans.shape[0]))]
+    load = [0] * len(groups)
+    for i in np.argsort(-counts, kind="stable"):
+        g = load.index(min(load))
+        groups[g].append(int(i))
+        load[g] += int(counts[i])
+
+    def run(idx):
+        idx = np.array(sorted(idx), np.int64)
+        w = [a[idx] for a in (WN, WR, WS, WL, WF)]
+        sko = np.zeros_like(SKO)
+        ne = ctrl_kernel_flat(*args[:1], chans[idx], *args[2:20], *w, skip, sko)
+        return idx, w, sko, ne
+
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        done = list(pool.map(run, groups))
+    total = 0
+    for idx, w, sko, ne in done:
+        for full, part in zip((WN, WR, WS, WL, WF), w):
+            full[idx] = part
+        SKO += sko
+        total += ne
+    return total
+
+
 def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None = None, page: str = "open",
                       queue: int | None = None, refresh: str | None = None, symmetry: bool = True,
                       emit: bool = False, scheduler: str = "fast", extrapolate: bool = False,
                       steady_windows: int = steady.DEFAULT_WINDOWS, idle_skip: bool = True,
-                      controller: str | None = None, skip_ahead: bool | None = None) -> RequestResult:
+                      controller: str | None = None, skip_ahead: bool | None = None,
+                      threads: int = 1) -> RequestResult:
     """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival.
 
     ``scheduler``: "fast" (exact per-bank candidate keys + one min-scan per command, flat.py), "heap" (per-bank
@@ -401,7 +452,9 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     ``controller``: rule-set preset (rules.py; default the spec's ``controller``); ``queue`` (entries per
     pseudo-channel) defaults to the preset's depth. ``skip_ahead``: jump over exactly recurring controller states
     (recur.py: identical results); None = wherever the scheduler has it (``fast`` without command emission or
-    extrapolation), True = required (refused elsewhere), False = issue every command."""
+    extrapolation), True = required (refused elsewhere), False = issue every command. ``threads``: channels are
+    independent, so the ``fast`` scheduler runs groups of them in this many threads (identical results; refused
+    with another scheduler, command emission, the dramsim3 preset's two-level queues or a one-channel device)."""
     spec = load_dram_spec(spec)
     rules = controller_rules(controller, spec)
     for name in ("nRTRS", "nPPD"):  # only the two-level queue kernel (cmdqueue.py) applies them
@@ -434,6 +487,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         raise ConfigError(f"expected an integer in [1, {MAX_QUEUE}], got {queue!r}", key="queue")
     if scheduler not in ("fast", "heap", "scan"):
         raise ConfigError(f"expected fast, heap or scan, got {scheduler!r}", key="scheduler")
+    big = n >= AGE_LIMIT or spec.banks_per_channel > MAX_BANKS  # beyond the flat scheduler's key fields (flat.py)
+    check_threads(threads, spec.org.channels, "heap" if scheduler == "fast" and big else scheduler, emit, rules)
     refresh = spec.default_refresh if refresh is None else refresh
     T = timing_vector(spec, refresh, idle_skip, rules)
     n_ch = spec.org.channels
@@ -448,8 +503,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         mult[0] = n_ch
         present = np.zeros(n_ch, bool)
         present[0] = True
-    if scheduler == "fast" and (n >= AGE_LIMIT or spec.banks_per_channel > MAX_BANKS):
-        scheduler = "heap"  # beyond the flat scheduler's key fields (flat.py)
+    if scheduler == "fast" and big:
+        scheduler = "heap"
     periodic = (extrapolate and not emit and scheduler != "scan" and steady_windows >= 8
                 and not rules.cmd_queue_entries and steady.is_periodic(addr, w, arr))
     can_skip = scheduler == "fast" and not rules.cmd_queue_entries and not emit
@@ -491,7 +546,10 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         else:
             args = (starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E,
                     -1, win, maxw, WN, WR, WS, WL, WF)
-            ne = ctrl_kernel_flat(*args, skip, SKO) if scheduler == "fast" else ctrl_kernel_fast(order, *args)
+            if scheduler == "fast" and threads > 1 and nc > 1:
+                ne = _flat_in_threads(threads, np.diff(starts)[chans], args, skip, SKO)
+            else:
+                ne = ctrl_kernel_flat(*args, skip, SKO) if scheduler == "fast" else ctrl_kernel_fast(order, *args)
         info = None
         if periodic and np.any(WN >= 0):
             info = _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w[0], arr[0], ST, CS, RS, LAT)

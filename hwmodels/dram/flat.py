@@ -221,13 +221,14 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
     return -was_w
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ctrl_kernel_flat(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                      limit, win, maxw, WN, WR, WS, WL, WF, skip, SKO):
     """FR-FCFS over each channel in ``chans``; same contract and results as sched.ctrl_kernel_fast, for requests
     stored channel-contiguous in arrival order (the request at position x is x: no order array). ``skip``:
     jump over exactly recurring states (recur.py; off while emitting commands or recording steady windows);
-    SKO[0] += requests skipped, SKO[1] += jumps."""
+    SKO[0] += requests skipped, SKO[1] += jumps. Releases the GIL: calls on disjoint channel sets run in
+    parallel threads (controller.simulate_requests threads=; a channel's state rows are its own)."""
     nbank = BS.shape[0]
     nbc = nbank // T[K.T_NCH] if T[K.T_NCH] > 0 else nbank
     BQ = np.zeros((5, nbank), np.int64)     # per bank: hp, hpw, head, tail, active slot (write drain)
@@ -279,8 +280,10 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
             X[j] = INF
             SUB[j] = 0
             CLS[j] = 1
-        for j in range(nbc):
-            KA[j] = KA_NONE
+        for j in range(nbc):  # as a fresh call: the ACT/PRE and write-hit floors enter recur.canon for every bank
+            KA[j] = KA_NONE   # (a previous channel's left its state unmatched: no skip on later channels)
+            LA[j] = 0
+            LW[j] = 0
         for j in range(MA.shape[0]):
             MA[j] = 0
             MH[j] = 0
