@@ -250,3 +250,14 @@ def test_the_program_freezes_its_start_up_objects(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert [ln for ln in out.stdout.splitlines() if ln.startswith("FROZEN")] == ["FROZEN 0 True True 1"]
+
+
+@pytest.mark.parametrize("extra,key", [(["--queue", "8"], "--queue"), (["--page", "closed"], "--page"),
+                                       (["--controller", "ramulator2"], "--controller"), (["--json"], "--json"),
+                                       (["--no-refresh"], "--no-refresh"), (["--no-skip-ahead"], "--no-skip-ahead")])
+def test_convert_refuses_options_only_a_simulation_reads(tmp_path, capsys, extra, key):
+    t = _write(tmp_path, "t.trace", ["LD 0x0"])
+    out = tmp_path / "o.npy"
+    assert main(["dram", "convert", "--device", "hbm3_6400", "--trace", t, "--out", str(out)] + extra) == 2
+    assert f"{key}: has no effect with 'convert' (nothing is simulated)" in capsys.readouterr().err
+    assert not out.exists()
