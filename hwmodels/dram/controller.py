@@ -114,20 +114,28 @@ def _channel_starts(a, s0, m0, n_ch):
     return cnt
 
 
+@K.inline
+def _address_fields(x, s, m, P, R, G, B):
+    """(channel, flat bank index, row) of byte address x; s / m: the Ch Pc Ra Bg Ba Ro shifts and masks as
+    tuples (read once by the caller: stores into the outputs may alias arrays)."""
+    c = np.int64((x >> s[0]) & m[0])
+    k = ((((c * P + np.int64((x >> s[1]) & m[1])) * R + np.int64((x >> s[2]) & m[2])) * G
+          + np.int64((x >> s[3]) & m[3])) * B + np.int64((x >> s[4]) & m[4]))
+    return c, k, np.int64((x >> s[5]) & m[5])
+
+
 @njit(cache=True)
 def _decode_scatter(a, sh, mk, P, R, G, B, starts, w, arr, timed, k, row, w2, arr2):
     """_decode_kernel writing request i at its channel-contiguous position (a stable counting sort)."""
-    s0, s1, s2, s3, s4, s5 = sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]
-    m0, m1, m2, m3, m4, m5 = mk[0], mk[1], mk[2], mk[3], mk[4], mk[5]
+    s = (sh[0], sh[1], sh[2], sh[3], sh[4], sh[5])
+    m = (mk[0], mk[1], mk[2], mk[3], mk[4], mk[5])
     pos = starts[:-1].copy()
     for i in range(a.shape[0]):
-        x = a[i]
-        c = np.int64((x >> s0) & m0)
+        c, kk, r = _address_fields(a[i], s, m, P, R, G, B)
         j = pos[c]
         pos[c] = j + 1
-        k[j] = (((c * P + np.int64((x >> s1) & m1)) * R + np.int64((x >> s2) & m2)) * G
-                + np.int64((x >> s3) & m3)) * B + np.int64((x >> s4) & m4)
-        row[j] = np.int64((x >> s5) & m5)
+        k[j] = kk
+        row[j] = r
         w2[j] = w[i]
         if timed:
             arr2[j] = arr[i]
@@ -136,21 +144,14 @@ def _decode_scatter(a, sh, mk, P, R, G, B, starts, w, arr, timed, k, row, w2, ar
 @njit(cache=True)
 def _decode_kernel(a, sh, mk, P, R, G, B, ch, k, row):
     """One pass over the addresses (the mapping as shift/mask per field; mask 0 = field absent). An empty ``ch``:
-    the channel is 0 and not stored. Shifts and masks are read once (the stores may alias them otherwise)."""
-    s0, s1, s2, s3, s4, s5 = sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]
-    m0, m1, m2, m3, m4, m5 = mk[0], mk[1], mk[2], mk[3], mk[4], mk[5]
+    the channel is 0 and not stored."""
+    s = (sh[0], sh[1], sh[2], sh[3], sh[4], sh[5])
+    m = (mk[0], mk[1], mk[2], mk[3], mk[4], mk[5])
     wch = ch.shape[0] > 0
     for i in range(a.shape[0]):
-        x = a[i]
-        c = np.int64((x >> s0) & m0)
-        pc = np.int64((x >> s1) & m1)
-        ra = np.int64((x >> s2) & m2)
-        bg = np.int64((x >> s3) & m3)
-        ba = np.int64((x >> s4) & m4)
+        c, k[i], row[i] = _address_fields(a[i], s, m, P, R, G, B)
         if wch:
             ch[i] = c
-        k[i] = (((c * P + pc) * R + ra) * G + bg) * B + ba
-        row[i] = np.int64((x >> s5) & m5)
 
 
 @njit(cache=True)
@@ -402,14 +403,15 @@ def check_threads(threads, n_ch: int, scheduler: str, emit: bool, rules, key: st
                           f"preset's two-level queues; expected 1 here, got {threads}", key=key)
 
 
-def _flat_in_threads(threads: int, counts: np.ndarray, args: tuple, skip: bool, SKO: np.ndarray) -> int:
+def _flat_in_threads(threads: int, counts: np.ndarray, args: tuple, windows: tuple, skip: bool,
+                     SKO: np.ndarray) -> int:
     """ctrl_kernel_flat over groups of the channels in parallel threads (it releases the GIL). A channel's
     state rows, statistics and latency slot are its own, so each group writes only its own; the per-channel
     window records (WN..WF, rows by position in ``chans``) are per group and copied back. Groups are balanced
-    by request count (longest first onto the least loaded group)."""
+    by request count (longest first onto the least loaded group). ``args``: ctrl_kernel_flat's arguments up to
+    the window records, ``windows``: (WN, WR, WS, WL, WF)."""
     from concurrent.futures import ThreadPoolExecutor
     chans = args[1]
-    WN, WR, WS, WL, WF = args[20:25]
     groups = [[] for _ in range(min(threads, chans.shape[0]))]
     load = [0] * len(groups)
     for i in np.argsort(-counts, kind="stable"):
@@ -419,16 +421,16 @@ def _flat_in_threads(threads: int, counts: np.ndarray, args: tuple, skip: bool, 
 
     def run(idx):
         idx = np.array(sorted(idx), np.int64)
-        w = [a[idx] for a in (WN, WR, WS, WL, WF)]
+        w = [a[idx] for a in windows]
         sko = np.zeros_like(SKO)
-        ne = ctrl_kernel_flat(*args[:1], chans[idx], *args[2:20], *w, skip, sko)
+        ne = ctrl_kernel_flat(args[0], chans[idx], *args[2:], *w, skip, sko)
         return idx, w, sko, ne
 
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         done = list(pool.map(run, groups))
     total = 0
     for idx, w, sko, ne in done:
-        for full, part in zip((WN, WR, WS, WL, WF), w):
+        for full, part in zip(windows, w):
             full[idx] = part
         SKO += sko
         total += ne
@@ -544,10 +546,11 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
             ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
                                   CS, ST, LAT, E)
         else:
-            args = (starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E,
-                    -1, win, maxw, WN, WR, WS, WL, WF)
+            head = (starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E,
+                    -1, win, maxw)
+            args = head + (WN, WR, WS, WL, WF)
             if scheduler == "fast" and threads > 1 and nc > 1:
-                ne = _flat_in_threads(threads, np.diff(starts)[chans], args, skip, SKO)
+                ne = _flat_in_threads(threads, np.diff(starts)[chans], head, (WN, WR, WS, WL, WF), skip, SKO)
             else:
                 ne = ctrl_kernel_flat(*args, skip, SKO) if scheduler == "fast" else ctrl_kernel_fast(order, *args)
         info = None
