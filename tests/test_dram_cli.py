@@ -82,5 +82,6 @@ def test_dram_command_imports_only_the_dram_path():
     rc, mods = p.stdout.strip().splitlines()[-1].split(" ", 1)
     assert rc == "0"
     heavy = [m for m in eval(mods) if not m.startswith(("attnsim.hwmodels.dram", "attnsim.cli", "attnsim.config"))
-             and m not in ("attnsim.hwmodels", "attnsim.hwmodels.registry", "attnsim.warmup", "attnsim._version")]
+             and m not in ("attnsim.hwmodels", "attnsim.hwmodels.registry", "attnsim.warmup", "attnsim._version",
+                           "attnsim.jitcache", "attnsim.fingerprint")]
     assert heavy == []

@@ -55,6 +55,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from attnsim.fingerprint import digest_sources
+
 ENV = "ATTNSIM_CACHE_DIR"
 _MEMO_MAX = 4096
 _MAX_ENTRY_BYTES = 64 << 20  # an entry larger than this is rejected unread (none comes close)
@@ -121,11 +123,7 @@ def code_fingerprint() -> str:
                 for p in sorted(Path(root).rglob("*.py")):
                     if "__pycache__" not in p.parts:
                         files.setdefault(str(p.resolve()), (f"{pkg}/{p.relative_to(root).as_posix()}", p))
-        h = hashlib.sha256()
-        for name, p in sorted(files.values()):
-            data = p.read_bytes()
-            h.update(f"{name}:{len(data)}:".encode() + data)
-        _fingerprint = h.hexdigest()
+        _fingerprint = digest_sources(files.values())
     return _fingerprint
 
 
