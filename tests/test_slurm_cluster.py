@@ -144,6 +144,24 @@ def _wait_jobs(env, names: set, count: int, what: str, logs: Path) -> list[dict]
                 pytrace=False)
 
 
+def _processes_naming(text: str, wait_s: float) -> list[str]:
+    """Command lines of live processes that contain ``text``, after waiting (bounded) for them to end."""
+    t0 = time.monotonic()
+    while True:
+        found = []
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit() and int(p.name) != os.getpid():
+                try:
+                    cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:  # ended meanwhile
+                    continue
+                if text in cmd:
+                    found.append(f"{p.name}: {cmd.strip()}")
+        if not found or time.monotonic() - t0 > wait_s:
+            return found
+        time.sleep(0.5)
+
+
 def test_sbatch_array_and_merge_job_equal_local_run(sweep_dir):
     d, env = sweep_dir
     t0 = time.perf_counter()
@@ -186,7 +204,32 @@ def test_dask_jobqueue_slurmcluster_equals_local_run(sweep_dir):
     assert len(jobs) == 1 and jobs[0]["JobState"] in ("COMPLETED", "CANCELLED"), jobs  # closed with the sweep
     worker_log = d / "dask-logs" / f"attnsim-dask-{jobs[0]['JobId']}.err"  # <job_name>-<job id>
     assert worker_log.read_text().count("Start worker at") == 1  # the worker ran inside the Slurm job
+    left = _processes_naming(str(d / "dask-tmp"), wait_s=30)  # KillWait 5 s: the job leaves no process behind
+    assert left == [], f"dask worker processes outlived their job: {left}"
     _same_store(d / "dask" / "s.h5", d / "local" / "s.h5")
+
+
+def test_scancel_kills_a_job_step_that_ignores_sigterm(slurm, tmp_path):
+    """The test cluster kills what a cancelled job leaves, as a cgroup-tracking cluster does: the batch shell dies
+    on SIGTERM, its child ignores it (as a dask worker hung in its close did) and must still get SIGKILL after
+    KillWait. Tracking by parent links (proctrack/linuxproc) lost the re-parented child for good."""
+    env = slurm
+    marker = f"attnsim-stray-{os.getpid()}-{time.monotonic_ns()}"
+    job = tmp_path / "stray.sh"
+    job.write_text(f"#!/bin/bash\n#SBATCH --job-name=attnsim-stray\n#SBATCH --output={tmp_path}/stray.out\n"
+                   f"{sys.executable} -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                   f"print(\"ready\", flush=True); time.sleep(600)' {marker}\n")
+    jid = _sh(["sbatch", "--parsable", str(job)], env, cwd=tmp_path).strip()
+    t0 = time.monotonic()
+    while not _processes_naming(marker, wait_s=0):
+        if time.monotonic() - t0 > WAIT_S:
+            pytest.fail(f"job {jid} did not start its step in {WAIT_S} s", pytrace=False)
+        time.sleep(0.2)
+    _sh(["scancel", jid], env)
+    left = _processes_naming(marker, wait_s=30)
+    for line in left:  # do not leave it running on a developer machine
+        os.kill(int(line.split(":")[0]), 9)
+    assert left == [], f"a cancelled job's process survived: {left}"
 
 
 def test_dask_window_counts_jobqueue_workers_before_they_join():

@@ -62,8 +62,12 @@ SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# no cgroups (containers rarely delegate them): processes tracked through /proc, no task binding
-ProctrackType=proctrack/linuxproc
+# no cgroups (containers rarely delegate them): processes tracked by process group, no task binding. Not
+# proctrack/linuxproc: it finds a job's processes through their parent links, so a job step whose shell died
+# on scancel's SIGTERM left its child (a dask worker hung in its close) re-parented to init and never killed.
+# KillWait: SIGKILL 5 s after that SIGTERM (default 30 s), as a cgroup-tracking cluster does
+ProctrackType=proctrack/pgid
+KillWait=5
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
