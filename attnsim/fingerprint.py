@@ -17,6 +17,6 @@ def digest_sources(files: Iterable[tuple[str, Path]]) -> str:
     return h.hexdigest()
 
 
-def folder_sources(folder: Path, prefix: str = "") -> list[tuple[str, Path]]:
-    """The .py files directly in ``folder`` as (prefix + file name, path)."""
-    return [(prefix + p.name, p) for p in sorted(Path(folder).glob("*.py"))]
+def folder_sources(folder: Path) -> list[tuple[str, Path]]:
+    """The .py files directly in ``folder`` as (file name, path)."""
+    return [(p.name, p) for p in sorted(Path(folder).glob("*.py"))]
