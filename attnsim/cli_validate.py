@@ -20,7 +20,12 @@ def register(sub) -> None:
                    "configs/reproductions/), reproductions/NAME (one), limits; attacc = reproductions/attacc")
     v.add_argument("--json", action="store_true", help="print the rows as JSON (each with its role)")
     v.add_argument("--figures", metavar="DIR",
-                   help="write each selected reproduction's figure (its reference.yaml figure: out) into DIR")
+                   help="write each selected reproduction's figure (its reference.yaml figure: out) into DIR; with "
+                   "--explain its waterfall figure, <name>_waterfall.pdf")
+    v.add_argument("--explain", nargs="?", const="", metavar="FOLDER",
+                   help="for each row of a reproduction (FOLDER, e.g. attacc; default: those --set selects, else all), "
+                   "the waterfall from the artefact's number to attnsim's defaults: attnsim with every assumption of "
+                   "its reference.yaml, then with them removed one at a time in the listed order")
     v.set_defaults(func=validate_cmd)
 
 
@@ -89,8 +94,68 @@ def _figure(rows, out, spec) -> None:
             plt.close(fig)
 
 
+def _fmt_bar(v) -> str:
+    return fmt_num(v) if isinstance(v, float) else str(v)
+
+
+def print_waterfall(wf) -> None:
+    """One table per reproduction: a row per reference row, a column per waterfall step; the assumptions below."""
+    print(f"{wf.system}: {wf.title}\n")
+    head = ["row", *wf.labels]
+    body = [[r.name, *[_fmt_bar(b) for b in wf.bars(i)]] for i, r in enumerate(wf.rows)]
+    print(table(body, head))
+    if wf.assumptions:
+        print("\nassumptions (the artefact's conditions, removed left to right):")
+        for a in wf.assumptions:
+            sets = ", ".join(f"{k}={v}" for k, v in a.set.items())
+            print(f"  {a.name}: {a.title}\n    set: {sets}\n    source: {a.source}")
+    else:
+        print("\nno assumptions: the artefact's conditions are attnsim's defaults")
+    print()
+
+
+def _explain(args) -> int:
+    from attnsim import reproduce
+    from attnsim.validate import reproductions_in
+    names = [args.explain] if args.explain else reproductions_in(args.sets or ["reproductions"])
+    folders = [reproduce.find(n, flag="--explain") for n in names]
+    out = None
+    if args.figures:
+        from attnsim.outputs import check_output
+        from attnsim.plots.style import figure_paths
+        check_output(args.figures, "--figures", kind="dir")
+        from pathlib import Path
+        out = {f.name: figure_paths(Path(args.figures) / f"{f.name}_waterfall.pdf", "--figures", create=True)[0]
+               for f in folders}
+    for f in folders:  # every folder is loaded and checked at every step before anything runs
+        spec = reproduce.read_spec(f)
+        for k in range(len(spec.assumptions) + 1):
+            reproduce.load(f, dropped=k)
+    wfs = [reproduce.waterfall(f) for f in folders]
+    if args.json:
+        from attnsim.results import dumps
+        print(dumps([w.as_dict() for w in wfs], indent=1))
+    else:
+        for w in wfs:
+            print_waterfall(w)
+    for w in wfs:
+        if out is not None:
+            import matplotlib.pyplot as plt
+            from attnsim.plots.recipes import waterfall
+            from attnsim.plots.style import paper_style, save
+            with paper_style():
+                fig = waterfall(w, rows=list(range(min(12, len(w.rows)))), title=w.title)
+                try:
+                    save(fig, out[w.system])
+                finally:
+                    plt.close(fig)
+    return 0
+
+
 def validate_cmd(args) -> int:
     from attnsim import reproduce
+    if args.explain is not None:
+        return _explain(args)
     from attnsim.validate import ALIASES, reproductions_in, run
     plan = _figure_plan(args)
     specs = {name: reproduce.read_spec(reproduce.find(name)) for name in reproductions_in(args.sets)}

@@ -6,18 +6,26 @@ run picked by ``select`` (system, model, scenario name or any scenario key), a d
 its run document (or several joined by `` + ``: their sum), the artefact's ``reference`` value and a relative ``tolerance``; ``role`` says whether
 an attnsim parameter was set from the row (``calibration``, in-sample) or not (``validation``, held out).
 
+A reproduction is attnsim's built-in defaults plus the artefact's own assumptions: ``assumptions:`` lists
+named overrides of built-in configs (``--set`` keys and values), each with the artefact line or paper
+section it comes from. The rows compare the artefact's number with attnsim under every assumption;
+:func:`waterfall` then removes the assumptions one at a time, in the order the file lists them, down to
+attnsim's defaults, so the distance from the artefact's number to attnsim's own answer is explained step
+by step (``attnsim validate --explain``).
+
 - :func:`folders` lists the system folders, :func:`load` reads and checks one (every error is one
   ConfigError line naming the file and key; ``select`` is checked against the experiment's runs before
   anything is simulated), :func:`run_rows` simulates only the runs the rows read (and their baseline)
-  and returns :class:`attnsim.validate.Row` s.
+  and returns :class:`attnsim.validate.Row` s; :func:`waterfall` runs the rows once per step.
 """
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat
 
@@ -28,6 +36,7 @@ from attnsim.suggest import did_you_mean
 
 REFERENCE = "reference.yaml"
 ROLES = ("calibration", "validation")
+ASSUMPTION_SECTIONS = ("models", "systems", "hardware", "scenarios")  # not experiment.*: it changes what runs
 RUN_KEYS = ("system", "model", "scenario")  # select keys naming the run; any other is a scenario key
 FIGURE_RECIPES = ("reproduction",)
 
@@ -57,11 +66,22 @@ class RowSpec(Schema):
     source: str = ""
 
 
+class AssumptionSpec(Schema):
+    """One condition of the artefact that attnsim's defaults do not share: ``--set``-style overrides of the
+    built-in configs (``hardware.nvlink3.allreduce: ring``), with the artefact line it comes from."""
+
+    name: SafeName
+    title: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    set: dict[str, Any] = Field(min_length=1)
+
+
 class ReferenceSpec(Schema):
     system: SafeName
     title: str
     source: str = Field(min_length=1)
     paper: list[PaperClaim] = []
+    assumptions: list[AssumptionSpec] = []  # applied to every experiment; the waterfall removes them in this order
     experiments: dict[str, str] = Field(min_length=1)
     figure: Optional[FigureSpec] = None
     rows: list[RowSpec] = Field(min_length=1)
@@ -74,6 +94,7 @@ class Reproduction:
     spec: ReferenceSpec
     experiments: dict  # label -> attnsim.experiment.Experiment
     runs: list  # per row: (system, model, scenario name) it reads
+    dropped: int = 0  # how many of spec.assumptions (the first ones) are not applied
 
 
 def folders() -> list[Path]:
@@ -175,22 +196,61 @@ def read_spec(folder: str | Path) -> ReferenceSpec:
             raise ConfigError(f"expected each row name once, got {r.name!r} like rows.{seen[r.name]}",
                               file=file, key=f"rows.{i}.name")
         seen[r.name] = i
+    names: dict = {}
+    for i, a in enumerate(spec.assumptions):
+        if a.name in names:
+            raise ConfigError(f"expected each assumption name once, got {a.name!r} like assumptions.{names[a.name]}",
+                              file=file, key=f"assumptions.{i}.name")
+        names[a.name] = i
+        for k in a.set:
+            if k.split(".")[0] not in ASSUMPTION_SECTIONS or len(k.split(".")) < 3 or "" in k.split("."):
+                raise ConfigError(f"expected a --set key <section>.<name>.<key> with section one of "
+                                  f"{', '.join(ASSUMPTION_SECTIONS)}, got {k!r}", file=file, key=f"assumptions.{i}.set")
     return spec
 
 
-def load(folder: str | Path) -> Reproduction:
-    """Read and check ``folder/reference.yaml`` and load its experiments (nothing is simulated)."""
+def assumption_sets(spec: ReferenceSpec, dropped: int = 0) -> list[str]:
+    """``--set`` items of the assumptions after the first ``dropped`` (0: all of them, len: none)."""
+    return [f"{k}={json.dumps(v)}" for a in spec.assumptions[dropped:] for k, v in a.set.items()]
+
+
+def _load_assumed(path: Path, spec: ReferenceSpec, dropped: int, file: str):
+    """The experiment at ``path`` with the assumptions after the first ``dropped`` applied; an override that
+    does not fit the experiment is refused naming the assumption."""
     from attnsim.experiment import load_experiment
+    try:
+        return load_experiment(path, sets=assumption_sets(spec, dropped))
+    except ConfigError as e:
+        if e.file != "--set":
+            for i, a in enumerate(spec.assumptions[dropped:], start=dropped):
+                for k in a.set:  # a value an assumption set is refused by the config's own schema
+                    sec, name, rest = k.split(".", 2)
+                    if e.key and (e.key == rest or rest.startswith(e.key + ".")) and name in str(e.file):
+                        raise ConfigError(f"{e.message} (in {e.file}, set by this assumption)", file=file,
+                                          key=f"assumptions.{i}.set.{k}") from None
+            raise
+        for i, a in enumerate(spec.assumptions[dropped:], start=dropped):
+            if e.key and any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".") for k in a.set):
+                raise ConfigError(f"{e.message} (in experiment {display_path(path)})", file=file,
+                                  key=f"assumptions.{i}.set.{e.key}") from None
+        raise ConfigError(f"{e.message} (in experiment {display_path(path)})", file=file, key="assumptions") from None
+
+
+def load(folder: str | Path, dropped: int = 0) -> Reproduction:
+    """Read and check ``folder/reference.yaml`` and load its experiments with its assumptions applied, all but
+    the first ``dropped`` of them (nothing is simulated)."""
     folder = Path(folder)
     file = display_path(folder / REFERENCE)
     spec = read_spec(folder)
-    exps = {label: load_experiment(_experiment_path(folder, ref, file, f"experiments.{label}"))
+    if not 0 <= dropped <= len(spec.assumptions):
+        raise ValueError(f"dropped must be in 0..{len(spec.assumptions)}, got {dropped}")
+    exps = {label: _load_assumed(_experiment_path(folder, ref, file, f"experiments.{label}"), spec, dropped, file)
             for label, ref in spec.experiments.items()}
     for label, exp in exps.items():
         if exp.spec.serving is not None:  # rows read static-batch runs; the section would be ignored
             raise ConfigError("expected an experiment without a serving section (rows read attnsim run's "
                               "static-batch runs)", file=file, key=f"experiments.{label}")
-    return Reproduction(folder, file, spec, exps, _select(spec.rows, exps, file))
+    return Reproduction(folder, file, spec, exps, _select(spec.rows, exps, file), dropped)
 
 
 def _subset(exp, runs: set):
@@ -228,8 +288,9 @@ def _number(doc: dict, metric: str, file: str, key: str) -> float:
     return float(val)
 
 
-def run_rows(rep: Reproduction, set_name: Optional[str] = None) -> list:
-    """Simulate the runs the rows read and return one :class:`attnsim.validate.Row` per row."""
+def run_rows(rep: Reproduction, set_name: Optional[str] = None, strict: bool = True) -> list:
+    """Simulate the runs the rows read and return one :class:`attnsim.validate.Row` per row (``strict=False``:
+    a run that does not complete gives its status, e.g. ``does_not_fit``, in place of the row)."""
     from attnsim.runner import run_experiment
     from attnsim.validate import Row
     docs = {}
@@ -239,6 +300,9 @@ def run_rows(rep: Reproduction, set_name: Optional[str] = None) -> list:
     out = []
     for i, (r, run) in enumerate(zip(rep.spec.rows, rep.runs)):
         d = docs[(r.experiment, *run)]
+        if d["status"] != "ok" and not strict:
+            out.append(str(d["status"]))
+            continue
         if d["status"] != "ok":
             raise ConfigError(f"expected the selected run {'/'.join(run)} to complete, got status {d['status']} "
                               f"({d.get('error', '')})", file=rep.file, key=f"rows.{i}.select")
@@ -246,3 +310,53 @@ def run_rows(rep: Reproduction, set_name: Optional[str] = None) -> list:
         out.append(Row(set_name or f"reproductions/{rep.spec.system}", r.name, val * r.scale, r.reference,
                        r.tolerance, role=r.role, system=rep.spec.system, source=r.source))
     return out
+
+
+@dataclass
+class Waterfall:
+    """The rows of one reproduction at each step: the artefact's numbers, attnsim with every assumption, then
+    with the first 1, 2, ... assumptions removed, ending at attnsim's defaults (no assumption)."""
+
+    system: str
+    title: str
+    rows: list  # the ReferenceSpec rows
+    assumptions: list  # the AssumptionSpec s, in removal order
+    steps: list  # per step: {"label", "removed": assumption name or None, "values": [value x scale per row, or
+    #              the status of a run that did not complete, e.g. "does_not_fit"]}
+
+    @property
+    def labels(self) -> list[str]:
+        return ["artefact"] + [s["label"] for s in self.steps]
+
+    def bars(self, i: int) -> list[float]:
+        """The waterfall of row ``i``: artefact, all assumptions, ..., defaults."""
+        return [self.rows[i].reference] + [s["values"][i] for s in self.steps]
+
+    def as_dict(self) -> dict:
+        return {"system": self.system, "title": self.title,
+                "assumptions": [a.model_dump() for a in self.assumptions],
+                "rows": [{"name": r.name, "metric": r.metric, "reference": r.reference,
+                          "waterfall": dict(zip(self.labels, self.bars(i)))} for i, r in enumerate(self.rows)],
+                "steps": [{"label": s["label"], "removed": s["removed"]} for s in self.steps]}
+
+
+def step_label(spec: ReferenceSpec, dropped: int) -> str:
+    n = len(spec.assumptions)
+    if dropped == n:
+        return "defaults"
+    if dropped == 0:
+        return "all assumptions"
+    return f"- {spec.assumptions[dropped - 1].name}"
+
+
+def waterfall(folder: str | Path) -> Waterfall:
+    """Run ``folder``'s rows with all its assumptions, then removing them one at a time in the listed order,
+    down to attnsim's defaults. Every step is loaded and checked before anything is simulated."""
+    spec = read_spec(folder)
+    reps = [load(folder, dropped=k) for k in range(len(spec.assumptions) + 1)]
+    steps = []
+    for k, rep in enumerate(reps):
+        vals = [row if isinstance(row, str) else row.measured for row in run_rows(rep, strict=False)]
+        steps.append({"label": step_label(spec, k), "removed": spec.assumptions[k - 1].name if k else None,
+                      "values": vals})
+    return Waterfall(spec.system, spec.title, list(spec.rows), list(spec.assumptions), steps)

@@ -119,7 +119,86 @@ BAD = [  # changes, key named, words in the message
     ({"figure": {"recipe": "reproduction", "out": "/tmp/x.pdf"}}, "figure.out", "relative"),
     ({"rows": []}, "rows", ""),
     ({"source": KeyError}, "source", ""),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"experiment.baseline": None}}]},
+     "assumptions.0.set", "section one of models, systems, hardware, scenarios"),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm": 1}}]},
+     "assumptions.0.set", "<section>.<name>.<key>"),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {}}]}, "assumptions.0.set", ""),
+    ({"assumptions": [{"name": "a", "title": "t", "set": {"hardware.h100_sxm.tdp_w": 600}}]},
+     "assumptions.0.source", ""),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 600}},
+                      {"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 700}}]},
+     "assumptions.1.name", "once"),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h900.tdp_w": 600}}]},
+     "assumptions.0.set.hardware.h900", "not part of this experiment"),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": -5}}]},
+     "assumptions.0.set.hardware.h100_sxm.tdp_w", "expected a positive number, got -5"),
 ]
+
+
+# two assumptions on the toy experiment, in removal order: a slower H100 link-free GPU (bandwidth) and its TDP
+ASSUMPTIONS = [{"name": "slow_hbm", "title": "the artefact's H100 streams HBM at 2 TB/s", "source": "made up",
+                "set": {"hardware.h100_sxm.hbm_bandwidth_gbps": 2000}},
+               {"name": "a100_fast", "title": "the artefact's A100 at 2 TB/s", "source": "made up",
+                "set": {"hardware.a100_80gb_sxm.hbm_bandwidth_gbps": 2000, "scenarios.s4.output_len": 8}}]
+
+
+def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path, monkeypatch, capsys):
+    """First bar after the artefact = every assumption = what validate compares; each later bar = a plain run of
+    the experiment with the assumptions not yet removed given as --set; the last bar = the plain experiment."""
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    folder = _write(tmp_path, dict(REFERENCE, assumptions=ASSUMPTIONS))
+    wf = reproduce.waterfall(folder)
+    assert wf.labels == ["artefact", "all assumptions", "- slow_hbm", "defaults"]
+    sets = [["hardware.h100_sxm.hbm_bandwidth_gbps=2000", "hardware.a100_80gb_sxm.hbm_bandwidth_gbps=2000",
+             "scenarios.s4.output_len=8"], ["hardware.a100_80gb_sxm.hbm_bandwidth_gbps=2000",
+                                            "scenarios.s4.output_len=8"], []]
+    for step, pin in zip(wf.steps, sets):
+        docs = {(d["system"], d["scenario"]["name"]): d
+                for d in run_experiment(load_experiment(str(folder / "exp.yaml"), pin))}
+        want = [docs[("dgx_h100", "s1")]["vs_baseline"]["decode_throughput_ratio"],
+                docs[("dgx_h100", "s4")]["metrics"]["tpot_s"] * 1000.0]
+        assert step["values"] == pytest.approx(want, rel=1e-12)
+    assert [wf.bars(i)[0] for i in range(2)] == [1.5, 5.0]  # the artefact's numbers (REFERENCE rows)
+    # validate compares the all-assumptions step
+    rows = reproduce.run_rows(reproduce.load(folder))
+    assert [r.measured for r in rows] == pytest.approx(wf.steps[0]["values"], rel=1e-12)
+    # each assumption moves what it should: a slower H100 lowers its ratio over the A100, the A100's own
+    # slowdown raises it again; the defaults differ from every assumed step
+    r = [s["values"][0] for s in wf.steps]
+    assert r[1] < r[0] or r[1] > r[0]
+    assert r[0] != r[2] and r[1] != r[2]
+    assert main(["validate", "--explain", "toy"]) == 0
+    out = capsys.readouterr().out
+    assert "all assumptions" in out and "- slow_hbm" in out and "defaults" in out and "made up" in out
+    assert main(["validate", "--explain", "toy", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)[0]
+    assert [a["name"] for a in doc["assumptions"]] == ["slow_hbm", "a100_fast"]
+    assert doc["rows"][0]["waterfall"]["defaults"] == pytest.approx(wf.steps[-1]["values"][0], rel=1e-12)
+
+
+def test_waterfall_figure(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    _write(tmp_path, dict(REFERENCE, assumptions=ASSUMPTIONS))
+    figs = tmp_path / "figs"
+    assert main(["validate", "--explain", "toy", "--figures", str(figs)]) == 0
+    assert (figs / "toy_waterfall.pdf").stat().st_size > 0 and (figs / "toy_waterfall.png").stat().st_size > 0
+    from attnsim.plots.recipes import waterfall
+    wf = reproduce.waterfall(reproduce.find("toy"))
+    fig = waterfall(wf, rows=[ROWS[1]["name"]])
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx(wf.bars(1), rel=1e-12)  # artefact, all assumptions, - slow_hbm, defaults
+    with pytest.raises(ConfigError, match="row names or indices"):
+        waterfall(wf, rows=["no such row"])
+
+
+def test_explain_refuses_an_unknown_folder(capsys):
+    assert main(["validate", "--explain", "atacc"]) == 2
+    err = capsys.readouterr().err
+    assert "atacc" in err and "attacc" in err
 
 
 @pytest.mark.parametrize("changes,key,words", BAD, ids=[b[1] + ":" + str(i) for i, b in enumerate(BAD)])
@@ -185,37 +264,33 @@ def test_figure_recipe_draws_each_row_on_its_band():
     plt.close(fig)
 
 
-def test_attacc_rows_read_the_builtin_experiment():
-    """--set attacc (the old name) reads the same runs as the built-in attacc_gpt3_175b experiment: every
-    row on one of its systems measures that run's metric (x scale). (The rows migrated from
-    configs/validation/attacc.yaml were extended in issue 11: dgx-attacc = attacc_opt, tolerance 0.15.)"""
-    from attnsim.config import find_config, load_yaml
+def test_attacc_rows_read_the_builtin_experiment_under_the_named_assumptions():
+    """--set attacc (the old name) reads the built-in attacc_gpt3_175b experiment with the folder's assumptions
+    (AttAcc's NVLink fit, per-access GPU energy, no capacity check) applied as plain --set overrides: every row
+    equals that run's metric (x scale), and the folder holds no copied hardware or system file."""
     from attnsim.experiment import load_experiment
     from attnsim.runner import run_experiment
-    # the folder's systems are the built-ins on the artefact's NVLink fit (nvlink3_attacc.yaml, the ring
-    # formula): the built-in experiment with nvlink3 set to those values reads the same runs
-    fit = load_yaml(find_config("hardware", "nvlink3_attacc"))
-    pin = [f"hardware.nvlink3.{k}={fit[k]}" for k in ("allreduce", "latency_us", "efficiency", "bandwidth_gbps",
-                                                      "energy_pj_per_bit")]
-    # and the GPUs on the artefact's per-access energy (a100_hbm3_attacc.yaml)
-    gpu = load_yaml(Path(find_config("hardware", "a100_hbm3")).parents[1] / "reproductions/attacc/a100_hbm3_attacc.yaml")
-    pin += [f"hardware.a100_hbm3.{k}={gpu[k]}" for k in ("sm_active_power_w", "compute_pj_per_flop")]
+    folder = next(p for p in reproduce.folders() if p.name == "attacc")
+    spec = reproduce.read_spec(folder)
+    assert [a.name for a in spec.assumptions] == ["nvlink_allreduce_fit", "gpu_energy_per_access", "capacity_unchecked"]
+    assert sorted(p.name for p in folder.iterdir()) == ["reference.yaml"]
+    pin = ["hardware.nvlink3.allreduce=ring", "hardware.nvlink3.latency_us=3.03",  # get_nvlink_time: 6.06 us / 2
+           "hardware.nvlink3.efficiency=0.74074074",  # 2 / 0.009 ns/B = 222.2 GB/s = 300 GB/s x 0.7407
+           "hardware.a100_hbm3.sm_active_power_w=0", "hardware.a100_hbm3.compute_pj_per_flop=0.16",  # 0.32 pJ/MAC
+           "hardware.a100_hbm3.hbm_capacity_gb=1000"]
+    assert sorted(reproduce.assumption_sets(spec)) == sorted(
+        s.replace("=ring", '="ring"') for s in pin)  # values as JSON (YAML) text
     docs = run_experiment(load_experiment("attacc_gpt3_175b", pin))
-    spec = reproduce.read_spec(next(p for p in reproduce.folders() if p.name == "attacc"))
     rows = {r.name: r for r in validate.run(["attacc"])}
     checked = 0
     for row in spec.rows:
         sel = dict(row.select)
-        match = [d for d in docs if d["system"] == sel.get("system")
-                 and d["scenario"]["batch_size"] == sel.get("batch_size")]
-        if not match:
-            continue  # a system only in the reproduction folder (the uncapped 8-GPU baseline)
-        d, = match
+        d, = [d for d in docs if d["system"] == sel["system"] and d["scenario"]["batch_size"] == sel["batch_size"]]
         r = rows[row.name]
         assert (r.set, r.system, r.published, r.tolerance) == ("attacc", "attacc", row.reference, row.tolerance)
         assert r.measured == pytest.approx(float(get_dotted(d, row.metric.split("."))) * (row.scale or 1.0), rel=1e-12)
         checked += 1
-    assert checked >= 11
+    assert checked == len(spec.rows) == 12
 
 
 def test_every_builtin_reproduction_loads():
@@ -283,6 +358,9 @@ NOOP = {  # every reference.yaml field, changed to another legal value, changes 
     "rows__0__select": {"system": "dgx_h100", "batch_size": 4}, "rows__1__metric": "metrics.ttft_s",
     "rows__1__scale": 1.0, "rows__1__reference": 6.0, "rows__1__tolerance": 0.5, "rows__0__role": "validation",
     "rows__1__source": "another row source",
+    # an assumption changes the rows validate compares (its own fields: the --explain test above prints name,
+    # title and source, and each step's values follow its set)
+    "assumptions": [{"name": "slow_hbm", "title": "t", "source": "s", "set": {"hardware.h100_sxm.hbm_bandwidth_gbps": 2000}}],
 }
 
 

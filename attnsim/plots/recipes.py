@@ -10,6 +10,8 @@ from the stored (SI) values to the drawn ones (``ax._attnsim_units``) for ``xlim
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from attnsim.config import ConfigError
@@ -589,6 +591,49 @@ def reproduction(rows, width="single", title=None):
     ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, borderaxespad=0.2)
     if title:
         ax.set_title(title, fontsize=6, pad=12)
+    return fig
+
+
+def waterfall(wf, rows=None, width="double", title=None):
+    """A reproduction's waterfall (:class:`attnsim.reproduce.Waterfall`, ``attnsim validate --explain``): per
+    row a panel of bars, the artefact's number, attnsim with every assumption, then after each assumption is
+    removed (in the file's order), ending at attnsim's defaults; a run that did not complete is marked with its
+    status. ``rows``: names or indices of the rows to draw (default: every row, at most 12)."""
+    idx = list(range(len(wf.rows))) if rows is None else [
+        r if isinstance(r, int) else next((i for i, x in enumerate(wf.rows) if x.name == r), -1) for r in rows]
+    bad = [r for r, i in zip(rows or idx, idx) if not 0 <= i < len(wf.rows)]
+    if bad:
+        raise ConfigError(f"expected row names or indices of reproduction {wf.system}, got {bad[0]!r}",
+                          file="waterfall")
+    if not idx or len(idx) > 12:
+        raise ConfigError(f"expected 1 to 12 rows in a waterfall figure, got {len(idx)}", file="waterfall")
+    cols = min(3, len(idx))
+    nrows = -(-len(idx) // cols)
+    fig, axes = new_figure(width, aspect=0.46 * nrows, nrows=nrows, ncols=cols, squeeze=False)  # ~1.6 in a row
+    axes = np.atleast_1d(axes).ravel()
+    labels = wf.labels
+    colour = {"artefact": OKABE_ITO[5], "all assumptions": OKABE_ITO[0], "defaults": OKABE_ITO[4]}
+    for ax, i in zip(axes, idx):
+        bars = wf.bars(i)
+        x = np.arange(len(bars))
+        vals = [b if isinstance(b, float) else 0.0 for b in bars]
+        ax.bar(x, vals, color=[colour.get(lab, OKABE_ITO[1]) for lab in labels], width=0.7)
+        for xi, b in zip(x, bars):
+            if isinstance(b, float):
+                ax.annotate(f"{b:.3g}", (xi, b), ha="center", va="bottom", fontsize=4.5)
+            else:
+                ax.annotate(str(b), (xi, 0.0), ha="center", va="bottom", fontsize=4.5, rotation=90)
+        ax.axhline(wf.rows[i].reference, color=OKABE_ITO[5], linewidth=0.6, linestyle="--")
+        ax.set_xticks(x)
+        last_row = list(axes).index(ax) + cols >= len(idx)  # step labels under the lowest panel of each column
+        ax.set_xticklabels(labels if last_row else [], rotation=35, ha="right", fontsize=4.5)
+        ax.set_ylim(0, max(vals + [wf.rows[i].reference]) * 1.15)
+        ax.set_title(textwrap.fill(wf.rows[i].name, 48), fontsize=4.5)
+    for ax in axes[len(idx):]:
+        ax.set_visible(False)
+    fig.subplots_adjust(hspace=0.55, wspace=0.3)
+    if title:
+        fig.suptitle(title, fontsize=6)
     return fig
 
 
