@@ -15,6 +15,11 @@ from attnsim.config import ConfigError
 from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_rows, kv_writeback_rows,
                                  link_name_between, rank_weights, register, role_of_kind)
 
+# tp_vector_ops default "split": each device runs the softmax and RoPE of the heads it holds, as tensor parallelism
+# over heads does (Megatron-LM, Shoeybi et al. 2019 section 3: attention heads are partitioned across ranks and
+# need no communication until the output projection). The heads' scores live in the device's own banks, so
+# nothing forces another device to run them. "replicated" is CENT's artefact (its traces run all heads on every
+# device): a condition of the CENT reproduction and the cent_* presets, not a hardware fact.
 OPTIONS = {"prefill_on_gpu": True, "tp_vector_ops": "split"}
 TP_VECTOR_OPS = ("split", "replicated")
 
