@@ -283,7 +283,7 @@ def make_plan(st: Setup, *, accuracy_slo=None, max_ppl_increase=None, calibratio
                                            f"accurate one has {lc['rel_attention_error']:.4g}")
         else:
             flag, msg = "--max-ppl-increase", (f"no placement keeps the predicted perplexity increase within "
-                                               f"{max_ppl_increase:g} ({calibration.get('label', 'calibration model')})")
+                                               f"{max_ppl_increase:g} ({calibration.get('label', 'calibrated')})")
         raise Infeasible(flag, msg, doc)
     for s in slos.values():
         if not s["met"]:

@@ -83,7 +83,8 @@ def test_a_single_curve_file_covers_no_model():
     with pytest.raises(ConfigError, match="covered: none"):
         C.resolve(t, "llama2-70b", 1000)
     r = C.resolve(t, "llama2-70b", 1000, allow_uncalibrated=True)
-    assert r["label"].startswith("extrapolated from char-level") and r["fit"]["s_bit"] == load_calibration()["fit"]["s_bit"]
+    assert r["label"].startswith("extrapolated from char-level")
+    assert r["fit"]["s_bit"] == load_calibration()["fit"]["s_bit"]
 
 
 @pytest.mark.parametrize("edit, key", [

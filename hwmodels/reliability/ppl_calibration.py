@@ -39,6 +39,7 @@ def load_table(path=None) -> dict:
     """The calibration table, validated (one ConfigError naming the file and key). A single-curve file
     (bench/calibrate_perplexity.py output: keys ``model`` and ``fit``) is read as a table of one entry that
     covers no model (``--allow-uncalibrated`` extrapolates from it)."""
+    from attnsim.hwmodels.reliability.formats import FORMATS
     p = Path(default_path() if path is None else path)
     name = display_path(p)
     doc = load_yaml(p)
@@ -85,7 +86,6 @@ def load_table(path=None) -> dict:
                 v = pt.get(key) if isinstance(pt, dict) else None
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
                     _bad(name, f"{k}.quantization.points[{j}].{key}", "a perplexity > 0", v)
-            from attnsim.hwmodels.reliability.formats import FORMATS
             if pt.get("format") not in FORMATS:
                 _bad(name, f"{k}.quantization.points[{j}].format", f"one of {', '.join(FORMATS)}", pt.get("format"))
         b = e.get("bit_errors")
