@@ -23,9 +23,14 @@ def register(sub) -> None:
                    help="max relative attention error (the proxy; default: reliability.accuracy_slo unless "
                         "--max-ppl-increase is given)")
     r.add_argument("--max-ppl-increase", type=positive_number, default=None, metavar="X",
-                   help="max relative perplexity increase (0.01 = 1 %%), converted by the measured calibration")
+                   help="max relative perplexity increase (0.01 = 1 %%), converted by the calibration entry of the "
+                   "plan's model (exact model, then family, within its measured context); a model no entry covers "
+                   "is refused unless --allow-uncalibrated")
     r.add_argument("--calibration", default=None, metavar="FILE",
-                   help="error -> perplexity calibration (default configs/calibration/kv_error_ppl.yaml)")
+                   help="error -> perplexity calibration table (default configs/calibration/kv_ppl_models.yaml)")
+    r.add_argument("--allow-uncalibrated", action="store_true",
+                   help="with --max-ppl-increase: accept a model / context no calibration entry covers and label "
+                   "the perplexity 'extrapolated from <calibration model>'")
     perf = r.add_mutually_exclusive_group()
     perf.add_argument("--tpot-slo-s", type=positive_number, default=None, metavar="Y", help="max time per output token")
     perf.add_argument("--latency-slo-s", type=positive_number, default=None, metavar="Y",
@@ -62,11 +67,12 @@ def _formats(text: str) -> tuple:
 
 def _calibration(args):
     if args.max_ppl_increase is None:
-        if args.calibration is not None:
-            raise ConfigError("--calibration is used only with --max-ppl-increase", file="--calibration")
+        for flag, v in (("--calibration", args.calibration), ("--allow-uncalibrated", args.allow_uncalibrated)):
+            if v:
+                raise ConfigError(f"{flag} is used only with --max-ppl-increase", file=flag)
         return None
-    from attnsim.hwmodels.reliability.perplexity import load_calibration
-    return load_calibration(args.calibration)  # ConfigError naming the file
+    from attnsim.hwmodels.reliability.ppl_calibration import load_table
+    return load_table(args.calibration)  # ConfigError naming the file and key
 
 
 def _print(doc: dict, out) -> None:
@@ -75,10 +81,12 @@ def _print(doc: dict, out) -> None:
           f"KV residency {doc['kv_residency_s']:.3g} s)", file=out)
     print(f"as run:  TPOT {run['tpot_s'] * 1e3:.3f} ms, {run['energy_per_token_j']:.4g} J/token, "
           f"error {doc['configured']['rel_attention_error']:.4g}", file=out)
-    ppl = p.get("ppl_increase_predicted")
+    ppl, cal = p.get("ppl_increase_predicted"), doc.get("calibration", {})
+    tag = f" ({cal['label']})" if "label" in cal else ""
     print(f"plan:    TPOT {p['tpot_s'] * 1e3:.3f} ms, {p['energy_per_token_j']:.4g} J/token, error "
           f"{p['rel_attention_error']:.4g} (quantization {p['eps_quant']:.3g}, bit errors {p['eps_bit']:.3g})"
-          + (f", perplexity +{ppl * 100:.3g} %" if ppl is not None else "") + f" [objective {p['objective']}]", file=out)
+          + (f", perplexity +{ppl * 100:.3g} %{tag}" if ppl is not None else "") + f" [objective {p['objective']}]",
+          file=out)
     if "verified_rel_attention_error" in p:
         print(f"verify:  error by fault injection into synthetic KV {p['verified_rel_attention_error']:.4g} "
               f"({p['verify_rounds']} plan(s); the accuracy verdict below is the measured one)", file=out)
@@ -95,6 +103,13 @@ def _print(doc: dict, out) -> None:
     for f in doc["front"]:
         print(f"  {f['rel_attention_error']:.4g}  {f['tpot_s'] * 1e3:.3f}  {f['energy_per_token_j']:.5g}  "
               f"{'+'.join(f['formats_used'])}", file=out)
+    src = doc["accuracy_sources"]
+    print("accuracy sources:", file=out)
+    print(f"  error: {src['rel_attention_error']}", file=out)
+    if "verified_rel_attention_error" in src:
+        print(f"  verify: {src['verified_rel_attention_error']}", file=out)
+    if "ppl_increase_predicted" in src:
+        print(f"  perplexity: {src['ppl_increase_predicted']}", file=out)
 
 
 def plan_cmd(args) -> int:
@@ -109,6 +124,8 @@ def plan_cmd(args) -> int:
         path = check_output(args.output, "--output", inputs=inputs, create=True)
     st = plan.setup(args.experiment, args.sets, system=args.system, model=args.model, scenario=args.scenario,
                     layer_groups=args.layer_groups, block_tokens=args.block_tokens)
+    if cal is not None:  # refused before anything is written when no entry covers the model and context
+        cal = plan.calibration_for(st, cal, allow_uncalibrated=args.allow_uncalibrated)
     rc, err = 0, None
     make = plan.verified_plan if args.verify else plan.make_plan
     try:

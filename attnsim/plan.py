@@ -12,8 +12,10 @@ Costs of a plan against the run: the planner's KV read time T and energy per ste
 the configured storage (every block in the tier the run put it in, kv_format, configured ECC and
 refresh): TPOT = TPOT_run + requests x (T_plan - T_conf); energy per token = run + (E_dyn,plan -
 E_dyn,conf) + refresh power x TPOT (plan minus configured). The accuracy SLO bounds the proxy (the
-planner's eps); a perplexity SLO is converted by the measured calibration
-(configs/calibration/kv_error_ppl.yaml, perplexity.error_weights).
+planner's eps); a perplexity SLO is converted by the calibration entry of the plan's model
+(configs/calibration/kv_ppl_models.yaml: exact model, then family, within the measured context; else
+refused unless extrapolation is allowed; ppl_calibration.resolve, perplexity.error_weights). Every accuracy
+number in the document names its source (``accuracy_sources``, ``calibration``).
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ import numpy as np
 from attnsim.config import ConfigError
 
 DEFAULT_FORMATS = ("bf16", "fp8_e4m3", "int8", "int4")
+# what the proxy error numbers are (hwmodels/reliability/accuracy.py, planner.py)
+PROXY_SOURCE = ("attnsim L0 proxy: relative attention error of the stored KV on synthetic q/K/V (accuracy.py, "
+                "planner.py), not a model-quality measurement")
 
 
 class Infeasible(Exception):
@@ -51,6 +56,7 @@ class Setup:
     tpot_s: float
     energy_per_token_j: float
     layer_groups: list           # (first layer, last layer) per group
+    context_tokens: int = 0      # one request's context (mean prompt + output tokens)
 
 
 def _pick(name, options: dict, what: str, flag: str):
@@ -129,7 +135,16 @@ def setup(experiment: str, sets=(), *, system=None, model=None, scenario=None, l
                                  capacity_bytes=t.capacity_bytes * max(devices.get(t.name, 1), 1) / requests)
              for t in spec.tier_specs()]
     return Setup(exp.spec.name, sy, mo, sc, spec, tiers, blocks, base, requests, residency, float(m["tpot_s"]),
-                 float(m["energy_per_token_j"]), groups)
+                 float(m["energy_per_token_j"]), groups, context)
+
+
+def calibration_for(st: Setup, path=None, *, allow_uncalibrated: bool = False) -> dict:
+    """The perplexity calibration of the plan's model and context (ppl_calibration.resolve; ConfigError when
+    no entry covers it and ``allow_uncalibrated`` is False)."""
+    from attnsim.hwmodels.reliability.ppl_calibration import load_table, resolve
+    table = path if isinstance(path, dict) else load_table(path)
+    return resolve(table, st.model, st.context_tokens, allow_uncalibrated=allow_uncalibrated,
+                   group=st.spec.quant_group)
 
 
 def planner_for(st: Setup, formats, budget: float, objective: str, error_weights=(1.0, 1.0)):
@@ -256,9 +271,10 @@ def make_plan(st: Setup, *, accuracy_slo=None, max_ppl_increase=None, calibratio
            "configured": {**costs(st, pl, conf), "table": table(st, st.baseline_choice)},
            "plan": chosen, "slos": slos, "slo_met": bool(plan.feasible and all(s["met"] for s in slos.values())),
            "front": front(st, formats, front_points, calibration)}
+    doc["accuracy_sources"] = {"rel_attention_error": PROXY_SOURCE}
     if calibration is not None:
-        doc["calibration"] = {"model": calibration["model"], "text_source": calibration["text_source"],
-                              "fit": calibration["fit"]}
+        doc["calibration"] = {k: v for k, v in calibration.items() if k not in ("points", "mean_points")}
+        doc["accuracy_sources"]["ppl_increase_predicted"] = _ppl_source(calibration)
     if not plan.feasible:
         lo = planner_for(st, formats, 0.0, obj, w).plan(st.blocks)
         lc = costs(st, pl, lo.choice)
@@ -267,13 +283,21 @@ def make_plan(st: Setup, *, accuracy_slo=None, max_ppl_increase=None, calibratio
                                            f"accurate one has {lc['rel_attention_error']:.4g}")
         else:
             flag, msg = "--max-ppl-increase", (f"no placement keeps the predicted perplexity increase within "
-                                               f"{max_ppl_increase:g} (measured on the calibration model)")
+                                               f"{max_ppl_increase:g} ({calibration.get('label', 'calibrated')})")
         raise Infeasible(flag, msg, doc)
     for s in slos.values():
         if not s["met"]:
             raise Infeasible(s["flag"], f"the best plan within the accuracy SLO gives {s['value']:.4g} > "
                              f"{s['limit']:g}", doc)
     return doc
+
+
+def _ppl_source(cal: dict) -> str:
+    """One line: where a predicted perplexity comes from (calibration file, entry, model, measurement)."""
+    if "entry" not in cal:                # a raw single-curve document (perplexity.load_calibration)
+        return f"single curve measured on {cal.get('model')}"
+    return (f"{cal['file']} entry {cal['entry']}{' (TOY MODEL)' if cal['toy'] else ''}: {cal['model']}, "
+            f"{cal['measurement']} ({cal['source']}); {cal['coverage']}; bit-error part: {cal['bit_error_source']}")
 
 
 def front(st: Setup, formats, n: int, calibration=None) -> list:
@@ -323,6 +347,8 @@ def verified_plan(st: Setup, *, rounds: int = 3, seeds=(0, 1, 2, 3), **kw) -> di
         measured = verify_by_injection(st, [Option(**o) for o in doc["plan"]["options"]], seeds)
         doc["plan"]["verified_rel_attention_error"] = measured
         doc["plan"]["verify_rounds"] = r
+        doc["accuracy_sources"]["verified_rel_attention_error"] = (
+            f"bit-exact fault injection (inject.py) into synthetic KV, {len(seeds)} seeds, proxy metric as above")
         if acc is None or measured <= acc * (1 + 1e-9):
             break
         target *= acc / measured

@@ -1,5 +1,8 @@
 """Measure the proxy-error -> perplexity mapping and save it (configs/calibration/kv_error_ppl.yaml).
 
+This is the TOY entry (`toy-char-level`) of configs/calibration/kv_ppl_models.yaml: `attnsim plan` uses it for a
+real model only as the (labelled) bit-error slope or with --allow-uncalibrated.
+
 Trains the small numpy char-level transformer of attnsim.hwmodels.reliability.perplexity on the
 stdlib pydoc_data.topics text (no downloads), corrupts its KV cache in each format at each BER
 (inject.py, no ECC), and records perplexity and the proxy's relative attention error on the same

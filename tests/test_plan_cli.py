@@ -1,12 +1,15 @@
 """attnsim plan: a plan on the shipped plan_tiering experiment meets both SLOs (re-measured by fault
 injection), a tighter accuracy SLO buys more protection, infeasible SLOs and bad flags fail cleanly."""
+import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
 
 from attnsim import plan as P
 from attnsim.cli import main
+from attnsim.hwmodels.reliability.accuracy import quant_error
 from attnsim.hwmodels.reliability.perplexity import load_calibration
 from attnsim.hwmodels.reliability.planner import Option
 
@@ -62,14 +65,97 @@ def test_tighter_accuracy_slo_buys_more_protection(plans):
     assert plans[0.004]["plan"]["protection"]["stored_bits"] > plans[0.05]["plan"]["protection"]["stored_bits"]
 
 
-def test_perplexity_slo_via_the_measured_calibration(st):
-    cal = load_calibration()
+def test_perplexity_slo_via_the_models_calibration(st):
+    # FAST: Llama-2-70B at 1024 + 16 tokens, within KVQuant's 4096-token Llama-2-70B measurement
+    cal = P.calibration_for(st)
     d = P.make_plan(st, max_ppl_increase=0.01, calibration=cal, front_points=2)
-    assert d["slo_met"] and "char-level" in d["calibration"]["model"]
+    assert d["slo_met"] and d["calibration"]["entry"] == "kvquant-llama2-70b" and d["calibration"]["covered"]
     p = d["plan"]
     assert 0 <= p["ppl_increase_predicted"] <= 0.01
     w_q, w_b = P.slo_weights(None, 0.01, cal)
     assert w_q * p["eps_quant"] + w_b * p["eps_bit"] <= 1 + 1e-9
+    # hand computation: ln(1 + dPPL) = s_quant e_quant + s_bit e_bit with s_quant = ln(3.16 / 3.12) (KVQuant
+    # Table 18, Llama-2-70B, ATOM-4bit) / attnsim's int4 proxy error, s_bit the toy model's (no published data)
+    s_q = math.log(3.16 / 3.12) / quant_error("int4", st.spec.quant_group)
+    s_b = load_calibration()["fit"]["s_bit"]
+    assert p["ppl_increase_predicted"] == pytest.approx(math.expm1(s_q * p["eps_quant"] + s_b * p["eps_bit"]), rel=1e-9)
+
+
+def test_two_models_two_entries_two_hand_computed_numbers(st):
+    """The same plan (proxy SLO 0.01) under the Llama-2-70B and the Llama-3-70B entries (both covered at 1040
+    tokens): different predicted perplexities, each the hand computation from its entry. The Llama-3 setup is
+    the Llama-2 one renamed (the planner's blocks are the same; only the calibration lookup reads the name)."""
+    st3 = dataclasses.replace(st, model="llama3-70b")
+    s_b = load_calibration()["fit"]["s_bit"]
+    e4 = quant_error("int4", st.spec.quant_group)
+    got = {}
+    # KVQuant (arXiv 2401.18079) Table 18 Wikitext-2, fp16 baseline -> ATOM-4bit KV: 3.12 -> 3.16, 2.59 -> 2.73
+    for s, (base, q4) in ((st, (3.12, 3.16)), (st3, (2.59, 2.73))):
+        cal = P.calibration_for(s)
+        d = P.make_plan(s, accuracy_slo=0.01, calibration=cal, front_points=2)
+        p = d["plan"]
+        hand = math.expm1(math.log(q4 / base) / e4 * p["eps_quant"] + s_b * p["eps_bit"])
+        assert p["ppl_increase_predicted"] == pytest.approx(hand, rel=1e-9)
+        got[s.model] = (p["eps_quant"], p["eps_bit"], p["ppl_increase_predicted"])
+    (q2, b2, ppl2), (q3, b3, ppl3) = got["llama2-70b"], got["llama3-70b"]
+    assert (q2, b2) == (q3, b3) and ppl3 > 3 * ppl2 > 0     # same plan; slopes 0.0527 / 0.0127 = 4.1x
+
+
+def test_plan_prints_the_source_of_every_accuracy_number(st, monkeypatch, capsys):
+    monkeypatch.setattr(P, "setup", lambda *a, **k: st)           # no second timing run
+    assert main(["plan", "plan_tiering", "--accuracy-slo", "0.05", "--front-points", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy sources:\n  error: attnsim L0 proxy: relative attention error" in out
+    assert "perplexity" not in out                               # no perplexity figure, no perplexity source
+    assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2"]) == 0
+    out = capsys.readouterr().out
+    plan_line = next(ln for ln in out.splitlines() if ln.startswith("plan:"))
+    assert "perplexity +" in plan_line and "(calibrated on Llama-2-70B; bit-error part extrapolated from the toy " \
+        "model)" in plan_line
+    src = next(ln for ln in out.splitlines() if ln.startswith("  perplexity: "))
+    for needle in ("calibration/kv_ppl_models.yaml entry kvquant-llama2-70b: Llama-2-70B",
+                   "published Wikitext-2 perplexity, KV cache alone quantized",
+                   "KVQuant (arXiv 2401.18079) Appendix O Table 18",
+                   "covers llama2-70b at 1040 tokens (matched by model",
+                   "bit-error part: extrapolated from TOY MODEL"):
+        assert needle in src, needle
+    assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["accuracy_sources"]["ppl_increase_predicted"] == src.removeprefix("  perplexity: ")
+    assert doc["accuracy_sources"]["rel_attention_error"].startswith("attnsim L0 proxy")
+    c = doc["calibration"]
+    assert (c["entry"], c["model"], c["covered"], c["toy"], c["plan_model"], c["plan_context_tokens"]) == \
+        ("kvquant-llama2-70b", "Llama-2-70B", True, False, "llama2-70b", 1040)       # 1024 + 16 tokens (FAST)
+
+
+def test_uncovered_model_is_refused_unless_allowed(st, monkeypatch, capsys, tmp_path):
+    """Llama-3-70B at 32k (the issue's case): its entry is measured at 8192 tokens. Refused in one line, no
+    file; --allow-uncalibrated prints the number labelled as an extrapolation. A model with no entry and no
+    family (qwen3-8b) extrapolates from the toy entry, labelled TOY MODEL."""
+    out = tmp_path / "plan.json"
+    far = dataclasses.replace(st, model="llama3-70b", context_tokens=32768)
+    monkeypatch.setattr(P, "setup", lambda *a, **k: far)
+    argv = ["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2", "-o", str(out)]
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --max-ppl-increase: expected a model the perplexity "
+                                               "calibration covers, got llama3-70b: llama3-70b at 32768 tokens")
+    assert "llama2-70b" in err[0] and "llama3-*" in err[0] and cap.out == "" and not out.exists()
+    assert main(argv + ["--allow-uncalibrated"]) == 0
+    text = capsys.readouterr().out
+    assert "perplexity +" in text and "(extrapolated from Llama-3-70B (measured at 8192 tokens, plan at 32768)" in text
+    doc = json.loads(out.read_text())
+    assert doc["calibration"]["covered"] is False and "does NOT cover llama3-70b" in \
+        doc["accuracy_sources"]["ppl_increase_predicted"]
+    monkeypatch.setattr(P, "setup", lambda *a, **k: dataclasses.replace(st, model="qwen3-8b"))
+    assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2"]) == 2
+    assert "got qwen3-8b: no entry covers qwen3-8b (family qwen3)" in capsys.readouterr().err
+    assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2", "--json",
+                 "--allow-uncalibrated"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration"]["toy"] is True and doc["calibration"]["label"].startswith("extrapolated from TOY MODEL")
+    assert "entry toy-char-level (TOY MODEL)" in doc["accuracy_sources"]["ppl_increase_predicted"]
 
 
 def test_infeasible_slos_name_the_slo(st, monkeypatch, capsys, tmp_path):
@@ -94,6 +180,8 @@ def test_infeasible_slos_name_the_slo(st, monkeypatch, capsys, tmp_path):
     (["--formats", "int3"], "error: --formats: expected comma-separated formats"),
     (["--accuracy-slo", "-1"], "argument --accuracy-slo: expected a number"),
     (["--calibration", "x.yaml"], "error: --calibration: --calibration is used only with --max-ppl-increase"),
+    (["--allow-uncalibrated"],
+     "error: --allow-uncalibrated: --allow-uncalibrated is used only with --max-ppl-increase"),
     (["--tpot-slo-s", "1", "--latency-slo-s", "1"], "not allowed with argument"),
     (["--layer-groups", "999"], "error: --layer-groups: expected at most 80 layer groups"),
 ])

@@ -903,6 +903,16 @@ plan_case("calibration-garbage", ("--max-ppl-increase", "0.01", "--calibration",
           files={"cal.yaml": "fit: [unclosed\n"})
 plan_case("calibration-not-a-calibration", ("--max-ppl-increase", "0.01", "--calibration", "cal.yaml"), ("cal.yaml",),
           files={"cal.yaml": "name: x\n"})
+plan_case("allow-uncalibrated-without-ppl", ("--allow-uncalibrated",), ("--allow-uncalibrated",))
+plan_case("calibration-entry-context-negative", ("--max-ppl-increase", "0.01", "--calibration", "cal.yaml"),
+          ("cal.yaml", "entries[0].context_tokens"), files={"cal.yaml": (
+              "fallback: a\nentries:\n- {id: a, model: m, measurement: x, source: y, models: [], families: [],\n"
+              "   context_tokens: -1, quantization: {from_file: k.yaml}, bit_errors: {from_file: k.yaml}}\n")})
+plan_case("calibration-entry-ppl-zero", ("--max-ppl-increase", "0.01", "--calibration", "cal.yaml"),
+          ("cal.yaml", "entries[0].quantization.points[0].ppl"), files={"cal.yaml": (
+              "fallback: a\nentries:\n- {id: a, model: m, measurement: x, source: y, models: [], families: [],\n"
+              "   context_tokens: 9, quantization: {points: [{format: int4, ppl_base: 5, ppl: 0}]},\n"
+              "   bit_errors: {from_file: k.yaml}}\n")})
 plan_case("formats-unknown", ("--formats", "bf16,fp7"), ("--formats", "fp7"))
 plan_case("formats-empty", ("--formats", ","), ("--formats",))
 plan_case("layer-groups-zero", ("--layer-groups", "0"), ("--layer-groups",))
