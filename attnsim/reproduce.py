@@ -323,6 +323,7 @@ class Waterfall:
     assumptions: list  # the AssumptionSpec s, in removal order
     steps: list  # per step: {"label", "removed": assumption name or None, "values": [value x scale per row, or
     #              the status of a run that did not complete, e.g. "does_not_fit"]}
+    paper: list = None  # the PaperClaim s (printed, not compared: headlines the stated conditions do not reach)
 
     @property
     def labels(self) -> list[str]:
@@ -337,7 +338,8 @@ class Waterfall:
                 "assumptions": [a.model_dump() for a in self.assumptions],
                 "rows": [{"name": r.name, "metric": r.metric, "reference": r.reference,
                           "waterfall": dict(zip(self.labels, self.bars(i)))} for i, r in enumerate(self.rows)],
-                "steps": [{"label": s["label"], "removed": s["removed"]} for s in self.steps]}
+                "steps": [{"label": s["label"], "removed": s["removed"]} for s in self.steps],
+                "paper": [c.model_dump() for c in self.paper or ()]}
 
 
 def step_label(spec: ReferenceSpec, dropped: int) -> str:
@@ -359,7 +361,7 @@ def waterfall(folder: str | Path) -> Waterfall:
         vals = [row if isinstance(row, str) else row.measured for row in run_rows(rep, strict=False)]
         steps.append({"label": step_label(spec, k), "removed": spec.assumptions[k - 1].name if k else None,
                       "values": vals})
-    return Waterfall(spec.system, spec.title, list(spec.rows), list(spec.assumptions), steps)
+    return Waterfall(spec.system, spec.title, list(spec.rows), list(spec.assumptions), steps, list(spec.paper))
 
 
 def _naming(source: Optional[Path]) -> list[tuple[ReferenceSpec, set]]:

@@ -173,9 +173,13 @@ def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path,
     assert main(["validate", "--explain", "toy"]) == 0
     out = capsys.readouterr().out
     assert "all assumptions" in out and "- slow_hbm" in out and "defaults" in out and "made up" in out
+    # the paper's headlines (not compared) are printed under the waterfall, with their notes
+    assert out.index("- slow_hbm") < out.index("paper headlines (printed, not compared") < out.index(
+        "H100 decodes faster: 2.000\n    a made-up headline")
     assert main(["validate", "--explain", "toy", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)[0]
     assert [a["name"] for a in doc["assumptions"]] == ["slow_hbm", "a100_fast"]
+    assert doc["paper"] == [{"claim": "H100 decodes faster", "value": 2.0, "note": "a made-up headline"}]
     assert doc["rows"][0]["waterfall"]["defaults"] == pytest.approx(wf.steps[-1]["values"][0], rel=1e-12)
 
 
