@@ -457,6 +457,13 @@ def test_run_ends_label_a_set_and_a_status(capsys):
     assert [e["value"] for e in ends] == ["does_not_fit", "does_not_fit"]
     assert "attnsim defaults does_not_fit (" in reproduction_lines(ends)[0]
     assert "reproductions" not in _run_json(capsys, "samsung_cxl_pnm", "experiment.systems=[dgx_a100]")
+    # the plain run (attnsim's defaults) of a paper folder's experiment: its rows, then its paper headlines
+    assert main(["run", "samsung_cxl_pnm", "--no-write", "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    # 16 x64 LPDDR5X-8533 packages x 68.27 GB/s = 1092 GB/s (samsung_cxl_pnm.yaml) vs the abstract's 1.1 TB/s
+    assert ("CXL-PNM device memory bandwidth [GB/s]: artefact 1100; attnsim defaults 1092 (attnsim validate "
+            "--explain samsung_cxl_pnm explains the gap)") in out
+    assert "samsung_cxl_pnm paper (not compared): performance gain (Samsung's summary" in out and "over 4.4x" in out
     assert reproduce.run_ends(find_config("experiments", "default"), doc["runs"]) == []
 
 
