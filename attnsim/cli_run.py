@@ -35,16 +35,24 @@ def register(sub) -> None:
     s.set_defaults(func=show_cmd)
 
 
-def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
-    from attnsim.report import breakdown_table, differ_lines, summary_table
+def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: bool = True, claims=()) -> None:
+    """``ends``: the reproduction rows this run answers (attnsim.reproduce.run_ends), printed after the table
+    (JSON: a top-level ``reproductions`` list, present when there are any); ``defaults``: the run had no --set;
+    ``claims``: those folders' paper headlines (text only)."""
+    from attnsim.report import breakdown_table, differ_lines, paper_claim_lines, reproduction_lines, summary_table
     from attnsim.results import dumps, finalize_doc
     if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
         docs = [finalize_doc(dict(d)) for d in docs]
-        print(dumps({"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"),
-                     "runs": docs}, indent=1))
+        doc = {"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"), "runs": docs}
+        if ends:
+            doc["reproductions"] = [dict(e, defaults=defaults) for e in ends]
+        print(dumps(doc, indent=1))
         return
     print(f"experiment: {attrs.get('experiment')}")
     print(summary_table(docs))
+    if ends:
+        print("\nreproductions of this experiment (the published or artefact number, and this run's):")
+        print("\n".join("  " + x for x in reproduction_lines(ends, defaults) + paper_claim_lines(claims)))
     differs = differ_lines(docs)
     if differs:
         print("\nwhat differs and why (decode step = one token for the whole batch; attention = attn_score + "
@@ -82,7 +90,12 @@ def run_cmd(args) -> int:
     if timeline is not None:
         from attnsim.timeline import write_trace
         write_trace(args.trace, timeline)
-    _print_docs(docs, attrs, args.json, args.breakdown)
+    from attnsim.reproduce import run_ends, run_paper_claims
+    ends = run_ends(exp.source, docs)  # the two ends of each reproduction's waterfall: read from docs, no simulation
+    # a --set outside experiment.systems / experiment.models changes what attnsim computes: not its defaults
+    defaults = all(s.split("=", 1)[0].strip() in ("experiment.systems", "experiment.models") for s in args.sets)
+    _print_docs(docs, attrs, args.json, args.breakdown, ends, defaults=defaults,
+                claims=run_paper_claims(exp.source) if ends else ())
     if out_path and not args.json:
         print(f"\nresults: {out_path}")
         if not args.no_figures and any(d["status"] == "ok" for d in docs):

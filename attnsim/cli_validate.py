@@ -110,7 +110,12 @@ def print_waterfall(wf) -> None:
             sets = ", ".join(f"{k}={v}" for k, v in a.set.items())
             print(f"  {a.name}: {a.title}\n    set: {sets}\n    source: {a.source}")
     else:
-        print("\nno assumptions: the artefact's conditions are attnsim's defaults")
+        print("\nno assumptions: attnsim's defaults run as they are (reference.yaml says which of the artefact's "
+              "conditions could not be expressed)")
+    if wf.paper:
+        print("\npaper headlines (printed, not compared; the note says what attnsim gives and why):")
+        for c in wf.paper:
+            print(f"  {c.claim}: {fmt_num(c.value)}" + (f"\n    {c.note}" if c.note else ""))
     print()
 
 

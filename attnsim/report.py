@@ -110,6 +110,19 @@ def breakdown_table(doc: dict, phase: str = "decode_step", top: int = 12) -> str
         "\nenergy by component: " + comp + ("\npim mapping: " + pim if pim else "")
 
 
+def reproduction_lines(ends: list[dict], defaults: bool = True) -> list[str]:
+    """One line per reproduction row a run answers (attnsim.reproduce.run_ends): the artefact's number beside
+    this run's value, which is attnsim's defaults unless the run had ``--set`` overrides (``defaults=False``)."""
+    what = "attnsim defaults" if defaults else "attnsim with --set"
+    return [f"{e['row']}: artefact {fmt_num(e['reference'])}; {what} {fmt_num(e['value'])} "
+            f"({e['explain']} explains the gap)" for e in ends]
+
+
+def paper_claim_lines(claims: list[dict]) -> list[str]:
+    """One line per ``paper:`` headline of a reproduction folder (attnsim.reproduce.run_paper_claims)."""
+    return [f"{c['reproduction']} paper (not compared): {c['claim']}: {fmt_num(c['value'])}" for c in claims]
+
+
 # ------------------------------------------------------------------------------------------------
 # "what differs and why": a few lines per run derived from its breakdowns against the baseline's
 

@@ -323,6 +323,7 @@ class Waterfall:
     assumptions: list  # the AssumptionSpec s, in removal order
     steps: list  # per step: {"label", "removed": assumption name or None, "values": [value x scale per row, or
     #              the status of a run that did not complete, e.g. "does_not_fit"]}
+    paper: list = None  # the PaperClaim s (printed, not compared: headlines the stated conditions do not reach)
 
     @property
     def labels(self) -> list[str]:
@@ -337,7 +338,8 @@ class Waterfall:
                 "assumptions": [a.model_dump() for a in self.assumptions],
                 "rows": [{"name": r.name, "metric": r.metric, "reference": r.reference,
                           "waterfall": dict(zip(self.labels, self.bars(i)))} for i, r in enumerate(self.rows)],
-                "steps": [{"label": s["label"], "removed": s["removed"]} for s in self.steps]}
+                "steps": [{"label": s["label"], "removed": s["removed"]} for s in self.steps],
+                "paper": [c.model_dump() for c in self.paper or ()]}
 
 
 def step_label(spec: ReferenceSpec, dropped: int) -> str:
@@ -359,4 +361,67 @@ def waterfall(folder: str | Path) -> Waterfall:
         vals = [row if isinstance(row, str) else row.measured for row in run_rows(rep, strict=False)]
         steps.append({"label": step_label(spec, k), "removed": spec.assumptions[k - 1].name if k else None,
                       "values": vals})
-    return Waterfall(spec.system, spec.title, list(spec.rows), list(spec.assumptions), steps)
+    return Waterfall(spec.system, spec.title, list(spec.rows), list(spec.assumptions), steps, list(spec.paper))
+
+
+def _naming(source: Optional[Path]) -> list[tuple[ReferenceSpec, set]]:
+    """(spec, labels) of every folder whose ``experiments:`` names the experiment file ``source`` by its built-in
+    name (a folder's own .yaml experiments are not built-ins). A folder that does not load is left out
+    (``attnsim validate`` reports its error)."""
+    if source is None:
+        return []
+    src = Path(source).resolve()
+    out = []
+    for folder in folders():
+        try:
+            spec = read_spec(folder)
+        except ConfigError:
+            continue
+        labels = set()
+        for label, ref in spec.experiments.items():
+            if ref.endswith((".yaml", ".yml")):
+                continue
+            try:
+                if find_config("experiments", ref).resolve() == src:
+                    labels.add(label)
+            except ConfigError:
+                continue
+        if labels:
+            out.append((spec, labels))
+    return out
+
+
+def run_ends(source: Optional[Path], docs: list[dict]) -> list[dict]:
+    """The reproduction rows a run of the experiment file ``source`` answers: for every folder whose
+    ``experiments:`` names that experiment by its built-in name, each row whose ``select`` matches exactly one of
+    ``docs`` gives ``{"reproduction", "row", "metric", "reference", "value", "explain"}``: the artefact's (or
+    paper's) number and the run's value of the row's metric x scale, or the run's status when it did not
+    complete (e.g. ``does_not_fit``). Only reference.yaml files and ``docs`` are read: nothing is simulated.
+    A row whose run is not in ``docs`` (an experiment narrowed by ``--set``) or whose metric the run lacks
+    (no baseline) is left out."""
+    out = []
+    for spec, labels in _naming(source):
+        for i, r in enumerate(spec.rows):
+            if r.experiment not in labels:
+                continue
+            hits = [d for d in docs if _matches((d["system"], d["model"], d["scenario"]["name"], d["scenario"]),
+                                                r.select)]
+            if len(hits) != 1:
+                continue
+            d = hits[0]
+            if d["status"] != "ok":
+                value: Union[float, str] = str(d["status"])
+            else:
+                try:
+                    value = _number(d, r.metric, spec.system, f"rows.{i}.metric") * r.scale
+                except ConfigError:
+                    continue
+            out.append({"reproduction": spec.system, "row": r.name, "metric": r.metric, "reference": r.reference,
+                        "value": value, "explain": f"attnsim validate --explain {spec.system}"})
+    return out
+
+
+def run_paper_claims(source: Optional[Path]) -> list[dict]:
+    """The ``paper:`` headlines (printed, not compared) of the folders naming the experiment file ``source``."""
+    return [{"reproduction": spec.system, "claim": c.claim, "value": c.value}
+            for spec, _ in _naming(source) for c in spec.paper]

@@ -173,9 +173,13 @@ def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path,
     assert main(["validate", "--explain", "toy"]) == 0
     out = capsys.readouterr().out
     assert "all assumptions" in out and "- slow_hbm" in out and "defaults" in out and "made up" in out
+    # the paper's headlines (not compared) are printed under the waterfall, with their notes
+    assert out.index("- slow_hbm") < out.index("paper headlines (printed, not compared") < out.index(
+        "H100 decodes faster: 2.000\n    a made-up headline")
     assert main(["validate", "--explain", "toy", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)[0]
     assert [a["name"] for a in doc["assumptions"]] == ["slow_hbm", "a100_fast"]
+    assert doc["paper"] == [{"claim": "H100 decodes faster", "value": 2.0, "note": "a made-up headline"}]
     assert doc["rows"][0]["waterfall"]["defaults"] == pytest.approx(wf.steps[-1]["values"][0], rel=1e-12)
 
 
@@ -390,3 +394,107 @@ def test_noop_table_covers_every_field():
         fields |= {prefix + f for f in cls.model_fields if not (prefix == "" and f in ("paper", "figure", "rows"))}
     covered = {k if not k.startswith("rows__1__") else "rows__0__" + k[len("rows__1__"):] for k in NOOP}
     assert fields == covered
+
+
+# ------------------------------------------------------------------------------------------------
+# attnsim run of a built-in experiment that a reproduction folder names prints the two ends of its waterfall
+
+def _run_json(capsys, name, *sets):
+    args = ["run", name, "--no-write", "--no-figures", "--json"] + [x for s in sets for x in ("--set", s)]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _doc_value(runs, row):
+    """The row's metric x scale in the one run document its select matches (the rows' own rule)."""
+    hits = [d for d in runs if reproduce._matches((d["system"], d["model"], d["scenario"]["name"], d["scenario"]),
+                                                  row.select)]
+    assert len(hits) == 1
+    return reproduce._number(hits[0], row.metric, "test", "metric") * row.scale
+
+
+def test_run_prints_the_attacc_waterfall_ends(capsys):
+    """attnsim run attacc_gpt3_175b (narrowed to attacc_opt and its baseline: every run it then holds is a run of
+    the defaults) lists each attacc row whose run it made, with the artefact's number and the value read from the
+    run documents it just produced; rows of systems it did not run are left out."""
+    sets = ["experiment.systems=[attacc_opt,a100_hbm3_x16_tp16]"]
+    doc = _run_json(capsys, "attacc_gpt3_175b", *sets)
+    spec = reproduce.read_spec(reproduce.find("attacc"))
+    want = [r for r in spec.rows if r.select["system"] in ("attacc_opt", "a100_hbm3_x16_tp16")]
+    assert len(want) == 6  # 2 throughput, step, all-reduce, ff1 (attacc_opt) + the TP16 step
+    got = {e["row"]: e for e in doc["reproductions"] if e["reproduction"] == "attacc"}
+    assert sorted(got) == sorted(r.name for r in want)
+    for r in want:
+        e = got[r.name]
+        assert (e["reference"], e["metric"], e["defaults"]) == (r.reference, r.metric, True)
+        assert e["value"] == pytest.approx(_doc_value(doc["runs"], r), rel=1e-12)
+        assert e["explain"] == "attnsim validate --explain attacc"
+    assert main(["run", "attacc_gpt3_175b", "--no-write", "--no-figures", "--set", sets[0]]) == 0
+    out = capsys.readouterr().out
+    e = got["dgx-attacc/TP16 decode throughput, batch 16"]
+    line = (f"dgx-attacc/TP16 decode throughput, batch 16: artefact 1.400; attnsim defaults "
+            f"{validate_fmt(e['value'])} (attnsim validate --explain attacc explains the gap)")
+    assert line in out and out.index("reproductions of this experiment") < out.index("what differs and why")
+    assert "attacc paper (not compared): performance vs a same-capacity GPU system" in out
+
+
+def validate_fmt(v):
+    from attnsim.report import fmt_num
+    return fmt_num(v)
+
+
+def test_run_ends_label_a_set_and_a_status(capsys):
+    """A --set outside experiment.systems/models is no longer attnsim's defaults (said so, in JSON too); a row
+    whose run did not complete shows the run's status; an experiment no folder names prints no section."""
+    from attnsim.config import find_config
+    from attnsim.report import reproduction_lines
+    doc = _run_json(capsys, "samsung_cxl_pnm", "hardware.samsung_cxl_pnm.units=8")
+    bw = next(e for e in doc["reproductions"] if e["row"] == "CXL-PNM device memory bandwidth [GB/s]")
+    assert bw["defaults"] is False and bw["value"] == pytest.approx(8 * 68.2666, rel=1e-4)  # 8 x64 LPDDR5X-8533
+    assert "attnsim with --set 546.1" in reproduction_lines([bw], defaults=False)[0]
+    runs = [dict(d, status="does_not_fit") for d in doc["runs"]]
+    ends = reproduce.run_ends(find_config("experiments", "samsung_cxl_pnm"), runs)
+    assert [e["value"] for e in ends] == ["does_not_fit", "does_not_fit"]
+    assert "attnsim defaults does_not_fit (" in reproduction_lines(ends)[0]
+    assert "reproductions" not in _run_json(capsys, "samsung_cxl_pnm", "experiment.systems=[dgx_a100]")
+    # the plain run (attnsim's defaults) of a paper folder's experiment: its rows, then its paper headlines
+    assert main(["run", "samsung_cxl_pnm", "--no-write", "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    # 16 x64 LPDDR5X-8533 packages x 68.27 GB/s = 1092 GB/s (samsung_cxl_pnm.yaml) vs the abstract's 1.1 TB/s
+    assert ("CXL-PNM device memory bandwidth [GB/s]: artefact 1100; attnsim defaults 1092 (attnsim validate "
+            "--explain samsung_cxl_pnm explains the gap)") in out
+    assert "samsung_cxl_pnm paper (not compared): performance gain (Samsung's summary" in out and "over 4.4x" in out
+    assert reproduce.run_ends(find_config("experiments", "default"), doc["runs"]) == []
+
+
+# The folders of the papers' built-in experiments (attacc, cent and neupims are tested above and in
+# tests/test_validate.py): rows pass, and the waterfall's last step is a plain run of the built-in experiment
+PAPER_FOLDERS = {"ianus": "ianus_gpt2", "specpim": "specpim", "sangam": "sangam_vs_h100",
+                 "samsung_cxl_pnm": "samsung_cxl_pnm", "cxl_ndp": "cxl_ndp"}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_FOLDERS))
+def test_paper_folder_rows_pass_and_waterfall_ends_at_a_plain_run(name):
+    """The first step (every assumption) is what validate compares and is within each row's tolerance; the last
+    step (no assumption) equals a plain run of the built-in experiment, read as attnsim run reads it
+    (reproduce.run_ends), narrowed to the rows' systems and models with experiment.* sets."""
+    from attnsim.config import find_config
+    from attnsim.experiment import load_experiment
+    from attnsim.runner import run_experiment
+    folder = reproduce.find(name)
+    spec = reproduce.read_spec(folder)
+    assert list(spec.experiments.values()) == [PAPER_FOLDERS[name]]  # the built-in paper-named experiment
+    assert sorted(p.name for p in folder.iterdir()) == ["reference.yaml"]  # no copied hardware/system file
+    assert all("system" in r.select for r in spec.rows)  # the plain run below keeps the rows' systems
+    wf = reproduce.waterfall(folder)
+    for r, v in zip(spec.rows, wf.steps[0]["values"]):
+        assert abs(v / r.reference - 1) <= r.tolerance, (r.name, v, r.reference)
+    exp = load_experiment(PAPER_FOLDERS[name])
+    systems = sorted({r.select.get("system") for r in spec.rows} | {exp.spec.baseline})
+    models = sorted({m for _, m, _ in reproduce.load(folder).runs})
+    plain = run_experiment(load_experiment(PAPER_FOLDERS[name], [f"experiment.systems=[{','.join(systems)}]",
+                                                                 f"experiment.models=[{','.join(models)}]"]))
+    ends = reproduce.run_ends(find_config("experiments", PAPER_FOLDERS[name]), plain)
+    assert [e["row"] for e in ends] == [r.name for r in spec.rows]
+    assert wf.steps[-1]["label"] == "defaults"
+    assert wf.steps[-1]["values"] == pytest.approx([e["value"] for e in ends], rel=1e-12)

@@ -632,8 +632,10 @@ def waterfall(wf, rows=None, width="double", title=None):
     for ax in axes[len(idx):]:
         ax.set_visible(False)
     fig.subplots_adjust(hspace=0.55, wspace=0.3)
-    if title:
-        fig.suptitle(title, fontsize=6)
+    if title:  # the figure's title in its own 0.15 in band above the top panels' titles (two lines of 4.5 pt)
+        h_in = fig.get_figheight()
+        fig.subplots_adjust(top=1.0 - 0.45 / h_in)
+        fig.suptitle(title, fontsize=6, y=1.0 - 0.04 / h_in, va="top")
     return fig
 
 
