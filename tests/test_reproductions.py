@@ -211,6 +211,17 @@ def test_assumption_applies_to_its_experiment_labels_only(tmp_path, monkeypatch)
     assert len(calls) == 3  # step 1: labels e and slow; step 2 (defaults): slow only, e's sets are unchanged
 
 
+def test_explain_prints_an_assumptions_labels_and_a_long_list_by_its_length(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    scoped = [dict(ASSUMPTIONS[0], experiments=["slow"])]
+    _write(tmp_path, dict(REFERENCE, experiments={"e": "exp.yaml", "slow": "exp.yaml"},
+                          rows=[ROWS[1], dict(ROWS[1], name="slow", experiment="slow")], assumptions=scoped))
+    assert main(["validate", "--explain", "toy"]) == 0
+    assert "    experiments: slow\n" in capsys.readouterr().out
+    from attnsim.cli_validate import _fmt_set
+    assert _fmt_set(list(range(512))) == "[0, 1, 2, 3, ... (512 values)]" and _fmt_set([1, 2]) == "[1, 2]"
+
+
 def test_no_builtin_reproduction_copies_a_config():
     """A reproduction is the built-in configs plus named assumptions: a built-in folder holds reference.yaml and
     experiment files only (no kind:, no devices:, no model keys), and those experiments name built-in systems and
