@@ -204,7 +204,8 @@ def test_assumption_applies_to_its_experiment_labels_only(tmp_path, monkeypatch)
     assert got == pytest.approx([plain[False], plain[True]], rel=1e-12)
     calls = []
     real = runner.run_experiment
-    monkeypatch.setattr(runner, "run_experiment", lambda exp, *a, **k: calls.append(exp.spec.name) or real(exp, *a, **k))
+    monkeypatch.setattr(runner, "run_experiment",
+                        lambda exp, *a, **k: calls.append(exp.spec.name) or real(exp, *a, **k))
     wf = reproduce.waterfall(folder)
     assert [s["values"] for s in wf.steps] == [pytest.approx([plain[False], plain[True]], rel=1e-12),
                                                pytest.approx([plain[False], plain[False]], rel=1e-12)]
