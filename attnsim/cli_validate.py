@@ -98,6 +98,13 @@ def _fmt_bar(v) -> str:
     return fmt_num(v) if isinstance(v, float) else str(v)
 
 
+def _fmt_set(v) -> str:
+    """An assumption's value as printed: a long list (a placement of every request) by its head and length."""
+    if isinstance(v, list) and len(v) > 8:
+        return f"[{', '.join(map(str, v[:4]))}, ... ({len(v)} values)]"
+    return str(v)
+
+
 def print_waterfall(wf) -> None:
     """One table per reproduction: a row per reference row, a column per waterfall step; the assumptions below."""
     print(f"{wf.system}: {wf.title}\n")
@@ -107,8 +114,9 @@ def print_waterfall(wf) -> None:
     if wf.assumptions:
         print("\nassumptions (the artefact's conditions, removed left to right):")
         for a in wf.assumptions:
-            sets = ", ".join(f"{k}={v}" for k, v in a.set.items())
-            print(f"  {a.name}: {a.title}\n    set: {sets}\n    source: {a.source}")
+            sets = ", ".join(f"{k}={_fmt_set(v)}" for k, v in a.set.items())
+            only = f"\n    experiments: {', '.join(a.experiments)}" if a.experiments else ""
+            print(f"  {a.name}: {a.title}\n    set: {sets}{only}\n    source: {a.source}")
     else:
         print("\nno assumptions: attnsim's defaults run as they are (reference.yaml says which of the artefact's "
               "conditions could not be expressed)")

@@ -74,6 +74,9 @@ class AssumptionSpec(Schema):
     title: str = Field(min_length=1)
     source: str = Field(min_length=1)
     set: dict[str, Any] = Field(min_length=1)
+    # the experiment labels it applies to (default: every one): a condition of some of the artefact's runs only,
+    # e.g. a placement or a rebuilt binary, on the same built-in hardware another label runs unchanged
+    experiments: list[str] = []
 
 
 class ReferenceSpec(Schema):
@@ -202,6 +205,10 @@ def read_spec(folder: str | Path) -> ReferenceSpec:
             raise ConfigError(f"expected each assumption name once, got {a.name!r} like assumptions.{names[a.name]}",
                               file=file, key=f"assumptions.{i}.name")
         names[a.name] = i
+        for j, label in enumerate(a.experiments):
+            if label not in spec.experiments or label in a.experiments[:j]:
+                raise ConfigError(f"expected each label once, one of the experiments ({', '.join(spec.experiments)}), "
+                                  f"got {label!r}", file=file, key=f"assumptions.{i}.experiments.{j}")
         for k in a.set:
             if k.split(".")[0] not in ASSUMPTION_SECTIONS or len(k.split(".")) < 3 or "" in k.split("."):
                 raise ConfigError(f"expected a --set key <section>.<name>.<key> with section one of "
@@ -209,27 +216,33 @@ def read_spec(folder: str | Path) -> ReferenceSpec:
     return spec
 
 
-def assumption_sets(spec: ReferenceSpec, dropped: int = 0) -> list[str]:
-    """``--set`` items of the assumptions after the first ``dropped`` (0: all of them, len: none)."""
-    return [f"{k}={json.dumps(v)}" for a in spec.assumptions[dropped:] for k, v in a.set.items()]
+def _applies(a: AssumptionSpec, label: Optional[str]) -> bool:
+    return label is None or not a.experiments or label in a.experiments
 
 
-def _load_assumed(path: Path, spec: ReferenceSpec, dropped: int, file: str):
-    """The experiment at ``path`` with the assumptions after the first ``dropped`` applied; an override that
-    does not fit the experiment is refused naming the assumption."""
+def assumption_sets(spec: ReferenceSpec, dropped: int = 0, label: Optional[str] = None) -> list[str]:
+    """``--set`` items of the assumptions after the first ``dropped`` (0: all of them, len: none); with ``label``
+    only those that apply to that experiment label."""
+    return [f"{k}={json.dumps(v)}" for a in spec.assumptions[dropped:] if _applies(a, label) for k, v in a.set.items()]
+
+
+def _load_assumed(path: Path, spec: ReferenceSpec, dropped: int, file: str, label: Optional[str] = None):
+    """The experiment at ``path`` (label ``label``) with the assumptions after the first ``dropped`` that apply
+    to it; an override that does not fit the experiment is refused naming the assumption."""
     from attnsim.experiment import load_experiment
+    mine = [(i, a) for i, a in enumerate(spec.assumptions[dropped:], start=dropped) if _applies(a, label)]
     try:
-        return load_experiment(path, sets=assumption_sets(spec, dropped))
+        return load_experiment(path, sets=assumption_sets(spec, dropped, label))
     except ConfigError as e:
         if e.file != "--set":
-            for i, a in enumerate(spec.assumptions[dropped:], start=dropped):
+            for i, a in mine:
                 for k in a.set:  # a value an assumption set is refused by the config's own schema
                     sec, name, rest = k.split(".", 2)
                     if e.key and (e.key == rest or rest.startswith(e.key + ".")) and name in str(e.file):
                         raise ConfigError(f"{e.message} (in {e.file}, set by this assumption)", file=file,
                                           key=f"assumptions.{i}.set.{k}") from None
             raise
-        for i, a in enumerate(spec.assumptions[dropped:], start=dropped):
+        for i, a in mine:
             if e.key and any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".") for k in a.set):
                 raise ConfigError(f"{e.message} (in experiment {display_path(path)})", file=file,
                                   key=f"assumptions.{i}.set.{e.key}") from None
@@ -244,8 +257,8 @@ def load(folder: str | Path, dropped: int = 0) -> Reproduction:
     spec = read_spec(folder)
     if not 0 <= dropped <= len(spec.assumptions):
         raise ValueError(f"dropped must be in 0..{len(spec.assumptions)}, got {dropped}")
-    exps = {label: _load_assumed(_experiment_path(folder, ref, file, f"experiments.{label}"), spec, dropped, file)
-            for label, ref in spec.experiments.items()}
+    exps = {label: _load_assumed(_experiment_path(folder, ref, file, f"experiments.{label}"), spec, dropped, file,
+                                 label) for label, ref in spec.experiments.items()}
     for label, exp in exps.items():
         if exp.spec.serving is not None:  # rows read static-batch runs; the section would be ignored
             raise ConfigError("expected an experiment without a serving section (rows read attnsim run's "
@@ -288,15 +301,23 @@ def _number(doc: dict, metric: str, file: str, key: str) -> float:
     return float(val)
 
 
-def run_rows(rep: Reproduction, set_name: Optional[str] = None, strict: bool = True) -> list:
+def run_rows(rep: Reproduction, set_name: Optional[str] = None, strict: bool = True,
+             cache: Optional[dict] = None) -> list:
     """Simulate the runs the rows read and return one :class:`attnsim.validate.Row` per row (``strict=False``:
-    a run that does not complete gives its status, e.g. ``does_not_fit``, in place of the row)."""
+    a run that does not complete gives its status, e.g. ``does_not_fit``, in place of the row). ``cache``: run
+    documents per (label, the assumption sets applied to it), shared by the steps of :func:`waterfall`, so a
+    step re-runs only the labels whose assumptions it changed."""
     from attnsim.runner import run_experiment
     from attnsim.validate import Row
     docs = {}
     for label, exp in planned(rep).items():
-        for d in run_experiment(exp):
-            docs[(label, d["system"], d["model"], d["scenario"]["name"])] = d
+        key = (label, tuple(assumption_sets(rep.spec, rep.dropped, label)))
+        got = cache.get(key) if cache is not None else None
+        if got is None:
+            got = {(d["system"], d["model"], d["scenario"]["name"]): d for d in run_experiment(exp)}
+            if cache is not None:
+                cache[key] = got
+        docs.update({(label, *run): d for run, d in got.items()})
     out = []
     for i, (r, run) in enumerate(zip(rep.spec.rows, rep.runs)):
         d = docs[(r.experiment, *run)]
@@ -353,12 +374,13 @@ def step_label(spec: ReferenceSpec, dropped: int) -> str:
 
 def waterfall(folder: str | Path) -> Waterfall:
     """Run ``folder``'s rows with all its assumptions, then removing them one at a time in the listed order,
-    down to attnsim's defaults. Every step is loaded and checked before anything is simulated."""
+    down to attnsim's defaults. Every step is loaded and checked before anything is simulated; an experiment
+    label that a removal leaves unchanged (an assumption scoped to other labels) is not simulated again."""
     spec = read_spec(folder)
     reps = [load(folder, dropped=k) for k in range(len(spec.assumptions) + 1)]
-    steps = []
+    steps, cache = [], {}
     for k, rep in enumerate(reps):
-        vals = [row if isinstance(row, str) else row.measured for row in run_rows(rep, strict=False)]
+        vals = [row if isinstance(row, str) else row.measured for row in run_rows(rep, strict=False, cache=cache)]
         steps.append({"label": step_label(spec, k), "removed": spec.assumptions[k - 1].name if k else None,
                       "values": vals})
     return Waterfall(spec.system, spec.title, list(spec.rows), list(spec.assumptions), steps, list(spec.paper))

@@ -15,6 +15,25 @@ from attnsim.isa.lower_newton import (channel_program, lower_newton, placement_l
 DATA = Path(__file__).parent / "data" / "neupims"
 
 
+def assumption(name):
+    """An assumption of the NeuPIMs reproduction (configs/reproductions/neupims/reference.yaml)."""
+    from attnsim import reproduce
+    a, = [a for a in reproduce.read_spec(reproduce.find("neupims")).assumptions if a.name == name]
+    return a
+
+
+@pytest.fixture
+def npupim(tmp_path):
+    """The built-in neupims_hbm2_pim with the reproduction's npu_issue_port assumption applied (the PIM of the
+    npu+pim rows: validate applies the same keys as --set overrides), as a file for `attnsim pim run`."""
+    import yaml
+    hw = load_yaml(find_config("hardware", "neupims_hbm2_pim"))
+    hw.update({k.split(".", 2)[2]: v for k, v in assumption("npu_issue_port").set.items()})
+    p = tmp_path / "neupims_hbm2_pim_port.yaml"
+    p.write_text(yaml.safe_dump(hw))
+    return str(p)
+
+
 def pim(**over):
     hw = load_yaml(find_config("hardware", "neupims_hbm2_pim"))
     hw.update(over)
@@ -48,9 +67,7 @@ def test_artefact_instruction_total_on_its_batch():
     374,280 + 358,832 an instrumented npu+pim e51a4af counted through its port (run here, reference.yaml)."""
     rows = list(csv.DictReader(open(DATA / "clb0_attnsim_greedy.csv")))
     lens = [int(r["seq_len"]) for r in rows]
-    import attnsim.configs
-    hw = Path(attnsim.configs.__path__[0]) / "reproductions" / "neupims" / "neupims_hbm2_pim_clb0.yaml"
-    chans = [int(x) for x in load_yaml(hw)["channel_assignment"]]
+    chans = [int(x) for x in assumption("trace_placement_clb0").set["hardware.neupims_hbm2_pim.channel_assignment"]]
     tot = {}
     for phase in ("score", "context"):   # the port path's programs (lower_newton), without the engine records
         progs = [channel_program([t for t, c in zip(lens, chans) if c == ch], phase, DEV.org, DEV.pu, **KW)
@@ -121,11 +138,10 @@ def test_recorded_placements_are_attnsims():
         assert request_channels(lens, 32, name, load).tolist() == [int(r["ch_idx"]) for r in rows]
 
 
-def test_pim_run_applies_the_issue_port():
-    """`attnsim pim run` on a newton device with a port (the npu+pim preset: 1 per ns, per COMP) times the
+def test_pim_run_applies_the_issue_port(npupim):
+    """`attnsim pim run` on a newton device with a port (the npu+pim assumption: 1 per ns, per COMP) times the
     program's instructions through it: no faster than one per ns, slower than the same device without a port."""
     from attnsim.pim import load_device, run
-    npupim = "configs/reproductions/neupims/neupims_hbm2_pim_clb0_npupim.yaml"
     dev, _ = load_device(npupim)
     p = channel_program([300, 200], "score", dev.org, dev.pu, **KW)
     p.fields["ch"][len(p) // 2:] = 1        # two channels: the second waits for the first one's instructions
@@ -151,14 +167,12 @@ def test_row_memo_tells_apart_lowerings_that_share_the_length_key():
     assert got == [direct[0], direct[1], direct[0]]
 
 
-def test_pim_run_issues_a_program_in_the_order_it_is_written():
+def test_pim_run_issues_a_program_in_the_order_it_is_written(npupim):
     """`attnsim pim run` sends a user's Newton program through the port in program order: the same two-channel
     work interleaved at its GWRITEs lets channel 1 start before channel 0 is done (faster than channel by
     channel, which times as the port's channel-after-channel order); without the port the order changes nothing."""
     from attnsim.isa.base import Program
     from attnsim.pim import run
-    npupim = str(Path(__file__).parents[1] / "configs" / "reproductions" / "neupims" /
-                 "neupims_hbm2_pim_clb0_npupim.yaml")
     p = channel_program([300], "score", DEV.org, DEV.pu, **KW)
     n = len(p)
 
@@ -191,11 +205,22 @@ def test_a_slow_port_under_the_refresh_guard_ends_after_its_last_instruction():
     assert last <= t_cycles <= last + alone / dev.tck_s
 
 
-def test_the_clb0_presets_place_the_same_batch():
-    """The clb-0 reproduction presets (dual row buffer, no guard, no refresh, the npu+pim port) each carry the
-    artefact trace's 512-entry channel list (hardware configs have no inheritance): one list, copied four times."""
-    import attnsim.configs
-    folder = Path(attnsim.configs.__path__[0]) / "reproductions" / "neupims"
-    lists = {p.name: load_yaml(p)["channel_assignment"] for p in sorted(folder.glob("neupims_hbm2_pim_clb0*.yaml"))}
-    assert len(lists) == 4 and len(lists["neupims_hbm2_pim_clb0.yaml"]) == 512
-    assert all(v == lists["neupims_hbm2_pim_clb0.yaml"] for v in lists.values())
+def test_the_reproductions_port_and_placements_are_assumptions():
+    """The NeuPIMs reproduction copies no PIM preset: the npu+pim rows' PIM is the built-in neupims_hbm2_pim with
+    exactly the port's two keys, on the naive baseline's built-in system; the artefact's clb-0 placement (its
+    trace's 512-entry ch_idx column, 32 channels) is one assumption shared by every row on that placement."""
+    from attnsim import reproduce
+    spec = reproduce.read_spec(reproduce.find("neupims"))
+    port = assumption("npu_issue_port")
+    # npu+pim e51a4af: one instruction per 1 GHz core cycle, a COMP instruction per 16 elements (reference.yaml)
+    assert port.set == {"hardware.neupims_hbm2_pim.npu_issue_per_ns": 1.0,
+                        "hardware.neupims_hbm2_pim.comp_instructions": "per_comp"}
+    assert {r.select["system"] for r in spec.rows if r.experiment in port.experiments} == {"neupims_naive"}
+    hw = load_yaml(find_config("hardware", "neupims_hbm2_pim"))
+    assert "npu_issue_per_ns" not in hw and "comp_instructions" not in hw   # the built-in keeps no port limit
+    clb0 = assumption("trace_placement_clb0")
+    chans = clb0.set["hardware.neupims_hbm2_pim.channel_assignment"]
+    assert len(chans) == 512 and set(chans) == set(range(32))
+    assert set(port.experiments) | {"clb_noref", "clb_noguard", "clb_trace"} <= set(clb0.experiments)
+    rows = list(csv.DictReader(open(DATA / "clb0_attnsim_greedy.csv")))   # the same batch: clb-0's seq_len column
+    assert len(rows) == len(chans)

@@ -133,6 +133,10 @@ BAD = [  # changes, key named, words in the message
      "assumptions.0.set.hardware.h900", "not part of this experiment"),
     ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": -5}}]},
      "assumptions.0.set.hardware.h100_sxm.tdp_w", "expected a positive number, got -5"),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 600},
+                       "experiments": ["nope"]}]}, "assumptions.0.experiments.0", "one of the experiments (e)"),
+    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 600},
+                       "experiments": ["e", "e"]}]}, "assumptions.0.experiments.1", "each label once"),
 ]
 
 
@@ -181,6 +185,91 @@ def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path,
     assert [a["name"] for a in doc["assumptions"]] == ["slow_hbm", "a100_fast"]
     assert doc["paper"] == [{"claim": "H100 decodes faster", "value": 2.0, "note": "a made-up headline"}]
     assert doc["rows"][0]["waterfall"]["defaults"] == pytest.approx(wf.steps[-1]["values"][0], rel=1e-12)
+
+
+def test_assumption_applies_to_its_experiment_labels_only(tmp_path, monkeypatch):
+    """Two labels of one experiment file: an assumption scoped to one (experiments: [slow]) moves that label's row
+    only, as a plain run with its --set does; the waterfall step that removes it re-simulates that label alone
+    (the other's runs are reused: their sets did not change) and gives the same numbers as plain runs."""
+    from attnsim import runner
+    from attnsim.experiment import load_experiment
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    rows = [dict(ROWS[1], name="TPOT as is [ms]"), dict(ROWS[1], name="TPOT, slow H100 [ms]", experiment="slow")]
+    scoped = [dict(ASSUMPTIONS[0], experiments=["slow"])]
+    folder = _write(tmp_path, dict(REFERENCE, experiments={"e": "exp.yaml", "slow": "exp.yaml"}, rows=rows,
+                                   assumptions=scoped))
+    plain = {}
+    for pin in ([], ["hardware.h100_sxm.hbm_bandwidth_gbps=2000"]):
+        d, = [d for d in runner.run_experiment(load_experiment(str(folder / "exp.yaml"), pin))
+              if (d["system"], d["scenario"]["name"]) == ("dgx_h100", "s4")]
+        plain[bool(pin)] = d["metrics"]["tpot_s"] * 1000.0
+    assert plain[True] > plain[False]  # 2 TB/s instead of the H100's 3.35 TB/s: a slower decode step
+    got = [r.measured for r in reproduce.run_rows(reproduce.load(folder))]
+    assert got == pytest.approx([plain[False], plain[True]], rel=1e-12)
+    calls = []
+    real = runner.run_experiment
+    monkeypatch.setattr(runner, "run_experiment",
+                        lambda exp, *a, **k: calls.append(exp.spec.name) or real(exp, *a, **k))
+    wf = reproduce.waterfall(folder)
+    assert [s["values"] for s in wf.steps] == [pytest.approx([plain[False], plain[True]], rel=1e-12),
+                                               pytest.approx([plain[False], plain[False]], rel=1e-12)]
+    assert len(calls) == 3  # step 1: labels e and slow; step 2 (defaults): slow only, e's sets are unchanged
+
+
+def test_explain_prints_an_assumptions_labels_and_a_long_list_by_its_length(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    scoped = [dict(ASSUMPTIONS[0], experiments=["slow"])]
+    _write(tmp_path, dict(REFERENCE, experiments={"e": "exp.yaml", "slow": "exp.yaml"},
+                          rows=[ROWS[1], dict(ROWS[1], name="slow", experiment="slow")], assumptions=scoped))
+    assert main(["validate", "--explain", "toy"]) == 0
+    assert "    experiments: slow\n" in capsys.readouterr().out
+    from attnsim.cli_validate import _fmt_set
+    assert _fmt_set(list(range(512))) == "[0, 1, 2, 3, ... (512 values)]" and _fmt_set([1, 2]) == "[1, 2]"
+
+
+def test_no_builtin_reproduction_copies_a_config():
+    """A reproduction is the built-in configs plus named assumptions: a built-in folder holds reference.yaml and
+    experiment files only (no kind:, no devices:, no model keys), and those experiments name built-in systems and
+    models, not files beside them."""
+    from attnsim.config import CONFIG_ROOT, load_yaml
+    folders = [p for p in (CONFIG_ROOT / "reproductions").iterdir() if (p / "reference.yaml").is_file()]
+    assert {"attacc", "cent", "neupims"} <= {p.name for p in folders}
+    for folder in folders:
+        for f in sorted(folder.iterdir()):
+            assert f.suffix in (".yaml", ".yml") and f.is_file(), f
+            if f.name == "reference.yaml":
+                continue
+            doc = load_yaml(f)
+            assert "kind" not in doc and "devices" not in doc and "num_layers" not in doc, f
+            assert {"systems", "models", "scenarios"} <= set(doc), f
+            for ref in doc["systems"] + doc["models"]:
+                assert not ref.endswith((".yaml", ".yml", ".json")), (f, ref)
+        for a in reproduce.read_spec(folder).assumptions:  # each names its artefact source
+            assert a.source.strip() and a.set, (folder.name, a.name)
+
+
+def test_cent_and_neupims_assumptions():
+    """What the copied files used to pin is now named: NeuPIMs' single-row-buffer rows run the built-in
+    neupims_naive with exactly the npu+pim branch's issue port (npu_issue_per_ns, comp_instructions) and the
+    artefact's clb-0 placement; CENT's per-block split runs the built-in cxl_aim on one device."""
+    neupims = reproduce.read_spec(reproduce.find("neupims"))
+    by = {a.name: a for a in neupims.assumptions}
+    rb = [r for r in neupims.rows if r.name.startswith("single row buffer (npu+pim baseline)")]
+    assert len(rb) == 4 and {r.select["system"] for r in rb} == {"neupims_naive"}
+    applied = {a.name for a in neupims.assumptions if not a.experiments or rb[0].experiment in a.experiments}
+    assert applied == {"npu_issue_port", "trace_placement_clb0", "one_layer", "tp4_rank_no_allreduce"}
+    assert by["npu_issue_port"].set == {"hardware.neupims_hbm2_pim.npu_issue_per_ns": 1.0,
+                                        "hardware.neupims_hbm2_pim.comp_instructions": "per_comp"}
+    # the artefact's n_tp 4 (gpt3-7B.json): each built-in NeuPIMs system as one rank of 4 NPU + PIM pairs
+    assert by["tp4_rank_no_allreduce"].set == {f"systems.{s}.{k}": 4 for s in ("neupims", "neupims_sb_off",
+                                               "neupims_naive") for k in ("parallelism.tp", "devices.npu.count",
+                                                                          "devices.pim.count")}
+    cent = reproduce.read_spec(reproduce.find("cent"))
+    one, = cent.assumptions
+    assert one.experiments == ["blocks"] and one.set == {"systems.cxl_aim.devices.pnm.count": 1,
+                                                         "systems.cxl_aim.devices.ctrl.count": 1,
+                                                         "systems.cxl_aim.parallelism.tp": 1}
+    assert cent.experiments["paper"] == "cent_llama2_7b"
 
 
 def test_waterfall_figure(tmp_path, monkeypatch):

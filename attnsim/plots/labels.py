@@ -20,6 +20,7 @@ SYSTEMS = {
     "a100_hbm3_x16_tp16": "16\u00d7 A100 (HBM3, TP16)", "a100_hbm3_x16_2rep": "16\u00d7 A100 (HBM3, 2 replicas)",
     "attacc": "AttAcc", "attacc_h100": "AttAcc (H100)", "attacc_h200": "AttAcc (H200)",
     "attacc_opt": "AttAcc (opt.)", "tiered_attacc": "Tiered AttAcc", "neupims": "NeuPIMs",
+    "neupims_sb_off": "NeuPIMs (no sub-batch)", "neupims_naive": "NPU + PIM (naive)",
     "cxl_pnm": "CXL-PNM", "cxl_pnm_host": "CXL-PNM + host", "cxl_aim": "CXL-AiM", "offload_host": "Host offload",
     "cent_pp1_tp8": "CENT (PP1, TP8)", "cent_pp2_tp4": "CENT (PP2, TP4)", "cent_pp4_tp2": "CENT (PP4, TP2)",
     "cent_pp8_tp1": "CENT (PP8, TP1)", "cent_pp32_tp1": "CENT (PP32, TP1)",
