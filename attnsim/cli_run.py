@@ -18,6 +18,9 @@ def register(sub) -> None:
     r.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     r.add_argument("--no-write", action="store_true", help="do not write the HDF5 results file")
     r.add_argument("--breakdown", action="store_true", help="also print per-op breakdown tables")
+    r.add_argument("--no-flips", action="store_true",
+                   help="with a baseline: skip the verdict flips (each assumed hardware parameter, a ranges: entry, "
+                        "at its low and high end, the affected runs simulated again; attnsim.verdict)")
     r.add_argument("--no-figures", action="store_true",
                    help="do not draw the summary figures (latency by device, energy by component) next to the results")
     r.add_argument("--trace", default=None, metavar="TRACE.json",
@@ -35,13 +38,15 @@ def register(sub) -> None:
     s.set_defaults(func=show_cmd)
 
 
-def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
+def _print_docs(docs, attrs, as_json: bool, breakdown: bool, flips_cost: dict | None = None) -> None:
     from attnsim.report import breakdown_table, differ_lines, summary_table
     from attnsim.results import dumps, finalize_doc
     if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
         docs = [finalize_doc(dict(d)) for d in docs]
-        print(dumps({"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"),
-                     "runs": docs}, indent=1))
+        out = {"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"), "runs": docs}
+        if flips_cost is not None:
+            out["verdict_flips_cost"] = flips_cost
+        print(dumps(out, indent=1))
         return
     print(f"experiment: {attrs.get('experiment')}")
     print(summary_table(docs))
@@ -50,6 +55,9 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
         print("\nwhat differs and why (decode step = one token for the whole batch; attention = attn_score + "
               "softmax + attn_context):")
         print("\n".join(differs))
+    if flips_cost is not None:
+        print(f"verdict flips: {flips_cost['parameters']} assumed parameters (ranges: entries) at their low and high "
+              f"end, {flips_cost['reruns']} re-runs, {flips_cost['wall_s']:.1f} s (--no-flips skips them)")
     if breakdown:
         for d in docs:
             if d["status"] == "ok":
@@ -72,6 +80,11 @@ def run_cmd(args) -> int:
     from attnsim.warmup import arm_cold_notice
     arm_cold_notice(exp.tree.hardware)  # the first kernel dispatch compiles the DRAM kernels: say so, and how long
     docs = run_experiment(exp, timeline=timeline, trace_steps=trace_steps)
+    flips_cost = None
+    if exp.spec.baseline and not args.no_flips:  # what would flip each verdict (attnsim.verdict)
+        from attnsim.hwmodels.system import ref_name
+        from attnsim.verdict import add_flips
+        flips_cost = add_flips(exp.tree, docs, ref_name(exp.spec.baseline))
     attrs = {"experiment": exp.spec.name}
     from attnsim import __version__
     attrs["attnsim_version"] = __version__
@@ -82,7 +95,7 @@ def run_cmd(args) -> int:
     if timeline is not None:
         from attnsim.timeline import write_trace
         write_trace(args.trace, timeline)
-    _print_docs(docs, attrs, args.json, args.breakdown)
+    _print_docs(docs, attrs, args.json, args.breakdown, flips_cost)
     if out_path and not args.json:
         print(f"\nresults: {out_path}")
         if not args.no_figures and any(d["status"] == "ok" for d in docs):
