@@ -168,7 +168,7 @@ class Results:
             if not isinstance(sec, dict):
                 continue
             for r in sec.get("parameters", ()):
-                rows.append({**{k: t.columns[k][i] for k in ids}, "baseline": d["vs_baseline"]["baseline"],
+                rows.append({**{k: t.columns[k][i] for k in ids}, "baseline": sec["baseline"],
                              "parameter": r["parameter"], "value": r["value"], "low": r["low"], "high": r["high"],
                              "ratio_low": r["ratio_low"], "ratio_base": sec["ratio_base"],
                              "ratio_high": r["ratio_high"], "flips": r["flips"],

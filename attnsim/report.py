@@ -227,7 +227,7 @@ def verdict_line(doc: dict) -> str:
     10 %, which flip it across 1.0 and which move it by more than 10 % within their ranges."""
     s = doc["verdict_flips"]
     rows, n = s["parameters"], s["parameters_checked"]
-    head = (f"verdict: {doc['system']} {_faster(s['ratio_base'])} than {doc['vs_baseline']['baseline']} "
+    head = (f"verdict: {doc['system']} {_faster(s['ratio_base'])} than {s['baseline']} "
             f"(throughput ratio {fmt_num(s['ratio_base'], 'x')})")
     if not n:
         return head + "; no assumed parameter (ranges: entry) in its or the baseline's hardware"

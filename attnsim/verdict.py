@@ -106,7 +106,7 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
         row["moves_over_10pct"] = r0 is not None and r0 > 0 and any(abs(r / r0 - 1.0) > MOVE_FRACTION
                                                                      for r in ends if r is not None)
         rows.append(row)
-    return {"ratio": RATIO, "ratio_base": r0, "parameters_checked": len(params), "parameters": rows}
+    return {"ratio": RATIO, "baseline": next(iter(base[1].systems)), "ratio_base": r0, "parameters_checked": len(params), "parameters": rows}
 
 
 def _side(v: float) -> int:

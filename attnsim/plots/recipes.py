@@ -582,7 +582,7 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
     ax.set_yticks(yy)
     ax.set_yticklabels([r["parameter"].removeprefix("hardware.") + (" *" if r["flips"] else "") for r in rows],
                        fontsize=5)
-    ax.set_xlabel(f"Throughput vs {display(d['vs_baseline']['baseline'])} (\u00d7)")
+    ax.set_xlabel(f"Throughput vs {display(sec['baseline'])} (\u00d7)")
     ax.set_ylabel("Assumed parameter (* flips)")
     _units(ax)
     ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, borderaxespad=0.2)
