@@ -33,11 +33,12 @@ def assumed_params(tree, hardware: list[str]) -> list:
     config tree, in the order given and each file's order."""
     from attnsim.hwmodels import registry
     from attnsim.sensitivity import hardware_params
+    from dataclasses import replace
     out = []
     for h in hardware:
         tags = registry.evidence_tags(tree.hardware[h], tree.file_of("hardware", h))
-        out += [p for p in hardware_params(tree, h) if tags.get(p.key) is not None
-                and tags[p.key].tag == registry.ASSUMED]
+        out += [replace(p, source=tags[p.key].source) for p in hardware_params(tree, h)
+                if tags.get(p.key) is not None and tags[p.key].tag == registry.ASSUMED]  # evidence's source first
     return out
 
 
@@ -83,6 +84,7 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
     tree) of the run and its baseline partner; ``params`` the assumed parameters of the hardware either
     uses (``point_hw`` / ``base_hw``: the hardware names each uses)."""
     from attnsim.results import baseline_ratio
+    from attnsim.sensitivity import flips
 
     def ratio(override_p, override_b):
         vp = runs.value(point[0], point[1], override_p)
@@ -102,15 +104,12 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
                 why = runs.errors.get((point[0], ov)) or runs.errors.get((base[0], ov)) or "did not complete"
                 row.setdefault("errors", {})[end] = why
         ends = [row["ratio_low"], row["ratio_high"]]
-        row["flips"] = r0 is not None and _side(r0) != 0 and any(_side(r) == -_side(r0) for r in ends if r is not None)
+        row["flips"] = bool(flips(r0, ends))
         row["moves_over_10pct"] = r0 is not None and r0 > 0 and any(abs(r / r0 - 1.0) > MOVE_FRACTION
                                                                      for r in ends if r is not None)
         rows.append(row)
-    return {"ratio": RATIO, "baseline": next(iter(base[1].systems)), "ratio_base": r0, "parameters_checked": len(params), "parameters": rows}
-
-
-def _side(v: float) -> int:
-    return 1 if v > 1.0 else -1 if v < 1.0 else 0
+    return {"ratio": RATIO, "baseline": next(iter(base[1].systems)), "ratio_base": r0,
+            "parameters_checked": len(params), "parameters": rows}
 
 
 def add_flips(tree, docs: list[dict], baseline: str) -> dict:

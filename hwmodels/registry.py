@@ -101,8 +101,8 @@ def build(hw: dict, file: str | None = None, hardware: dict | None = None):
 
 
 def validate_hardware(hw: dict, file: str | None = None):
-    """The validated spec of a hardware config dict (its kind's schema; a ``ranges:`` block checked
-    by :func:`split_ranges` and set aside)."""
+    """The validated spec of a hardware config dict (its kind's schema; ``ranges:`` and ``evidence:`` blocks
+    checked by :func:`split_ranges` and set aside)."""
     if not isinstance(hw, dict) or "kind" not in hw:
         raise ConfigError("missing required key", file=file, key="kind")
     schema = schema_for(hw["kind"], file)

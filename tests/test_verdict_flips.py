@@ -97,6 +97,11 @@ def test_evidence_tags_ranges_are_assumed_and_retagging_excludes():
     exp = load_experiment("default", ["hardware.h100_sxm.evidence={attn_call_us: {tag: measured, source: x}}"])
     names = {p.name for p in verdict.assumed_params(exp.tree, ["h100_sxm"])}
     assert names == {f"h100_sxm.{k}" for k in ranged - {"attn_call_us"}}
+    # an assumed tag's source is the one the verdict_flips rows carry (else the range's)
+    exp = load_experiment("default", ["hardware.h100_sxm.evidence={attn_call_us: {tag: assumed, source: my note}}"])
+    src = {p.key: p.source for p in verdict.assumed_params(exp.tree, ["h100_sxm"])}
+    assert src["attn_call_us"] == "my note"
+    assert src["attn_mem_eta_fused"] == _gpu()["ranges"]["attn_mem_eta_fused"]["source"]
 
 
 # ---------------------------------------------------------------- the rule (no simulation)
@@ -129,8 +134,8 @@ def test_flip_and_ten_percent_rule_by_hand():
     assert runs.reruns == 0  # every value came from the memo
     from attnsim.report import verdict_line
     line = verdict_line({"system": "p", "verdict_flips": sec})
-    assert line == ("verdict: p 1.100x faster than base (throughput ratio 1.100x); robust to 1 of 3 assumed parameters; "
-                    "flips with hardware.link.b in [1, 3] (0.9821x-1.100x); moves >10 % with hardware.gpu.a in [1, 3] "
+    assert line == ("verdict: p 1.100x faster than base (throughput ratio 1.100x); robust to 1 of 3 assumed "
+                    "parameters; flips with hardware.link.b in [1, 3] (0.9821x-1.100x); moves >10 % with hardware.gpu.a in [1, 3] "
                     "(1.000x-1.220x); does not complete with hardware.both.c at high")
 
 

@@ -561,7 +561,8 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
 def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """For one compared run: its throughput ratio against the baseline with each assumed parameter at its low
     and high end (bars from the default ratio), the default ratio and the 1.0 line (the verdict flips across it)."""
-    runs = [d for d in table.docs() if isinstance(d.get("verdict_flips"), dict) and d["verdict_flips"].get("parameters")]
+    runs = [d for d in table.docs()
+            if isinstance(d.get("verdict_flips"), dict) and d["verdict_flips"].get("parameters")]
     if len(runs) != 1:
         names = ", ".join(f"system={d['system']} model={d['model']} scenario={d['scenario']['name']}" for d in runs)
         raise ConfigError(f"expected one run with verdict flips (attnsim run with a baseline, attnsim sweep --flips; "

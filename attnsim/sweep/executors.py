@@ -85,9 +85,10 @@ def _point_flips(task: dict, files: dict, doc: dict) -> dict:
     files); a refused perturbation or partner is the section's ``error``, not the point's."""
     from attnsim.verdict import point_flips
     partner = task["flips"]
+    partner_files = {tuple(k): v for k, v in partner["files"]}
     try:
         return point_flips(doc, (task["key"], ConfigTree(**task["tree"], files=files)),
-                           (partner["key"], ConfigTree(**partner["tree"], files={tuple(k): v for k, v in partner["files"]})))
+                           (partner["key"], ConfigTree(**partner["tree"], files=partner_files)))
     except ConfigError as exc:
         return {"error": str(exc)}
 
