@@ -44,8 +44,8 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool, flips_cost: dict | 
     if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
         docs = [finalize_doc(dict(d)) for d in docs]
         out = {"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"), "runs": docs}
-        if flips_cost is not None:
-            out["verdict_flips_cost"] = flips_cost
+        if flips_cost is not None:  # without its wall time: the same config prints the same bytes
+            out["verdict_flips_cost"] = {k: v for k, v in flips_cost.items() if k != "wall_s"}
         print(dumps(out, indent=1))
         return
     print(f"experiment: {attrs.get('experiment')}")

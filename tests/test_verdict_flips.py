@@ -206,7 +206,7 @@ def test_run_prints_verdict_line_and_json(tmp_path, capsys, flipped):
     for r in got["parameters"]:
         assert {"parameter", "low", "high", "ratio_low", "ratio_high", "flips", "moves_over_10pct"} <= set(r)
     assert got == json.loads(json.dumps(sec))  # the same as the API's
-    assert doc["verdict_flips_cost"]["parameters"] == 4
+    assert doc["verdict_flips_cost"]["parameters"] == 4 and set(doc["verdict_flips_cost"]) == {"parameters", "reruns"}
     # 4 parameters x 2 ends, each on the H100 system only (its hardware): at most 8 re-runs
     assert 0 < doc["verdict_flips_cost"]["reruns"] <= 8
 
