@@ -283,6 +283,8 @@ def test_tornado_recipe(flipped, tmp_path):
     labels = [x.get_text() for x in ax.get_yticklabels()]
     assert "h100_sxm.hbm_bandwidth_gbps *" in labels and labels[-1] == "h100_sxm.hbm_bandwidth_gbps *"  # widest on top
     assert ax.get_xlabel() == "Throughput vs DGX A100 (\u00d7)"
+    import matplotlib.pyplot as plt
+    plt.close(fig)
     assert render(t, "tornado", tmp_path / "t.pdf")[0].stat().st_size > 0
     with pytest.raises(ConfigError, match="expected one run with verdict flips"):
         figure(attnsim.run(EXP, SETS).table(), "tornado")
