@@ -150,6 +150,31 @@ class Results:
         cols.update({c[len(PREFIX):]: t.columns[c] for c in ratios})
         return pd.DataFrame(cols)
 
+    @property
+    def verdict_flips(self):
+        """What would flip each verdict (DataFrame, one row per compared run / point and assumed parameter; empty
+        unless computed: ``attnsim.run(..., flips=True)``, ``attnsim run``, ``attnsim sweep --flips``): system,
+        model, scenario, the other swept parameters, ``baseline``, ``parameter`` (``hardware.<name>.<key>``),
+        its ``value``, ``low`` and ``high``, the throughput ratio at the low end, by default and at the high end
+        (``ratio_low``, ``ratio_base``, ``ratio_high``), ``flips`` (an end on the other side of 1.0) and
+        ``moves_over_10pct`` (an end more than 10 % from ``ratio_base``). attnsim.verdict."""
+        import pandas as pd
+        t = self.table()
+        ids = ["system", "model", "scenario"] + [p for p in t.parameters if p in t.columns and
+                                                 p not in ("system", "model", "scenario")]
+        rows = []
+        for i, d in enumerate(self.docs):
+            sec = d.get("verdict_flips")
+            if not isinstance(sec, dict):
+                continue
+            for r in sec.get("parameters", ()):
+                rows.append({**{k: t.columns[k][i] for k in ids}, "baseline": sec["baseline"],
+                             "parameter": r["parameter"], "value": r["value"], "low": r["low"], "high": r["high"],
+                             "ratio_low": r["ratio_low"], "ratio_base": sec["ratio_base"],
+                             "ratio_high": r["ratio_high"], "flips": r["flips"],
+                             "moves_over_10pct": r["moves_over_10pct"]})
+        return pd.DataFrame(rows)
+
     def save(self, path: str | Path) -> Path:
         """Write the HDF5 results file ``attnsim run`` writes (atomic; the path is checked first)."""
         if self.kind == "sweep":
@@ -197,10 +222,12 @@ class SweepResults(Results):
 
 
 def run(experiment: Experiment = None, sets: Optional[Mapping | Iterable[str]] = None, *,
-        systems: Optional[Iterable[str]] = None, models: Optional[Iterable[str]] = None) -> Results:
+        systems: Optional[Iterable[str]] = None, models: Optional[Iterable[str]] = None,
+        flips: bool = False) -> Results:
     """Simulate an experiment like ``attnsim run``: ``experiment`` = a built-in name (``"default"``), a YAML
     path, or a dict in the YAML's shape; ``sets`` = ``{dotted key: value}`` (``--set``); ``systems`` /
-    ``models`` replace the experiment's lists (``experiment.systems=[...]``)."""
+    ``models`` replace the experiment's lists (``experiment.systems=[...]``); ``flips``: with a baseline, also
+    what would flip each verdict (:attr:`Results.verdict_flips`, attnsim.verdict; re-runs: off by default)."""
     from attnsim.experiment import load_experiment
     from attnsim.runner import run_experiment
     s = _list_sets(systems, models) + set_strings(sets)
@@ -210,7 +237,21 @@ def run(experiment: Experiment = None, sets: Optional[Mapping | Iterable[str]] =
                           "attnsim.serve, or sets={'experiment.serving': None}, got a serving section",
                           file=exp.tree.file_of("experiment"), key="serving")
     docs = run_experiment(exp)
+    if flips:
+        _add_flips(exp, docs)
     return Results(docs, exp.spec.name, tree=exp.tree.as_dict())
+
+
+def _add_flips(exp, docs: list[dict]) -> dict:
+    """Add the ``verdict_flips`` section to the compared runs ``docs`` of a loaded experiment (what ``attnsim
+    run`` does; attnsim.verdict.add_flips); returns the cost {parameters, reruns, wall_s}. Refused without a
+    baseline."""
+    from attnsim.hwmodels.system import ref_name
+    from attnsim.verdict import add_flips
+    if not exp.spec.baseline:
+        raise ConfigError("expected an experiment with a baseline, got none", file=exp.tree.file_of("experiment"),
+                          key="baseline")
+    return add_flips(exp.tree, docs, ref_name(exp.spec.baseline))
 
 
 def _list_sets(systems, models) -> list[str]:
@@ -328,9 +369,11 @@ def serve(experiment: Experiment, sets: Optional[Mapping | Iterable[str]] = None
 # ---------------------------------------------------------------- sweep
 
 def sweep(sweep: str | Path | Mapping, out: str | Path, sets: Optional[Mapping | Iterable[str]] = None, *,
-          executor: str = "local", workers: Optional[int] = None, cache: Optional[str | Path] = None) -> SweepResults:
+          executor: str = "local", workers: Optional[int] = None, cache: Optional[str | Path] = None,
+          flips: bool = False) -> SweepResults:
     """Run (or resume) a sweep like ``attnsim sweep SWEEP --out OUT``: ``sweep`` = a built-in name, a YAML path
-    or a dict in the sweep file's shape (its ``base`` relative to the working folder); returns the store."""
+    or a dict in the sweep file's shape (its ``base`` relative to the working folder); returns the store.
+    ``flips``: ``--flips`` (the ``verdict_flips`` column and :attr:`Results.verdict_flips`)."""
     from attnsim.outputs import check_output
     from attnsim.sweep.executors import run_sweep
     from attnsim.sweep.spec import build_sweep, load_sweep
@@ -345,7 +388,7 @@ def sweep(sweep: str | Path | Mapping, out: str | Path, sets: Optional[Mapping |
         raise ConfigError(f"expected a built-in sweep name, a path or a dict, got {type(sweep).__name__}", file="sweep")
     check_output(out, "out", inputs=inputs, create=True)
     summary = run_sweep(sw, out, executor=executor, workers=workers, cache_dir=cache, progress=False,
-                        argv=["attnsim.api.sweep"])
+                        argv=["attnsim.api.sweep"], flips=flips)
     res = load(summary.out)
     res.summary = summary
     return res

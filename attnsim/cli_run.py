@@ -18,6 +18,9 @@ def register(sub) -> None:
     r.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     r.add_argument("--no-write", action="store_true", help="do not write the HDF5 results file")
     r.add_argument("--breakdown", action="store_true", help="also print per-op breakdown tables")
+    r.add_argument("--no-flips", action="store_true",
+                   help="with a baseline: skip the verdict flips (each assumed hardware parameter, a ranges: entry, "
+                        "at its low and high end, the affected runs simulated again; attnsim.verdict)")
     r.add_argument("--no-figures", action="store_true",
                    help="do not draw the summary figures (latency by device, energy by component) next to the results")
     r.add_argument("--trace", default=None, metavar="TRACE.json",
@@ -35,10 +38,11 @@ def register(sub) -> None:
     s.set_defaults(func=show_cmd)
 
 
-def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: bool = True, claims=()) -> None:
+def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: bool = True, claims=(),
+                flips_cost: dict | None = None) -> None:
     """``ends``: the reproduction rows this run answers (attnsim.reproduce.run_ends), printed after the table
     (JSON: a top-level ``reproductions`` list, present when there are any); ``defaults``: the run had no --set;
-    ``claims``: those folders' paper headlines (text only)."""
+    ``claims``: those folders' paper headlines (text only); ``flips_cost``: what the verdict flips cost."""
     from attnsim.report import breakdown_table, differ_lines, paper_claim_lines, reproduction_lines, summary_table
     from attnsim.results import dumps, finalize_doc
     if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
@@ -46,6 +50,8 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: 
         doc = {"experiment": attrs.get("experiment"), "attnsim_version": attrs.get("attnsim_version"), "runs": docs}
         if ends:
             doc["reproductions"] = [dict(e, defaults=defaults) for e in ends]
+        if flips_cost is not None:  # without its wall time: the same config prints the same bytes
+            doc["verdict_flips_cost"] = {k: v for k, v in flips_cost.items() if k != "wall_s"}
         print(dumps(doc, indent=1))
         return
     print(f"experiment: {attrs.get('experiment')}")
@@ -58,6 +64,9 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: 
         print("\nwhat differs and why (decode step = one token for the whole batch; attention = attn_score + "
               "softmax + attn_context):")
         print("\n".join(differs))
+    if flips_cost is not None:
+        print(f"verdict flips: {flips_cost['parameters']} assumed parameters (ranges: entries) at their low and high "
+              f"end, {flips_cost['reruns']} re-runs, {flips_cost['wall_s']:.1f} s (--no-flips skips them)")
     if breakdown:
         for d in docs:
             if d["status"] == "ok":
@@ -80,6 +89,11 @@ def run_cmd(args) -> int:
     from attnsim.warmup import arm_cold_notice
     arm_cold_notice(exp.tree.hardware)  # the first kernel dispatch compiles the DRAM kernels: say so, and how long
     docs = run_experiment(exp, timeline=timeline, trace_steps=trace_steps)
+    flips_cost = None
+    if exp.spec.baseline and not args.no_flips:  # what would flip each verdict (attnsim.verdict)
+        from attnsim.hwmodels.system import ref_name
+        from attnsim.verdict import add_flips
+        flips_cost = add_flips(exp.tree, docs, ref_name(exp.spec.baseline))
     attrs = {"experiment": exp.spec.name}
     from attnsim import __version__
     attrs["attnsim_version"] = __version__
@@ -95,7 +109,7 @@ def run_cmd(args) -> int:
     # a --set outside experiment.systems / experiment.models changes what attnsim computes: not its defaults
     defaults = all(s.split("=", 1)[0].strip() in ("experiment.systems", "experiment.models") for s in args.sets)
     _print_docs(docs, attrs, args.json, args.breakdown, ends, defaults=defaults,
-                claims=run_paper_claims(exp.source) if ends else ())
+                claims=run_paper_claims(exp.source) if ends else (), flips_cost=flips_cost)
     if out_path and not args.json:
         print(f"\nresults: {out_path}")
         if not args.no_figures and any(d["status"] == "ok" for d in docs):

@@ -42,6 +42,10 @@ def register(sub) -> None:
     s.add_argument("--checkpoint-s", type=positive_seconds, default=300.0, help="fold the journal into the HDF5 this often")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--figures", action="store_true", help="render the sweep's figures block when done")
+    s.add_argument("--flips", action="store_true",
+                   help="with a baseline: also record each point's verdict flips (store column verdict_flips: the "
+                        "assumed hardware parameters whose range moves its throughput ratio across 1.0; up to two "
+                        "re-runs per parameter and point)")
     s.add_argument("--fig-dir", default=None, help="folder the figures' paths are relative to (default: the store's)")
     s.add_argument("--point-fn", default=None, help=argparse_suppress())
     s.set_defaults(func=sweep_cmd)
@@ -110,6 +114,9 @@ def sweep_cmd(args) -> int:
         _figure_targets(sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else out.parent, out)
     if args.merge_after and args.emit_sbatch is None:
         raise ConfigError("needs --emit-sbatch", file="--merge-after")
+    if args.flips:
+        from attnsim.sweep.executors import check_flips
+        check_flips(sweep, args.point_fn)
     if args.emit_sbatch is not None:
         return _emit_sbatch(args, sweep, out)
     if args.dry_run:
@@ -118,7 +125,8 @@ def sweep_cmd(args) -> int:
     summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
                         scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
                         progress=not args.no_progress, checkpoint_s=args.checkpoint_s,
-                        retry_failed=args.retry_failed, allow_version_mismatch=args.allow_version_mismatch)
+                        retry_failed=args.retry_failed, allow_version_mismatch=args.allow_version_mismatch,
+                        flips=args.flips)
     print(summary.text())
     if summary.all_failed:
         print(f"error: {summary.out}: expected at least one ok point, got {sum(summary.status_counts.values())} "
@@ -135,7 +143,7 @@ def _emit_sbatch(args, sweep, out: Path) -> int:
     if target is not None:
         check_output(target, "--emit-sbatch", inputs=[args.sweep] if Path(args.sweep).is_file() else [])
     text = emit_sbatch(sweep, out, sweep_arg=args.sweep, sets=args.sets, cache=args.cache,
-                       merge_after=args.merge_after, make_dirs=target is not None)
+                       merge_after=args.merge_after, make_dirs=target is not None, flips=args.flips)
     if target is None:
         print(text, end="")
         return 0

@@ -223,4 +223,37 @@ def differ_lines(docs: list[dict], top: int = 3) -> list[str]:
         if changes:
             lines.append("  largest changes: " + "; ".join(changes))
         lines += ["  " + x for x in _step_lines(d)]
+        if d.get("verdict_flips"):
+            lines.append("  " + verdict_line(d))
     return lines
+
+
+def _span(r: dict) -> str:
+    """'hardware.x.key in [low, high] (ratio at low x-ratio at high x)' of a verdict_flips row."""
+    return (f"{r['parameter']} in [{r['low']:g}, {r['high']:g}] "
+            f"({fmt_num(r['ratio_low'], 'x')}-{fmt_num(r['ratio_high'], 'x')})")
+
+
+def verdict_line(doc: dict) -> str:
+    """The run's verdict against its baseline and what would flip it (the ``verdict_flips`` section,
+    attnsim.verdict): the headline ratio, how many assumed parameters leave it on its side of 1.0 and within
+    10 %, which flip it across 1.0 and which move it by more than 10 % within their ranges."""
+    s = doc["verdict_flips"]
+    rows, n = s["parameters"], s["parameters_checked"]
+    head = (f"verdict: {doc['system']} {_faster(s['ratio_base'])} than {s['baseline']} "
+            f"(throughput ratio {fmt_num(s['ratio_base'], 'x')})")
+    if not n:
+        return head + "; no assumed parameter (ranges: entry) in its or the baseline's hardware"
+    flips = [r for r in rows if r["flips"]]
+    moves = [r for r in rows if r["moves_over_10pct"] and not r["flips"]]
+    robust = n - len(flips) - len(moves)
+    parts = [head, f"robust to {robust} assumed parameters" if robust == n else
+             f"robust to {robust} of {n} assumed parameters"]
+    if flips:
+        parts.append("flips with " + ", ".join(_span(r) for r in flips))
+    if moves:
+        parts.append("moves >10 % with " + ", ".join(_span(r) for r in moves))
+    failed = [f"{r['parameter']} at {end}" for r in rows for end in ("low", "high") if r[f"ratio_{end}"] is None]
+    if failed:
+        parts.append("does not complete with " + ", ".join(failed))
+    return "; ".join(parts)

@@ -57,23 +57,28 @@ class Param:
 
 def parameters(exp) -> list[Param]:
     """Every ranged parameter of the hardware a validated Experiment loads (file order)."""
+    return [p for hname in exp.tree.hardware for p in hardware_params(exp.tree, hname)]
+
+
+def hardware_params(tree, hname: str) -> list[Param]:
+    """The ranged parameters of hardware ``hname`` of a config tree (file order), their values as the tree
+    holds them (``--set`` overrides applied)."""
     from attnsim.hwmodels import registry
+    hw, f = tree.hardware[hname], tree.file_of("hardware", hname)
+    rest, ranges = registry.split_ranges(hw, f)
+    if not ranges:
+        return []
+    spec = registry.validate_hardware(hw, f)
+    kinds = registry.number_fields(type(spec))
     out = []
-    for hname, hw in exp.tree.hardware.items():
-        f = exp.tree.file_of("hardware", hname)
-        rest, ranges = registry.split_ranges(hw, f)
-        if not ranges:
-            continue
-        spec = registry.validate_hardware(hw, f)
-        kinds = registry.number_fields(type(spec))
-        for key, r in ranges.items():
-            value = spec
-            for part in key.split("."):
-                fields = type(value).model_fields
-                value = getattr(value, next((n for n, fi in fields.items() if (fi.alias or n) == part), part))
-            if value is None:
-                raise ConfigError(f"expected a value for a ranged field, got None", file=f, key=key)
-            out.append(Param(hname, key, r.low, value, r.high, r.source, f, kinds[key] == "int"))
+    for key, r in ranges.items():
+        value = spec
+        for part in key.split("."):
+            fields = type(value).model_fields
+            value = getattr(value, next((n for n, fi in fields.items() if (fi.alias or n) == part), part))
+        if value is None:
+            raise ConfigError(f"expected a value for a ranged field, got None", file=f, key=key)
+        out.append(Param(hname, key, r.low, value, r.high, r.source, f, kinds[key] == "int"))
     return out
 
 

@@ -109,9 +109,15 @@ def systems_compare() -> str:
 
 
 def default_run() -> str:
-    """What ``attnsim run`` (the default experiment) prints: the table and the "what differs" lines."""
+    """What ``attnsim run`` (the default experiment) prints: the table and the "what differs" lines with each
+    compared system's verdict line (attnsim.verdict; the cost line after them holds a wall time: left out)."""
+    from attnsim.experiment import load_experiment
     from attnsim.report import differ_lines, summary_table
-    docs = _run("default")
+    from attnsim.runner import run_experiment
+    from attnsim.verdict import add_flips
+    exp = load_experiment("default")
+    docs = run_experiment(exp)
+    add_flips(exp.tree, docs, exp.spec.baseline)
     return ("```\n$ attnsim run\n" + summary_table(docs).rstrip("\n") + "\n\nwhat differs and why (decode step = one "
             "token for the whole batch; attention = attn_score + softmax + attn_context):\n"
             + "\n".join(differ_lines(docs)) + "\n```\n")

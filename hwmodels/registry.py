@@ -101,8 +101,8 @@ def build(hw: dict, file: str | None = None, hardware: dict | None = None):
 
 
 def validate_hardware(hw: dict, file: str | None = None):
-    """The validated spec of a hardware config dict (its kind's schema; a ``ranges:`` block checked
-    by :func:`split_ranges` and set aside)."""
+    """The validated spec of a hardware config dict (its kind's schema; ``ranges:`` and ``evidence:`` blocks
+    checked by :func:`split_ranges` and set aside)."""
     if not isinstance(hw, dict) or "kind" not in hw:
         raise ConfigError("missing required key", file=file, key="kind")
     schema = schema_for(hw["kind"], file)
@@ -157,13 +157,27 @@ def number_fields(schema, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def field_keys(schema, prefix: str = "") -> list[str]:
+    """Every dotted input key of ``schema`` (nested models walked into, their own key included): the keys
+    an ``evidence:`` block may name."""
+    out = []
+    for name, f in schema.model_fields.items():
+        key = prefix + (f.alias or name)
+        out.append(key)
+        sub = _field_schema(f.annotation)
+        if sub is not None:
+            out += field_keys(sub, key + ".")
+    return out
+
+
 def split_ranges(hw: dict, file: str | None = None, schema=None) -> tuple[dict, dict[str, RangeSpec]]:
-    """(the config without ``ranges``, {dotted key: RangeSpec}); refuses a key that names no number
-    field of the file's kind, a range with low > high, and a missing source."""
-    if RANGES_KEY not in hw:
+    """(the config without ``ranges`` and ``evidence``, {dotted key: RangeSpec}); refuses a key that names
+    no number field of the file's kind, a range with low > high, a missing source, and a bad ``evidence:``
+    block (:func:`evidence_tags`)."""
+    if RANGES_KEY not in hw and EVIDENCE_KEY not in hw:
         return hw, {}
-    rest = {k: v for k, v in hw.items() if k != RANGES_KEY}
-    raw = hw[RANGES_KEY]
+    rest = {k: v for k, v in hw.items() if k not in (RANGES_KEY, EVIDENCE_KEY)}
+    raw = hw.get(RANGES_KEY, {})
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping of field -> {low, high, source}", file=file, key=RANGES_KEY)
     schema = schema or schema_for(hw.get("kind"), file)
@@ -178,7 +192,63 @@ def split_ranges(hw: dict, file: str | None = None, schema=None) -> tuple[dict, 
         if spec.low > spec.high:
             raise ConfigError(f"expected low <= high, got low {spec.low:g} > high {spec.high:g}", file=file, key=where)
         out[str(key)] = spec
+    _evidence(hw, file, schema, out)
     return rest, out
+
+
+# ---------------------------------------------------------------- evidence tags (verdict flips)
+#
+# What a value rests on, machine-readable: every ``ranges:`` entry is an *assumed* parameter (its range is
+# the plausible span); an optional ``evidence:`` block tags other keys (or re-tags a ranged one) as
+# measured / datasheet / artefact / assumed, each with its source. An assumed parameter needs a range
+# (the verdict-flip check varies it over that range, attnsim.verdict).
+
+EVIDENCE_KEY = "evidence"
+EVIDENCE_TAGS = ("measured", "datasheet", "artefact", "assumed")
+ASSUMED = "assumed"
+
+
+class EvidenceSpec(Schema):
+    """Evidence of one value: ``tag`` (one of EVIDENCE_TAGS) and its ``source`` (a citation)."""
+
+    tag: str
+    source: str = Field(min_length=1)
+
+
+def _evidence(hw: dict, file, schema, ranges: dict) -> dict[str, EvidenceSpec]:
+    """The ``evidence:`` block of ``hw`` validated: keys name fields of the kind, tags are EVIDENCE_TAGS,
+    an ``assumed`` tag has a ``ranges:`` entry."""
+    raw = hw.get(EVIDENCE_KEY, {})
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of field -> {tag, source}", file=file, key=EVIDENCE_KEY)
+    keys = field_keys(schema)
+    out = {}
+    for key, e in raw.items():
+        where = f"{EVIDENCE_KEY}.{key}"
+        if str(key) not in keys:
+            raise ConfigError(f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}",
+                              file=file, key=where)
+        spec = validate(EvidenceSpec, e if isinstance(e, dict) else {"tag": e}, file=file, prefix=where)
+        if spec.tag not in EVIDENCE_TAGS:
+            raise ConfigError(f"expected one of {', '.join(EVIDENCE_TAGS)}, got {spec.tag!r}", file=file,
+                              key=f"{where}.tag")
+        if spec.tag == ASSUMED and str(key) not in ranges:
+            raise ConfigError(f"expected a ranges: entry for an assumed parameter (its plausible low and high), got "
+                              f"none for {key}", file=file, key=where)
+        out[str(key)] = spec
+    return out
+
+
+def evidence_tags(hw: dict, file: str | None = None) -> dict[str, EvidenceSpec]:
+    """{dotted key: EvidenceSpec} of a hardware config: each ``ranges:`` entry tagged ``assumed`` (its range's
+    source), then the ``evidence:`` block over it."""
+    if not isinstance(hw, dict) or (RANGES_KEY not in hw and EVIDENCE_KEY not in hw):
+        return {}
+    schema = schema_for(hw.get("kind"), file)
+    _, ranges = split_ranges(hw, file, schema)
+    out = {k: EvidenceSpec(tag=ASSUMED, source=r.source) for k, r in ranges.items()}
+    out.update(_evidence(hw, file, schema, ranges))
+    return out
 
 
 def check_ranges(hw: dict, file: str | None = None) -> dict[str, RangeSpec]:

@@ -57,7 +57,15 @@ CASES = {  # recipe -> (options, expected y label or None for a pattern check, d
     "heatmap": (dict(x="scenario.batch_size", y="system", z="tpot_s", where={"prompt_len": 3072}, title="Llama-2-13B"),
                 "System", True),
     "pareto": (dict(), "Energy per token (J/token) \u2193", True),
+    "tornado": (dict(where={"system": "dgx_h100"}), "Assumed parameter (* flips)", False),  # the flips table below
 }
+
+
+@pytest.fixture(scope="module")
+def flips_table():
+    """DGX H100 against one H100 (the baseline) with its verdict flips (attnsim.verdict): the tornado's input."""
+    import attnsim
+    return attnsim.run({**BASE, "systems": SYSTEMS, "baseline": "h100_x1"}, flips=True).table()
 
 
 def test_every_recipe_has_a_quality_case():
@@ -98,21 +106,30 @@ def assert_font(fig, file="DejaVuSans.ttf"):
         assert Path(fm.findfont(t.get_fontproperties())) == BUNDLED / file, t.get_text()
 
 
+def legend_is(ax, names) -> bool:
+    """The legend's entries are ``names`` (the default ratio's entry also shows its value)."""
+    got = [t.split(" (")[0] if t.startswith("default") else t for t in _legend(ax)]
+    return got == names
+
+
 def _legend(ax_or_fig):
     leg = ax_or_fig.get_legend() if hasattr(ax_or_fig, "get_legend") else None
     return [t.get_text() for t in leg.get_texts()] if leg else []
 
 
 @pytest.mark.parametrize("recipe", list(CASES))
-def test_recipe_output_is_paper_ready(table, recipe):
+def test_recipe_output_is_paper_ready(table, flips_table, recipe):
     opts, ylabel, has_dnf = CASES[recipe]
-    fig = figure(table, recipe, **opts)
+    fig = figure(flips_table if recipe == "tornado" else table, recipe, **opts)
     ax = fig.axes[0]
     # units: the y label as derived by hand from the metric's unit; x labels carry one or are categories
     if ylabel:
         assert ax.get_ylabel() == ylabel
     else:
         assert ax.get_ylabel() == "TTFT (s)"
+    if recipe == "tornado":
+        assert ax.get_xlabel() == "Throughput vs 1\u00d7 H100 (\u00d7)"
+        assert legend_is(ax, ["default", "1\u00d7 (verdict flips)", "parameter at low", "parameter at high"])
     if recipe in ("roofline", "pareto"):
         assert ax.get_xlabel().startswith(("Arithmetic intensity (FLOP/B", "TPOT (ms)"))
     if recipe == "heatmap":

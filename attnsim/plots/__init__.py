@@ -33,6 +33,7 @@ RECIPES = {
     "roofline": _r.roofline,
     "heatmap": _r.heatmap,
     "pareto": _r.pareto,
+    "tornado": _r.verdict_tornado,
 }
 
 

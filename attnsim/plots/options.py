@@ -19,6 +19,7 @@ RECIPE_OPTIONS = {
     "roofline": ("y", "xlim", "ylim"),
     "heatmap": ("x", "y", "z", "hue"),  # hue: another name for z
     "pareto": ("x", "y", "hue", "z", "logx", "logy", "xlim", "ylim"),
+    "tornado": ("xlim",),  # one compared run's verdict_flips section (attnsim.verdict)
     "latency_cdf": ("logx",),  # serve results: per-request rows
     "latency_ccdf": ("logx",),
 }

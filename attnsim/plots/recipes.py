@@ -558,6 +558,41 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
     return fig
 
 
+# ---------------------------------------------------------------- verdict flips (attnsim.verdict)
+
+def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
+    """For one compared run: its throughput ratio against the baseline with each assumed parameter at its low
+    and high end (bars from the default ratio), the default ratio and the 1.0 line (the verdict flips across it)."""
+    runs = [d for d in table.docs()
+            if isinstance(d.get("verdict_flips"), dict) and d["verdict_flips"].get("parameters")]
+    if len(runs) != 1:
+        names = ", ".join(f"system={d['system']} model={d['model']} scenario={d['scenario']['name']}" for d in runs)
+        raise ConfigError(f"expected one run with verdict flips (attnsim run with a baseline, attnsim sweep --flips; "
+                          f"select it with --where), got {len(runs)}" + (f": {names}" if names else ""), file="--where")
+    d = runs[0]
+    sec = d["verdict_flips"]
+    r0 = sec["ratio_base"]
+    val = lambda v: r0 if v is None else v  # an end that did not complete: no bar
+    rows = sorted(sec["parameters"], key=lambda r: abs(val(r["ratio_high"]) - val(r["ratio_low"])))
+    fig, ax = new_figure(width, aspect=max(0.35, 0.09 * len(rows) + 0.25))
+    yy = np.arange(len(rows))
+    ax.barh(yy, [val(r["ratio_low"]) - r0 for r in rows], left=r0, height=0.6, color=OKABE_ITO[0],
+            label="parameter at low")
+    ax.barh(yy, [val(r["ratio_high"]) - r0 for r in rows], left=r0, height=0.35, color=OKABE_ITO[4],
+            label="parameter at high")
+    ax.axvline(r0, color="black", linewidth=0.6, label=f"default ({r0:.3g}\u00d7)")
+    ax.axvline(1.0, color=LINE_COLOURS[1], linestyle="--", linewidth=0.8, label="1\u00d7 (verdict flips)")
+    ax.set_yticks(yy)
+    ax.set_yticklabels([r["parameter"].removeprefix("hardware.") + (" *" if r["flips"] else "") for r in rows],
+                       fontsize=5)
+    ax.set_xlabel(f"Throughput vs {display(sec['baseline'])} (\u00d7)")
+    ax.set_ylabel("Assumed parameter (* flips)")
+    _units(ax)
+    ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, borderaxespad=0.2)
+    ax.set_title(title or f"{display(d['system'])}, {d['model']}, {d['scenario']['name']}", fontsize=6, pad=18)
+    return fig
+
+
 # ---------------------------------------------------------------- reproductions (attnsim validate --figures)
 
 def reproduction(rows, width="single", title=None):

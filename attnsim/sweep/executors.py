@@ -66,6 +66,8 @@ def execute_point(task: dict) -> dict:
         doc = _resolve_fn(task.get("point_fn") or DEFAULT_POINT_FN)(task["tree"], files)
         if not isinstance(doc, dict):
             raise TypeError(f"the point function returned {type(doc).__name__}, expected a run document (dict)")
+        if task.get("flips") and doc.get("status") == "ok":  # --flips: what would flip it (attnsim.verdict)
+            doc["verdict_flips"] = _point_flips(task, files, doc)
         finalize_doc(doc)  # the finite-number rule for custom point functions too (built-in ones apply it)
     except ConfigError as exc:
         doc = _failed_doc(task, "invalid", str(exc))
@@ -76,6 +78,19 @@ def execute_point(task: dict) -> dict:
     return make_record(task["index"], task["key"], task["params"], doc, task["resolved"],
                        elapsed_s=time.perf_counter() - t0, worker=f"{socket.gethostname()}:{os.getpid()}",
                        cache={k: after[k] - before[k] for k in after})
+
+
+def _point_flips(task: dict, files: dict, doc: dict) -> dict:
+    """The point's ``verdict_flips`` section against its baseline partner (``task["flips"]``: its key, tree,
+    files); a refused perturbation or partner is the section's ``error``, not the point's."""
+    from attnsim.verdict import point_flips
+    partner = task["flips"]
+    partner_files = {tuple(k): v for k, v in partner["files"]}
+    try:
+        return point_flips(doc, (task["key"], ConfigTree(**task["tree"], files=files)),
+                           (partner["key"], ConfigTree(**partner["tree"], files=partner_files)))
+    except ConfigError as exc:
+        return {"error": str(exc)}
 
 
 def _failed_doc(task: dict, status: str, error: str) -> dict:
@@ -312,13 +327,31 @@ class SweepSummary:
         return "\n".join(lines)
 
 
-def _task(sweep: Sweep, index: int, point_fn: Optional[str], cache_dir: Optional[str]) -> dict:
+def _task(sweep: Sweep, index: int, point_fn: Optional[str], cache_dir: Optional[str], flips: bool = False) -> dict:
     pt = sweep.resolve(index, check=False)
     d = pt.tree.as_dict()
-    return {"index": index, "key": pt.key, "params": pt.params, "tree": d,
+    task = {"index": index, "key": pt.key, "params": pt.params, "tree": d,
             "files": [[list(k), v] for k, v in pt.tree.files.items()], "resolved": canonical_json(d),
             "system": pt.system, "model": pt.model, "scenario": pt.scenario, "point_fn": point_fn,
             "cache_dir": cache_dir}
+    if flips and pt.system != sweep.baseline:  # the partner: the point with the baseline system (sweep.baselines)
+        partner = sweep.resolve(index, {**pt.params, "system": sweep.baseline}, check=False)
+        task["flips"] = {"key": partner.key, "tree": partner.tree.as_dict(),
+                         "files": [[list(k), v] for k, v in partner.tree.files.items()]}
+    return task
+
+
+def check_flips(sweep: Sweep, point_fn: Optional[str]) -> None:
+    """``--flips`` needs a baseline, static runs and the built-in point function (it re-runs points with it)."""
+    if sweep.baseline is None:
+        raise ConfigError("expected a sweep with a baseline (baseline: a swept system, or the base experiment's), "
+                          "got none", file="--flips")
+    if sweep.base_tree.experiment.get("serving") is not None:
+        raise ConfigError("expected static runs (verdict flips re-run attnsim run's points), got a serving section",
+                          file="--flips")
+    if point_fn is not None:
+        raise ConfigError("expected the built-in point function (verdict flips re-run it), got --point-fn",
+                          file="--flips")
 
 
 def store_meta(sweep: Sweep, shard: tuple[int, int], argv=None) -> dict:
@@ -338,14 +371,19 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
               shard: Optional[tuple[int, int]] = None, scheduler: Optional[str] = None,
               cache_dir: Optional[str | Path] = None, point_fn: Optional[str] = None, progress: bool = True,
               checkpoint_s: float = 300.0, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-              argv=None, retry_failed: bool = False, allow_version_mismatch: bool = False) -> SweepSummary:
+              argv=None, retry_failed: bool = False, allow_version_mismatch: bool = False,
+              flips: bool = False) -> SweepSummary:
     """Run (or resume) a sweep into the store ``out`` (or its shard file); returns a summary.
 
     ``retry_failed`` re-runs the store's invalid/error points; ``allow_version_mismatch`` resumes a
     store written by another attnsim version. A sweep whose every point is invalid is refused
-    (ConfigError) and leaves no store behind."""
+    (ConfigError) and leaves no store behind. ``flips``: every point compared with the baseline also gets
+    its verdict flips (attnsim.verdict; the store column ``verdict_flips``), at up to two re-runs per
+    assumed parameter of its and its partner's hardware; points already in the store keep theirs."""
     if executor not in EXECUTORS:
         raise ConfigError(f"expected one of {', '.join(EXECUTORS)}, got {executor!r}", file="--executor")
+    if flips:
+        check_flips(sweep, point_fn)
     check_executor(sweep, executor, scheduler)
     if shard is None:
         shard = parse_shard(None) if executor == "slurm" else (0, 1)
@@ -361,7 +399,8 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
     os.environ[_cache.ENV] = cache_dir  # inherited by pool workers; dask workers get it in each task
     try:
         return _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress,
-                      checkpoint_s, log, argv, retry_failed=retry_failed, allow_version_mismatch=allow_version_mismatch)
+                      checkpoint_s, log, argv, retry_failed=retry_failed, allow_version_mismatch=allow_version_mismatch,
+                      flips=flips)
     except ConfigError:  # refused (e.g. every point invalid): the cache folder this run created goes too
         if created is not None:
             shutil.rmtree(created, ignore_errors=True) if created.is_dir() else created.unlink(missing_ok=True)
@@ -382,7 +421,7 @@ def _first_missing(path: str) -> Optional[Path]:
 
 
 def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress, checkpoint_s,
-           log, argv, retry_failed=False, allow_version_mismatch=False) -> SweepSummary:
+           log, argv, retry_failed=False, allow_version_mismatch=False, flips=False) -> SweepSummary:
     t0 = time.perf_counter()
     summary = SweepSummary(out=out_path, n_points=sweep.n_points)
     si, sn = shard
@@ -423,7 +462,7 @@ def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, poin
         del invalid
         if summary.invalid_up_front:
             log(f"{summary.invalid_up_front} invalid points recorded (not run); summary at the end")
-        tasks = (_task(sweep, i, point_fn, cache_dir) for i in to_run)
+        tasks = (_task(sweep, i, point_fn, cache_dir, flips) for i in to_run)
         if executor == "dask":
             dspec = sweep.spec.dask
             results = _run_dask(tasks, workers, scheduler or (dspec.scheduler if dspec else None),
@@ -466,7 +505,8 @@ def _sbatch_value(v) -> str:
 
 
 def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, sets: Iterable[str] = (),
-                cache: Optional[str] = None, merge_after: bool = False, environ=None, make_dirs: bool = False) -> str:
+                cache: Optional[str] = None, merge_after: bool = False, environ=None, make_dirs: bool = False,
+                flips: bool = False) -> str:
     """A ready sbatch array script: one task per shard (each resumes its own shard file).
 
     Every user string is shell-quoted and every path absolute; the environment of the tasks (venv,
@@ -531,7 +571,7 @@ def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, 
                   '    || echo "warning: could not submit the merge job; run it by hand: "' + q(merge) + " >&2",
                   "fi"]
     cmd = [python, "-m", "attnsim", "sweep", sweep_ref, "--executor", "slurm", "--out", str(out)]
-    cmd += (["--cache", cache] if cache else []) + [a for x in sets for a in ("--set", x)]
+    cmd += (["--cache", cache] if cache else []) + [a for x in sets for a in ("--set", x)] + ["--flips"] * flips
     # the shard count is the script's, not SLURM_ARRAY_TASK_COUNT: re-submitting some tasks (sbatch --array=1,3)
     # resumes those shards instead of re-slicing the sweep
     lines += [shlex.join(cmd) + f' --shard "$SLURM_ARRAY_TASK_ID/{s.shards}" --workers "$SLURM_CPUS_PER_TASK" --no-progress']

@@ -45,7 +45,9 @@ completion order (``index`` gives the expansion order):
   ...; NaN where a point has none). ``index`` is an HDF5 dimension scale that every column is attached
   to (``xarray.open_dataset(FILE, group="points", engine="h5netcdf")`` reads the table). With a
   ``baseline``: ``vs_baseline.<ratio>`` (f8) and ``vs_baseline.status`` (str), recomputed over all rows
-  at every fold (:mod:`attnsim.sweep.baselines`).
+  at every fold (:mod:`attnsim.sweep.baselines`). With ``attnsim sweep --flips``: ``verdict_flips`` (str), the
+  assumed hardware parameters whose range moves the point's throughput ratio across 1.0, ``;``-separated
+  (:mod:`attnsim.verdict`; the full section in the point's document).
 * ``/breakdown/<phase>/<table>/<name>`` (f8): per-point breakdowns (e.g.
   ``/breakdown/decode_step/time_s_by_op/attn_score``), plus ``/breakdown/<phase>/time_s`` and ``energy_j``.
 * ``/docs`` (str): the full run document of each point as JSON (what ``attnsim run --json`` prints).
@@ -183,6 +185,10 @@ def record_row(rec: dict) -> dict:
     for k, v in _scalar_metrics(doc).items():
         if _h5name(k) not in row:
             row[_h5name(k)] = v
+    vf = doc.get("verdict_flips")
+    if isinstance(vf, dict):  # attnsim.verdict: the parameters that move the ratio across 1.0 ("" for none)
+        rows = vf.get("parameters") if isinstance(vf.get("parameters"), list) else []
+        row["verdict_flips"] = ";".join(str(r.get("parameter")) for r in rows if isinstance(r, dict) and r.get("flips"))
     return row
 
 

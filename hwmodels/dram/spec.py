@@ -330,7 +330,7 @@ def spec_from_dict(data: dict, file: str | None = None) -> DRAMSpec:
     from attnsim.hwmodels.dram.timing_ns import resolve_timing_ns
     data = resolve_timing_ns(data, file)  # timing_ns: / org.transfers_per_ck -> cycles, tck_ns (JEDEC rounding)
     from attnsim.hwmodels.registry import split_ranges
-    data, _ = split_ranges(data, file, DRAMSpec)  # a ranges: block (attnsim sensitivity) is set aside
+    data, _ = split_ranges(data, file, DRAMSpec)  # ranges: and evidence: blocks (sensitivity, verdict flips) set aside
     try:
         return validate(DRAMSpec, data, file=file)
     except ConfigError as exc:  # fold "key: ..." messages of model validators into the key path
