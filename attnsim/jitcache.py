@@ -11,8 +11,8 @@ of every source under an installed root (``hwmodels/``) are cached in the first 
 3. ``platformdirs.user_cache_dir("attnsim")/kernels/<install>/`` (``~/.cache/attnsim/...`` on Linux);
 4. ``<temp dir>/attnsim-<uid>/kernels/<install>/``.
 
-``<install>`` is the version and a digest of the package's folder, so two venvs, or a wheel and a checkout,
-never overwrite each other's index files. A folder of 2.-4. is used only if it is ours and not writable by
+``<install>`` is a digest of the package folder's path, so two venvs, or a wheel and a checkout, never overwrite
+each other's index files. A folder of 2.-4. is used only if it is ours and not writable by
 group or others (Numba's cache files are pickles: whoever can write them runs code as the reader); a refused
 one is skipped with one warning. The location is chosen once per process (``kernel_dir``); a sweep that points
 ``ATTNSIM_CACHE_DIR`` at its own sub-result folder for its workers hands them its choice (``PIN_ENV``), so
@@ -64,10 +64,11 @@ def _ours(py_file: str) -> bool:
 
 
 def install_tag() -> str:
-    """``<version>-<12 hex of SHA-256 of the package folder's path>``: one kernel folder per install."""
-    from attnsim import __version__
+    """12 hex digits of the SHA-256 of the package folder's path: one kernel folder per install. Not the version:
+    a checkout's changes with every commit (setuptools-scm) and would leave a folder behind per re-install; a
+    changed source recompiles through the stamp anyway."""
     where = os.path.dirname(os.path.abspath(__file__))
-    return f"{__version__}-{hashlib.sha256(where.encode()).hexdigest()[:12]}"
+    return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
 def _private_dir(path: Path) -> str | None:
