@@ -12,9 +12,10 @@ of every source under an installed root (``hwmodels/``) are cached in the first 
 4. ``<temp dir>/attnsim-<uid>/kernels/<install>/``.
 
 ``<install>`` is a digest of the package folder's path, so two venvs, or a wheel and a checkout, never overwrite
-each other's index files. A folder of 2.-4. is used only if it is ours and not writable by
-group or others (Numba's cache files are pickles: whoever can write them runs code as the reader); a refused
-one is skipped with one warning. The location is chosen once per process (``kernel_dir``); a sweep that points
+each other's index files. A folder of 2.-4. is used only if it and its folders up to ``kernels/`` (4.:
+``attnsim-<uid>``) are ours and not writable by group or others (Numba's cache files are pickles: whoever can
+write them runs code as the reader); a refused one is skipped with one warning. Where none can be written,
+Numba's own user-wide folder; never ``__pycache__`` beside the source (``_NotInPackage``). The location is chosen once per process (``kernel_dir``); a sweep that points
 ``ATTNSIM_CACHE_DIR`` at its own sub-result folder for its workers hands them its choice (``PIN_ENV``), so
 the kernels do not move.
 
@@ -86,27 +87,33 @@ def _private_dir(path: Path) -> str | None:
     return None
 
 
-def candidate_dirs() -> list[Path]:
-    """attnsim's own kernel folders, in order of preference (2.-4. of the module doc)."""
+def candidate_dirs() -> list[tuple[Path, Path]]:
+    """attnsim's own kernel folders in order of preference (2.-4. of the module doc), each as (the outermost
+    folder of it that must be private, the folder): ``kernels/`` in a folder of the user's choice, which may be
+    shared; ``attnsim-<uid>`` in the temp folder."""
     import platformdirs
     tag, out = install_tag(), []
     if os.environ.get(PIN_ENV):
-        out.append(Path(os.environ[PIN_ENV]))
+        out.append((Path(os.environ[PIN_ENV]), Path(os.environ[PIN_ENV])))
     env = os.environ.get(ENV, "")
     if env and env != "off" and not env.startswith("sqlite:") and not env.endswith(".sqlite"):
-        out.append(Path(env).expanduser().absolute() / "kernels" / tag)
-    out.append(Path(platformdirs.user_cache_dir("attnsim", appauthor=False)) / "kernels" / tag)
-    uid = os.getuid() if hasattr(os, "getuid") else os.getpid()
-    out.append(Path(tempfile.gettempdir()) / f"attnsim-{uid}" / "kernels" / tag)
+        kernels = Path(env).expanduser().absolute() / "kernels"
+        out.append((kernels, kernels / tag))
+    kernels = Path(platformdirs.user_cache_dir("attnsim", appauthor=False)) / "kernels"
+    out.append((kernels, kernels / tag))
+    tmp = Path(tempfile.gettempdir()) / f"attnsim-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    out.append((tmp, tmp / "kernels" / tag))
     return out
 
 
 @functools.lru_cache(maxsize=1)
 def kernel_dir() -> Path | None:
     """The folder of attnsim's own kernel cache (chosen once per process; None when none can be written)."""
-    for d in candidate_dirs():
-        why = _private_dir(d.parent)  # kernels/: the folder whose permissions guard every install's kernels
-        why = why or _private_dir(d)
+    for guard, d in candidate_dirs():
+        rel = d.relative_to(guard).parts
+        why = None
+        for level in [guard] + [guard.joinpath(*rel[:i + 1]) for i in range(len(rel))]:
+            why = why or _private_dir(level)  # each from the guard down: nobody else can swap one of them
         if why is None:
             return d
         LOG.warning("kernel cache %s: %s; trying the next location", d, why)
