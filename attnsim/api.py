@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from attnsim import notices
 from attnsim.config import ConfigError
 
 Experiment = Union[str, Path, Mapping, None]
@@ -230,6 +231,7 @@ def run(experiment: Experiment = None, sets: Optional[Mapping | Iterable[str]] =
     what would flip each verdict (:attr:`Results.verdict_flips`, attnsim.verdict; re-runs: off by default)."""
     from attnsim.experiment import load_experiment
     from attnsim.runner import run_experiment
+    notices.to_stderr()  # 'attnsim: compiling Numba kernels ...' when this call compiles them (attnsim.jitcache)
     s = _list_sets(systems, models) + set_strings(sets)
     exp = load_experiment(_experiment_ref(experiment), s)
     if exp.spec.serving is not None:
@@ -361,6 +363,7 @@ class ServeResults(Results):
 def serve(experiment: Experiment, sets: Optional[Mapping | Iterable[str]] = None) -> ServeResults:
     """Request-level serving like ``attnsim serve`` (the experiment needs a ``serving:`` section)."""
     from attnsim.serve.run import load_serving_experiment, serve_experiment
+    notices.to_stderr()
     exp, serving = load_serving_experiment(_experiment_ref(experiment), set_strings(sets))
     docs = serve_experiment(exp, serving)
     return ServeResults(docs, exp.spec.name, tree=exp.tree.as_dict())
@@ -377,6 +380,7 @@ def sweep(sweep: str | Path | Mapping, out: str | Path, sets: Optional[Mapping |
     from attnsim.outputs import check_output
     from attnsim.sweep.executors import run_sweep
     from attnsim.sweep.spec import build_sweep, load_sweep
+    notices.to_stderr()
     s = set_strings(sets)
     if isinstance(sweep, Mapping):
         sw = build_sweep(dict(sweep), file="<dict>", extra_sets=s)

@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 
+from attnsim import notices
 from attnsim.config import ConfigError
 
 # modules that add subcommands: each has register(subparsers)
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        notices.to_stderr()  # e.g. 'compiling Numba kernels ...' (attnsim.jitcache)
         try:
             rc = args.func(args)
         finally:

@@ -86,8 +86,6 @@ def run_cmd(args) -> int:
     trace_steps = check_trace_steps(args)
     out_path = check_run_outputs(args, exp.spec.name, SUMMARY_RECIPES)
     timeline = [] if args.trace else None
-    from attnsim.warmup import arm_cold_notice
-    arm_cold_notice(exp.tree.hardware)  # the first kernel dispatch compiles the DRAM kernels: say so, and how long
     docs = run_experiment(exp, timeline=timeline, trace_steps=trace_steps)
     flips_cost = None
     if exp.spec.baseline and not args.no_flips:  # what would flip each verdict (attnsim.verdict)

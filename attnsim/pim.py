@@ -338,8 +338,10 @@ def _busy_by_class(counts: dict, dev, channels: int, compute_s: Optional[float])
 
 def run(program, device) -> PimResult:
     """Execute ``program`` on ``device`` (see the module docstring); bad input raises ConfigError."""
+    from attnsim import notices
     from attnsim.hwmodels.dram.spec import energy_params
     from attnsim.isa import get_isa
+    notices.to_stderr()  # 'attnsim: compiling Numba kernels ...' when this call compiles them (attnsim.jitcache)
     dev, _ = load_device(device)
     isa = get_isa(dev.spec.isa)
     prog, label = load_program(program, isa)

@@ -59,3 +59,51 @@ def test_warm_all_covers_every_kernel_signature_of_attnsim_dram():
     out = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("WARMUP ")][-1][7:])
     assert out["kernels"] > 10  # the dispatchers were found at all
     assert out["new"] == {}, out["new"]
+
+
+_COMMANDS = r'''
+import io, contextlib, json, os, sys, tempfile
+from numba.core.registry import CPUDispatcher
+from attnsim.cli import main
+from attnsim.warmup import warm_all
+
+
+def signatures():
+    seen = {}
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("attnsim.hwmodels") and mod is not None:
+            for attr, obj in vars(mod).items():
+                if isinstance(obj, CPUDispatcher):
+                    seen[f"{name}.{attr}"] = {str(s) for s in obj.signatures}
+    return seen
+
+
+warm_all()
+before = signatures()
+tmp = tempfile.mkdtemp()
+with open(os.path.join(tmp, "p.s"), "w") as f:
+    f.write("ACTAB 0, 0\nMACAB 0, 0, 32\nPREA 0\n")
+small = ["--set", "models.llama2-70b.num_layers=2", "--set", "experiment.generation={mode: sampled, samples: 3}"]
+runs = [["run", "--no-write"] + small,  # the default comparison: GPU, HBM-PIM, CXL-PNM
+        ["serve", "serve_paging", "--set", "experiment.systems=[attacc_h100]", "--set",
+         "experiment.serving.trace.num_requests=20", "--out", os.path.join(tmp, "serve"), "--json"],
+        ["plan", "plan_tiering", "--verify", "--front-points", "2", "--layer-groups", "2"],
+        ["pim", "run", os.path.join(tmp, "p.s"), "--device", "attacc_hbm3_pim_stack"]]
+for r in runs:
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(r) == 0, r
+after = signatures()
+new = {k: sorted(v - before.get(k, set())) for k, v in after.items() if v - before.get(k, set())}
+print("WARMUP " + json.dumps({"new": new, "kernels": len(after)}))
+'''
+
+
+def test_warmup_covers_every_kernel_of_run_serve_plan_and_pim():
+    """`attnsim warmup` (warmup.warm_all) reaches every kernel signature that `attnsim run` (the default systems),
+    `serve` on HBM-PIM, `plan --verify` (fault injection) and `pim run` dispatch; `sweep` and the API run points
+    through the same runner as `attnsim run`."""
+    p = subprocess.run([sys.executable, "-c", _COMMANDS], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("WARMUP ")][-1][7:])
+    assert out["kernels"] > 20  # the DRAM and the fault-injection dispatchers were found at all
+    assert out["new"] == {}, out["new"]

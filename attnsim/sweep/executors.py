@@ -395,8 +395,12 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
     if why is not None:  # read-only, full, or not ours: one warning, then in-process memo only
         log(f"warning: sub-result cache {cache_dir}: {why}; continuing without it")
         cache_dir = ""
-    old_env = os.environ.get(_cache.ENV)
+    from attnsim import jitcache
+    kernels = jitcache.kernel_dir()  # chosen before ATTNSIM_CACHE_DIR names the sub-result folder (jitcache doc)
+    old_env, old_pin = os.environ.get(_cache.ENV), os.environ.get(jitcache.PIN_ENV)
     os.environ[_cache.ENV] = cache_dir  # inherited by pool workers; dask workers get it in each task
+    if kernels is not None:
+        os.environ[jitcache.PIN_ENV] = str(kernels)
     try:
         return _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, point_fn, progress,
                       checkpoint_s, log, argv, retry_failed=retry_failed, allow_version_mismatch=allow_version_mismatch,
@@ -406,10 +410,11 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: O
             shutil.rmtree(created, ignore_errors=True) if created.is_dir() else created.unlink(missing_ok=True)
         raise
     finally:
-        if old_env is None:
-            os.environ.pop(_cache.ENV, None)
-        else:
-            os.environ[_cache.ENV] = old_env
+        for var, old in ((_cache.ENV, old_env), (jitcache.PIN_ENV, old_pin)):
+            if old is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = old
 
 
 def _first_missing(path: str) -> Optional[Path]:

@@ -11,7 +11,6 @@ import numpy as np
 from attnsim.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram.spec import DRAMSpec, energy_params, load_dram_spec
-from attnsim.warmup import fire_cold_notice
 
 CLOCK_DOMAIN = "DRAM CK"
 
@@ -267,7 +266,6 @@ def run_commands(spec, cmds: np.ndarray, multiplicity=1, refresh: str | None = N
     BS, GS, RS, US, CS, ST = K.new_state(n_ch, T)
     c = cmds
     w0 = time.perf_counter()
-    fire_cold_notice()  # the CLI's first-run line, if armed (attnsim.warmup)
     K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],
                  c["cycles"], c["arrival"], T, BS, GS, RS, US, CS, ST, scratch_for(spec))
     wall = time.perf_counter() - w0
@@ -301,7 +299,6 @@ def raw_run(spec, cmds: np.ndarray, refresh: str | None = None, idle_skip: bool 
     T = timing_vector(spec, spec.default_refresh if refresh is None else refresh, idle_skip)
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     c = cmds
-    fire_cold_notice()  # the CLI's first-run line, if armed (attnsim.warmup)
     K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],
                  c["cycles"], c["arrival"], T, BS, GS, RS, US, CS, ST, scratch_for(spec))
     return np.maximum(CS[:, K.C_DONE], CS[:, K.C_LAST]), ST
