@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
-    from attnsim.report import breakdown_table, differ_lines, summary_table
+    from attnsim.report import breakdown_table, differ_lines, mapping_lines, summary_table
     from attnsim.results import dumps, finalize_doc
     if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
         docs = [finalize_doc(dict(d)) for d in docs]
@@ -50,6 +50,11 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool) -> None:
         print("\nwhat differs and why (decode step = one token for the whole batch; attention = attn_score + "
               "softmax + attn_context):")
         print("\n".join(differs))
+    mappings = mapping_lines(docs)
+    if mappings:  # the JSON holds the same per run: breakdown.decode_step.pim_mapping
+        print("\nPIM mapping of the decode step (partition x channels_per_item on the channels used; a hardware file's "
+              "channels_per_item / partition: auto = searched, a number / name = pinned):")
+        print("\n".join(mappings))
     if breakdown:
         for d in docs:
             if d["status"] == "ok":

@@ -57,7 +57,8 @@ def test_transfer_bytes_equal_hand_computation(built):
     exp, systems = built
     _, plan, _ = _plan(systems[SYS], exp, "decode")
     tr = plan.trace
-    per = {op: float(np.sum((tr["comm_bytes"] * tr["count"])[tr["op"] == op])) for op in ("pim_send_q_kv", "pim_recv_out")}
+    per = {op: float(np.sum((tr["comm_bytes"] * tr["count"])[tr["op"] == op]))
+           for op in ("pim_send_q_kv", "pim_recv_out")}
     # Llama-2-7B: 32 layers, 32 query heads = 32 KV heads (MHA), head_dim 128; tp 8 -> 4 heads per rank; fp16 (2 B).
     # In per layer and rank: q = B x 4 x 128 x 2 B = 4,096 B + the new token's K and V = B x 2 x 4 x 128 x 2 B
     # = 8,192 B; out: the attention output B x 4 x 128 x 2 B = 4,096 B. Per step: x 32 layers.
@@ -99,7 +100,8 @@ def test_runs_beside_dgx_h100_with_the_split_in_the_breakdown():
     ("pnm", "cxl_pnm", "not used by policy cxl_pnm"),
 ])
 def test_refusals(role, policy, msg):
-    extra = [f"systems.{SYS}.mapper.attention_on={role}"] + ([f"systems.{SYS}.mapper.policy={policy}"] if policy else [])
+    extra = [f"systems.{SYS}.mapper.attention_on={role}"]
+    extra += [f"systems.{SYS}.mapper.policy={policy}"] if policy else []
     with pytest.raises(ConfigError, match="mapper.attention_on") as e:
         run_experiment(_exp(f"[{SYS}]", extra))
     assert msg in str(e.value) and "\n" not in str(e.value)
