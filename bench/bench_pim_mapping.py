@@ -11,6 +11,9 @@ each with the sub-result cache off (ATTNSIM_CACHE_DIR=off) and every point in a 
 is reused between points or modes (best of 5); the rows lowered and simulated per point (a count that does
 not depend on the machine's load); and the choice of the two searches (equal by construction, asserted).
 
+Then the same three modes per sweep point of ``attnsim run`` (run_experiment of attacc_h100: prefill and
+the sampled decode steps, GPU and link costs included), best of 3.
+
 Run: python bench/bench_pim_mapping.py
 """
 from __future__ import annotations
@@ -91,6 +94,39 @@ def main() -> None:
     lows = f"{low[0]}/{low[1]}/{low[2]}"
     print(f"{'total':<24} | {tot[0]:8.4f} {tot[1]:10.4f} {tot[2]:10.4f} {tot[1] / tot[0]:9.2f} {tot[2] / tot[0]:9.2f} | "
           f"{lows:>17} |")
+
+    print("\nwhole runs (attacc_h100, sampled decode), wall s per sweep point:")
+    print(f"{'model':<11} {'batch':>5} {'ctx':>6} | {'cpi=1 s':>8} {'auto old s':>10} {'auto new s':>10} "
+          f"{'old/fixed':>9} {'new/fixed':>9} | {'TPOT ms cpi=1':>13} {'TPOT ms auto':>12}")
+    tot = np.zeros(3)
+    for model, b, ctx in POINTS:
+        r = [run(model, b, ctx, 1), run(model, b, ctx, "auto", True), run(model, b, ctx, "auto")]
+        assert r[1][1] == r[2][1]
+        tot += [x[0] for x in r]
+        print(f"{model:<11} {b:>5} {ctx:>6} | {r[0][0]:8.3f} {r[1][0]:10.3f} {r[2][0]:10.3f} {r[1][0] / r[0][0]:9.2f} "
+              f"{r[2][0] / r[0][0]:9.2f} | {r[0][1] * 1e3:13.3f} {r[2][1] * 1e3:12.3f}")
+    print(f"{'total':<24} | {tot[0]:8.3f} {tot[1]:10.3f} {tot[2]:10.3f} {tot[1] / tot[0]:9.2f} {tot[2] / tot[0]:9.2f}")
+
+
+def run(model, batch, ctx, cpi, exhaustive=False):
+    """(best wall s of 3, TPOT s) of run_experiment of attacc_h100 at one point."""
+    from attnsim.experiment import load_experiment
+    from attnsim.hwmodels.pim import PIMDevice
+    from attnsim.runner import run_experiment
+    PIMDevice.exhaustive_search = exhaustive
+    try:
+        exp = load_experiment(None, ["experiment.systems=[attacc_h100]", "experiment.baseline=null",
+                                     f"experiment.models=[{model}]", f"scenarios.chat.batch_size={batch}",
+                                     f"scenarios.chat.prompt_len={ctx}", "scenarios.chat.beyond_max_position=allow",
+                                     f"hardware.attacc_hbm3_pim_5stack.channels_per_item={cpi}"])
+        wall = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            d = run_experiment(exp)[0]
+            wall.append(time.perf_counter() - t0)
+    finally:
+        PIMDevice.exhaustive_search = False
+    return min(wall), d["metrics"]["tpot_s"]
 
 
 if __name__ == "__main__":
