@@ -43,7 +43,8 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: 
     """``ends``: the reproduction rows this run answers (attnsim.reproduce.run_ends), printed after the table
     (JSON: a top-level ``reproductions`` list, present when there are any); ``defaults``: the run had no --set;
     ``claims``: those folders' paper headlines (text only); ``flips_cost``: what the verdict flips cost."""
-    from attnsim.report import breakdown_table, differ_lines, paper_claim_lines, reproduction_lines, summary_table
+    from attnsim.report import (breakdown_table, differ_lines, mapping_lines, paper_claim_lines, reproduction_lines,
+                                summary_table)
     from attnsim.results import dumps, finalize_doc
     if as_json:  # strict JSON: a stored document with inf/NaN (older versions) is shown as an error run
         docs = [finalize_doc(dict(d)) for d in docs]
@@ -67,6 +68,11 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: 
     if flips_cost is not None:
         print(f"verdict flips: {flips_cost['parameters']} assumed parameters (ranges: entries) at their low and high "
               f"end, {flips_cost['reruns']} re-runs, {flips_cost['wall_s']:.1f} s (--no-flips skips them)")
+    mappings = mapping_lines(docs)
+    if mappings:  # the JSON holds the same per run: breakdown.decode_step.pim_mapping
+        print("\nPIM mapping of the decode step (partition x channels_per_item on the channels used; a hardware file's "
+              "channels_per_item / partition: auto = searched, a number / name = pinned):")
+        print("\n".join(mappings))
     if breakdown:
         for d in docs:
             if d["status"] == "ok":

@@ -263,7 +263,8 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
         sfile = tree.file_of("systems", n)
         systems[n] = validate(SystemSpec, d, file=sfile)
         _check_system_refs(systems[n], tree, sfile)
-        validate_options(systems[n].mapper.policy, systems[n].mapper.options, file=sfile)
+        validate_options(systems[n].mapper.policy, systems[n].mapper.options, file=sfile,
+                         attention_on=systems[n].mapper.attention_on)
     _check_scenarios(spec, models, scenarios, tree, exp_file)
     for n, d in tree.hardware.items():
         f = tree.file_of("hardware", n)

@@ -92,6 +92,24 @@ def summary_table(docs: list[dict]) -> str:
         ("\n\nnotes:\n" + "\n".join(notes_) if notes_ else "")
 
 
+def mapping_text(pm: dict) -> str:
+    """One line of a breakdown's ``pim_mapping`` (hwmodels/pim_mapping.summarize): per op its partition x
+    channels_per_item on the channels used, and the merge time of split items."""
+    return "; ".join(f"{op} {m['partition']} x{m['channels_per_item']} on {m['channels_used']} ch"
+                     + (f" (merge {fmt_num(m['merge_s'] * 1e6)} us)" if m["merge_s"] else "") for op, m in pm.items())
+
+
+def mapping_lines(docs: list[dict]) -> list[str]:
+    """The PIM mapping each run's decode step used (partition x channels_per_item: a device's pinned values
+    or what its ``auto`` search chose), one line per run that has PIM/PNM-lowered rows."""
+    out = []
+    for d in docs:
+        pm = (d.get("breakdown", {}).get("decode_step") or {}).get("pim_mapping") if d.get("status") == "ok" else None
+        if pm:
+            out.append(f"{d['system']} ({d['model']}, {d['scenario']['name']}): {mapping_text(pm)}")
+    return out
+
+
 def breakdown_table(doc: dict, phase: str = "decode_step", top: int = 12) -> str:
     bd = doc.get("breakdown", {}).get(phase)
     if not bd:
@@ -103,9 +121,7 @@ def breakdown_table(doc: dict, phase: str = "decode_step", top: int = 12) -> str
              fmt_num(bd["energy_j_by_op"].get(op, 0.0) * 1e3), fmt_pct(bd["energy_j_by_op"].get(op, 0.0) / e)] for op in ops]
     head = f"{doc['system']} / {doc['model']} / {doc['scenario']['name']}: {phase} ({fmt_num(t * 1e3)} ms, {fmt_num(e)} J)"
     comp = ", ".join(f"{k} {v / e:.0%}" for k, v in sorted(bd["energy_j_by_component"].items(), key=lambda kv: -kv[1]) if v > 0)
-    pm = bd.get("pim_mapping") or {}  # hwmodels/pim_mapping.py: partition x channels_per_item, channels used
-    pim = "; ".join(f"{op} {m['partition']} x{m['channels_per_item']} on {m['channels_used']} ch"
-                    + (f" (merge {fmt_num(m['merge_s'] * 1e6)} us)" if m["merge_s"] else "") for op, m in pm.items())
+    pim = mapping_text(bd.get("pim_mapping") or {})  # hwmodels/pim_mapping.py
     return head + "\n" + table(rows, ["op", "time us", "time %", "dyn. energy mJ", "energy %"]) + \
         "\nenergy by component: " + comp + ("\npim mapping: " + pim if pim else "")
 

@@ -243,6 +243,9 @@ def run_experiment(exp, progress=None, timeline: list | None = None, trace_steps
         policy = get_policy(sspec.mapper.policy, file=sfile)
         if role is not None and not getattr(policy, "own_compute_pool_check", False):
             check_parallelism(sspec, role, sfile)
+        if sspec.mapper.attention_on is not None:  # the device behind it can run attention (one line otherwise)
+            from attnsim.mapper.base import attention_roles
+            attention_roles(system, sspec.mapper.policy, sspec.mapper.attention_on, file=sfile)
         for model in exp.models.values():
             check_pipeline(system, model, sfile)
             check_tp(model, sspec.parallelism.tp, sfile)

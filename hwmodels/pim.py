@@ -177,6 +177,9 @@ class PIMDevice:
     """A PIM/PNM device: DeviceModel protocol (name, kind, peaks, capacity, cost)."""
 
     kind = "pim"
+    # True: the channels_per_item search lowers and simulates every candidate (the reference the pruned
+    # search is tested and benchmarked against: tests/test_pim_mapping.py, bench/bench_pim_mapping.py)
+    exhaustive_search = False
 
     def __init__(self, spec: PIMSpec, dram=None, hardware: dict | None = None):
         self.spec = spec
@@ -635,6 +638,46 @@ class PIMDevice:
             out += max(nbytes / bw, macs / mac_rate) * float(c["count"][i])
         return out
 
+    def _cpi_lower_bound(self, trace, rows: np.ndarray, js: list[int], pname: str, cpi: int) -> float:
+        """Count-weighted time of one attention layer group (score + softmax + context + merge) that no
+        lowering with partition ``pname`` split ``cpi`` ways can beat: per row, the busiest channel's tokens
+        (the lowering's own placement, isa/lower.py ``assign_items``) x their bytes or MACs at one channel's PU
+        peak (``_pu_rates`` / channels), plus the merge (closed form, ``_merge``). Softmax rows count 0."""
+        from attnsim.isa.lower import assign_items
+        c = trace.cols
+        bw, mac_rate = (r / self.channels for r in self._pu_rates(pname))
+        ratio = self.stored_ratio("kv", trace.meta.get("kv_dtype"))  # compressed KV: fewer bytes streamed
+        out = 0.0
+        for j in js:
+            i = int(rows[j])
+            cls = str(c["cls"][i])
+            tokens, k, group, eb = self._items(trace, i)
+            work = assign_items(tokens, self.channels, cpi)
+            busiest = max((sum(sl) for sl, _ in work), default=0)
+            if cls == "softmax":  # AttAcc: the buffer-die unit's FIX cycles per score (isa/lower.py)
+                if self.spec.isa == "attacc":
+                    out += busiest * group * self.pu.softmax_cycles_per_element * self.tck_s * float(c["count"][i])
+                continue
+            t = max(busiest * k * eb * ratio / bw, busiest * k * group / mac_rate)
+            if self.spec.isa == "attacc" and pname == "attacc_bank":
+                t = max(t, self._macab_rows_s(busiest * k * eb * ratio, group))
+            if cls == "attn_context":
+                t += self._merge(trace, i, cpi, sum(m for _, m in work)).time_s
+            out += t * float(c["count"][i])
+        return out * (1.0 - 1e-9)  # float rounding: a bound equal to the simulated time must not prune it
+
+    def _macab_rows_s(self, nbytes: float, passes: int) -> float:
+        """Least time of one channel's all-bank MAC stream over ``nbytes`` read ``passes`` times (one pass
+        per query head of a KV head): MACAB commands = bytes / (banks x column bytes) x passes, at most
+        columns x passes of them per row activation, each activation's row period as
+        ``allbank_closed_form`` (nRCD + (n-1) nCCDAB + nRTP + nRP, at least nRC; no refresh: a short run
+        may see none). Whole rows with every pass on one activation: the most MACs a row period can do."""
+        o, pu = self.org, self.spec.pu
+        n = o.columns * max(1, passes)
+        period = allbank_closed_form(self.dram, o.columns, n, refresh=False)["row_period_cycles"]
+        commands = nbytes / (o.banks * pu.column_bytes) * passes
+        return commands / n * period * self.tck_s
+
     def _cpi_candidates(self, n_items: int) -> list[int]:
         cpi = self.spec.channels_per_item
         if cpi != "auto":
@@ -665,15 +708,23 @@ class PIMDevice:
             plan, total = {}, 0.0
             for js in groups.values():
                 n_items = len(self._items(trace, int(rows[js[0]]))[0])
+                cands = self._cpi_candidates(n_items)
+                if len(cands) > 1 and not self.exhaustive_search:
+                    # candidates in order of their lower bound; one whose bound cannot beat the best simulated
+                    # (time, cpi) is not lowered: the same choice as simulating all (tested), ~1-2 engine runs
+                    bound = {cpi: self._cpi_lower_bound(trace, rows, js, pname, cpi) for cpi in cands}
+                    cands = sorted(cands, key=lambda s: (bound[s], s))
                 choice = None
-                for cpi in self._cpi_candidates(n_items):
+                for cpi in cands:
+                    if choice is not None and not self.exhaustive_search and (bound[cpi], cpi) > choice[:2]:
+                        break  # sorted by bound: no later candidate can win either
                     part = self._partition(pname, cpi)
                     res = {j: self._lowered_cost(trace, int(rows[j]), part, memo) for j in js}
                     ctx = [j for j in js if str(c["cls"][int(rows[j])]) == "attn_context"]
                     merge = {j: self._merge(trace, int(rows[j]), cpi, res[j]["channels_used"]) for j in ctx}
                     t = sum((res[j]["time"] + (merge[j].time_s if j in merge else 0.0)) * count[int(rows[j])]
                             for j in js)
-                    if choice is None or t < choice[0]:
+                    if choice is None or (t, cpi) < choice[:2]:
                         choice = (t, cpi, res, merge)
                 t, cpi, res, merge = choice
                 total += t

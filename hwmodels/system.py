@@ -108,6 +108,10 @@ class ParallelismSpec(Schema):
 class MapperSpec(Schema):
     policy: str = "gpu_only"
     options: dict[str, Any] = Field(default_factory=dict)
+    attention_on: Optional[str] = Field(
+        None, description="device role that runs decode attention and holds the KV (an attention-capable memory "
+                          "device: HBM-PIM, CXL-PNM, NDP) while the GEMMs stay on the GPU/NPU pool (mapper/base.py "
+                          "place_attention); policies gpu_only and attacc")
 
 
 class SystemSpec(Schema):

@@ -35,15 +35,15 @@ import numpy as np
 
 from attnsim.mapper.attacc_overlap import (balance_share, decode_ffn_probe, ffn_weight_bytes, head_pipeline_stages,
                                            split_ffn)
-from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
-                                 insert_rows, kv_writeback_rows, pim_pair, rank_weights, register)
+from attnsim.mapper.base import (Plan, attention_decode_rows, attention_devices, attention_memory, attention_prefill,
+                                 check_options, pim_pair, rank_weights, register)
 from attnsim.workloads.model import DTYPE_BYTES
 
 OPTIONS = {"pipeopt": False, "ffopt": False, "pipeline": False, "subbatches": 2, "fc_on_pim_max_batch": 0}
 
 
 @register("attacc", options=OPTIONS, needs={"subbatches": ("pipeline", True), "pipeopt": ("pipeline", False),
-                                            "ffopt": ("pipeline", False)})
+                                            "ffopt": ("pipeline", False)}, attention_on=True)
 def plan_attacc(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "attacc")
     gpu, pim, link = pim_pair(system, "attacc")
@@ -64,26 +64,22 @@ def plan_attacc(trace, system, model_bytes: dict, options: dict | None = None) -
             pim_weights += f_ffn * ffn_w
         notes.append(f"ffopt: {f_ffn:.1%} of the FFN on the PIM stacks (capacity allows {cap:.1%})"
                      if ffn_w > 0 else "ffopt: no dense FFN rows (MoE experts stay on the GPUs)")
-    memory = [MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), 0.0, system.pools[gpu].model.capacity_bytes),
-              MemoryPlacement(pim, pim_weights, model_bytes["kv_per_rank"], pim_cap)]
+    # the attention split itself is the shared mechanism (mapper/base.py place_attention); AttAcc adds
+    # its FFN share, FC-on-PIM and the pipelining below
+    memory = attention_memory(system, trace, model_bytes, gpu, pim, tp, pim_weights)
     if trace.phase == "prefill":
         # attention and the whole FFN on the GPUs; the prompt's K/V are written into the PIM stacks
-        tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
-        device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
-        device[added] = link
+        tr, device = attention_prefill(trace, gpu, link)
         return Plan("attacc", tr, device, np.full(len(tr), tp, dtype=np.int64), memory, notes=notes)
-    before, after = attention_io_rows(trace, act_bytes)
-    tr, _, _ = insert_rows(trace, before, after)
+    tr = attention_decode_rows(trace, act_bytes)
     ffn_group = np.full(len(tr), -1, dtype=np.int64)
     role = np.full(len(tr), None, dtype=object)
     if f_ffn > 0:
         tr, role, ffn_group, _, _ = split_ffn(tr, f_ffn, act_bytes)
     ncls = tr["cls"]
-    device = np.where(ncls == "allreduce", "link", gpu).astype(object)
-    device[np.isin(ncls, ATTENTION_CLASSES)] = pim
+    device = attention_devices(tr, gpu, pim, link)
     if fc_on_pim:
         device[(ncls == "matmul") & (tr["layer_group"] >= 0)] = pim
-    device[ncls == "transfer"] = link
     device[role == "pim"] = pim
     plan = Plan("attacc", tr, device, np.full(len(tr), tp, dtype=np.int64), memory, notes=notes)
     stage = np.full(len(tr), -1, dtype=np.int64)

@@ -76,24 +76,33 @@ class Plan:
 _POLICIES: dict[str, Callable] = {}
 _OPTIONS: dict[str, dict] = {}  # policy -> its mapper.options (name -> default)
 _NEEDS: dict[str, dict] = {}    # policy -> {option: (other option, value it must have for the option to be read)}
+_ATTENTION_ON: set = set()      # policies that place decode attention with ``mapper.attention_on`` (place_attention)
 
 
-def register(name: str, options: dict | None = None, needs: dict | None = None):
+def register(name: str, options: dict | None = None, needs: dict | None = None, attention_on: bool = False):
     """Register a policy and the ``mapper.options`` it accepts (name -> default; none if omitted);
     ``needs`` = {option: (other, value)}: the option is read only when ``other == value``, so giving it
-    otherwise is refused (a setting takes effect or is refused)."""
+    otherwise is refused (a setting takes effect or is refused). ``attention_on``: the policy honours the
+    system's ``mapper.attention_on`` (the shared attention placement below); others refuse it."""
     def deco(fn):
         _POLICIES[name] = fn
         _OPTIONS[name] = dict(options or {})
         _NEEDS[name] = dict(needs or {})
+        if attention_on:
+            _ATTENTION_ON.add(name)
         return fn
     return deco
 
 
-def validate_options(name: str, options: dict, file: str | None = None) -> dict:
-    """A system's ``mapper.policy`` and ``mapper.options`` checked before any run (ConfigError naming
-    ``file``); returns the options with defaults filled in. Policies call ``check_options`` too."""
+def validate_options(name: str, options: dict, file: str | None = None, attention_on: str | None = None) -> dict:
+    """A system's ``mapper.policy``, ``mapper.options`` and ``mapper.attention_on`` checked before any run
+    (ConfigError naming ``file``); returns the options with defaults filled in. Policies call
+    ``check_options`` too; the device kind behind ``attention_on`` is checked once the system is built
+    (``attention_roles``)."""
     get_policy(name, file=file)
+    if attention_on is not None and name not in _ATTENTION_ON:
+        raise ConfigError(f"not used by policy {name} (attention placement is read by "
+                          f"{', '.join(sorted(_ATTENTION_ON))}); remove it", file=file, key="mapper.attention_on")
     try:
         return check_options(options or {}, _OPTIONS[name], name)
     except ConfigError as e:
@@ -215,19 +224,97 @@ def check_options(options: dict, allowed: dict, policy: str) -> dict:
     return out
 
 
-def pim_pair(system, policy: str):
-    """(gpu role, pim role, link device id) with the PIM pool matched to the TP ranks."""
+# ---------------------------------------------------------------- attention placement (one mechanism)
+# Decode attention (score, softmax, context) and the KV cache on an attention-capable memory device while
+# every GEMM stays on the compute pool: AttAcc's split (pim_dram.md b.1, b.6), the seeds' heterogeneous
+# pattern for CXL-PNM (shared/seeds/). Any pool of model kind ``pim`` can take it: HBM-PIM (isa attacc,
+# fimdram, newton), GDDR6-AiM (aim), CXL-PNM / CXL-NDP (cxl_pnm): each lowers and costs the three ops.
+
+ATTENTION_KINDS = ("pim",)  # device-model kinds that cost attn_score / softmax / attn_context in memory
+
+
+def attention_roles(system, policy: str, role: str | None = None, file: str | None = None):
+    """(compute role, attention role, link device id) for placing decode attention on ``role`` (default: the
+    system's first pool of an attention-capable kind). Refuses (one line) a role that is not a pool, a pool
+    that cannot run attention, a system without a gpu/npu pool or without a link between the two, and an
+    attention pool whose count differs from the compute ranks (one attention device per rank holds its KV
+    heads)."""
+    key = "mapper.attention_on" if role is not None else "devices"
     gpu = role_of_kind(system, "gpu", "npu")
-    pim = role_of_kind(system, "pim")
+    if role is not None and role not in system.pools:
+        raise ConfigError(f"expected a device role of the system ({', '.join(system.pools)}), got {role!r}",
+                          file=file, key=key)
+    pim = role if role is not None else role_of_kind(system, *ATTENTION_KINDS)
+    have = ", ".join(f"{r}: {p.model.kind}" for r, p in system.pools.items())
+    if pim is not None and system.pools[pim].model.kind not in ATTENTION_KINDS:
+        raise ConfigError(f"expected a device that can run attention (kind {' or '.join(ATTENTION_KINDS)}: HBM-PIM, "
+                          f"CXL-PNM, NDP), got {pim!r} of kind {system.pools[pim].model.kind}", file=file, key=key)
     if gpu is None or pim is None:
-        raise ConfigError(f"policy {policy} needs a gpu/npu pool and a pim pool (have: "
-                          f"{', '.join(f'{r}: {p.model.kind}' for r, p in system.pools.items())})", key="devices")
+        raise ConfigError(f"policy {policy} needs a gpu/npu pool and a pim pool (have: {have})", file=file, key=key)
     par = system.spec.parallelism
     if system.pools[pim].count != par.devices_per_replica * par.replicas:
         raise ConfigError(f"policy {policy} pairs each tensor-parallel rank (of each pipeline device group) with one "
                           f"PIM device: expected {par.device_formula()} PIM devices, got {system.pools[pim].count}",
                           key=f"devices.{pim}.count")
-    return gpu, pim, "link:" + link_name_between(system, gpu, pim)
+    return gpu, pim, "link:" + link_name_between(system, gpu, pim, file=file)
+
+
+def pim_pair(system, policy: str):
+    """(gpu role, pim role, link device id) with the PIM pool matched to the TP ranks: ``attention_roles``
+    with the system's ``mapper.attention_on`` (default: its first attention-capable pool)."""
+    return attention_roles(system, policy, getattr(system.spec.mapper, "attention_on", None))
+
+
+def attention_memory(system, trace, model_bytes: dict, gpu: str, att: str, tp: int, att_weights: float = 0.0):
+    """Memory of the split: each compute rank holds its weight shard, its attention device the rank's KV
+    (as the device stores it: a compression section's ratio, hwmodels/compression.py) and ``att_weights``."""
+    dev = system.pools[att].model
+    rk = getattr(dev, "stored_ratio", lambda kind, dtype=None: 1.0)("kv", trace.meta.get("kv_dtype"))
+    return [MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), 0.0, system.pools[gpu].model.capacity_bytes),
+            MemoryPlacement(att, att_weights, model_bytes["kv_per_rank"] * rk, dev.capacity_bytes)]
+
+
+def attention_prefill(trace, gpu: str, link: str):
+    """Prefill with the attention split: every op on the compute pool, the prompt's K/V written to the
+    attention devices over ``link`` (``kv_writeback_rows``). Returns (trace, device per row)."""
+    tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
+    device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
+    device[added] = link
+    return tr, device
+
+
+def attention_decode_rows(trace, act_bytes: float):
+    """The decode trace with the q / new K,V (in) and attention output (out) transfer rows around each
+    attention block (``attention_io_rows``)."""
+    before, after = attention_io_rows(trace, act_bytes)
+    return insert_rows(trace, before, after)[0]
+
+
+def attention_devices(trace, gpu: str, att: str, link: str) -> np.ndarray:
+    """Device per row of a decode trace with the attention split: attention ops on ``att``, transfers on
+    ``link``, collectives on the compute pool's link, everything else (the GEMMs) on ``gpu``."""
+    ncls = trace["cls"]
+    device = np.where(ncls == "allreduce", "link", gpu).astype(object)
+    device[np.isin(ncls, ATTENTION_CLASSES)] = att
+    device[ncls == "transfer"] = link
+    return device
+
+
+def place_attention(trace, system, model_bytes: dict, policy: str, role: str | None = None) -> Plan:
+    """The plan of a step with decode attention and the KV on the attention device ``role`` and every other
+    op on the compute pool (tensor parallel, one attention device per rank): the mechanism behind
+    ``mapper.attention_on`` (and AttAcc's placement, mapper/attacc.py)."""
+    from attnsim.workloads.model import DTYPE_BYTES
+    gpu, att, link = attention_roles(system, policy, role)
+    tp = system.spec.parallelism.tp
+    memory = attention_memory(system, trace, model_bytes, gpu, att, tp)
+    if trace.phase == "prefill":
+        tr, device = attention_prefill(trace, gpu, link)
+    else:
+        tr = attention_decode_rows(trace, DTYPE_BYTES[trace.meta.get("act_dtype", "fp16")])
+        device = attention_devices(tr, gpu, att, link)
+    return Plan(policy, tr, device, np.full(len(tr), tp, dtype=np.int64), memory,
+                notes=[f"decode attention and KV on {att} (mapper.attention_on), GEMMs on {gpu}"])
 
 
 def attention_io_rows(trace, act_bytes: float) -> tuple[dict, dict]:

@@ -77,6 +77,7 @@ BASES = {
     "cxl_aim": ("run", "default", _sys("cxl_aim"), None),
     "tiered": ("run", "default", _sys("tiered_attacc"), None),
     "attacc_opt": ("run", "default", _sys("attacc_opt"), None),
+    "pnm_attn": ("run", "default", _sys("h100_x8_cxl_pnm_attn"), None),   # mapper.attention_on (place_attention)
     "offload": ("run", "default", _sys("offload_host"), None),
     "host": ("run", "default", _sys("cxl_pnm_host"), None),   # a host pool (kind host): static power only
     "ianus": ("run", "default", _sys("ianus"), None),   # unified NPU + GDDR6-AiM memory (mapper/ianus.py)
@@ -142,7 +143,7 @@ FIELD_BASE = {
     # collectives blocks: containers on the GPU links (their fields are walked on dgx_a100's nvlink3)
     "LinkSpec.nccl": "gpu", "LinkSpec.custom_allreduce": "gpu",
     "ExperimentSpec.seed": "serve", "TraceSpec.prefix_tokens": "serve_file", "TraceSpec.file": "serve_file",
-    "TraceSpec.prompt": "serve", "TraceSpec.output": "serve", "ModelSpec.rope_scaling": "moe", "MapperSpec.policy": "attacc",
+    "TraceSpec.prompt": "serve", "TraceSpec.output": "serve", "ModelSpec.rope_scaling": "moe", "MapperSpec.policy": "attacc", "MapperSpec.attention_on": "pnm_attn",
     "MemoSpec.relative_bucket": "serve_disagg", "DRAMSpec.pim": "dram", "ServingSpec.kv_pool": "kv_pool",
     **{f"IDD.{c}": "dram_idd" for c in ("idd0_ma", "idd2n_ma", "idd4r_ma", "idd4w_ma")},
     "PIMTiming.nCCDSB": "dram", "PIMTiming.mode_switch_cycles": "dram",   # no lowering emits MACSB / MODE
@@ -242,6 +243,8 @@ ALTERNATIVE = {
     "PUParams.tflops": Alt(0.01),
     # a split item's slices fit one 2 KB buffer fill: the GB size matters for whole items (one per channel)
     "PUParams.gb_bytes": Alt(32, extra=("hardware.cxl_aim_device.channels_per_item=1",)),
+    "MapperSpec.attention_on": Alt(None),   # off: attention back on the GPUs (gpu_only)
+    "PIMSpec.channels_per_item": Alt(1),   # the AttAcc presets search (auto); 1 = AttAcc's one head per channel
     "PIMSpec.partition": Alt("attacc_bg"),   # auto (the next choice) picks attacc_bank, the preset's own
     "PIMTiming.row_cmd_cycles": Alt(200),
     "PIMTiming.mode_switch_cycles": Alt(100),   # a short switch hides behind the preceding PREA

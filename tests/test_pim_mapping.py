@@ -188,3 +188,76 @@ def test_partition_lower_bound_is_a_bound(gqa_trace):
         t, _ = total(dev, tr, rows)
         lb = dev._time_lower_bound(tr, rows, list(range(len(rows))), p)
         assert 0 < lb <= t
+
+
+SEARCH_CASES = [  # (hardware, model, batch, prompt, tp): GQA and MHA, even and uneven fills, two ISAs
+    ("attacc_hbm3_pim_5stack", "llama2-70b", 16, 2048, 8),
+    ("attacc_hbm3_pim_5stack", "llama3-70b", 4, 8192, 8),
+    ("attacc_hbm3_pim_stack", "llama3-8b", 2, 300, 1),
+    ("attacc_hbm3_pim_5stack", "llama2-7b", 3, 777, 8),
+    ("cxl_aim_device", "llama2-7b", 1, 1024, 16),
+]
+
+
+def _search_case(hw, model, batch, prompt, tp):
+    tr = build_trace(load_model(model), Scenario(batch_size=batch, prompt_len=prompt), "decode", tp=tp)
+    over = {"channels_per_item": "auto"} | ({"partition": "auto"} if hw.startswith("attacc") else {})
+    return tr, attn_rows(tr), over
+
+
+@pytest.mark.parametrize("case", SEARCH_CASES)
+def test_pruned_search_equals_exhaustive(case, monkeypatch):
+    """The bound-ordered search (candidates that cannot beat the best simulated time are not lowered) picks
+    the mapping and costs of simulating every candidate, with no more lowerings."""
+    from attnsim.hwmodels.pim import PIMDevice
+    tr, rows, over = _search_case(*case)
+    lowered = []
+    orig = PIMDevice._lowered_cost
+    monkeypatch.setattr(PIMDevice, "_lowered_cost",
+                        lambda self, *a: lowered.append(self.exhaustive_search) or orig(self, *a))
+    fast = device(case[0], **over)
+    full = device(case[0], **over)
+    full.exhaustive_search = True
+    a, b = fast.cost(tr, rows), full.cost(tr, rows)
+    assert list(a.time_s) == list(b.time_s) and list(a.mapping) == list(b.mapping)
+    assert 0 < lowered.count(False) <= lowered.count(True)
+
+
+@pytest.mark.parametrize("case", SEARCH_CASES)
+def test_channels_per_item_bound_is_a_bound(case):
+    """Each candidate's closed-form bound (busiest channel at the PU peak / all-bank row period, the AttAcc
+    softmax unit, the merge) never exceeds the simulated time of the layer group pinned to that split."""
+    tr, rows, over = _search_case(*case)
+    dev = device(case[0], **over)
+    js = list(range(len(rows)))
+    for pname in dev.partition_candidates:
+        for cpi in dev._cpi_candidates(len(dev._items(tr, int(rows[0]))[0])):
+            pinned = device(case[0], partition=pname, channels_per_item=cpi)
+            t, _ = total(pinned, tr, rows)
+            lb = dev._cpi_lower_bound(tr, rows, js, pname, cpi)
+            assert 0 < lb <= t, (pname, cpi, lb, t)
+
+
+def test_printed_mapping_is_the_one_used(capsys):
+    """`attnsim run` prints the decode step's PIM mapping (the JSON's breakdown.decode_step.pim_mapping); pinning
+    the printed channels_per_item reproduces the run exactly, and it is not AttAcc's 1 here (8 items, 80
+    channels: llama2-7b at TP 8 has 4 KV heads per rank, batch 2)."""
+    import json as _json
+    from attnsim.cli import main
+    from attnsim.report import mapping_text
+    args = ["run", "default", "--no-write", "--set", "experiment.systems=[attacc_h100]", "--set",
+            "experiment.baseline=null", "--set", "experiment.models=[llama2-7b]", "--set",
+            "scenarios.chat.batch_size=2", "--set", "scenarios.chat.prompt_len=512", "--set",
+            "scenarios.chat.output_len=4", "--set", "hardware.attacc_hbm3_pim_5stack.channels_per_item=auto"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    doc = _json.loads(capsys.readouterr().out)["runs"][0]
+    pm = doc["breakdown"]["decode_step"]["pim_mapping"]
+    assert f"attacc_h100 (llama2-7b, chat): {mapping_text(pm)}" in text.splitlines()
+    cpi = pm["attn_context"]["channels_per_item"]
+    assert pm["attn_score"]["channels_per_item"] == cpi != 1
+    assert main(args[:-1] + [f"hardware.attacc_hbm3_pim_5stack.channels_per_item={cpi}", "--json"]) == 0
+    pinned = _json.loads(capsys.readouterr().out)["runs"][0]
+    assert pinned["metrics"]["tpot_s"] == doc["metrics"]["tpot_s"]
+    assert pinned["breakdown"]["decode_step"]["pim_mapping"] == pm

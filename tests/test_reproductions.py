@@ -359,18 +359,20 @@ def test_figure_recipe_draws_each_row_on_its_band():
 
 def test_attacc_rows_read_the_builtin_experiment_under_the_named_assumptions():
     """--set attacc (the old name) reads the built-in attacc_gpt3_175b experiment with the folder's assumptions
-    (AttAcc's NVLink fit, per-access GPU energy, no capacity check) applied as plain --set overrides: every row
+    (AttAcc's NVLink fit, per-access GPU energy, one head per channel, no capacity check) applied as plain --set overrides: every row
     equals that run's metric (x scale), and the folder holds no copied hardware or system file."""
     from attnsim.experiment import load_experiment
     from attnsim.runner import run_experiment
     folder = next(p for p in reproduce.folders() if p.name == "attacc")
     spec = reproduce.read_spec(folder)
-    assert [a.name for a in spec.assumptions] == ["nvlink_allreduce_fit", "gpu_energy_per_access", "capacity_unchecked"]
+    assert [a.name for a in spec.assumptions] == ["nvlink_allreduce_fit", "gpu_energy_per_access", "one_head_per_channel",
+                                                  "capacity_unchecked"]
     assert sorted(p.name for p in folder.iterdir()) == ["reference.yaml"]
     pin = ["hardware.nvlink3.allreduce=ring", "hardware.nvlink3.latency_us=3.03",  # get_nvlink_time: 6.06 us / 2
            "hardware.nvlink3.efficiency=0.74074074",  # 2 / 0.009 ns/B = 222.2 GB/s = 300 GB/s x 0.7407
            "hardware.a100_hbm3.sm_active_power_w=0", "hardware.a100_hbm3.compute_pj_per_flop=0.16",  # 0.32 pJ/MAC
-           "hardware.a100_hbm3.hbm_capacity_gb=1000"]
+           "hardware.a100_hbm3.hbm_capacity_gb=1000",
+           "hardware.attacc_hbm3_pim_5stack.channels_per_item=1"]  # the artefact's trace generator: a head per channel
     assert sorted(reproduce.assumption_sets(spec)) == sorted(
         s.replace("=ring", '="ring"') for s in pin)  # values as JSON (YAML) text
     docs = run_experiment(load_experiment("attacc_gpt3_175b", pin))
