@@ -244,6 +244,9 @@ ALTERNATIVE = {
     # a split item's slices fit one 2 KB buffer fill: the GB size matters for whole items (one per channel)
     "PUParams.gb_bytes": Alt(32, extra=("hardware.cxl_aim_device.channels_per_item=1",)),
     "MapperSpec.attention_on": Alt(None),   # off: attention back on the GPUs (gpu_only)
+    # paged KV blocks start new rows only where an item's per-bank slice spans several blocks: with the searched
+    # split the base's short contexts leave one block per bank; one item per channel (AttAcc's layout) shows it
+    "PIMSpec.kv_block_tokens": Alt(1, extra=("hardware.attacc_hbm3_pim_5stack.channels_per_item=1",)),
     "PIMSpec.channels_per_item": Alt(1),   # the AttAcc presets search (auto); 1 = AttAcc's one head per channel
     "PIMSpec.partition": Alt("attacc_bg"),   # auto (the next choice) picks attacc_bank, the preset's own
     "PIMTiming.row_cmd_cycles": Alt(200),
