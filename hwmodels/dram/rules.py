@@ -195,6 +195,10 @@ def override_error(name: str, given: dict, spec) -> tuple[str, str] | None:
             why = "the spec has no device rule (timing.nCCDR 0, no timing.act_cmd_cycles above row_cmd_cycles)"
         if why:
             return f, f"expected no value under controller {name} on this device ({why}), got {given[f]!r}"
+    if r.cmd_queue_entries and not r.write_queue_entries:  # writes wait in the write buffer of the two-level queues
+        f = "cmd_queue_entries" if "cmd_queue_entries" in given else "write_queue_entries"
+        return f, (f"expected write_queue_entries > 0 with cmd_queue_entries > 0 (the two-level queues hold writes in "
+                   f"a write buffer), got {r.write_queue_entries} / {r.cmd_queue_entries}")
     wq = r.write_queue_entries  # the drain thresholds of engine.timing_vector (T_WQLO, T_WQHI)
     if wq and not r.cmd_queue_entries and math.ceil(r.wr_low_watermark * wq) > math.floor(r.wr_high_watermark * wq):
         f = "wr_low_watermark" if "wr_low_watermark" in given else "wr_high_watermark"
