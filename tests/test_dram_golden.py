@@ -288,7 +288,7 @@ def _alt(field, v):
         return other[v]
     if isinstance(v, float):
         return 0.5
-    return {0: 8, 8: 4}.get(v, 1 if v != 1 else 4)
+    return {0: 8, 8: 4, 32: 16}.get(v, 1 if v != 1 else 4)
 
 
 # rule fields a preset refuses to have set (override_error: the rule set would not read them); every other field
@@ -302,13 +302,18 @@ REFUSED = {"ramulator2": {"cmd_queue_scope"},
 @pytest.mark.parametrize("preset", sorted(REFUSED))
 def test_every_rule_override_takes_effect_or_is_refused(preset):
     """controller_rules: {FIELD: value} over each preset, on closed-page HBM3 (2 SIDs, 2 pseudo-channels; nCCDR)
-    sequential and mixed streams: it changes the cycles, or the spec is refused naming the field."""
+    sequential, mixed and two-row streams (reads to 2 rows of each of 2 banks in random order: hits queue behind
+    older requests to the other row, where the PRE hold-back decides): it changes the cycles, or the spec is
+    refused naming the field."""
     import dataclasses
     from attnsim.config import ConfigError
     from attnsim.hwmodels.dram import rules as RL
     from attnsim.hwmodels.dram.spec import spec_from_dict
     base = device_spec("hbm3_6400", channels=1)
     streams = [make_stream(base.org, kind, 3000, 1) for kind in ("seq", "mixed")]
+    o, rng = base.org, np.random.default_rng(1)
+    row, col, bank = rng.integers(0, 2, 3000), rng.integers(0, o.columns, 3000), rng.integers(0, 2, 3000)
+    streams.append((((bank * o.rows + row) * o.columns + col) * o.burst_bytes, np.zeros(3000, bool)))  # MAPPING fields
     def cycles(spec):
         return [simulate_requests(spec, a, w, mapping=MAPPING, page="closed").cycles for a, w in streams]
     d = base.model_dump()

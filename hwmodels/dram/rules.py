@@ -201,7 +201,7 @@ def override_error(name: str, given: dict, spec) -> tuple[str, str] | None:
                    f"a write buffer), got {r.write_queue_entries} / {r.cmd_queue_entries}")
     wq = r.write_queue_entries  # the drain thresholds of engine.timing_vector (T_WQLO, T_WQHI)
     if wq and not r.cmd_queue_entries and math.ceil(r.wr_low_watermark * wq) > math.floor(r.wr_high_watermark * wq):
-        f = "wr_low_watermark" if "wr_low_watermark" in given else "wr_high_watermark"
+        f = next(x for x in ("wr_low_watermark", "wr_high_watermark", "write_queue_entries") if x in given)
         return f, (f"expected ceil(wr_low_watermark x {wq}) <= floor(wr_high_watermark x {wq}), got "
                    f"{r.wr_low_watermark} / {r.wr_high_watermark}")
     return None
