@@ -46,7 +46,8 @@ def register(subparsers) -> None:
     p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
     p.add_argument("--page", choices=("open", "closed"), help="row policy (default open)")
     p.add_argument("--queue", type=int, help="controller queue entries per pseudo-channel (default: the "
-                                             "controller preset's: 32 per pseudo-channel, ramulator2 32 per channel)")
+                                             "controller preset's: ramulator2 32 per channel, ideal and dramsim3 32 "
+                                             "per pseudo-channel)")
     p.add_argument("--controller", metavar="{ramulator2,ideal,dramsim3}",  # checked by rules.controller_rules
                    help="controller rule set (default: the spec's controller: key, else ramulator2, within 3 %% of "
                         "Ramulator 2.1 on every recorded stream; ideal: the optimistic end, formerly 'attnsim'; "
@@ -334,8 +335,8 @@ def load_trace(args, spec):
 
 
 # options that only a simulation reads (refused by convert)
-_SIMULATION_ONLY = ("queue", "page", "controller", "closed_cap", "no_refresh", "refresh", "no_extrapolate", "no_skip_ahead",
-                    "threads", "json")
+_SIMULATION_ONLY = ("queue", "page", "controller", "closed_cap", "no_refresh", "refresh", "no_extrapolate",
+                    "no_skip_ahead", "threads", "json")
 
 
 def convert(args) -> int:
