@@ -210,7 +210,7 @@ def _refuse_ignored(args) -> None:
 def _check_before_compile(spec, args) -> None:
     """The address mapping and the controller preset are checked before the kernels compile (a cold
     Numba cache takes about a minute: a bad flag must not wait for it)."""
-    from attnsim.hwmodels.dram.rules import controller_rules
+    from attnsim.hwmodels.dram.rules import controller_rules, refuse_unread_by_stream
     from attnsim.hwmodels.dram.spec import parse_mapping
     if args.mapping is not None:
         try:
@@ -218,6 +218,8 @@ def _check_before_compile(spec, args) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc), key="mapping") from None
     rules = controller_rules(getattr(args, "controller", None), spec)
+    refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
+    refuse_unread_by_stream(spec, args.page or "open", refresh, args.queue, file=args.device)
     if getattr(args, "threads", None) is not None:
         from attnsim.hwmodels.dram.controller import check_threads
         check_threads(args.threads, spec.org.channels, "fast", False, rules, key="--threads")

@@ -27,7 +27,7 @@ from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, ti
 from attnsim.hwmodels.dram.cmdqueue import ctrl_kernel_twolevel
 from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
 from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, drain_mode, gap_refresh, in_refresh, room
-from attnsim.hwmodels.dram.rules import MAX_QUEUE, controller_rules, refuse_unread
+from attnsim.hwmodels.dram.rules import MAX_QUEUE, controller_rules, refuse_unread_by_stream
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
@@ -464,13 +464,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
                               f"got {getattr(spec.timing, name)} under controller {controller or spec.controller!r}",
                               key=f"timing.{name}")
     refresh = spec.default_refresh if refresh is None else refresh
-    if page == "open":  # the spec's controller_rules: fields this run does not read are refused
-        refuse_unread(spec, ("closed_cap",), "page open: closed_cap is the closed-page policy")
-    if refresh == "none":
-        refuse_unread(spec, ("refresh_stagger", "refresh_waits_active"), "refresh none")
-    if queue is not None:
-        refuse_unread(spec, ("queue_entries",), "the queue argument sets the depth")
-    else:
+    refuse_unread_by_stream(spec, page, refresh, queue)  # the spec's controller_rules: fields this run does not read
+    if queue is None:
         queue = rules.queue_per_pseudo_channel(spec.org.pseudo_channels)
     addr = np.asarray(addr)
     n = addr.shape[0]

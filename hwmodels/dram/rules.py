@@ -207,14 +207,24 @@ def override_error(name: str, given: dict, spec) -> tuple[str, str] | None:
     return None
 
 
-def refuse_unread(spec, fields, why: str) -> None:
+def refuse_unread(spec, fields, why: str, file: str | None = None) -> None:
     """ConfigError for the first of ``fields`` that the spec's ``controller_rules:`` sets (a run that does not read
     it: ``why``)."""
     given = given_overrides(spec)
     for f in fields:
         if f in given:
-            raise ConfigError(f"expected no value ({why}), got {given[f]!r}", file=getattr(spec, "name", None),
+            raise ConfigError(f"expected no value ({why}), got {given[f]!r}", file=file or getattr(spec, "name", None),
                               key=f"controller_rules.{f}")
+
+
+def refuse_unread_by_stream(spec, page: str, refresh: str, queue, file: str | None = None) -> None:
+    """The spec's ``controller_rules:`` fields a request-stream run with these options does not read."""
+    if page == "open":
+        refuse_unread(spec, ("closed_cap",), "page open: closed_cap is the closed-page policy", file)
+    if refresh == "none":
+        refuse_unread(spec, ("refresh_stagger", "refresh_waits_active"), "refresh none", file)
+    if queue is not None:
+        refuse_unread(spec, ("queue_entries",), "the queue argument sets the depth", file)
 
 
 def controller_rules(name: str | None, spec=None) -> ControllerRules:
