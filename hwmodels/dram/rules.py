@@ -67,7 +67,7 @@ is the optimistic end on the same streams: HBM3 -35 % random / -27 % mixed / -44
 (tests/data/dram_golden/dramsim3_*.json, within 3 %). The name "attnsim" (the default before) is refused: it is
 now called "ideal". A spec's ``controller_rules:`` sets single fields over the chosen preset (``RuleOverrides``;
 e.g. ``closed_cap: 1``; ``attnsim dram --closed-cap N``); a field the resulting rule set does not read is
-refused (``check_overrides``).
+refused (``override_error``; a run that does not read it: ``refuse_unread``).
 """
 from __future__ import annotations
 
