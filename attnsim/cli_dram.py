@@ -46,10 +46,16 @@ def register(subparsers) -> None:
     p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
     p.add_argument("--page", choices=("open", "closed"), help="row policy (default open)")
     p.add_argument("--queue", type=int, help="controller queue entries per pseudo-channel (default: the "
-                                             "controller preset's: 32 per pseudo-channel, ramulator2 32 per channel)")
-    p.add_argument("--controller", choices=("attnsim", "ramulator2", "dramsim3"),
-                   help="controller rule set (default: the spec's controller: key, else attnsim): scope of the "
-                        "nRRD_S/tFAW window and of read/write turnarounds, queue depth (hwmodels/dram/rules.py)")
+                                             "controller preset's: ramulator2 32 per channel, ideal and dramsim3 32 "
+                                             "per pseudo-channel)")
+    p.add_argument("--controller", metavar="{ramulator2,ideal,dramsim3}",  # checked by rules.controller_rules
+                   help="controller rule set (default: the spec's controller: key, else ramulator2, within 3 %% of "
+                        "Ramulator 2.1 on every recorded stream; ideal: the optimistic end, formerly 'attnsim'; "
+                        "dramsim3): scope of the nRRD_S/tFAW window and of read/write turnarounds, queues, page "
+                        "closing (hwmodels/dram/rules.py)")
+    p.add_argument("--closed-cap", type=int, metavar="N",
+                   help="with --page closed: close a row after N column accesses since its ACT (Ramulator's "
+                        "ClosedCAP cap; 0: after the last queued hit; default the preset's: ramulator2 4, ideal 0)")
     p.add_argument("--no-extrapolate", action="store_true",
                    help="simulate periodic patterns (sequential, strided) in full instead of extrapolating the "
                         "steady state over whole refresh windows")
@@ -84,6 +90,22 @@ def device_spec(ref: str, channels: int | None = None, banks: int | None = None)
         d["org"]["banks_per_group"] = bpg
         d["org"]["bank_groups"] = banks // bpg
     return spec_from_dict(d, file=f"{ref} (with --channels/--banks)")
+
+
+def with_closed_cap(spec, args):
+    """The spec with --closed-cap N set over its controller rules (refused with open page, and under a rule set that
+    does not read it: rules.override_error)."""
+    from attnsim.hwmodels.dram.rules import RuleOverrides, controller_rules, given_overrides, override_error
+    if (args.page or "open") != "closed":
+        raise ConfigError("has no effect with open page (add --page closed)", key="--closed-cap")
+    check_int(args.closed_cap, key="--closed-cap", lo=0, hi=1 << 24)
+    name = getattr(args, "controller", None) or spec.controller
+    controller_rules(name)  # an unknown or renamed preset name first
+    given = {**given_overrides(spec), "closed_cap": args.closed_cap}
+    bad = override_error(name, given, spec)
+    if bad and bad[0] == "closed_cap":
+        raise ConfigError(bad[1], key="--closed-cap")
+    return spec.model_copy(update=dict(controller_rules=RuleOverrides(**given)))
 
 
 def pattern(spec, kind: str, n: int, stride: int, write_fraction: float, seed: int):
@@ -188,7 +210,7 @@ def _refuse_ignored(args) -> None:
 def _check_before_compile(spec, args) -> None:
     """The address mapping and the controller preset are checked before the kernels compile (a cold
     Numba cache takes about a minute: a bad flag must not wait for it)."""
-    from attnsim.hwmodels.dram.rules import controller_rules
+    from attnsim.hwmodels.dram.rules import controller_rules, refuse_unread_by_stream
     from attnsim.hwmodels.dram.spec import parse_mapping
     if args.mapping is not None:
         try:
@@ -196,6 +218,8 @@ def _check_before_compile(spec, args) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc), key="mapping") from None
     rules = controller_rules(getattr(args, "controller", None), spec)
+    refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
+    refuse_unread_by_stream(spec, args.page or "open", refresh, args.queue, file=args.device)
     if getattr(args, "threads", None) is not None:
         from attnsim.hwmodels.dram.controller import check_threads
         check_threads(args.threads, spec.org.channels, "fast", False, rules, key="--threads")
@@ -210,6 +234,7 @@ def warm_up(spec) -> float:
     from attnsim.hwmodels.dram.controller import decode_by_channel, simulate_requests
     from attnsim.hwmodels.dram.traces import TRACE_DTYPE
     t0 = time.perf_counter()
+    spec = spec.model_copy(update=dict(controller_rules=None))  # the same kernels, whatever the overrides read
     simulate_requests(spec, np.arange(8, dtype=np.int64) * spec.org.burst_bytes, np.arange(8) % 2 == 1)
     view = np.zeros(8, TRACE_DTYPE)["addr"]
     view.flags.writeable = False
@@ -248,6 +273,8 @@ def simulate(args) -> dict:
     spec = device_spec(args.device, args.channels, args.banks)
     if args.queue is not None:
         check_int(args.queue, key="--queue", lo=1, hi=MAX_QUEUE)
+    if getattr(args, "closed_cap", None) is not None:
+        spec = with_closed_cap(spec, args)
     _refuse_ignored(args)
     _check_before_compile(spec, args)
     for k, v in PATTERN_DEFAULTS.items():
@@ -310,8 +337,8 @@ def load_trace(args, spec):
 
 
 # options that only a simulation reads (refused by convert)
-_SIMULATION_ONLY = ("queue", "page", "controller", "no_refresh", "refresh", "no_extrapolate", "no_skip_ahead",
-                    "threads", "json")
+_SIMULATION_ONLY = ("queue", "page", "controller", "closed_cap", "no_refresh", "refresh", "no_extrapolate",
+                    "no_skip_ahead", "threads", "json")
 
 
 def convert(args) -> int:

@@ -277,7 +277,8 @@ def main(argv=None) -> int:
     ap.add_argument("--streams", default=",".join(STREAMS))
     ap.add_argument("--requests", type=int, default=50_000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--controller", default=None, help="attnsim controller preset (default: the spec's)")
+    ap.add_argument("--controller", default=None,
+                    help="attnsim controller preset: ramulator2, ideal, dramsim3 (default: the spec's, else ramulator2)")
     ap.add_argument("--ramulator2", help="path to a Ramulator 2.1 checkout with built Python bindings")
     ap.add_argument("--ramulator2-python", default=sys.executable)
     ap.add_argument("--golden-out", help="directory for golden JSON files of the reference runs")

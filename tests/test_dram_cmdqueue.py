@@ -108,7 +108,7 @@ def test_rank_switch_and_ppd_timings_refused_outside_the_dramsim3_preset():
     from attnsim.hwmodels.dram.controller import simulate_requests
     spec = dramsim3_spec("lpddr4")  # nRTRS 1, nPPD 2
     addr = np.arange(64, dtype=np.int64) * 64
-    for preset in ("attnsim", "ramulator2"):
+    for preset in ("ideal", "ramulator2"):
         with pytest.raises(ConfigError, match=r"timing\.nRTRS: 0 unless the controller preset is dramsim3"):
             simulate_requests(spec, addr, np.zeros(64, bool), controller=preset)
     assert simulate_requests(spec, addr, np.zeros(64, bool), controller="dramsim3") is not None

@@ -53,7 +53,10 @@ def test_hbm3_sequential_default_queue_in_published_band():
     spec = one_channel("hbm3_6400")
     n = 60_000
     r = simulate_requests(spec, np.arange(n, dtype=np.int64) * 32, 0)
-    assert 0.85 <= r.bandwidth_gbps / r.peak_bandwidth_gbps <= 0.95
+    # Ramulator 2.1 on a sequential HBM3-6400 stream (1M reads, one channel, refresh on): 43.42 of 51.2 GB/s = 84.8 %
+    # of peak (shared/reference/dram_crosscheck.md); the default rules (ramulator2) within the project's 3 %. (The
+    # band was 85-95 % for the old optimistic default, now "ideal": 46.00 GB/s = 89.8 % on that stream.)
+    assert abs(r.bandwidth_gbps / r.peak_bandwidth_gbps / (43.42 / 51.2) - 1) <= 0.03
 
 
 @pytest.mark.parametrize("name", ["hbm2_2000", "hbm3_6400", "lpddr5_6400"])
@@ -76,10 +79,18 @@ def test_random_far_below_sequential_and_closed_page_has_no_conflicts():
     addr = rng.integers(0, spec.capacity_bytes // 32, n) * 32
     seq = simulate_requests(spec, np.arange(n, dtype=np.int64) * 32, 0)
     rnd = simulate_requests(spec, addr, 0)
-    closed = simulate_requests(spec, addr, 0, page="closed")
     assert rnd.bandwidth_gbps < 0.6 * seq.bandwidth_gbps
-    assert closed.row_conflicts == 0
     assert rnd.row_hits < 0.05 * n
+    # closed page that closes a row after its last queued hit (ideal) or after every column access (closed_cap 1):
+    # no request ever finds another row open. The default ClosedCAP cap 4 keeps a row open until its 4th access,
+    # which a random stream (< 5 % hits) rarely reaches: its rows then conflict as under open page.
+    from attnsim.hwmodels.dram.spec import spec_from_dict
+    cap1 = spec_from_dict({**spec.model_dump(), "controller_rules": {"closed_cap": 1}})
+    for closed in (simulate_requests(spec, addr, 0, page="closed", controller="ideal"),
+                   simulate_requests(cap1, addr, 0, page="closed")):
+        assert closed.row_conflicts == 0
+    cap4 = simulate_requests(spec, addr, 0, page="closed")
+    assert cap4.row_conflicts > 0.9 * rnd.row_conflicts
 
 
 @settings(max_examples=25, deadline=None)

@@ -111,6 +111,27 @@ def test_time_and_row_counts_match_golden(fname, kind):
             assert abs(a - b) <= max(TOL * b, 0.01 * n), (key, a, b)
 
 
+def test_default_rules_match_ramulator2():
+    """Evidence of the default rule set (rules.DEFAULT_CONTROLLER; the spec names no controller): within 3 % of
+    Ramulator 2.1's simulated time on every stream of every golden file (28 streams: 4 standards x seq, random,
+    strided, mixed, fewbanks, closed (ClosedCAP cap 4), norefresh)."""
+    from attnsim.hwmodels.dram.rules import DEFAULT_CONTROLLER
+    assert DEFAULT_CONTROLLER == "ramulator2" and len(CASES) == 28
+    worst = 0.0
+    for fname, kind in CASES:
+        g = FILES[fname]
+        s = g["streams"][kind]
+        base = load_dram_spec(g["attnsim_preset"])
+        assert "controller" not in base.model_fields_set and base.controller_rules is None  # no controller named
+        spec = device_spec(g["attnsim_preset"], channels=1)
+        addr, w = make_stream(spec.org, kind, g["requests"], g["seed"])
+        r = simulate_requests(spec, addr, w, mapping=g["mapping"], **stream_options(kind))
+        d = r.time_s / s["time_s"] - 1
+        assert abs(d) <= TOL, f"{fname} {kind}: default {r.time_s * 1e6:.2f} us vs {s['time_s'] * 1e6:.2f} us ({d:+.2%})"
+        worst = max(worst, abs(d))
+    assert worst > 0.01  # the streams are not trivially equal (README: largest -2.6 %, LPDDR5 no refresh)
+
+
 @pytest.mark.parametrize("ctrl", ["ramulator2", "dramsim3"])
 def test_rule_sets_keep_engine_equal_to_reference(ctrl):
     """Per-pseudo-channel windows/turnarounds and nCCDR in the Numba engine == the history-based reference."""
@@ -222,14 +243,19 @@ def test_write_drain_serves_writes_in_batches():
 def test_pseudo_channel_scope_slows_random_hbm3_and_is_refused_when_unknown():
     spec = device_spec("hbm3_6400", channels=1)
     addr, w = make_stream(spec.org, "random", 4000)
-    a = simulate_requests(spec, addr, w, queue=32, mapping=MAPPING)
+    a = simulate_requests(spec, addr, w, queue=32, mapping=MAPPING, controller="ideal")
     b = simulate_requests(spec, addr, w, queue=32, mapping=MAPPING, controller="ramulator2")
     # random rows: ACT-bound; 2 SIDs share one nRRD_S / tFAW window per pseudo-channel instead of one each
     assert b.cycles > 1.3 * a.cycles
     assert controller_rules("ramulator2").queue_per_pseudo_channel(2) == 16
     from attnsim.config import ConfigError
-    with pytest.raises(ConfigError, match="controller: expected one of attnsim, ramulator2, dramsim3"):
+    with pytest.raises(ConfigError, match="controller: expected one of ramulator2, ideal, dramsim3, got 'gem5'$"):
         simulate_requests(spec, addr, w, controller="gem5")
+    # the old name of the optimistic set is refused with its new name
+    with pytest.raises(ConfigError, match="got 'attnsim' \\(did you mean ideal\\? .* now called ideal"):
+        simulate_requests(spec, addr, w, controller="attnsim")
+    with pytest.raises(ConfigError, match="controller: .*got 'attnsim' .*now called ideal"):
+        load_dram_spec("hbm3_6400", {"controller": "attnsim"})
 
 
 def test_dramsim3_preset_staggers_refresh_across_ranks():
@@ -249,3 +275,92 @@ def test_dramsim3_preset_staggers_refresh_across_ranks():
         assert all(w <= f < w + slack for f, w in zip(first, want)), (ctrl, first, want)
         r0 = ref[(ref["pch"] == 0) & (ref["rank"] == 0)]["arrival"]
         assert np.all(np.abs(np.diff(r0) - refi) < slack)
+
+
+def _alt(field, v):
+    """A value of rule ``field`` other than ``v`` (the preset's)."""
+    if isinstance(v, bool):
+        return not v
+    other = {"rank": "pseudo_channel", "pseudo_channel": "rank", "channel": "pseudo_channel", "bank": "rank"}
+    if field == "queue_scope":
+        return "channel" if v == "pseudo_channel" else "pseudo_channel"
+    if isinstance(v, str):
+        return other[v]
+    if isinstance(v, float):
+        return 0.5
+    return {0: 8, 8: 4, 32: 16}.get(v, 1 if v != 1 else 4)
+
+
+# rule fields a preset refuses to have set (override_error: the rule set would not read them); every other field
+# must change the cycles of a closed-page stream
+REFUSED = {"ramulator2": {"cmd_queue_scope"},
+           # ideal: one mixed queue, no write buffer for the two-level queues of cmd_queue_entries
+           "ideal": {"cmd_queue_scope", "wr_low_watermark", "wr_high_watermark", "cmd_queue_entries"},
+           "dramsim3": {"closed_cap", "wr_low_watermark", "wr_high_watermark", "pre_holdback", "refresh_waits_active"}}
+
+
+@pytest.mark.parametrize("preset", sorted(REFUSED))
+def test_every_rule_override_takes_effect_or_is_refused(preset):
+    """controller_rules: {FIELD: value} over each preset, on closed-page HBM3 (2 SIDs, 2 pseudo-channels; nCCDR)
+    sequential, mixed and two-row streams (reads to 2 rows of each of 2 banks in random order: hits queue behind
+    older requests to the other row, where the PRE hold-back decides): it changes the cycles, or the spec is
+    refused naming the field."""
+    import dataclasses
+    from attnsim.config import ConfigError
+    from attnsim.hwmodels.dram import rules as RL
+    from attnsim.hwmodels.dram.spec import spec_from_dict
+    base = device_spec("hbm3_6400", channels=1)
+    streams = [make_stream(base.org, kind, 3000, 1) for kind in ("seq", "mixed")]
+    o, rng = base.org, np.random.default_rng(1)
+    row, col, bank = rng.integers(0, 2, 3000), rng.integers(0, o.columns, 3000), rng.integers(0, 2, 3000)
+    streams.append((((bank * o.rows + row) * o.columns + col) * o.burst_bytes, np.zeros(3000, bool)))  # MAPPING fields
+    def cycles(spec):
+        return [simulate_requests(spec, a, w, mapping=MAPPING, page="closed").cycles for a, w in streams]
+    d = base.model_dump()
+    ref = cycles(spec_from_dict({**d, "controller": preset}))
+    refused = set()
+    for f in dataclasses.fields(RL.ControllerRules):
+        alt = _alt(f.name, getattr(RL.PRESETS[preset], f.name))
+        try:
+            spec = spec_from_dict({**d, "controller": preset, "controller_rules": {f.name: alt}}, file="t.yaml")
+        except ConfigError as exc:
+            assert f"controller_rules.{f.name}: expected" in str(exc)
+            refused.add(f.name)
+            continue
+        assert cycles(spec) != ref, (preset, f.name, alt)
+    assert refused == REFUSED[preset]
+
+
+def test_closed_cap_is_a_setting():
+    """closed_cap over the default (ramulator2, cap 4): on closed-page sequential HBM3 (32 bursts per row, one bank
+    unit after another) cap 1 closes each row after one access, so every request opens its row: the row hits fall to 0
+    (cap 4: 3 hits per 4 accesses while a row stays open); spec key and CLI give the same result; refused with open
+    page, under dramsim3 (its two-level queues auto-precharge) and by `convert`."""
+    import json
+    import subprocess
+    import sys
+    from attnsim.config import ConfigError
+    from attnsim.hwmodels.dram.spec import spec_from_dict
+    base = device_spec("hbm3_6400", channels=1)
+    addr, w = make_stream(base.org, "seq", 4000, 1)
+    one = spec_from_dict({**base.model_dump(), "controller_rules": {"closed_cap": 1}})
+    a = simulate_requests(one, addr, w, mapping=MAPPING, page="closed")
+    b = simulate_requests(base, addr, w, mapping=MAPPING, page="closed")
+    assert a.row_hits == 0 and b.row_hits > 0.5 * len(addr) and a.cycles > b.cycles
+    with pytest.raises(ConfigError, match="controller_rules.closed_cap: expected no value \\(page open"):
+        simulate_requests(one, addr, w, mapping=MAPPING)
+    with pytest.raises(ConfigError, match="controller_rules.closed_cap: expected no value under controller dramsim3"):
+        spec_from_dict({**base.model_dump(), "controller": "dramsim3", "controller_rules": {"closed_cap": 1}})
+    with pytest.raises(ConfigError, match="controller_rules.closed_capp: unknown key \\(did you mean closed_cap\\?\\)"):
+        spec_from_dict({**base.model_dump(), "controller_rules": {"closed_capp": 1}})
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "attnsim", "dram", "--device", "hbm3_6400", "--channels", "1",
+                               "--pattern", "sequential", "--requests", "4000", *args], capture_output=True, text=True)
+    r1, r4 = (json.loads(cli("--page", "closed", "--closed-cap", str(c), "--json").stdout) for c in (1, 4))
+    assert r1["row_hits"] == 0 and r4["row_hits"] > 2000 and r1["cycles"] > r4["cycles"]
+    for args, msg in ((("--closed-cap", "1"), "error: --closed-cap: has no effect with open page"),
+                      (("--page", "closed", "--closed-cap", "1", "--controller", "dramsim3"),
+                       "error: --closed-cap: expected no value under controller dramsim3"),
+                      (("--controller", "attnsim"), "now called ideal")):
+        r = cli(*args)
+        assert r.returncode != 0 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -153,13 +153,13 @@ def test_write_drain_schedulers_issue_exactly_the_scan_order(seed):
 # hits / misses / conflicts, mean latency and a digest of the emitted command stream of 200k-request HBM3
 # streams (bench streams, seed 1). Any speed change of the schedulers must leave every figure identical. The
 # ramulator2 rows re-recorded with its pre_holdback False / refresh_waits_active True (rules.py; Ramulator 2.1's PRE
-# and refresh order, issue 13); the attnsim rows are unchanged.
+# and refresh order, issue 13); the ideal rows (the preset called "attnsim" then) are unchanged.
 RECORDED_200K = {
     "ramulator2/seq": [234279, 191648, 2287, 6065, 117033.857265, "bcede76a8c454893"],
     "ramulator2/random": [684393, 16, 5121, 194863, 341644.18995, "a312f1fe76d41b50"],
     "ramulator2/mixed": [745321, 12, 21830, 178158, 370716.27339, "9a38438e2516997e"],
-    "attnsim/mixed": [550968, 19, 3119, 196862, 274696.518945, "16641d439919d3b7"],
-    "attnsim/closed": [388845, 13, 199987, 0, 194043.933475, "2104c011c6aa6200"],
+    "ideal/mixed": [550968, 19, 3119, 196862, 274696.518945, "16641d439919d3b7"],
+    "ideal/closed": [388845, 13, 199987, 0, 194043.933475, "2104c011c6aa6200"],
 }
 
 

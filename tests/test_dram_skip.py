@@ -43,18 +43,18 @@ def _seq(spec, n, stride_bursts=1):
 # (device, controller, refresh, page, write pattern, stride in bursts, short nREFI, channels)
 CASES = [
     ("hbm3_6400", "ramulator2", "ab", "open", None, 1, 900, 1),
-    ("hbm3_6400", "attnsim", "ab", "open", None, 1, 900, 2),
+    ("hbm3_6400", "ideal", "ab", "open", None, 1, 900, 2),
     ("hbm3_6400", "ramulator2", "ab", "closed", None, 1, 2000, 1),
-    ("hbm3_6400", "attnsim", "pb", "open", None, 1, 900, 2),
+    ("hbm3_6400", "ideal", "pb", "open", None, 1, 900, 2),
     ("hbm3_6400", "ramulator2", "pb", "open", 7, 1, 900, 1),
     ("hbm3_6400", "ramulator2", "none", "open", None, 64, None, 1),
     ("hbm2_2000", "ramulator2", "ab", "open", 4, 1, 900, 1),
-    ("hbm2_2000", "attnsim", "ab", "closed", 3, 1, 900, 1),
+    ("hbm2_2000", "ideal", "ab", "closed", 3, 1, 900, 1),
     ("lpddr5_6400", "ramulator2", "ab", "open", None, 1, 900, 1),
     ("lpddr5_6400", "ramulator2", "ab", "closed", 3, 1, 900, 1),
-    ("lpddr5_6400", "attnsim", "pb", "open", 5, 1, 900, 1),
+    ("lpddr5_6400", "ideal", "pb", "open", 5, 1, 900, 1),
     ("ddr5_4800", "ramulator2", "ab", "open", 2, 1, 900, 1),
-    ("ddr5_4800", "attnsim", "none", "closed", None, 8, None, 1),
+    ("ddr5_4800", "ideal", "none", "closed", None, 8, None, 1),
 ]
 
 
@@ -200,7 +200,7 @@ def test_skip_ahead_exact_on_random_periodic_streams(seed):
     addr *= np.uint64(o.burst_bytes)
     gap = int(rng.choice([0, 0, 2, 7]))
     arr = np.arange(addr.shape[0]) * gap if gap else None
-    kw = dict(mapping=mapping, controller=["attnsim", "ramulator2"][seed % 2 if seed < 12 else (seed // 4) % 2],
+    kw = dict(mapping=mapping, controller=["ideal", "ramulator2"][seed % 2 if seed < 12 else (seed // 4) % 2],
               refresh=["ab", "pb", "none"][seed % 3], page=["open", "closed"][(seed // 3) % 2],
               queue=int(rng.choice([4, 16, 32])))
     _both(spec, addr, np.tile(wb, reps), arr, **kw)
@@ -238,5 +238,5 @@ def test_skip_ahead_latency_exact_when_queued_requests_arrived_otherwise(n):
     addr, w = _one_bank_rows(spec, n)
     arr = np.zeros(n, np.int64)
     arr[40:] = spec.timing.nRC * np.arange(n - 40)
-    a = _both(spec, addr, w, arr, queue=8, controller="attnsim", refresh="none")
+    a = _both(spec, addr, w, arr, queue=8, controller="ideal", refresh="none")
     assert a.skipped_requests > 0 or n < 1000

@@ -21,6 +21,7 @@ import pytest
 from attnsim.config import ConfigError
 from attnsim.experiment import ExperimentSpec
 from attnsim.hwmodels import registry
+from attnsim.hwmodels.dram.rules import RuleOverrides
 from attnsim.hwmodels.reliability.spec import ReliabilitySpec
 from attnsim.hwmodels.system import SystemSpec
 from attnsim.mapper.base import policies
@@ -276,9 +277,27 @@ ALTERNATIVE = {
     "Timing.nWTR_S": Alt(40, also=(("nWTR_L", 40),)),
     "Timing.nREFIpb": Alt(300, extra=PB),
     "Timing.nRFCpb": Alt(400, extra=PB),
-    # applied by the controller presets with device rules (hwmodels/dram/rules.py), not by the "attnsim" one
-    "Timing.nCCDR": Alt(8, extra=("hardware.hbm3_5200_pim.controller=ramulator2",)),
-    "Timing.act_cmd_cycles": Alt(4, extra=("hardware.hbm3_5200_pim.controller=ramulator2",)),
+    # applied by the controller presets with device rules (hwmodels/dram/rules.py: the default ramulator2), not by
+    # "ideal" / "dramsim3"
+    "Timing.nCCDR": Alt(8),
+    "Timing.act_cmd_cycles": Alt(4),
+    "DRAMSpec.controller": Alt("ideal"),
+    # controller_rules: a value other than the default preset's (ramulator2, rules.py PRESETS); the dram base runs a
+    # request stream (open page) and a PIM command program: fields either of them does not read are refused
+    "RuleOverrides.act_scope": Alt("rank"),
+    "RuleOverrides.turnaround_scope": Alt("rank"),
+    "RuleOverrides.queue_entries": Alt(8),
+    "RuleOverrides.queue_scope": Alt("pseudo_channel"),
+    "RuleOverrides.device_rules": Alt(False),
+    "RuleOverrides.closed_cap": Alt(1),
+    "RuleOverrides.write_queue_entries": Alt(8),
+    "RuleOverrides.wr_low_watermark": Alt(0.5),
+    "RuleOverrides.wr_high_watermark": Alt(0.5),
+    "RuleOverrides.refresh_stagger": Alt(True),
+    "RuleOverrides.cmd_queue_entries": Alt(8),
+    "RuleOverrides.cmd_queue_scope": Alt("rank"),
+    "RuleOverrides.pre_holdback": Alt(True),
+    "RuleOverrides.refresh_waits_active": Alt(False),
     # applied by the dramsim3 preset's two-level queue scheduler (hwmodels/dram/cmdqueue.py)
     "Timing.nRTRS": Alt(6, extra=("hardware.hbm3_5200_pim.controller=dramsim3",)),
     "Timing.nPPD": Alt(8, extra=("hardware.hbm3_5200_pim.controller=dramsim3",)),
@@ -353,13 +372,14 @@ def _mapper_options(cur, parent):
 
 
 HOOKS = {
+    ("DRAMSpec", "controller_rules"): lambda cur, parent: RuleOverrides,   # single rule fields (rules.py)
     ("ExperimentSpec", "reliability"): lambda cur, parent: ReliabilitySpec if cur else None,
     ("ExperimentSpec", "serving"): lambda cur, parent: ServingSpec if cur else None,
     ("MapperSpec", "options"): _mapper_options,
 }
 
 # schemas of the DRAM spec: tested on the "dram" base (the DRAM engine on a mixed request stream)
-DRAM_SCHEMAS = {"DRAMSpec", "Organisation", "Timing", "Energy", "IDD"}
+DRAM_SCHEMAS = {"DRAMSpec", "Organisation", "Timing", "Energy", "IDD", "RuleOverrides"}
 
 
 def tree_leaves(tree):

@@ -27,7 +27,11 @@ def test_efficiency_matches_request_level_and_refresh_bound(name):
     peak = spec.peak_bandwidth_gbps * 1e9 / spec.org.channels  # one channel, B/s
     eff = nbytes / r.time_s / peak
     one = device_spec(name, channels=1)  # the slow reference: FR-FCFS requests in address order
-    q = simulate_requests(one, np.arange(nbytes // 32, dtype=np.int64) * 32, 0, refresh="ab")
+    # under the "ideal" queue policy (PRE held back while hits are queued, 32 entries per pseudo-channel): a streaming
+    # controller's fixed interleave (CXL-PNM / buffer-die PUs) has no queue policy. The default FR-FCFS (ramulator2:
+    # rows closed at row boundaries for older requests, 32 entries per channel) streams hbm3_6400 at 84.3 % of peak
+    # against this program's 90.3 % (measured): the cost of Ramulator's queue policy, not of the device.
+    q = simulate_requests(one, np.arange(nbytes // 32, dtype=np.int64) * 32, 0, refresh="ab", controller="ideal")
     assert abs(eff / (q.bandwidth_gbps / q.peak_bandwidth_gbps) - 1) < 0.03
     t = spec.timing
     ideal = nbytes / peak

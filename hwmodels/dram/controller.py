@@ -27,12 +27,11 @@ from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, ti
 from attnsim.hwmodels.dram.cmdqueue import ctrl_kernel_twolevel
 from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
 from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, drain_mode, gap_refresh, in_refresh, room
-from attnsim.hwmodels.dram.rules import controller_rules
+from attnsim.hwmodels.dram.rules import MAX_QUEUE, controller_rules, refuse_unread_by_stream
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
 MAX_EMIT = 1 << 25  # emitted command records (emit=True): 2.4 GB
-MAX_QUEUE = 1 << 16  # queue entries per pseudo-channel
 
 
 def decode(spec: DRAMSpec, addr: np.ndarray, mapping: str | None = None):
@@ -464,6 +463,8 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
             raise ConfigError(f"0 unless the controller preset is dramsim3 (only its two-level queues apply it), "
                               f"got {getattr(spec.timing, name)} under controller {controller or spec.controller!r}",
                               key=f"timing.{name}")
+    refresh = spec.default_refresh if refresh is None else refresh
+    refuse_unread_by_stream(spec, page, refresh, queue)  # the spec's controller_rules: fields this run does not read
     if queue is None:
         queue = rules.queue_per_pseudo_channel(spec.org.pseudo_channels)
     addr = np.asarray(addr)
@@ -491,7 +492,6 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         raise ConfigError(f"expected fast, heap or scan, got {scheduler!r}", key="scheduler")
     big = n >= AGE_LIMIT or spec.banks_per_channel > MAX_BANKS  # beyond the flat scheduler's key fields (flat.py)
     check_threads(threads, spec.org.channels, "heap" if scheduler == "fast" and big else scheduler, emit, rules)
-    refresh = spec.default_refresh if refresh is None else refresh
     T = timing_vector(spec, refresh, idle_skip, rules)
     n_ch = spec.org.channels
     # channel-contiguous (the scheduler reads each channel's requests sequentially, by position)

@@ -256,11 +256,21 @@ def summarize(spec: DRAMSpec, T, RS, CS, ST, multiplicity=1, present=None, wall=
         sim_wall_s=wall)
 
 
+def _refuse_unread_rules(spec, refresh: str) -> None:
+    """A command program has no request queue or page policy: the spec's ``controller_rules:`` fields of those
+    (rules.CONTROLLER_ONLY), and refresh_stagger without refresh, would not take effect."""
+    from attnsim.hwmodels.dram.rules import CONTROLLER_ONLY, refuse_unread
+    refuse_unread(spec, CONTROLLER_ONLY, "a command program has no request queue or page policy")
+    if refresh == "none":
+        refuse_unread(spec, ("refresh_stagger",), "refresh none")
+
+
 def run_commands(spec, cmds: np.ndarray, multiplicity=1, refresh: str | None = None) -> CommandResult:
     """Time a command stream (API.md). ``spec``: DRAMSpec or preset name/path."""
     spec = load_dram_spec(spec)
     check_cmds(spec, cmds)
     refresh = spec.default_refresh if refresh is None else refresh
+    _refuse_unread_rules(spec, refresh)
     T = timing_vector(spec, refresh)
     n_ch = spec.org.channels
     BS, GS, RS, US, CS, ST = K.new_state(n_ch, T)
@@ -296,7 +306,9 @@ def raw_run(spec, cmds: np.ndarray, refresh: str | None = None, idle_skip: bool 
     """Kernel only: (cycles per channel, statistics [channel, kernel.STAT_NAMES]) without idle-tail refreshes."""
     spec = load_dram_spec(spec)
     check_cmds(spec, cmds)
-    T = timing_vector(spec, spec.default_refresh if refresh is None else refresh, idle_skip)
+    refresh = spec.default_refresh if refresh is None else refresh
+    _refuse_unread_rules(spec, refresh)
+    T = timing_vector(spec, refresh, idle_skip)
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     c = cmds
     K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],

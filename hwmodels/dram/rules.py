@@ -13,11 +13,11 @@ is named after the simulator whose controller it emulates:
   only within a rank (DRAMsim3; JEDEC specifies tWTR within a rank, the inter-rank bus turnaround is
   controller-defined), "pseudo_channel" = across its SIDs too (Ramulator 2.1 HBM3: nRTW and nCWL+nBL+nWTRS at
   level PseudoChannel).
-- ``queue_entries`` / ``queue_scope``: depth of the request queue, per pseudo-channel (attnsim, DRAMsim3's
+- ``queue_entries`` / ``queue_scope``: depth of the request queue, per pseudo-channel (ideal, DRAMsim3's
   trans queue 32 per HBM pseudo-channel channel) or per channel (Ramulator 2.1 HBM34/HBM12/LPDDR5 controllers:
   32 reads + 32 writes per channel).
 - ``write_queue_entries`` / ``wr_low_watermark`` / ``wr_high_watermark``: 0 = one mixed FR-FCFS queue
-  (attnsim, DRAMsim3's unified trans queue). Else reads and writes have separate queues per channel (reads
+  (ideal, DRAMsim3's unified trans queue). Else reads and writes have separate queues per channel (reads
   ``queue_entries``, writes ``write_queue_entries``; a full queue stalls the in-order front end) and the
   scheduler serves one class at a time: it switches to writes when more than high x entries are queued (or
   no read is), back to reads when fewer than low x entries are (and a read is queued); a request whose ACT
@@ -26,10 +26,11 @@ is named after the simulator whose controller it emulates:
   32/32; :403-413 set_write_mode; :305-314 pick_rw_if; hbm_controller_base.cpp:45-91 the active buffer).
   JEDEC is silent (a controller policy).
 
-- ``closed_cap``: closed page closes a row after its last queued hit (0, attnsim) or only after ``closed_cap``
-  column accesses since its ACT (Ramulator 2.1 row_policy ClosedCAP, cap 4: a random stream then keeps rows
-  open); JEDEC is silent (a controller policy).
-- ``refresh_stagger``: all ranks of a pseudo-channel refresh at the same due (attnsim, Ramulator 2.1 AllBank
+- ``closed_cap``: closed page closes a row after its last queued hit (0, ideal) or only after ``closed_cap``
+  column accesses since its ACT (Ramulator 2.1 row_policy ClosedCAP, a parameter: ``cap``, default 4, the
+  golden closed-page streams ran with 4: a random stream then keeps rows open); JEDEC is silent (a controller
+  policy).
+- ``refresh_stagger``: all ranks of a pseudo-channel refresh at the same due (ideal, Ramulator 2.1 AllBank
   refresh) or in turn, rank r first at (r + 1) x nREFI / ranks (DRAMsim3 RANK_LEVEL_STAGGERED, its default);
   JEDEC leaves the phase of each rank's refresh to the controller.
 - ``cmd_queue_entries`` / ``cmd_queue_scope``: 0 = requests are scheduled from the request queue(s) above. Else
@@ -38,36 +39,53 @@ is named after the simulator whose controller it emulates:
   not apply) until it moves into the command queue of its bank ("bank") or rank ("rank") of this depth; commands
   come from the command queues in round robin (DRAMsim3 @ 2981759 controller.cc, command_queue.cc). The spec's
   ``timing.nRTRS`` and ``timing.nPPD`` apply there. JEDEC is silent (a controller structure).
-- ``pre_holdback``: True (attnsim): a PRE that would close a row waits while a hit to that row is queued. False
+- ``pre_holdback``: True (ideal): a PRE that would close a row waits while a hit to that row is queued. False
   (Ramulator 2.1 @ c5b1c3a): it waits only while the request whose ACT opened the row has not issued its column
   command (the active buffer: src/ramulator/controller/controller_base.cpp:305-314 pick_rw_if refuses a request
   whose command would_close_active, :316-330); otherwise its FRFCFS (scheduler/impl/frfcfs.cpp:17-55: ready first,
   then the oldest) closes the row for an older request to another row while hits to it are queued, and they
   reopen it (at the row boundaries of a sequential stream). JEDEC is silent (a controller policy).
-- ``refresh_waits_active``: False (attnsim): a due refresh precharges its banks at once, also a row opened by an
+- ``refresh_waits_active``: False (ideal): a due refresh precharges its banks at once, also a row opened by an
   ACT whose request has not issued its column command yet (the request then activates its row again). True
   (Ramulator 2.1): those requests issue their column commands first, then the refresh precharges: the refresh
   request (priority buffer) may not close a bank of the active buffer (controller_base.cpp:281-303
   pick_priority_if, :292 would_close_active), the active buffer is served before it and the read/write buffers
   only when no refresh is pending (impl/lpddr_controller_base.cpp:237-252 select_normal_candidate,
   impl/hbm_controller_base.cpp:45-60 try_issue_slot). JEDEC is silent (it fixes tRFC/tREFI, not the order).
-- ``device_rules``: whether the spec's nCCDR and act_cmd_cycles apply. The "attnsim" preset keeps attnsim's
-  historical rule set (no inter-SID RD rule, every row command ``row_cmd_cycles`` long) so its results,
-  including the PIM reproductions and the steady-state extrapolation bounds, are unchanged; it is therefore
-  optimistic by about 1-2 % on sequential HBM3 (nCCDR) and by up to 30 % on random HBM2 (2-cycle ACT).
+- ``device_rules``: whether the spec's nCCDR and act_cmd_cycles apply ("ideal" and "dramsim3": no inter-SID RD
+  rule, every row command ``row_cmd_cycles`` long: optimistic by about 1-2 % on sequential HBM3 (nCCDR) and by up
+  to 30 % on random HBM2 (2-cycle ACT)).
 
-PIM devices use "attnsim" (the default): their reproductions (AttAcc, NeuPIMs, CENT, AiM) were calibrated
-against artefacts that time commands per SID/rank (AttAcc's and NeuPIMs' Ramulator 1 forks, DRAMsim3-based
-CENT/AiM), and the preset keeps their results unchanged. Request streams that should match Ramulator 2.1 use
-"ramulator2" (`--controller ramulator2` or `controller: ramulator2` in the spec).
+Default ("ramulator2", every DRAM spec and PIM device; spec.py ``controller``): the best evidence. It is the only
+rule set measured against a reference on every stream: Ramulator 2.1 @ c5b1c3a, 50k requests per stream, HBM2 /
+HBM3 / LPDDR5 / DDR5 x seq / random / strided / mixed / fewbanks / closed / norefresh (golden files
+tests/data/dram_golden/ramulator2_{hbm2,hbm3,lpddr5,ddr5}.json): all 28 within 3 % of Ramulator's simulated time,
+at most 2.6 % (tests/test_dram_golden.py test_default_rules_match_ramulator2). "ideal" (the historical attnsim
+rules: per-SID windows and turnarounds, no nCCDR, 1-slot ACT, one mixed queue, PRE held back for queued hits)
+is the optimistic end on the same streams: HBM3 -35 % random / -27 % mixed / -44 % closed, HBM2 -31 % random
+(shared/reference/dram_crosscheck.md; README "DRAM cross-check"). "dramsim3" emulates DRAMsim3's controller
+(tests/data/dram_golden/dramsim3_*.json, within 3 %). The name "attnsim" (the default before) is refused: it is
+now called "ideal". A spec's ``controller_rules:`` sets single fields over the chosen preset (``RuleOverrides``;
+e.g. ``closed_cap: 1``; ``attnsim dram --closed-cap N``); a field the resulting rule set does not read is
+refused (``override_error``; a run that does not read it: ``refuse_unread``).
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
+from typing import Annotated, Literal, Optional
 
-from attnsim.config import ConfigError
+from pydantic import Field
 
-CONTROLLERS = ("attnsim", "ramulator2", "dramsim3")
+from attnsim.config import ConfigError, Schema
+
+# Default rule set of every DRAM spec (request streams and PIM command programs): the best evidence, within 3 % of
+# Ramulator 2.1 on all 28 golden streams (tests/data/dram_golden/ramulator2_*.json; module docstring).
+DEFAULT_CONTROLLER = "ramulator2"
+CONTROLLERS = ("ramulator2", "ideal", "dramsim3")
+RENAMED = {"attnsim": "ideal"}  # old preset name -> its name now (refused with the new name)
+MAX_QUEUE = 1 << 16  # queue entries per pseudo-channel (controller.py)
 
 
 @dataclass(frozen=True)
@@ -94,24 +112,133 @@ class ControllerRules:
 
 
 PRESETS = {
-    "attnsim": ControllerRules("rank", "rank", 32, "pseudo_channel", False),
+    # the optimistic end (formerly "attnsim"): per-SID windows and turnarounds, no nCCDR, 1-slot ACT, one mixed
+    # 32-entry queue per pseudo-channel, PRE held back for queued hits, closed page after the last queued hit
+    "ideal": ControllerRules("rank", "rank", 32, "pseudo_channel", False),
     # trans_queue_size 32 (HBM2 / LPDDR4 .ini; unified_queue False: 32 reads + a 32-entry write buffer,
     # controller.cc:30-35), cmd_queue_size 8 per bank (queue_structure PER_BANK, command_queue.cc:16-21); refresh
     # staggered across ranks (DRAMsim3 @ 2981759 src/refresh.cc:16-17, 41-45, 64-65: every tREFI / ranks cycles
     # the next rank, round robin; the default refresh_policy)
     "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, write_queue_entries=32,
                                 refresh_stagger=True, cmd_queue_entries=8),
-    # ClosedCAP cap 4; 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49); PRE
+    # the default (DEFAULT_CONTROLLER). ClosedCAP cap 4 (Ramulator 2.1's default cap, the golden closed streams'); 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49); PRE
     # held back only for the active buffer, refresh after it (would_close_active, controller_base.cpp:281-330)
     "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8,
                                   pre_holdback=False, refresh_waits_active=True),
 }
 
 
+Scope = Literal["rank", "pseudo_channel"]
+Entries = Annotated[int, Field(ge=0, le=MAX_QUEUE)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class RuleOverrides(Schema):
+    """A DRAM spec's ``controller_rules:``: fields of ControllerRules set over the chosen preset."""
+    act_scope: Optional[Scope] = None
+    turnaround_scope: Optional[Scope] = None
+    queue_entries: Optional[Annotated[int, Field(ge=1, le=MAX_QUEUE)]] = None
+    queue_scope: Optional[Literal["pseudo_channel", "channel"]] = None
+    device_rules: Optional[bool] = None
+    closed_cap: Optional[Annotated[int, Field(ge=0, le=1 << 24)]] = None
+    write_queue_entries: Optional[Entries] = None
+    wr_low_watermark: Optional[Fraction] = None
+    wr_high_watermark: Optional[Fraction] = None
+    refresh_stagger: Optional[bool] = None
+    cmd_queue_entries: Optional[Annotated[int, Field(ge=0, le=1 << 10)]] = None  # x banks: the command queues' state
+    cmd_queue_scope: Optional[Literal["bank", "rank"]] = None
+    pre_holdback: Optional[bool] = None
+    refresh_waits_active: Optional[bool] = None
+
+
+# fields the two-level queues (cmd_queue_entries > 0, cmdqueue.py) do not read
+_NOT_TWO_LEVEL = ("closed_cap", "wr_low_watermark", "wr_high_watermark", "pre_holdback", "refresh_waits_active")
+# fields a PIM command program (engine.run_commands: no request queue, no page policy) does not read
+CONTROLLER_ONLY = ("queue_entries", "queue_scope", "closed_cap", "write_queue_entries", "wr_low_watermark",
+                   "wr_high_watermark", "cmd_queue_entries", "cmd_queue_scope", "pre_holdback", "refresh_waits_active")
+
+
+def given_overrides(spec) -> dict:
+    """The fields a spec's ``controller_rules:`` sets ({} without one)."""
+    o = getattr(spec, "controller_rules", None)
+    return {} if o is None else {k: v for k, v in o.model_dump().items() if v is not None}
+
+
+def name_error(name) -> str | None:
+    """Why ``name`` is no preset (None if it is one): the old name "attnsim" says what it is called now."""
+    if name in PRESETS:
+        return None
+    if name in RENAMED:
+        return (f"expected one of {', '.join(CONTROLLERS)}, got {name!r} (did you mean {RENAMED[name]}? the optimistic "
+                f"rule set once called {name} is now called {RENAMED[name]}; the default is {DEFAULT_CONTROLLER})")
+    return f"expected one of {', '.join(CONTROLLERS)}, got {name!r}"
+
+
+def override_error(name: str, given: dict, spec) -> tuple[str, str] | None:
+    """(field, message) of the first override of ``given`` that preset ``name`` with them would not read on ``spec``
+    (an organisation where the field makes no difference), or of inconsistent watermarks; None if all take effect."""
+    r = dataclasses.replace(PRESETS[name], **given)
+    o, t = spec.org, spec.timing
+    for f in given:
+        why = None
+        if r.cmd_queue_entries and f in _NOT_TWO_LEVEL:
+            why = "the two-level queues (cmd_queue_entries > 0, cmdqueue.py) do not read it"
+        elif not r.cmd_queue_entries and f == "cmd_queue_scope":
+            why = "only the two-level queues (cmd_queue_entries > 0) read it"
+        elif not r.write_queue_entries and f in ("wr_low_watermark", "wr_high_watermark"):
+            why = "only a write queue (write_queue_entries > 0) drains between watermarks"
+        elif o.ranks == 1 and f in ("act_scope", "turnaround_scope", "refresh_stagger"):
+            why = "one rank/SID per pseudo-channel: rank and pseudo-channel are the same"
+        elif o.pseudo_channels == 1 and f == "queue_scope":
+            why = "one pseudo-channel per channel: per channel and per pseudo-channel are the same"
+        elif f == "device_rules" and not t.nCCDR and (t.act_cmd_cycles or t.row_cmd_cycles) == t.row_cmd_cycles:
+            why = "the spec has no device rule (timing.nCCDR 0, no timing.act_cmd_cycles above row_cmd_cycles)"
+        if why:
+            return f, f"expected no value under controller {name} on this device ({why}), got {given[f]!r}"
+    if r.cmd_queue_entries and not r.write_queue_entries:  # writes wait in the write buffer of the two-level queues
+        f = "cmd_queue_entries" if "cmd_queue_entries" in given else "write_queue_entries"
+        return f, (f"expected write_queue_entries > 0 with cmd_queue_entries > 0 (the two-level queues hold writes in "
+                   f"a write buffer), got {r.write_queue_entries} / {r.cmd_queue_entries}")
+    wq = r.write_queue_entries  # the drain thresholds of engine.timing_vector (T_WQLO, T_WQHI)
+    if wq and not r.cmd_queue_entries and math.ceil(r.wr_low_watermark * wq) > math.floor(r.wr_high_watermark * wq):
+        f = next(x for x in ("wr_low_watermark", "wr_high_watermark", "write_queue_entries") if x in given)
+        return f, (f"expected ceil(wr_low_watermark x {wq}) <= floor(wr_high_watermark x {wq}), got "
+                   f"{r.wr_low_watermark} / {r.wr_high_watermark}")
+    return None
+
+
+def refuse_unread(spec, fields, why: str, file: str | None = None) -> None:
+    """ConfigError for the first of ``fields`` that the spec's ``controller_rules:`` sets (a run that does not read
+    it: ``why``)."""
+    given = given_overrides(spec)
+    for f in fields:
+        if f in given:
+            raise ConfigError(f"expected no value ({why}), got {given[f]!r}", file=file or getattr(spec, "name", None),
+                              key=f"controller_rules.{f}")
+
+
+def refuse_unread_by_stream(spec, page: str, refresh: str, queue, file: str | None = None) -> None:
+    """The spec's ``controller_rules:`` fields a request-stream run with these options does not read."""
+    if page == "open":
+        refuse_unread(spec, ("closed_cap",), "page open: closed_cap is the closed-page policy", file)
+    if refresh == "none":
+        refuse_unread(spec, ("refresh_stagger", "refresh_waits_active"), "refresh none", file)
+    if queue is not None:
+        refuse_unread(spec, ("queue_entries",), "the queue argument sets the depth", file)
+
+
 def controller_rules(name: str | None, spec=None) -> ControllerRules:
-    """Rule set of preset ``name`` (None: the spec's ``controller``, else "attnsim")."""
+    """Rule set of preset ``name`` (None: the spec's ``controller``, else DEFAULT_CONTROLLER) with the fields the
+    spec's ``controller_rules:`` sets over it."""
     if name is None:
-        name = getattr(spec, "controller", "attnsim") if spec is not None else "attnsim"
-    if name not in PRESETS:
-        raise ConfigError(f"expected one of {', '.join(CONTROLLERS)}, got {name!r}", key="controller")
-    return PRESETS[name]
+        name = getattr(spec, "controller", DEFAULT_CONTROLLER) if spec is not None else DEFAULT_CONTROLLER
+    err = name_error(name)
+    if err:
+        raise ConfigError(err, key="controller")
+    given = given_overrides(spec)
+    if not given:
+        return PRESETS[name]
+    bad = override_error(name, given, spec)
+    if bad:
+        raise ConfigError(bad[1], key=f"controller_rules.{bad[0]}")
+    return dataclasses.replace(PRESETS[name], **given)
