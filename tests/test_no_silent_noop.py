@@ -239,7 +239,8 @@ ALTERNATIVE = {
     "GPUSpec.tdp_w": Alt(200.0),  # the board cap binds only below the draw (x1.5 is never reached)
     # PIM / DRAM
     "PIMSpec.dram": Alt("hbm3_5200_pim_npc"),
-    "PIMSpec.refresh_interval_ms": Alt(8.0, extra=(LONG,)),   # refresh falls inside a long kernel only
+    # refresh falls inside a long kernel only: a long context on one item per channel (a searched split is short)
+    "PIMSpec.refresh_interval_ms": Alt(8.0, extra=(LONG, "hardware.attacc_hbm3_pim_5stack.channels_per_item=1")),
     "PUParams.macs_per_command": Alt(8),
     "PUParams.tflops": Alt(0.01),
     # a split item's slices fit one 2 KB buffer fill: the GB size matters for whole items (one per channel)
