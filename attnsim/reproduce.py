@@ -308,7 +308,7 @@ def run_rows(rep: Reproduction, set_name: Optional[str] = None, strict: bool = T
     documents per (label, the assumption sets applied to it), shared by the steps of :func:`waterfall`, so a
     step re-runs only the labels whose assumptions it changed."""
     from attnsim.runner import run_experiment
-    from attnsim.validate import Row
+    from attnsim.validation_row import Row
     docs = {}
     for label, exp in planned(rep).items():
         key = (label, tuple(assumption_sets(rep.spec, rep.dropped, label)))

@@ -22,37 +22,10 @@ Sets (each number with its source):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
 from attnsim.config import CONFIG_ROOT, ConfigError, load_yaml
-
-
-@dataclass
-class Row:
-    set: str
-    name: str
-    measured: float
-    published: float
-    tolerance: float  # relative error allowed ("relative" rows)
-    check: str = "relative"  # or "upper_bound": measured <= published
-    role: str = "validation"  # or "calibration" (in-sample) or "limit" (a physical bound)
-    system: str = ""  # the system (or GPU) the row is about
-    source: str = ""  # where the reference number comes from, when the row names it
-
-    @property
-    def error(self) -> float:
-        return self.measured / self.published - 1.0 if self.published else float("nan")
-
-    @property
-    def ok(self) -> bool:
-        if self.check == "upper_bound":
-            return bool(self.measured <= self.published * (1 + 1e-12))
-        return bool(abs(self.error) <= self.tolerance + 1e-12)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "error": self.error, "ok": self.ok}
+from attnsim.validation_row import Row  # noqa: F401  (attnsim.validate.Row, its public name)
 
 
 def _load(name: str) -> dict:

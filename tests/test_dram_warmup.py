@@ -4,6 +4,19 @@ import json
 import subprocess
 import sys
 
+# the kernel signatures every Numba dispatcher of the modules under PREFIX has compiled
+_SIGNATURES = r'''
+
+def signatures():
+    seen = {}
+    for name, mod in list(sys.modules.items()):
+        if name.startswith(PREFIX) and mod is not None:
+            for attr, obj in vars(mod).items():
+                if isinstance(obj, CPUDispatcher):
+                    seen[f"{name}.{attr}"] = {str(s) for s in obj.signatures}
+    return seen
+'''
+
 _SCRIPT = r'''
 import io, contextlib, json, os, sys, tempfile
 import numpy as np
@@ -13,16 +26,8 @@ from attnsim.cli import main
 from attnsim.cli_dram import warm_all, device_spec
 from attnsim.hwmodels.dram.traces import write_npy
 
-
-def signatures():
-    seen = {}
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("attnsim.hwmodels.dram") and mod is not None:
-            for attr, obj in vars(mod).items():
-                if isinstance(obj, CPUDispatcher):
-                    seen[f"{name}.{attr}"] = {str(s) for s in obj.signatures}
-    return seen
-
+PREFIX = "attnsim.hwmodels.dram"
+''' + _SIGNATURES + r'''
 
 warm_all()
 before = signatures()
@@ -67,16 +72,8 @@ from numba.core.registry import CPUDispatcher
 from attnsim.cli import main
 from attnsim.warmup import warm_all
 
-
-def signatures():
-    seen = {}
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("attnsim.hwmodels") and mod is not None:
-            for attr, obj in vars(mod).items():
-                if isinstance(obj, CPUDispatcher):
-                    seen[f"{name}.{attr}"] = {str(s) for s in obj.signatures}
-    return seen
-
+PREFIX = "attnsim.hwmodels"
+''' + _SIGNATURES + r'''
 
 warm_all()
 before = signatures()
