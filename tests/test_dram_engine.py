@@ -84,6 +84,33 @@ def test_pim_power_constraint_ratio_and_refresh_overhead():
     assert 1.3 < expect < 1.5   # ideal 6/4 = 1.5 diluted by the ACT/PRE overhead per row
 
 
+def test_perbank_refresh_pulls_in_a_round_for_allbank_commands():
+    """HBM3-PIM has nRFCpb 260 > nREFIpb 159 (AttAcc's nRFCSB / nREFISB, pim_dram.md): per-bank refreshes walked one
+    per nREFIpb always keep some bank of a rank refreshing, so an ACTAB/MACAB over every bank never found a window
+    and the kernel looped forever (4 ranks per channel here: 2 pseudo-channels x 2 SIDs). A command over several
+    banks now pulls in the rank's round (each bank once, nRREFD apart): it finishes, every bank is still refreshed
+    once per round of 16 x nREFIpb, and the stream pays one round per 16 x nREFIpb."""
+    spec = load_dram_spec("hbm3_5200_pim")
+    t = spec.timing
+    assert t.nRFCpb > t.nREFIpb
+    rows, macs = 40, 32
+    c = cmds_from(op=[Op.MACAB] * rows, row=np.arange(rows) % 5 + 1, repeat=macs, flags=F_AP)
+    pb = run_commands(spec, c, refresh="pb")
+    ab = run_commands(spec, c, refresh="ab")
+    base = _pim_closed_form(spec, rows, macs)
+    ng = spec.banks_per_rank                       # one bank per REFpb on HBM3 (nREFI / nREFIpb = 32 > 16)
+    rnd = ng * t.nREFIpb                           # cycles between two refreshes of one bank
+    ranks = spec.org.ranks * spec.org.pseudo_channels
+    # the rounds of a rank start at its dues nREFIpb, nREFIpb + rnd, ... up to the stream's end (tail included)
+    n_rounds = (pb.cycles - t.nREFIpb) // rnd + 1
+    assert pb.refreshes == ranks * ng * n_rounds
+    # each round blocks the banks for 15 x nRREFD + nRFCpb, then the interrupted row is opened again (<= nRC)
+    per_round = (ng - 1) * t.nRREFD + t.nRFCpb
+    assert base + (n_rounds - 1) * per_round <= pb.cycles <= base + n_rounds * (per_round + t.nRC + t.nRP)
+    # a REFab (nRFC 456 per nREFI 5070) costs an all-bank stream less than 16 REFpb (425 per 2544)
+    assert ab.cycles < pb.cycles
+
+
 def test_allbank_refresh_fraction_on_long_read_stream():
     # two bank groups streaming at bus rate: achieved/peak -> 1 - nRFC/nREFI (+ reopen cost)
     t = HBM3.timing

@@ -87,7 +87,8 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True, r
             K.T_WQ: rules.write_queue_entries, K.T_WQHI: math.floor(rules.wr_high_watermark * rules.write_queue_entries),
             K.T_WQLO: math.ceil(rules.wr_low_watermark * rules.write_queue_entries),
             K.T_REFSTAGGER: int(rules.refresh_stagger), K.T_PREHOLD: int(rules.pre_holdback),
-            K.T_REFACTIVE: int(rules.refresh_waits_active)}
+            K.T_REFACTIVE: int(rules.refresh_waits_active),
+            K.T_RREFD: t.nRREFD if t.nRREFD is not None else t.row_cmd_cycles}
     if p is not None:
         vals.update({K.T_CCDAB: p.nCCDAB, K.T_CCDSB: p.nCCDSB, K.T_RCDMAC: p.nRCDRDMAC or t.nRCDRD,
                      K.T_PIMROW: p.row_cmd_cycles, K.T_BUFSETUP: p.buf_setup_cycles,

@@ -35,8 +35,8 @@ F_IL = 2  # RD only: the record's bursts go round robin over the banks of its sc
  T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
  T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
  T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP, T_WQ, T_WQHI, T_WQLO,
- T_REFSTAGGER, T_PREHOLD, T_REFACTIVE) = range(52)
-N_T = 52  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
+ T_REFSTAGGER, T_PREHOLD, T_REFACTIVE, T_RREFD) = range(53)
+N_T = 53  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
 # controller rule set (rules.py): T_ACTSCOPE 1 = nRRD_S/tFAW per pseudo-channel (all ranks/SIDs of
 # it), 0 = per rank/SID; T_ROWCMDACT: row-bus cycles of an ACT (PRE/REF: T_ROWCMD); T_CCDR: RD->RD to another
 # SID of the pseudo-channel (0 = none); T_TASCOPE 1 = RD->WR / WR->RD turnarounds per pseudo-channel, 0 = per rank;
@@ -49,6 +49,7 @@ N_T = 52  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap
 # T_PREHOLD 1: a PRE waits while a hit to the open row is queued; 0: only while the request whose ACT opened the
 # row has not issued its column command (rules.py pre_holdback). T_REFACTIVE 1: a due refresh first lets those
 # requests of its banks issue their column commands (rules.py refresh_waits_active)
+# T_RREFD: REFpb -> REFpb of a rank, spacing the per-bank refreshes of a round pulled in by scope_refresh
 # T_ACTBGFAW: ACTs one ACTBG record counts in a rank's tFAW window (1..4; NewtonSim G_ACT = 4)
 
 # ---- state columns
@@ -169,6 +170,43 @@ def auto_refresh(r, T, BS, RS, CS, ST, ch):
     else:
         tr = refresh_rank(r, due, -1, T, BS, CS, ST, ch)
         RS[r, R_DUE] = due + T[T_REFI]
+    return tr
+
+
+@hot
+def scope_refresh(r, T, BS, RS, CS, ST, ch):
+    """The due refresh of rank ``r`` met by a command over several banks (ACTAB/MACAB/PREA, bank-group PIM ops).
+
+    All-bank refresh: the due REFab (auto_refresh). Per-bank refresh: the rank's whole round, every per-bank group
+    once in round order after one precharge of its open banks, each REFpb nRREFD after the previous one, pulled in
+    at the due; the next due is one round
+    later, so every bank is still refreshed once per round. Walking the round one REFpb per nREFIpb instead never
+    leaves a window in which all banks are free when nRFCpb > nREFIpb (HBM3: 260 > 159 cycles): an all-bank command
+    would wait forever. JEDEC lets a controller pull refreshes in ahead of their due (DDR4 JESD79-4 / LPDDR4
+    JESD209-4: up to 8 REFab-equivalents; a round of REFpb is one); an HBM-PIM controller running all-bank commands
+    has to. Returns the cycle of the round's last REFpb."""
+    if T[T_REFMODE] != 2:
+        return auto_refresh(r, T, BS, RS, CS, ST, ch)
+    due = RS[r, R_DUE]
+    NB = T[T_G] * T[T_B]
+    ng = NB // T[T_PBG]
+    idx = RS[r, R_PBNEXT]
+    tp = due   # the rank's open banks are precharged together first (refresh_rank then finds them closed)
+    for k in range(r * NB, r * NB + NB):
+        if BS[k, B_ROW] >= 0 and BS[k, B_PRE] > tp:
+            tp = BS[k, B_PRE]
+    for k in range(r * NB, r * NB + NB):
+        if BS[k, B_ROW] >= 0:
+            BS[k, B_ROW] = -1
+            ST[ch, S_PRE] += 1
+            if tp + T[T_RP] > BS[k, B_ACT]:
+                BS[k, B_ACT] = tp + T[T_RP]
+    at = due
+    tr = due
+    for j in range(ng):
+        tr = refresh_rank(r, at, (idx + j) % ng, T, BS, CS, ST, ch)
+        at = tr + T[T_RREFD]
+    RS[r, R_DUE] = due + ng * T[T_REFIPB]
     return tr
 
 
@@ -579,7 +617,7 @@ def prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST):
             t = CS[ch, C_ROWBUS]
         j, d = scope_due(nr, ranks, T, RS)
         if t >= d:
-            auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
+            scope_refresh(ranks[j], T, BS, RS, CS, ST, ch)
             continue
         for i in range(nb):
             k = banks[i]
@@ -627,8 +665,10 @@ def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS
             t = CS[ch, C_ROWBUS]
         j, d = scope_due(nr, ranks, T, RS)
         if t >= d:
-            if refresh_gap(ranks[j], t, T, BS, RS, ST, ch) == 0:  # t only grows in this loop: exact
-                auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
+            # t only grows in this loop: the closed form is exact; not under per-bank refresh, whose closed form
+            # walks REFpb one per nREFIpb and so never frees every bank of a scope (scope_refresh)
+            if T[T_REFMODE] == 2 or refresh_gap(ranks[j], t, T, BS, RS, ST, ch) == 0:
+                scope_refresh(ranks[j], T, BS, RS, CS, ST, ch)
             continue
         break
     for i in range(nb):
@@ -707,7 +747,7 @@ def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs,
             t = CS[ch, cb]
         j, due = scope_due(nr, ranks, T, RS)
         if t >= due:
-            auto_refresh(ranks[j], T, BS, RS, CS, ST, ch)
+            scope_refresh(ranks[j], T, BS, RS, CS, ST, ch)
             continue
         m = n - i
         lim = (due - t + sp - 1) // sp

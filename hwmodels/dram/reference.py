@@ -191,6 +191,29 @@ class RefEngine:
         self.H.append(Ev(tr, "REF", banks=group, rfc=rfc))
         self.st[ch, K.S_REF if idx < 0 else K.S_REFPB] += 1
         self.st[ch, K.S_REFBANKCYC] += rfc * len(group)
+        return tr
+
+    def scope_refresh(self, r, ch):
+        """kernel.scope_refresh: under per-bank refresh a command over several banks pulls in the rank's whole
+        round (each group once, nRREFD after the previous REFpb); all-bank refresh: the due REFab."""
+        T = self.T
+        if T[K.T_REFMODE] != 2:
+            self.auto_refresh(r, ch)
+            return
+        due = self.get_due(r)
+        ng = self.NB // T[K.T_PBG]
+        idx = self.pbnext.get(r, 0)
+        openb = [k for k in range(r * self.NB, (r + 1) * self.NB) if self.row.get(k, -1) >= 0]
+        if openb:   # one precharge of the rank's open banks first
+            tp = self.mx(due, *[self.pre_ready(k) for k in openb])
+            for k in openb:
+                self.row[k] = -1
+            self.H.append(Ev(tp, "PRE", banks=openb))
+            self.st[ch, K.S_PRE] += len(openb)
+        at = due
+        for j in range(ng):
+            at = self.refresh(r, at, (idx + j) % ng, ch) + T[K.T_RREFD]
+        self.due[r] = due + ng * T[K.T_REFIPB]
 
     def auto_refresh(self, r, ch):
         T = self.T
@@ -377,7 +400,7 @@ class RefEngine:
             t = self.mx(*[self.pre_ready(k) for k in openb], self.last[ch], self.rowbus[ch], -1)
             r, d = self.min_due(ranks)
             if t >= d:
-                self.auto_refresh(r, ch)
+                self.scope_refresh(r, ch)
                 continue
             for k in openb:
                 self.row[k] = -1
@@ -398,7 +421,7 @@ class RefEngine:
                 t = self.mx(t, self.rrd_faw(set(bgs), set(ranks), int(T[K.T_ACTBGFAW])))
             r, d = self.min_due(ranks)
             if t >= d:
-                self.auto_refresh(r, ch)
+                self.scope_refresh(r, ch)
                 continue
             break
         for k in banks:
@@ -429,7 +452,7 @@ class RefEngine:
                 t = self.mx(t, self.last[ch], self.colbus_of(ch))
                 r, d = self.min_due(ranks)
                 if t >= d:
-                    self.auto_refresh(r, ch)
+                    self.scope_refresh(r, ch)
                     continue
                 break
             if bgmode == 0:

@@ -81,6 +81,10 @@ class Timing(Schema):
     nRFCpb: Cycles
     nREFI: Cycles
     nREFIpb: Cycles
+    # REFpb -> REFpb of the same rank (JESD238 HBM3 tRREFD; LPDDR5 tpbR2pbR). Read where a PIM command over many
+    # banks pulls in a rank's round of per-bank refreshes (kernel.scope_refresh). None: not given, one row-command
+    # slot apart (row_cmd_cycles; optimistic)
+    nRREFD: Optional[Cycles] = None
     row_cmd_cycles: Cycles = 1     # command-bus slots of a row command (ACT/PRE)
     act_cmd_cycles: Optional[Cycles] = None  # row-bus slots of an ACT if longer (JESD235 HBM2: 2); default above
     nCCDR: CyclesOrZero = 0        # RD -> RD to another SID of the pseudo-channel (JESD238 HBM3 tCCDR); 0 = none
