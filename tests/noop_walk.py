@@ -312,6 +312,9 @@ def run_doc(kind: str, experiment: str, sets: list[str], dram: Optional[str] = N
                           row=1, repeat=[1, 8, 1, 1, 1, 1, 8, 8, 1])
             pr = run_commands(spec, c, refresh="none")
             out["pim_commands"] = {"cycles": int(pr.cycles), "energy_j": {k: float(v) for k, v in pr.energy_j.items()}}
+            if spec.default_refresh != "none":   # all-bank PIM rows long enough to meet refreshes (scope_refresh)
+                rows = cmds_from(op=[Op.MACAB] * 20, row=np.arange(20) % 5 + 1, repeat=32, flags=1)   # F_AP
+                out["pim_rows_refreshed_cycles"] = int(run_commands(spec, rows, refresh=spec.default_refresh).cycles)
         return json.loads(json.dumps(out, default=float))
     from attnsim.runner import run_experiment
     return _clean(run_experiment(exp))

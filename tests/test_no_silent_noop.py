@@ -279,6 +279,7 @@ ALTERNATIVE = {
     "Timing.nWTR_S": Alt(40, also=(("nWTR_L", 40),)),
     "Timing.nREFIpb": Alt(300, extra=PB),
     "Timing.nRFCpb": Alt(400, extra=PB),
+    "Timing.nRREFD": Alt(40, extra=PB),   # all-bank PIM rows pull in per-bank refresh rounds (scope_refresh)
     # applied by the controller presets with device rules (hwmodels/dram/rules.py: the default ramulator2), not by
     # "ideal" / "dramsim3"
     "Timing.nCCDR": Alt(8),
