@@ -66,8 +66,8 @@ def _print_docs(docs, attrs, as_json: bool, breakdown: bool, ends=(), defaults: 
               "softmax + attn_context):")
         print("\n".join(differs))
     if flips_cost is not None:
-        print(f"verdict flips: {flips_cost['parameters']} assumed parameters (ranges: entries) at their low and high "
-              f"end, {flips_cost['reruns']} re-runs, {flips_cost['wall_s']:.1f} s (--no-flips skips them)")
+        print(f"verdict flips: {flips_cost['parameters']} assumed parameters (ranges: entries at their low and high "
+              f"end, choices: entries at each alternative), {flips_cost['reruns']} re-runs, {flips_cost['wall_s']:.1f} s (--no-flips skips them)")
     mappings = mapping_lines(docs)
     if mappings:  # the JSON holds the same per run: breakdown.decode_step.pim_mapping
         print("\nPIM mapping of the decode step (partition x channels_per_item on the channels used; a hardware file's "

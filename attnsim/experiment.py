@@ -179,6 +179,7 @@ def _load_hardware(tree: ConfigTree, base: Optional[Path]) -> None:
             continue
         hw = load_yaml(p)
         registry.check_ranges(hw, display_path(p))  # the file's ranges hold its own values
+        registry.split_choices(hw, display_path(p))  # its choices: legal values other than its own
         tree.hardware[name] = hw
         tree.files[("hardware", name)] = display_path(p)
         # hardware may reference other hardware (e.g. a PIM device names its DRAM preset)

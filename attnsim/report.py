@@ -245,7 +245,11 @@ def differ_lines(docs: list[dict], top: int = 3) -> list[str]:
 
 
 def _span(r: dict) -> str:
-    """'hardware.x.key in [low, high] (ratio at low x-ratio at high x)' of a verdict_flips row."""
+    """'hardware.x.key in [low, high] (ratio at low x-ratio at high x)' of a verdict_flips row; a categorical
+    choice: 'hardware.x.key = alternative (ratio x), ...'."""
+    if r.get("choice"):
+        alts = ", ".join(f"{a} ({fmt_num(q, 'x')})" for a, q in zip(r["alternatives"], r["ratio_alternatives"]))
+        return f"{r['parameter']} = {alts}"
     return (f"{r['parameter']} in [{r['low']:g}, {r['high']:g}] "
             f"({fmt_num(r['ratio_low'], 'x')}-{fmt_num(r['ratio_high'], 'x')})")
 
@@ -259,7 +263,7 @@ def verdict_line(doc: dict) -> str:
     head = (f"verdict: {doc['system']} {_faster(s['ratio_base'])} than {s['baseline']} "
             f"(throughput ratio {fmt_num(s['ratio_base'], 'x')})")
     if not n:
-        return head + "; no assumed parameter (ranges: entry) in its or the baseline's hardware"
+        return head + "; no assumed parameter (ranges: or choices: entry) in its or the baseline's hardware"
     flips = [r for r in rows if r["flips"]]
     moves = [r for r in rows if r["moves_over_10pct"] and not r["flips"]]
     robust = n - len(flips) - len(moves)
@@ -269,7 +273,10 @@ def verdict_line(doc: dict) -> str:
         parts.append("flips with " + ", ".join(_span(r) for r in flips))
     if moves:
         parts.append("moves >10 % with " + ", ".join(_span(r) for r in moves))
-    failed = [f"{r['parameter']} at {end}" for r in rows for end in ("low", "high") if r[f"ratio_{end}"] is None]
+    failed = [f"{r['parameter']} at {end}" for r in rows if not r.get("choice")
+              for end in ("low", "high") if r[f"ratio_{end}"] is None]
+    failed += [f"{r['parameter']} = {a}" for r in rows if r.get("choice")
+               for a, q in zip(r["alternatives"], r["ratio_alternatives"]) if q is None]
     if failed:
         parts.append("does not complete with " + ", ".join(failed))
     return "; ".join(parts)

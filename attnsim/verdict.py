@@ -1,5 +1,6 @@
 """Verdict flips: which assumed hardware parameters move a run's headline ratio against its baseline
-across 1.0, or by more than 10 %, within their plausible ranges (issue 27 section 3; DESIGN.md "One truth").
+across 1.0, or by more than 10 %, within their plausible ranges or at their plausible other choices (issue 27
+section 3; DESIGN.md "One truth").
 
 The assumed parameters are the ``ranges:`` entries of the hardware the compared system and the baseline use
 (tag ``assumed`` unless the file's ``evidence:`` block says otherwise: hwmodels/registry.py
@@ -11,12 +12,19 @@ parameter's hardware run again; every other value is the run's own, and the base
 shared by every system compared with it (memoised), so the cost is at most two re-runs per parameter and
 system using it.
 
+Categorical settings that decide verdicts (a DRAM spec's controller rules, a PIM device's KV mapping, a link's
+all-reduce algorithm) have no range: a hardware file's ``choices:`` block lists their other plausible values
+with a source (hwmodels/registry.py ``split_choices``), and each alternative is one more re-run. A choice's row
+names its alternatives; its ``low`` / ``high`` are the alternatives giving the lowest / highest ratio.
+
 The headline ratio is the one the run table's ``vs base thr`` column shows: ``vs_baseline.throughput_ratio``
 (tokens per second, prefill and decode, over the baseline's).
 """
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 from attnsim.config import ConfigError
@@ -39,6 +47,44 @@ def assumed_params(tree, hardware: list[str]) -> list:
         tags = registry.evidence_tags(tree.hardware[h], tree.file_of("hardware", h))
         out += [replace(p, source=tags[p.key].source) for p in hardware_params(tree, h)
                 if tags.get(p.key) is not None and tags[p.key].tag == registry.ASSUMED]  # evidence's source first
+    return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One categorical setting of a hardware file with its other plausible values (a ``choices:`` entry)."""
+
+    hardware: str
+    key: str
+    base: object
+    values: tuple
+    source: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.hardware}.{self.key}"
+
+    def override(self, v) -> str:
+        return f"hardware.{self.hardware}.{self.key}={json.dumps(v)}"
+
+
+def choice_params(tree, hardware: list[str]) -> list[Choice]:
+    """The ``choices:`` entries of the named hardware of a config tree (values as the tree holds them, ``--set``
+    applied; an alternative equal to the value in use is left out)."""
+    from attnsim.hwmodels import registry
+    out = []
+    for h in hardware:
+        hw, f = tree.hardware[h], tree.file_of("hardware", h)
+        choices = registry.split_choices(hw, f, own_differs=False)
+        if not choices:
+            continue
+        spec = registry.validate_hardware(hw, f)
+        for key, c in choices.items():
+            own = registry._spec_value(spec, key)
+            own = getattr(own, "value", own)
+            alts = tuple(v for v in c.values if v != own and str(v) != str(own))
+            if alts:
+                out.append(Choice(h, key, own, alts, c.source))
     return out
 
 
@@ -94,6 +140,9 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
     r0 = ratio(None, None)
     rows = []
     for p in params:
+        if isinstance(p, Choice):
+            rows.append(_choice_row(p, r0, ratio, runs, point, base, point_hw, base_hw))
+            continue
         row = {"parameter": f"hardware.{p.name}", "value": p.base, "low": p.value(p.low), "high": p.value(p.high),
                "source": p.source}
         for end in ("low", "high"):
@@ -110,6 +159,34 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
         rows.append(row)
     return {"ratio": RATIO, "baseline": next(iter(base[1].systems)), "ratio_base": r0,
             "parameters_checked": len(params), "parameters": rows}
+
+
+def _moves(r0, ends) -> bool:
+    return r0 is not None and r0 > 0 and any(abs(r / r0 - 1.0) > MOVE_FRACTION for r in ends if r is not None)
+
+
+def _choice_row(p: Choice, r0, ratio, runs: Runs, point, base, point_hw, base_hw) -> dict:
+    """The row of a categorical choice: the ratio at each alternative; ``low`` / ``high`` the alternatives that
+    give the lowest / highest (for the tables and the tornado figure)."""
+    from attnsim.sensitivity import flips
+    row = {"parameter": f"hardware.{p.name}", "value": p.base, "choice": True, "alternatives": list(p.values),
+           "source": p.source}
+    ratios = []
+    for v in p.values:
+        ov = p.override(v)
+        r = ratio(ov if p.hardware in point_hw else None, ov if p.hardware in base_hw else None)
+        ratios.append(r)
+        if r is None:
+            why = runs.errors.get((point[0], ov)) or runs.errors.get((base[0], ov)) or "did not complete"
+            row.setdefault("errors", {})[str(v)] = why
+    row["ratio_alternatives"] = ratios
+    done = [(r, i) for i, r in enumerate(ratios) if r is not None]
+    lo = min(done)[1] if done else 0
+    hi = max(done)[1] if done else 0
+    row.update(low=p.values[lo], high=p.values[hi], ratio_low=ratios[lo], ratio_high=ratios[hi])
+    row["flips"] = bool(flips(r0, ratios))
+    row["moves_over_10pct"] = _moves(r0, ratios)
+    return row
 
 
 def add_flips(tree, docs: list[dict], baseline: str) -> dict:
@@ -132,7 +209,7 @@ def add_flips(tree, docs: list[dict], baseline: str) -> dict:
         for s in (d["system"], baseline):
             refs.setdefault(s, hardware_refs(tree, s))
         hw = list(dict.fromkeys(refs[d["system"]] + refs[baseline]))
-        params = assumed_params(tree, hw)
+        params = assumed_params(tree, hw) + choice_params(tree, hw)
         checked |= {p.name for p in params}
         point = ((d["system"], m, sc), _restrict(tree, d["system"], m, sc))
         base = ((baseline, m, sc), _restrict(tree, baseline, m, sc))
@@ -162,5 +239,6 @@ def point_flips(doc: dict, point: tuple, partner: tuple) -> dict:
         if h not in merged.hardware:
             merged.hardware[h] = partner[1].hardware[h]
             merged.files[("hardware", h)] = partner[1].file_of("hardware", h)
-    params = assumed_params(merged, list(dict.fromkeys(phw + bhw)))
+    hw = list(dict.fromkeys(phw + bhw))
+    params = assumed_params(merged, hw) + choice_params(merged, hw)
     return pair_flips(_SWEEP_RUNS, point, partner, params, set(phw), set(bhw))

@@ -171,12 +171,12 @@ def field_keys(schema, prefix: str = "") -> list[str]:
 
 
 def split_ranges(hw: dict, file: str | None = None, schema=None) -> tuple[dict, dict[str, RangeSpec]]:
-    """(the config without ``ranges`` and ``evidence``, {dotted key: RangeSpec}); refuses a key that names
+    """(the config without ``ranges``, ``evidence`` and ``choices``, {dotted key: RangeSpec}); refuses a key that names
     no number field of the file's kind, a range with low > high, a missing source, and a bad ``evidence:``
     block (:func:`evidence_tags`)."""
-    if RANGES_KEY not in hw and EVIDENCE_KEY not in hw:
+    if RANGES_KEY not in hw and EVIDENCE_KEY not in hw and CHOICES_KEY not in hw:
         return hw, {}
-    rest = {k: v for k, v in hw.items() if k not in (RANGES_KEY, EVIDENCE_KEY)}
+    rest = {k: v for k, v in hw.items() if k not in (RANGES_KEY, EVIDENCE_KEY, CHOICES_KEY)}
     raw = hw.get(RANGES_KEY, {})
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping of field -> {low, high, source}", file=file, key=RANGES_KEY)
@@ -248,6 +248,68 @@ def evidence_tags(hw: dict, file: str | None = None) -> dict[str, EvidenceSpec]:
     _, ranges = split_ranges(hw, file, schema)
     out = {k: EvidenceSpec(tag=ASSUMED, source=r.source) for k, r in ranges.items()}
     out.update(_evidence(hw, file, schema, ranges))
+    return out
+
+
+# ---------------------------------------------------------------- categorical choices (verdict flips)
+#
+# A hardware config may also hold ``choices:``: per categorical setting whose value decides verdicts (a DRAM
+# spec's controller rules, a PIM device's KV mapping, a link's all-reduce algorithm) the other plausible values
+# and where they come from. The run reads the file's own value; the verdict-flip check (attnsim.verdict)
+# re-runs each alternative, as it re-runs both ends of each ``ranges:`` entry.
+
+CHOICES_KEY = "choices"
+
+
+class ChoiceSpec(Schema):
+    """The other plausible values of one categorical setting, with the source that makes them plausible."""
+
+    values: list = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
+def _spec_value(spec, key: str):
+    """The validated value of a dotted input key (aliases followed) of a hardware spec."""
+    value = spec
+    for part in key.split("."):
+        value = getattr(value, next((n for n, f in type(value).model_fields.items() if (f.alias or n) == part), part))
+    return value
+
+
+def split_choices(hw: dict, file: str | None = None, own_differs: bool = True) -> dict[str, ChoiceSpec]:
+    """{dotted key: ChoiceSpec} of a hardware config's ``choices:`` block: each key names a field of the kind
+    (a continuous number takes a ``ranges:`` entry instead), each alternative is a legal value of it and (with
+    ``own_differs``, the file as read) differs from the file's own."""
+    import copy
+    if not isinstance(hw, dict) or CHOICES_KEY not in hw:
+        return {}
+    raw = hw[CHOICES_KEY]
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of field -> {values, source}", file=file, key=CHOICES_KEY)
+    spec = validate_hardware(hw, file)
+    schema = type(spec)
+    keys = field_keys(schema)
+    rest, _ = split_ranges(hw, file, schema)
+    out = {}
+    for key, c in raw.items():
+        where = f"{CHOICES_KEY}.{key}"
+        if str(key) not in keys:
+            raise ConfigError(f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}",
+                              file=file, key=where)
+        ch = validate(ChoiceSpec, c if isinstance(c, dict) else {"values": c}, file=file, prefix=where)
+        own = _spec_value(spec, str(key))
+        for i, v in enumerate(ch.values):
+            if own_differs and (v == own or str(v) == str(own)):
+                raise ConfigError(f"expected a value other than the file's own ({own!r}), got {v!r}", file=file,
+                                  key=f"{where}.values.{i}")
+            trial = copy.deepcopy(rest)
+            set_dotted(trial, str(key).split("."), v, create=True)
+            try:
+                validate(schema, trial, file=file)
+            except ConfigError as exc:
+                raise ConfigError(f"expected a legal value of {key}, got {v!r} ({exc.message})", file=file,
+                                  key=f"{where}.values.{i}") from None
+        out[str(key)] = ch
     return out
 
 

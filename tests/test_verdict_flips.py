@@ -33,7 +33,8 @@ H100_RANGES = {"hbm_bandwidth_gbps": {"low": 500, "high": 3350, "source": "assum
                "mem_eta_max": {"low": 0.7, "high": 0.862, "source": "assumption: test"},
                "idle_power_w": {"low": 60, "high": 150, "source": "assumption: test"}}
 SETS = {"models.llama2-7b.num_layers": 2, "hardware.h100_sxm.ranges": H100_RANGES,
-        "hardware.a100_80gb_sxm.ranges": {}, "hardware.nvlink3.ranges": {}, "hardware.nvlink4.ranges": {}}
+        "hardware.a100_80gb_sxm.ranges": {}, "hardware.nvlink3.ranges": {}, "hardware.nvlink4.ranges": {},
+        "hardware.nvlink3.choices": {}, "hardware.nvlink4.choices": {}}
 BW, KERNEL, ETA, IDLE = (f"hardware.h100_sxm.{k}" for k in H100_RANGES)
 
 
@@ -139,6 +140,67 @@ def test_flip_and_ten_percent_rule_by_hand():
                     "(1.000x-1.220x); does not complete with hardware.both.c at high")
 
 
+# ---------------------------------------------------------------- categorical choices
+
+def _nvlink4() -> dict:
+    return load_yaml(find_config("hardware", "nvlink4"))
+
+
+@pytest.mark.parametrize("choices,key,msg", [
+    ({"bogus": {"values": [1], "source": "x"}}, "choices.bogus", "expected a field of kind link ("),
+    ({"allreduce": {"values": ["nccl"], "source": "x"}}, "choices.allreduce.values.0",
+     "expected a value other than the file's own ('nccl'), got 'nccl'"),
+    ({"allreduce": {"values": ["ring", "bogus"], "source": "x"}}, "choices.allreduce.values.1",
+     "expected a legal value of allreduce, got 'bogus'"),
+    ({"allreduce": {"values": [], "source": "x"}}, "choices.allreduce.values", ""),
+    ({"allreduce": {"values": ["ring"]}}, "choices.allreduce.source", "missing required key"),
+    (["allreduce"], "choices", "expected a mapping of field -> {values, source}"),
+])
+def test_bad_choices_refused_one_line(choices, key, msg):
+    with pytest.raises(ConfigError) as e:
+        registry.split_choices({**_nvlink4(), "choices": choices}, "x.yaml")
+    s = str(e.value)
+    assert "\n" not in s and e.value.file == "x.yaml" and e.value.key == key and msg in s, s
+
+
+def test_shipped_choices_are_legal_alternatives():
+    """Every built-in choices: block names legal values other than the file's own (checked at load too)."""
+    from pathlib import Path
+    n = 0
+    for f in sorted(Path(find_config("hardware", "nvlink4")).parent.glob("*.yaml")):
+        n += len(registry.split_choices(load_yaml(f), f.name))
+    assert n >= 8   # 6 AttAcc PIM presets (channels_per_item) + NVLink 3 and 4 (allreduce)
+
+
+CHOICES = {**SETS, "hardware.h100_sxm.ranges": {},
+           "hardware.nvlink4.choices": {"allreduce": {"values": ["ring", "custom"], "source": "assumption: test"}}}
+
+
+def test_choice_alternatives_match_plain_runs():
+    """A categorical choice is re-run at each alternative: its ratios equal plain runs with the value set by
+    --set; low / high are the alternatives with the lowest / highest ratio; the A100 baseline (NVLink 3) is
+    not re-run with NVLink 4's values."""
+    from attnsim.report import _span
+    res = attnsim.run(EXP, CHOICES, flips=True)
+    sec = _section(res)
+    assert sec["parameters_checked"] == 1
+    row = _row(sec, "hardware.nvlink4.allreduce")
+    assert row["choice"] and row["value"] == "nccl" and row["alternatives"] == ["ring", "custom"]
+    for alt, r in zip(row["alternatives"], row["ratio_alternatives"]):
+        plain = attnsim.run(EXP, {**CHOICES, "hardware.nvlink4.allreduce": alt})
+        assert r == pytest.approx(plain[1]["vs_baseline"]["throughput_ratio"], rel=1e-12), alt
+    lo, hi = min(row["ratio_alternatives"]), max(row["ratio_alternatives"])
+    assert (row["ratio_low"], row["ratio_high"]) == (lo, hi)
+    assert row["low"] == row["alternatives"][row["ratio_alternatives"].index(lo)]
+    r0 = sec["ratio_base"]
+    assert row["flips"] == any((e - 1) * (r0 - 1) < 0 for e in row["ratio_alternatives"])
+    assert row["moves_over_10pct"] == any(abs(e / r0 - 1) > 0.10 for e in row["ratio_alternatives"])
+    assert _span(row).startswith("hardware.nvlink4.allreduce = ring (") and ", custom (" in _span(row)
+    # an alternative the run already uses is left out (here: --set to ring leaves custom only)
+    res2 = attnsim.run(EXP, {**CHOICES, "hardware.nvlink4.allreduce": "ring"}, flips=True)
+    assert _row(_section(res2), "hardware.nvlink4.allreduce")["alternatives"] == ["custom"]
+
+
 # ---------------------------------------------------------------- a case built to flip
 
 def test_flip_case_matches_plain_runs(flipped):
@@ -213,7 +275,7 @@ def test_run_prints_verdict_line_and_json(tmp_path, capsys, flipped):
 
 def test_default_experiment_prints_verdicts(capsys):
     """attnsim run of the default experiment: one verdict line per compared system, every parameter checked
-    is an assumed (ranged) one of the hardware its system or the baseline uses."""
+    is an assumed (ranged) one or a choices: entry of the hardware its system or the baseline uses."""
     assert main(["run", "--no-write", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     from attnsim.experiment import load_experiment
@@ -224,7 +286,7 @@ def test_default_experiment_prints_verdicts(capsys):
             assert "verdict_flips" not in r
             continue
         hw = list(dict.fromkeys(hardware_refs(tree, r["system"]) + hardware_refs(tree, "dgx_h100")))
-        want = [f"hardware.{p.name}" for p in verdict.assumed_params(tree, hw)]
+        want = [f"hardware.{p.name}" for p in verdict.assumed_params(tree, hw) + verdict.choice_params(tree, hw)]
         sec = r["verdict_flips"]
         assert [x["parameter"] for x in sec["parameters"]] == want and sec["parameters_checked"] == len(want) > 0
         assert sec["ratio_base"] == r["vs_baseline"]["throughput_ratio"]
