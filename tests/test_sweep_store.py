@@ -158,6 +158,9 @@ w = StoreWriter({out!r}, {{"sweep_id": "fake"}}, {{"p": "i8"}}, checkpoint_s=0.0
 for i in range({n}):
     if "k%05d" % i not in w.done_keys:
         w.append(_fake_record(i))
+    if i + 1 == {hold}:   # a killed run: it waits for its SIGKILL here instead of finishing under a loaded test
+        import time
+        time.sleep(600)
 w.close()
 """
 
@@ -166,12 +169,13 @@ def test_sigkill_at_random_moments_of_folds_never_corrupts(tmp_path):
     """Folds after every append, killed at random times: the file always opens, keys stay unique."""
     out = tmp_path / "f.h5"
     n = 150
-    script = _WRITER_SCRIPT.format(tests=str(ROOT / "tests"), out=str(out), n=n)
     rng = np.random.default_rng(3)
     prev = {}
     for _ in range(4):  # kill after a random number of new points, at a random moment (mostly in a fold)
-        proc = subprocess.Popen([sys.executable, "-c", script])
         target = len(prev) + int(rng.integers(5, 25))
+        # the writer goes on 20 points past the target, then waits to be killed (never finishes first)
+        script = _WRITER_SCRIPT.format(tests=str(ROOT / "tests"), out=str(out), n=n, hold=target + 20)
+        proc = subprocess.Popen([sys.executable, "-c", script])
         while proc.poll() is None and (not out.exists() or len(read_store_rows(out)) < target):
             time.sleep(0.01)
         time.sleep(float(rng.uniform(0.0, 0.05)))
@@ -184,6 +188,7 @@ def test_sigkill_at_random_moments_of_folds_never_corrupts(tmp_path):
         assert all(rows.get(k) == t for k, t in prev.items())
         assert len(rows) >= target
         prev = rows
+    script = _WRITER_SCRIPT.format(tests=str(ROOT / "tests"), out=str(out), n=n, hold=-1)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     c = open_store(out).columns()
     assert c["key"].tolist() == [f"k{i:05d}" for i in range(n)]
