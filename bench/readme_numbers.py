@@ -19,7 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-BLOCK = re.compile(r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /readme-numbers:(?P=name) -->)", re.S)
+# the opening marker may be followed by one blank line, kept on rewrite (Python-Markdown, which builds the docs site,
+# needs it before a table: without it the table joins the comment's raw-HTML block)
+BLOCK = re.compile(r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n\n?)(?P<body>.*?)(<!-- /readme-numbers:(?P=name) -->)", re.S)
 
 
 def _serve(experiment: str, sets: list[str] = ()) -> list[dict]:
