@@ -48,7 +48,8 @@ def _options_table(p: argparse.ArgumentParser) -> list[str]:
     fmt = p._get_formatter()  # noqa: SLF001 - expands %(default)s the way --help does
     rows = []
     for a in p._actions:  # noqa: SLF001
-        if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) or a.help == argparse.SUPPRESS:  # noqa: SLF001
+        skip = (argparse._HelpAction, argparse._SubParsersAction)  # noqa: SLF001
+        if isinstance(a, skip) or a.help == argparse.SUPPRESS:
             continue
         if a.option_strings:
             metavar = "" if a.nargs == 0 else " " + (a.metavar if isinstance(a.metavar, str) else a.dest.upper())
@@ -56,8 +57,10 @@ def _options_table(p: argparse.ArgumentParser) -> list[str]:
         else:
             name = a.metavar if isinstance(a.metavar, str) else a.dest
             name += {"?": " (optional)", "*": " ...", "+": " ..."}.get(a.nargs, "")
-        choices = f" (one of: {', '.join(map(str, a.choices))})" if a.choices and not isinstance(a.choices, dict) else ""
-        rows.append(f"| `{_cell(name).replace('`', '')}` | {_cell(fmt._expand_help(a) if a.help else '')}{_cell(choices)} |")  # noqa: SLF001
+        listed = a.choices and not isinstance(a.choices, dict)
+        choices = f" (one of: {', '.join(map(str, a.choices))})" if listed else ""
+        text = fmt._expand_help(a) if a.help else ""  # noqa: SLF001
+        rows.append(f"| `{_cell(name).replace('`', '')}` | {_cell(text)}{_cell(choices)} |")
     if not rows:
         return []
     return ["| argument | meaning |", "|---|---|", *rows, ""]
@@ -82,8 +85,9 @@ def cli_page() -> str:
     p = build_parser()
     lines = [GENERATED.replace("edit the source it names", "edit the argparse help in attnsim/cli*.py"),
              "# Command line", "",
-             "Every subcommand of `attnsim` with its arguments, as `attnsim COMMAND --help` prints them. Bad input to any "
-             "command is one line `error: FILE: KEY: expected ..., got ...` on stderr, exit status 2, and no file written.",
+             "Every subcommand of `attnsim` with its arguments, as `attnsim COMMAND --help` prints them. "
+             "Bad input to any command is one line `error: FILE: KEY: expected ..., got ...` on stderr, "
+             "exit status 2, and no file written.",
              ""]
     (sp,) = _subparsers(p)
     helps = {ca.dest: ca.help or "" for ca in sp._choices_actions}  # noqa: SLF001
@@ -139,9 +143,9 @@ def schema_page(kind: str) -> str:
     anchor = lambda name: re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")  # noqa: E731 - the toc slug
     lines = [GENERATED.replace("edit the source it names", "edit the pydantic schema (attnsim/cli_schema.py)"),
              f"# `{kind}`", "",
-             f"The fields of a `{kind}` config, from the JSON Schema that `attnsim schema {kind}` prints (write it with "
-             f"`-o {kind}.schema.json` for editor completion). The schema checks structure, types and ranges; attnsim's own "
-             "checks (cross-references, physical limits) still apply on load.", ""]
+             f"The fields of a `{kind}` config, from the JSON Schema that `attnsim schema {kind}` prints "
+             f"(write it with `-o {kind}.schema.json` for editor completion). The schema checks structure, types "
+             "and ranges; attnsim's own checks (cross-references, physical limits) still apply on load.", ""]
     if doc.get("description"):
         lines += [" ".join(doc["description"].split()), ""]
     if "anyOf" in doc or "oneOf" in doc:  # the hardware union: one family per file, chosen by `kind:`

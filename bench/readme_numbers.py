@@ -162,7 +162,8 @@ def first_study() -> str:
     return "```\n$ attnsim show results/first_study.h5\n" + text.rstrip("\n") + "\n```\n"
 
 
-GENERATORS = {"default-run": default_run, "first-study": first_study, "serve-examples": serve_examples, "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
+GENERATORS = {"default-run": default_run, "first-study": first_study, "serve-examples": serve_examples,
+              "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
               "reliability-tiering": reliability_tiering}
 
 

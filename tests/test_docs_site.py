@@ -121,10 +121,12 @@ OLD_README_SECTIONS = [
     "Parallelism: tensor (even or not), pipeline, replicas", "Reproductions (`attnsim validate --set reproductions`)",
     "DRAM bank-timing engine (`hwmodels/dram/`, `attnsim dram`)", "DRAM cross-check against Ramulator 2.1 and DRAMsim3",
     "PIM command sets (`isa/`) and the PIM device model", "Your own PIM program: `attnsim pim run`",
-    "PIM mapping (how attention and FC work is laid out on a PIM device)", "Reliability-aware KV (`hwmodels/reliability/`)",
+    "PIM mapping (how attention and FC work is laid out on a PIM device)",
+    "Reliability-aware KV (`hwmodels/reliability/`)",
     "Reliability-aware tiering end to end: `attnsim plan`", "Perplexity calibration of the accuracy proxy",
     "Sweeps, results store, figures", "Sweep files", "Commands", "Exporting: CSV, Parquet, pandas, xarray",
-    "Baselines inside sweeps", "On a cluster (SLURM)", "Tested on a real Slurm", "Running on your cluster", "Kill safety",
+    "Baselines inside sweeps", "On a cluster (SLURM)", "Tested on a real Slurm", "Running on your cluster",
+    "Kill safety",
     "HDF5 layout (`format = attnsim.sweep/1`)", "Figures", "Measured (2-core machine, `python bench/bench_sweep.py`)",
     "Results of `attnsim run` (HDF5)", "Timeline (Perfetto)", "Serving (request-level simulation)",
     "Benchmarks (`bench/`, they print figures; no test depends on wall time)", "Layout", "Known limitations"]
@@ -132,7 +134,8 @@ RENAMED = {"Usage": "Running experiments", "Python API (`docs/api.md`)": "Python
            "Metrics (definitions)": "Metrics", "Trust: every setting takes effect or is refused":
            "Every setting takes effect or is refused", "GPU, NPU and link models":
            "GPU, NPU and link models: power, collectives, calibration", "Sweeps, results store, figures":
-           "Sweeps and clusters", "Benchmarks (`bench/`, they print figures; no test depends on wall time)": "Benchmarks",
+           "Sweeps and clusters",
+           "Benchmarks (`bench/`, they print figures; no test depends on wall time)": "Benchmarks",
            "Layout": "Code layout"}
 
 

@@ -249,7 +249,7 @@ ALTERNATIVE = {
     # paged KV blocks start new rows only where an item's per-bank slice spans several blocks: with the searched
     # split the base's short contexts leave one block per bank; one item per channel (AttAcc's layout) shows it
     "PIMSpec.kv_block_tokens": Alt(1, extra=("hardware.attacc_hbm3_pim_5stack.channels_per_item=1",)),
-    # KNOWN BUG (README Known limitations): per-bank refresh under an item split over 16 channels does not finish
+    # KNOWN BUG (docs/limitations.md): per-bank refresh under an item split over 16 channels does not finish
     # (the DRAM kernel, seen since the AttAcc presets search their split); walked on AttAcc's one item per channel
     "PIMSpec.refresh": Alt("pb", extra=("hardware.attacc_hbm3_pim_5stack.channels_per_item=1",)),
     "PIMSpec.channels_per_item": Alt(1),   # the AttAcc presets search (auto); 1 = AttAcc's one head per channel
