@@ -5,7 +5,7 @@ order, one after another (a row's time is a per-repeat time x ``count``); ranks 
 in lock-step, so the step time is one rank's sum. Policies with overlap (e.g.
 attention/FC pipelining) report it through their device models' costs.
 
-Definitions used in every report (see README "Metrics"):
+Definitions used in every report (see docs/reference/metrics.md):
 - TTFT: time from the start of a static batch to its first output token = the
   prefill step (all prompts of the batch, LM head included).
 - TPOT: mean time between later output tokens = total decode time / (output_len - 1);

@@ -1,6 +1,6 @@
 """Run an experiment: for each (system, model, scenario) simulate a whole generation.
 
-Produces one JSON-serialisable document per run (see README "Results"):
+Produces one JSON-serialisable document per run (see docs/reference/metrics.md and docs/reference/results-files.md):
 ``system``, ``model``, ``scenario``, ``status``, ``metrics``, ``breakdown`` and,
 when the experiment names a baseline, ``vs_baseline``.
 """

@@ -1,6 +1,7 @@
-"""ML.ENERGY v3 power rows under `attnsim serve`, measured over the steady-state window (README "GPU power").
+"""ML.ENERGY v3 power rows under `attnsim serve`, measured over the steady-state window
+(docs/validation/gpu-power-collectives.md, "GPU power").
 
-The check behind the README's "the serving equivalent is not the cause": each selected row of
+The check behind the GPU power page's "the serving equivalent is not the cause": each selected row of
 configs/validation/power.yaml is served with vLLM's scheduler settings as ML.ENERGY ran them (max_batch =
 max_num_seqs, 8,192 tokens per iteration (max-num-batched-tokens), chunked prefill), prompts of the file's
 prompt_len, output lengths lognormal with the row's mean and spread (std from E[L^2] = len_weighted_output_len x

@@ -1,12 +1,13 @@
-"""Regenerate (or check) the simulated numbers quoted in README.md, so they cannot go stale.
+"""Regenerate (or check) the simulated numbers quoted in README.md and the docs site, so they cannot go stale.
 
-README.md holds blocks between ``<!-- readme-numbers:NAME -->`` and ``<!-- /readme-numbers:NAME -->``;
-each NAME is produced by one generator below from real attnsim runs (simulated quantities only, never
-wall times, so the output is deterministic). tests/test_readme_numbers.py regenerates every block and
-compares it with the README.
+README.md and the pages under docs/ (every ``docs/**/*.md``) hold blocks between ``<!-- readme-numbers:NAME -->``
+and ``<!-- /readme-numbers:NAME -->``; each NAME is produced by one generator below from real attnsim runs
+(simulated quantities only, never wall times, so the output is deterministic) and may appear in several files
+(README.md and the site's copy of it, docs/index.md). tests/test_readme_numbers.py regenerates every block and
+compares it with every file that holds it, so a table stays true wherever it moves.
 
-    python bench/readme_numbers.py            # rewrite the blocks in README.md
-    python bench/readme_numbers.py --check    # exit 1 and print a diff if README.md is stale
+    python bench/readme_numbers.py            # rewrite the blocks in README.md and docs/**/*.md
+    python bench/readme_numbers.py --check    # exit 1 and print a diff if a file is stale
 """
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ import re
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCK = re.compile(r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /readme-numbers:(?P=name) -->)", re.S)
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# the opening marker may be followed by one blank line, kept on rewrite (Python-Markdown, which builds the docs site,
+# needs it before a table: without it the table joins the comment's raw-HTML block)
+BLOCK = re.compile(r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n\n?)(?P<body>.*?)(<!-- /readme-numbers:(?P=name) -->)", re.S)
 
 
 def _serve(experiment: str, sets: list[str] = ()) -> list[dict]:
@@ -144,19 +148,44 @@ def reliability_tiering() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATORS = {"default-run": default_run, "serve-examples": serve_examples, "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
+def first_study() -> str:
+    """What ``attnsim show`` prints for README's first study (configs/sweeps/first_study.yaml), run into a temporary
+    store (the simulated columns only: no wall time is printed)."""
+    import tempfile
+
+    from attnsim.api import sweep
+    from attnsim.results import read_results
+    from attnsim.sweep.table import load_table, sweep_text
+    with tempfile.TemporaryDirectory() as d:
+        res = sweep("first_study", Path(d) / "first_study.h5")
+        text = f"experiment: {read_results(res.path)[0].get('experiment')}\n" + sweep_text(load_table(res.path))
+    return "```\n$ attnsim show results/first_study.h5\n" + text.rstrip("\n") + "\n```\n"
+
+
+GENERATORS = {"default-run": default_run, "first-study": first_study, "serve-examples": serve_examples,
+              "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
               "reliability-tiering": reliability_tiering}
 
 
-def render(text: str, names=None) -> str:
-    """``text`` with every block (or those in ``names``) regenerated."""
+def files() -> list[Path]:
+    """The files scanned for blocks: README.md, then every docs/**/*.md (sorted)."""
+    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def render(text: str, names=None, *, file: str = "README.md", cache: dict | None = None) -> str:
+    """``text`` with every block (or those in ``names``) regenerated; ``cache`` holds generator outputs already
+    computed (a block in several files runs its generator once)."""
+    cache = {} if cache is None else cache
+
     def sub(mt):
         name = mt.group("name")
         if names is not None and name not in names:
             return mt.group(0)
         if name not in GENERATORS:
-            raise SystemExit(f"error: README.md: readme-numbers:{name}: no generator (have: {', '.join(GENERATORS)})")
-        return mt.group(1) + GENERATORS[name]() + mt.group(4)
+            raise SystemExit(f"error: {file}: readme-numbers:{name}: no generator (have: {', '.join(GENERATORS)})")
+        if name not in cache:
+            cache[name] = GENERATORS[name]()
+        return mt.group(1) + cache[name] + mt.group(4)
     return BLOCK.sub(sub, text)
 
 
@@ -164,21 +193,37 @@ def blocks(text: str) -> dict[str, str]:
     return {mt.group("name"): mt.group("body") for mt in BLOCK.finditer(text)}
 
 
+def all_blocks() -> list[tuple[Path, str, str]]:
+    """(file, name, body) of every block in :func:`files`."""
+    return [(f, mt.group("name"), mt.group("body")) for f in files() for mt in BLOCK.finditer(f.read_text())]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="compare only; exit 1 if README.md is stale")
+    ap.add_argument("--check", action="store_true", help="compare only; exit 1 if a file is stale")
     ap.add_argument("names", nargs="*", help="blocks to regenerate (default: all)")
     args = ap.parse_args()
-    old = README.read_text()
-    new = render(old, set(args.names) or None)
+    cache: dict = {}
+    stale = []
+    for f in files():
+        old = f.read_text()
+        if not BLOCK.search(old):
+            continue
+        rel = str(f.relative_to(ROOT))
+        new = render(old, set(args.names) or None, file=rel, cache=cache)
+        if new == old:
+            continue
+        stale.append(rel)
+        if args.check:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True), rel, "generated"))
+        else:
+            f.write_text(new)
     if args.check:
-        if new != old:
-            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "README.md", "generated"))
+        if stale:
             sys.exit(1)
-        print("README.md numbers are current")
+        print("README.md and docs numbers are current")
         return
-    README.write_text(new)
-    print(f"README.md: {len(blocks(new))} block(s) regenerated")
+    print(f"{len(stale)} file(s) regenerated{': ' + ', '.join(stale) if stale else ''}")
 
 
 if __name__ == "__main__":

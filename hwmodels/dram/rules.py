@@ -63,7 +63,7 @@ tests/data/dram_golden/ramulator2_{hbm2,hbm3,lpddr5,ddr5}.json): all 28 within 3
 at most 2.6 % (tests/test_dram_golden.py test_default_rules_match_ramulator2). "ideal" (the historical attnsim
 rules: per-SID windows and turnarounds, no nCCDR, 1-slot ACT, one mixed queue, PRE held back for queued hits)
 is the optimistic end on the same streams: HBM3 -35 % random / -27 % mixed / -44 % closed, HBM2 -31 % random
-(shared/reference/dram_crosscheck.md; README "DRAM cross-check"). "dramsim3" emulates DRAMsim3's controller
+(shared/reference/dram_crosscheck.md; docs/validation/dram-crosscheck.md). "dramsim3" emulates DRAMsim3's controller
 (tests/data/dram_golden/dramsim3_*.json, within 3 %). The name "attnsim" (the default before) is refused: it is
 now called "ideal". A spec's ``controller_rules:`` sets single fields over the chosen preset (``RuleOverrides``;
 e.g. ``closed_cap: 1``; ``attnsim dram --closed-cap N``); a field the resulting rule set does not read is

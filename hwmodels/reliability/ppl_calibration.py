@@ -6,7 +6,7 @@ picks the entry for a plan's model -- exact model, then family, and only when th
 within the entry's measured sequence length -- or refuses (ConfigError) unless extrapolation is allowed;
 :func:`entry_fit` turns an entry into the slopes of ``ln(1 + dPPL) = s_quant e_quant + s_bit e_bit``
 (perplexity.ppl_increase / error_weights) in the planner's proxy space. The file's header comment states
-the rules; README "Reliability-aware tiering end to end" the table with sources.
+the rules; docs/guide/reliability.md "Reliability-aware tiering end to end" the table with sources.
 """
 from __future__ import annotations
 
