@@ -122,11 +122,15 @@ def sweep_cmd(args) -> int:
     if args.dry_run:
         return _dry_run_jobqueue(sweep)
     shard = parse_shard(args.shard) if args.shard is not None else None
-    summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
-                        scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
-                        progress=not args.no_progress, checkpoint_s=args.checkpoint_s,
-                        retry_failed=args.retry_failed, allow_version_mismatch=args.allow_version_mismatch,
-                        flips=args.flips)
+    try:
+        summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
+                            scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
+                            progress=not args.no_progress, checkpoint_s=args.checkpoint_s,
+                            retry_failed=args.retry_failed, allow_version_mismatch=args.allow_version_mismatch,
+                            flips=args.flips)
+    except KeyboardInterrupt:  # the finished points are in the store (journal folded on the way out)
+        print(interrupted_line(out, shard, args.executor), file=sys.stderr)
+        return 130
     print(summary.text())
     if summary.all_failed:
         print(f"error: {summary.out}: expected at least one ok point, got {sum(summary.status_counts.values())} "
@@ -135,6 +139,20 @@ def sweep_cmd(args) -> int:
     if args.figures and sweep.spec.figures:
         _render_all(summary.out, sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else summary.out.parent)
     return 0
+
+
+def interrupted_line(out: Path, shard, executor: str) -> str:
+    """What Ctrl-C leaves: ``interrupted: N points kept in STORE; run the same command to resume``."""
+    from attnsim.sweep.executors import parse_shard, shard_path
+    from attnsim.sweep.store import open_store
+    if shard is None:
+        shard = parse_shard(None) if executor == "slurm" else (0, 1)
+    path = shard_path(out, shard)
+    try:
+        n = len(open_store(path)) if path.exists() else 0
+    except (ConfigError, OSError):  # a store the interrupted run could not fold: the next run recovers it
+        return f"interrupted; run the same command to resume ({path})"
+    return f"interrupted: {n} point{'s' * (n != 1)} kept in {path}; run the same command to resume"
 
 
 def _emit_sbatch(args, sweep, out: Path) -> int:
