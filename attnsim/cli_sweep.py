@@ -79,7 +79,12 @@ def register(sub) -> None:
                    "text (7.16 in) width")
     p.add_argument("--title", default=None)
     p.add_argument("--labels", default=None, metavar="FILE.yaml", help="display labels (name: text per line) over "
-                   "the built-in ones (dgx_h100: DGX H100, attn_score: QK^T, ...)")
+                   "the built-in ones (dgx_h100: DGX H100, attn_score: QK^T, ...); a column name sets its axis title "
+                   "(tpot_s: Time per token), unit.<column> its unit (unit.tpot_s: us); unknown names are refused")
+    p.add_argument("--label", dest="label_items", action="append", default=[], metavar="NAME=TEXT",
+                   help="one display label, axis title or unit (unit.tpot_s=us) over --labels (repeatable)")
+    p.add_argument("--components", default=None, metavar="A,B,...", help="stacked recipes: the segments drawn "
+                   "(e.g. pim_compute,dram_read_write), the rest summed as 'other'")
     p.add_argument("--logx", action=argparse.BooleanOptionalAction, default=None, help="log / linear (--no-logx) x axis")
     p.add_argument("--logy", action=argparse.BooleanOptionalAction, default=None, help="log / linear (--no-logy) y axis")
     p.add_argument("--xlim", default=None, metavar="LO,HI", help="x limits in the column's stored units (s, J, ...)")
@@ -279,14 +284,20 @@ def plot_cmd(args) -> int:
     from attnsim.plots.labels import load_labels
     from attnsim.plots.style import resolve_font
     labels = load_labels(args.labels) if args.labels else None
+    for item in args.label_items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"expected NAME=TEXT, got {item!r}", file="--label")
+        name, text = item.split("=", 1)
+        labels = {**(labels or {}), name.strip(): text}
     resolve_font(args.font, file="--font", key=None)
     style = {"labels": labels, "font": args.font, "logx": args.logx}
     if args.recipe in ("latency_cdf", "latency_ccdf"):  # per-request rows of `attnsim serve` results
         from attnsim.plots.options import check_recipe
+        import numpy as np
         from attnsim.serve.plots import _read_requests, latency_cdf, read_slos
         check_recipe(args.recipe, {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
                                    "title": args.title, "width": args.width, "logy": args.logy, "xlim": args.xlim,
-                                   "ylim": args.ylim,
+                                   "ylim": args.ylim, "components": args.components,
                                    "baseline": args.baseline, "replicate": args.replicate})
         if not Path(args.file).is_file():
             raise ConfigError("file not found", file=args.file)
@@ -294,13 +305,19 @@ def plot_cmd(args) -> int:
             requests = _read_requests(args.file)[0]
         except OSError:
             raise ConfigError("expected an attnsim serve results file (HDF5), got unreadable data", file=args.file) from None
+        if labels is not None:  # the names a latency figure draws: built-in ones and the runs' text fields
+            from attnsim.plots.labels import check_labels, known_keys
+            text = {str(v) for n in (requests.dtype.names or ()) if requests[n].dtype.kind in "OSU"
+                    for v in np.unique(requests[n])[:10_000]}
+            check_labels(labels, "plot", "labels", known=known_keys() | text)
         ccdf = args.recipe == "latency_ccdf"
         paths = latency_cdf(requests, Path(args.out), ccdf=ccdf, slos=read_slos(args.file) if ccdf else None, **style)
         print("figure: " + ", ".join(map(str, paths)))
         return 0
     table = load_table(args.file)
     paths = render(table, args.recipe, Path(args.out), x=args.x, y=args.y, hue=args.hue, z=args.z,
-                   where=parse_where(args.where), width=args.width or "single", title=args.title, logy=args.logy,
+                   where=parse_where(args.where), width=args.width, title=args.title, logy=args.logy,
+                   components=args.components,
                    xlim=args.xlim,
                    ylim=args.ylim, baseline=args.baseline, replicate=args.replicate, **style)
     print("figure: " + ", ".join(map(str, paths)))

@@ -11,8 +11,10 @@ from attnsim.config import ConfigError
 
 _LINE = ("x", "y", "hue", "logx", "logy", "xlim", "ylim", "replicate")
 RECIPE_OPTIONS = {
-    "latency_by_op": ("y", "logy", "ylim"), "latency_by_device": ("y", "logy", "ylim"),  # y: the phase
-    "energy_breakdown": ("y", "logy", "ylim"),
+    "latency_by_op": ("y", "logy", "ylim", "components"),  # y: the phase
+    "latency_by_device": ("y", "logy", "ylim", "components"),
+    "energy_breakdown": ("y", "logy", "ylim", "components"),  # components: the segments drawn
+    "panels": _LINE,  # y: the panels' metrics, comma-separated
     "throughput_vs_batch": _LINE, "tpot_vs_batch": _LINE, "throughput_vs_context": _LINE, "tpot_vs_context": _LINE,
     "line": _LINE,
     "ratio": ("x", "y", "hue", "baseline", "logx", "logy", "xlim", "ylim"),
@@ -36,7 +38,7 @@ def accepted(recipe: str) -> tuple:
 def figure_options(spec) -> dict:
     """The keyword options of :func:`attnsim.plots.render` held by a sweep file's figure entry."""
     names = ("x", "y", "hue", "z", "where", "width", "title", "labels", "logx", "logy", "xlim", "ylim", "font",
-             "baseline", "replicate")
+             "baseline", "replicate", "components")
     return {n: getattr(spec, n) for n in names}
 
 

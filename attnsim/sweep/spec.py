@@ -235,7 +235,8 @@ class FigureSpec(Schema):
     hue: Optional[str] = None
     z: Optional[str] = None
     where: dict[str, Any] = Field(default_factory=dict)
-    width: Literal["single", "double"] = "single"
+    width: Optional[Literal["single", "double"]] = Field(None, description="IEEE column (single) or text (double) "
+                                                         "width; unset: the recipe's (single, panels: double)")
     title: Optional[str] = None
     labels: dict[str, str] = Field(default_factory=dict, description="display labels: name -> text "
                                    "(overrides attnsim.plots.labels.DEFAULT_LABELS)")
@@ -248,6 +249,8 @@ class FigureSpec(Schema):
     baseline: Optional[str] = Field(None, description="ratio recipe: the system every line is divided by")
     replicate: Optional[str] = Field(None, description="line recipes: the seed/replicate column averaged over "
                                      "(mean +- standard deviation)")
+    components: Optional[list[str]] = Field(None, description="stacked recipes: the segments drawn (e.g. "
+                                            "[pim_compute, dram_read_write]), the rest summed as 'other'")
 
     @model_validator(mode="after")
     def _recipe(self):  # an unknown recipe or an option it does not read is refused (attnsim.plots.options)
