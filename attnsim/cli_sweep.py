@@ -253,6 +253,17 @@ def _sweep_definition(table) -> str:
     return text
 
 
+def _plan_front(args, style: dict) -> int:
+    from attnsim.plots.options import check_recipe
+    from attnsim.plots import plan_figure
+    check_recipe(args.recipe, {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
+                               "logy": args.logy, "xlim": args.xlim, "ylim": args.ylim, "components": args.components,
+                               "baseline": args.baseline, "replicate": args.replicate})
+    paths = plan_figure(args.file, Path(args.out), width=args.width, title=args.title, **style)
+    print("figure: " + ", ".join(map(str, paths)))
+    return 0
+
+
 def plot_cmd(args) -> int:
     from attnsim.plots import RECIPES, render
     from attnsim.sweep.table import load_table, parse_where
@@ -261,6 +272,7 @@ def plot_cmd(args) -> int:
             print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
         print(f"{'latency_cdf':22s} TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file")
         print(f"{'latency_ccdf':22s} TTFT / TPOT / latency CCDFs (log y) with the SLO lines, `attnsim serve` results")
+        print(f"{'plan_front':22s} TPOT and J/token vs attention error: the front of an `attnsim plan -o PLAN.json`")
         return 0
     if not args.file:
         raise ConfigError("needs a results file or sweep store (or --list)", file="plot")
@@ -314,6 +326,8 @@ def plot_cmd(args) -> int:
         paths = latency_cdf(requests, Path(args.out), ccdf=ccdf, slos=read_slos(args.file) if ccdf else None, **style)
         print("figure: " + ", ".join(map(str, paths)))
         return 0
+    if args.recipe == "plan_front":  # an attnsim plan document (attnsim plan -o PLAN.json)
+        return _plan_front(args, style)
     table = load_table(args.file)
     paths = render(table, args.recipe, Path(args.out), x=args.x, y=args.y, hue=args.hue, z=args.z,
                    where=parse_where(args.where), width=args.width, title=args.title, logy=args.logy,

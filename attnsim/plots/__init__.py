@@ -70,6 +70,44 @@ def figure(table, recipe: str, *, x=None, y=None, hue=None, z=None, where: Optio
     return fig
 
 
+MAX_PLAN_BYTES = 64 << 20  # an attnsim plan document: a few kB per front point; refused above this, unread
+
+
+def plan_figure(doc, out=None, *, width=None, title=None, labels: Optional[dict] = None, font=None, logx=None):
+    """The ``plan_front`` figure of an ``attnsim plan`` document (a dict, or the JSON file ``attnsim plan -o``
+    writes); with ``out`` written as PDF + PNG (returns the paths), else the Figure."""
+    import json
+    from attnsim.plots.labels import known_keys
+    if not isinstance(doc, dict):
+        p = Path(doc)
+        if not p.is_file():
+            raise ConfigError("file not found", file=str(p))
+        if p.stat().st_size > MAX_PLAN_BYTES:
+            raise ConfigError(f"expected an attnsim plan document of at most {MAX_PLAN_BYTES} bytes, got "
+                              f"{p.stat().st_size}", file=str(p))
+        try:
+            doc = json.loads(p.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"expected an attnsim plan document (JSON), got unreadable text ({exc})",
+                              file=str(p)) from None
+        if not isinstance(doc, dict):
+            raise ConfigError("expected an attnsim plan document (a JSON object)", file=str(p))
+    if labels is not None:
+        labels = check_labels(labels, "plot", "labels", known=known_keys() | {"rel_attention_error", "unit.tpot_s",
+                                                                              "unit.energy_per_token_j"})
+    with paper_style(font), _labels_active(labels):
+        fig = _r.plan_front(doc, width=width or "double", title=title, logx=logx)
+        finish(fig)
+    if out is None:
+        return fig
+    import matplotlib.pyplot as plt
+    try:
+        with paper_style():
+            return save(fig, out)
+    finally:
+        plt.close(fig)
+
+
 def as_table(obj):
     """The :class:`attnsim.sweep.table.Table` of a recipe's input: a Table, a results file or sweep store path,
     a results object of the Python API (its ``table()``) or a pandas DataFrame (``to_pandas()`` columns)."""

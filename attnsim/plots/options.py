@@ -24,15 +24,17 @@ RECIPE_OPTIONS = {
     "tornado": ("xlim",),  # one compared run's verdict_flips section (attnsim.verdict)
     "latency_cdf": ("logx",),  # serve results: per-request rows
     "latency_ccdf": ("logx",),
+    "plan_front": ("logx", "title", "width"),  # an attnsim plan document (JSON)
 }
 COMMON = ("labels", "font")  # every recipe reads these
 TABLE_COMMON = ("where", "width", "title")  # and every recipe over a results table these
 SERVE_RECIPES = ("latency_cdf", "latency_ccdf")  # draw an `attnsim serve` results file, not a table
+DOC_RECIPES = SERVE_RECIPES + ("plan_front",)  # draw a file that is not a results table
 
 
 def accepted(recipe: str) -> tuple:
     """Every option ``recipe`` reads."""
-    return RECIPE_OPTIONS[recipe] + COMMON + (() if recipe in SERVE_RECIPES else TABLE_COMMON)
+    return RECIPE_OPTIONS[recipe] + COMMON + (() if recipe in DOC_RECIPES else TABLE_COMMON)
 
 
 def figure_options(spec) -> dict:

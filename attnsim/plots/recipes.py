@@ -326,8 +326,7 @@ def panels(table, x=None, y=None, hue=None, z=None, width="double", title=None, 
     hue = hue or "system"
     for col in [x, hue] + ys:
         table.col(col)  # an unknown column is refused before anything is drawn
-    fig, axes = new_figure(width, aspect=0.62 * len(ys) / 2 if width == "double" else 0.62, ncols=len(ys),
-                           squeeze=False)
+    fig, axes = new_figure(width, aspect=0.62, ncols=len(ys), squeeze=False)  # double: ~2.2 in high
     fig.subplots_adjust(wspace=0.35)
     for ax, yc in zip(axes[0], ys):
         series, xs, yv = _series_points(table, x, yc, hue, replicate, what="panels")
@@ -339,10 +338,10 @@ def panels(table, x=None, y=None, hue=None, z=None, width="double", title=None, 
         ax.set_ylabel(yl)
         _units(ax, xf, yf)
     h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(lab), 5),
+    fig.legend(h, lab, loc="lower center", bbox_to_anchor=(0.5, 0.9), ncol=min(len(lab), 5),
                title=label_for(hue)[0] if hue not in ("system", "model") else None)
-    if title:
-        fig.suptitle(title, y=1.12)
+    if title:  # above the shared legend
+        fig.suptitle(title, y=1.0, va="bottom")
     return fig
 
 
@@ -648,6 +647,54 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
     _units(ax)
     ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, borderaxespad=0.2)
     ax.set_title(title or f"{display(d['system'])}, {d['model']}, {d['scenario']['name']}", fontsize=6, pad=18)
+    return fig
+
+
+# ---------------------------------------------------------------- attnsim plan
+
+def plan_front(doc: dict, width="double", title=None, logx=None):
+    """The front of an ``attnsim plan`` document (``attnsim plan -o PLAN.json``): TPOT and energy per token
+    against the relative attention error (the accuracy proxy), one panel each; the Pareto front as a line, the
+    chosen plan (star) and the configured placement "as run" (square); each SLO as a dashed line."""
+    try:
+        front = [(float(f["rel_attention_error"]), float(f["tpot_s"]), float(f["energy_per_token_j"]))
+                 for f in doc["front"]]
+        marks = [(name, float(doc[k]["rel_attention_error"]), float(doc[k]["tpot_s"]),
+                  float(doc[k]["energy_per_token_j"])) for name, k in (("plan", "plan"), ("as run", "configured"))]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"expected an attnsim plan document (front, plan, configured), got none ({exc})",
+                          file="plan") from None
+    if not front:
+        raise ConfigError("the plan document has an empty front (attnsim plan --front-points)", file="plan")
+    fr = np.array(front)
+    slos = doc.get("slos") or {}
+    fig, axes = new_figure(width, aspect=0.62, ncols=2, squeeze=False)
+    fig.subplots_adjust(wspace=0.35)
+    for ax, j, col in ((axes[0][0], 1, "tpot_s"), (axes[0][1], 2, "energy_per_token_j")):
+        yl, yf = label_for(col, np.concatenate([fr[:, j], [m[j + 1] for m in marks]]))
+        ax.plot(fr[:, 0], fr[:, j] * yf, label="Pareto front", **series_style(0))
+        for k, (name, err, tpot, e) in enumerate(marks):
+            ax.plot([err], [(tpot, e)[j - 1] * yf], linestyle="none", marker="*" if k == 0 else "s",
+                    markersize=8 if k == 0 else 5, color=LINE_COLOURS[1 + k], label=name, zorder=4)
+        acc = slos.get("accuracy")
+        if acc:
+            ax.axvline(float(acc["limit"]), color="0.35", linestyle="--", linewidth=0.8, label="accuracy SLO")
+        lim = slos.get(col)
+        if lim:
+            ax.axhline(float(lim["limit"]) * yf, color="0.35", linestyle=":", linewidth=0.8, label="SLO")
+        if logx is not False and fr[:, 0].min() > 0 and fr[:, 0].max() / fr[:, 0].min() >= 10:
+            ax.set_xscale("log")
+        ax.set_xlabel(label_for("rel_attention_error")[0])
+        ax.set_ylabel(yl)
+        _units(ax, 1.0, yf)
+    h, lab = [], []
+    for ax in axes[0]:  # one legend for both panels (each entry once)
+        for hh, ll in zip(*ax.get_legend_handles_labels()):
+            if ll not in lab:
+                h.append(hh)
+                lab.append(ll)
+    fig.legend(h, lab, loc="lower center", bbox_to_anchor=(0.5, 0.9), ncol=min(len(lab), 5))
+    fig.suptitle(title or f"{display(doc.get('system', ''))}, {doc.get('model', '')}", y=1.0, va="bottom")
     return fig
 
 

@@ -217,6 +217,7 @@ KNOWN = {
     "static_energy_per_token_j": ("Static energy per token", "J"),
     "batch_size": ("Batch size", None), "prompt_len": ("Context length", "tokens"),
     "output_len": ("Output length", "tokens"), "elapsed_s": ("Simulation time", "s"),
+    "rel_attention_error": ("Relative attention error", None),  # attnsim plan's accuracy proxy
 }
 # longest first: "_per_s" (a rate) before "_s"
 _SUFFIX_UNITS = {"_per_s": "1/s", "_rps": "requests/s", "_s": "s", "_ns": "ns", "_j": "J", "_pj": "pJ", "_w": "W",

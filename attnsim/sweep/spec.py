@@ -254,11 +254,12 @@ class FigureSpec(Schema):
 
     @model_validator(mode="after")
     def _recipe(self):  # an unknown recipe or an option it does not read is refused (attnsim.plots.options)
-        from attnsim.plots.options import SERVE_RECIPES, check_limits, figure_options, recipe_problem
+        from attnsim.plots.options import DOC_RECIPES, check_limits, figure_options, recipe_problem
         opts = figure_options(self)
         problem = recipe_problem(self.recipe, opts)
-        if self.recipe in SERVE_RECIPES:
-            problem = f"{self.recipe} draws an attnsim serve results file (attnsim plot FILE --recipe {self.recipe})"
+        if self.recipe in DOC_RECIPES:
+            what = "an attnsim plan document" if self.recipe == "plan_front" else "an attnsim serve results file"
+            problem = f"{self.recipe} draws {what} (attnsim plot FILE --recipe {self.recipe})"
         if problem:
             raise ValueError(problem)
         for k in ("xlim", "ylim"):
