@@ -115,8 +115,9 @@ def sweep_cmd(args) -> int:
         raise ConfigError("only applies with --figures", file="--fig-dir")
     sources = [args.sweep] if Path(args.sweep).is_file() else []
     check_output(out, "--out", inputs=sources, create=True)  # a store folder is created, like results/
-    if args.figures and sweep.spec.figures:  # every figure path checked before the sweep runs
+    if args.figures and sweep.spec.figures:  # every figure path and label key checked before the sweep runs
         _figure_targets(sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else out.parent, out)
+        check_figure_labels(sweep)
     if args.merge_after and args.emit_sbatch is None:
         raise ConfigError("needs --emit-sbatch", file="--merge-after")
     if args.flips:
@@ -232,6 +233,24 @@ def _figure_targets(figures, fig_dir: Path, store: Path) -> list[Path]:
         figure_paths(outs[-1], f"figures.{i}.out", inputs=[store], create=True)
         resolve_font(fs.font, file=str(store), key=f"figures.{i}.font")  # a missing font fails before the sweep
     return outs
+
+
+def check_figure_labels(sweep) -> None:
+    """Refuse a ``figures:`` label key that names nothing the sweep can draw, before any point runs: the
+    built-in names, the sweep's systems, models, scenarios, hardware, devices, links, parameters and their
+    values, and any name with a unit (a metric column). The figure itself checks against the store's columns."""
+    from attnsim.plots.labels import UNIT_PREFIX, check_labels, known_keys
+    from attnsim.sweep.table import has_unit
+    tree = sweep.base_tree
+    names = known_keys() | set(tree.systems) | set(tree.models) | set(tree.scenarios) | set(tree.hardware)
+    for sysd in tree.systems.values():
+        for sec in ("devices", "links"):
+            names |= set((sysd.get(sec) or {}) if isinstance(sysd, dict) else {})
+    for keys, rows in sweep.axes:
+        names |= set(keys) | {k.split(".")[-1] for k in keys} | {str(v) for r in rows for v in r}
+    for i, fs in enumerate(sweep.spec.figures):
+        extra = {k for k in fs.labels if has_unit(k) or (k.startswith(UNIT_PREFIX) and has_unit(k[len(UNIT_PREFIX):]))}
+        check_labels(fs.labels, sweep.file, f"figures.{i}.labels", known=names | extra)
 
 
 def _render_all(path: Path, figures, fig_dir: Path) -> None:

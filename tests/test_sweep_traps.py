@@ -141,3 +141,14 @@ def test_baseline_pairs_in_a_real_sweep(tmp_path):
     assert c["vs_baseline.status"][dgx].tolist() == ["ok", "ok"]  # main 878b7fc: one baseline_missing
     base = c["tokens_per_s"][c["system"] == "h100_x1"][0]
     assert np.allclose(c["vs_baseline.throughput_ratio"][dgx], c["tokens_per_s"][dgx] / base, rtol=0, atol=0)
+
+
+def test_a_figure_label_naming_nothing_is_refused_before_the_sweep(tmp_path, capsys):
+    fig = {"recipe": "tpot_vs_batch", "out": "f.pdf", "labels": {"h100_x": "GPU", "tpot_s": "Time per token"}}
+    p = write_sweep(tmp_path, GRID, figures=[fig])
+    before = _files(tmp_path)
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o" / "s.h5"), "--figures", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    # main 878b7fc: ran the sweep and drew "h100_x1" unrenamed
+    assert f"error: {p}: figures.0.labels.h100_x: expected a name the figure draws" in err
+    assert "(did you mean h100_x1?)" in err and _files(tmp_path) == before
