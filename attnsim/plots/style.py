@@ -218,6 +218,7 @@ KNOWN = {
     "batch_size": ("Batch size", None), "prompt_len": ("Context length", "tokens"),
     "output_len": ("Output length", "tokens"), "elapsed_s": ("Simulation time", "s"),
     "rel_attention_error": ("Relative attention error", None),  # attnsim plan's accuracy proxy
+    "rate_per_s": ("Arrival rate", "requests/s"),  # serving.trace.rate_per_s (attnsim.serve)
 }
 # longest first: "_per_s" (a rate) before "_s"
 _SUFFIX_UNITS = {"_per_s": "1/s", "_rps": "requests/s", "_s": "s", "_ns": "ns", "_j": "J", "_pj": "pJ", "_w": "W",
