@@ -44,11 +44,11 @@ def figure(table, recipe: str, *, x=None, y=None, hue=None, z=None, where: Optio
     """The matplotlib Figure of ``recipe`` over ``table`` rows matching ``where`` (options: module docstring).
     ``table``: a :class:`attnsim.sweep.table.Table`, a results file path, the Python API's results object
     (``attnsim.run`` / ``load`` / ``sweep``) or a pandas DataFrame of its ``to_pandas()`` columns."""
-    table = as_table(table)
     if recipe not in RECIPES:
         from attnsim.suggest import did_you_mean
         raise ConfigError(f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPES)} (available: {', '.join(RECIPES)})",
                           file="--recipe")
+    table = as_table(table)
     if isinstance(components, str):
         components = [c.strip() for c in components.split(",") if c.strip()]
     check_recipe(recipe, {"x": x, "y": y, "hue": hue, "z": z, "logx": logx, "logy": logy, "xlim": xlim,
