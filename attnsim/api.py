@@ -125,6 +125,15 @@ class Results:
             self._table = table_from_docs(self.path or Path("<memory>"), self.attrs, self.docs)
         return self._table
 
+    def plot(self, recipe: str, out: Optional[str | Path] = None, **options):
+        """Figure ``recipe`` of these results (``attnsim plot FILE --recipe RECIPE``; options as
+        :func:`attnsim.plots.figure`: ``x``, ``y``, ``hue``, ``where``, ``labels``, ``components``, ...). Returns
+        the matplotlib Figure, or with ``out`` writes it (PDF + PNG) and returns the two paths."""
+        from attnsim.plots import figure, render
+        if out is None:
+            return figure(self.table(), recipe, **options)
+        return render(self.table(), recipe, out, **options)
+
     def to_pandas(self):
         """One row per run: the columns ``attnsim export`` writes (attnsim.sweep.table ``export_columns``: fixed
         columns, swept parameters, metrics with a unit in every name, ``vs_baseline.*``, breakdowns)."""

@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     gc.disable()  # start-up: see settle_gc
     try:
         parser = build_parser(sys.argv[1:] if argv is None else argv)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # argparse's own message, with 'did you mean' for a mistyped option (--sett)
+            unknown_arguments(parser, args, extra)
         settle_gc(collecting)
         if not getattr(args, "func", None):
             parser.print_help()
@@ -121,6 +123,19 @@ def main(argv: list[str] | None = None) -> int:
         if collecting:
             gc.enable()
     return int(rc or 0)
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, args, extra: list[str]) -> None:
+    """Refuse ``extra`` (arguments no option takes) like ``parse_args`` does, naming the closest option of
+    the command for each mistyped one (``--sett`` -> ``--set``)."""
+    from attnsim.suggest import did_you_mean
+    sub = parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, "command", None) in action.choices:
+            sub = action.choices[args.command]
+    options = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    hints = [did_you_mean(x.split("=", 1)[0], options) for x in extra if x.startswith("-")]
+    sub.error(f"unrecognized arguments: {' '.join(extra)}" + "".join(h for h in hints if h))
 
 
 _process_entry = False  # set by main(): it runs as the program, so what start-up allocated may be frozen

@@ -53,6 +53,8 @@ def register(sub) -> None:
                    help="override a config value (repeatable)")
     r.add_argument("-o", "--output", default=None, metavar="FILE", help="write the plan document as JSON")
     r.add_argument("--json", action="store_true", help="print the plan document as JSON")
+    r.add_argument("--figure", default=None, metavar="FILE.pdf", help="draw the front (TPOT and J/token vs attention "
+                   "error, the plan, the configured placement, the SLOs; recipe plan_front) as PDF + PNG")
     r.set_defaults(func=plan_cmd)
 
 
@@ -122,6 +124,9 @@ def plan_cmd(args) -> int:
         from attnsim.outputs import check_output
         inputs = [args.experiment] if Path(args.experiment).is_file() else []
         path = check_output(args.output, "--output", inputs=inputs, create=True)
+    if args.figure:
+        from attnsim.outputs import figure_paths
+        figure_paths(args.figure, "--figure", inputs=[x for x in (args.experiment, args.output) if x], create=True)
     st = plan.setup(args.experiment, args.sets, system=args.system, model=args.model, scenario=args.scenario,
                     layer_groups=args.layer_groups, block_tokens=args.block_tokens)
     if cal is not None:  # refused before anything is written when no entry covers the model and context
@@ -144,12 +149,18 @@ def plan_cmd(args) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             tmp.write_text(text + "\n")
+    figure = None
+    if args.figure:
+        from attnsim.plots import plan_figure
+        figure = plan_figure(doc, args.figure)
     if args.json:
         print(text)
     else:
         _print(doc, sys.stdout)
         if path is not None:
             print(f"wrote {path}")
+        if figure is not None:
+            print("figure: " + ", ".join(map(str, figure)))
     if err:
         print(f"infeasible: {err}", file=sys.stderr)
     return rc

@@ -79,7 +79,12 @@ def register(sub) -> None:
                    "text (7.16 in) width")
     p.add_argument("--title", default=None)
     p.add_argument("--labels", default=None, metavar="FILE.yaml", help="display labels (name: text per line) over "
-                   "the built-in ones (dgx_h100: DGX H100, attn_score: QK^T, ...)")
+                   "the built-in ones (dgx_h100: DGX H100, attn_score: QK^T, ...); a column name sets its axis title "
+                   "(tpot_s: Time per token), unit.<column> its unit (unit.tpot_s: us); unknown names are refused")
+    p.add_argument("--label", dest="label_items", action="append", default=[], metavar="NAME=TEXT",
+                   help="one display label, axis title or unit (unit.tpot_s=us) over --labels (repeatable)")
+    p.add_argument("--components", default=None, metavar="A,B,...", help="stacked recipes: the segments drawn "
+                   "(e.g. pim_compute,dram_read_write), the rest summed as 'other'")
     p.add_argument("--logx", action=argparse.BooleanOptionalAction, default=None, help="log / linear (--no-logx) x axis")
     p.add_argument("--logy", action=argparse.BooleanOptionalAction, default=None, help="log / linear (--no-logy) y axis")
     p.add_argument("--xlim", default=None, metavar="LO,HI", help="x limits in the column's stored units (s, J, ...)")
@@ -110,8 +115,9 @@ def sweep_cmd(args) -> int:
         raise ConfigError("only applies with --figures", file="--fig-dir")
     sources = [args.sweep] if Path(args.sweep).is_file() else []
     check_output(out, "--out", inputs=sources, create=True)  # a store folder is created, like results/
-    if args.figures and sweep.spec.figures:  # every figure path checked before the sweep runs
+    if args.figures and sweep.spec.figures:  # every figure path and label key checked before the sweep runs
         _figure_targets(sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else out.parent, out)
+        check_figure_labels(sweep)
     if args.merge_after and args.emit_sbatch is None:
         raise ConfigError("needs --emit-sbatch", file="--merge-after")
     if args.flips:
@@ -122,11 +128,15 @@ def sweep_cmd(args) -> int:
     if args.dry_run:
         return _dry_run_jobqueue(sweep)
     shard = parse_shard(args.shard) if args.shard is not None else None
-    summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
-                        scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
-                        progress=not args.no_progress, checkpoint_s=args.checkpoint_s,
-                        retry_failed=args.retry_failed, allow_version_mismatch=args.allow_version_mismatch,
-                        flips=args.flips)
+    try:
+        summary = run_sweep(sweep, out, executor=args.executor, workers=args.workers, shard=shard,
+                            scheduler=args.scheduler, cache_dir=args.cache, point_fn=args.point_fn,
+                            progress=not args.no_progress, checkpoint_s=args.checkpoint_s,
+                            retry_failed=args.retry_failed, allow_version_mismatch=args.allow_version_mismatch,
+                            flips=args.flips)
+    except KeyboardInterrupt:  # the finished points are in the store (journal folded on the way out)
+        print(interrupted_line(out, shard, args.executor), file=sys.stderr)
+        return 130
     print(summary.text())
     if summary.all_failed:
         print(f"error: {summary.out}: expected at least one ok point, got {sum(summary.status_counts.values())} "
@@ -135,6 +145,20 @@ def sweep_cmd(args) -> int:
     if args.figures and sweep.spec.figures:
         _render_all(summary.out, sweep.spec.figures, Path(args.fig_dir) if args.fig_dir else summary.out.parent)
     return 0
+
+
+def interrupted_line(out: Path, shard, executor: str) -> str:
+    """What Ctrl-C leaves: ``interrupted: N points kept in STORE; run the same command to resume``."""
+    from attnsim.sweep.executors import parse_shard, shard_path
+    from attnsim.sweep.store import open_store
+    if shard is None:
+        shard = parse_shard(None) if executor == "slurm" else (0, 1)
+    path = shard_path(out, shard)
+    try:
+        n = len(open_store(path)) if path.exists() else 0
+    except (ConfigError, OSError):  # a store the interrupted run could not fold: the next run recovers it
+        return f"interrupted; run the same command to resume ({path})"
+    return f"interrupted: {n} point{'s' * (n != 1)} kept in {path}; run the same command to resume"
 
 
 def _emit_sbatch(args, sweep, out: Path) -> int:
@@ -211,6 +235,24 @@ def _figure_targets(figures, fig_dir: Path, store: Path) -> list[Path]:
     return outs
 
 
+def check_figure_labels(sweep) -> None:
+    """Refuse a ``figures:`` label key that names nothing the sweep can draw, before any point runs: the
+    built-in names, the sweep's systems, models, scenarios, hardware, devices, links, parameters and their
+    values, and any name with a unit (a metric column). The figure itself checks against the store's columns."""
+    from attnsim.plots.labels import UNIT_PREFIX, check_labels, known_keys
+    from attnsim.sweep.table import has_unit
+    tree = sweep.base_tree
+    names = known_keys() | set(tree.systems) | set(tree.models) | set(tree.scenarios) | set(tree.hardware)
+    for sysd in tree.systems.values():
+        for sec in ("devices", "links"):
+            names |= set((sysd.get(sec) or {}) if isinstance(sysd, dict) else {})
+    for keys, rows in sweep.axes:
+        names |= set(keys) | {k.split(".")[-1] for k in keys} | {str(v) for r in rows for v in r}
+    for i, fs in enumerate(sweep.spec.figures):
+        extra = {k for k in fs.labels if has_unit(k) or (k.startswith(UNIT_PREFIX) and has_unit(k[len(UNIT_PREFIX):]))}
+        check_labels(fs.labels, sweep.file, f"figures.{i}.labels", known=names | extra)
+
+
 def _render_all(path: Path, figures, fig_dir: Path) -> None:
     from attnsim.plots import render
     from attnsim.sweep.table import load_table
@@ -230,6 +272,17 @@ def _sweep_definition(table) -> str:
     return text
 
 
+def _plan_front(args, style: dict) -> int:
+    from attnsim.plots.options import check_recipe
+    from attnsim.plots import plan_figure
+    check_recipe(args.recipe, {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
+                               "logy": args.logy, "xlim": args.xlim, "ylim": args.ylim, "components": args.components,
+                               "baseline": args.baseline, "replicate": args.replicate})
+    paths = plan_figure(args.file, Path(args.out), width=args.width, title=args.title, **style)
+    print("figure: " + ", ".join(map(str, paths)))
+    return 0
+
+
 def plot_cmd(args) -> int:
     from attnsim.plots import RECIPES, render
     from attnsim.sweep.table import load_table, parse_where
@@ -238,6 +291,7 @@ def plot_cmd(args) -> int:
             print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
         print(f"{'latency_cdf':22s} TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file")
         print(f"{'latency_ccdf':22s} TTFT / TPOT / latency CCDFs (log y) with the SLO lines, `attnsim serve` results")
+        print(f"{'plan_front':22s} TPOT and J/token vs attention error: the front of an `attnsim plan -o PLAN.json`")
         return 0
     if not args.file:
         raise ConfigError("needs a results file or sweep store (or --list)", file="plot")
@@ -261,14 +315,20 @@ def plot_cmd(args) -> int:
     from attnsim.plots.labels import load_labels
     from attnsim.plots.style import resolve_font
     labels = load_labels(args.labels) if args.labels else None
+    for item in args.label_items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"expected NAME=TEXT, got {item!r}", file="--label")
+        name, text = item.split("=", 1)
+        labels = {**(labels or {}), name.strip(): text}
     resolve_font(args.font, file="--font", key=None)
     style = {"labels": labels, "font": args.font, "logx": args.logx}
     if args.recipe in ("latency_cdf", "latency_ccdf"):  # per-request rows of `attnsim serve` results
         from attnsim.plots.options import check_recipe
+        import numpy as np
         from attnsim.serve.plots import _read_requests, latency_cdf, read_slos
         check_recipe(args.recipe, {"x": args.x, "y": args.y, "hue": args.hue, "z": args.z, "where": args.where,
                                    "title": args.title, "width": args.width, "logy": args.logy, "xlim": args.xlim,
-                                   "ylim": args.ylim,
+                                   "ylim": args.ylim, "components": args.components,
                                    "baseline": args.baseline, "replicate": args.replicate})
         if not Path(args.file).is_file():
             raise ConfigError("file not found", file=args.file)
@@ -276,13 +336,21 @@ def plot_cmd(args) -> int:
             requests = _read_requests(args.file)[0]
         except OSError:
             raise ConfigError("expected an attnsim serve results file (HDF5), got unreadable data", file=args.file) from None
+        if labels is not None:  # the names a latency figure draws: built-in ones and the runs' text fields
+            from attnsim.plots.labels import check_labels, known_keys
+            text = {str(v) for n in (requests.dtype.names or ()) if requests[n].dtype.kind in "OSU"
+                    for v in np.unique(requests[n])[:10_000]}
+            check_labels(labels, "plot", "labels", known=known_keys() | text)
         ccdf = args.recipe == "latency_ccdf"
         paths = latency_cdf(requests, Path(args.out), ccdf=ccdf, slos=read_slos(args.file) if ccdf else None, **style)
         print("figure: " + ", ".join(map(str, paths)))
         return 0
+    if args.recipe == "plan_front":  # an attnsim plan document (attnsim plan -o PLAN.json)
+        return _plan_front(args, style)
     table = load_table(args.file)
     paths = render(table, args.recipe, Path(args.out), x=args.x, y=args.y, hue=args.hue, z=args.z,
-                   where=parse_where(args.where), width=args.width or "single", title=args.title, logy=args.logy,
+                   where=parse_where(args.where), width=args.width, title=args.title, logy=args.logy,
+                   components=args.components,
                    xlim=args.xlim,
                    ylim=args.ylim, baseline=args.baseline, replicate=args.replicate, **style)
     print("figure: " + ", ".join(map(str, paths)))

@@ -482,7 +482,7 @@ def find_config(kind: str, ref: str, relative_to: Path | None = None) -> Path:
         if not p.is_absolute() and relative_to is not None and not _is_file(p, Path.exists):
             p = relative_to / p
         if not _is_file(p):
-            raise ConfigError(f"file not found: {ref}")
+            raise ConfigError(f"file not found: {ref}{_file_hint(p, kind)}")
         return p
     for d in search_dirs(kind):
         p = d / f"{ref}.yaml"
@@ -491,6 +491,19 @@ def find_config(kind: str, ref: str, relative_to: Path | None = None) -> Path:
     from attnsim.suggest import did_you_mean
     names = ", ".join(available(kind)) or "none"
     raise ConfigError(f"unknown {kind} config '{ref}'{did_you_mean(ref, available(kind))} (available: {names})")
+
+
+def _file_hint(p: Path, kind: str) -> str:
+    """``" (did you mean X?)"``: the closest config file in the folder of a missing ``p``, else the closest
+    built-in name of ``kind`` (e.g. ``exmple.yaml`` -> ``example``), else ``""``."""
+    from attnsim.suggest import close_matches
+    try:
+        here = sorted(str(p.parent / f.name) if str(p.parent) not in ("", ".") else f.name
+                      for f in p.parent.iterdir() if f.suffix in (".yaml", ".yml", ".json") and f.is_file())[:10_000]
+    except OSError:
+        here = []
+    found = close_matches(str(p), here, n=1) or close_matches(p.stem, available(kind), n=1)
+    return f" (did you mean {found[0]}?)" if found else ""
 
 
 # ---------------------------------------------------------------- validation
@@ -637,6 +650,25 @@ def parse_value(raw: str, file: str = "--set", key: str | None = None) -> Any:
         return raw
 
 
+def set_items(sets: Iterable) -> list[tuple[list[str], Any]]:
+    """``(path, value)`` of each override: a ``KEY=VALUE`` text (:func:`parse_set`) or an already split
+    ``(path, value)`` pair, so that ``attnsim run --set`` and a sweep file's ``set:`` share one code path."""
+    out = []
+    for item in sets or ():
+        if isinstance(item, str):
+            out.append(parse_set(item))
+        else:
+            path, value = item
+            out.append((list(path), value))
+    return out
+
+
+def is_experiment_set(item) -> bool:
+    """An override of the experiment section (applied before the configs it names are loaded)."""
+    path = parse_set(item)[0] if isinstance(item, str) else item[0]
+    return path[0] == "experiment"
+
+
 def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False, prefix: Iterable[str] = ()) -> None:
     """Set ``tree[p0][p1]...=value``; lists are indexed by integer parts. Error keys are
     ``prefix + path`` (the whole ``--set`` key, e.g. ``systems.h100_x1.devices.gpu.count``)."""
@@ -712,10 +744,10 @@ class ConfigTree:
     def file_of(self, section: str, name: str | None = None) -> str:
         return self.files.get((section, name), f"{section}/{name}" if name else section)
 
-    def apply_sets(self, sets: Iterable[str]) -> "ConfigTree":
-        """Apply ``--set`` overrides in place (structure only; validate afterwards)."""
-        for item in sets or ():
-            path, value = parse_set(item)
+    def apply_sets(self, sets: Iterable) -> "ConfigTree":
+        """Apply ``--set`` overrides in place (structure only; validate afterwards): ``KEY=VALUE`` texts or
+        ``(path, value)`` pairs (:func:`set_items`; a sweep file's ``set:`` mapping)."""
+        for path, value in set_items(sets):
             section = path[0]
             if section not in SECTIONS:
                 from attnsim.suggest import did_you_mean

@@ -14,8 +14,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
-from attnsim.config import (CONFIG_ROOT, ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml,
-                            validate)
+from attnsim.config import (CONFIG_ROOT, ConfigError, ConfigTree, Schema, display_path, find_config, is_experiment_set,
+                            load_yaml, validate)
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import SystemSpec, ref_name
 from attnsim.mapper.base import validate_options
@@ -106,7 +106,7 @@ def load_tree(path: Optional[str | Path | dict] = None, sets: Optional[list[str]
         src = find_config("experiments", DEFAULT_EXPERIMENT if path is None else str(path))
         exp, exp_file = load_yaml(src), display_path(src)
     tree = ConfigTree(experiment=exp, files={("experiment", None): exp_file})
-    tree.apply_sets([s for s in sets or () if s.split("=", 1)[0].split(".")[0] == "experiment"])
+    tree.apply_sets([s for s in sets or () if is_experiment_set(s)])
     base = src.parent if src is not None else None
     for key in ("systems", "models"):
         val = exp.get(key)
@@ -288,7 +288,18 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
     return Experiment(tree, spec, models, systems, scenarios, source, reliability)
 
 
-def load_experiment(path: Optional[str | Path | dict] = None, sets: Optional[list[str]] = None) -> Experiment:
+def load_tree_with_sets(path: Optional[str | Path | dict] = None, sets: Optional[list] = None,
+                        extend=None) -> tuple[ConfigTree, Optional[Path]]:
+    """:func:`load_tree` with every override of ``sets`` applied: ``experiment.*`` before the configs are
+    loaded (so ``experiment.models=[...]`` loads those models), the rest after. The one path of ``attnsim run
+    --set`` and of a sweep file's ``set:`` (``KEY=VALUE`` texts or ``(path, value)`` pairs). ``extend(tree,
+    src)``: loads more configs (a sweep's swept systems and models) before the other overrides apply."""
     tree, src = load_tree(path, sets)
-    tree.apply_sets([s for s in sets or () if s.split("=", 1)[0].split(".")[0] != "experiment"])
-    return validate_tree(tree, src)
+    if extend is not None:
+        extend(tree, src)
+    tree.apply_sets([s for s in sets or () if not is_experiment_set(s)])
+    return tree, src
+
+
+def load_experiment(path: Optional[str | Path | dict] = None, sets: Optional[list[str]] = None) -> Experiment:
+    return validate_tree(*load_tree_with_sets(path, sets))

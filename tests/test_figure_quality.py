@@ -56,7 +56,10 @@ CASES = {  # recipe -> (options, expected y label or None for a pattern check, d
                  "Performance (TFLOP/s)", False),
     "heatmap": (dict(x="scenario.batch_size", y="system", z="tpot_s", where={"prompt_len": 3072}, title="Llama-2-13B"),
                 "System", True),
-    "pareto": (dict(), "Energy per token (J/token) \u2193", True),
+    # decode-only by default (issue 28): TPOT against the decode energy per token
+    "pareto": (dict(), "Decode energy per token (J/token) \u2193", True),
+    # throughput and J/token side by side, one legend for both panels
+    "panels": (dict(where={"prompt_len": 3072}), "Decode throughput (tokens/s)", True),
     "tornado": (dict(where={"system": "dgx_h100"}), "Assumed parameter (* flips)", False),  # the flips table below
 }
 
@@ -134,9 +137,14 @@ def test_recipe_output_is_paper_ready(table, flips_table, recipe):
         assert ax.get_xlabel().startswith(("Arithmetic intensity (FLOP/B", "TPOT (ms)"))
     if recipe == "heatmap":
         assert fig.axes[1].get_ylabel() == "TPOT (ms)"  # the colour bar
-    legend = _legend(ax)
+    legend = _legend(ax) if recipe != "panels" else [t.get_text() for t in fig.legends[0].get_texts()]
     dnf = ["does not fit"] if has_dnf else []
-    if recipe in ("throughput_vs_batch", "tpot_vs_batch", "throughput_vs_context", "tpot_vs_context", "line"):
+    if recipe == "panels":
+        assert fig.axes[1].get_ylabel() == "Decode energy per token (J/token)" and ax.get_legend() is None
+        assert [ln.get_color() for ln in fig.axes[0].get_lines()][:2] == \
+            [ln.get_color() for ln in fig.axes[1].get_lines()][:2]  # one style per system in both panels
+    if recipe in ("throughput_vs_batch", "tpot_vs_batch", "throughput_vs_context", "tpot_vs_context", "line",
+                  "panels"):
         assert legend == SHOWN + dnf
     elif recipe == "ratio":
         assert legend == ["DGX H100 (= 1)", "1\u00d7 H100", "does not fit"]

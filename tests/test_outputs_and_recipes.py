@@ -361,8 +361,8 @@ def test_plot_list_needs_no_file(capsys):
     from attnsim.plots import RECIPES
     assert main(["plot", "--list"]) == 0
     listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
-    from attnsim.plots.options import SERVE_RECIPES
-    assert set(RECIPES) | set(SERVE_RECIPES) == set(listed)
+    from attnsim.plots.options import DOC_RECIPES  # serve results and plan documents (plan_front)
+    assert set(RECIPES) | set(DOC_RECIPES) == set(listed)
     assert main(["plot", "--recipe", "pareto", "-o", "x.pdf"]) == 2
     assert "needs a results file" in capsys.readouterr().err
 
@@ -420,8 +420,8 @@ def test_request_trace_not_utf8(work, capsys):
 
 def test_recipe_options_table_matches_recipes():
     from attnsim.plots import RECIPES
-    from attnsim.plots.options import RECIPE_OPTIONS, SERVE_RECIPES
-    assert set(RECIPE_OPTIONS) == set(RECIPES) | set(SERVE_RECIPES)
+    from attnsim.plots.options import DOC_RECIPES, RECIPE_OPTIONS
+    assert set(RECIPE_OPTIONS) == set(RECIPES) | set(DOC_RECIPES)
 
 
 @pytest.mark.parametrize("recipe, args, unused", [

@@ -8,7 +8,7 @@ import yaml
 from attnsim.cli import main
 from attnsim.serve.replicate import CI_METRICS, mean_ci
 from attnsim.serve.run import load_serving_experiment, serve_experiment
-from attnsim.sweep.table import load_table
+from attnsim.sweep.table import load_table, unit_name
 
 SMALL = ["experiment.serving.trace.num_requests=40"]
 
@@ -60,13 +60,19 @@ def test_sweep_of_a_serving_experiment_runs_the_serving_model(tmp_path, capsys):
     for r in (4, 12):
         ref = _serve([f"experiment.serving.trace.rate_per_s={r}", "experiment.serving.replications=2"])
         i = int(np.nonzero(rates == r)[0][0])
-        for k in ("ttft_p99", "ttft_p99_ci_high", "throughput_rps", "goodput_rps"):
-            assert t.col(k)[i] == pytest.approx(ref["metrics"][k], rel=1e-12)
+        for k in ("ttft_p99", "ttft_p99_ci_high", "throughput_rps", "goodput_rps"):  # by their unit-suffixed names
+            assert t.col(unit_name(k))[i] == pytest.approx(ref["metrics"][k], rel=1e-12)
     assert t.col("throughput_rps")[rates == 12][0] > 2 * t.col("throughput_rps")[rates == 4][0]
     fig_path = tmp_path / "f.png"
     assert main(["plot", str(out), "--recipe", "line", "--x", "experiment.serving.trace.rate_per_s",
-                 "--y", "ttft_p99", "-o", str(fig_path)]) == 0
+                 "--y", "ttft_p99_s", "-o", str(fig_path)]) == 0
     assert fig_path.stat().st_size > 0
+    # the name attnsim show and export print; the stored one without its unit is refused (issue 28)
+    assert main(["plot", str(out), "--recipe", "line", "--x", "experiment.serving.trace.rate_per_s",
+                 "--y", "ttft_p99", "-o", str(tmp_path / "g.png")]) == 2
+    from attnsim.plots import figure
+    ax = figure(t, "line", x="experiment.serving.trace.rate_per_s", y="ttft_p99_s").axes[0]
+    assert ax.get_xlabel() == "Arrival rate (requests/s)" and ax.get_ylabel().startswith("TTFT p99 (")
 
 
 def test_line_recipe_draws_error_bars_from_intervals(tmp_path):

@@ -124,7 +124,9 @@ def test_ctrl_c_stops_a_local_sweep_quietly(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130 and stderr.strip().splitlines()[-1] == "interrupted"
+    # the last line says what is kept and how to resume (issue 28)
+    assert proc.returncode == 130 and stderr.strip().splitlines()[-1] == \
+        f"interrupted: 1 point kept in {out}; run the same command to resume"
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     rows = read_store_rows(out)
     assert len(rows) == 1  # the finished point is kept (a rerun resumes from it)

@@ -70,15 +70,47 @@ def active(user: Optional[dict] = None):
         _ACTIVE.reset(token)
 
 
-def check_labels(obj, file: Optional[str], key: str = "labels") -> dict:
-    """``obj`` as a {name: label} mapping of strings, or a ConfigError at ``key``."""
+UNIT_PREFIX = "unit."  # ``unit.<column>: ms``: the unit an axis shows that column in
+
+
+def user_labels() -> dict:
+    """The mapping in use while a figure is drawn (defaults overridden by the user's)."""
+    return _ACTIVE.get()
+
+
+def check_labels(obj, file: Optional[str], key: str = "labels", known=None) -> dict:
+    """``obj`` as a {name: label} mapping of strings, or a ConfigError at ``key``. ``known``: the keys a
+    figure can use (:func:`known_keys`); any other key is refused with the closest known one."""
     if not isinstance(obj, dict):
         raise ConfigError(f"expected a mapping of names to display labels, got {type(obj).__name__}", file=file,
                           key=key)
     for k, v in obj.items():
         if not isinstance(v, (str, int, float)) or isinstance(v, bool) or str(v) == "":
             raise ConfigError(f"expected a non-empty text, got {v!r}", file=file, key=f"{key}.{k}")
+        if known is not None and str(k) not in known:
+            from attnsim.suggest import did_you_mean
+            raise ConfigError(f"expected a name the figure draws (a system, model, op, component, device, swept "
+                              f"value or column; {UNIT_PREFIX}<column> for a unit), got {str(k)!r}"
+                              f"{did_you_mean(str(k), known)}", file=file, key=f"{key}.{k}")
     return {str(k): str(v) for k, v in obj.items()}
+
+
+def known_keys(table=None) -> set[str]:
+    """Every label key a figure of ``table`` can use: the built-in names, op classes, axis columns (the
+    stored and the unit-suffixed names, ``unit.<column>`` too), the names in its text columns and breakdowns."""
+    from attnsim.plots.style import KNOWN, OP_CLASSES
+    from attnsim.sweep.table import unit_name
+    keys = set(DEFAULT_LABELS) | set(OP_CLASSES) | set(KNOWN)
+    cols = set(KNOWN)
+    if table is not None:
+        for name, col in table.columns.items():
+            cols |= {name, unit_name(name), name.split(".")[-1]}
+            if getattr(col, "dtype", None) is not None and col.dtype.kind == "O":
+                keys |= {str(v) for v in col.tolist()[:100_000]}
+        for name in table.breakdown:
+            cols.add(name)
+            keys.add(name.rsplit("/", 1)[-1])
+    return keys | cols | {UNIT_PREFIX + c for c in cols}
 
 
 def load_labels(path) -> dict:

@@ -11,8 +11,10 @@ from attnsim.config import ConfigError
 
 _LINE = ("x", "y", "hue", "logx", "logy", "xlim", "ylim", "replicate")
 RECIPE_OPTIONS = {
-    "latency_by_op": ("y", "logy", "ylim"), "latency_by_device": ("y", "logy", "ylim"),  # y: the phase
-    "energy_breakdown": ("y", "logy", "ylim"),
+    "latency_by_op": ("y", "logy", "ylim", "components"),  # y: the phase
+    "latency_by_device": ("y", "logy", "ylim", "components"),
+    "energy_breakdown": ("y", "logy", "ylim", "components"),  # components: the segments drawn
+    "panels": _LINE,  # y: the panels' metrics, comma-separated
     "throughput_vs_batch": _LINE, "tpot_vs_batch": _LINE, "throughput_vs_context": _LINE, "tpot_vs_context": _LINE,
     "line": _LINE,
     "ratio": ("x", "y", "hue", "baseline", "logx", "logy", "xlim", "ylim"),
@@ -22,21 +24,23 @@ RECIPE_OPTIONS = {
     "tornado": ("xlim",),  # one compared run's verdict_flips section (attnsim.verdict)
     "latency_cdf": ("logx",),  # serve results: per-request rows
     "latency_ccdf": ("logx",),
+    "plan_front": ("logx", "title", "width"),  # an attnsim plan document (JSON)
 }
 COMMON = ("labels", "font")  # every recipe reads these
 TABLE_COMMON = ("where", "width", "title")  # and every recipe over a results table these
 SERVE_RECIPES = ("latency_cdf", "latency_ccdf")  # draw an `attnsim serve` results file, not a table
+DOC_RECIPES = SERVE_RECIPES + ("plan_front",)  # draw a file that is not a results table
 
 
 def accepted(recipe: str) -> tuple:
     """Every option ``recipe`` reads."""
-    return RECIPE_OPTIONS[recipe] + COMMON + (() if recipe in SERVE_RECIPES else TABLE_COMMON)
+    return RECIPE_OPTIONS[recipe] + COMMON + (() if recipe in DOC_RECIPES else TABLE_COMMON)
 
 
 def figure_options(spec) -> dict:
     """The keyword options of :func:`attnsim.plots.render` held by a sweep file's figure entry."""
     names = ("x", "y", "hue", "z", "where", "width", "title", "labels", "logx", "logy", "xlim", "ylim", "font",
-             "baseline", "replicate")
+             "baseline", "replicate", "components")
     return {n: getattr(spec, n) for n in names}
 
 

@@ -16,11 +16,12 @@ import numpy as np
 
 from attnsim.config import ConfigError
 from attnsim.plots.labels import display
-from attnsim.plots.style import (HATCHES, KNOWN, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure, scale_for,
-                                 series_style)
+from attnsim.plots.style import (HATCHES, KNOWN, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure,
+                                 op_class_style, scale_for, segment_style, series_style)
 
 MAX_BARS = 64  # one bar per run: 64 fit a double-column figure with rotated labels
 TOP_SEGMENTS = 7  # stacked bars: the largest segments, the rest summed as "other"
+ALWAYS_SHOWN = ("pim_compute",)  # never summed into "other": what a PIM design is compared on (issue 28)
 
 
 def _need(table, what: str):
@@ -99,9 +100,11 @@ def _param_text(column: str, value) -> str:
 # ---------------------------------------------------------------- stacked breakdowns
 
 def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, width: str, title,
-             split: tuple | None = None):
+             split: tuple | None = None, components=None):
     """``split`` = (segment, prefix2, label): segment ``segment`` of ``prefix`` is replaced by the
-    ``prefix2`` columns (labelled ``label: <name>``) where the file has them (same total)."""
+    ``prefix2`` columns (labelled ``label: <name>``) where the file has them (same total). ``components``:
+    the segments to draw (names as stored, e.g. ``pim_compute``, ``static: gpu``), the rest as "other";
+    default: the TOP_SEGMENTS largest plus any of ALWAYS_SHOWN."""
     table = _ok(table, dnf=True)
     _need(table, "stacked breakdown")
     dnf = _status_is(table, DOES_NOT_FIT)
@@ -118,9 +121,19 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
         cols = cols[:i] + subs + cols[i + 1:]
     data = np.nan_to_num(np.array([table.breakdown[c] for c in cols]))  # segments x rows
     if per_token:
-        data = data / np.maximum(1, table.columns["batch_size"].astype(float))[None, :]
+        data = data / np.maximum(1, table.col("batch_size").astype(float))[None, :]
     order = np.argsort(-data.sum(axis=1))
-    keep = [i for i in order[:TOP_SEGMENTS] if data[i].sum() > 0]
+    if components is not None:  # the caller's segments, in its order; the rest summed as "other"
+        unknown = [c for c in components if c not in names]
+        if unknown:
+            from attnsim.suggest import did_you_mean
+            raise ConfigError(f"expected segments of the file's {prefix.rstrip('/')!r} ({', '.join(names)}), got "
+                              f"{unknown[0]!r}{did_you_mean(unknown[0], names)}", file="plot", key="components")
+        keep = [names.index(c) for c in components]
+    else:  # the largest segments, plus the ones never summed into "other" (ALWAYS_SHOWN) when present
+        keep = [i for i in order[:TOP_SEGMENTS] if data[i].sum() > 0]
+        keep += [i for i in order if names[i] in ALWAYS_SHOWN and i not in keep and data[i].sum() > 0]
+        keep = [i for i in order if i in keep]
     rest = [i for i in order if i not in keep]
     segs = [(names[i], data[i]) for i in keep]
     if rest and data[rest].sum() > 0:
@@ -129,9 +142,16 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
     fig, ax = new_figure(width)
     x = np.arange(len(table))
     bottom = np.zeros(len(table))
+    used = set()
     for j, (name, vals) in enumerate(segs):
-        ax.bar(x, vals * f, bottom=bottom, label=display(name), color=OKABE_ITO[j % len(OKABE_ITO)],
-               hatch=HATCHES[j // len(OKABE_ITO) % len(HATCHES)], edgecolor="white", linewidth=0.3, width=0.7)
+        st = segment_style(name)  # one fill per name in every figure (attnsim.plots.style.SEGMENTS)
+        k = 0
+        while (st["color"], st["hatch"]) in used:  # two names on one fill in this figure: the next hatch
+            k += 1
+            st["hatch"] = HATCHES[(HATCHES.index(st["hatch"]) + 1) % len(HATCHES)] if k < len(HATCHES) else "/" * k
+        used.add((st["color"], st["hatch"]))
+        ax.bar(x, vals * f, bottom=bottom, label=display(name), color=st["color"], hatch=st["hatch"],
+               edgecolor="white", linewidth=0.3, width=0.7)
         bottom += vals * f
     for c in ax.containers:  # a segment's bottom is "sticky"; a 0-height one on top of a stack would cut the margin
         for patch in c:
@@ -150,24 +170,28 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
     return fig
 
 
-def latency_by_op(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
+def latency_by_op(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None, **opts):
     """Stacked step latency per run, by op kind (--y PHASE: decode_step (default) or prefill)."""
     phase = y or "decode_step"
-    return _stacked(table, f"{phase}/time_s_by_op/", f"{_phase_name(phase)} latency", "s", False, width, title)
+    return _stacked(table, f"{phase}/time_s_by_op/", f"{_phase_name(phase)} latency", "s", False, width, title,
+                    components=components)
 
 
-def latency_by_device(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
+def latency_by_device(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None,
+                      **opts):
     """Stacked step latency per run, by device (--y PHASE: decode_step (default) or prefill)."""
     phase = y or "decode_step"
-    return _stacked(table, f"{phase}/time_s_by_device/", f"{_phase_name(phase)} latency", "s", False, width, title)
+    return _stacked(table, f"{phase}/time_s_by_device/", f"{_phase_name(phase)} latency", "s", False, width, title,
+                    components=components)
 
 
-def energy_breakdown(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
+def energy_breakdown(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None,
+                     **opts):
     """Stacked energy per generated token of a step, by component (DRAM, PIM, GPU, links), static energy
-    by device (``static: <device>``)."""
+    by device (``static: <device>``); --components picks the segments (pim_compute is never in "other")."""
     phase = y or "decode_step"
     return _stacked(table, f"{phase}/energy_j_by_component/", f"{_phase_name(phase)} energy", "J", True, width, title,
-                    split=("static", f"{phase}/static_energy_j_by_device/", "static"))
+                    split=("static", f"{phase}/static_energy_j_by_device/", "static"), components=components)
 
 
 def _phase_name(phase: str) -> str:
@@ -195,7 +219,7 @@ def _series_points(table, x, y, hue, replicate=None, what="line"):
                           f"(varying: {', '.join(others) or 'none'})", file="plot")
     lo_name, hi_name = f"{y}_ci_low", f"{y}_ci_high"
     ci = (table.col(lo_name).astype(float), table.col(hi_name).astype(float)) \
-        if not replicate and lo_name in table.names() and hi_name in table.names() else None
+        if not replicate and table.has(lo_name) and table.has(hi_name) else None
     out = {}
     for h in dict.fromkeys(hs):
         m = hs == h
@@ -288,6 +312,39 @@ throughput_vs_context = _line_preset("prompt_len", "decode_tokens_per_s", "Decod
 tpot_vs_context = _line_preset("prompt_len", "tpot_s", "TPOT vs context length, one line per system.")
 
 
+PANELS_DEFAULT = ("decode_tokens_per_s", "decode_energy_per_token_j")  # decode-only: throughput, J/token
+
+
+def panels(table, x=None, y=None, hue=None, z=None, width="double", title=None, replicate=None, **opts):
+    """Side-by-side panels of one X (default batch_size): one panel per metric of --y (comma-separated;
+    default decode_tokens_per_s,decode_energy_per_token_j), one line per HUE (default system) in the same
+    style in every panel, one legend shared above them."""
+    x = x or "batch_size"
+    ys = [v.strip() for v in (y.split(",") if isinstance(y, str) else (y or PANELS_DEFAULT)) if str(v).strip()]
+    if not 1 <= len(ys) <= 4:
+        raise ConfigError(f"expected 1 to 4 comma-separated metrics, got {len(ys)}", file="plot", key="--y")
+    hue = hue or "system"
+    for col in [x, hue] + ys:
+        table.col(col)  # an unknown column is refused before anything is drawn
+    fig, axes = new_figure(width, aspect=0.62, ncols=len(ys), squeeze=False)  # double: ~2.2 in high
+    fig.subplots_adjust(wspace=0.35)
+    for ax, yc in zip(axes[0], ys):
+        series, xs, yv = _series_points(table, x, yc, hue, replicate, what="panels")
+        xl, xf = label_for(x, xs)
+        yl, yf = label_for(yc, yv[np.isfinite(yv)])
+        _draw_series(ax, series, xf, yf)  # series j has the same colour, dashes and marker in every panel
+        _auto_log2(ax, xs * xf)
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        _units(ax, xf, yf)
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", bbox_to_anchor=(0.5, 0.9), ncol=min(len(lab), 5),
+               title=label_for(hue)[0] if hue not in ("system", "model") else None)
+    if title:  # above the shared legend
+        fig.suptitle(title, y=1.0, va="bottom")
+    return fig
+
+
 # ---------------------------------------------------------------- ratio vs a baseline
 
 def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, baseline=None, **opts):
@@ -307,7 +364,7 @@ def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, b
         raise ConfigError(f"expected a {hue} of the selected rows, got {baseline!r}", file="plot", key="--baseline")
     stored = {metric: name for name, metric, up in ratios if up}  # same formula: metric / baseline's
     col = y if y.startswith("vs_baseline.") else ("vs_baseline." + stored[y] if y in stored else None)
-    use_col = col is not None and col in table.names() and table.attrs.get("baseline") == baseline
+    use_col = col is not None and table.has(col) and table.attrs.get("baseline") == baseline
     if y.startswith("vs_baseline.") and not use_col:
         raise ConfigError(f"the file has no {y} column against {baseline!r} (its baseline: "
                           f"{table.attrs.get('baseline') or 'none'}); give a metric as --y", file="plot", key="--y")
@@ -434,8 +491,9 @@ def pareto_front(xs: np.ndarray, ys: np.ndarray, max_x: bool = False, max_y: boo
 
 
 def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
-    """Pareto front of two metrics (--x, --y; e.g. tpot_s vs energy_per_token_j); --z colours by a third (accuracy)."""
-    x, y = x or "tpot_s", y or "energy_per_token_j"
+    """Pareto front of two metrics (--x, --y; default decode: tpot_s vs decode_energy_per_token_j); --z colours by
+    a third (accuracy)."""
+    x, y = x or "tpot_s", y or "decode_energy_per_token_j"  # decode-only on both axes (TPOT is a decode metric)
     n_dnf = int(_status_is(table, DOES_NOT_FIT).sum())
     table = _ok(table)
     _need(table, "pareto")
@@ -542,10 +600,9 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
         ax.loglog(grid, np.minimum(d["peak_flops"], grid * d["peak_bw"]) / 1e12, color="black", linewidth=1.0,
                   label="roof")
         ops = d["ops"][ok]
-        for j, op in enumerate(dict.fromkeys(ops.tolist())):  # one colour + marker per op class
+        for op in dict.fromkeys(ops.tolist()):  # one colour + marker per op class, the same in every panel
             m = ops == op
-            ax.scatter(ai[m], perf[m] / 1e12, s=14, color=LINE_COLOURS[j % len(LINE_COLOURS)],
-                       marker=MARKERS[j % len(MARKERS)], label=display(op), zorder=3)
+            ax.scatter(ai[m], perf[m] / 1e12, s=14, **op_class_style(op), label=display(op), zorder=3)
         ax.set_xlabel(f"Arithmetic intensity{chr(10) if len(devs) > 1 else ' '}(FLOP/B, {d['level']})")
         if ax is axes[0][0]:
             ax.set_ylabel("Performance (TFLOP/s)")
@@ -590,6 +647,54 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
     _units(ax)
     ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, borderaxespad=0.2)
     ax.set_title(title or f"{display(d['system'])}, {d['model']}, {d['scenario']['name']}", fontsize=6, pad=18)
+    return fig
+
+
+# ---------------------------------------------------------------- attnsim plan
+
+def plan_front(doc: dict, width="double", title=None, logx=None):
+    """The front of an ``attnsim plan`` document (``attnsim plan -o PLAN.json``): TPOT and energy per token
+    against the relative attention error (the accuracy proxy), one panel each; the Pareto front as a line, the
+    chosen plan (star) and the configured placement "as run" (square); each SLO as a dashed line."""
+    try:
+        front = [(float(f["rel_attention_error"]), float(f["tpot_s"]), float(f["energy_per_token_j"]))
+                 for f in doc["front"]]
+        marks = [(name, float(doc[k]["rel_attention_error"]), float(doc[k]["tpot_s"]),
+                  float(doc[k]["energy_per_token_j"])) for name, k in (("plan", "plan"), ("as run", "configured"))]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"expected an attnsim plan document (front, plan, configured), got none ({exc})",
+                          file="plan") from None
+    if not front:
+        raise ConfigError("the plan document has an empty front (attnsim plan --front-points)", file="plan")
+    fr = np.array(front)
+    slos = doc.get("slos") or {}
+    fig, axes = new_figure(width, aspect=0.62, ncols=2, squeeze=False)
+    fig.subplots_adjust(wspace=0.35)
+    for ax, j, col in ((axes[0][0], 1, "tpot_s"), (axes[0][1], 2, "energy_per_token_j")):
+        yl, yf = label_for(col, np.concatenate([fr[:, j], [m[j + 1] for m in marks]]))
+        ax.plot(fr[:, 0], fr[:, j] * yf, label="Pareto front", **series_style(0))
+        for k, (name, err, tpot, e) in enumerate(marks):
+            ax.plot([err], [(tpot, e)[j - 1] * yf], linestyle="none", marker="*" if k == 0 else "s",
+                    markersize=8 if k == 0 else 5, color=LINE_COLOURS[1 + k], label=name, zorder=4)
+        acc = slos.get("accuracy")
+        if acc:
+            ax.axvline(float(acc["limit"]), color="0.35", linestyle="--", linewidth=0.8, label="accuracy SLO")
+        lim = slos.get(col)
+        if lim:
+            ax.axhline(float(lim["limit"]) * yf, color="0.35", linestyle=":", linewidth=0.8, label="SLO")
+        if logx is not False and fr[:, 0].min() > 0 and fr[:, 0].max() / fr[:, 0].min() >= 10:
+            ax.set_xscale("log")
+        ax.set_xlabel(label_for("rel_attention_error")[0])
+        ax.set_ylabel(yl)
+        _units(ax, 1.0, yf)
+    h, lab = [], []
+    for ax in axes[0]:  # one legend for both panels (each entry once)
+        for hh, ll in zip(*ax.get_legend_handles_labels()):
+            if ll not in lab:
+                h.append(hh)
+                lab.append(ll)
+    fig.legend(h, lab, loc="lower center", bbox_to_anchor=(0.5, 0.9), ncol=min(len(lab), 5))
+    fig.suptitle(title or f"{display(doc.get('system', ''))}, {doc.get('model', '')}", y=1.0, va="bottom")
     return fig
 
 

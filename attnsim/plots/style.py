@@ -38,6 +38,46 @@ MARKERS = "osD^vP*X"
 DASHES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1))]
 
 
+# One style per op class (workloads/optrace.py OP_CLASSES, in its order), the same in every panel and figure
+# (roofline): colour from LINE_COLOURS (>= 3:1 on white) and a marker, so the 8 classes stay apart with 5 colours.
+OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding", "transfer")
+OP_CLASS_STYLE = {c: {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "marker": MARKERS[i]}
+                  for i, c in enumerate(OP_CLASSES)}
+
+# One fill per stacked-bar segment name (energy components, devices, ops), the same in every figure: the
+# known names in this order cycle through the Okabe-Ito colours, then through the hatches.
+SEGMENTS = ("dram_read_write", "dram_activate", "dram_io", "dram_background", "dram_refresh", "pim_compute",
+            "compute", "sram", "link", "ecc", "static", "active",
+            "gpu", "pim", "pnm", "npu", "host", "cpu", "link:gpu_pim", "link:nvlink", "link:cxl", "link:pcie",
+            "qkv_proj", "attn_score", "attn_context", "softmax", "out_proj", "mlp_up", "mlp_down", "mlp_act",
+            "lm_head", "embedding", "rope", "attn_norm", "ffn_norm", "final_norm", "attn_residual",
+            "ffn_residual", "attn_allreduce", "mlp_allreduce", "pim_send_q_kv", "pim_recv_out", "pim_write_kv")
+
+
+def op_class_style(cls: str) -> dict:
+    """Colour and marker of an op class (:data:`OP_CLASS_STYLE`; another name: a stable pick by its text)."""
+    if cls in OP_CLASS_STYLE:
+        return dict(OP_CLASS_STYLE[cls])
+    import zlib
+    i = zlib.crc32(str(cls).encode())
+    return {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def segment_style(name: str) -> dict:
+    """Fill colour and hatch of a stacked-bar segment: fixed per name (:data:`SEGMENTS`; ``static: gpu`` as
+    ``static``'s colour with its device's hatch; "other" grey; another name a stable pick by its text)."""
+    import zlib
+    name = str(name)
+    if name == "other":
+        return {"color": "#BBBBBB", "hatch": ""}
+    if ": " in name:
+        head, tail = name.split(": ", 1)
+        j = SEGMENTS.index(tail) if tail in SEGMENTS else zlib.crc32(tail.encode())
+        return {"color": segment_style(head)["color"], "hatch": HATCHES[1 + j % (len(HATCHES) - 1)]}
+    i = SEGMENTS.index(name) if name in SEGMENTS else len(SEGMENTS) + zlib.crc32(name.encode()) % 64
+    return {"color": OKABE_ITO[i % len(OKABE_ITO)], "hatch": HATCHES[i // len(OKABE_ITO) % len(HATCHES)]}
+
+
 def series_style(j: int, marker: bool = True) -> dict:
     """Colour, dash pattern (and marker) of series ``j``: all three change together."""
     st = {"color": LINE_COLOURS[j % len(LINE_COLOURS)], "linestyle": DASHES[j % len(DASHES)]}
@@ -177,30 +217,89 @@ KNOWN = {
     "static_energy_per_token_j": ("Static energy per token", "J"),
     "batch_size": ("Batch size", None), "prompt_len": ("Context length", "tokens"),
     "output_len": ("Output length", "tokens"), "elapsed_s": ("Simulation time", "s"),
+    "rel_attention_error": ("Relative attention error", None),  # attnsim plan's accuracy proxy
+    "rate_per_s": ("Arrival rate", "requests/s"),  # serving.trace.rate_per_s (attnsim.serve)
 }
-_SUFFIX_UNITS = {"_s": "s", "_ns": "ns", "_j": "J", "_pj": "pJ", "_w": "W", "_bytes": "B", "_gbps": "GB/s"}
+# longest first: "_per_s" (a rate) before "_s"
+_SUFFIX_UNITS = {"_per_s": "1/s", "_rps": "requests/s", "_s": "s", "_ns": "ns", "_j": "J", "_pj": "pJ", "_w": "W",
+                 "_bytes": "B", "_gbps": "GB/s", "_ratio": None, "_count": None, "_tokens": "tokens"}
+_STAT = {"ttft": "TTFT", "tpot": "TPOT", "latency": "Latency", "queue": "Queueing delay"}
+# the units an axis can show a column in (``unit.<column>`` label key): factor from the stored SI value
+UNIT_SCALES = {"s": {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "ns": 1e9, "min": 1 / 60, "h": 1 / 3600},
+               "J": {"J": 1.0, "mJ": 1e3, "uJ": 1e6, "\u00b5J": 1e6, "nJ": 1e9, "kJ": 1e-3},
+               "W": {"W": 1.0, "mW": 1e3, "kW": 1e-3, "MW": 1e-6},
+               "B": {"B": 1.0, "kB": 1e-3, "MB": 1e-6, "GB": 1e-9, "TB": 1e-12}}
+
+
+def _name_unit(column: str) -> tuple[str, str | None]:
+    """(axis name, stored unit) of a column, before any user label."""
+    import re
+    short = column.split(".")[-1]
+    if column.startswith(("scenario.", "scenarios.")) and short in ("batch_size", "prompt_len", "output_len"):
+        return KNOWN[short]
+    if column in KNOWN or short in KNOWN:
+        return KNOWN.get(column) or KNOWN[short]
+    from attnsim.sweep.table import UNIT_NAMES
+    stored = next((k for k, v in UNIT_NAMES.items() if v == short), None)  # batch_size_count -> batch_size
+    if stored in KNOWN:
+        return KNOWN[stored]
+    m = re.fullmatch(r"(ttft|tpot|latency|queue)_(mean|p\d+)(_s)?(_ci_low|_ci_high)?", short)
+    if m:  # serve aggregates (attnsim.serve.metrics), stored in seconds: "TTFT p99"
+        ci = {"_ci_low": " (CI low)", "_ci_high": " (CI high)"}.get(m.group(4) or "", "")
+        return f"{_STAT[m.group(1)]} {m.group(2)}{ci}", "s"
+    name, unit = short.replace("_", " "), None
+    for suf, u in _SUFFIX_UNITS.items():
+        if short.endswith(suf) and len(short) > len(suf):
+            name, unit = short[: -len(suf)].replace("_", " "), u
+            break
+    return name[:1].upper() + name[1:], unit
+
+
+def column_unit(column: str) -> str | None:
+    """The unit a column is stored in (s, J, tokens/s, ...; None: dimensionless)."""
+    return _name_unit(column)[1]
+
+
+def check_units(labels: dict, file=None, key: str = "labels") -> None:
+    """Each ``unit.<column>`` label names a unit of that column's kind (:data:`UNIT_SCALES`)."""
+    from attnsim.config import ConfigError
+    from attnsim.plots.labels import UNIT_PREFIX
+    for k, v in labels.items():
+        if k.startswith(UNIT_PREFIX):
+            base = column_unit(k[len(UNIT_PREFIX):])
+            ok = UNIT_SCALES.get(base, {})
+            if v not in ok:
+                raise ConfigError(f"expected one of {', '.join(ok) or 'no unit (the column has no scalable unit)'}, "
+                                  f"got {v!r}", file=file, key=f"{key}.{k}")
+
+
+def _user(column: str, labels: dict, prefix: str = ""):
+    """The user's label for ``column`` under its stored, unit-suffixed or short name, else None."""
+    from attnsim.sweep.table import unit_name
+    for n in (column, unit_name(column), column.split(".")[-1]):
+        if prefix + n in labels:
+            return labels[prefix + n]
+    return None
 
 
 def label_for(column: str, values=None) -> tuple[str, float]:
-    """Axis label with units and the factor to multiply values by (e.g. 'TPOT (ms)', 1e3)."""
-    short = column.split(".")[-1]
-    if column in KNOWN or short in KNOWN:
-        name, unit = KNOWN.get(column) or KNOWN[short]
-    else:
-        name, unit = short.replace("_", " "), None
-        for suf, u in _SUFFIX_UNITS.items():
-            if short.endswith(suf):
-                name, unit = short[: -len(suf)].replace("_", " "), u
-                break
-        name = name[:1].upper() + name[1:]
-    if column.startswith(("scenario.", "scenarios.")) and short in ("batch_size", "prompt_len", "output_len"):
-        name, unit = KNOWN[short]
-    if unit is None:
-        return name, 1.0
-    if unit in ("s", "J", "W", "B") and values is not None:
+    """Axis label with units and the factor to multiply values by (e.g. 'TPOT (ms)', 1e3). The active
+    labels (:mod:`attnsim.plots.labels`) may rename the axis (``<column>: text``; ``{unit}`` in the text
+    places the unit) and pin its unit (``unit.<column>: ms``)."""
+    from attnsim.plots.labels import UNIT_PREFIX, user_labels
+    labels = user_labels()
+    name, unit = _name_unit(column)
+    name = _user(column, labels) or name
+    pinned = _user(column, labels, UNIT_PREFIX)
+    per = "/token" if column.endswith("per_token_j") else ""
+    f, u = 1.0, unit
+    if unit is not None and pinned is not None and pinned in UNIT_SCALES.get(unit, {}):
+        f, u = UNIT_SCALES[unit][pinned], pinned
+    elif unit in ("s", "J", "W", "B") and values is not None:
         f, u = scale_for(values, unit)
-        per = "/token" if column.endswith("per_token_j") else ""
-        return f"{name} ({u}{per})", f
-    if unit == "J" and column.endswith("per_token_j"):
-        return f"{name} (J/token)", 1.0
-    return f"{name} ({unit})", 1.0
+    if u is None:
+        return name.replace("{unit}", "").strip(), f
+    u = u + per
+    if "{unit}" in name:
+        return name.replace("{unit}", u), f
+    return f"{name} ({u})", f

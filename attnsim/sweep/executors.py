@@ -434,6 +434,7 @@ def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, poin
                          allow_version_mismatch=allow_version_mismatch, retry_failed=retry_failed)
     summary.retried, summary.shards = writer.retried, sn
     invalid: list = []  # (index, key, params, error): recorded after pass 1, unless every point is invalid
+    resolved_all = False  # a failure before every point resolved leaves no new store behind
     try:
         # pass 1: resolve + validate every point (dedupe is global, so every shard sees every key)
         seen: set = set()
@@ -455,6 +456,7 @@ def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, poin
                 continue
             to_run.append(i)
         del seen
+        resolved_all = True
         if sn == 1 and invalid and not to_run and not summary.already_done:  # (a shard records them: merge needs it)
             i, _, params, err = invalid[0]
             label = ", ".join(f"{k}={v}" for k, v in params.items())
@@ -484,7 +486,8 @@ def _drive(sweep, out_path, executor, workers, shard, scheduler, cache_dir, poin
                 summary.cache_misses += rec["cache"].get("misses", 0)
                 bar.update(1)
     finally:
-        writer.close(keep_empty=summary.n_shard == 0)  # a refused or interrupted new store is not left behind
+        writer.close(keep_empty=resolved_all and summary.n_shard == 0)  # a refused or interrupted new store
+        # is not left behind (a shard with no points of its own keeps its empty store: the merge reads it)
     summary.wall_s = time.perf_counter() - t0
     cols = open_store(out_path).columns()
     if len(cols.get("status", [])):

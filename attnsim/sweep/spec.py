@@ -49,7 +49,7 @@ from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
 from attnsim.results import json_default as _json_default
 from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
-                            set_dotted, validate)
+                            set_dotted, set_items, validate)
 from attnsim.hwmodels.system import ref_name
 from attnsim.outputs import RelativePath, SafeName
 
@@ -57,6 +57,7 @@ SHORTHANDS = ("system", "model", "scenario")
 MAX_POINTS = 1_000_000  # points of one sweep (and values of one range / samples of one block); counted first
 _SECTION_OF = {"system": "systems", "model": "models", "scenario": "scenarios"}
 _TREE_SECTIONS = ("experiment", "models", "systems", "hardware", "scenarios")
+_PICKED = {f"experiment.{sec}": s for s, sec in _SECTION_OF.items()}  # varied by the shorthands only
 
 
 # ---------------------------------------------------------------- schema
@@ -234,7 +235,8 @@ class FigureSpec(Schema):
     hue: Optional[str] = None
     z: Optional[str] = None
     where: dict[str, Any] = Field(default_factory=dict)
-    width: Literal["single", "double"] = "single"
+    width: Optional[Literal["single", "double"]] = Field(None, description="IEEE column (single) or text (double) "
+                                                         "width; unset: the recipe's (single, panels: double)")
     title: Optional[str] = None
     labels: dict[str, str] = Field(default_factory=dict, description="display labels: name -> text "
                                    "(overrides attnsim.plots.labels.DEFAULT_LABELS)")
@@ -247,14 +249,17 @@ class FigureSpec(Schema):
     baseline: Optional[str] = Field(None, description="ratio recipe: the system every line is divided by")
     replicate: Optional[str] = Field(None, description="line recipes: the seed/replicate column averaged over "
                                      "(mean +- standard deviation)")
+    components: Optional[list[str]] = Field(None, description="stacked recipes: the segments drawn (e.g. "
+                                            "[pim_compute, dram_read_write]), the rest summed as 'other'")
 
     @model_validator(mode="after")
     def _recipe(self):  # an unknown recipe or an option it does not read is refused (attnsim.plots.options)
-        from attnsim.plots.options import SERVE_RECIPES, check_limits, figure_options, recipe_problem
+        from attnsim.plots.options import DOC_RECIPES, check_limits, figure_options, recipe_problem
         opts = figure_options(self)
         problem = recipe_problem(self.recipe, opts)
-        if self.recipe in SERVE_RECIPES:
-            problem = f"{self.recipe} draws an attnsim serve results file (attnsim plot FILE --recipe {self.recipe})"
+        if self.recipe in DOC_RECIPES:
+            what = "an attnsim plan document" if self.recipe == "plan_front" else "an attnsim serve results file"
+            problem = f"{self.recipe} draws {what} (attnsim plot FILE --recipe {self.recipe})"
         if problem:
             raise ValueError(problem)
         for k in ("xlim", "ylim"):
@@ -604,36 +609,60 @@ def _check_same(tree: ConfigTree, section: str, name: str, ref, base_dir, file: 
                           file=file, key=f"parameters.{section[:-1]}")
 
 
-def _apply_fixed_sets(tree: ConfigTree, sets, file: str) -> None:
-    if isinstance(sets, list):
-        items = [parse_set(s) for s in sets]
+def _fixed_sets(spec: "SweepSpec", extra_sets, file: str) -> tuple[list, set]:
+    """The sweep file's ``set:`` then ``--set`` (``extra_sets``) as ``(path, value)`` pairs for
+    :func:`attnsim.experiment.load_tree_with_sets` (the same path as ``attnsim run --set``), and the keys
+    that came from the file (their errors name it)."""
+    if isinstance(spec.set, list):
+        try:
+            mine = [parse_set(s) for s in spec.set]
+        except ConfigError as e:
+            raise ConfigError(e.message, file=file, key="set") from None
     else:
-        items = [(k.split("."), v) for k, v in sets.items()]
-    for path, value in items:
+        mine = [(k.split("."), v) for k, v in spec.set.items()]
+    for path, _ in mine:
+        if not all(path):
+            raise ConfigError("expected a dotted key like scenarios.chat.batch_size", file=file,
+                              key="set." + ".".join(path))
         if path[0] in SHORTHANDS:
             raise ConfigError("fixed overrides need full keys (e.g. scenarios.chat.batch_size)", file=file,
                               key="set." + ".".join(path))
-        _set_value(tree, path, value, file=file)
+    return mine + set_items(extra_sets), {".".join(p) for p, _ in mine}
+
+
+def _set_conflicts(items, from_file: set, names: list[str], tree: ConfigTree, file: str) -> None:
+    """Refuse a fixed override (``set:`` or ``--set``) of a key a parameter block also varies (the block's
+    value would silently win at every point), naming both."""
+    sels = [{s: n for s, n in zip(SHORTHANDS, combo)} for combo in itertools.product(
+        *[list(getattr(tree, _SECTION_OF[s])) or [""] for s in SHORTHANDS])]
+    swept = {}
+    for k in names:
+        if k in SHORTHANDS:
+            swept.setdefault(("experiment", _SECTION_OF[k]), k)
+            continue
+        for sel in sels:
+            swept.setdefault(tuple(_expand_key(k, sel)), k)
+    for path, _ in items:
+        key = ".".join(path)
+        for sp, param in swept.items():
+            n = min(len(sp), len(path))
+            if tuple(path[:n]) == sp[:n]:
+                where = (file, "set." + key) if key in from_file else ("--set", key)
+                raise ConfigError(f"the sweep also varies {param!r} (parameters); a fixed override of the same key "
+                                  "would be overwritten at every point: drop one of them", file=where[0],
+                                  key=where[1])
 
 
 def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None,
                 extra_sets: Optional[list[str]] = None) -> Sweep:
     """Validate a sweep mapping and expand its axes (points stay lazy)."""
-    from attnsim.experiment import load_tree
+    from attnsim.experiment import load_tree_with_sets
     spec = validate(SweepSpec, data, file=file)
     base_ref = spec.base
     if source is not None and base_ref.endswith((".yaml", ".yml")) and not Path(base_ref).is_absolute():
         cand = source.parent / base_ref
         if cand.is_file():
             base_ref = str(cand)
-    try:
-        tree, src = load_tree(base_ref)
-    except ConfigError as e:
-        if e.file is None:
-            raise ConfigError(e.message, file=file, key="base") from None
-        raise
-    base_dir = src.parent if src else None
-
     # parameter blocks -> axes
     axes, names = [], []
     for i, b in enumerate(spec.parameters):
@@ -642,6 +671,10 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
         for k in keys:
             if k in names:
                 raise ConfigError("parameter appears in more than one block", file=file, key=f"parameters.{i}.{kind}.{k}")
+            if k in _PICKED:  # each point is one run: its system/model/scenario list is always its own one entry
+                raise ConfigError(f"expected the shorthand {_PICKED[k]!r} to vary the {k.split('.')[1]} of a point, "
+                                  f"got {k!r} (a point's list is its one {_PICKED[k]})", file=file,
+                                  key=f"parameters.{i}.{kind}.{k}")
             names.append(k)
         axes.append((keys, rows))
 
@@ -651,14 +684,26 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
         for j, k in enumerate(keys):
             if k in SHORTHANDS:
                 shorthand_vals[k].extend(str(r[j]) for r in rows)
-    _extend_tree(tree, shorthand_vals["system"], shorthand_vals["model"], base_dir, file)
+    items, from_file = _fixed_sets(spec, extra_sets, file)
+
+    def extend(tree: ConfigTree, src) -> None:
+        _extend_tree(tree, shorthand_vals["system"], shorthand_vals["model"], src.parent if src else None, file)
+
+    try:  # the overrides go through attnsim run --set's one path (experiment.* before the configs are loaded)
+        tree, src = load_tree_with_sets(base_ref, items, extend=extend)
+    except ConfigError as e:
+        if e.file is None:
+            raise ConfigError(e.message, file=file, key="base") from None
+        if e.file == "--set" and e.key and any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".")
+                                              for k in from_file):
+            raise ConfigError(e.message, file=file, key="set." + e.key) from None
+        raise
+    base_dir = src.parent if src else None
     for sc in shorthand_vals["scenario"]:
         if sc not in tree.scenarios:
             raise ConfigError(f"scenario '{sc}' is not one of the base experiment's ({', '.join(tree.scenarios)})",
                               file=file, key="parameters.scenario")
-    _apply_fixed_sets(tree, spec.set, file)
-    if extra_sets:
-        tree.apply_sets(extra_sets)
+    _set_conflicts(items, from_file, names, tree, file)
     _serving_base(tree, spec, base_dir, file)
 
     # implicit outer axes: base lists that no block varies

@@ -565,7 +565,7 @@ def _write_baselines(f: h5py.File, path: Path) -> None:
     """(Re)compute the ``vs_baseline.*`` columns over every row (attnsim.sweep.baselines); none without
     a ``baseline`` attribute."""
     from attnsim.results import BASELINE_RATIOS
-    from attnsim.sweep.baselines import STATUS, baseline_columns, ratio_names
+    from attnsim.sweep.baselines import STATUS, baseline_columns, blind_parameters, ratio_names
     pts, baseline = f["points"], _attrs(f).get("baseline") or ""
     if not baseline:
         for name in ratio_names() + [STATUS]:
@@ -576,7 +576,8 @@ def _write_baselines(f: h5py.File, path: Path) -> None:
     need = {"key", "system", "model", "scenario", "status", *params, *(m for _, m, _ in BASELINE_RATIOS)}
     cols = {k: _decode(pts[k][()]) for k in need if k in pts}
     n = pts["key"].shape[0]
-    for name, vals in baseline_columns(cols, params, baseline).items():
+    blind = blind_parameters(_attrs(f), params, baseline)
+    for name, vals in baseline_columns(cols, params, baseline, blind).items():
         kind = "str" if name == STATUS else "f8"
         ds = pts[name] if name in pts else _column(pts, name, kind, n)
         ds.resize((n,))
@@ -883,9 +884,10 @@ class Store:
                 old = self._bd.get(name, np.full(n, np.nan))
                 self._bd[name] = np.concatenate([old, [c.get(name, np.nan) for c in bcols]])
             if self.attrs.get("baseline"):  # the folded ratios did not see the journal's points
-                from attnsim.sweep.baselines import baseline_columns
-                self._cols.update(baseline_columns(self._cols, list(map(_h5name, self.parameters)),
-                                                   self.attrs["baseline"]))
+                from attnsim.sweep.baselines import baseline_columns, blind_parameters
+                params = list(map(_h5name, self.parameters))
+                self._cols.update(baseline_columns(self._cols, params, self.attrs["baseline"],
+                                                   blind_parameters(self.attrs, params, self.attrs["baseline"])))
 
     def __len__(self) -> int:
         return len(self._cols.get("key", []))

@@ -45,12 +45,40 @@ class Table:
         return self._resolved(row)
 
     def col(self, name: str) -> np.ndarray:
-        if name in self.columns:
-            return self.columns[name]
-        if name in self.breakdown:
-            return self.breakdown[name]
-        raise ConfigError(f"no column {name!r} (have: {', '.join(self.names()[:40])}"
-                          f"{', ...' if len(self.names()) > 40 else ''})", file=self.path)
+        """A column by the name ``attnsim show`` and the exports print (``ttft_p99_s``); a stored name that
+        lacks its unit of measure (``ttft_p99``) is refused with that name. Counts are found under either
+        name (``batch_size`` / ``batch_size_count``)."""
+        return self._get(self.column_name(name))
+
+    def _get(self, name: str) -> np.ndarray:
+        return self.columns[name] if name in self.columns else self.breakdown[name]
+
+    def has(self, name: str) -> bool:
+        try:
+            self.column_name(name)
+        except ConfigError:
+            return False
+        return True
+
+    def column_name(self, name: str) -> str:
+        """The stored name of column ``name`` (see :meth:`col`), or a ConfigError."""
+        stored = {unit_name(c): c for c in self.columns if c not in self.parameters}
+        if name in self.columns or name in self.breakdown:
+            if name not in self.parameters and _unit_missing(name):
+                raise ConfigError(f"expected the column name with its unit, {unit_name(name)!r} (as attnsim show and "
+                                  f"export print it), got {name!r}", file=self.path)
+            return name
+        if name in stored:
+            return stored[name]
+        if unit_name(name) in self.columns and unit_name(name) != name:  # a table of export names (a DataFrame)
+            if _unit_missing(name):
+                raise ConfigError(f"expected the column name with its unit, {unit_name(name)!r}, got {name!r}",
+                                  file=self.path)
+            return unit_name(name)
+        from attnsim.suggest import did_you_mean
+        names = [unit_name(n) if n not in self.parameters else n for n in self.names()]
+        raise ConfigError(f"no column {name!r}{did_you_mean(name, names)} (have: {', '.join(names[:40])}"
+                          f"{', ...' if len(names) > 40 else ''})", file=self.path)
 
     def names(self) -> list[str]:
         return list(self.columns) + list(self.breakdown)
@@ -185,6 +213,13 @@ def unit_name(name: str) -> str:
     return base + tail
 
 
+def _unit_missing(name: str) -> bool:
+    """A stored name whose export name adds a unit of measure (``ttft_p99`` -> ``ttft_p99_s``,
+    ``slo_attainment`` -> ``slo_attainment_ratio``); counts (``batch_size``) are not."""
+    new = unit_name(name)
+    return new != name and not new.endswith(("_count", "_tokens"))
+
+
 def has_unit(name: str) -> bool:
     """True if a name holds a unit token (or is a rate ``x_per_y``)."""
     toks = re.split(r"[_./:]", name.lower())
@@ -203,9 +238,40 @@ def export_columns(table: Table) -> dict[str, np.ndarray]:
 
 
 def to_pandas(table: Table):
-    """:func:`export_columns` as a pandas DataFrame (``pip install pandas``)."""
+    """:func:`export_columns` as a pandas DataFrame (``pip install pandas``); ``df.attrs`` holds
+    :func:`export_meta` (kind, parameters, baseline), so :func:`table_from_frame` reads it back."""
     pd = _optional("pandas", "pandas")
-    return pd.DataFrame(export_columns(table))
+    df = pd.DataFrame(export_columns(table))
+    df.attrs.update(export_meta(table))
+    return df
+
+
+def table_from_frame(df, path: str = "<DataFrame>") -> Table:
+    """A :class:`Table` over a pandas DataFrame of :func:`export_columns` names (``to_pandas()``, a read
+    Parquet/CSV export, or a frame filtered or built by hand): what the figure recipes read. ``<phase>/<table>/
+    <name>`` columns are the breakdowns; the swept parameters come from ``df.attrs`` (else the dotted names).
+    The run documents and configs are not in a frame: recipes that need them (roofline, tornado) ask for the file."""
+    attrs = {k[len("attnsim."):]: v for k, v in dict(getattr(df, "attrs", {}) or {}).items()
+             if isinstance(k, str) and k.startswith("attnsim.")}
+    try:
+        params = json.loads(attrs.get("parameters", "null"))
+    except (TypeError, ValueError):
+        params = None
+    cols, bd = {}, {}
+    for name in df.columns:
+        name_s = str(name)
+        v = df[name].to_numpy()
+        if v.dtype.kind not in "iufb":
+            v = np.array(["" if x is None or (isinstance(x, float) and x != x) else str(x) for x in v], dtype=object)
+        (bd if "/" in name_s else cols)[name_s] = v
+    if not isinstance(params, list):
+        params = [c for c in cols if "." in c and not c.startswith("vs_baseline.")]
+
+    def no_docs(_row=None):
+        raise ConfigError("this figure needs the run documents: give the results file or attnsim results object, "
+                          "not a DataFrame", file=path)
+    return Table(Path(path), str(attrs.get("kind", "run")), attrs, cols, bd, [str(p) for p in params],
+                 lambda: iter(()), no_docs)
 
 
 def request_columns(path: str | Path) -> Optional[dict[str, np.ndarray]]:
