@@ -109,3 +109,21 @@ def test_pim_cost_key_sees_the_trace():
     k1 = cache.cache_key(dev._cost_key(tr, rows))
     tr.context_lens = np.asarray(tr.context_lens) + 1
     assert cache.cache_key(dev._cost_key(tr, rows)) != k1
+
+
+def test_compile_notice_names_each_kernel_group_once(monkeypatch, caplog):
+    """A cold compile says where (first line) and then one line per further kernel group (source file)."""
+    import logging
+    from numba.core import event
+    from attnsim import jitcache
+    from attnsim.hwmodels.dram import flat, kernel
+    monkeypatch.setattr(jitcache._LISTENER, "said", False)  # as a process's first compile
+    monkeypatch.setattr(jitcache._LISTENER, "groups", None)
+    with caplog.at_level(logging.INFO, logger="attnsim.kernels"):
+        for disp in (kernel.run_kernel, kernel.run_kernel, flat.ctrl_kernel_flat, kernel.run_kernel):
+            with event.trigger_event("numba:compile", data={"dispatcher": disp, "args": (), "return_type": None}):
+                pass
+    lines = [r.getMessage() for r in caplog.records if r.name == "attnsim.kernels"]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("compiling Numba kernels into ") and lines[0].endswith(": hwmodels/dram/kernel.py")
+    assert lines[1] == "compiling Numba kernels: hwmodels/dram/flat.py"
