@@ -11,8 +11,8 @@ import importlib
 import os
 import sys
 
-from attnsim import notices
-from attnsim.config import ConfigError
+# Nothing heavy at import time: `attnsim --version` is this module, argparse and attnsim._version (issue 30:
+# <= 0.15 s CPU). attnsim.config (numpy, pydantic, yaml: ~90 ms) is imported by the commands that need it.
 
 # modules that add subcommands: each has register(subparsers)
 _COMMAND_MODULES = ("attnsim.cli_run", "attnsim.cli_dram", "attnsim.cli_isa", "attnsim.cli_sweep", "attnsim.cli_serve",
@@ -38,7 +38,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (bounded like every integer, attnsim.config.check_int)."""
-    from attnsim.config import INT_LIMIT, check_int
+    from attnsim.config import INT_LIMIT, ConfigError, check_int
     try:
         return check_int(text, lo=1, hi=INT_LIMIT)
     except ConfigError as exc:
@@ -46,7 +46,7 @@ def positive_int(text: str) -> int:
 
 
 def _positive_float(text: str, what: str) -> float:
-    from attnsim.config import check_float
+    from attnsim.config import ConfigError, check_float
     try:
         v = check_float(text, lo=0.0)
     except ConfigError as exc:
@@ -94,10 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     stdout pipe (``attnsim show ... | head``) -> quiet exit 141 (128 + SIGPIPE)."""
     global _process_entry
     _process_entry = argv is None  # the program itself (console script, python -m attnsim), not a caller's call
+    argv_list = sys.argv[1:] if argv is None else list(argv)
+    if argv_list[:1] == ["--version"]:  # what argparse's version action prints, without registering every command
+        from attnsim import __version__
+        print(f"attnsim {__version__}")
+        return 0
     collecting = gc.isenabled()
     gc.disable()  # start-up: see settle_gc
     try:
-        parser = build_parser(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(argv_list)
         args, extra = parser.parse_known_args(argv)
         if extra:  # argparse's own message, with 'did you mean' for a mistyped option (--sett)
             unknown_arguments(parser, args, extra)
@@ -105,17 +110,21 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        from attnsim import notices
         notices.to_stderr()  # e.g. 'compiling Numba kernels ...' (attnsim.jitcache)
         try:
             rc = args.func(args)
         finally:
             sys.stdout.flush()  # a closed pipe fails here, inside the handler, not at interpreter exit
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         _silence_stdout()
         return 141
+    except Exception as exc:  # noqa: BLE001 - a ConfigError (attnsim.config) becomes one line; others propagate
+        config = sys.modules.get("attnsim.config")  # not imported yet: nothing can have raised its ConfigError
+        if config is None or not isinstance(exc, config.ConfigError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -37,7 +37,7 @@ def _hardware_defs(names: list[str]) -> tuple[dict, dict]:
     from pydantic.json_schema import models_json_schema
 
     from attnsim.hwmodels import registry
-    from attnsim.hwmodels.registry import EVIDENCE_KEY, EVIDENCE_TAGS, RANGES_KEY
+    from attnsim.hwmodels.registry import CHOICES_KEY, EVIDENCE_KEY, EVIDENCE_TAGS, RANGES_KEY
     classes = [registry.schema_for(k) for k in names]
     refs, top = models_json_schema([(c, "validation") for c in classes], ref_template="#/$defs/{model}")
     defs = top.get("$defs", {})
@@ -51,6 +51,8 @@ def _hardware_defs(names: list[str]) -> tuple[dict, dict]:
                                        "(attnsim sensitivity): {field: {low, high, source}}"}
         d["properties"][EVIDENCE_KEY] = {"type": "object", "description": "evidence of values: {field: {tag, source}}, "
                                          f"tag one of {', '.join(EVIDENCE_TAGS)} (assumed needs a ranges entry)"}
+        d["properties"][CHOICES_KEY] = {"type": "object", "description": "other plausible values of categorical "
+                                        "fields (verdict flips re-run each): {field: {values, source}}"}
         out[k] = {"$ref": ref}
     return out, defs
 

@@ -319,8 +319,8 @@ YAML_MAX_DEPTH = 64
 """Deepest nesting of collections in one YAML document."""
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (merge keys ``<<`` keep their meaning)."""
+class _NoDuplicates:
+    """A SafeLoader mix-in that refuses duplicate mapping keys (merge keys ``<<`` keep their meaning)."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -336,6 +336,14 @@ class _Loader(yaml.SafeLoader):
                     raise _DuplicateKey(key, key_node.start_mark.line + 1, firsts[key])
                 firsts[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+class _Loader(_NoDuplicates, yaml.SafeLoader):
+    """PyYAML's pure-Python safe loader with attnsim's rules: the reference, and every error message."""
+
+
+_CSafeLoader = getattr(yaml, "CSafeLoader", None)  # PyYAML built with libyaml (the wheels are)
+_FastLoader = type("_FastLoader", (_NoDuplicates, _CSafeLoader), {}) if _CSafeLoader is not None else None
 
 
 class _DuplicateKey(Exception):
@@ -378,10 +386,10 @@ class _RecursiveAlias(Exception):
     pass
 
 
-def _check_depth(text: str, file: str | None) -> None:
+def _check_depth(text: str, file: str | None, loader=None) -> None:
     """Refuse nesting deeper than YAML_MAX_DEPTH (PyYAML's composer recurses per level)."""
     depth = 0
-    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+    for ev in yaml.parse(text, Loader=loader or yaml.SafeLoader):
         if isinstance(ev, yaml.CollectionStartEvent):
             depth += 1
             if depth > YAML_MAX_DEPTH:
@@ -399,11 +407,24 @@ def parse_yaml(text: str, file: str | None = None):
     aliases may not expand the document beyond :data:`YAML_MAX_VALUES` values, and every
     syntax error is a one-line ConfigError naming the line; nesting is limited to
     :data:`YAML_MAX_DEPTH` levels.
+
+    Parsed with libyaml (PyYAML's C parser, ~10x faster: config loading was ~10 % of a warm ``attnsim run``,
+    issue 30) when PyYAML has it; a document libyaml refuses, or that breaks a rule above, is parsed again by
+    the pure-Python loader, whose verdict and message stand (the same messages with or without libyaml).
     """
+    if _FastLoader is not None and not yaml.reader.Reader.NON_PRINTABLE.search(text):  # libyaml's own check differs
+        try:
+            return _parse_yaml(text, file, _FastLoader)
+        except Exception:  # noqa: BLE001 - the reference loader below decides, and words the error
+            pass
+    return _parse_yaml(text, file, _Loader)
+
+
+def _parse_yaml(text: str, file: str | None, loader_class):
     loader = None
     try:
-        _check_depth(text, file)
-        loader = _Loader(text)
+        _check_depth(text, file, loader_class)
+        loader = loader_class(text)
         node = loader.get_single_node()
         if node is None:
             return None

@@ -167,28 +167,42 @@ class _NotInPackage(caching.InTreeCacheLocator):
         return None if _ours(py_file) else super().from_function(py_func, py_file)
 
 
+def kernel_group(py_file: str) -> str:
+    """The kernel group of a source: its path under its installed root (``hwmodels/dram/flat.py``)."""
+    path = os.path.abspath(py_file)
+    root = next((r for r in _roots if path.startswith(r + os.sep)), os.path.dirname(path))
+    return os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/")
+
+
 class _FirstCompile(event.Listener):
     """Logs the first compile of one of attnsim's kernels in this process (Numba fires ``numba:compile`` on a
-    cache miss only)."""
+    cache miss only), naming its kernel group (source file), then one progress line per further group compiled
+    (a command that reaches several groups on a cold cache compiles them one after the other, issue 30)."""
 
     def __init__(self):
         self.said = False
+        self.groups: set[str] | None = None  # the groups compiled since the first line (None: not printed here)
         self._lock = threading.Lock()
 
     def on_start(self, ev):
-        if self.said:
-            return
         disp = (ev.data or {}).get("dispatcher")
         code = getattr(getattr(disp, "py_func", None), "__code__", None)
         if code is None or not _ours(code.co_filename):
             return
+        group = kernel_group(code.co_filename)
         with self._lock:
-            if self.said:
-                return
-            self.said = True
-        lo, hi = COLD_COMPILE_S
-        LOG.info("compiling Numba kernels into %s (once per install and cache location; a first run takes "
-                 "~%d-%d s more; `attnsim warmup` compiles them all ahead)", cache_location(), lo, hi)
+            first, self.said = not self.said, True
+            if first:
+                self.groups = set()  # progress lines follow the first line this listener printed
+            new = self.groups is not None and group not in self.groups
+            if self.groups is not None:
+                self.groups.add(group)
+        if first:
+            lo, hi = COLD_COMPILE_S
+            LOG.info("compiling Numba kernels into %s (once per install and cache location; a first run takes "
+                     "~%d-%d s more; `attnsim warmup` compiles them all ahead): %s", cache_location(), lo, hi, group)
+        elif new:
+            LOG.info("compiling Numba kernels: %s", group)
 
     def on_end(self, ev):
         pass

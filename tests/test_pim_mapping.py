@@ -210,6 +210,7 @@ def test_pruned_search_equals_exhaustive(case, monkeypatch):
     """The bound-ordered search (candidates that cannot beat the best simulated time are not lowered) picks
     the mapping and costs of simulating every candidate, with no more lowerings."""
     from attnsim.hwmodels.pim import PIMDevice
+    monkeypatch.setenv("ATTNSIM_CACHE_DIR", "off")  # every cost() searches (no step answered by the memo)
     tr, rows, over = _search_case(*case)
     lowered = []
     orig = PIMDevice._lowered_cost

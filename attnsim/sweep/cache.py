@@ -81,7 +81,23 @@ class CacheUnusable(Exception):
 
 def _feed(h, obj) -> None:
     """Feed a canonical, type-tagged encoding of ``obj`` into hash ``h``."""
-    if obj is None or isinstance(obj, (bool, np.bool_)):
+    t = type(obj)  # the exact built-in types first (the same bytes as the general branches below, fewer checks)
+    if t is str:
+        h.update(f"s:{len(obj)}:".encode() + obj.encode() + b";")
+    elif t is int:
+        h.update(f"i:{obj};".encode())
+    elif t is float:
+        h.update(f"f:{obj.hex()};".encode())
+    elif t is dict:
+        h.update(f"d:{len(obj)}:".encode())
+        for k in sorted(obj, key=repr):
+            _feed(h, k)
+            _feed(h, obj[k])
+    elif t is list or t is tuple:
+        h.update(f"l:{len(obj)}:".encode())
+        for x in obj:
+            _feed(h, x)
+    elif obj is None or isinstance(obj, (bool, np.bool_)):
         h.update(f"b:{obj!r};".encode())
     elif isinstance(obj, (int, np.integer)):
         h.update(f"i:{int(obj)};".encode())
