@@ -42,6 +42,7 @@ def test_submission_settings_take_effect(bench, tp, replicas, batch):
         assert sc.weight_dtype == "fp8_e4m3" and sc.kv_dtype == "fp8_e4m3"
         assert sv.scheduler.max_batch == batch[scenario] and sv.trace.num_requests == 10
         assert sv.trace.rate_per_s is None  # Offline: every request at t = 0; the Server search sets the rate
+    assert mlperf.instances(b) == replicas  # the Server search serves one instance at rate / replicas
 
 
 def test_steady_tokens_per_s_by_hand():
