@@ -119,10 +119,14 @@ def offline_run(b: Benchmark, requests: Optional[int] = None) -> dict:
     return doc
 
 
+def _parallelism(b: Benchmark, key: str) -> int:
+    vals = [int(v) for a in b.assumptions for k, v in a.set.items() if k.endswith(f".parallelism.{key}")]
+    return vals[-1] if vals else 1
+
+
 def instances(b: Benchmark) -> int:
     """The submission's independent instances (``systems.<name>.parallelism.replicas`` its assumptions set)."""
-    reps = [int(v) for a in b.assumptions for k, v in a.set.items() if k.endswith(".parallelism.replicas")]
-    return reps[-1] if reps else 1
+    return _parallelism(b, "replicas")
 
 
 def server_search(b: Benchmark, start: float, requests: Optional[int] = None, rel_tol: float = REL_TOL):
@@ -134,7 +138,8 @@ def server_search(b: Benchmark, start: float, requests: Optional[int] = None, re
     round-robin split of one Poisson stream has Erlang-k gaps, smoother: this is the conservative side)."""
     from attnsim.rate_search import max_rate_under_slo
     k = instances(b)
-    sets = scenario_sets(b, "Server", requests) + ["systems.dgx_h100.parallelism.replicas=1"]
+    sets = scenario_sets(b, "Server", requests) + ["systems.dgx_h100.parallelism.replicas=1",
+                                                   f"systems.dgx_h100.devices.gpu.count={_parallelism(b, 'tp')}"]
     (s,) = max_rate_under_slo(CONFIG_ROOT / "validation" / b.experiment, sets, start=start / k, rel_tol=rel_tol,
                               limits=dict(b.limits))
     return s, k
