@@ -205,7 +205,8 @@ def summary(searches: list) -> str:
                      f"{s.requests} requests; {conf})")
         at = s.at_rate
         if at is not None:
-            vals = ", ".join(f"{names[k]} {_ms(v)}" + (f" [{_ms(at.ci[k][0])}, {_ms(at.ci[k][1])}]" if k in at.ci else "")
+            vals = ", ".join(f"{names[k]} {_ms(v)}"
+                             + (f" [{_ms(at.ci[k][0])}, {_ms(at.ci[k][1])}]" if k in at.ci else "")
                              for k, v in at.values.items())
             lines.append(f"  at {fmt_num(s.rate_per_s)} req/s: {vals}")
         elif s.rate_per_s == 0:
