@@ -28,6 +28,13 @@ def register(sub) -> None:
                    help="comma-separated arrival rates: serve at each and draw SLO attainment and goodput vs load "
                         "per system into --figure (default serve_slo.pdf)")
     r.add_argument("--figure", default=None, help="figure file for --slo-vs-load (default serve_slo.pdf)")
+    r.add_argument("--max-rate-under-slo", nargs="?", const="auto", default=None, metavar="START",
+                   help="bisect the Poisson arrival rate for the highest rate whose p99 TTFT and p99 TPOT meet "
+                        "serving.slo, per system (START: first rate probed, default the trace's rate_per_s or 1); "
+                        "text or --json (rate, bracket, confidence, the p99s at the rate); writes no results")
+    r.add_argument("--rate-tolerance", type=float, default=None, metavar="REL",
+                   help="with --max-rate-under-slo: stop when the bracket is narrower than REL of its lower end "
+                        "(default 0.02)")
     r.add_argument("--trace", default=None, metavar="TRACE.json",
                    help="write a Chrome/Perfetto timeline (ui.perfetto.dev): per pool instance its scheduler iterations "
                         "and counters (running, waiting, KV occupancy, tokens/s), per request its phases")
@@ -138,6 +145,10 @@ def serve_cmd(args) -> int:
     trace_requests = _check_trace_requests(args)
     if args.figure is not None and args.slo_vs_load is None:
         raise ConfigError("only applies with --slo-vs-load", file="--figure")
+    if args.rate_tolerance is not None and args.max_rate_under_slo is None:
+        raise ConfigError("only applies with --max-rate-under-slo", file="--rate-tolerance")
+    if args.max_rate_under_slo is not None:
+        return rate_search_cmd(args)
     if args.slo_vs_load is not None:
         from attnsim.serve.plots import slo_vs_load
         ignored = [f for f, v in (("--out", args.out), ("--csv", args.csv), ("--json", args.json),
@@ -183,4 +194,36 @@ def serve_cmd(args) -> int:
         print(summary_table(docs))
         if out_path:
             print(f"\nresults: {out_path}")
+    return 0
+
+
+def rate_search_cmd(args) -> int:
+    """``attnsim serve --max-rate-under-slo``: attnsim.rate_search per system, as text or one JSON document."""
+    from attnsim.config import ConfigError
+    from attnsim import rate_search
+    ignored = [f for f, v in (("--out", args.out), ("--csv", args.csv), ("--trace", args.trace),
+                              ("--slo-vs-load", args.slo_vs_load)) if v]
+    if ignored:
+        raise ConfigError(f"the search writes no results; drop {', '.join(ignored)}", file="--max-rate-under-slo")
+    start = None
+    if args.max_rate_under_slo != "auto":
+        try:
+            start = float(args.max_rate_under_slo)
+        except ValueError:
+            raise ConfigError(f"expected a start rate in requests/s, got {args.max_rate_under_slo!r}",
+                              file="--max-rate-under-slo") from None
+        if not (start > 0 and math.isfinite(start)):
+            raise ConfigError(f"expected a positive finite start rate, got {args.max_rate_under_slo!r}",
+                              file="--max-rate-under-slo")
+    tol = 0.02 if args.rate_tolerance is None else args.rate_tolerance
+    if not (0 < tol < 1):
+        raise ConfigError(f"expected a number in (0, 1), got {tol!r}", file="--rate-tolerance")
+    searches = rate_search.max_rate_under_slo(args.experiment, args.sets, start=start, rel_tol=tol)
+    if args.json:
+        from attnsim import __version__
+        from attnsim.results import dumps
+        print(dumps({"experiment": args.experiment, "attnsim_version": __version__,
+                     "command": "serve --max-rate-under-slo", "searches": [s.as_dict() for s in searches]}, indent=1))
+    else:
+        print(rate_search.summary(searches))
     return 0

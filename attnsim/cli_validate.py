@@ -17,7 +17,8 @@ def register(sub) -> None:
                        "if any row is outside its stated tolerance.")
     v.add_argument("--set", dest="sets", action="append", metavar="SET",
                    help="only these sets (repeatable; default all): gpu, reproductions (every folder of "
-                   "configs/reproductions/), reproductions/NAME (one), limits; attacc = reproductions/attacc")
+                   "configs/reproductions/), reproductions/NAME (one), nccl, power, mlperf (MLPerf Inference DGX-H100 "
+                   "serving rows; minutes), mlperf/BENCHMARK (one), limits; attacc = reproductions/attacc")
     v.add_argument("--json", action="store_true", help="print the rows as JSON (each with its role)")
     v.add_argument("--figures", metavar="DIR",
                    help="write each selected reproduction's figure (its reference.yaml figure: out) into DIR; with "

@@ -17,6 +17,10 @@ Sets (each number with its source):
 - nccl: all-reduce time vs nccl-tests on 8 x A100, 4 x A100 and 4 x H100 (configs/validation/nccl.yaml,
   every row 8 B - 1 GB within 15 %; ``calibration``: the link presets' nccl blocks were fitted to them)
   and held-out rows (8 x H100 ring busbw, LLMCompass' 4 x A100 all-reduces, vLLM custom all-reduce);
+- mlperf (``mlperf/BENCHMARK`` for one): MLPerf Inference v4.0 / v4.1 closed, NVIDIA DGX-H100 (TensorRT-LLM)
+  rows of llama2-70b, gpt-j and mixtral-8x7b served by ``attnsim serve`` on the built-in defaults plus the
+  submission's settings (configs/validation/mlperf.yaml, :mod:`attnsim.mlperf`): Offline tokens/s and the
+  Server scenario's highest Poisson rate under the benchmark's p99 limits, each within 10 % (``validation``);
 - limits: physical limits on every run of the bundled comparison experiments (achieved bandwidth
   never above peak).
 """
@@ -265,7 +269,14 @@ def nccl_rows() -> list[Row]:
     return out
 
 
-SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "nccl": nccl_rows, "power": power_rows, "limits": limit_rows}
+def mlperf_rows(benchmark: str | None = None) -> list[Row]:
+    """MLPerf Inference DGX-H100 rows (configs/validation/mlperf.yaml; ``benchmark``: only that one)."""
+    from attnsim import mlperf
+    return mlperf.rows(benchmarks=[benchmark] if benchmark else None)
+
+
+SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "nccl": nccl_rows, "power": power_rows,
+        "mlperf": mlperf_rows, "limits": limit_rows}
 ALIASES = {"attacc": "reproductions/attacc"}  # the set's name before configs/reproductions/ (users' scripts)
 
 
@@ -276,9 +287,18 @@ def _job(name: str):
         sub = target.split("/", 1)[1]
         reproduce.find(sub)  # an unknown name is refused before anything runs
         return lambda: reproduction_rows(sub, label=name if name in ALIASES else None)
+    if target.startswith("mlperf/"):
+        from attnsim import mlperf
+        sub = target.split("/", 1)[1]
+        known = list(mlperf.load().benchmarks)
+        if sub not in known:
+            raise ConfigError(f"expected mlperf/BENCHMARK with BENCHMARK one of {', '.join(known)}, got {name!r}",
+                              file="--set")
+        return lambda: mlperf_rows(sub)
     if target in SETS:
         return SETS[target]
-    raise ConfigError(f"expected one of {', '.join([*SETS, *ALIASES])} or reproductions/NAME, got {name!r}",
+    raise ConfigError(f"expected one of {', '.join([*SETS, *ALIASES])}, reproductions/NAME or mlperf/BENCHMARK, "
+                      f"got {name!r}",
                       file="--set")
 
 

@@ -832,6 +832,14 @@ case("store", "plot-heatmap-missing-z", ("plot", "s.h5", "--recipe", "heatmap", 
                                          "model", "-o", "f.pdf"), {"s.h5": Store("sweep")}, ("--z",))
 case("serving", "slo-vs-load-empty", SERVE_ARGV + ("--slo-vs-load", ""), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
 case("serving", "slo-vs-load-inf", SERVE_ARGV + ("--slo-vs-load", "1,inf"), {"exp.yaml": dump(SERVE)}, ("--slo-vs-load",))
+case("serving", "max-rate-start-word", ("serve", "exp.yaml", "--max-rate-under-slo", "fast"), {"exp.yaml": dump(SERVE)},
+     ("--max-rate-under-slo",))
+case("serving", "max-rate-start-inf", ("serve", "exp.yaml", "--max-rate-under-slo", "inf"), {"exp.yaml": dump(SERVE)},
+     ("--max-rate-under-slo",))
+case("serving", "max-rate-tolerance-one", ("serve", "exp.yaml", "--max-rate-under-slo", "--rate-tolerance", "1"),
+     {"exp.yaml": dump(SERVE)}, ("--rate-tolerance",))
+case("serving", "rate-tolerance-alone", ("serve", "exp.yaml", "--rate-tolerance", "0.1"), {"exp.yaml": dump(SERVE)},
+     ("--rate-tolerance",))
 exp_case("run-with-serving-section", SERVE, ("exp.yaml", "serving"))
 serve_case("static-batch-size", [("scenarios.chat.batch_size", 8)], ("scenarios.chat.batch_size",))
 serve_case("static-baseline", [("baseline", "h100_x1")], ("baseline",))
