@@ -286,31 +286,36 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def read_text_file(path: str | os.PathLike, file: str | None = None) -> str:
+def read_text_file(path: str | os.PathLike, file: str | None = None, kind: str = "data",
+                   limit_bytes: int | None = None) -> str:
     """Read a UTF-8 text file (a leading BOM is dropped); every failure is one ConfigError.
 
     The shared reader for configs, request traces, DRAM traces and asm sources. ``file`` is the
-    name used in messages (default :func:`display_path`). Errors: ``file not found``, ``not a
-    file``, ``cannot read (<reason>)``, and ``not UTF-8 text: invalid byte 0xff at byte offset 17``.
+    name used in messages (default :func:`display_path`); ``kind`` picks the size limit of
+    attnsim.fileio.INPUT_LIMITS ("document" for YAML/JSON; ``limit_bytes`` can only lower it), checked before
+    anything is read. Errors: ``file not found``, ``expected a regular file``, over the limit,
+    ``cannot read (<reason>)``, and ``not UTF-8 text: invalid byte 0xff at byte offset 17``.
     """
     path = Path(path)
     name = file if file is not None else display_path(path)
-    if path.exists() and not path.is_dir() and not path.is_file():  # a device or FIFO (/dev/zero never ends)
-        raise ConfigError("expected a regular file, got a device, pipe or socket", file=name)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("file not found", file=name) from None
-    except IsADirectoryError:
-        raise ConfigError("expected a file, got a directory", file=name) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read ({exc.strerror or exc})", file=name) from None
+    raw = read_bytes_file(path, file=name, kind=kind, limit_bytes=limit_bytes)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset {exc.start}",
                           file=name) from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_bytes_file(path: str | os.PathLike, file: str | None = None, kind: str = "data",
+                    limit_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file within its size limit (attnsim.fileio.read_regular); one ConfigError."""
+    from attnsim.fileio import InputRefused, read_regular
+    name = file if file is not None else display_path(Path(path))
+    try:
+        return read_regular(path, kind=kind, limit_bytes=limit_bytes)
+    except InputRefused as exc:
+        raise ConfigError(str(exc), file=exc.file or name, key=exc.key) from None
 
 
 YAML_MAX_VALUES = 1_000_000
@@ -440,7 +445,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
     """Read a YAML mapping from a file (:func:`read_text_file` + :func:`parse_yaml`)."""
     path = Path(path)
     name = display_path(path)
-    data = parse_yaml(read_text_file(path, file=name), file=name)
+    data = parse_yaml(read_text_file(path, file=name, kind="document"), file=name)
     if data is None:
         data = {}
     if not isinstance(data, dict):
