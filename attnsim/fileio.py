@@ -111,11 +111,13 @@ _FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), 
 
 
 def open_regular(path: str | os.PathLike, limit_bytes: int, follow_symlinks: bool = True,
-                 kind: str | None = None) -> tuple[int, int]:
+                 kind: str | None = None, allow_fifo: bool = False) -> tuple[int, int]:
     """``(fd, size)`` of a regular file of at most ``limit_bytes``, opened read-only and non-blocking (a FIFO
     planted where a file was expected cannot stall the open), checked with fstat before anything is read;
-    ``follow_symlinks=False`` refuses a symbolic link (O_NOFOLLOW). The caller closes ``fd``. Everything
-    else is one :class:`InputRefused`; ``kind`` names the environment variable that raises the limit."""
+    ``follow_symlinks=False`` refuses a symbolic link (O_NOFOLLOW). ``allow_fifo``: a pipe the user names
+    (``--trace <(zcat t.gz)``) is reopened blocking and returned with size -1 (the caller reads at most
+    limit + 1 bytes). The caller closes ``fd``. Everything else is one :class:`InputRefused`; ``kind`` names
+    the environment variable that raises the limit."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -131,6 +133,12 @@ def open_regular(path: str | os.PathLike, limit_bytes: int, follow_symlinks: boo
         raise InputRefused(f"cannot read ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
+        if allow_fifo and stat.S_ISFIFO(st.st_mode):
+            os.close(fd)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # waits for the writer, like cat
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                raise InputRefused("the pipe was replaced while it was opened")
+            return fd, -1
         if not stat.S_ISREG(st.st_mode):
             what = next((name for test, name in _FILE_TYPES if test(st.st_mode)), "not a regular file")
             raise InputRefused("expected a file, got a directory" if what == "a directory"

@@ -157,10 +157,11 @@ def test_the_compiled_reader_quotes_a_bounded_prefix(tmp_path):
     assert _line_text(b, 3, chunk=4096) == "z"
 
 
-def test_a_fifo_as_dram_trace_is_refused_without_blocking(tmp_path, capsys, hang_guard):
-    p = tmp_path / "t.trace"
-    os.mkfifo(p)
-    _one_line(capsys, main(["dram", "--device", "hbm3_6400", "--trace", str(p)]), "pipe")
+def test_a_device_as_dram_trace_is_refused_unread(tmp_path, capsys, hang_guard):
+    """/dev/zero never ends: refused on its type (a pipe the user names is read, up to the limit:
+    test_dram_traces.py::test_text_trace_from_a_pipe_and_an_empty_file)."""
+    (tmp_path / "t.trace").symlink_to("/dev/zero")
+    _one_line(capsys, main(["dram", "--device", "hbm3_6400", "--trace", str(tmp_path / "t.trace")]), "device")
 
 
 def test_a_dram_trace_over_the_limit_is_refused_unread(tmp_path, capsys):
@@ -231,9 +232,11 @@ ESC = "\x1b]0;pwned\x07\x1b[2J"  # set the window title, clear the screen
 def _hostile_store(path):
     doc = {"system": "sys" + ESC, "model": "m", "scenario": {"name": "c", "batch_size": 1}, "status": "ok",
            "metrics": {"tpot_s": 0.001}}
-    with StoreWriter(path, {"sweep_id": "x", "experiment": "e" + ESC}, {"label": "str", "n": "i8"}) as w:
-        w.append(make_record(0, "k0", {"label": "=HYPERLINK(\"http://x\",\"y\")", "n": -3}, doc, "{}"))
-        w.append(make_record(1, "k1", {"label": "-2.5", "n": 4}, dict(doc, system="@SUM(A1)"), "{}"))
+    meta = {"sweep_id": "x", "experiment": "e" + ESC, "parameters": json.dumps(["label", "n", "note"])}
+    with StoreWriter(path, meta, {"label": "str", "n": "i8", "note": "str"}) as w:
+        w.append(make_record(0, "k0", {"label": "=HYPERLINK(\"http://x\",\"y\")", "n": -3, "note": "a" + ESC}, doc,
+                             "{}"))
+        w.append(make_record(1, "k1", {"label": "-2.5", "n": 4, "note": "b"}, dict(doc, system="@SUM(A1)"), "{}"))
     return path
 
 

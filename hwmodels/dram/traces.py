@@ -460,8 +460,8 @@ def _head(path: str) -> bytes:
 
 def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
     """The text trace's bytes as a uint8 view of the file mapped read-only (the page cache's pages: no copy; a
-    bytes copy of a 10M-line trace wrote 137 MB of fresh pages). A regular file only (attnsim.fileio: a FIFO
-    cannot stall the open), sized before anything is read."""
+    bytes copy of a 10M-line trace wrote 137 MB of fresh pages). A regular file sized before anything is read, or
+    a pipe read up to the limit (attnsim.fileio.open_regular); devices (/dev/zero) and sockets are refused."""
     from attnsim.fileio import InputRefused, input_limit_bytes, open_regular
     try:
         data_limit = input_limit_bytes("data")
@@ -469,9 +469,9 @@ def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
         raise ConfigError(str(exc), file=exc.file) from None
     try:
         if data_limit < limit_bytes:
-            fd, size = open_regular(path, data_limit, kind="data")
+            fd, size = open_regular(path, data_limit, kind="data", allow_fifo=True)
         else:
-            fd, size = open_regular(path, limit_bytes)
+            fd, size = open_regular(path, limit_bytes, allow_fifo=True)
     except InputRefused as exc:
         if "larger than" in str(exc) and data_limit >= limit_bytes:
             raise ConfigError(f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)",
@@ -483,8 +483,12 @@ def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
                 return np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), np.uint8)
             except (OSError, ValueError):  # a file system without mmap: read it (bounded by the size check)
                 pass
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return np.frombuffer(f.read(size + 1), np.uint8)
+        bound = min(data_limit, limit_bytes)
+        with os.fdopen(os.dup(fd), "rb") as f:  # a pipe (size -1) or an empty file: at most bound + 1 bytes
+            data = f.read(bound + 1 if size < 0 else size + 1)
+        if len(data) > bound:
+            raise ConfigError(f"trace of more than {bound} B (the limit for {max_requests} requests)", file=path)
+        return np.frombuffer(data, np.uint8)
     except OSError as exc:
         raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
     finally:
