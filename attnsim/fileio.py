@@ -199,3 +199,10 @@ def read_head(path: str | os.PathLike, n_bytes: int, kind: str = "data") -> byte
         raise InputRefused(f"cannot read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+
+
+def check_regular(path: str | os.PathLike) -> None:
+    """Refuse (:class:`InputRefused`) anything but a regular file, without blocking (for readers that open the
+    file themselves, like HDF5, whose open() would wait forever on a FIFO); no size limit."""
+    fd, _ = open_regular(path, 1 << 62)
+    os.close(fd)

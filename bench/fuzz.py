@@ -112,9 +112,11 @@ def _report(r: ReaderState) -> None:
         print(f"             e.g. {ex!r:.300}")
 
 
-def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, total: int = 0) -> int:
+def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, total: int = 0,
+             max_seconds: float = float("inf")) -> int:
     """Every reader for ``seconds`` (20 % hypothesis seeds, then mutations); then, until ``total`` executions
-    in all, more mutation passes of ``seconds`` per reader (the fast readers carry most of the count)."""
+    in all (or ``max_seconds`` of wall time), more mutation passes of ``seconds`` per reader (the fast readers
+    carry most of the count)."""
     states = [ReaderState(name) for name in readers]
     t0 = time.monotonic()
     for r in states:
@@ -123,7 +125,7 @@ def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, 
             r.mutate(seconds * 0.8)
         _report(r)
     passes = 1
-    while not hypothesis_only and sum(r.n for r in states) < total:
+    while not hypothesis_only and sum(r.n for r in states) < total and time.monotonic() - t0 < max_seconds:
         for r in states:
             r.mutate(seconds)
         passes += 1
@@ -170,11 +172,13 @@ def main(argv=None) -> int:
     p.add_argument("--hypothesis-only", action="store_true", help="no mutation rounds: every input from hypothesis")
     p.add_argument("--total", type=int, default=0,
                    help="keep fuzzing (mutation passes of --seconds per reader) until this many executions in all")
+    p.add_argument("--max-seconds", type=float, default=float("inf"),
+                   help="with --total: start no pass after this many seconds of wall time")
     p.add_argument("--cases", nargs="*", default=None, metavar="ID", help="classify the bad-input cases instead")
     a = p.parse_args(argv)
     if a.cases is not None:
         return run_cases(a.cases)
-    return run_fuzz(a.reader or list(HARNESSES), a.seconds, a.hypothesis_only, a.total)
+    return run_fuzz(a.reader or list(HARNESSES), a.seconds, a.hypothesis_only, a.total, a.max_seconds)
 
 
 if __name__ == "__main__":

@@ -251,6 +251,13 @@ def test_show_escapes_control_characters_of_stored_strings(tmp_path, capsys):
     assert "\x1b" not in js and json.loads(js)["runs"]  # JSON escapes them itself (\u001b)
 
 
+@pytest.mark.parametrize("argv", [["show", "{p}"], ["export", "{p}", "--csv", "-o", "{p}.csv"]])
+def test_a_fifo_as_store_is_refused_without_blocking(tmp_path, capsys, hang_guard, argv):
+    p = tmp_path / "s.h5"
+    os.mkfifo(p)  # HDF5's own open() would wait for a writer forever
+    _one_line(capsys, main([a.replace("{p}", str(p)) for a in argv]), "pipe")
+
+
 def test_terminal_text_keeps_layout_and_escapes_the_rest():
     assert terminal_text("a\tb\nc é 漢") == "a\tb\nc é 漢"
     assert terminal_text("x\x1b[31m\r\x08\x9b\u202e") == "x\\x1b[31m\\r\\x08\\x9b\\u202e"

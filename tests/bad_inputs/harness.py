@@ -55,6 +55,18 @@ class Unusable(Exception):
     """Raised by a feed function when it cannot build the reader's input from an example (not a failure)."""
 
 
+@contextlib.contextmanager
+def _untimed():
+    """Suspend the hang timer of :meth:`Harness.check` (one-time set-up inside a feed function: building a valid
+    store runs a sweep, the first trace compiles the parsers), then restart it."""
+    left = signal.setitimer(signal.ITIMER_REAL, 0)[0] if hasattr(signal, "setitimer") else 0
+    try:
+        yield
+    finally:
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, HANG_S)
+
+
 def _alarm(signum, frame):
     raise _Hang()
 
@@ -441,6 +453,11 @@ def feed_store(example) -> None:
     from attnsim.results import read_results
     from attnsim.sweep.table import load_table
     edits, (how, pos, junk), reader = example
+    if _STORE is None:
+        with _untimed():  # the first call runs a sweep to build the valid store, then reads it once
+            _valid_store()
+            load_table(_write("s.h5", _STORE))
+            read_results(_write("s.h5", _STORE))
     p = _write("s.h5", _valid_store())
     try:
         with h5py.File(p, "r+") as f:
@@ -659,15 +676,13 @@ def feed_dram_any(example) -> None:
     global _SPEC
     from attnsim.hwmodels.dram.traces import read_trace_any
     if _SPEC is None:  # first call: load the spec and compile the parsers, untimed (a JIT compile is no hang)
-        from attnsim.hwmodels.dram.spec import load_dram_spec
-        left = signal.setitimer(signal.ITIMER_REAL, 0)[0] if hasattr(signal, "setitimer") else 0
-        _SPEC = load_dram_spec("hbm3_6400")
-        for fmt, text in (("attnsim", b"0x40 R 1\nx\n"), ("ramulator", b"R 0 0 0 0 0 0 0\nLD 0x40\n"),
-                          ("dramsim3", b"0x40 READ 1\n")):
-            with contextlib.suppress(ConfigError):
-                read_trace_any(str(_write("warm.trace", text)), _SPEC, fmt, 1 << 12)
-        if left:
-            signal.setitimer(signal.ITIMER_REAL, HANG_S)
+        with _untimed():
+            from attnsim.hwmodels.dram.spec import load_dram_spec
+            _SPEC = load_dram_spec("hbm3_6400")
+            for fmt, text in (("attnsim", b"0x40 R 1\nx\n"), ("ramulator", b"R 0 0 0 0 0 0 0\nLD 0x40\n"),
+                              ("dramsim3", b"0x40 READ 1\n")):
+                with contextlib.suppress(ConfigError):
+                    read_trace_any(str(_write("warm.trace", text)), _SPEC, fmt, 1 << 12)
     fmt, data = example
     p = _write("any.npy" if fmt == "npy" else "any.trace", data)
     read_trace_any(str(p), _SPEC, fmt, 1 << 12)
