@@ -766,3 +766,31 @@ _register("reproduction", lambda: corrupt(mutations(_REPRO, 4).map(_dump)), feed
 _register("kinds", _kinds_strategy, feed_kinds)
 _register("dram_any", _dram_any_strategy, feed_dram_any)
 _register("cache", _cache_strategy, feed_cache)
+
+
+def _import_readers() -> None:
+    """Import every reader's modules now, outside any timed execution: numba and h5py take seconds to import on
+    a busy machine, and a hang alarm inside an import leaves a half-initialised module behind."""
+    import h5py  # noqa: F401
+
+    import attnsim.cli  # noqa: F401
+    import attnsim.cli_dram  # noqa: F401
+    import attnsim.experiment  # noqa: F401
+    import attnsim.hwmodels.dram.spec  # noqa: F401
+    import attnsim.hwmodels.dram.traces  # noqa: F401
+    import attnsim.hwmodels.gpu  # noqa: F401
+    import attnsim.hwmodels.reliability.perplexity  # noqa: F401
+    import attnsim.hwmodels.reliability.ppl_calibration  # noqa: F401
+    import attnsim.isa.base  # noqa: F401
+    import attnsim.reproduce  # noqa: F401
+    import attnsim.results  # noqa: F401
+    import attnsim.serve.requests  # noqa: F401
+    import attnsim.stack  # noqa: F401
+    import attnsim.sweep.cache  # noqa: F401
+    import attnsim.sweep.spec  # noqa: F401
+    import attnsim.sweep.table  # noqa: F401
+    import attnsim.workloads.hf  # noqa: F401
+    import attnsim.workloads.zoo  # noqa: F401
+
+
+_import_readers()
