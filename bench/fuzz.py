@@ -83,13 +83,12 @@ class ReaderState:
         end = t0 + seconds
         rng = self.rng
         while self.corpus and time.monotonic() < end:
-            for _ in range(50):
-                x = rng.choice(self.corpus)
-                for _ in range(rng.randrange(1, 4)):
-                    x = mutate(x, rng)
-                self.record(x)
-                if len(self.corpus) < 2000 and rng.random() < 0.05:
-                    self.corpus.append(x)
+            x = rng.choice(self.corpus)
+            for _ in range(rng.randrange(1, 4)):
+                x = mutate(x, rng)
+            self.record(x)
+            if len(self.corpus) < 2000 and rng.random() < 0.05:
+                self.corpus.append(x)
         self.seconds += time.monotonic() - t0
 
 
@@ -115,8 +114,8 @@ def _report(r: ReaderState) -> None:
 def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, total: int = 0,
              max_seconds: float = float("inf")) -> int:
     """Every reader for ``seconds`` (20 % hypothesis seeds, then mutations); then, until ``total`` executions
-    in all (or ``max_seconds`` of wall time), more mutation passes of ``seconds`` per reader (the fast readers
-    carry most of the count)."""
+    in all (or ``max_seconds`` of wall time), more mutation passes of ``seconds`` x readers shared in proportion
+    to each reader's rate (the fast readers carry most of the count; every reader gets at least 1 s a pass)."""
     states = [ReaderState(name) for name in readers]
     t0 = time.monotonic()
     for r in states:
@@ -126,8 +125,12 @@ def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, 
         _report(r)
     passes = 1
     while not hypothesis_only and sum(r.n for r in states) < total and time.monotonic() - t0 < max_seconds:
-        for r in states:
-            r.mutate(seconds)
+        # a pass lasts seconds x readers; each reader's share follows its rate so far (at least 1 s), so the
+        # fast readers (cache, dram_spec, disasm) carry the count while every reader keeps being fuzzed
+        rates = [r.n / max(r.seconds, 1e-9) for r in states]
+        budget = seconds * len(states)
+        for r, rate in zip(states, rates):
+            r.mutate(max(1.0, budget * rate / max(sum(rates), 1e-9)))
         passes += 1
         print(f"pass {passes}: {sum(r.n for r in states)} executions, "
               f"{sum(len(r.failures) for r in states)} distinct failures", flush=True)
