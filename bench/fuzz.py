@@ -65,10 +65,10 @@ class ReaderState:
                   verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
         @given(self.h.strategy)
         def seeds(example):
+            self.corpus.append(example)  # at least one seed, however slow the strategy's first example
+            self.record(example)
             if time.monotonic() > end:
                 raise _TimeUp
-            self.corpus.append(example)
-            self.record(example)
 
         t0 = time.monotonic()
         try:
