@@ -35,14 +35,14 @@ class _TimeUp(BaseException):
 class ReaderState:
     """One reader's fuzzing state across passes: its corpus, executions and distinct failures."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, seed: int = 0):
         self.name = name
         self.h = HARNESSES[name]
         self.corpus: list = []
         self.failures: dict = {}   # signature -> (count, first Failure, example)
         self.n = 0
         self.seconds = 0.0
-        self.rng = random.Random(0)
+        self.rng = random.Random(seed)
 
     @property
     def skipped(self) -> int:
@@ -112,11 +112,11 @@ def _report(r: ReaderState) -> None:
 
 
 def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, total: int = 0,
-             max_seconds: float = float("inf")) -> int:
+             max_seconds: float = float("inf"), seed: int = 0) -> int:
     """Every reader for ``seconds`` (20 % hypothesis seeds, then mutations); then, until ``total`` executions
     in all (or ``max_seconds`` of wall time), more mutation passes of ``seconds`` x readers shared in proportion
     to each reader's rate (the fast readers carry most of the count; every reader gets at least 1 s a pass)."""
-    states = [ReaderState(name) for name in readers]
+    states = [ReaderState(name, seed) for name in readers]
     t0 = time.monotonic()
     for r in states:
         r.seed(seconds if hypothesis_only else seconds * 0.2)
@@ -175,13 +175,14 @@ def main(argv=None) -> int:
     p.add_argument("--hypothesis-only", action="store_true", help="no mutation rounds: every input from hypothesis")
     p.add_argument("--total", type=int, default=0,
                    help="keep fuzzing (mutation passes of --seconds per reader) until this many executions in all")
+    p.add_argument("--seed", type=int, default=0, help="seed of the mutation rounds (a second process: another seed)")
     p.add_argument("--max-seconds", type=float, default=float("inf"),
                    help="with --total: start no pass after this many seconds of wall time")
     p.add_argument("--cases", nargs="*", default=None, metavar="ID", help="classify the bad-input cases instead")
     a = p.parse_args(argv)
     if a.cases is not None:
         return run_cases(a.cases)
-    return run_fuzz(a.reader or list(HARNESSES), a.seconds, a.hypothesis_only, a.total, a.max_seconds)
+    return run_fuzz(a.reader or list(HARNESSES), a.seconds, a.hypothesis_only, a.total, a.max_seconds, a.seed)
 
 
 if __name__ == "__main__":
