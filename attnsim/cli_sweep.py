@@ -133,9 +133,6 @@ def sweep_cmd(args) -> int:
     if args.point_fn is not None and (args.emit_sbatch is not None or args.dry_run):
         raise ConfigError("has no effect on an emitted job script (its tasks run the built-in simulation)",
                           file="--point-fn")
-    if args.point_fn is not None:
-        print(f"note: --point-fn: every point runs {args.point_fn} (a plugin), not the built-in simulation",
-              file=sys.stderr)
     if args.emit_sbatch is not None:
         return _emit_sbatch(args, sweep, out)
     if args.dry_run:
