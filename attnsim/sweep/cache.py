@@ -33,7 +33,8 @@ sweep runs without it. (4) An entry is opened as a regular file only (non-blocki
 fstat'ed, read up to its size limit): a FIFO, a device or a link planted as an entry is skipped with one
 warning and recomputed; a SQLite location that exists but is not a regular file is refused. Not covered:
 an attacker running as our user (they can edit the code itself); deleting entries or filling the disk
-costs time only: a read-only or full cache (OSError on write) degrades to no caching with one warning. A cache written by one user is not trusted by another.
+costs time only: a read-only or full cache (OSError on write) degrades to no caching with one warning.
+A cache written by one user is not trusted by another.
 
 Hit/miss counters are per thread; ``stats()`` returns the calling thread's, each sweep point returns
 its delta and the sweep driver sums them into the hit rate it reports.
