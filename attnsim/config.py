@@ -50,7 +50,22 @@ class ConfigError(ValueError):
             message = amend(str(message))
         self.message = message
         parts = [p for p in (self.file, key) if p]
-        super().__init__(_one_line(": ".join(parts + [str(message)])))
+        super().__init__(_bounded(_one_line, ": ".join(parts + [str(message)])))
+
+
+MAX_MESSAGE_CHARS = 4000
+"""Longest error line: the longest legitimate one lists every built-in config name (~1,100 characters); a
+message quoting a whole multi-megabyte input (a 5 MB ``--set`` item, found by bench/fuzz.py) is cut here."""
+
+
+def _bounded(escape, text: str) -> str:
+    """``escape(text)`` cut to MAX_MESSAGE_CHARS (escaping a character makes at most 10, so at most
+    10 x MAX_MESSAGE_CHARS characters are escaped, however long the text)."""
+    n = len(text)
+    out = escape(text[: 10 * MAX_MESSAGE_CHARS])
+    if len(out) <= MAX_MESSAGE_CHARS and n <= 10 * MAX_MESSAGE_CHARS:
+        return out
+    return out[:MAX_MESSAGE_CHARS] + f"... (cut: {n} characters in all)"
 
 
 def _one_line(text: str) -> str:

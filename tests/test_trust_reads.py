@@ -127,6 +127,19 @@ def test_2_gib_inputs_are_refused_in_one_line_before_reading(tmp_path, capsys, a
     assert time.monotonic() - t0 < 30, line  # refused on its size: nothing parsed
 
 
+def test_an_error_quoting_a_huge_input_is_cut(tmp_path):
+    """bench/fuzz.py found a 5 MB --set item quoted whole (then escaped, > 10 s on a busy machine)."""
+    from attnsim.config import MAX_MESSAGE_CHARS, parse_set
+    item = "\udced\udcb3\udcad" * 300_000  # 900,000 lone surrogates, each escaped as \udcXX (6 characters)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        parse_set(item)
+    msg = str(e.value)
+    assert time.monotonic() - t0 < 5 and "\n" not in msg
+    assert len(msg) <= MAX_MESSAGE_CHARS + 40 and msg.endswith("characters in all)"), msg[-80:]
+    assert str(ConfigError("short", file="f", key="k")) == "f: k: short"  # short messages untouched
+
+
 def test_hf_config_nested_too_deeply_is_one_error(tmp_path):
     from attnsim.workloads.hf import model_from_hf_config
     p = tmp_path / "config.json"
