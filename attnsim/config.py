@@ -603,7 +603,15 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
                                      schema=None) -> ConfigError:
     """Turn the first pydantic error into a ConfigError with a dotted key path (an unknown key gets a
     'did you mean' from the keys ``schema`` accepts there)."""
-    err = exc.errors(include_url=False)[0]
+    try:
+        err = exc.errors(include_url=False)[0]
+    except UnicodeEncodeError:  # pydantic-core cannot encode a lone surrogate (an undecodable byte of argv)
+        try:
+            err = exc.errors(include_url=False, include_input=False)[0]
+        except UnicodeEncodeError:
+            return ConfigError("expected UTF-8 text, got a string with an undecodable character (a lone "
+                               "surrogate, e.g. a non-UTF-8 byte in a command-line argument)", file=file,
+                               key=prefix or None)
     loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
     if err.get("type") in ("config_number", "config_unused"):  # Schema's own checks: message complete, sub-path in ctx
         key = ".".join(([prefix] if prefix else []) + loc + [err["ctx"]["path"]])

@@ -140,6 +140,13 @@ def test_an_error_quoting_a_huge_input_is_cut(tmp_path):
     assert str(ConfigError("short", file="f", key="k")) == "f: k: short"  # short messages untouched
 
 
+def test_a_set_key_with_an_undecodable_byte_is_one_error(capsys):
+    """bench/fuzz.py: a --set key holding a lone surrogate (what Python makes of a non-UTF-8 byte in argv)
+    was a UnicodeEncodeError inside pydantic's error report."""
+    rc = main(["run", "--no-write", "--set", "experiment.scenarios.chat.batch\udcdfsize=9223372036854775808"])
+    assert rc == 2 and "Traceback" not in capsys.readouterr().err
+
+
 def test_hf_config_nested_too_deeply_is_one_error(tmp_path):
     from attnsim.workloads.hf import model_from_hf_config
     p = tmp_path / "config.json"
