@@ -177,6 +177,16 @@ def test_the_compiled_reader_quotes_a_bounded_prefix(tmp_path):
     assert _line_text(b, 3, chunk=4096) == "z"
 
 
+def test_a_npy_trace_with_a_broken_header_is_one_error(tmp_path):
+    """Found by the dram_any fuzz harness: numpy tokenizes the .npy header, a cut one raised TokenError."""
+    from attnsim.hwmodels.dram.traces import read_trace_any
+    p = tmp_path / "t.npy"
+    header = b"{'descr': [('addr', '<u8'), ('write', '|u1'), ('arrival', '<i8\x00)], 'fortran_order': False, "
+    p.write_bytes(b"\x93NUMPY\x01\x00\xb6\x00" + header + b"'shape': (2,), }" + b" " * 74 + b"\n" + b"\x00" * 34)
+    with pytest.raises(ConfigError, match="expected a .npy trace"):
+        read_trace_any(str(p), None, "npy")
+
+
 def test_a_device_as_dram_trace_is_refused_unread(tmp_path, capsys, hang_guard):
     """/dev/zero never ends: refused on its type (a pipe the user names is read, up to the limit:
     test_dram_traces.py::test_text_trace_from_a_pipe_and_an_empty_file)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from tokenize import TokenError
 
 import numpy as np
 from numba import njit
@@ -510,7 +511,7 @@ def _read_npy(path: str, max_requests: int):
         if exc.strerror:
             raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
         raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
-    except ValueError as exc:
+    except (ValueError, SyntaxError, TokenError, EOFError) as exc:  # numpy parses the header with tokenize + ast
         raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
     if t.dtype != TRACE_DTYPE or t.ndim != 1:
         raise ConfigError(f"expected a 1-D array of {TRACE_DTYPE.descr}, got {t.dtype} x {t.shape}", file=path)
