@@ -9,8 +9,9 @@ import time
 
 import numpy as np
 
-from attnsim.config import INT_LIMIT, ConfigError, check_int, read_text_file
+from attnsim.config import INT_LIMIT, ConfigError, check_int
 
+_MAX_LINE_BYTES = 4096  # a request line is "<hex address> <R|W> [<arrival cycle>]": under 64 B plus a comment
 MAX_REQUESTS = 1 << 25  # pattern length / trace requests: about 80 B of memory per request in the engine
 PATTERN_DEFAULTS = {"requests": 100_000, "stride": 4096, "write_fraction": 0.0, "seed": 0}
 JSON_KEYS = ("cycles", "clock_domain", "tck_s", "time_s", "bytes", "bandwidth_gbps", "peak_bandwidth_gbps",
@@ -136,51 +137,68 @@ def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = 
     Errors name the file and ``line N``: malformed lines, addresses beyond ``capacity_bytes``, arrival cycles
     outside [0, max_arrival] or decreasing (refused, not sorted: a decreasing trace is usually two traces
     concatenated), more than MAX_REQUESTS requests, non-UTF-8 bytes (byte offset)."""
+    from attnsim.fileio import InputRefused, input_limit_bytes, open_regular, quote_prefix
+    limit = 64 * MAX_REQUESTS
     try:
-        size = os.stat(path).st_size
-    except OSError:
-        size = 0  # read_text_file names the problem
-    if size > 64 * MAX_REQUESTS:
-        raise ConfigError(f"trace of {size} B: more than the {64 * MAX_REQUESTS} B of a {MAX_REQUESTS}-request trace "
-                          "(the limit)", file=path)
-    text = read_text_file(path, file=path)
-    lines = text.splitlines()
-    if len(lines) > 4 * MAX_REQUESTS:
-        raise ConfigError(f"trace has {len(lines)} lines, the limit is {4 * MAX_REQUESTS} "
-                          f"({MAX_REQUESTS} requests)", file=path)
+        kind = "data" if input_limit_bytes("data") < limit else None
+        fd, _ = open_regular(path, input_limit_bytes("data") if kind else limit, kind=kind)
+    except InputRefused as exc:
+        if "larger than" in str(exc) and not exc.file:
+            raise ConfigError(f"{exc}: more than a {MAX_REQUESTS}-request trace", file=path) from None
+        raise ConfigError(str(exc), file=exc.file or path, key=exc.key) from None
     addrs, ws, arrs = [], [], []
     top = None if capacity_bytes is None else capacity_bytes - 1
-    last = 0
-    for no, line in enumerate(lines, 1):
-        s = line.split("#", 1)[0].strip()
-        if not s:
-            continue
-        where = f"line {no}"
-        parts = s.split()
-        if len(parts) not in (2, 3):
-            raise ConfigError(f"expected '<hex address> <R|W> [<arrival cycle>]', got {s[:80]!r}", file=path, key=where)
-        if not _HEX.match(parts[0]):
-            raise ConfigError(f"expected a hex address of at most 64 bits, got {parts[0][:40]!r}", file=path, key=where)
-        a = int(parts[0], 16)
-        if top is not None and a > top:
-            raise ConfigError(f"address 0x{a:x} beyond the device capacity ({capacity_bytes} B: at most 0x{top:x})",
-                              file=path, key=where)
-        rw = parts[1].upper()
-        if rw not in ("R", "W"):
-            raise ConfigError(f"expected R or W, got {parts[1][:40]!r}", file=path, key=where)
-        t = 0  # a line without an arrival cycle arrives at 0
-        if len(parts) == 3:
-            t = check_int(parts[2], file=path, key=f"{where}: arrival cycle", lo=0, hi=max_arrival)
-        if t < last:
-            raise ConfigError(f"arrival cycles must not decrease ({t} < {last}"
-                              f"{'' if len(parts) == 3 else ': a line without one arrives at cycle 0'})",
-                              file=path, key=where)
-        last = t
-        if len(addrs) >= MAX_REQUESTS:
-            raise ConfigError(f"trace has more than {MAX_REQUESTS} requests (the limit)", file=path, key=where)
-        addrs.append(a)
-        ws.append(rw == "W")
-        arrs.append(t)
+    last = offset = 0
+    with os.fdopen(fd, "rb") as fh:  # streamed: one line of at most _MAX_LINE_BYTES in memory at a time
+        for no in range(1, 4 * MAX_REQUESTS + 2):
+            raw = fh.readline(_MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            if no > 4 * MAX_REQUESTS:
+                raise ConfigError(f"trace has more than {4 * MAX_REQUESTS} lines, the limit ({MAX_REQUESTS} requests)",
+                                  file=path)
+            where = f"line {no}"
+            if len(raw) > _MAX_LINE_BYTES:
+                raise ConfigError(f"line longer than {_MAX_LINE_BYTES} B, starting {quote_prefix(raw)}", file=path,
+                                  key=where)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset "
+                                  f"{offset + exc.start}", file=path) from None
+            if no == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            offset += len(raw)
+            s = line.split("#", 1)[0].strip()
+            if not s:
+                continue
+            parts = s.split()
+            if len(parts) not in (2, 3):
+                raise ConfigError(f"expected '<hex address> <R|W> [<arrival cycle>]', got {quote_prefix(s)}",
+                                  file=path, key=where)
+            if not _HEX.match(parts[0]):
+                raise ConfigError(f"expected a hex address of at most 64 bits, got {quote_prefix(parts[0], 40)}",
+                                  file=path, key=where)
+            a = int(parts[0], 16)
+            if top is not None and a > top:
+                raise ConfigError(f"address 0x{a:x} beyond the device capacity ({capacity_bytes} B: at most 0x{top:x})",
+                                  file=path, key=where)
+            rw = parts[1].upper()
+            if rw not in ("R", "W"):
+                raise ConfigError(f"expected R or W, got {quote_prefix(parts[1], 40)}", file=path, key=where)
+            t = 0  # a line without an arrival cycle arrives at 0
+            if len(parts) == 3:
+                t = check_int(parts[2], file=path, key=f"{where}: arrival cycle", lo=0, hi=max_arrival)
+            if t < last:
+                raise ConfigError(f"arrival cycles must not decrease ({t} < {last}"
+                                  f"{'' if len(parts) == 3 else ': a line without one arrives at cycle 0'})",
+                                  file=path, key=where)
+            last = t
+            if len(addrs) >= MAX_REQUESTS:
+                raise ConfigError(f"trace has more than {MAX_REQUESTS} requests (the limit)", file=path, key=where)
+            addrs.append(a)
+            ws.append(rw == "W")
+            arrs.append(t)
     if not addrs:
         raise ConfigError("trace has no requests", file=path)
     return np.array(addrs, dtype=np.uint64), np.array(ws), np.array(arrs, dtype=np.int64)
@@ -319,10 +337,10 @@ def load_trace(args, spec):
     from attnsim.hwmodels.dram.traces import detect_format, read_trace_any
     fmt = args.trace_format or "auto"
     if fmt == "auto":
+        from attnsim.fileio import InputRefused, read_head
         try:
-            with open(args.trace, "rb") as f:
-                fmt = detect_format(args.trace, f.read(4096))
-        except OSError:
+            fmt = detect_format(args.trace, read_head(args.trace, 4096))
+        except InputRefused:
             fmt = "attnsim"  # read_trace names the problem
     top = max_cycle(spec.banks_per_channel)
     try:

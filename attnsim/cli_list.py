@@ -58,7 +58,7 @@ def entries(kind: str) -> list[dict]:
     out = []
     for name in available(kind):
         path = find_config(kind, name)
-        text = read_text_file(path)
+        text = read_text_file(path, kind="document")
         try:
             data = parse_yaml(text, file=display_path(path))
         except ConfigError:

@@ -8,9 +8,20 @@ from pathlib import Path
 from attnsim.config import ConfigError
 
 
+def front_points(text: str) -> int:
+    """argparse type of ``--front-points``: an integer in [1, MAX_FRONT_POINTS] (one plan per point)."""
+    import argparse
+    from attnsim.config import check_int
+    from attnsim.plan import MAX_FRONT_POINTS
+    try:
+        return check_int(text, lo=1, hi=MAX_FRONT_POINTS)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def register(sub) -> None:
     from attnsim.cli import positive_int, positive_number
-    from attnsim.plan import DEFAULT_FORMATS
+    from attnsim.plan import DEFAULT_FORMATS, MAX_FRONT_POINTS
     r = sub.add_parser("plan", help="reliability-aware KV tiering within an accuracy and a performance SLO",
                        description="Run the experiment once (one system, model and scenario with a reliability: "
                        "section), cut one request's KV into blocks (layer group x sink / recent / normal token "
@@ -41,7 +52,8 @@ def register(sub) -> None:
     r.add_argument("--layer-groups", type=positive_int, default=4, help="layer groups (default 4)")
     r.add_argument("--block-tokens", type=positive_int, default=None,
                    help="tokens per KV block (default: context / 8, a multiple of 32)")
-    r.add_argument("--front-points", type=positive_int, default=10, help="accuracy budgets on the front (default 10)")
+    r.add_argument("--front-points", type=front_points, default=10,
+                   help=f"accuracy budgets on the front (default 10, at most {MAX_FRONT_POINTS})")
     r.add_argument("--scenario", default=None, help="scenario (default: the first with a reliability section)")
     r.add_argument("--system", default=None, help="system (default: the first)")
     r.add_argument("--model", default=None, help="model (default: the first)")

@@ -174,6 +174,15 @@ def summary_figures(results_h5: Path) -> list[Path]:
 
 
 def show_cmd(args) -> int:
+    """Print a stored file; its strings (names, messages, parameters) may come from someone else, so the text
+    output passes attnsim.outputs.terminal_text (escape sequences are shown, not run); JSON escapes them itself."""
+    import contextlib
+    from attnsim.outputs import TerminalSafe
+    with contextlib.redirect_stdout(TerminalSafe(sys.stdout)):
+        return _show(args)
+
+
+def _show(args) -> int:
     from attnsim.results import read_results
     from attnsim.sweep.store import is_sweep_store
     attrs, docs = read_results(args.file)

@@ -116,6 +116,7 @@ def write_serve_results(path: Path, docs, tree_dict: dict, experiment: str) -> P
 
 def write_csv(path, docs) -> None:
     from attnsim.fileio import atomic_path
+    from attnsim.outputs import csv_cell  # names from configs: a formula is quoted, numbers unchanged
     rows = request_rows(docs)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +124,7 @@ def write_csv(path, docs) -> None:
         w = csv.writer(fh)
         w.writerow(rows.dtype.names)
         for r in rows:
-            w.writerow([x.decode() if isinstance(x, bytes) else x for x in r.tolist()])
+            w.writerow([csv_cell(x.decode() if isinstance(x, bytes) else x) for x in r.tolist()])
 
 
 def _check_trace_requests(args) -> int | None:

@@ -1,6 +1,7 @@
 """``attnsim sweep``, ``attnsim merge``, ``attnsim export`` and ``attnsim plot``."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -47,7 +48,10 @@ def register(sub) -> None:
                         "assumed hardware parameters whose range moves its throughput ratio across 1.0; up to two "
                         "re-runs per parameter and point)")
     s.add_argument("--fig-dir", default=None, help="folder the figures' paths are relative to (default: the store's)")
-    s.add_argument("--point-fn", default=None, help=argparse_suppress())
+    s.add_argument("--point-fn", default=None, metavar="MODULE:FUNCTION",
+                   help="plugin: run FUNCTION(tree_dict, files) -> run document of MODULE (imported from your "
+                        "Python path: it runs that code) for every point instead of the built-in simulation; "
+                        "only ever taken from this option, never from a file (docs/robustness.md)")
     s.set_defaults(func=sweep_cmd)
 
     m = sub.add_parser("merge", help="merge shard stores of one sweep")
@@ -101,9 +105,16 @@ def register(sub) -> None:
     p.set_defaults(func=plot_cmd)
 
 
-def argparse_suppress():
-    import argparse
-    return argparse.SUPPRESS
+_POINT_FN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def point_fn_arg(text: str) -> str:
+    """``--point-fn``: ``package.module:function`` (dotted identifiers), else one ConfigError; the module is
+    imported when the first point runs."""
+    if not _POINT_FN.match(text):
+        raise ConfigError(f"expected MODULE:FUNCTION (e.g. mypkg.points:fast_point), got {text[:80]!r}",
+                          file="--point-fn")
+    return text
 
 
 def sweep_cmd(args) -> int:
@@ -123,6 +134,11 @@ def sweep_cmd(args) -> int:
     if args.flips:
         from attnsim.sweep.executors import check_flips
         check_flips(sweep, args.point_fn)
+    if args.point_fn is not None:
+        point_fn_arg(args.point_fn)
+    if args.point_fn is not None and (args.emit_sbatch is not None or args.dry_run):
+        raise ConfigError("has no effect on an emitted job script (its tasks run the built-in simulation)",
+                          file="--point-fn")
     if args.emit_sbatch is not None:
         return _emit_sbatch(args, sweep, out)
     if args.dry_run:
@@ -162,12 +178,14 @@ def interrupted_line(out: Path, shard, executor: str) -> str:
 
 
 def _emit_sbatch(args, sweep, out: Path) -> int:
-    from attnsim.sweep.executors import emit_sbatch
+    from attnsim.sweep.executors import emit_sbatch, extra_notice
     target = None if args.emit_sbatch == "-" or args.dry_run else Path(args.emit_sbatch)
     if target is not None:
         check_output(target, "--emit-sbatch", inputs=[args.sweep] if Path(args.sweep).is_file() else [])
     text = emit_sbatch(sweep, out, sweep_arg=args.sweep, sets=args.sets, cache=args.cache,
                        merge_after=args.merge_after, make_dirs=target is not None, flips=args.flips)
+    for line in extra_notice(sweep):  # slurm.extra is shell by design: never pasted unseen
+        print(line, file=sys.stderr)
     if target is None:
         print(text, end="")
         return 0

@@ -50,7 +50,22 @@ class ConfigError(ValueError):
             message = amend(str(message))
         self.message = message
         parts = [p for p in (self.file, key) if p]
-        super().__init__(_one_line(": ".join(parts + [str(message)])))
+        super().__init__(_bounded(_one_line, ": ".join(parts + [str(message)])))
+
+
+MAX_MESSAGE_CHARS = 4000
+"""Longest error line: the longest legitimate one lists every built-in config name (~1,100 characters); a
+message quoting a whole multi-megabyte input (a 5 MB ``--set`` item, found by bench/fuzz.py) is cut here."""
+
+
+def _bounded(escape, text: str) -> str:
+    """``escape(text)`` cut to MAX_MESSAGE_CHARS (escaping a character makes at most 10, so at most
+    10 x MAX_MESSAGE_CHARS characters are escaped, however long the text)."""
+    n = len(text)
+    out = escape(text[: 10 * MAX_MESSAGE_CHARS])
+    if len(out) <= MAX_MESSAGE_CHARS and n <= 10 * MAX_MESSAGE_CHARS:
+        return out
+    return out[:MAX_MESSAGE_CHARS] + f"... (cut: {n} characters in all)"
 
 
 def _one_line(text: str) -> str:
@@ -286,31 +301,36 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def read_text_file(path: str | os.PathLike, file: str | None = None) -> str:
+def read_text_file(path: str | os.PathLike, file: str | None = None, kind: str = "data",
+                   limit_bytes: int | None = None) -> str:
     """Read a UTF-8 text file (a leading BOM is dropped); every failure is one ConfigError.
 
     The shared reader for configs, request traces, DRAM traces and asm sources. ``file`` is the
-    name used in messages (default :func:`display_path`). Errors: ``file not found``, ``not a
-    file``, ``cannot read (<reason>)``, and ``not UTF-8 text: invalid byte 0xff at byte offset 17``.
+    name used in messages (default :func:`display_path`); ``kind`` picks the size limit of
+    attnsim.fileio.INPUT_LIMITS ("document" for YAML/JSON; ``limit_bytes`` can only lower it), checked before
+    anything is read. Errors: ``file not found``, ``expected a regular file``, over the limit,
+    ``cannot read (<reason>)``, and ``not UTF-8 text: invalid byte 0xff at byte offset 17``.
     """
     path = Path(path)
     name = file if file is not None else display_path(path)
-    if path.exists() and not path.is_dir() and not path.is_file():  # a device or FIFO (/dev/zero never ends)
-        raise ConfigError("expected a regular file, got a device, pipe or socket", file=name)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("file not found", file=name) from None
-    except IsADirectoryError:
-        raise ConfigError("expected a file, got a directory", file=name) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read ({exc.strerror or exc})", file=name) from None
+    raw = read_bytes_file(path, file=name, kind=kind, limit_bytes=limit_bytes)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset {exc.start}",
                           file=name) from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_bytes_file(path: str | os.PathLike, file: str | None = None, kind: str = "data",
+                    limit_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file within its size limit (attnsim.fileio.read_regular); one ConfigError."""
+    from attnsim.fileio import InputRefused, read_regular
+    name = file if file is not None else display_path(Path(path))
+    try:
+        return read_regular(path, kind=kind, limit_bytes=limit_bytes)
+    except InputRefused as exc:
+        raise ConfigError(str(exc), file=exc.file or name, key=exc.key) from None
 
 
 YAML_MAX_VALUES = 1_000_000
@@ -461,7 +481,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
     """Read a YAML mapping from a file (:func:`read_text_file` + :func:`parse_yaml`)."""
     path = Path(path)
     name = display_path(path)
-    data = parse_yaml(read_text_file(path, file=name), file=name)
+    data = parse_yaml(read_text_file(path, file=name, kind="document"), file=name)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -617,7 +637,15 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
                                      schema=None) -> ConfigError:
     """Turn the first pydantic error into a ConfigError with a dotted key path (an unknown key gets a
     'did you mean' from the keys ``schema`` accepts there)."""
-    err = exc.errors(include_url=False)[0]
+    try:
+        err = exc.errors(include_url=False)[0]
+    except UnicodeEncodeError:  # pydantic-core cannot encode a lone surrogate (an undecodable byte of argv)
+        try:
+            err = exc.errors(include_url=False, include_input=False)[0]
+        except UnicodeEncodeError:
+            return ConfigError("expected UTF-8 text, got a string with an undecodable character (a lone "
+                               "surrogate, e.g. a non-UTF-8 byte in a command-line argument)", file=file,
+                               key=prefix or None)
     loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
     if err.get("type") in ("config_number", "config_unused"):  # Schema's own checks: message complete, sub-path in ctx
         key = ".".join(([prefix] if prefix else []) + loc + [err["ctx"]["path"]])

@@ -163,3 +163,46 @@ def figure_paths(out: str | Path, flag: str = "-o", inputs=(), create: bool = Fa
     paths = [out, out.with_suffix(".pdf" if suffix == ".png" else ".png")]
     check_output(paths[1], flag, inputs=inputs, create=create)
     return paths
+
+
+# ---------------------------------------------------------------- stored strings on a terminal / in a spreadsheet
+
+def terminal_text(text: str) -> str:
+    """``text`` with control and format characters (ESC sequences, BEL, backspace, carriage return, C1 controls,
+    bidi overrides; Unicode categories Cc/Cf) written as backslash escapes; newlines and tabs kept. A results
+    file received from someone else cannot recolour, retitle or rewrite the terminal it is shown on."""
+    import unicodedata
+    if text.isprintable():
+        return text
+    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf")
+                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+class TerminalSafe:
+    """A text stream wrapper whose ``write`` passes :func:`terminal_text` (``contextlib.redirect_stdout``
+    around a command that prints stored strings: every line, however it is built, is cleaned once)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        self._stream.write(terminal_text(s))
+        return len(s)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """A CSV cell that a spreadsheet does not run: a string starting with ``= + - @`` TAB or CR gets a leading
+    ``'`` (OWASP, "CSV Injection"); numbers, and strings that are plain numbers (``-1.5``), are unchanged."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+        return value
+    try:
+        float(value)
+        return value  # a negative number written as text stays a number
+    except ValueError:
+        return "'" + value

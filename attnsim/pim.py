@@ -174,8 +174,11 @@ def _looks_like_path(s: str) -> bool:
 
 def _is_text(path: Path) -> bool:
     """Assembly text: UTF-8 without NUL bytes (the words ``attnsim asm`` writes hold zero bytes)."""
-    with open(path, "rb") as fh:
-        head = fh.read(1 << 16)
+    from attnsim.fileio import InputRefused, read_head
+    try:
+        head = read_head(path, 1 << 16)
+    except InputRefused:
+        return True  # the text reader names the problem (one ConfigError)
     if b"\0" in head:
         return False
     try:

@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.config import ConfigError, check_int
 
 DEFAULT_FORMATS = ("bf16", "fp8_e4m3", "int8", "int4")
 # what the proxy error numbers are (hwmodels/reliability/accuracy.py, planner.py)
@@ -300,9 +300,15 @@ def _ppl_source(cal: dict) -> str:
             f"{cal['measurement']} ({cal['source']}); {cal['coverage']}; bit-error part: {cal['bit_error_source']}")
 
 
+MAX_FRONT_POINTS = 1000
+"""Most accuracy budgets on a front (one full plan each). Assumed bound: 1000 log-spaced budgets over ten decades of
+error are 2.3 % apart, more than a table or a plot of the front resolves; 10^9 asked numpy for 7.45 GiB (issue 31)."""
+
+
 def front(st: Setup, formats, n: int, calibration=None) -> list:
-    """Pareto front (proxy error vs TPOT vs energy per token) over accuracy budgets from the most
-    accurate placement to the cheapest one (budgets log-spaced)."""
+    """Pareto front (proxy error vs TPOT vs energy per token) over ``n`` accuracy budgets (at most
+    MAX_FRONT_POINTS) from the most accurate placement to the cheapest one (budgets log-spaced)."""
+    check_int(n, key="front_points", lo=1, hi=MAX_FRONT_POINTS)
     obj = st.spec.objective
     lo = planner_for(st, formats, 0.0, obj).plan(st.blocks)
     hi = planner_for(st, formats, np.inf, obj).plan(st.blocks)

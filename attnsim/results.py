@@ -203,8 +203,11 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
     from attnsim.sweep.store import is_sweep_store, json_doc
     if is_sweep_store(path):
         return _read_sweep_store(path)
-    if not path.is_file():
-        raise ConfigError("file not found", file=path)
+    from attnsim.fileio import InputRefused, check_regular
+    try:
+        check_regular(path)  # a FIFO would stall HDF5's open()
+    except InputRefused as exc:
+        raise ConfigError(str(exc), file=path) from None
     try:
         with h5py.File(path, "r") as f:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}

@@ -5,6 +5,7 @@ for the first 20 % of each reader's time (the seed corpus), then fast type-aware
 (hypothesis generation costs more than most readers).
 
     python bench/fuzz.py --seconds 60                 # every reader, 60 s each
+    nice -n 10 python bench/fuzz.py --seconds 20 --total 1000000   # the 1M-execution campaign (docs/robustness.md)
     python bench/fuzz.py --reader asm --seconds 300
     python bench/fuzz.py --cases [ID-SUBSTRING ...]   # classify the bad-input cases (clean / traceback / ...)
 
@@ -24,71 +25,123 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
 
-from bad_inputs.harness import HARNESSES, mutate  # noqa: E402
+from bad_inputs.harness import HARNESSES, UNUSABLE, mutate  # noqa: E402
 
 
 class _TimeUp(BaseException):
     pass
 
 
+class ReaderState:
+    """One reader's fuzzing state across passes: its corpus, executions and distinct failures."""
+
+    def __init__(self, name: str, seed: int = 0):
+        self.name = name
+        self.h = HARNESSES[name]
+        self.corpus: list = []
+        self.failures: dict = {}   # signature -> (count, first Failure, example)
+        self.n = 0
+        self.seconds = 0.0
+        self.rng = random.Random(seed)
+
+    @property
+    def skipped(self) -> int:
+        """Inputs the feed function could not build (not counted as executions)."""
+        return UNUSABLE.get(self.name, 0)
+
+    def record(self, example) -> None:
+        before = self.skipped
+        f = self.h.check(example)
+        self.n += self.skipped == before
+        if f is not None:
+            count, first, ex = self.failures.get(f.signature, (0, f, example))
+            self.failures[f.signature] = (count + 1, first, ex)
+
+    def seed(self, seconds: float) -> None:
+        """Hypothesis examples for ``seconds`` (they become the corpus)."""
+        end = time.monotonic() + seconds
+
+        @settings(max_examples=10 ** 9, deadline=None, database=None, phases=[Phase.generate],
+                  verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+        @given(self.h.strategy)
+        def seeds(example):
+            self.corpus.append(example)  # at least one seed, however slow the strategy's first example
+            self.record(example)
+            if time.monotonic() > end:
+                raise _TimeUp
+
+        t0 = time.monotonic()
+        try:
+            seeds()
+        except _TimeUp:
+            pass
+        self.seconds += time.monotonic() - t0
+
+    def mutate(self, seconds: float) -> None:
+        """:func:`mutate` rounds on the corpus for ``seconds`` (5 % of the mutants join it, up to 2000)."""
+        t0 = time.monotonic()
+        end = t0 + seconds
+        rng = self.rng
+        while self.corpus and time.monotonic() < end:
+            x = rng.choice(self.corpus)
+            for _ in range(rng.randrange(1, 4)):
+                x = mutate(x, rng)
+            self.record(x)
+            if len(self.corpus) < 2000 and rng.random() < 0.05:
+                self.corpus.append(x)
+        self.seconds += time.monotonic() - t0
+
+
 def fuzz(name: str, seconds: float, seed_share: float = 0.2, hypothesis_only: bool = False) -> tuple[int, dict]:
     """Run one harness for ``seconds``: hypothesis examples for ``seed_share`` of the time (all of it with
     ``hypothesis_only``), then :func:`mutate` rounds on that corpus. Returns (executions,
     {signature: (count, Failure, example)})."""
-    h = HARNESSES[name]
-    start = time.monotonic()
-    seed_end = start + (seconds if hypothesis_only else seconds * seed_share)
-    end = start + seconds
-    failures: dict = {}
-    corpus: list = []
-    n = [0]
-
-    def record(example):
-        n[0] += 1
-        f = h.check(example)
-        if f is not None:
-            count, first, ex = failures.get(f.signature, (0, f, example))
-            failures[f.signature] = (count + 1, first, ex)
-
-    @settings(max_examples=10 ** 9, deadline=None, database=None, phases=[Phase.generate], verbosity=Verbosity.quiet,
-              suppress_health_check=list(HealthCheck))
-    @given(h.strategy)
-    def seeds(example):
-        if time.monotonic() > seed_end:
-            raise _TimeUp
-        corpus.append(example)
-        record(example)
-
-    try:
-        seeds()
-    except _TimeUp:
-        pass
-    rng = random.Random(0)
-    while corpus and time.monotonic() < end:
-        for _ in range(50):
-            x = rng.choice(corpus)
-            for _ in range(rng.randrange(1, 4)):
-                x = mutate(x, rng)
-            record(x)
-            if len(corpus) < 2000 and rng.random() < 0.05:
-                corpus.append(x)
-    return n[0], failures
+    r = ReaderState(name)
+    r.seed(seconds if hypothesis_only else seconds * seed_share)
+    if not hypothesis_only:
+        r.mutate(seconds * (1 - seed_share))
+    return r.n, r.failures
 
 
-def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False) -> int:
-    total, found = 0, 0
-    for name in readers:
-        t0 = time.monotonic()
-        n, failures = fuzz(name, seconds, hypothesis_only=hypothesis_only)
-        dt = time.monotonic() - t0
-        total += n
-        found += len(failures)
-        print(f"{name:11s} {n:8d} executions in {dt:6.1f} s ({n / dt:7.0f}/s), {len(failures)} distinct failures",
-              flush=True)
-        for (kind, loc), (count, f, ex) in sorted(failures.items(), key=lambda kv: -kv[1][0]):
-            print(f"    {count:6d} x {kind} at {loc}: {f.message[:160]}")
-            print(f"             e.g. {ex!r:.300}")
-    print(f"total: {total} executions, {found} distinct failures")
+def _report(r: ReaderState) -> None:
+    print(f"{r.name:12s} {r.n:9d} executions in {r.seconds:7.1f} s ({r.n / max(r.seconds, 1e-9):7.0f}/s), "
+          f"{len(r.failures)} distinct failures ({r.skipped} unusable mutants skipped)", flush=True)
+    for (kind, loc), (count, f, ex) in sorted(r.failures.items(), key=lambda kv: -kv[1][0]):
+        print(f"    {count:6d} x {kind} at {loc}: {f.message[:160]}")
+        print(f"             e.g. {ex!r:.300}")
+
+
+def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, total: int = 0,
+             max_seconds: float = float("inf"), seed: int = 0) -> int:
+    """Every reader for ``seconds`` (20 % hypothesis seeds, then mutations); then, until ``total`` executions
+    in all (or ``max_seconds`` of wall time), more mutation passes of ``seconds`` x readers shared in proportion
+    to each reader's rate (the fast readers carry most of the count; every reader gets at least 1 s a pass)."""
+    states = [ReaderState(name, seed) for name in readers]
+    t0 = time.monotonic()
+    for r in states:
+        r.seed(seconds if hypothesis_only else seconds * 0.2)
+        if not hypothesis_only:
+            r.mutate(seconds * 0.8)
+        _report(r)
+    passes = 1
+    while not hypothesis_only and sum(r.n for r in states) < total and time.monotonic() - t0 < max_seconds:
+        # a pass lasts seconds x readers; each reader's share follows its rate so far (at least 1 s), so the
+        # fast readers (cache, dram_spec, disasm) carry the count while every reader keeps being fuzzed
+        rates = [r.n / max(r.seconds, 1e-9) for r in states]
+        budget = seconds * len(states)
+        for r, rate in zip(states, rates):
+            r.mutate(max(1.0, budget * rate / max(sum(rates), 1e-9)))
+        passes += 1
+        print(f"pass {passes}: {sum(r.n for r in states)} executions, "
+              f"{sum(len(r.failures) for r in states)} distinct failures", flush=True)
+    if passes > 1:
+        print("\nper reader, all passes:")
+        for r in states:
+            _report(r)
+    n = sum(r.n for r in states)
+    found = sum(len(r.failures) for r in states)
+    print(f"total: {n} executions over {len(states)} readers in {time.monotonic() - t0:.0f} s, "
+          f"{found} distinct failures")
     return 1 if found else 0
 
 
@@ -120,11 +173,16 @@ def main(argv=None) -> int:
     p.add_argument("--reader", action="append", choices=sorted(HARNESSES), help="reader to fuzz (repeatable; default all)")
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per reader")
     p.add_argument("--hypothesis-only", action="store_true", help="no mutation rounds: every input from hypothesis")
+    p.add_argument("--total", type=int, default=0,
+                   help="keep fuzzing (mutation passes of --seconds per reader) until this many executions in all")
+    p.add_argument("--seed", type=int, default=0, help="seed of the mutation rounds (a second process: another seed)")
+    p.add_argument("--max-seconds", type=float, default=float("inf"),
+                   help="with --total: start no pass after this many seconds of wall time")
     p.add_argument("--cases", nargs="*", default=None, metavar="ID", help="classify the bad-input cases instead")
     a = p.parse_args(argv)
     if a.cases is not None:
         return run_cases(a.cases)
-    return run_fuzz(a.reader or list(HARNESSES), a.seconds, a.hypothesis_only)
+    return run_fuzz(a.reader or list(HARNESSES), a.seconds, a.hypothesis_only, a.total, a.max_seconds, a.seed)
 
 
 if __name__ == "__main__":

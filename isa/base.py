@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnsim.config import ConfigError, read_text_file
+from attnsim.config import ConfigError, read_bytes_file, read_text_file
 
 MAX_INSTRUCTIONS = 1 << 24  # program length read from text or binary (count before allocating)
 
@@ -517,13 +517,8 @@ def disassemble(prog: Program) -> str:
 
 def assemble_file(isa: ISA, path: str | Path) -> Program:
     """Assemble a UTF-8 text file (non-UTF-8 bytes: one error with the byte offset; no instructions: refused)."""
-    try:
-        size = Path(path).stat().st_size
-    except OSError:
-        size = 0  # read_text_file names the problem
-    if size > 64 * MAX_INSTRUCTIONS:
-        raise ConfigError(f"{size} B: more than the {64 * MAX_INSTRUCTIONS} B limit of a source", file=str(path))
-    prog = assemble(isa, read_text_file(path, file=str(path)), file=str(path))
+    text = read_text_file(path, file=str(path), limit_bytes=64 * MAX_INSTRUCTIONS)  # sized before it is read
+    prog = assemble(isa, text, file=str(path))
     if not len(prog):
         raise ConfigError("no instructions (only blank lines, comments or labels)", file=str(path))
     return prog
@@ -531,20 +526,7 @@ def assemble_file(isa: ISA, path: str | Path) -> Program:
 
 def decode_file(isa: ISA, path: str | Path) -> Program:
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if path.is_dir():
-            raise IsADirectoryError
-        if size > MAX_INSTRUCTIONS * isa.word_bytes:
-            raise ConfigError(f"{size} B holds more than {MAX_INSTRUCTIONS} {isa.name} words (the limit)",
-                              file=str(path))
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("file not found", file=str(path)) from None
-    except IsADirectoryError:
-        raise ConfigError("expected a file, got a directory", file=str(path)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read ({exc.strerror or exc})", file=str(path)) from None
+    data = read_bytes_file(path, file=str(path), limit_bytes=MAX_INSTRUCTIONS * isa.word_bytes)
     if not data:
         raise ConfigError("empty file: no instruction words", file=str(path))
     return decode(isa, data, file=str(path))

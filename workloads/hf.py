@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from attnsim.config import ConfigError, display_path, validate
+from attnsim.config import ConfigError, display_path, read_text_file, validate
 from attnsim.workloads.model import ModelSpec
 
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "bf16", "fp16": "fp16", "bf16": "bf16"}
@@ -167,12 +167,13 @@ def model_from_hf_config(path: str | os.PathLike) -> ModelSpec:
     """
     path = Path(path)
     file = display_path(path)
-    if not path.is_file():
-        raise ConfigError("file not found", file=file)
+    text = read_text_file(path, file=file, kind="document")  # a regular file within the size limit
     try:
-        cfg = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ConfigError(f"invalid JSON ({exc})", file=file) from None
+    except RecursionError:
+        raise ConfigError("invalid JSON (nested too deeply)", file=file) from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"expected a JSON object at the top level, got {type(cfg).__name__}", file=file)
     archs = cfg.get("architectures")

@@ -116,8 +116,10 @@ def known_keys(table=None) -> set[str]:
 def load_labels(path) -> dict:
     """A ``--labels`` YAML file: one ``name: label`` per line."""
     from pathlib import Path
-    from attnsim.config import parse_yaml
+    from attnsim.config import parse_yaml, read_text_file
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("file not found", file=str(p), key="--labels")
-    return check_labels(parse_yaml(p.read_text(), file=str(p)) or {}, file=str(p), key="--labels")
+    try:
+        text = read_text_file(p, file=str(p), kind="document")  # a regular file within the size limit
+    except ConfigError as exc:
+        raise ConfigError(exc.message, file=str(p), key="--labels") from None
+    return check_labels(parse_yaml(text, file=str(p)) or {}, file=str(p), key="--labels")

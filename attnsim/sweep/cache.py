@@ -29,9 +29,12 @@ key kept in ``<dir>/.key`` (``<file>.key`` for SQLite; created mode 0600, atomic
 old entry of ours carries the value our code computes for that key (the fingerprint is in the key).
 (3) The key file must be a regular file owned by us and not accessible to group/others; otherwise
 (replaced by someone else, loosened permissions) the location is refused with one warning and the
-sweep runs without it. Not covered: an attacker running as our user (they can edit the code itself);
-deleting entries or filling the disk costs time only: a read-only or full cache (OSError on write)
-degrades to no caching with one warning. A cache written by one user is not trusted by another.
+sweep runs without it. (4) An entry is opened as a regular file only (non-blocking, no symlink followed,
+fstat'ed, read up to its size limit): a FIFO, a device or a link planted as an entry is skipped with one
+warning and recomputed; a SQLite location that exists but is not a regular file is refused. Not covered:
+an attacker running as our user (they can edit the code itself); deleting entries or filling the disk
+costs time only: a read-only or full cache (OSError on write) degrades to no caching with one warning.
+A cache written by one user is not trusted by another.
 
 Hit/miss counters are per thread; ``stats()`` returns the calling thread's, each sweep point returns
 its delta and the sweep driver sums them into the hit rate it reports.
@@ -55,6 +58,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from attnsim.fileio import InputRefused, read_regular
 from attnsim.fingerprint import digest_sources
 
 ENV = "ATTNSIM_CACHE_DIR"
@@ -229,7 +233,8 @@ def _load_key(path: Path, create: bool) -> bytes:
         finally:
             os.unlink(tmp)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # non-blocking: a FIFO planted as the key file cannot stall the open (fstat then refuses it)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise CacheUnusable(f"cannot open its key file {path}: {exc.strerror}") from None
     try:
@@ -272,6 +277,10 @@ class _Store:
         return decode_value(enc)
 
 
+class BadEntry(ValueError):
+    """An entry that is not a regular file within the size limit (skipped with one warning, then rewritten)."""
+
+
 class DirStore(_Store):
     """One file per entry: ``<dir>/<k[:2]>/<k>.json`` = MAC line + payload."""
 
@@ -280,14 +289,17 @@ class DirStore(_Store):
         super().__init__(_load_key(root / ".key", create=True))
 
     def get(self, k: str):
+        """The value of entry ``k``; KeyError if absent, BadEntry if it is not a regular file of at most the
+        entry size (a FIFO, a symlink to /dev/zero: opened non-blocking without following links, then fstat'ed
+        and read bounded, attnsim.fileio), ValueError if it is not authentic."""
         p = self.root / k[:2] / f"{k}.json"
         try:
-            with open(p, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size > _MAX_ENTRY_BYTES + 100:
-                    raise ValueError("entry too large")
-                mac, _, payload = fh.read().partition(b"\n")
-        except FileNotFoundError:
-            raise KeyError(k) from None
+            data = read_regular(p, limit_bytes=_MAX_ENTRY_BYTES + 100, follow_symlinks=False)
+        except InputRefused as exc:
+            if exc.missing:
+                raise KeyError(k) from None
+            raise BadEntry(f"entry {p.relative_to(self.root)}: {exc}") from None
+        mac, _, payload = data.partition(b"\n")
         return self.unpack(k, mac.decode("ascii", "replace"), payload)
 
     def put(self, k: str, value) -> None:
@@ -368,7 +380,10 @@ def open_location(loc: str):
     """The store for a location string (folder, ``sqlite:PATH`` or ``*.sqlite``); raises CacheUnusable."""
     try:
         if _is_sqlite(loc):
-            return SqliteStore(Path(loc[len("sqlite:"):] if loc.startswith("sqlite:") else loc).absolute())
+            path = Path(loc[len("sqlite:"):] if loc.startswith("sqlite:") else loc).absolute()
+            if path.exists() and not path.is_file():  # a FIFO would stall sqlite3.connect
+                raise CacheUnusable("not a regular file")
+            return SqliteStore(path)
         return DirStore(Path(loc).absolute())
     except OSError as exc:
         raise CacheUnusable(f"not usable ({exc.strerror or exc})") from None
@@ -379,6 +394,19 @@ def _refuse(loc: str, why: str) -> None:
         if _backends.get(loc, 0) is not None:
             _backends[loc] = None
             warnings.warn(f"sub-result cache {loc}: {why}; continuing without it", RuntimeWarning, stacklevel=3)
+
+
+_warned: set = set()
+
+
+def _warn_once(loc: str, why: str) -> None:
+    """One warning per location for entries that are not files (the sweep goes on without them)."""
+    with _lock:
+        if loc in _warned:
+            return
+        _warned.add(loc)
+    warnings.warn(f"sub-result cache {loc}: {why} (further bad entries are skipped silently)", RuntimeWarning,
+                  stacklevel=3)
 
 
 def _backend(loc: str):
@@ -445,6 +473,8 @@ def cached(key_parts, fn: Callable[[], Any]) -> Any:
         except OSError as exc:
             _refuse(loc, f"not readable ({exc.strerror or exc})")
             b = None
+        except BadEntry as exc:  # a FIFO, a symlink, an oversized file planted as an entry: recompute, replace it
+            _warn_once(loc, f"{exc}; skipped and recomputed")
         except (ValueError, TypeError, RecursionError):
             pass  # rejected (forged, tampered, truncated, other format): recompute and overwrite
         else:
@@ -483,6 +513,7 @@ def reset(memo: bool = True) -> None:
         with _lock:
             _memo.clear()
             _backends.clear()
+            _warned.clear()
 
 
 def hit_rate(hits: int, misses: int) -> float:

@@ -27,6 +27,7 @@ from attnsim.config import ConfigError, ConfigTree
 from attnsim.results import finalize_doc
 from attnsim.sweep import cache as _cache
 from attnsim.sweep.spec import Sweep, canonical_json, sweep_definition_yaml
+from attnsim.outputs import terminal_text
 from attnsim.sweep.store import FORMAT, StoreWriter, make_record, open_store
 
 DEFAULT_POINT_FN = "attnsim.sweep.executors:simulate_point"
@@ -539,8 +540,6 @@ def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, 
                                                                        or str(out.parent / ".numba-cache"))
     config_path = s.config_path or env.get("ATTNSIM_CONFIG_PATH")
     python = str(Path(venv) / "bin" / "python") if venv else sys.executable
-    if make_dirs:
-        log_dir.mkdir(parents=True, exist_ok=True)
     job = "attnsim-" + "".join(c if c.isalnum() or c in "._-" else "_" for c in sweep.spec.name)
     sweep_ref = str(sweep.source) if sweep.source is not None else str(sweep_arg)
     if cache and cache != "off":
@@ -585,4 +584,19 @@ def emit_sbatch(sweep: Sweep, out: str | Path, sweep_arg: Optional[str] = None, 
     lines += [shlex.join(cmd) + f' --shard "$SLURM_ARRAY_TASK_ID/{s.shards}" --workers "$SLURM_CPUS_PER_TASK" --no-progress']
     if not merge_after:
         lines += ["", "# when every task has finished:", f"#   {merge}"]
+    if make_dirs:  # last: a script refused above leaves no empty log folder behind
+        log_dir.mkdir(parents=True, exist_ok=True)
     return "\n".join(lines) + "\n"
+
+
+def extra_notice(sweep: Sweep) -> list[str]:
+    """The lines of a sweep's ``slurm.extra``, for a notice on stderr whenever a script is emitted: they are
+    pasted into the job script unchanged, as shell, so a sweep file received from someone else cannot run
+    commands unseen."""
+    s = sweep.spec.slurm
+    if s is None or not s.extra:
+        return []
+    src = sweep.source if sweep.source is not None else "the sweep"
+    return [f"note: {len(s.extra)} slurm.extra line(s) of {src} are pasted into the job script as written "
+            "(shell lines run on the cluster as you; read them before you submit):"] + \
+        [f"  {terminal_text(x)}" for x in s.extra]

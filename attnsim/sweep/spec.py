@@ -207,7 +207,9 @@ class SlurmSpec(Schema):
     mem: str = "8G"
     partition: Optional[str] = None
     account: Optional[str] = None
-    extra: list[str] = Field(default_factory=list, description="more '#SBATCH ...' lines or shell lines (module load ...)")
+    extra: list[str] = Field(default_factory=list, description="more '#SBATCH ...' lines or shell lines (module load "
+                             "...), pasted into the job script as written: shell that runs on the cluster as you "
+                             "(--emit-sbatch lists them on stderr; read them in a sweep file you received)")
     log_dir: Optional[str] = Field(None, description="folder of the task logs (default: logs/ beside the store)")
     venv: Optional[str] = Field(None, description="virtual environment activated by each task (default $VIRTUAL_ENV)")
     numba_cache_dir: Optional[str] = Field(None, description="shared Numba cache (default $NUMBA_CACHE_DIR, "

@@ -411,7 +411,13 @@ def lock_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def _reading(path: Path) -> Iterator[h5py.File]:
-    """Open a store file read-only; HDF5/structure errors become a one-line ConfigError naming it."""
+    """Open a store file read-only; HDF5/structure errors become a one-line ConfigError naming it (a FIFO or a
+    device is refused before HDF5 opens it: attnsim.fileio.check_regular)."""
+    from attnsim.fileio import InputRefused, check_regular
+    try:
+        check_regular(path)
+    except InputRefused as exc:
+        raise ConfigError(str(exc), file=path) from None
     try:
         with h5py.File(path, "r") as f:
             yield f

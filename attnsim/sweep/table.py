@@ -300,7 +300,7 @@ def write_columns_csv(cols: dict[str, np.ndarray], out: str | Path) -> Path:
     n = len(next(iter(cols.values()), []))
     with atomic_path(out, suffix=".csv") as tmp, open(tmp, "w", newline="") as fh:  # no partial CSV on failure
         w = csv.writer(fh)
-        w.writerow(list(cols))
+        w.writerow([_cell(c) for c in cols])  # parameter names come from the store too
         for i in range(n):
             w.writerow([_cell(c[i]) for c in cols.values()])
     return out
@@ -396,8 +396,11 @@ def _is_num(s: str) -> bool:
 
 
 def _cell(v) -> str:
+    """One CSV cell: numbers as text; a stored string that a spreadsheet would run as a formula is quoted
+    (attnsim.outputs.csv_cell: a store may come from someone else)."""
+    from attnsim.outputs import csv_cell
     if isinstance(v, (float, np.floating)):
         return "" if np.isnan(v) else repr(float(v))
     if isinstance(v, (np.integer,)):
         return str(int(v))
-    return str(v)
+    return csv_cell(str(v))

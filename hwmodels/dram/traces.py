@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
+from tokenize import TokenError
 
 import numpy as np
 from numba import njit
@@ -329,12 +329,21 @@ def _parse_fast(b, fmt, hexval, addr, wr, arr):
     return k
 
 
-def _line_text(b: np.ndarray, line: int, width: int = 60) -> str:
-    """Line ``line`` (1-based) of the byte buffer, stripped and cut to ``width`` characters (for error messages)."""
-    ends = np.flatnonzero(b == 10)
-    lo = int(ends[line - 2]) + 1 if line >= 2 else 0
-    hi = int(ends[line - 1]) if line - 1 < len(ends) else len(b)
-    text = bytes(b[lo:hi]).decode("utf-8", "replace").strip()
+def _line_text(b: np.ndarray, line: int, width: int = 60, chunk: int = 1 << 24) -> str:
+    """Line ``line`` (1-based) of the byte buffer, stripped and cut to ``width`` characters (for error messages).
+    Bounded memory whatever the buffer: newlines are found chunk by chunk, at most 4 x width bytes are copied."""
+    lo, seen = 0, 0
+    if line >= 2:
+        for i in range(0, b.shape[0], chunk):
+            ends = np.flatnonzero(b[i:i + chunk] == 10)
+            if seen + len(ends) >= line - 1:
+                lo = i + int(ends[line - 2 - seen]) + 1
+                break
+            seen += len(ends)
+        else:
+            return ""
+    head = bytes(b[lo:lo + 4 * width + 4]).split(b"\n", 1)[0]
+    text = head.decode("utf-8", "replace").strip()
     return text if len(text) <= width else text[:width] + "..."
 
 
@@ -395,12 +404,9 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
         raise ConfigError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--trace-format")
     limit_bytes = 64 * max_requests
     if fmt == "auto":
-        try:
-            with open(path, "rb") as f:
-                fmt = detect_format(path, f.read(4096))
-        except OSError as exc:
-            raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
+        fmt = detect_format(path, _head(path))
     if fmt == "npy":
+        _head(path)  # a regular file within the data limit (np.load would block on a FIFO)
         return _read_npy(path, max_requests)
     b = _map_text(path, limit_bytes, max_requests)
     store = fmt == "ramulator" and _first_is_vector(b[:4097].tobytes())
@@ -443,26 +449,51 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
     return addr, wr, arr
 
 
+def _head(path: str) -> bytes:
+    """The first 4 KiB of the trace (to detect its format): a regular file within the data size limit
+    (attnsim.fileio), else one ConfigError."""
+    from attnsim.fileio import InputRefused, read_head
+    try:
+        return read_head(path, 4096)
+    except InputRefused as exc:
+        raise ConfigError(f"cannot read the trace ({exc})", file=exc.file or path, key=exc.key) from None
+
+
 def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
     """The text trace's bytes as a uint8 view of the file mapped read-only (the page cache's pages: no copy; a
-    bytes copy of a 10M-line trace wrote 137 MB of fresh pages). Sized before anything is read."""
-    too_big = f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)"
+    bytes copy of a 10M-line trace wrote 137 MB of fresh pages). A regular file sized before anything is read, or
+    a pipe read up to the limit (attnsim.fileio.open_regular); devices (/dev/zero) and sockets are refused."""
+    from attnsim.fileio import InputRefused, input_limit_bytes, open_regular
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if st.st_size > limit_bytes:
-                raise ConfigError(too_big, file=path)
-            if stat.S_ISREG(st.st_mode) and st.st_size > 0:
-                try:
-                    return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
-                except (OSError, ValueError):  # a file system without mmap: read it
-                    pass
-            data = f.read(limit_bytes + 1)  # a pipe, a device, an empty file
-            if len(data) > limit_bytes:
-                raise ConfigError(too_big, file=path)
-            return np.frombuffer(data, np.uint8)
+        data_limit = input_limit_bytes("data")
+    except InputRefused as exc:
+        raise ConfigError(str(exc), file=exc.file) from None
+    try:
+        if data_limit < limit_bytes:
+            fd, size = open_regular(path, data_limit, kind="data", allow_fifo=True)
+        else:
+            fd, size = open_regular(path, limit_bytes, allow_fifo=True)
+    except InputRefused as exc:
+        if "larger than" in str(exc) and data_limit >= limit_bytes:
+            raise ConfigError(f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)",
+                              file=path) from None
+        raise ConfigError(f"cannot read the trace ({exc})", file=exc.file or path, key=exc.key) from None
+    try:
+        if size > 0:
+            try:
+                return np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), np.uint8)
+            except (OSError, ValueError):  # a file system without mmap: read it (bounded by the size check)
+                pass
+        bound = min(data_limit, limit_bytes)
+        with os.fdopen(os.dup(fd), "rb") as f:  # a pipe (size -1) or an empty file: at most bound + 1 bytes
+            data = f.read(bound + 1 if size < 0 else size + 1)
+        if len(data) > bound:
+            raise ConfigError(f"trace of more than {bound} B (the limit for {max_requests} requests)", file=path)
+        return np.frombuffer(data, np.uint8)
     except OSError as exc:
         raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
+    finally:
+        os.close(fd)
 
 
 def _count_lines(b: np.ndarray, chunk: int = 1 << 24) -> int:
@@ -480,7 +511,7 @@ def _read_npy(path: str, max_requests: int):
         if exc.strerror:
             raise ConfigError(f"cannot read the trace ({exc.strerror})", file=path) from None
         raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
-    except ValueError as exc:
+    except (ValueError, SyntaxError, TokenError, EOFError) as exc:  # numpy parses the header with tokenize + ast
         raise ConfigError(f"expected a .npy trace written by 'attnsim dram convert' ({exc})", file=path) from None
     if t.dtype != TRACE_DTYPE or t.ndim != 1:
         raise ConfigError(f"expected a 1-D array of {TRACE_DTYPE.descr}, got {t.dtype} x {t.shape}", file=path)

@@ -10,6 +10,7 @@ time: hypothesis examples as a seed corpus, then fast :func:`mutate` rounds on t
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import json
 import os
@@ -47,8 +48,23 @@ class _Hang(BaseException):
     pass
 
 
+UNUSABLE: dict[str, int] = {}  # per reader: inputs a feed function could not build (not executions of the reader)
+
+
 class Unusable(Exception):
     """Raised by a feed function when it cannot build the reader's input from an example (not a failure)."""
+
+
+@contextlib.contextmanager
+def _untimed():
+    """Suspend the hang timer of :meth:`Harness.check` (one-time set-up inside a feed function: building a valid
+    store runs a sweep, the first trace compiles the parsers), then restart it."""
+    left = signal.setitimer(signal.ITIMER_REAL, 0)[0] if hasattr(signal, "setitimer") else 0
+    try:
+        yield
+    finally:
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, HANG_S)
 
 
 def _alarm(signum, frame):
@@ -79,6 +95,7 @@ class Harness:
         try:
             self.feed(example)
         except Unusable:
+            UNUSABLE[self.name] = UNUSABLE.get(self.name, 0) + 1
             return None
         except ConfigError as exc:
             if "\n" in str(exc):
@@ -436,6 +453,11 @@ def feed_store(example) -> None:
     from attnsim.results import read_results
     from attnsim.sweep.table import load_table
     edits, (how, pos, junk), reader = example
+    if _STORE is None:
+        with _untimed():  # the first call runs a sweep to build the valid store, then reads it once
+            _valid_store()
+            load_table(_write("s.h5", _STORE))
+            read_results(_write("s.h5", _STORE))
     p = _write("s.h5", _valid_store())
     try:
         with h5py.File(p, "r+") as f:
@@ -549,6 +571,180 @@ def feed_reproduction(data) -> None:
     reproduce.load(d)
 
 
+# ---------------------------------------------------------------- config files of every other kind
+
+def _builtin_docs() -> list[tuple[str, str, dict]]:
+    """(kind, file name, parsed document) of every built-in hardware, model, stack and calibration file: the
+    seeds of the ``kinds`` reader (experiments, systems, sweeps, DRAM specs and references have their own)."""
+    from attnsim.configs import CONFIG_ROOT
+    out = []
+    for kind in ("hardware", "models", "stacks", "calibration"):
+        for f in sorted((CONFIG_ROOT / kind).glob("*.yaml")):
+            out.append((kind, f.name, yaml.safe_load(f.read_text())))
+    return out
+
+
+_DOCS = None
+
+
+def _docs():
+    global _DOCS
+    if _DOCS is None:
+        _DOCS = _builtin_docs()
+    return _DOCS
+
+
+def _kinds_strategy():
+    def one(i):
+        return corrupt(mutations(_docs()[i][2], 4).map(_dump)).map(lambda b: (i, b))
+    return st.integers(0, len(_docs()) - 1).flatmap(one)
+
+
+def feed_kinds(example) -> None:
+    """A hardware (any device kind: GPU, PIM, CXL, flash, link, ...), model, stack or calibration file ->
+    its loader: hwmodels.gpu.load_hardware (registry build + validation), workloads.zoo.load_model,
+    stack.load_stack, ppl_calibration.load_table + resolve / perplexity.load_calibration."""
+    i, data = example
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise Unusable(i)  # the mutator replaced the file index: not an input of this reader
+    kind, name, _ = _docs()[i % len(_docs())]
+    d = _WORK / "kinds"
+    d.mkdir(exist_ok=True)
+    p = d / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
+    if kind == "hardware":
+        from attnsim.hwmodels.gpu import load_hardware
+        load_hardware(str(p))
+    elif kind == "models":
+        from attnsim.workloads.zoo import load_model
+        load_model(str(p))
+    elif kind == "stacks":
+        from attnsim.stack import load_stack
+        load_stack(str(p))
+    else:
+        from attnsim.hwmodels.reliability.perplexity import load_calibration
+        from attnsim.hwmodels.reliability.ppl_calibration import load_table, resolve
+        if name.startswith("kv_error"):  # a single measured curve (bench/calibrate_perplexity.py)
+            load_calibration(p)
+        table = load_table(p)
+        for model in ("llama2-7b", "unknown-1b"):
+            resolve(table, model, 4096, allow_uncalibrated=True)
+
+
+# ---------------------------------------------------------------- DRAM traces in every format (compiled reader)
+
+def _dram_any_strategy():
+    addr = st.one_of(st.integers(0, 1 << 34).map(hex), st.integers(0, 1 << 34).map(str), TOKENS)
+    ramulator = st.one_of(st.tuples(st.sampled_from(["LD", "ST", "R", "W", "X"]), addr).map(" ".join),
+                          st.tuples(st.sampled_from(["R", "W"]), st.lists(st.integers(-1, 70).map(str), max_size=8)
+                                    ).map(lambda t: " ".join([t[0]] + t[1])))
+    dramsim3 = st.tuples(addr, st.sampled_from(["READ", "WRITE", "read", "P_MEM_RD", "BOFF", "X"]),
+                         st.one_of(st.integers(0, 1 << 20).map(str), TOKENS)).map(" ".join)
+    attn = st.tuples(addr, st.sampled_from(["R", "W", "X"]), st.one_of(st.just(""), TOKENS)).map(
+        lambda t: " ".join(x for x in t if x))
+    lines = {"ramulator": ramulator, "dramsim3": dramsim3, "attnsim": attn}
+    text = st.sampled_from(sorted(lines)).flatmap(
+        lambda f: corrupt(st.lists(st.one_of(lines[f], TOKENS, st.just("# c")), max_size=6).map(
+            lambda ls: "\n".join(ls) + "\n")).map(lambda b: (f, b)))
+    npy = st.tuples(st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(0, 1), st.integers(-5, 1 << 40)),
+                             max_size=5), st.integers(0, 1 << 12), st.binary(min_size=1, max_size=4)).map(_npy_bytes)
+    return st.one_of(text, npy.map(lambda b: ("npy", b)), st.tuples(st.just("auto"), corrupt(st.just(b"0x40 R\n"))))
+
+
+def _npy_bytes(args) -> bytes:
+    import io
+
+    import numpy as np
+    from attnsim.hwmodels.dram.traces import TRACE_DTYPE
+    rows, pos, junk = args
+    t = np.zeros(len(rows), TRACE_DTYPE)
+    for i, (a, w, arr) in enumerate(rows):
+        t[i] = (a, w, arr)
+    buf = io.BytesIO()
+    np.save(buf, t, allow_pickle=False)
+    b = buf.getvalue()
+    pos %= len(b) + 1
+    return b[:pos] + junk + b[pos + len(junk):]
+
+
+_SPEC = None
+
+
+def feed_dram_any(example) -> None:
+    """DRAM request trace of any format (attnsim, Ramulator, DRAMsim3, .npy, auto-detected) ->
+    hwmodels.dram.traces.read_trace_any against the HBM3 spec (what ``attnsim dram --trace`` reads first)."""
+    global _SPEC
+    from attnsim.hwmodels.dram.traces import read_trace_any
+    if _SPEC is None:  # first call: load the spec and compile the parsers, untimed (a JIT compile is no hang)
+        with _untimed():
+            from attnsim.hwmodels.dram.spec import load_dram_spec
+            _SPEC = load_dram_spec("hbm3_6400")
+            for fmt, text in (("attnsim", b"0x40 R 1\nx\n"), ("ramulator", b"R 0 0 0 0 0 0 0\nLD 0x40\n"),
+                              ("dramsim3", b"0x40 READ 1\n")):
+                with contextlib.suppress(ConfigError):
+                    read_trace_any(str(_write("warm.trace", text)), _SPEC, fmt, 1 << 12)
+    fmt, data = example
+    p = _write("any.npy" if fmt == "npy" else "any.trace", data)
+    read_trace_any(str(p), _SPEC, fmt, 1 << 12)
+
+
+# ---------------------------------------------------------------- sub-result cache entries
+
+_CACHE_VALUES = [None, True, 3, -2.5, float("inf"), "s", b"\x00\xff", [1, [2.0, "x"]], (1, 2),
+                 {"a": 1, 2: [3]}, {(1, "k"): None}]
+
+
+def _cache_strategy():
+    import numpy as np
+    arrays = st.sampled_from([np.arange(4, dtype=np.int32), np.ones((2, 3)), np.array([True, False]),
+                              np.float32(1.5), np.int64(7)])
+    value = st.recursive(st.one_of(st.sampled_from(_CACHE_VALUES), arrays, INTS.filter(lambda x: abs(x) < HUGE),
+                                   FLOATS, TEXT), lambda c: st.one_of(st.lists(c, max_size=3),
+                                                                      st.dictionaries(TEXT, c, max_size=2)),
+                         max_leaves=6)
+    return st.tuples(value.map(_cache_payload), st.sampled_from(["authentic", "authentic", "raw", "fifo", "link"]))
+
+
+def _cache_payload(value) -> bytes:
+    import json as _json
+
+    from attnsim.sweep.cache import _FORMAT, encode_value
+    return _json.dumps([_FORMAT, encode_value(value)], separators=(",", ":")).encode()
+
+
+_CACHE_STORE = None
+
+
+def feed_cache(example) -> None:
+    """A cache entry file (the payload, authentic = signed with the folder's key, so the decoder is reached;
+    raw = written as the whole file; or a FIFO / a symlink to /dev/zero planted as the entry) ->
+    sweep.cache.DirStore.get. Clean outcomes are the ones cached() handles: KeyError (absent), ValueError
+    (forged, malformed, not a regular file), TypeError / RecursionError (malformed structure)."""
+    global _CACHE_STORE
+    from attnsim.sweep.cache import DirStore
+    if _CACHE_STORE is None:
+        _CACHE_STORE = DirStore(_WORK / "cache")
+    payload, how = example
+    if not isinstance(payload, bytes):
+        payload = str(payload).encode("utf-8", "surrogatepass")
+    k = "ab" + "0" * 62
+    p = _CACHE_STORE.root / k[:2] / f"{k}.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.is_symlink() or p.exists():
+        p.unlink()
+    if how == "fifo":
+        os.mkfifo(p)
+    elif how == "link":
+        p.symlink_to("/dev/zero")
+    else:
+        mac = _CACHE_STORE._mac(k, payload) if how == "authentic" else "0" * 64
+        p.write_bytes(payload if how == "raw" else mac.encode() + b"\n" + payload)
+    try:
+        _CACHE_STORE.get(k)
+    except (KeyError, ValueError, TypeError, RecursionError):
+        pass
+
+
 HARNESSES: dict[str, Harness] = {}
 
 
@@ -567,3 +763,34 @@ _register("disasm", _disasm_strategy, feed_disasm)
 _register("sweep", _sweep_strategy, feed_sweep)
 _register("store", _store_strategy, feed_store)
 _register("reproduction", lambda: corrupt(mutations(_REPRO, 4).map(_dump)), feed_reproduction)
+_register("kinds", _kinds_strategy, feed_kinds)
+_register("dram_any", _dram_any_strategy, feed_dram_any)
+_register("cache", _cache_strategy, feed_cache)
+
+
+def _import_readers() -> None:
+    """Import every reader's modules now, outside any timed execution: numba and h5py take seconds to import on
+    a busy machine, and a hang alarm inside an import leaves a half-initialised module behind."""
+    import h5py  # noqa: F401
+
+    import attnsim.cli  # noqa: F401
+    import attnsim.cli_dram  # noqa: F401
+    import attnsim.experiment  # noqa: F401
+    import attnsim.hwmodels.dram.spec  # noqa: F401
+    import attnsim.hwmodels.dram.traces  # noqa: F401
+    import attnsim.hwmodels.gpu  # noqa: F401
+    import attnsim.hwmodels.reliability.perplexity  # noqa: F401
+    import attnsim.hwmodels.reliability.ppl_calibration  # noqa: F401
+    import attnsim.isa.base  # noqa: F401
+    import attnsim.reproduce  # noqa: F401
+    import attnsim.results  # noqa: F401
+    import attnsim.serve.requests  # noqa: F401
+    import attnsim.stack  # noqa: F401
+    import attnsim.sweep.cache  # noqa: F401
+    import attnsim.sweep.spec  # noqa: F401
+    import attnsim.sweep.table  # noqa: F401
+    import attnsim.workloads.hf  # noqa: F401
+    import attnsim.workloads.zoo  # noqa: F401
+
+
+_import_readers()
