@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
+from attnsim.config import Plausible, not_physical
 from attnsim.config import (CONFIG_ROOT, ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml,
                             validate)
 from attnsim.hwmodels import registry
@@ -31,6 +32,8 @@ DICT_FILE = "<dict>"  # the "file" of errors in an experiment given as a Python 
 class GenerationSpec(Schema):
     """How a whole generation is stepped: every decode step, or sampled steps + integration."""
 
+    plausible = {"samples": Plausible(1, 1 << 16, "decode steps integrated (workloads.limits.MAX_EXACT_DECODE_STEPS)")}
+
     mode: Literal["exact", "sampled"] = "exact"
     samples: PositiveInt = Field(9, description="decode steps simulated in 'sampled' mode (>= 2)")
 
@@ -44,6 +47,8 @@ class GenerationSpec(Schema):
 
 
 class ExperimentSpec(Schema):
+
+    plausible = {"seed": not_physical("a random seed")}
     name: SafeName  # becomes results/<name>/: no path separators or '..' (attnsim.outputs)
     description: str = ""
     systems: list[str] = Field(min_length=1)

@@ -25,7 +25,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, Plausible, Schema
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
 from attnsim.hwmodels.systolic import SystolicSpec
@@ -35,8 +35,23 @@ from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_p
                                lower_fc, stream_reads)
 
 
+# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
+_COUNT = Plausible(
+    1,
+    1 << 20,
+    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
+        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
+)
+
+
 class PUParams(Schema):
     """Processing-unit parameters (defaults: AttAcc bank PU, pim_dram.md b.1)."""
+
+    plausible = {
+        "macs_per_command": Plausible(1, 1 << 20, "MACs per PIM command: 16-512 (AiM 16 per bank, FIMDRAM 16 lanes "
+            "x 8 banks)"),
+        "mac_registers": Plausible(1, 1 << 20, "accumulator registers per unit (FIMDRAM GRF: 16)"),
+    }
 
     macs_per_command: PositiveInt = 16   # n_mac (b.1)
     column_bytes: PositiveInt = 32       # prefetch_size (b.1)
@@ -66,6 +81,12 @@ class StaticParts(Schema):
 
 
 class PIMSpec(Schema):
+    plausible = {
+        "channels_per_item": _COUNT,
+        "units": _COUNT,
+        "channel_assignment": Plausible(0, 1 << 20, "a channel index (dram.spec.MAX_BANKS)"),
+    }
+
     kind: Literal["pim"]
     name: str
     description: str = ""

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, Plausible, Schema
 
 MAX_DRAFT_TOKENS = 64  # gamma: SpecPIM / Leviathan explore 1-10; beyond 64 the verify is a prefill
 
 
 class SpeculativeSpec(Schema):
     """``speculative:`` of a scenario."""
+
+    plausible = {"acceptance_rate": Plausible(0, 1, "a probability")}
 
     draft_model: str = Field(description="the draft model: a model config name (configs/models) or a path")
     draft_tokens: int = Field(4, gt=0, le=MAX_DRAFT_TOKENS, description="gamma: tokens the draft proposes per target step")

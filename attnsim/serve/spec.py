@@ -8,12 +8,26 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.config import Schema
+from attnsim.config import not_physical, Plausible, Schema
 from attnsim.serve.kvpolicy import KVPolicySpec
 from attnsim.serve.requests import TraceSpec
 
 
+# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
+_COUNT = Plausible(
+    1,
+    1 << 20,
+    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
+        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
+)
+
+
 class SchedulerSpec(Schema):
+    plausible = {
+        "max_batch": Plausible(1, 1 << 20, "requests per iteration (workloads.limits.MAX_BATCH)"),
+        "max_tokens_per_iter": Plausible(1, 1 << 30, "tokens per iteration (MAX_BATCH x 2^10)"),
+    }
+
     max_batch: PositiveInt = 256              # vLLM max_num_seqs default (vllm/config.py, ASSUMPTION: v0.6 default)
     max_tokens_per_iter: PositiveInt = 2048   # vLLM max_num_batched_tokens default with chunked prefill (same source)
     chunked_prefill: bool = True              # Sarathi-Serve style mixed batches (Agrawal et al., OSDI 2024)
@@ -46,6 +60,8 @@ class KVSpec(Schema):
 
 
 class MemoSpec(Schema):
+
+    plausible = {"*": not_physical("a memoisation bucket of the simulator (accuracy vs speed), not hardware")}
     context_bucket: PositiveInt = 32          # decode context grid (tokens); costing.py documents the error
     token_bucket: PositiveInt = 16            # prefill chunk grid (tokens)
     relative_bucket: float = Field(0.125, ge=0, le=0.5, description="geometric grid: points per octave = 1 / this; 0 = uniform")
@@ -59,6 +75,8 @@ class SLOSpec(Schema):
 
 class DisaggSpec(Schema):
     """A prefill pool and a decode pool (two systems of the experiment) joined by a link."""
+
+    plausible = {"parallel_links": _COUNT}
 
     name: Optional[str] = None
     prefill: str
@@ -78,6 +96,11 @@ class KVPoolServingSpec(Schema):
 
 
 class ServingSpec(Schema):
+    plausible = {
+        "replications": Plausible(1, 1 << 16, "simulated replications of a trace"),
+        "confidence": Plausible(0, 1, "a confidence level"),
+    }
+
     trace: TraceSpec = TraceSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
     kv: KVSpec = KVSpec()
