@@ -372,6 +372,28 @@ def _allow_list(value: Any, file, prefix: str) -> list[str]:
     return list(value)
 
 
+def file_allow_list(data: Any, file: str | os.PathLike | None = None) -> list[str]:
+    """The ``allow_out_of_range:`` list at the top of one config file's dict ([] if absent), checked."""
+    if not isinstance(data, Mapping) or ALLOW_KEY not in data:
+        return []
+    return _allow_list(data[ALLOW_KEY], file, "")
+
+
+def allow_notes(tree: "ConfigTree") -> list[str]:
+    """One note per file of a config tree that lists ``allow_out_of_range:`` keys (for the run documents):
+    ``<file>: allow_out_of_range: [k1, k2] (values accepted outside their plausible ranges)``."""
+    out = []
+    sections = [("experiment", None, tree.experiment)] + [
+        (sec, name, d) for sec in ("models", "systems", "hardware") for name, d in getattr(tree, sec).items()]
+    for sec, name, d in sections:
+        keys = d.get(ALLOW_KEY) if isinstance(d, Mapping) else None
+        if keys:
+            f = tree.file_of(sec, name) if name is not None else tree.file_of(sec)
+            out.append(f"{f}: {ALLOW_KEY}: [{', '.join(map(str, keys))}] (values accepted outside their plausible "
+                       f"ranges, docs/reference/ranges.md)")
+    return out
+
+
 def check_plausible(model: BaseModel, file: str | os.PathLike | None = None, prefix: str = "",
                     allow: Iterable[str] = ()) -> list[str]:
     """Refuse the first number of ``model`` (nested schemas included) outside its plausible range, unless its

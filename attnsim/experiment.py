@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
-from attnsim.config import Plausible, not_physical
+from attnsim.config import ALLOW_KEY, Plausible, file_allow_list, not_physical, plausible_keys
 from attnsim.config import (CONFIG_ROOT, ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml,
                             validate)
 from attnsim.hwmodels import registry
@@ -254,15 +254,37 @@ def _same_file(shown: str, p: Path) -> bool:
     return any(q.is_file() and q.resolve() == p.resolve() for q in (Path(shown), CONFIG_ROOT / shown))
 
 
+def experiment_allow(tree: ConfigTree) -> list[str]:
+    """The experiment file's ``allow_out_of_range:`` keys (dotted from the file's top: ``scenarios.s.batch_size``,
+    ``serving.trace.cv``, ``reliability.temperature_c``, ``generation.samples``); each names a number field."""
+    exp_file = tree.file_of("experiment")
+    keys = file_allow_list(tree.experiment, exp_file)
+    from attnsim.hwmodels.reliability.spec import ReliabilitySpec
+    from attnsim.serve.spec import ServingSpec
+    known = set(plausible_keys(ExperimentSpec)) | set(plausible_keys(ServingSpec, "serving.")) \
+        | set(plausible_keys(ReliabilitySpec, "reliability."))
+    scen = set(plausible_keys(Scenario))
+    for k in keys:
+        parts = k.split(".")
+        if k in known or (len(parts) > 2 and parts[0] == "scenarios" and ".".join(parts[2:]) in scen) or (
+                len(parts) > 3 and parts[0] == "scenarios" and parts[2] == "reliability"):
+            continue
+        raise ConfigError(f"expected a number field of this file (scenarios.<name>.batch_size, serving.trace.cv, "
+                          f"...), got {k!r}", file=exp_file, key=ALLOW_KEY)
+    return keys
+
+
 def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment:
     """Validate every section of the tree; raise ConfigError naming file and key."""
     exp_file = tree.file_of("experiment")
-    spec = validate(ExperimentSpec, tree.experiment, file=exp_file)
+    allow = experiment_allow(tree)
+    spec = validate(ExperimentSpec, {k: v for k, v in tree.experiment.items() if k != ALLOW_KEY}, file=exp_file,
+                    allow=allow)
     models = {n: validate(ModelSpec, d, file=tree.file_of("models", n)) for n, d in tree.models.items()}
     scenarios = {}
     for n, d in tree.scenarios.items():
         d = {"name": n, **d}
-        scenarios[n] = validate(Scenario, d, file=exp_file, prefix=f"scenarios.{n}")
+        scenarios[n] = validate(Scenario, d, file=exp_file, prefix=f"scenarios.{n}", allow=allow)
     systems = {}
     for n, d in tree.systems.items():
         sfile = tree.file_of("systems", n)
@@ -281,7 +303,7 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
     for n, sc in scenarios.items():
         section = merged_section(spec.reliability, sc.reliability)
         prefix = "reliability" if sc.reliability is None else f"scenarios.{n}.reliability"
-        reliability[n] = load_spec(section, exp_file, prefix) if section is not None else None
+        reliability[n] = load_spec(section, exp_file, prefix, allow) if section is not None else None
         if reliability[n] is not None:
             from attnsim.reliability_run import role_tiers
             for sname, sspec in systems.items():

@@ -120,8 +120,9 @@ class ReliabilitySpec(Schema):
         return self
 
     @classmethod
-    def load(cls, data: dict, file: str | None = None, prefix: str = "reliability") -> "ReliabilitySpec":
-        return validate(cls, data, file=file, prefix=prefix)
+    def load(cls, data: dict, file: str | None = None, prefix: str = "reliability",
+             allow: list[str] | None = None) -> "ReliabilitySpec":
+        return validate(cls, data, file=file, prefix=prefix, allow=allow)
 
     def refresh_of(self, tier: str, which: str) -> float:
         v = getattr(self.tiers[tier].refresh_ms, which)
