@@ -25,6 +25,7 @@ section, so the accuracy proxy and the tiering planner see the same tier.
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -59,7 +60,9 @@ def nand_rber(pe_cycles: float, retention_days: float) -> float:
     """Raw bit error probability per read (see the anchors above)."""
     if pe_cycles < 0 or retention_days < 0:
         raise ValueError("pe_cycles and retention_days must be >= 0")
-    return float(min(0.5, RBER_FRESH * 10.0 ** (pe_cycles / PE_RATED) * (1.0 + retention_days / RETENTION_DOUBLING_DAYS)))
+    # clamp in log space: 10 ** (pe_cycles / PE_RATED) overflows a float beyond ~3e5 rated lifetimes
+    log10 = math.log10(RBER_FRESH) + pe_cycles / PE_RATED + math.log10(1.0 + retention_days / RETENTION_DOUBLING_DAYS)
+    return float(min(0.5, 10.0 ** min(log10, math.log10(0.5))))
 
 
 def uber(scheme: _ecc.EccScheme, p: float) -> float:

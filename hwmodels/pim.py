@@ -254,6 +254,9 @@ class PIMDevice:
         # accelerator already streams every item over all channels (nothing to split)
         self.max_channels_per_item = {"attacc": self.dram.org.channels, "cxl_pnm": 1,
                                       "newton": 1}.get(isa, self.channels)
+        if spec.isa == "cxl_pnm" and spec.systolic is None and spec.pu.tflops is None:  # peak_flops would be 0
+            raise ConfigError("expected a number > 0 (the CXL-PNM accelerator's peak TFLOP/s; or a systolic: block), "
+                              "got none", key="pu.tflops")
         cpi = spec.channels_per_item
         if cpi != "auto" and cpi > self.max_channels_per_item:
             why = {"attacc": "channels per stack: a split item is merged on its stack's buffer die",

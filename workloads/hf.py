@@ -173,6 +173,8 @@ def model_from_hf_config(path: str | os.PathLike) -> ModelSpec:
         cfg = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"invalid JSON ({exc})", file=file) from None
+    except RecursionError:  # the json decoder recurses per nesting level (a 100k-deep file, issue 31)
+        raise ConfigError("invalid JSON (nested too deeply)", file=file) from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"expected a JSON object at the top level, got {type(cfg).__name__}", file=file)
     archs = cfg.get("architectures")

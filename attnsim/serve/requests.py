@@ -85,6 +85,8 @@ class TraceSpec(Schema):
         "num_requests": Plausible(1, 1 << 20, "requests (workloads.limits.MAX_REQUESTS)"),
         "cv": Plausible(0.01, 100, "coefficient of variation of inter-arrival times: production LLM traces show "
             "~1-5 (Azure LLM traces, Splitwise ISCA 2024); 0.01 is near-periodic, 100 a few bursts"),
+        "rate_per_s": Plausible(1e-6, 1e7, "requests per second: LLM services see ~1-1000 req/s per deployment (Azure "
+            "LLM inference traces 2023, Splitwise ISCA 2024); 1e7 is 10^4x"),
         "seed": not_physical("a random seed"),
     }
 
