@@ -173,14 +173,15 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     dec_dyn_j = decode.dynamic_energy_j * active
     metrics = {
         "ttft_s": prefill.time_s,
-        "tpot_s": decode.time_s / n_dec if len(steps) else 0.0,
+        # a one-token output has no decode step: TPOT and the decode metrics are undefined (null), not 0
+        "tpot_s": decode.time_s / n_dec if len(steps) else None,
         "tokens_per_s": tokens / total_s,
-        "decode_tokens_per_s": batch / (decode.time_s / n_dec) if len(steps) else 0.0,
+        "decode_tokens_per_s": batch / (decode.time_s / n_dec) if len(steps) else None,
         "energy_per_token_j": (dyn_j + static_j) / tokens,
         "dynamic_energy_per_token_j": dyn_j / tokens,
         "static_energy_per_token_j": static_j / tokens,
-        "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else 0.0,
-        "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else 0.0,
+        "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else None,
+        "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else None,
         "total_time_s": total_s,
         "prefill_time_s": prefill.time_s,
         "decode_time_s": decode.time_s,

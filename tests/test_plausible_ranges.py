@@ -255,3 +255,14 @@ def test_a_deeply_nested_config_json_is_one_line(tmp_path):
     p = tmp_path / "config.json"
     p.write_text("[" * 100_000 + "]" * 100_000)  # RecursionError on main
     _refused(lambda: model_from_hf_config(p), "config.json: invalid JSON (nested too deeply)")
+
+
+def test_the_ranges_page_is_current():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "bench" / "ranges_table.py"
+    spec = importlib.util.spec_from_file_location("ranges_table", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.PAGE.read_text() == mod.page(), "docs/reference/ranges.md is stale: run python bench/ranges_table.py"
+    assert "| `bandwidth_gbps` | 0.001 | 1e+06 |" in mod.page()  # the _gbps unit range (attnsim.config)

@@ -12,6 +12,15 @@ DTYPE_BYTES = {
     "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
     "int8": 1.0, "int4": 0.5, "int2": 0.25,
 }
+#: Activations the FLOP count knows (HF ``hidden_act`` / ``activation_function`` names, transformers.activations
+#: ACT2FN; counted by workloads.trace.activation_flops: relu* 1, gelu* 9, the others as silu 4).
+KNOWN_ACTIVATIONS = ("relu", "relu2", "relu6", "leaky_relu", "silu", "swish", "quick_gelu", "gelu", "gelu_new",
+                     "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "gelu_python")
+#: Decoder architectures whose structure attnsim models (HF ``architectures[0]``; workloads.hf maps their
+#: config.json, configs/models/ holds the others' dimensions).
+KNOWN_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
+                       "Qwen3ForCausalLM", "Gemma2ForCausalLM", "OPTForCausalLM", "GPT2LMHeadModel",
+                       "DeepseekV2ForCausalLM")
 DType = Literal["fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2"]
 
 
@@ -116,6 +125,20 @@ class ModelSpec(Schema):
     source: str = ""
 
     # field validators (not one model validator) so that errors carry the key path
+    @field_validator("architecture")
+    @classmethod
+    def _architecture(cls, v: str):
+        if v not in KNOWN_ARCHITECTURES:
+            raise ValueError(f"expected one of {', '.join(KNOWN_ARCHITECTURES)}")  # validate() appends ", got <v>"
+        return v
+
+    @field_validator("activation")
+    @classmethod
+    def _activation(cls, v: str):
+        if v not in KNOWN_ACTIVATIONS:
+            raise ValueError(f"expected one of {', '.join(KNOWN_ACTIVATIONS)}")  # validate() appends ", got <v>"
+        return v
+
     @field_validator("num_kv_heads")
     @classmethod
     def _gqa(cls, v: int, info: ValidationInfo):

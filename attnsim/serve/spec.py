@@ -120,6 +120,8 @@ class ServingSpec(Schema):
             raise ValueError("prefix caching with an evicting KV policy is not modelled (use kind none or quest)")
         if self.kv_pool is not None and self.kv.policy.kind not in ("none", "quest"):
             raise ValueError("a KV pool with an evicting KV policy is not modelled (use kind none or quest)")
+        if not self.kv.prefix_caching:  # the pool serves local prefix misses: without prefix caching it is never read
+            self.refuse_unused(["kv_pool"], "without kv.prefix_caching: true (the pool serves prefix lookups)")
         if self.kv_pool is not None and not self.colocated:
             raise ValueError("kv_pool is shared by the replicas of colocated runs: set colocated: true")
         if self.replications == 1:
