@@ -231,8 +231,14 @@ def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: 
     for n, sc in scenarios.items():
         if sc.speculative is not None:  # the draft loads and shares each target's vocabulary
             from attnsim.workloads.speculative import check_pair
+            from attnsim.workloads.trace import param_count
             for model in models.values():
-                check_pair(model, sc.speculative, file=file, key=f"scenarios.{n}.speculative")
+                draft = check_pair(model, sc.speculative, file=file, key=f"scenarios.{n}.speculative")
+                d, t = param_count(draft), param_count(model)
+                if d > t:  # each draft token would cost more than a target step: speculation only slows decoding
+                    raise ConfigError(f"expected a draft no larger than the target ({model.name}: {t / 1e9:.3g} B "
+                                      f"parameters), got {draft.name} with {d / 1e9:.3g} B", file=file,
+                                      key=f"scenarios.{n}.speculative.draft_model")
         if spec.generation.mode == "exact" and sc.output_len > MAX_EXACT_DECODE_STEPS:
             raise ConfigError(f"expected at most {MAX_EXACT_DECODE_STEPS} decode steps with generation.mode exact "
                               f"(use mode: sampled), got {sc.output_len}", file=file, key=f"scenarios.{n}.output_len")
