@@ -247,7 +247,9 @@ class Plausible:
     reason: str
 
     def text(self) -> str:
-        return "any value" if self.low == -math.inf and self.high == math.inf else f"[{self.low:g}, {self.high:g}]"
+        if self.low == -math.inf and self.high == math.inf:
+            return "any value"
+        return "[" + ", ".join(str(v) if isinstance(v, int) else f"{v:g}" for v in (self.low, self.high)) + "]"
 
 
 NOT_PHYSICAL = "not a physical quantity"
@@ -311,6 +313,14 @@ UNIT_RANGES: tuple[tuple[str, Plausible], ...] = (
     ("efficiency", Plausible(0, 1, "an efficiency (achieved / peak)")),
     ("_eta", Plausible(0, 1, "an efficiency (achieved / peak)")),
 )
+
+
+#: Plausible count of hardware units in one device or system (channels, cores, SMs, dies, links): real parts have
+#: <= ~10^4 (H100: 132 SMs; SSDs: 8-16 channels); 2^20 is 100x.
+HARDWARE_COUNT = Plausible(1, 1 << 20, "units of hardware in one device or system (channels, cores, SMs, dies): "
+                                       "real parts have <= ~10^4 (H100: 132 SMs; SSDs: 8-16 channels); 2^20 is 100x")
+#: Plausible side of a systolic array: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x.
+ARRAY_SIDE = Plausible(1, 1 << 16, "systolic array side: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x")
 
 
 def plausible_range(cls, name: str) -> Plausible | None:

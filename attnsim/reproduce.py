@@ -29,7 +29,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat
 
-from attnsim.config import Plausible, not_physical
+from attnsim.config import not_physical
 from attnsim.config import (ConfigError, Schema, display_path, find_config, get_dotted, load_yaml, search_dirs,
                             validate)
 from attnsim.outputs import RelativePath, SafeName

@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     if args.check:
         old = PAGE.read_text() if PAGE.is_file() else ""
         if old != new:
-            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(PAGE), "generated"))
+            diff = difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(PAGE), "generated")
+            sys.stdout.writelines(diff)
             return 1
         return 0
     PAGE.parent.mkdir(parents=True, exist_ok=True)

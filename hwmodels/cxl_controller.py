@@ -37,22 +37,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
 
 #: trace ops each kernel runs (the op names of workloads/trace.py)
 NORM_OPS = ("attn_norm", "ffn_norm", "final_norm", "q_norm", "kv_norm")
 ROPE_OPS = ("rope",)
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
 
 
 def kernel_of(op: str, cls: str) -> str | None:
@@ -68,11 +59,11 @@ def kernel_of(op: str, cls: str) -> str | None:
 
 class ControllerSpec(Schema):
     plausible = {
-        "accelerators": _COUNT,
-        "lanes": _COUNT,
-        "riscv_cores": _COUNT,
-        "channels": _COUNT,
-        "pu_reduction": _COUNT,
+        "accelerators": HARDWARE_COUNT,
+        "lanes": HARDWARE_COUNT,
+        "riscv_cores": HARDWARE_COUNT,
+        "channels": HARDWARE_COUNT,
+        "pu_reduction": HARDWARE_COUNT,
     }
 
     kind: Literal["cxl_controller"]

@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.reliability import ecc as _ecc
@@ -45,15 +45,6 @@ PE_RATED = 3000.0            # rated endurance of 3D TLC [M]; RBER x10 at the ra
 RETENTION_DOUBLING_DAYS = 365.0   # RBER x(1 + days / 365): doubles after a year of retention [M]
 
 NAND_ECC = ("bch_nand", "ldpc_nand")
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
 
 
 def nand_rber(pe_cycles: float, retention_days: float) -> float:
@@ -74,8 +65,8 @@ def uber(scheme: _ecc.EccScheme, p: float) -> float:
 
 class FlashSpec(Schema):
     plausible = {
-        "channels": _COUNT,
-        "dies_per_channel": _COUNT,
+        "channels": HARDWARE_COUNT,
+        "dies_per_channel": HARDWARE_COUNT,
         "planes_per_die": Plausible(1, 64, "planes per NAND die: 2-6 (ONFI 5; Micron 232-layer: 6)"),
         "pe_cycles": Plausible(0, 1e6, "program/erase cycles: QLC ~1e3, TLC ~3e3, SLC ~1e5 rated (JESD218; Cai et "
             "al., Proc. IEEE 2017)"),

@@ -43,21 +43,12 @@ from typing import List, Literal, Optional, Tuple
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.config import Plausible, Schema
+from attnsim.config import HARDWARE_COUNT, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
 from attnsim.hwmodels.gpu_power import matmul_occupancy, op_energy_j
 
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
 
 _ETA = Plausible(0, 1, "an efficiency (achieved / peak)")
 
@@ -66,7 +57,7 @@ class GPUSpec(HBMEnergySpec):
     """One GPU (hardware YAML with ``kind: gpu``). Units are in the key names."""
 
     plausible = {
-        "num_sms": _COUNT,
+        "num_sms": HARDWARE_COUNT,
         "mma_m": Plausible(1, 4096, "MMA tile rows: 16-256 (NVIDIA PTX ISA)"),
         "max_split_k": Plausible(1, 1024, "split-K factor: cuBLAS/CUTLASS split up to ~16-64 ways; 1024 keeps the "
             "candidate table small (issue 31: 1.6e10 asked numpy for 119 GiB)"),

@@ -24,22 +24,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
 
 
 class KVPoolSpec(Schema):
 
-    plausible = {"hosts": _COUNT, "lookup_us_per_block": Plausible(0, 1e6, "us (the _us range)")}
+    plausible = {"hosts": HARDWARE_COUNT, "lookup_us_per_block": Plausible(0, 1e6, "us (the _us range)")}
     kind: Literal["kv_pool"] = "kv_pool"
     name: str
     description: str = ""

@@ -22,31 +22,20 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import Plausible, Schema
+from attnsim.config import ARRAY_SIDE, HARDWARE_COUNT, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_ARRAY_DIM = Plausible(1, 1 << 16, "systolic array side: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x")
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
-_DIM = Plausible(1, 1 << 22, "model dimensions: hidden <= 16,384 (Llama-3.1-405B), FFN <= 73,728 (PaLM); 2^22 is 50x")
 
 
 class NPUSpec(HBMEnergySpec):
     """One NPU (hardware YAML with ``kind: npu``)."""
 
     plausible = {
-        "num_arrays": _COUNT,
-        "array_rows": _ARRAY_DIM,
-        "array_cols": _ARRAY_DIM,
-        "vector_units": _COUNT,
+        "num_arrays": HARDWARE_COUNT,
+        "array_rows": ARRAY_SIDE,
+        "array_cols": ARRAY_SIDE,
+        "vector_units": HARDWARE_COUNT,
         "vector_width": Plausible(1, 1 << 16, "vector lanes: 8-4096 (TPU VPU 8x128, Jouppi ISCA 2023)"),
     }
 

@@ -25,7 +25,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
 from attnsim.hwmodels.systolic import SystolicSpec
@@ -33,15 +33,6 @@ from attnsim.hwmodels.pim_mapping import (ISA_PARTITIONS, MERGE_SITE, NO_MERGE, 
                                           cpi_candidates, merge_cost)
 from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_partition, lower_attention,
                                lower_fc, stream_reads)
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
 
 
 class PUParams(Schema):
@@ -82,8 +73,8 @@ class StaticParts(Schema):
 
 class PIMSpec(Schema):
     plausible = {
-        "channels_per_item": _COUNT,
-        "units": _COUNT,
+        "channels_per_item": HARDWARE_COUNT,
+        "units": HARDWARE_COUNT,
         "channel_assignment": Plausible(0, 1 << 20, "a channel index (dram.spec.MAX_BANKS)"),
     }
 

@@ -18,23 +18,12 @@ from types import SimpleNamespace
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import Plausible, Schema
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_ARRAY_DIM = Plausible(1, 1 << 16, "systolic array side: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x")
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
-_DIM = Plausible(1, 1 << 22, "model dimensions: hidden <= 16,384 (Llama-3.1-405B), FFN <= 73,728 (PaLM); 2^22 is 50x")
+from attnsim.config import ARRAY_SIDE, HARDWARE_COUNT, Schema
 
 
 class SystolicSpec(Schema):
+    plausible = {"arrays": HARDWARE_COUNT, "rows": ARRAY_SIDE, "cols": ARRAY_SIDE}
 
-    plausible = {"arrays": _COUNT, "rows": _ARRAY_DIM, "cols": _ARRAY_DIM}
     arrays: PositiveInt = Field(description="systolic arrays on the device's logic dies")
     rows: PositiveInt = Field(description="PE rows of one array (the K side of a weight tile)")
     cols: PositiveInt = Field(description="PE columns of one array (the N side of a weight tile)")

@@ -8,18 +8,9 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.config import not_physical, Plausible, Schema
+from attnsim.config import HARDWARE_COUNT, Plausible, Schema, not_physical
 from attnsim.serve.kvpolicy import KVPolicySpec
 from attnsim.serve.requests import TraceSpec
-
-
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
-_COUNT = Plausible(
-    1,
-    1 << 20,
-    "units of hardware in one device or system (channels, cores, SMs, dies): real parts have <= ~10^4 (H100: 132 "
-        "SMs; SSDs: 8-16 channels); 2^20 is 100x"
-)
 
 
 class SchedulerSpec(Schema):
@@ -76,7 +67,7 @@ class SLOSpec(Schema):
 class DisaggSpec(Schema):
     """A prefill pool and a decode pool (two systems of the experiment) joined by a link."""
 
-    plausible = {"parallel_links": _COUNT}
+    plausible = {"parallel_links": HARDWARE_COUNT}
 
     name: Optional[str] = None
     prefill: str

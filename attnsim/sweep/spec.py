@@ -48,7 +48,7 @@ import yaml
 from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
 from attnsim.results import json_default as _json_default
-from attnsim.config import Plausible, not_physical
+from attnsim.config import not_physical
 from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
                             set_dotted, validate)
 from attnsim.hwmodels.system import ref_name
