@@ -63,8 +63,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-skip-ahead", action="store_true",
                    help="issue every command instead of jumping over exactly recurring controller states "
                         "(identical results; hwmodels/dram/recur.py)")
-    p.add_argument("--threads", type=int, help="threads over groups of channels (default 1; channels are "
-                                               "independent: identical results)")
+    p.add_argument("--threads", type=int, help="threads over groups of channels (default 1; at most the device's "
+                                               "channels; channels are independent: identical results)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_dram)
 

@@ -23,6 +23,10 @@ SCHEMAS = {
     "reproduction": ("attnsim.reproduce", "ReferenceSpec"),
 }
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# a file's allow_out_of_range: list (attnsim.config.ALLOW_KEY)
+ALLOW_PROPERTY = {"type": "array", "items": {"type": "string"},
+                  "description": "dotted keys of this file whose values may leave their plausible ranges "
+                                 "(docs/reference/ranges.md); noted in the run documents"}
 
 
 def kinds() -> list[str]:
@@ -36,6 +40,7 @@ def _hardware_defs(names: list[str]) -> tuple[dict, dict]:
     ``kind`` is a required constant and it may hold a ``ranges:`` block (attnsim sensitivity)."""
     from pydantic.json_schema import models_json_schema
 
+    from attnsim.config import ALLOW_KEY
     from attnsim.hwmodels import registry
     from attnsim.hwmodels.registry import CHOICES_KEY, EVIDENCE_KEY, EVIDENCE_TAGS, RANGES_KEY
     classes = [registry.schema_for(k) for k in names]
@@ -53,6 +58,7 @@ def _hardware_defs(names: list[str]) -> tuple[dict, dict]:
                                          f"tag one of {', '.join(EVIDENCE_TAGS)} (assumed needs a ranges entry)"}
         d["properties"][CHOICES_KEY] = {"type": "object", "description": "other plausible values of categorical "
                                         "fields (verdict flips re-run each): {field: {values, source}}"}
+        d["properties"][ALLOW_KEY] = ALLOW_PROPERTY
         out[k] = {"$ref": ref}
     return out, defs
 
@@ -80,7 +86,7 @@ def _experiment_schema() -> dict:
 
 def schema_doc(kind: str) -> dict:
     """The JSON Schema document of one kind of :func:`kinds` (ConfigError for another name)."""
-    from attnsim.config import ConfigError
+    from attnsim.config import ALLOW_KEY, ConfigError
     from attnsim.suggest import did_you_mean
     names = kinds()
     if kind not in names:
@@ -95,6 +101,8 @@ def schema_doc(kind: str) -> dict:
         fams = registry.kinds() if kind == "hardware" else [kind.split(".", 1)[1]]
         refs, defs = _hardware_defs(fams)
         doc = {"$defs": defs, **(next(iter(refs.values())) if kind != "hardware" else {"oneOf": list(refs.values())})}
+    if kind in ("experiment", "system", "model") and "properties" in doc:  # a file's top level (attnsim.config)
+        doc["properties"][ALLOW_KEY] = ALLOW_PROPERTY
     return {"$schema": DIALECT, **_finite(doc), "title": f"attnsim {kind} config"}
 
 

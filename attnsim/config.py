@@ -240,6 +240,217 @@ def _number_fields(cls) -> dict[str, tuple[str, str]]:
     return out
 
 
+# ---------------------------------------------------------------- plausible ranges
+#
+# Every number field of every config schema has a plausible range with its reason (issue 31): a value outside
+# it is refused by :func:`validate` with one line naming the range, unless the file lists the dotted key under
+# ``allow_out_of_range:`` (its top level; the run documents note it). A field's range is, first match: its
+# schema's ``plausible`` entry (ClassVar, subclasses inherit), else the unit of its name (:data:`UNIT_RANGES`,
+# the project names physical quantities with units), else the schema's ``"*"`` entry (its other fields).
+# ``docs/reference/ranges.md`` is generated from these (``python bench/ranges_table.py``).
+
+ALLOW_KEY = "allow_out_of_range"
+
+
+@dataclass(frozen=True)
+class Plausible:
+    """``low <= value <= high`` is plausible for a field, because of ``reason`` (a cited bound). A field that
+    is no physical quantity (a seed, a sweep axis) has the infinite range and says why."""
+
+    low: float
+    high: float
+    reason: str
+
+    def text(self) -> str:
+        if self.low == -math.inf and self.high == math.inf:
+            return "any value"
+        return "[" + ", ".join(str(v) if isinstance(v, int) else f"{v:g}" for v in (self.low, self.high)) + "]"
+
+
+NOT_PHYSICAL = "not a physical quantity"
+
+
+def not_physical(why: str) -> Plausible:
+    """The range of a field that is not a physical quantity (seeds, sweep axes, labels): any number."""
+    return Plausible(-math.inf, math.inf, f"{NOT_PHYSICAL}: {why}")
+
+
+#: Range by the unit ending a field's name, first match (longest suffixes first). The bounds are orders of
+#: magnitude beyond any device of 2026, so every real configuration fits, and a value such as 1e-300 GB/s or
+#: 1e12 days that no hardware has is refused.
+UNIT_RANGES: tuple[tuple[str, Plausible], ...] = (
+    ("_pj_per_bit", Plausible(0, 1e4, "pJ/bit: DRAM access ~1-20 pJ/bit, off-package SerDes ~5-10 pJ/bit "
+                                      "(Horowitz ISSCC 2014; O'Connor MICRO 2017); 1e4 is 1000x that")),
+    ("_pj_per_byte", Plausible(0, 1e5, "pJ/byte: 8x the per-bit bound (flash reads ~100-1000 pJ/byte)")),
+    ("_pj_per_op", Plausible(0, 1e5, "pJ/op: an fp32 op ~4 pJ at 45 nm (Horowitz ISSCC 2014); 1e5 is 10^4x")),
+    ("_pj_per_mac", Plausible(0, 1e5, "pJ/MAC: an fp32 MAC ~5 pJ at 45 nm (Horowitz ISSCC 2014); 1e5 is 10^4x")),
+    ("_pj_per_flop", Plausible(0, 1e5, "pJ/FLOP: ~1-5 pJ at 45-7 nm (Horowitz ISSCC 2014); 1e5 is 10^4x")),
+    ("_pj_per_command", Plausible(0, 1e7, "pJ per DRAM command (a 32 B column at <= 1e4 pJ/bit is 2.6e6)")),
+    ("_pj_per_cycle", Plausible(0, 1e7, "pJ per core cycle: a 10 W core at 1 GHz is 1e4 pJ; 1e7 is 1000x")),
+    ("_pj_per_instruction", Plausible(0, 1e7, "pJ per instruction fetch (a few pJ per byte of instruction)")),
+    ("_pj", Plausible(0, 1e9, "pJ per event: an all-bank DRAM refresh is ~1e5 pJ (IDD5 x VDD x tRFC, JESD79); "
+                              "1e9 (1 mJ) is 10^4x")),
+    ("_mw_per_gb", Plausible(0, 1e5, "mW/GB of refresh power: DRAM ~10-100 mW/GB (JESD79 IDD5); 1e5 = 100 W/GB")),
+    ("_w_per_socket", Plausible(0, 1e4, "W per CPU socket: server CPUs idle at 50-150 W, TDP <= 500 W")),
+    ("_w", Plausible(0, 1e5, "W: one device, link or host; a GB200 NVL72 rack draws ~120 kW, one component less")),
+    ("_ma", Plausible(0, 1e5, "mA: JEDEC IDD currents are 10-1000 mA per device (JESD79-4/5, JESD235)")),
+    ("_tflops", Plausible(1e-6, 1e5, "TFLOP/s: B200 dense fp8 is 4.5 PFLOP/s (NVIDIA 2024); 1e5 is 20x, 1e-6 "
+                                     "is a 1 MFLOP/s microcontroller")),
+    ("_gbps_per_unit", Plausible(1e-3, 1e6, "GB/s per unit: 1 MB/s to 1 PB/s")),
+    ("_gbps", Plausible(1e-3, 1e6, "GB/s: from a 1 MB/s serial link to 1 PB/s, above a whole GB200 NVL72 rack's "
+                                   "HBM (576 TB/s, NVIDIA 2024)")),
+    ("_per_ns", Plausible(1e-6, 1e3, "per ns: a command stream of 1 per ms to 1000 per ns (1 THz)")),
+    ("_mtps", Plausible(1, 1e5, "MT/s per pin: DDR-200 to 100 GT/s (HBM4 ~8-10 GT/s, GDDR7 32-48 GT/s)")),
+    ("_ghz", Plausible(1e-3, 100, "GHz: 1 MHz to 100 GHz (2026 logic clocks <= ~6 GHz)")),
+    ("_mhz", Plausible(1, 1e5, "MHz: 1 MHz to 100 GHz (2026 logic clocks <= ~6 GHz)")),
+    ("_gb_per_unit", Plausible(1e-6, 1e6, "GB per unit: 1 KB to 1 PB")),
+    ("_gb", Plausible(1e-6, 1e7, "GB: 1 KB to 10 PB (a single device or pool; the largest CXL/flash pools are "
+                                 "~100 TB)")),
+    ("_mb", Plausible(1e-3, 1e6, "MB: 1 KB to 1 TB (the largest on-chip SRAM, Cerebras WSE-3, is 44 GB)")),
+    ("_kb", Plausible(0.5, 1024, "KiB: a 512 B sector to 1 MiB (NAND pages are 2-16 KiB, ONFI 4/5)")),
+    ("_bytes", Plausible(1, 2 ** 50, "bytes: 1 B to 1 PiB")),
+    ("_ns", Plausible(1e-3, 1e6, "ns: 1 ps to 1 ms (DRAM tCK 0.1-2.5 ns, JESD79/235)")),
+    ("_us", Plausible(0, 1e6, "us: a per-operation latency or overhead of at most 1 s (NAND tPROG ~1-3 ms, "
+                              "kernel launches ~5 us, RPCs ~10-100 us)")),
+    ("_ms", Plausible(1e-3, 1e8, "ms: 1 us to ~1 day (DRAM refresh windows are 32-64 ms, JESD79; relaxed "
+                                 "refresh studies go to hours)")),
+    ("_days", Plausible(0, 3650, "days: 10 years, the longest NAND retention rating (JESD218: client 1 year, "
+                                 "enterprise 3 months at 30-40 C)")),
+    ("_s", Plausible(0, 86400 * 365, "s: at most a year")),
+    ("_h", Plausible(0, 1e6, "hours: at most ~114 years")),
+    ("_c", Plausible(-55, 150, "degrees C: -55 to 150, the JEDEC extended / automotive junction range "
+                               "(JESD22-A104, AEC-Q100 grade 0)")),
+    ("_v", Plausible(0.1, 15, "V: supply voltages of DRAM and logic are 0.5-1.5 V (JESD79/209); 15 V is 10x")),
+    ("_tokens", Plausible(0, 1 << 24, "tokens: at most 2^24 (workloads.limits.MAX_TOKENS, above the longest "
+                                      "published context, 10 M)")),
+    ("_cycles", Plausible(0, 1 << 24, "clock cycles: at most 2^24 (~16 ms at 1 GHz; dram.spec.MAX_TIMING_CYCLES)")),
+    ("fraction", Plausible(0, 1, "a fraction")),
+    ("efficiency", Plausible(0, 1, "an efficiency (achieved / peak)")),
+    ("_eta", Plausible(0, 1, "an efficiency (achieved / peak)")),
+)
+
+
+#: Plausible count of hardware units in one device or system (channels, cores, SMs, dies, links): real parts have
+#: <= ~10^4 (H100: 132 SMs; SSDs: 8-16 channels); 2^20 is 100x.
+HARDWARE_COUNT = Plausible(1, 1 << 20, "units of hardware in one device or system (channels, cores, SMs, dies): "
+                                       "real parts have <= ~10^4 (H100: 132 SMs; SSDs: 8-16 channels); 2^20 is 100x")
+#: Plausible side of a systolic array: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x.
+ARRAY_SIDE = Plausible(1, 1 << 16, "systolic array side: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x")
+
+
+def plausible_range(cls, name: str) -> Plausible | None:
+    """The plausible range of number field ``name`` of schema ``cls`` (see the section comment), or None."""
+    for klass in cls.__mro__:
+        table = klass.__dict__.get("plausible")
+        if isinstance(table, dict) and name in table:
+            return table[name]
+    for suffix, p in UNIT_RANGES:
+        if name.endswith(suffix) or name == suffix.lstrip("_"):
+            return p
+    for klass in cls.__mro__:
+        table = klass.__dict__.get("plausible")
+        if isinstance(table, dict) and "*" in table:
+            return table["*"]
+    return None
+
+
+def _models_in(value: Any, key: tuple) -> list:
+    """(key path, model) of the schemas directly inside a field value (a model, or a list/dict of them)."""
+    if isinstance(value, BaseModel):
+        return [(key, value)]
+    if isinstance(value, (list, tuple)):
+        return [(key + (i,), v) for i, v in enumerate(value) if isinstance(v, BaseModel)]
+    if isinstance(value, Mapping):
+        return [(key + (k,), v) for k, v in value.items() if isinstance(v, BaseModel)]
+    return []
+
+
+def _dotted(path: Iterable) -> str:
+    return ".".join(str(x) for x in path)
+
+
+def plausible_keys(schema, prefix: str = "") -> dict[str, Plausible | None]:
+    """Dotted key (list indices left out) -> plausible range of every number field of ``schema`` and the
+    schemas nested in it: the keys ``allow_out_of_range`` may name."""
+    out = {}
+    for name, f in schema.model_fields.items():
+        key = prefix + (f.alias or name)
+        if _number_kind(f.annotation):
+            out[key] = plausible_range(schema, name)
+        for sub in _nested_schemas(f.annotation):
+            if sub is not schema:
+                out.update(plausible_keys(sub, key + "."))
+    return out
+
+
+def _nested_schemas(ann) -> list:
+    """Schema classes inside an annotation (through Optional/Annotated/list/dict)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    return [s for a in typing.get_args(ann) for s in _nested_schemas(a)]
+
+
+def _allow_list(value: Any, file, prefix: str) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"expected a list of dotted keys, got {_short_repr(value)}", file=file,
+                          key=_dotted([p for p in (prefix, ALLOW_KEY) if p]))
+    return list(value)
+
+
+def file_allow_list(data: Any, file: str | os.PathLike | None = None) -> list[str]:
+    """The ``allow_out_of_range:`` list at the top of one config file's dict ([] if absent), checked."""
+    if not isinstance(data, Mapping) or ALLOW_KEY not in data:
+        return []
+    return _allow_list(data[ALLOW_KEY], file, "")
+
+
+def allow_notes(tree: "ConfigTree") -> list[str]:
+    """One note per file of a config tree that lists ``allow_out_of_range:`` keys (for the run documents):
+    ``<file>: allow_out_of_range: [k1, k2] (values accepted outside their plausible ranges)``."""
+    out = []
+    sections = [("experiment", None, tree.experiment)] + [
+        (sec, name, d) for sec in ("models", "systems", "hardware") for name, d in getattr(tree, sec).items()]
+    for sec, name, d in sections:
+        keys = d.get(ALLOW_KEY) if isinstance(d, Mapping) else None
+        if keys:
+            f = tree.file_of(sec, name) if name is not None else tree.file_of(sec)
+            out.append(f"{f}: {ALLOW_KEY}: [{', '.join(map(str, keys))}] (values accepted outside their plausible "
+                       f"ranges, docs/reference/ranges.md)")
+    return out
+
+
+def check_plausible(model: BaseModel, file: str | os.PathLike | None = None, prefix: str = "",
+                    allow: Iterable[str] = ()) -> list[str]:
+    """Refuse the first number of ``model`` (nested schemas included) outside its plausible range, unless its
+    dotted key (``prefix`` + path, list indices left out) is in ``allow``; returns the allowed keys whose value is
+    outside (for the run document's notes). The error: ``<file>: <key>: expected a number in [lo, hi] (<reason>;
+    allow_out_of_range: [<key>] accepts it), got <value>``."""
+    allow = set(allow)
+    used = []
+    stack = [(tuple(p for p in prefix.split(".") if p), model)]
+    while stack:
+        path, m = stack.pop()
+        for name, f in type(m).model_fields.items():
+            v = getattr(m, name)
+            key = path + (f.alias or name,)
+            if _number_kind(f.annotation):
+                p = plausible_range(type(m), name)
+                values = v if isinstance(v, (list, tuple)) else [v]
+                bad = next((x for x in values if p is not None and isinstance(x, numbers.Real)
+                            and not isinstance(x, bool) and not p.low <= x <= p.high), None)
+                if bad is not None:
+                    dotted = _dotted(key)
+                    if dotted in allow:
+                        used.append(f"{dotted} = {bad:g} outside {p.text()}")
+                        continue
+                    raise ConfigError(f"expected a number in {p.text()} (plausible range: {p.reason}; list the key "
+                                      f"under {ALLOW_KEY}: to use it anyway), got {_short_repr(bad)}",
+                                      file=file, key=dotted)
+            else:
+                stack.extend(_models_in(v, key))
+    return used
+
+
 class Schema(BaseModel):
     """Base of every config schema: unknown keys rejected, values immutable, numbers sane.
 
@@ -250,6 +461,9 @@ class Schema(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    #: field name -> Plausible range (``"*"``: every field); see :func:`plausible_range`
+    plausible: typing.ClassVar[dict[str, Plausible]] = {}
 
     def refuse_unused(self, fields: Iterable[str], reason: str) -> None:
         """Refuse fields that were given explicitly but that the chosen mode does not read (a setting
@@ -664,12 +878,28 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
     return ConfigError(msg, file=file, key=key)
 
 
-def validate(schema: type[BaseModel], data: Mapping, file: str | None = None, prefix: str = ""):
-    """Validate ``data`` with ``schema``; raise ConfigError naming file and key path."""
+def validate(schema: type[BaseModel], data: Mapping, file: str | None = None, prefix: str = "",
+             allow: Iterable[str] | None = None):
+    """Validate ``data`` with ``schema``, numbers within their plausible ranges (:func:`check_plausible`); raise
+    ConfigError naming file and key path. ``allow``: the dotted keys (``prefix`` included) of the file's
+    ``allow_out_of_range:`` list; by default the list at the top of ``data`` (keys without a prefix)."""
+    data = dict(data)
+    own = []
+    if ALLOW_KEY in data and ALLOW_KEY not in schema.model_fields:
+        own = [_dotted([p for p in (prefix, k) if p]) for k in _allow_list(data.pop(ALLOW_KEY), file, prefix)]
     try:
-        return schema.model_validate(dict(data))
+        model = schema.model_validate(data)
     except ValidationError as exc:
         raise validation_error_to_config_error(exc, file, prefix, schema) from None
+    if own:
+        known = plausible_keys(schema, prefix + "." if prefix else "")
+        for k in own:
+            if k not in known:
+                near = ", ".join(list(known)[:6])
+                raise ConfigError(f"expected a number field of this file ({near}, ...), got {k!r}", file=file,
+                                  key=ALLOW_KEY)
+    check_plausible(model, file, prefix, list(allow or ()) + own)
+    return model
 
 
 # ---------------------------------------------------------------- overrides

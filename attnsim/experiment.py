@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
+from attnsim.config import ALLOW_KEY, Plausible, file_allow_list, not_physical, plausible_keys
 from attnsim.config import (CONFIG_ROOT, ConfigError, ConfigTree, Schema, display_path, find_config, is_experiment_set,
                             load_yaml, validate)
 from attnsim.hwmodels import registry
@@ -31,6 +32,8 @@ DICT_FILE = "<dict>"  # the "file" of errors in an experiment given as a Python 
 class GenerationSpec(Schema):
     """How a whole generation is stepped: every decode step, or sampled steps + integration."""
 
+    plausible = {"samples": Plausible(1, 1 << 16, "decode steps integrated (workloads.limits.MAX_EXACT_DECODE_STEPS)")}
+
     mode: Literal["exact", "sampled"] = "exact"
     samples: PositiveInt = Field(9, description="decode steps simulated in 'sampled' mode (>= 2)")
 
@@ -44,6 +47,8 @@ class GenerationSpec(Schema):
 
 
 class ExperimentSpec(Schema):
+
+    plausible = {"seed": not_physical("a random seed")}
     name: SafeName  # becomes results/<name>/: no path separators or '..' (attnsim.outputs)
     description: str = ""
     systems: list[str] = Field(min_length=1)
@@ -227,8 +232,14 @@ def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: 
     for n, sc in scenarios.items():
         if sc.speculative is not None:  # the draft loads and shares each target's vocabulary
             from attnsim.workloads.speculative import check_pair
+            from attnsim.workloads.trace import param_count
             for model in models.values():
-                check_pair(model, sc.speculative, file=file, key=f"scenarios.{n}.speculative")
+                draft = check_pair(model, sc.speculative, file=file, key=f"scenarios.{n}.speculative")
+                d, t = param_count(draft), param_count(model)
+                if d > t:  # each draft token would cost more than a target step: speculation only slows decoding
+                    raise ConfigError(f"expected a draft no larger than the target ({model.name}: {t / 1e9:.3g} B "
+                                      f"parameters), got {draft.name} with {d / 1e9:.3g} B", file=file,
+                                      key=f"scenarios.{n}.speculative.draft_model")
         if spec.generation.mode == "exact" and sc.output_len > MAX_EXACT_DECODE_STEPS:
             raise ConfigError(f"expected at most {MAX_EXACT_DECODE_STEPS} decode steps with generation.mode exact "
                               f"(use mode: sampled), got {sc.output_len}", file=file, key=f"scenarios.{n}.output_len")
@@ -250,15 +261,37 @@ def _same_file(shown: str, p: Path) -> bool:
     return any(q.is_file() and q.resolve() == p.resolve() for q in (Path(shown), CONFIG_ROOT / shown))
 
 
+def experiment_allow(tree: ConfigTree) -> list[str]:
+    """The experiment file's ``allow_out_of_range:`` keys (dotted from the file's top: ``scenarios.s.batch_size``,
+    ``serving.trace.cv``, ``reliability.temperature_c``, ``generation.samples``); each names a number field."""
+    exp_file = tree.file_of("experiment")
+    keys = file_allow_list(tree.experiment, exp_file)
+    from attnsim.hwmodels.reliability.spec import ReliabilitySpec
+    from attnsim.serve.spec import ServingSpec
+    known = set(plausible_keys(ExperimentSpec)) | set(plausible_keys(ServingSpec, "serving.")) \
+        | set(plausible_keys(ReliabilitySpec, "reliability."))
+    scen = set(plausible_keys(Scenario))
+    for k in keys:
+        parts = k.split(".")
+        if k in known or (len(parts) > 2 and parts[0] == "scenarios" and ".".join(parts[2:]) in scen) or (
+                len(parts) > 3 and parts[0] == "scenarios" and parts[2] == "reliability"):
+            continue
+        raise ConfigError(f"expected a number field of this file (scenarios.<name>.batch_size, serving.trace.cv, "
+                          f"...), got {k!r}", file=exp_file, key=ALLOW_KEY)
+    return keys
+
+
 def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment:
     """Validate every section of the tree; raise ConfigError naming file and key."""
     exp_file = tree.file_of("experiment")
-    spec = validate(ExperimentSpec, tree.experiment, file=exp_file)
+    allow = experiment_allow(tree)
+    spec = validate(ExperimentSpec, {k: v for k, v in tree.experiment.items() if k != ALLOW_KEY}, file=exp_file,
+                    allow=allow)
     models = {n: validate(ModelSpec, d, file=tree.file_of("models", n)) for n, d in tree.models.items()}
     scenarios = {}
     for n, d in tree.scenarios.items():
         d = {"name": n, **d}
-        scenarios[n] = validate(Scenario, d, file=exp_file, prefix=f"scenarios.{n}")
+        scenarios[n] = validate(Scenario, d, file=exp_file, prefix=f"scenarios.{n}", allow=allow)
     systems = {}
     for n, d in tree.systems.items():
         sfile = tree.file_of("systems", n)
@@ -277,7 +310,7 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
     for n, sc in scenarios.items():
         section = merged_section(spec.reliability, sc.reliability)
         prefix = "reliability" if sc.reliability is None else f"scenarios.{n}.reliability"
-        reliability[n] = load_spec(section, exp_file, prefix) if section is not None else None
+        reliability[n] = load_spec(section, exp_file, prefix, allow) if section is not None else None
         if reliability[n] is not None:
             from attnsim.reliability_run import role_tiers
             for sname, sspec in systems.items():

@@ -229,6 +229,23 @@ def _check_addresses(prog, org, label: str) -> None:
                           f"organisation), got {int(prog[name][i])}", file=label, key=_where(prog, i))
 
 
+def _check_open_rows(prog, chans: np.ndarray, label: str) -> None:
+    """AttAcc: a bank MAC (MACAB, MACSB) reads the open row, so each needs an ACTAB on its channel before it with
+    no PREA between; a device refuses a column command to a precharged bank (JESD238 HBM3 state diagram)."""
+    names = prog.mnemonics()
+    for c in np.unique(chans):
+        is_open = False
+        for i in np.flatnonzero(chans == c):
+            mn = names[i]
+            if mn == "ACTAB":
+                is_open = True
+            elif mn == "PREA":
+                is_open = False
+            elif mn in ("MACAB", "MACSB") and not is_open:
+                raise ConfigError(f"{mn}: expected an open row on channel {int(c)} (an ACTAB before it, no PREA "
+                                  f"between), got none", file=label, key=_where(prog, int(i)))
+
+
 def _check_size(records: float, label: str) -> None:
     if records > MAX_RECORDS:
         raise ConfigError(f"the program expands to {records:.4g} engine command records, the limit is {MAX_RECORDS}",
@@ -246,6 +263,8 @@ def lower_program(prog, dev, label: str):
     if isa in ("attacc", "newton"):
         ch = prog["ch"]
         _check_channels(prog, ch, n_ch, label, "ch")
+        if isa == "attacc":
+            _check_open_rows(prog, ch, label)
         _check_size(len(prog) * (org.pseudo_channels if isa == "attacc" else 1), label)  # BUF: one record per pCH
         for c in np.unique(ch):
             sub = _subset(prog, ch == c)

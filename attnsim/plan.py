@@ -101,6 +101,9 @@ def setup(experiment: str, sets=(), *, system=None, model=None, scenario=None, l
         raise ConfigError("expected the run to place KV on a device role mapped to a tier, got none",
                           file=str(experiment), key="reliability.role_tiers")
     m = doc["metrics"]
+    if m["tpot_s"] is None:  # one-token outputs have no TPOT (null): the plan's performance is per output token
+        raise ConfigError(f"expected output_len >= 2 (the plan trades accuracy against TPOT), got {scen.output_len}",
+                          file=str(experiment), key=f"scenarios.{sc}.output_len")
     requests = int(scen.batch_size)
     residency = float(spec.residency_s if spec.residency_s is not None else m["total_time_s"])
     kv_heads = 1 if mspec.mla else mspec.num_kv_heads

@@ -26,9 +26,10 @@ def merged_section(exp_rel: dict | None, scenario_rel: dict | None) -> dict | No
     return _deep_merge(copy.deepcopy(exp_rel or {}), scenario_rel or {})
 
 
-def load_spec(section: dict, file: str, prefix: str):
+def load_spec(section: dict, file: str, prefix: str, allow: list[str] | None = None):
+    """``allow``: the experiment file's allow_out_of_range keys (attnsim.experiment.experiment_allow)."""
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
-    return ReliabilitySpec.load(section, file=file, prefix=prefix)
+    return ReliabilitySpec.load(section, file=file, prefix=prefix, allow=allow)
 
 
 def high_bit_fraction(kv_format: str) -> float:

@@ -61,6 +61,11 @@ def table(rows: list[list], header: list[str], numeric: int | None = None) -> st
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+def _times(v, k: float):
+    """``v * k``, or None for an undefined metric (the TPOT of one-token outputs is null)."""
+    return None if v is None else v * k
+
+
 def summary_table(docs: list[dict]) -> str:
     header = ["system", "model", "scenario", "batch", "TTFT ms", "TPOT ms", "tok/s", "J/token", "mem used", "vs base thr", "vs base J"]
     rows = []
@@ -73,7 +78,7 @@ def summary_table(docs: list[dict]) -> str:
                          d["status"], "", "", "", "", "", ""])
             continue
         rows.append([d["system"], d["model"], d["scenario"]["name"], d["scenario"].get("batch_size", ""),
-                     fmt_num(m["ttft_s"] * 1e3), fmt_num(m["tpot_s"] * 1e3), fmt_num(m["tokens_per_s"]),
+                     fmt_num(m["ttft_s"] * 1e3), fmt_num(_times(m["tpot_s"], 1e3)), fmt_num(m["tokens_per_s"]),
                      fmt_num(m["energy_per_token_j"]), f"{mem:.0%}" if mem is not None else "-",
                      fmt_num(vb.get("throughput_ratio"), "x") if "throughput_ratio" in vb else "-",
                      fmt_num(vb.get("energy_efficiency_ratio"), "x") if "energy_efficiency_ratio" in vb else "-"])

@@ -29,6 +29,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat
 
+from attnsim.config import not_physical
 from attnsim.config import (ConfigError, Schema, display_path, find_config, get_dotted, load_yaml, search_dirs,
                             validate)
 from attnsim.outputs import RelativePath, SafeName
@@ -44,6 +45,8 @@ FIGURE_RECIPES = ("reproduction",)
 class PaperClaim(Schema):
     """A headline of the paper, printed beside the rows (not compared: the artefact's numbers are)."""
 
+    plausible = {"value": not_physical("a number quoted from a paper, in its own unit")}
+
     claim: str
     value: Union[float, str]
     note: str = ""
@@ -55,6 +58,8 @@ class FigureSpec(Schema):
 
 
 class RowSpec(Schema):
+
+    plausible = {"*": not_physical("a reference number quoted from a paper and its tolerance")}
     name: str = Field(min_length=1)
     experiment: str
     select: dict[str, Union[str, int, float]] = Field(min_length=1)

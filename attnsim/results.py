@@ -25,6 +25,7 @@ import datetime as _dt
 import functools
 import json
 import math
+import numbers
 import subprocess
 import sys
 from pathlib import Path
@@ -123,16 +124,65 @@ def check_finite_doc(doc: dict) -> list[str]:
     return sorted(".".join(map(str, p)) for p in _non_finite_paths(doc))
 
 
+#: A headline latency beyond this is no result: a token slower than a day (86,400 s) means an input outside any
+#: real hardware (a 1e-300 GB/s link accepted with allow_out_of_range) or a model error.
+IMPLAUSIBLE_LATENCY_S = 86400.0
+#: Energy per token beyond this is no result: a 10 kW 8-GPU node spending 10 s per token is 1e5 J.
+IMPLAUSIBLE_ENERGY_PER_TOKEN_J = 1e5
+#: Utilisation and capacity fractions above 1 by more than rounding: a device over its capacity or its peak.
+FRACTION_SLACK = 1e-6
+
+
+def implausible_reasons(metrics: dict) -> list[str]:
+    """Why a run's headline metrics leave plausible bounds ([] if they do not): a latency (``ttft*``, ``tpot*``)
+    negative or above :data:`IMPLAUSIBLE_LATENCY_S`, an energy per token negative or above
+    :data:`IMPLAUSIBLE_ENERGY_PER_TOKEN_J`, a memory ``used_fraction`` above 1 while ``fits`` was checked true, a
+    bandwidth ``utilization`` above 1 (achieved above peak)."""
+    out = []
+    for k, v in metrics.items():
+        if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            continue
+        if k.startswith(("ttft", "tpot")) and not 0 <= v <= IMPLAUSIBLE_LATENCY_S:
+            out.append(f"metrics.{k} = {v:.4g} s outside [0, {IMPLAUSIBLE_LATENCY_S:g}] (a token slower than a day)")
+        if "energy_per_token" in k and not 0 <= v <= IMPLAUSIBLE_ENERGY_PER_TOKEN_J:
+            out.append(f"metrics.{k} = {v:.4g} J outside [0, {IMPLAUSIBLE_ENERGY_PER_TOKEN_J:g}]")
+    if metrics.get("fits") is True:
+        for role, m in (metrics.get("memory") or {}).items():
+            f = m.get("used_fraction") if isinstance(m, dict) else None
+            if isinstance(f, numbers.Real) and f > 1 + FRACTION_SLACK:
+                out.append(f"metrics.memory.{role}.used_fraction = {f:.4g} > 1 (over its capacity)")
+    for name, b in (metrics.get("bandwidth") or {}).items():
+        u = b.get("utilization") if isinstance(b, dict) else None
+        if isinstance(u, numbers.Real) and not -FRACTION_SLACK <= u <= 1 + FRACTION_SLACK:
+            out.append(f"metrics.bandwidth.{name}.utilization = {u:.4g} outside [0, 1] (achieved above peak)")
+    return out
+
+
+def flag_implausible(doc: dict) -> dict:
+    """A ``status: ok`` run whose headline metrics leave plausible bounds (:func:`implausible_reasons`) becomes
+    ``status: implausible`` with ``error`` naming them (its metrics stay, for inspection). Returns ``doc``."""
+    if doc.get("status") != "ok" or not isinstance(doc.get("metrics"), dict):
+        return doc
+    reasons = implausible_reasons(doc["metrics"])
+    if reasons:
+        doc["status"] = "implausible"
+        doc["error"] = "implausible result: " + "; ".join(reasons[:3]) + (
+            f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
+    return doc
+
+
 def finalize_doc(doc: dict) -> dict:
     """The finite-number rule for run documents (called by the runner and ``attnsim serve``).
 
     A run whose document holds a non-finite number is not a result: a ``status: ok`` run becomes
     ``status: error`` with ``error`` naming the metrics (``non-finite result: metrics.ttft_s = inf,
-    ...``), and every such value becomes ``None`` so the document stays strict JSON. Returns ``doc``.
+    ...``), and every such value becomes ``None`` so the document stays strict JSON. A finite run whose
+    headline metrics leave plausible bounds becomes ``status: implausible`` (:func:`flag_implausible`).
+    Returns ``doc``.
     """
     bad = _non_finite_paths(doc)
     if not bad:
-        return doc
+        return flag_implausible(doc)
     shown = []
     for path in bad:
         node = doc

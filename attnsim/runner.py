@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.config import ConfigError, allow_notes
 from attnsim.results import BASELINE_RATIOS, baseline_ratio, finalize_doc
 from attnsim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights, subbatch_parts
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
@@ -173,14 +173,15 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     dec_dyn_j = decode.dynamic_energy_j * active
     metrics = {
         "ttft_s": prefill.time_s,
-        "tpot_s": decode.time_s / n_dec if len(steps) else 0.0,
+        # a one-token output has no decode step: TPOT and the decode metrics are undefined (null), not 0
+        "tpot_s": decode.time_s / n_dec if len(steps) else None,
         "tokens_per_s": tokens / total_s,
-        "decode_tokens_per_s": batch / (decode.time_s / n_dec) if len(steps) else 0.0,
+        "decode_tokens_per_s": batch / (decode.time_s / n_dec) if len(steps) else None,
         "energy_per_token_j": (dyn_j + static_j) / tokens,
         "dynamic_energy_per_token_j": dyn_j / tokens,
         "static_energy_per_token_j": static_j / tokens,
-        "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else 0.0,
-        "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else 0.0,
+        "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else None,
+        "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else None,
         "total_time_s": total_s,
         "prefill_time_s": prefill.time_s,
         "decode_time_s": decode.time_s,
@@ -259,13 +260,14 @@ def run_experiment(exp, progress=None, timeline: list | None = None, trace_steps
         systems[sname] = system
     docs = []
     rel = exp.reliability or {}
+    opt_outs = allow_notes(exp.tree)  # allow_out_of_range: keys the user accepted outside their plausible ranges
     for sname in exp.systems:
         for mname in exp.models:
             for scname, sc in exp.scenarios.items():
                 doc = {"system": sname, "model": mname, "scenario": scenario_doc(sc), "status": "ok"}
                 note = context_window(exp.models[mname], sc)[1]
-                if note:
-                    doc["notes"] = [note]
+                if note or opt_outs:
+                    doc["notes"] = ([note] if note else []) + opt_outs
                 system, rspec, kv_storage = systems[sname], rel.get(scname), None
                 if rspec is not None:  # tier refresh intervals change the PIM/PNM devices' refresh
                     from attnsim.reliability_run import hardware_with_refresh, kv_storage_costs

@@ -116,14 +116,14 @@ def simulate_speculative(system, model, scenario, generation, timeline: list | N
     dyn_j = (prefill.dynamic_energy_j + decode.dynamic_energy_j) * active
     dec_dyn_j = decode.dynamic_energy_j * active
     per_tok = decode.scaled(1.0 / n_tok) if n_tok else StepResult()
-    tpot = decode.time_s / n_tok if n_tok else 0.0
+    tpot = decode.time_s / n_tok if n_tok else None  # a one-token output: undefined (null), not 0
     metrics = {
         "ttft_s": prefill.time_s, "tpot_s": tpot, "tokens_per_s": tokens / total_s,
-        "decode_tokens_per_s": batch / tpot if tpot else 0.0,
+        "decode_tokens_per_s": batch / tpot if tpot else None,
         "energy_per_token_j": (dyn_j + static_w * total_s) / tokens,
         "dynamic_energy_per_token_j": dyn_j / tokens, "static_energy_per_token_j": static_w * total_s / tokens,
-        "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else 0.0,
-        "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else 0.0,
+        "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else None,
+        "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else None,
         "total_time_s": total_s, "prefill_time_s": prefill.time_s, "decode_time_s": decode.time_s,
         "batch_per_replica": sc.batch_size, "replicas": replicas, "active_replicas": active, "tp": tp,
         "tp_imbalance": None, "pp": 1, "decode_steps_simulated": int(len(steps)),

@@ -27,7 +27,7 @@ from typing import Literal, Union
 import numpy as np
 from pydantic import Field, field_validator
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, Plausible, Schema
 
 BLOCK_VALUES = 2048        # 4 KB of 16-bit values per compressed block [M]
 PLANE_HEADER_BYTES = 1     # per plane per block: compressed length / raw flag [M]
@@ -47,6 +47,11 @@ DTYPES = ("bf16", "fp16")
 
 class CompressionSpec(Schema):
     """``compression:`` section of a CXL-PNM device (``kind: pim``, ``isa: cxl_pnm``)."""
+
+    plausible = {
+        "ratio": Plausible(0.01, 64, "stored / original bytes: int2 over fp16 is 0.125, sparse + quantised weights "
+            "~0.05 (Deep Compression, Han ICLR 2016: 35-49x over fp32); above 1 is expansion (ECC, metadata)"),
+    }
 
     engine: Literal[tuple(ENGINES)] = "cxl_ndp"
     kv: bool = Field(True, description="compress the KV cache (stored and streamed)")

@@ -37,7 +37,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
 
@@ -58,6 +58,14 @@ def kernel_of(op: str, cls: str) -> str | None:
 
 
 class ControllerSpec(Schema):
+    plausible = {
+        "accelerators": HARDWARE_COUNT,
+        "lanes": HARDWARE_COUNT,
+        "riscv_cores": HARDWARE_COUNT,
+        "channels": HARDWARE_COUNT,
+        "pu_reduction": HARDWARE_COUNT,
+    }
+
     kind: Literal["cxl_controller"]
     name: str
     description: str = ""

@@ -25,12 +25,13 @@ section, so the accuracy proxy and the tiering planner see the same tier.
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.reliability import ecc as _ecc
@@ -50,7 +51,9 @@ def nand_rber(pe_cycles: float, retention_days: float) -> float:
     """Raw bit error probability per read (see the anchors above)."""
     if pe_cycles < 0 or retention_days < 0:
         raise ValueError("pe_cycles and retention_days must be >= 0")
-    return float(min(0.5, RBER_FRESH * 10.0 ** (pe_cycles / PE_RATED) * (1.0 + retention_days / RETENTION_DOUBLING_DAYS)))
+    # clamp in log space: 10 ** (pe_cycles / PE_RATED) overflows a float beyond ~3e5 rated lifetimes
+    log10 = math.log10(RBER_FRESH) + pe_cycles / PE_RATED + math.log10(1.0 + retention_days / RETENTION_DOUBLING_DAYS)
+    return float(min(0.5, 10.0 ** min(log10, math.log10(0.5))))
 
 
 def uber(scheme: _ecc.EccScheme, p: float) -> float:
@@ -61,6 +64,14 @@ def uber(scheme: _ecc.EccScheme, p: float) -> float:
 
 
 class FlashSpec(Schema):
+    plausible = {
+        "channels": HARDWARE_COUNT,
+        "dies_per_channel": HARDWARE_COUNT,
+        "planes_per_die": Plausible(1, 64, "planes per NAND die: 2-6 (ONFI 5; Micron 232-layer: 6)"),
+        "pe_cycles": Plausible(0, 1e6, "program/erase cycles: QLC ~1e3, TLC ~3e3, SLC ~1e5 rated (JESD218; Cai et "
+            "al., Proc. IEEE 2017)"),
+    }
+
     kind: Literal["flash"] = "flash"
     name: str
     description: str = ""

@@ -43,16 +43,33 @@ from typing import List, Literal, Optional, Tuple
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.config import Schema
+from attnsim.config import HARDWARE_COUNT, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
 from attnsim.hwmodels.gpu_power import matmul_occupancy, op_energy_j
 
 
+_ETA = Plausible(0, 1, "an efficiency (achieved / peak)")
+
 
 class GPUSpec(HBMEnergySpec):
     """One GPU (hardware YAML with ``kind: gpu``). Units are in the key names."""
+
+    plausible = {
+        "num_sms": HARDWARE_COUNT,
+        "mma_m": Plausible(1, 4096, "MMA tile rows: 16-256 (NVIDIA PTX ISA)"),
+        "max_split_k": Plausible(1, 1024, "split-K factor: cuBLAS/CUTLASS split up to ~16-64 ways; 1024 keeps the "
+            "candidate table small (issue 31: 1.6e10 asked numpy for 119 GiB)"),
+        "min_k_split": Plausible(1, 1 << 20, "smallest K slice (elements)"),
+        "k_overhead": Plausible(0, 1e6, "fixed K-loop overhead (elements)"),
+        "mem_eta_max": _ETA,
+        "attn_mem_eta_unfused": _ETA,
+        "attn_mem_eta_fused": _ETA,
+        "attn_compute_eta_unfused": _ETA,
+        "attn_compute_eta_fused": _ETA,
+        "overlap_p": Plausible(0, 100, "the overlap exponent of compute and memory time (p-norm; 1: sum, large: max)"),
+    }
 
     kind: Literal["gpu"] = "gpu"
     name: str

@@ -14,11 +14,13 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 
 
 class HostSpec(Schema):
+
+    plausible = {"cpu_sockets": Plausible(1, 64, "CPU sockets per host: 1-8 (HPE Superdome Flex: 32)")}
     kind: Literal["host"]
     name: str
     description: str = ""

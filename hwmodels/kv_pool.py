@@ -24,11 +24,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 
 
 class KVPoolSpec(Schema):
+
+    plausible = {"hosts": HARDWARE_COUNT, "lookup_us_per_block": Plausible(0, 1e6, "us (the _us range)")}
     kind: Literal["kv_pool"] = "kv_pool"
     name: str
     description: str = ""

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import Schema
+from attnsim.config import ARRAY_SIDE, HARDWARE_COUNT, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
@@ -30,6 +30,14 @@ from attnsim.hwmodels.base import ceil_div as _ceil_div
 
 class NPUSpec(HBMEnergySpec):
     """One NPU (hardware YAML with ``kind: npu``)."""
+
+    plausible = {
+        "num_arrays": HARDWARE_COUNT,
+        "array_rows": ARRAY_SIDE,
+        "array_cols": ARRAY_SIDE,
+        "vector_units": HARDWARE_COUNT,
+        "vector_width": Plausible(1, 1 << 16, "vector lanes: 8-4096 (TPU VPU 8x128, Jouppi ISCA 2023)"),
+    }
 
     kind: Literal["npu"] = "npu"
     name: str

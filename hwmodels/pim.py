@@ -25,7 +25,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
 from attnsim.hwmodels.systolic import SystolicSpec
@@ -37,6 +37,12 @@ from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_p
 
 class PUParams(Schema):
     """Processing-unit parameters (defaults: AttAcc bank PU, pim_dram.md b.1)."""
+
+    plausible = {
+        "macs_per_command": Plausible(1, 1 << 20, "MACs per PIM command: 16-512 (AiM 16 per bank, FIMDRAM 16 lanes "
+            "x 8 banks)"),
+        "mac_registers": Plausible(1, 1 << 20, "accumulator registers per unit (FIMDRAM GRF: 16)"),
+    }
 
     macs_per_command: PositiveInt = 16   # n_mac (b.1)
     column_bytes: PositiveInt = 32       # prefetch_size (b.1)
@@ -66,6 +72,12 @@ class StaticParts(Schema):
 
 
 class PIMSpec(Schema):
+    plausible = {
+        "channels_per_item": HARDWARE_COUNT,
+        "units": HARDWARE_COUNT,
+        "channel_assignment": Plausible(0, 1 << 20, "a channel index (dram.spec.MAX_BANKS)"),
+    }
+
     kind: Literal["pim"]
     name: str
     description: str = ""
@@ -233,6 +245,9 @@ class PIMDevice:
         # accelerator already streams every item over all channels (nothing to split)
         self.max_channels_per_item = {"attacc": self.dram.org.channels, "cxl_pnm": 1,
                                       "newton": 1}.get(isa, self.channels)
+        if spec.isa == "cxl_pnm" and spec.systolic is None and spec.pu.tflops is None:  # peak_flops would be 0
+            raise ConfigError("expected a number > 0 (the CXL-PNM accelerator's peak TFLOP/s; or a systolic: block), "
+                              "got none", key="pu.tflops")
         cpi = spec.channels_per_item
         if cpi != "auto" and cpi > self.max_channels_per_item:
             why = {"attacc": "channels per stack: a split item is merged on its stack's buffer die",

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from attnsim.config import ConfigError, Schema, _number_kind, set_dotted, validate
+from attnsim.config import ConfigError, Schema, _number_kind, not_physical, set_dotted, validate
 
 _KINDS: dict[str, tuple[type, Callable[[Any], Any]]] = {}
 # modules that register kinds; imported lazily so that importing one model stays cheap
@@ -126,6 +126,8 @@ class RangeSpec(Schema):
     low: float
     high: float
     source: str = Field(min_length=1)
+
+    plausible = {"*": not_physical("both ends are checked against the field's own range (check_ranges)")}
 
 
 def _field_schema(ann):

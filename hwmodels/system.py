@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 
 
@@ -30,6 +30,11 @@ def ref_name(ref: str) -> str:
 
 
 class DevicePoolSpec(Schema):
+    plausible = {
+        "count": Plausible(1, 1 << 20, "devices of one kind in a system: the largest AI clusters have ~2e5 GPUs "
+            "(2025); 2^20 is 5x"),
+    }
+
     hardware: str = Field(description="hardware config name or path")
     count: PositiveInt = 1
 
@@ -41,6 +46,11 @@ class LinkSpec(Schema):
 
 class ParallelismSpec(Schema):
     """Tensor x pipeline x data parallelism (pipeline mechanism: attnsim/pipeline.py)."""
+
+    plausible = {
+        "*": Plausible(1, 1 << 20, "tensor / pipeline / data-parallel degrees, stage counts: bounded by the devices "
+            "of a system (<= 2^20, DevicePoolSpec.count)"),
+    }
 
     tp: PositiveInt = 1
     pp: PositiveInt = Field(1, description="pipeline stages (1 .. the model's num_layers)")

@@ -18,10 +18,12 @@ from types import SimpleNamespace
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import Schema
+from attnsim.config import ARRAY_SIDE, HARDWARE_COUNT, Schema
 
 
 class SystolicSpec(Schema):
+    plausible = {"arrays": HARDWARE_COUNT, "rows": ARRAY_SIDE, "cols": ARRAY_SIDE}
+
     arrays: PositiveInt = Field(description="systolic arrays on the device's logic dies")
     rows: PositiveInt = Field(description="PE rows of one array (the K side of a weight tile)")
     cols: PositiveInt = Field(description="PE columns of one array (the N side of a weight tile)")

@@ -298,9 +298,11 @@ def _strict_loads(text):
 def test_overflowing_metric_gives_error_status_and_strict_json(tmp_path, capsys):
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
-    # finite in the config (1.7e302 s per ring step of the ring formula), but the run's energy overflows to inf
+    # finite in the config (1.7e302 s per ring step of the ring formula), but the run's energy overflows to inf;
+    # outside latency_us's plausible range (<= 1e6 us), so the file opts out of that range (allow_out_of_range)
     rc, out, _ = _cli(capsys, "run", str(exp), "--set", "hardware.nvlink3.allreduce=ring",
-                      "--set", "hardware.nvlink3.latency_us=1.7e+308", "--json", "--no-write")
+                      "--set", "hardware.nvlink3.latency_us=1.7e+308",
+                      "--set", "hardware.nvlink3.allow_out_of_range=[latency_us]", "--json", "--no-write")
     assert rc == 0
     (run,) = _strict_loads(out)["runs"]
     assert run["status"] == "error"

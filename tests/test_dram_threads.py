@@ -18,7 +18,7 @@ def _fields(r):
             r.skipped_requests, r.skip_jumps, r.extrapolated, {k: float(v) for k, v in r.energy_j.items()})
 
 
-@pytest.mark.parametrize("threads", [2, 3, 8])
+@pytest.mark.parametrize("threads", [2, 3, 4])  # at most the 4 channels of SPEC (check_threads)
 def test_threads_give_the_one_thread_results(threads):
     """An uneven random mixed stream with arrivals (no channel symmetry), and a periodic one that recurs
     (skip-ahead jumps) on three of four channels."""
@@ -33,7 +33,7 @@ def test_threads_give_the_one_thread_results(threads):
     assert _fields(many) == _fields(one)
     addr = _recurring_two_channels()
     one = simulate_requests(SPEC2, addr, False, controller="ramulator2", mapping=MAP2)
-    many = simulate_requests(SPEC2, addr, False, controller="ramulator2", mapping=MAP2, threads=threads)
+    many = simulate_requests(SPEC2, addr, False, controller="ramulator2", mapping=MAP2, threads=min(threads, 2))
     assert one.skip_jumps == 2 and _fields(many) == _fields(one)
 
 
@@ -73,7 +73,9 @@ def test_threads_with_steady_state_extrapolation_equal_one_thread():
     ({"threads": 0}, SPEC, r"threads: expected an integer in \[1, 1024\], got 0"),
     ({"threads": 2.0}, SPEC, "threads: expected an integer"),
     ({"threads": True}, SPEC, "threads: expected an integer"),
-    ({"threads": 2}, device_spec("hbm3_6400", channels=1), "threads: threads run channels apart; the device has one"),
+    ({"threads": 2}, device_spec("hbm3_6400", channels=1),
+     r"threads: threads run channels apart: expected at most 1 \(the device's channels\), got 2"),
+    ({"threads": 5}, SPEC, r"threads: threads run channels apart: expected at most 4 \(the device's channels\), got 5"),
     ({"threads": 2, "scheduler": "heap"}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
     ({"threads": 2, "emit": True}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
     ({"threads": 2, "controller": "dramsim3"}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
@@ -92,7 +94,12 @@ def test_cli_threads(tmp_path, capsys):
     assert {k: v for k, v in one.items() if "wall" not in k and k != "compile_s"} == \
         {k: v for k, v in two.items() if "wall" not in k and k != "compile_s"}
     assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--threads", "2"]) == 2
-    assert "--threads: threads run channels apart; the device has one channel (got 2)" in capsys.readouterr().err
+    assert "--threads: threads run channels apart: expected at most 1 (the device's channels), got 2" in \
+        capsys.readouterr().err
+    # the same rule on 8 channels (--threads 64 was accepted and ran 8 threads on main)
+    assert main(["dram", "--device", "hbm3_6400", "--channels", "8", "--threads", "64"]) == 2
+    assert "--threads: threads run channels apart: expected at most 8 (the device's channels), got 64" in \
+        capsys.readouterr().err
     t = tmp_path / "t.trace"
     t.write_text("LD 0x0\n")
     assert main(["dram", "convert", "--device", "hbm3_6400", "--trace", str(t), "--out", str(tmp_path / "o.npy"),

@@ -38,8 +38,19 @@ ARCHITECTURES = {
 
 
 def _div(a, b):
-    """a // b for the derived head_dim; non-integers pass through for the schema to reject."""
+    """a // b; non-integers pass through for the schema to reject."""
     return a // b if isinstance(a, int) and isinstance(b, int) and b > 0 else a
+
+
+def _head_dim(cfg: dict, hidden, heads, file: str, keys: tuple[str, str]):
+    """``head_dim`` if the config gives it, else hidden / heads, refused when not a whole number (it was truncated,
+    issue 31): ``keys`` are the config's names of hidden size and heads."""
+    if cfg.get("head_dim") is not None:
+        return cfg["head_dim"]
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+        raise ConfigError(f"expected {keys[0]} divisible by {keys[1]} ({heads}; head_dim = {keys[0]} / {keys[1]}), or "
+                          f"head_dim given explicitly, got {hidden}", file=file, key=keys[0])
+    return _div(hidden, heads)
 
 
 def _name(path: Path, cfg: dict) -> str:
@@ -65,7 +76,7 @@ def _llama_like(arch: str, cfg: dict, file: str) -> dict:
     d = {
         "num_layers": cfg["num_hidden_layers"], "hidden_size": hidden, "num_heads": heads,
         "num_kv_heads": cfg.get("num_key_value_heads") or heads,
-        "head_dim": cfg.get("head_dim") or _div(hidden, heads),
+        "head_dim": _head_dim(cfg, hidden, heads, file, ("hidden_size", "num_attention_heads")),
         "intermediate_size": cfg["intermediate_size"], "ffn_gated": True,
         "activation": cfg.get("hidden_activation") or cfg.get("hidden_act", "silu"),
         "norm": "rmsnorm", "vocab_size": cfg["vocab_size"],
@@ -135,7 +146,7 @@ def _opt(cfg: dict, file: str) -> dict:
     heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     return {
         "num_layers": cfg["num_hidden_layers"], "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads,
-        "head_dim": _div(hidden, heads),
+        "head_dim": _head_dim(cfg, hidden, heads, file, ("hidden_size", "num_attention_heads")),
         "intermediate_size": cfg["ffn_dim"], "ffn_gated": False,
         "activation": cfg.get("activation_function", "relu"), "norm": "layernorm",
         "vocab_size": cfg["vocab_size"], "max_position_embeddings": cfg.get("max_position_embeddings", 2048),
@@ -148,7 +159,7 @@ def _gpt2(cfg: dict, file: str) -> dict:
     heads, hidden = cfg["n_head"], cfg["n_embd"]
     return {
         "num_layers": cfg["n_layer"], "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads,
-        "head_dim": _div(hidden, heads),
+        "head_dim": _head_dim(cfg, hidden, heads, file, ("n_embd", "n_head")),
         "intermediate_size": cfg.get("n_inner") or _div(4 * hidden, 1),  # GPT2Config: None -> 4 x n_embd
         "ffn_gated": False, "activation": cfg.get("activation_function", "gelu_new"), "norm": "layernorm",
         "vocab_size": cfg["vocab_size"], "max_position_embeddings": cfg.get("n_positions", 1024),
@@ -172,7 +183,7 @@ def model_from_hf_config(path: str | os.PathLike) -> ModelSpec:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"invalid JSON ({exc})", file=file) from None
-    except RecursionError:
+    except RecursionError:  # the json decoder recurses per nesting level (a 100k-deep file, issue 31)
         raise ConfigError("invalid JSON (nested too deeply)", file=file) from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"expected a JSON object at the top level, got {type(cfg).__name__}", file=file)

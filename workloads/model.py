@@ -5,18 +5,38 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import Schema
+from attnsim.config import Plausible, Schema
 from attnsim.workloads.limits import MAX_LAYERS, MAX_TOKENS
 
 DTYPE_BYTES = {
     "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
     "int8": 1.0, "int4": 0.5, "int2": 0.25,
 }
+#: Activations the FLOP count knows (HF ``hidden_act`` / ``activation_function`` names, transformers.activations
+#: ACT2FN; counted by workloads.trace.activation_flops: relu* 1, gelu* 9, the others as silu 4).
+KNOWN_ACTIVATIONS = ("relu", "relu2", "relu6", "leaky_relu", "silu", "swish", "quick_gelu", "gelu", "gelu_new",
+                     "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "gelu_python")
+#: Decoder architectures whose structure attnsim models (HF ``architectures[0]``; workloads.hf maps their
+#: config.json, configs/models/ holds the others' dimensions).
+KNOWN_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
+                       "Qwen3ForCausalLM", "Gemma2ForCausalLM", "OPTForCausalLM", "GPT2LMHeadModel",
+                       "DeepseekV2ForCausalLM")
 DType = Literal["fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2"]
+
+
+# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
+_DIM = Plausible(1, 1 << 22, "model dimensions: hidden <= 16,384 (Llama-3.1-405B), FFN <= 73,728 (PaLM); 2^22 is 50x")
+_HEADS = Plausible(1, 1 << 14, "attention heads: <= 128 published (Llama-3.1-405B, DeepSeek-V3); 2^14 is 128x")
+_POSITIONS = Plausible(0, 1 << 24, "tokens (workloads.limits.MAX_TOKENS)")
 
 
 class MoESpec(Schema):
     """Mixture-of-experts FFN (Mixtral, DeepSeek)."""
+
+    plausible = {
+        "*": Plausible(0, 1 << 16, "experts: <= 256 routed in published models (DeepSeek-V3); 2^16 is 256x"),
+        "expert_intermediate_size": _DIM,
+    }
 
     num_experts: PositiveInt
     experts_per_token: PositiveInt
@@ -36,6 +56,8 @@ class MoESpec(Schema):
 class MLASpec(Schema):
     """Multi-head latent attention (DeepSeek-V2): the KV cache holds the latent + rope key."""
 
+    plausible = {"*": _DIM}
+
     kv_lora_rank: PositiveInt
     q_lora_rank: Optional[PositiveInt] = None
     qk_nope_head_dim: PositiveInt
@@ -46,6 +68,11 @@ class MLASpec(Schema):
 class RopeScalingSpec(Schema):
     """RoPE context extension (HF ``rope_scaling``): the model is used up to ``factor`` x
     ``original_max_position_embeddings`` (default: ``max_position_embeddings``) positions."""
+
+    plausible = {
+        "factor": Plausible(1, 1 << 24, "context extension factor (<= MAX_TOKENS positions)"),
+        "original_max_position_embeddings": _POSITIONS,
+    }
 
     type: str = Field(description="HF rope_type / type: linear, dynamic, yarn, llama3, longrope, ...")
     factor: float = Field(ge=1, le=MAX_TOKENS)
@@ -59,6 +86,16 @@ class ModelSpec(Schema):
     trace builder uses the ``mla`` dims for MLA models). ``intermediate_size`` is the dense FFN
     size (for MoE models without dense layers, e.g. Mixtral, the per-expert size as in HF).
     """
+
+    plausible = {
+        "*": _DIM,
+        "num_layers": Plausible(1, 4096, "layers (workloads.limits.MAX_LAYERS)"),
+        "num_heads": _HEADS,
+        "num_kv_heads": _HEADS,
+        "vocab_size": Plausible(1, 1 << 24, "tokens in a vocabulary: <= 262,144 published (Gemma); 2^24 is 64x"),
+        "max_position_embeddings": _POSITIONS,
+        "sliding_window": _POSITIONS,
+    }
 
     name: str
     architecture: str = "LlamaForCausalLM"
@@ -88,6 +125,20 @@ class ModelSpec(Schema):
     source: str = ""
 
     # field validators (not one model validator) so that errors carry the key path
+    @field_validator("architecture")
+    @classmethod
+    def _architecture(cls, v: str):
+        if v not in KNOWN_ARCHITECTURES:
+            raise ValueError(f"expected one of {', '.join(KNOWN_ARCHITECTURES)}")  # validate() appends ", got <v>"
+        return v
+
+    @field_validator("activation")
+    @classmethod
+    def _activation(cls, v: str):
+        if v not in KNOWN_ACTIVATIONS:
+            raise ValueError(f"expected one of {', '.join(KNOWN_ACTIVATIONS)}")  # validate() appends ", got <v>"
+        return v
+
     @field_validator("num_kv_heads")
     @classmethod
     def _gqa(cls, v: int, info: ValidationInfo):

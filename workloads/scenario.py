@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Optional, Union
 import numpy as np
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from attnsim.config import Schema
+from attnsim.config import not_physical, Plausible, Schema
 from attnsim.workloads.limits import MAX_BATCH, MAX_TOKENS
 from attnsim.workloads.model import DType
 from attnsim.workloads.speculative import SpeculativeSpec
@@ -14,8 +14,17 @@ from attnsim.workloads.speculative import SpeculativeSpec
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]  # a positive token count within workloads.limits
 
 
+# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
+_POSITIONS = Plausible(0, 1 << 24, "tokens (workloads.limits.MAX_TOKENS)")
+
+
 class LengthDistribution(Schema):
     """A named, seeded distribution of per-request prompt (context) lengths."""
+
+    plausible = {
+        "*": Plausible(0, 1 << 24, "tokens (workloads.limits.MAX_TOKENS)"),
+        "seed": not_physical("a random seed"),
+    }
 
     dist: Literal["fixed", "uniform", "normal", "lognormal"]
     mean: Optional[float] = Field(None, gt=0, le=MAX_TOKENS)
@@ -55,6 +64,8 @@ class Scenario(Schema):
     by attnsim.workloads.limits; ``prompt + output_len`` by the model's context window
     (``ModelSpec.max_positions``) unless ``beyond_max_position: allow``.
     """
+
+    plausible = {"batch_size": Plausible(1, 1 << 20, "requests (workloads.limits.MAX_BATCH)"), "*": _POSITIONS}
 
     name: str = "scenario"
     batch_size: int = Field(1, gt=0, le=MAX_BATCH)

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, Plausible, Schema
 
 MAX_DRAFT_TOKENS = 64  # gamma: SpecPIM / Leviathan explore 1-10; beyond 64 the verify is a prefill
 
 
 class SpeculativeSpec(Schema):
     """``speculative:`` of a scenario."""
+
+    plausible = {"acceptance_rate": Plausible(0, 1, "a probability")}
 
     draft_model: str = Field(description="the draft model: a model config name (configs/models) or a path")
     draft_tokens: int = Field(4, gt=0, le=MAX_DRAFT_TOKENS, description="gamma: tokens the draft proposes per target step")
@@ -48,8 +50,9 @@ def load_draft(spec: SpeculativeSpec, file: str | None = None, key: str = "specu
 
 
 def check_pair(target, spec: SpeculativeSpec, file: str | None = None, key: str = "speculative") -> None:
-    """The draft must share the target's vocabulary (its tokens are the target's)."""
+    """The draft must share the target's vocabulary (its tokens are the target's); returns the draft's ModelSpec."""
     draft = load_draft(spec, file, f"{key}.draft_model")
     if draft.vocab_size != target.vocab_size:
         raise ConfigError(f"expected a draft with the target's vocabulary ({target.name}: {target.vocab_size} "
                           f"tokens), got {draft.name} with {draft.vocab_size}", file=file, key=f"{key}.draft_model")
+    return draft

@@ -33,7 +33,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from attnsim.config import Schema
+from attnsim.config import Plausible, Schema
 
 
 #: The parameters each policy kind reads (any other one, given explicitly, is refused).
@@ -45,6 +45,8 @@ POLICY_FIELDS = {"none": (), "streaming": ("sink_tokens", "window_tokens", "dens
 
 class KVPolicySpec(Schema):
     """``serving.kv.policy``."""
+
+    plausible = {"dense_layers": Plausible(0, 4096, "layers (workloads.limits.MAX_LAYERS)")}
 
     kind: Literal["none", "streaming", "h2o", "snapkv", "quest"] = "none"
     sink_tokens: NonNegativeInt = 4          # StreamingLLM §3.3: four initial tokens as attention sinks

@@ -26,13 +26,15 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, not_physical, Plausible, Schema
 from attnsim.workloads.limits import MAX_REQUESTS, MAX_TOKENS
 from attnsim.workloads.scenario import Tokens
 
 
 class LengthDist(Schema):
     """A token-length distribution (prompt or output)."""
+
+    plausible = {"*": Plausible(0, 1 << 24, "tokens (workloads.limits.MAX_TOKENS)")}
 
     dist: Literal["fixed", "uniform", "lognormal"] = "fixed"
     mean: Optional[float] = Field(None, gt=0, le=MAX_TOKENS)
@@ -66,6 +68,10 @@ class PrefixSpec(Schema):
     """Synthetic shared prefixes: a fraction of requests start with one of ``num_prefixes``
     system prompts of ``tokens`` tokens each (chosen uniformly)."""
 
+    plausible = {
+        "num_prefixes": Plausible(1, 1 << 20, "distinct shared prefixes (<= requests, workloads.limits.MAX_REQUESTS)"),
+    }
+
     num_prefixes: int = Field(1, gt=0, le=MAX_REQUESTS)
     tokens: Tokens = 512
     fraction: float = Field(1.0, ge=0, le=1)
@@ -74,6 +80,15 @@ class PrefixSpec(Schema):
 class TraceSpec(Schema):
     """``serving.trace``: synthetic load or a file. Lengths default to the scenario's
     prompt_len / output_len (fixed) when not given."""
+
+    plausible = {
+        "num_requests": Plausible(1, 1 << 20, "requests (workloads.limits.MAX_REQUESTS)"),
+        "cv": Plausible(0.01, 100, "coefficient of variation of inter-arrival times: production LLM traces show "
+            "~1-5 (Azure LLM traces, Splitwise ISCA 2024); 0.01 is near-periodic, 100 a few bursts"),
+        "rate_per_s": Plausible(1e-6, 1e7, "requests per second: LLM services see ~1-1000 req/s per deployment (Azure "
+            "LLM inference traces 2023, Splitwise ISCA 2024); 1e7 is 10^4x"),
+        "seed": not_physical("a random seed"),
+    }
 
     file: Optional[str] = Field(None, description="CSV or JSONL of requests (overrides synthetic)")
     num_requests: int = Field(100, gt=0, le=MAX_REQUESTS, description="synthetic requests (workloads.limits.MAX_REQUESTS)")

@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-from attnsim.config import ConfigError, display_path, find_config, load_yaml, validate
-from attnsim.experiment import load_tree, validate_tree
+from attnsim.config import ConfigError, allow_notes, display_path, find_config, load_yaml, validate
+from attnsim.experiment import experiment_allow, load_tree, validate_tree
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.pipeline import check_pipeline
@@ -51,7 +51,7 @@ def serving_spec(tree) -> ServingSpec:
     raw = tree.experiment.get("serving") or {}
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping", file=exp_file, key="serving")
-    return validate(ServingSpec, raw, file=exp_file, prefix="serving")
+    return validate(ServingSpec, raw, file=exp_file, prefix="serving", allow=experiment_allow(tree))
 
 
 def serving_hardware_refs(serving: ServingSpec) -> list[tuple[str, str]]:
@@ -423,6 +423,9 @@ def _serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, 
         if e.file is not None or d is not None or str(e.key or "").split(".")[0] not in SYSTEM_KEYS:
             raise
         raise ConfigError(e.message, file=exp.tree.file_of("systems", sname), key=e.key) from None
+    opt_outs = allow_notes(exp.tree)  # allow_out_of_range: keys accepted outside their plausible ranges
+    if opt_outs:
+        doc["notes"] = list(doc.get("notes") or []) + opt_outs
     return doc
 
 

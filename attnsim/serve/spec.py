@@ -8,12 +8,17 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.config import Schema
+from attnsim.config import HARDWARE_COUNT, Plausible, Schema, not_physical
 from attnsim.serve.kvpolicy import KVPolicySpec
 from attnsim.serve.requests import TraceSpec
 
 
 class SchedulerSpec(Schema):
+    plausible = {
+        "max_batch": Plausible(1, 1 << 20, "requests per iteration (workloads.limits.MAX_BATCH)"),
+        "max_tokens_per_iter": Plausible(1, 1 << 30, "tokens per iteration (MAX_BATCH x 2^10)"),
+    }
+
     max_batch: PositiveInt = 256              # vLLM max_num_seqs default (vllm/config.py, ASSUMPTION: v0.6 default)
     max_tokens_per_iter: PositiveInt = 2048   # vLLM max_num_batched_tokens default with chunked prefill (same source)
     chunked_prefill: bool = True              # Sarathi-Serve style mixed batches (Agrawal et al., OSDI 2024)
@@ -46,6 +51,8 @@ class KVSpec(Schema):
 
 
 class MemoSpec(Schema):
+
+    plausible = {"*": not_physical("a memoisation bucket of the simulator (accuracy vs speed), not hardware")}
     context_bucket: PositiveInt = 32          # decode context grid (tokens); costing.py documents the error
     token_bucket: PositiveInt = 16            # prefill chunk grid (tokens)
     relative_bucket: float = Field(0.125, ge=0, le=0.5, description="geometric grid: points per octave = 1 / this; 0 = uniform")
@@ -59,6 +66,8 @@ class SLOSpec(Schema):
 
 class DisaggSpec(Schema):
     """A prefill pool and a decode pool (two systems of the experiment) joined by a link."""
+
+    plausible = {"parallel_links": HARDWARE_COUNT}
 
     name: Optional[str] = None
     prefill: str
@@ -78,6 +87,11 @@ class KVPoolServingSpec(Schema):
 
 
 class ServingSpec(Schema):
+    plausible = {
+        "replications": Plausible(1, 1 << 16, "simulated replications of a trace"),
+        "confidence": Plausible(0, 1, "a confidence level"),
+    }
+
     trace: TraceSpec = TraceSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
     kv: KVSpec = KVSpec()
@@ -97,6 +111,8 @@ class ServingSpec(Schema):
             raise ValueError("prefix caching with an evicting KV policy is not modelled (use kind none or quest)")
         if self.kv_pool is not None and self.kv.policy.kind not in ("none", "quest"):
             raise ValueError("a KV pool with an evicting KV policy is not modelled (use kind none or quest)")
+        if not self.kv.prefix_caching:  # the pool serves local prefix misses: without prefix caching it is never read
+            self.refuse_unused(["kv_pool"], "without kv.prefix_caching: true (the pool serves prefix lookups)")
         if self.kv_pool is not None and not self.colocated:
             raise ValueError("kv_pool is shared by the replicas of colocated runs: set colocated: true")
         if self.replications == 1:

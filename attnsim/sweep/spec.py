@@ -48,6 +48,7 @@ import yaml
 from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
 from attnsim.results import json_default as _json_default
+from attnsim.config import not_physical
 from attnsim.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
                             set_dotted, set_items, validate)
 from attnsim.hwmodels.system import ref_name
@@ -64,6 +65,8 @@ _PICKED = {f"experiment.{sec}": s for s, sec in _SECTION_OF.items()}  # varied b
 
 class RangeSpec(Schema):
     """An inclusive range: ``step`` (arithmetic), ``num`` (+``scale``) or ``factor`` (geometric)."""
+
+    plausible = {"*": not_physical("a sweep axis; each value is checked where it is set")}
 
     start: float
     stop: float
@@ -116,6 +119,8 @@ Values = Annotated[Union[Annotated[RangeSpec, Tag("range")], Annotated[list[Any]
 
 
 class Distribution(Schema):
+
+    plausible = {"*": not_physical("a sweep axis; each sampled value is checked where it is set")}
     uniform: Optional[tuple[float, float]] = None
     loguniform: Optional[tuple[float, float]] = None
     randint: Optional[tuple[int, int]] = None
@@ -146,6 +151,8 @@ class Distribution(Schema):
 
 
 class RandomBlock(Schema):
+
+    plausible = {"*": not_physical("sample count and seed of a sweep")}
     samples: PositiveInt
     seed: int = 0
     params: dict[str, Distribution] = Field(min_length=1)
@@ -171,6 +178,8 @@ class Block(Schema):
 
 class DaskJobqueue(Schema):
     """dask-jobqueue cluster: ``kind`` picks SLURMCluster/PBSCluster; the rest are its keyword arguments."""
+
+    plausible = {"*": not_physical("cluster job sizing of the sweep runner")}
 
     kind: Literal["slurm", "pbs"] = "slurm"
     jobs: PositiveInt = 1
@@ -201,6 +210,8 @@ class DaskSpec(Schema):
 class SlurmSpec(Schema):
     """What ``attnsim sweep --emit-sbatch`` writes into the #SBATCH header."""
 
+    plausible = {"*": not_physical("job sizing of the sweep runner")}
+
     shards: PositiveInt = 4
     cpus_per_task: PositiveInt = 4
     time: str = "01:00:00"
@@ -228,6 +239,8 @@ class SlurmSpec(Schema):
 
 class FigureSpec(Schema):
     """One figure rendered after the sweep (``attnsim plot --all``)."""
+
+    plausible = {"*": not_physical("figure axis limits")}
 
     recipe: str
     out: RelativePath = Field(description="output file (.pdf or .png; the other format is written beside it), "
@@ -273,6 +286,8 @@ class FigureSpec(Schema):
 
 
 class SweepSpec(Schema):
+
+    plausible = {"*": not_physical("replications of a sweep")}
     name: SafeName  # becomes results/<name>.h5: no path separators or '..' (attnsim.outputs)
     description: str = ""
     base: str = "default"

@@ -389,14 +389,16 @@ MAX_THREADS = 1024
 
 
 def check_threads(threads, n_ch: int, scheduler: str, emit: bool, rules, key: str = "threads") -> None:
-    """``threads`` takes effect or is refused: an integer in [1, MAX_THREADS]; > 1 only where channel groups can
-    run apart (the fast scheduler, no command emission, no two-level queues, more than one channel)."""
+    """``threads`` takes effect or is refused: an integer in [1, MAX_THREADS], at most the device's channels (a
+    thread runs at least one); > 1 only where channel groups can run apart (the fast scheduler, no command
+    emission, no two-level queues)."""
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or not 1 <= threads <= MAX_THREADS:
         raise ConfigError(f"expected an integer in [1, {MAX_THREADS}], got {threads!r}", key=key)
     if threads == 1:
         return
-    if n_ch == 1:
-        raise ConfigError(f"threads run channels apart; the device has one channel (got {threads})", key=key)
+    if threads > n_ch:  # one rule for every device: a thread runs at least one channel (1 channel: no threads)
+        raise ConfigError(f"threads run channels apart: expected at most {n_ch} (the device's channels), got {threads}",
+                          key=key)
     if scheduler != "fast" or emit or rules.cmd_queue_entries:
         raise ConfigError("threads > 1 run only in the fast scheduler without command emission or the dramsim3 "
                           f"preset's two-level queues; expected 1 here, got {threads}", key=key)

@@ -78,7 +78,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import ConfigError, Plausible, Schema
 
 # Default rule set of every DRAM spec (request streams and PIM command programs): the best evidence, within 3 % of
 # Ramulator 2.1 on all 28 golden streams (tests/data/dram_golden/ramulator2_*.json; module docstring).
@@ -135,6 +135,12 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 
 class RuleOverrides(Schema):
     """A DRAM spec's ``controller_rules:``: fields of ControllerRules set over the chosen preset."""
+
+    plausible = {
+        "*": Plausible(0, 1 << 16, "controller queue entries / watermarks (rules.MAX_QUEUE)"),
+        "wr_low_watermark": Plausible(0, 1, "a fraction of the write queue"),
+        "wr_high_watermark": Plausible(0, 1, "a fraction of the write queue"),
+    }
     act_scope: Optional[Scope] = None
     turnaround_scope: Optional[Scope] = None
     queue_entries: Optional[Annotated[int, Field(ge=1, le=MAX_QUEUE)]] = None

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from attnsim.config import ConfigError, Schema, display_path, find_config, load_yaml, validate
+from attnsim.config import ConfigError, display_path, find_config, load_yaml, Plausible, Schema, validate
 from attnsim.hwmodels.dram.rules import DEFAULT_CONTROLLER, RuleOverrides, given_overrides, override_error
 from attnsim.hwmodels.dram.rules import name_error as rules_name_error
 
@@ -33,6 +33,14 @@ Amount = Annotated[float, Field(ge=0, le=1e9)]  # pJ, pJ/bit, W, mA: far above a
 
 
 class Organisation(Schema):
+    plausible = {
+        "*": Plausible(1, 1 << 20, "DRAM organisation counts (channels, ranks, banks): real parts have <= 64 "
+            "channels and <= 64 banks per channel (JESD79-5, JESD238); 2^20 is the engine bound (spec.MAX_BANKS)"),
+        "rows": Plausible(1, 1 << 24, "rows per bank: 2^15-2^18 in DDR5/HBM3 (JESD79-5, JESD238)"),
+        "columns": Plausible(1, 1 << 16, "columns per row: 2^7-2^11 (JESD79-5)"),
+        "channel_width_bits": Plausible(1, 4096, "bits per channel: 16-128 (JESD79-5, JESD238)"),
+    }
+
     channels: Count
     pseudo_channels: Count = 1
     ranks: Count = 1
@@ -59,6 +67,10 @@ class Organisation(Schema):
 
 
 class Timing(Schema):
+    plausible = {
+        "*": Plausible(0, 1 << 24, "clock cycles (spec.MAX_TIMING_CYCLES; tREFI 3.9 us at 3.2 GHz is ~12,500 cycles)"),
+    }
+
     nBL: Cycles
     nCL: Cycles
     nCWL: Cycles
@@ -96,6 +108,8 @@ class Timing(Schema):
 
 
 class PIMTiming(Schema):
+
+    plausible = {"*": Plausible(0, 1 << 24, "clock cycles (spec.MAX_TIMING_CYCLES)")}
     nCCDAB: Cycles                      # MACAB -> MACAB (channel)
     nCCDSB: Cycles                      # MACSB -> MACSB (same bank)
     nRCDRDMAC: Optional[Cycles] = None  # ACT(AB) -> MAC; default nRCDRD
@@ -113,6 +127,11 @@ class PIMTiming(Schema):
 class IDD(Schema):
     """Currents (mA) the per-event energies not given in ``energy`` are derived from; each current
     is required by, and only allowed with, a derived value that uses it (``IDD_USES``)."""
+
+    plausible = {
+        "devices_per_channel": Plausible(0.01, 1024, "DRAM dies per channel: 1-16 (x4 RDIMMs: 18 per rank, "
+            "JESD79-5); a fraction shares one die across channels"),
+    }
 
     vdd_v: float = Field(gt=0, le=1e3)
     idd0_ma: Optional[Amount] = None

@@ -351,10 +351,20 @@ def calibration_path():
 
 def load_calibration(path=None) -> dict:
     """The saved calibration (bench/calibrate_perplexity.py) with its fit."""
-    from attnsim.config import ConfigError, display_path, load_yaml
+    from attnsim.config import ConfigError, check_float, check_numbers, display_path, load_yaml
     p = calibration_path() if path is None else path
     doc = load_yaml(p)  # a missing / non-YAML file: one ConfigError naming the file (and line)
-    if "fit" not in doc or "model" not in doc:
+    if not isinstance(doc, dict) or "fit" not in doc or "model" not in doc or not isinstance(doc["fit"], dict):
         raise ConfigError(f"expected a KV error -> perplexity calibration (keys model, fit), got keys "
-                          f"{sorted(map(str, doc))}", file=display_path(p))
+                          f"{sorted(map(str, doc)) if isinstance(doc, dict) else type(doc).__name__}",
+                          file=display_path(p))
+    check_numbers(doc, display_path(p))  # no NaN / inf anywhere (issue 31: a NaN slope planned silently)
+    for key in FIT_SLOPES:
+        check_float(doc["fit"].get(key), display_path(p), f"fit.{key}", lo=0.0, hi=MAX_SLOPE)
     return doc
+
+
+#: The slopes a calibration's fit must hold: ln(ppl / ppl_base) per unit of KV error (module docstring).
+FIT_SLOPES = ("s_quant", "s_bit", "s_quant_upper", "s_bit_upper")
+#: Plausible bound of a slope: measured 0.02-18 (configs/calibration/kv_error_ppl.yaml); 1e4 is 500x the largest.
+MAX_SLOPE = 1e4

@@ -20,7 +20,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveFloat, model_validator
 
-from attnsim.config import Schema, validate
+from attnsim.config import Plausible, Schema, validate
 from attnsim.hwmodels.reliability import ecc as _ecc
 from attnsim.hwmodels.reliability.errors import JEDEC_REFRESH_MS, RawErrorModel, field_fault_modes
 from attnsim.hwmodels.reliability.formats import FORMATS
@@ -31,6 +31,15 @@ KVFormat = Literal[FORMATS]
 
 
 class ErrorModelSpec(Schema):
+    plausible = {
+        "retention_anchor_ber": Plausible(0, 0.5, "a bit error rate (0.5 is a random bit)"),
+        "ber_approx": Plausible(0, 0.5, "a bit error rate (0.5 is a random bit)"),
+        "fault_device_fit": Plausible(0, 1e7, "FIT per device (failures per 1e9 h): DRAM devices ~10-100 (Sridharan "
+            "SC 2013, ASPLOS 2015)"),
+        "lambda_soft_per_bit_h": Plausible(0, 1e-3, "soft errors per bit-hour: DRAM ~1e-15-1e-10 (Schroeder "
+            "SIGMETRICS 2009: 25,000-70,000 FIT/Mbit is ~3e-14 per bit-hour)"),
+    }
+
     lambda_soft_per_bit_h: float = Field(2.4e-11, ge=0)     # 25k FIT/Mbit (Schroeder SIGMETRICS'09)
     retention_anchor_s: list[float] = [1.0, 10.0, 20.0]     # Flikker ASPLOS'11 [M], cxl_reliability.md §3.1
     retention_anchor_ber: list[float] = [3.0e-8, 1.0e-5, 1.0e-4]
@@ -56,6 +65,8 @@ class FieldEcc(Schema):
 
 
 class FieldRefresh(Schema):
+
+    plausible = {"*": Plausible(1e-3, 1e8, "refresh interval, ms (the _ms range)")}
     high: Optional[float] = Field(None, gt=0)
     low: Optional[float] = Field(None, gt=0)
 
@@ -73,10 +84,19 @@ class TierSchema(Schema):
 
 
 class AccuracySlo(Schema):
+    plausible = {
+        "max_rel_attention_error": Plausible(0, 10, "relative attention error: SLOs of 1e-4-1e-1 "
+            "(reference/reliability); above 10x the output is noise"),
+    }
+
     max_rel_attention_error: float = Field(gt=0)
 
 
 class ReliabilitySpec(Schema):
+    plausible = {
+        "quant_group": Plausible(1, 1 << 20, "values per quantisation group: 32-128 in KV quantisers (KIVI, KVQuant)"),
+    }
+
     temperature_c: float = 45.0
     refresh_interval_ms: float = Field(JEDEC_REFRESH_MS, gt=0)
     kv_format: KVFormat = "bf16"
@@ -100,8 +120,9 @@ class ReliabilitySpec(Schema):
         return self
 
     @classmethod
-    def load(cls, data: dict, file: str | None = None, prefix: str = "reliability") -> "ReliabilitySpec":
-        return validate(cls, data, file=file, prefix=prefix)
+    def load(cls, data: dict, file: str | None = None, prefix: str = "reliability",
+             allow: list[str] | None = None) -> "ReliabilitySpec":
+        return validate(cls, data, file=file, prefix=prefix, allow=allow)
 
     def refresh_of(self, tier: str, which: str) -> float:
         v = getattr(self.tiers[tier].refresh_ms, which)
