@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import CONFIG_ROOT, Schema, load_yaml, validate
+from attnsim.config import CONFIG_ROOT, Plausible, Schema, load_yaml, validate
 from attnsim.outputs import SafeName
 from attnsim.validation_row import Row
 
@@ -47,6 +47,11 @@ class Assumption(Schema):
 
 
 class Benchmark(Schema):
+    plausible: ClassVar[dict] = {
+        "offline_requests": Plausible(1, 1e6, "requests simulated per Offline row: MLPerf's sample sets hold 24,576 "
+                                      "(llama2-70b) to 15,000 (mixtral) queries; more only costs time"),
+        "server_requests": Plausible(1, 1e6, "requests simulated per Server rate probe (as offline_requests)"),
+    }
     experiment: str  # relative to configs/validation/
     offline_requests: PositiveInt
     server_requests: PositiveInt
@@ -55,6 +60,9 @@ class Benchmark(Schema):
 
 
 class RowSpec(Schema):
+    plausible: ClassVar[dict] = {
+        "reference": Plausible(1e-3, 1e7, "an MLPerf result: tokens/s, samples/s or queries/s of one 8-GPU node "
+                               "(DGX-H100 llama2-70b Offline ~2.5e4 tokens/s)")}
     round: str
     benchmark: str
     variant: str
@@ -70,6 +78,7 @@ class RoundSpec(Schema):
 
 
 class MLPerfSpec(Schema):
+    plausible: ClassVar[dict] = {"tolerance": Plausible(0, 1, "a relative error bound (issue 29: 10 %)")}
     source: str
     rounds: dict[str, RoundSpec]
     tolerance: PositiveFloat

@@ -20,7 +20,7 @@ KNOWN_ACTIVATIONS = ("relu", "relu2", "relu6", "leaky_relu", "silu", "swish", "q
 #: config.json, configs/models/ holds the others' dimensions).
 KNOWN_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
                        "Qwen3ForCausalLM", "Gemma2ForCausalLM", "OPTForCausalLM", "GPT2LMHeadModel",
-                       "DeepseekV2ForCausalLM")
+                       "DeepseekV2ForCausalLM", "GPTJForCausalLM")  # GPT-J: attention and MLP in parallel, same ops
 DType = Literal["fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2"]
 
 
