@@ -181,3 +181,20 @@ def test_not_utf8_names_the_line(tmp_path):
     f.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3\xff,4\n")
     with pytest.raises(ConfigError, match=r"b.csv: line 2: not UTF-8 text: invalid byte 0xff at byte offset 64"):
         read_trace(f, "azure")   # offset: 40-byte header line + 24 bytes before 0xff
+
+
+def test_mooncake_hash_ids_drive_the_kv_pool(tmp_path):
+    """Two Mooncake requests 5 s apart sharing their first 4 hash blocks, on two instances sharing a KV pool
+    (configs/experiments/kv_pool.yaml; requests go round-robin: one per instance): the second instance misses
+    locally and fetches the 4 x 512 = 2048 prefix tokens the first one published."""
+    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"timestamp": 0, "input_length": 2100, "output_length": 8, "hash_ids": [1, 2, 3, 4, 5]}\n'
+                 '{"timestamp": 5000, "input_length": 2200, "output_length": 8, "hash_ids": [1, 2, 3, 4, 6]}\n')
+    sets = ["experiment.systems=[mooncake_h100_x2]", "experiment.serving.kv_pool.systems=[mooncake_h100_x2]",
+            f"experiment.serving.trace={{file: {f}, format: mooncake}}"]
+    exp, sv = load_serving_experiment("kv_pool", sets)
+    doc = serve_experiment(exp, sv)[0]
+    kp = doc["serving"]["kv_pool"]
+    assert doc["status"] == "ok"
+    assert kp["pool_hits"] == 1 and kp["pool_hit_tokens"] == 2048
