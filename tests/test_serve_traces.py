@@ -11,10 +11,9 @@ import pytest
 
 import attnsim.serve.traces as traces
 from attnsim.config import ConfigError
-from attnsim.serve.requests import TraceSpec, build_request_trace
+from attnsim.serve.requests import TraceSpec, build_request_trace, read_trace
 from attnsim.serve.run import quick_pool
 from attnsim.serve.scheduler import simulate_pool
-from attnsim.serve.traces import read_trace
 
 DATA = Path(__file__).parent / "data" / "traces"
 AZ23 = DATA / "azure_conv_2023_head300.csv"

@@ -25,7 +25,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from attnsim.config import ConfigError, Schema
+from attnsim.config import Schema
 from attnsim.workloads.limits import MAX_REQUESTS, MAX_TOKENS
 from attnsim.workloads.scenario import Tokens
 
@@ -167,56 +167,17 @@ def synthetic_trace(spec: TraceSpec, default_prompt: int, default_output: int) -
     return RequestTrace.from_arrays(arr, prompt, output, pid, ptok)
 
 
-_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_id", "prefix_tokens")
-_REQUIRED = _COLUMNS[:3]
-
-
-def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
-    unknown = [k for k in row if k not in _COLUMNS]
-    if unknown:
-        raise ConfigError(f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file, key=f"line {line}")
-    out = []
-    for k in _COLUMNS:
-        v = row.get(k)
-        if v is None or v == "":
-            if k in _REQUIRED:
-                raise ConfigError(f"missing {k}", file=file, key=f"line {line}")
-            out.append(None)
-            continue
-        try:
-            if isinstance(v, bool):  # JSON true/false: float() would read 1/0
-                raise TypeError
-            x = float(v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{k}: expected a number, got {v!r}", file=file, key=f"line {line}") from None
-        if not np.isfinite(x):
-            raise ConfigError(f"{k}: expected a finite number, got {v!r}", file=file, key=f"line {line}")
-        if k == "arrival_s":
-            if x < 0:
-                raise ConfigError(f"arrival_s: expected a value >= 0, got {v!r}", file=file, key=f"line {line}")
-        else:
-            if x != int(x):
-                raise ConfigError(f"{k}: expected an integer, got {v!r}", file=file, key=f"line {line}")
-            lo, hi = (0, np.iinfo(np.int64).max) if k == "prefix_id" else (1, MAX_TOKENS)
-            if not lo <= x <= hi:
-                want = f">= {lo}" if x < lo else f"<= {hi}"
-                raise ConfigError(f"{k}: expected an integer {want}, got {v!r}", file=file, key=f"line {line}")
-            x = int(x)
-        out.append(x)
-    arr, prompt, output, pid, ptok = out
-    if pid is None:
-        pid, ptok = -1, 0
-    elif ptok is None:
-        ptok = default_prefix
-    if pid >= 0 and ptok > prompt:
-        raise ConfigError(f"prefix_tokens ({ptok}) exceed prompt_tokens ({prompt})", file=file, key=f"line {line}")
-    return arr, prompt, output, pid, ptok
+def read_trace(path: str | Path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s: float = 0.0,
+               duration_s: Optional[float] = None, default_prefix: int = 512) -> tuple[RequestTrace, dict]:
+    """(RequestTrace, facts) of a request file: attnsim csv/jsonl or a dataset format (attnsim.serve.traces)."""
+    from attnsim.serve.traces import read_rows
+    *cols, facts = read_rows(path, fmt, time_scale, start_s, duration_s, default_prefix)
+    return RequestTrace.from_arrays(*cols), facts
 
 
 def read_trace_file(path: str | Path, default_prefix: int = 512, fmt: Optional[str] = None, time_scale: float = 1.0,
                     start_s: float = 0.0, duration_s: Optional[float] = None) -> RequestTrace:
-    """Read a request file (attnsim csv/jsonl or a dataset format: attnsim.serve.traces.read_trace)."""
-    from attnsim.serve.traces import read_trace
+    """Read a request file (see :func:`read_trace`)."""
     return read_trace(path, fmt, time_scale, start_s, duration_s, default_prefix)[0]
 
 

@@ -222,13 +222,58 @@ def _mooncake(path, file):
 
 
 def _native(path, file, fmt, default_prefix):
-    from attnsim.serve.requests import _parse_row
     if fmt == "jsonl":
         for i, obj, _ in _jsonl(path, file):
             yield (i,) + _parse_row(obj, file, i, default_prefix)
         return
     for i, row, _ in _csv_rows(path, file, (), "csv"):  # columns checked per row (_parse_row: line and column)
         yield (i,) + _parse_row(row, file, i, default_prefix)
+
+
+_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_id", "prefix_tokens")
+_REQUIRED = _COLUMNS[:3]
+
+
+def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
+    unknown = [k for k in row if k not in _COLUMNS]
+    if unknown:
+        raise ConfigError(f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file, key=f"line {line}")
+    out = []
+    for k in _COLUMNS:
+        v = row.get(k)
+        if v is None or v == "":
+            if k in _REQUIRED:
+                raise ConfigError(f"missing {k}", file=file, key=f"line {line}")
+            out.append(None)
+            continue
+        try:
+            if isinstance(v, bool):  # JSON true/false: float() would read 1/0
+                raise TypeError
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{k}: expected a number, got {v!r}", file=file, key=f"line {line}") from None
+        if not np.isfinite(x):
+            raise ConfigError(f"{k}: expected a finite number, got {v!r}", file=file, key=f"line {line}")
+        if k == "arrival_s":
+            if x < 0:
+                raise ConfigError(f"arrival_s: expected a value >= 0, got {v!r}", file=file, key=f"line {line}")
+        else:
+            if x != int(x):
+                raise ConfigError(f"{k}: expected an integer, got {v!r}", file=file, key=f"line {line}")
+            lo, hi = (0, np.iinfo(np.int64).max) if k == "prefix_id" else (1, MAX_TOKENS)
+            if not lo <= x <= hi:
+                want = f">= {lo}" if x < lo else f"<= {hi}"
+                raise ConfigError(f"{k}: expected an integer {want}, got {v!r}", file=file, key=f"line {line}")
+            x = int(x)
+        out.append(x)
+    arr, prompt, output, pid, ptok = out
+    if pid is None:
+        pid, ptok = -1, 0
+    elif ptok is None:
+        ptok = default_prefix
+    if pid >= 0 and ptok > prompt:
+        raise ConfigError(f"prefix_tokens ({ptok}) exceed prompt_tokens ({prompt})", file=file, key=f"line {line}")
+    return arr, prompt, output, pid, ptok
 
 
 def format_of(path: Path, fmt: Optional[str]) -> str:
@@ -238,10 +283,11 @@ def format_of(path: Path, fmt: Optional[str]) -> str:
     return "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else "csv"
 
 
-def read_trace(path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s: float = 0.0,
-               duration_s: Optional[float] = None, default_prefix: int = 512):
-    """Read a trace file; returns (RequestTrace, facts): facts counts the rows read, kept, skipped."""
-    from attnsim.serve.requests import RequestTrace
+def read_rows(path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s: float = 0.0,
+              duration_s: Optional[float] = None, default_prefix: int = 512):
+    """Read a trace file: (arrival_s, prompt, output, prefix_id, prefix_tokens, facts), rows in file order
+    (None prefix arrays: no prefixes); facts counts the rows read, kept, skipped. attnsim.serve.requests.read_trace
+    makes a RequestTrace of it."""
     p = Path(path)
     file = str(path)
     check_size(p, file)
@@ -295,7 +341,7 @@ def read_trace(path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s
         pid = np.empty(len(kept), np.int64)
         ptok = np.empty(len(kept), np.int64)
         pid[order], ptok[order] = pid_o, ptok_o
-    return RequestTrace.from_arrays(arrival, prompt, output, pid, ptok), facts
+    return arrival, prompt, output, pid, ptok, facts
 
 
 def mooncake_prefixes(hashes: list, prompt: np.ndarray):
@@ -328,5 +374,5 @@ def mooncake_prefixes(hashes: list, prompt: np.ndarray):
     return pid, ptok, int(ideal)
 
 
-__all__ = ["FORMATS", "MAX_TRACE_BYTES", "MOONCAKE_BLOCK_TOKENS", "read_trace", "parse_timestamp", "check_size",
+__all__ = ["FORMATS", "MAX_TRACE_BYTES", "MOONCAKE_BLOCK_TOKENS", "read_rows", "parse_timestamp", "check_size",
            "format_of", "mooncake_prefixes"]
