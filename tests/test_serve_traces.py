@@ -197,3 +197,17 @@ def test_mooncake_hash_ids_drive_the_kv_pool(tmp_path):
     kp = doc["serving"]["kv_pool"]
     assert doc["status"] == "ok"
     assert kp["pool_hits"] == 1 and kp["pool_hit_tokens"] == 2048
+
+
+def test_replay_experiment_serves_a_window_of_the_shipped_trace(capsys):
+    """serve_azure_conv from the built-in configs: its shipped 1-in-10 Azure file, first 120 s, on dgx_h100."""
+    from attnsim.cli import main
+    from attnsim.config import find_config
+    shipped = find_config("experiments", "serve_azure_conv").parent / "traces" / "azure_conv_2023_1in10.csv"
+    t, p, _ = _oracle_azure(shipped)
+    assert len(t) == 1937   # every 10th of the 19,366 requests (tests/data/traces/README.md)
+    rc = main(["serve", "serve_azure_conv", "--set", "experiment.systems=[dgx_h100]", "--set",
+               "experiment.serving.trace.duration_s=120", "--json", "--no-write"])
+    assert rc == 0
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    assert run["status"] == "ok" and run["metrics"]["requests"] == int((t < 120).sum())
