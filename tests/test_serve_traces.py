@@ -114,8 +114,9 @@ def test_mooncake_excerpt_drives_prefix_caching():
     assert hits[False] == 0 and 0 < hits[True] <= facts["ideal_reuse_tokens"]
 
 
-def test_burstgpt_columns_and_failed_rows(tmp_path):
+def test_burstgpt_columns_and_failed_rows(tmp_path, caplog):
     # HPMLL/BurstGPT README "Schema" column names; Response tokens 0 = a failed request (skipped, counted)
+    caplog.set_level("INFO", logger="attnsim.traces")
     f = tmp_path / "b.csv"
     f.write_text("Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                  "5,s1,1.2,ChatGPT,472,18,490,Conversation log\n"
@@ -125,6 +126,7 @@ def test_burstgpt_columns_and_failed_rows(tmp_path):
     assert facts["skipped_failed"] == 1 and facts["requests"] == 2
     assert list(tr.arrival_s) == [0.0, 7.0] and list(tr.prompt_tokens) == [472, 20]
     assert list(tr.output_tokens) == [18, 300]
+    assert "1 of 3 rows skipped: failed requests" in caplog.text   # the user hears about the dropped row
 
 
 @pytest.mark.parametrize("fmt,body,where,words", [

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import calendar
 import csv
+import logging
 import json
 import math
 import re
@@ -50,6 +51,7 @@ MAX_TRACE_BYTES = 4 << 30
 """Largest trace file read (4 GiB). ASSUMPTION: above every public file these readers take (BurstGPT_3.csv
 ~220 MB, HPMLL/BurstGPT README; Azure 2024 one-week CSVs are a few hundred MB); a bound so a wrong path
 (a disk image, a log) fails at once instead of streaming for minutes."""
+LOG = logging.getLogger("attnsim.traces")  # notices on stderr through attnsim.notices
 QUOTE_CHARS = 80
 """At most this many characters of a bad line are quoted in an error."""
 MOONCAKE_BLOCK_TOKENS = 512
@@ -329,7 +331,11 @@ def read_rows(path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s:
     arrival = np.array([r[0] for r in kept])
     prompt = np.array([r[1] for r in kept], np.int64)
     output = np.array([r[2] for r in kept], np.int64)
+    n_read += skipped[0]  # the skipped rows were read too
     facts = {"format": fmt, "rows_read": n_read, "requests": len(kept), "skipped_failed": skipped[0]}
+    if skipped[0]:
+        LOG.info("%s: %d of %d rows skipped: failed requests (Response tokens 0, BurstGPT README)",
+                 file, skipped[0], n_read)
     pid = ptok = None
     if native:
         pid = np.array([r[3] for r in kept], np.int64)
