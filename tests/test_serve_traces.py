@@ -213,3 +213,25 @@ def test_replay_experiment_serves_a_window_of_the_shipped_trace(capsys):
     assert rc == 0
     run = json.loads(capsys.readouterr().out)["runs"][0]
     assert run["status"] == "ok" and run["metrics"]["requests"] == int((t < 120).sum())
+
+
+@pytest.mark.parametrize("fmt,head", [
+    ("azure", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"),
+    ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,API log\n"),
+    ("mooncake", b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'),
+])
+def test_any_bytes_give_a_trace_or_one_config_error(tmp_path, fmt, head):
+    """A valid head followed by arbitrary bytes: a trace, or one ConfigError on one line (never another exception)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(tail=st.binary(max_size=200))
+    def check(tail):
+        f = tmp_path / "fuzz.txt"
+        f.write_bytes(head + tail)
+        try:
+            read_trace(f, fmt)
+        except ConfigError as e:
+            assert "\n" not in str(e) and str(e).startswith(str(f))
+    check()
