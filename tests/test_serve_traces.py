@@ -217,7 +217,8 @@ def test_replay_experiment_serves_a_window_of_the_shipped_trace(capsys):
 
 @pytest.mark.parametrize("fmt,head", [
     ("azure", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"),
-    ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,API log\n"),
+    ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 b"5,ChatGPT,472,18,490,API log\n"),
     ("mooncake", b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'),
 ])
 def test_any_bytes_give_a_trace_or_one_config_error(tmp_path, fmt, head):

@@ -98,8 +98,8 @@ def _lines(path: Path, file: str) -> Iterator[tuple[int, str]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[e.start]:02x} at byte offset {offset + e.start}",
-                                  file=file, key=f"line {i}") from None
+                raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[e.start]:02x} at byte offset "
+                                  f"{offset + e.start}", file=file, key=f"line {i}") from None
             offset += len(raw)
             yield i, (text[1:] if i == 1 and text.startswith("\ufeff") else text)
 
@@ -162,7 +162,8 @@ def _csv_rows(path: Path, file: str, need: tuple, fmt: str):
             continue
         vals = _split(text, file, j)
         if len(vals) != len(header):
-            raise _err(file, j, None, f"expected {len(header)} values ({fmt} header), got {len(vals)} in {_quote(text)}")
+            raise _err(file, j, None, f"expected {len(header)} values ({fmt} header), got {len(vals)} in "
+                       f"{_quote(text)}")
         yield j, dict(zip(header, (v.strip() for v in vals))), text
 
 
@@ -239,7 +240,8 @@ _REQUIRED = _COLUMNS[:3]
 def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
     unknown = [k for k in row if k not in _COLUMNS]
     if unknown:
-        raise ConfigError(f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file, key=f"line {line}")
+        raise ConfigError(f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file,
+                          key=f"line {line}")
     out = []
     for k in _COLUMNS:
         v = row.get(k)
