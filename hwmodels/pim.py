@@ -574,8 +574,38 @@ class PIMDevice:
             low.meta["storage_bytes_ratio"] = float(low.meta.get("storage_bytes_ratio", 1.0)) * r
         return low
 
+    MAX_ROW_MEMO = 50_000  # entries of the per-device row memo below (cleared when full; bounds memory)
+
+    def _row_key(self, trace, i: int, part):
+        """Everything row i's lowering and costing read (lower_row, _lowered_cost): equal keys give equal
+        costs, so a serving run's iterations with the same decode attention rows are lowered once. None:
+        not memoised (NeuPIMs reads the whole trace: its row buffer is shared with the NPU's traffic)."""
+        if self.spec.isa == "newton":
+            return None
+        c = trace.cols
+        cls, op = str(c["cls"][i]), str(c["op"][i])
+        shape = tuple(int(c[x][i]) for x in ("m", "n", "k", "batch")) + (float(c["weight_bytes"][i]),)
+        items = None
+        if cls in ATTN_PHASES:
+            tokens, k, group, eb = self._items(trace, i)
+            items = (tokens.tobytes(), k, group, eb)
+        return (part, cls, op, trace.phase, shape, items, trace.meta.get("kv_dtype"), trace.meta.get("weight_dtype"))
+
     def _lowered_cost(self, trace, i: int, part, memo: dict) -> dict:
-        """Time, energy, traffic of row i lowered with ``part`` (one repeat); ``memo``: identical lowerings."""
+        """Time, energy, traffic of row i lowered with ``part`` (one repeat); ``memo``: identical lowerings.
+        Rows with equal :meth:`_row_key` are costed once per device (the returned dict is shared: read only)."""
+        key = self._row_key(trace, i, part)
+        rows = self.__dict__.setdefault("_row_memo", {})
+        if key is not None and key in rows:
+            return rows[key]
+        out = self._lowered_cost_uncached(trace, i, part, memo)
+        if key is not None:
+            if len(rows) >= self.MAX_ROW_MEMO:
+                rows.clear()
+            rows[key] = out
+        return out
+
+    def _lowered_cost_uncached(self, trace, i: int, part, memo: dict) -> dict:
         low = self.lower_row(trace, i, part)
         key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
                tuple(low.multiplicity), low.pim_bytes, low.macs, part.name, low.meta.get("rowbuffer_key"),

@@ -22,6 +22,7 @@ CRF kernel; the host-side column-command stream that drives it is given as engin
 """
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections import Counter
@@ -662,6 +663,25 @@ def _cxl_program(slices, phase, dhead, elem_bytes, group) -> Program:
     return Program.from_records(get_isa("cxl_pnm"), recs)
 
 
+_CHANNEL_MEMO: dict = {}
+MAX_CHANNEL_MEMO = 20_000  # entries (cleared when full; bounds memory: one entry ~ one channel's command arrays)
+
+
+def _attacc_bank_channel(slices: tuple, phase, org, part, pu, dhead, elem_bytes, group):
+    """(program, commands) of one AttAcc bank-PU channel, memoised on everything they depend on: a serving
+    run's decode iterations put the same slices on a channel again and again. The program is a shallow
+    copy per call (its ``multiplicity`` is set by the caller); the command arrays are shared, read only."""
+    key = (slices, phase, org, part, pu, dhead, elem_bytes, group)
+    hit = _CHANNEL_MEMO.get(key)
+    if hit is None:
+        p = _attacc_channel(list(slices), phase, org, part, pu, dhead, elem_bytes, group)
+        hit = (p, attacc_commands(p, org, pu))
+        if len(_CHANNEL_MEMO) >= MAX_CHANNEL_MEMO:
+            _CHANNEL_MEMO.clear()
+        _CHANNEL_MEMO[key] = hit
+    return copy.copy(hit[0]), hit[1]
+
+
 # ---------------------------------------------------------------- public entry points
 
 def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, group: int, elem_bytes: float,
@@ -686,8 +706,8 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
     for slices, m in work:
         if isa == "attacc":
             if part.pu_level == "bank":
-                p = _attacc_channel(slices, phase, org, part, pu, dhead, elem_bytes, group)
-                c = attacc_commands(p, org, pu)
+                p, c = _attacc_bank_channel(tuple(int(x) for x in slices), phase, org, part, pu, dhead,
+                                            float(elem_bytes), group)
             elif part.pu_level == "bg":
                 p, c = None, _bg_channel(slices, phase, org, part, pu, dhead, elem_bytes, group)
             else:  # buffer die: normal reads at the pseudo-channel bus rate

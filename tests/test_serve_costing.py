@@ -63,3 +63,36 @@ def test_memo_reuses_shapes(pools):
     for _ in range(5):
         p.coster.cost(32 * 1000, 32, [], [])
     assert len(p.coster.memo) - before <= 2  # mean 1000 is off the 32-token grid: two grid points, once
+
+
+def test_pim_lowering_memos_change_nothing(monkeypatch):
+    """The PIM memos (hwmodels/pim.py per-device row costs, isa/lower.py AttAcc channel lowerings) are exact:
+    a small AttAcc serving run gives bit-identical per-request results with them switched off."""
+    import attnsim.isa.lower as lower
+    from attnsim.hwmodels.pim import PIMDevice
+    from attnsim.serve.requests import TraceSpec, synthetic_trace
+    from attnsim.serve.scheduler import simulate_pool
+
+    tr = synthetic_trace(TraceSpec(num_requests=12, rate_per_s=20.0, seed=1,
+                                   prompt={"dist": "uniform", "low": 64, "high": 512},
+                                   output={"dist": "uniform", "low": 4, "high": 24}), 1, 1)
+
+    def run():
+        pool, _, _ = quick_pool(system="attacc", model="gpt3-7b", scenario={"prompt_len": 512, "output_len": 32})
+        r = simulate_pool(pool, tr.arrival_s, tr.prompt_tokens, tr.output_tokens)
+        return r, pool.coster.memo
+
+    fast, memo = run()
+    decode_points = [k for k in memo if k[0] > 0 and not k[2]]
+    assert decode_points  # pure decode iterations: the ones lowered onto the PIM channels
+
+    def unmemoised(slices, phase, org, part, pu, dhead, elem_bytes, group):
+        p = lower._attacc_channel(list(slices), phase, org, part, pu, dhead, elem_bytes, group)
+        return p, lower.attacc_commands(p, org, pu)
+
+    monkeypatch.setattr(lower, "_attacc_bank_channel", unmemoised)
+    monkeypatch.setattr(PIMDevice, "_row_key", lambda self, trace, i, part: None)
+    slow, _ = run()
+    for k in ("first_token_s", "finish_s", "energy_j"):
+        assert np.array_equal(getattr(fast, k), getattr(slow, k)), k
+    assert fast.busy_energy_j == slow.busy_energy_j and fast.iterations == slow.iterations

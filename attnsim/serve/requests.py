@@ -13,12 +13,11 @@ in a fixed order (arrivals, prompts, outputs, prefixes), so a seed gives identic
 
 Files: CSV with a header or JSON Lines, columns ``arrival_s, prompt_tokens, output_tokens`` and
 optionally ``prefix_id`` (an integer >= 0 naming a shared prompt prefix) and ``prefix_tokens``
-(its length; default ``trace.prefix_tokens``). A bad row raises ConfigError naming ``line N``.
+(its length; default ``trace.prefix_tokens``), or a public dataset as it ships (``format: azure |
+burstgpt | mooncake``; serve/traces.py). A bad row raises ConfigError naming ``line N``.
 """
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -26,7 +25,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from attnsim.config import ConfigError, not_physical, Plausible, Schema
+from attnsim.config import not_physical, Plausible, Schema
 from attnsim.workloads.limits import MAX_REQUESTS, MAX_TOKENS
 from attnsim.workloads.scenario import Tokens
 
@@ -88,6 +87,11 @@ class TraceSpec(Schema):
         "rate_per_s": Plausible(1e-6, 1e7, "requests per second: LLM services see ~1-1000 req/s per deployment (Azure "
             "LLM inference traces 2023, Splitwise ISCA 2024); 1e7 is 10^4x"),
         "seed": not_physical("a random seed"),
+        "time_scale": Plausible(1e-6, 1e6, "a trace's arrival-time factor: x0.1 replays an hour in 6 minutes; 1e-6 / "
+                                "1e6 would squeeze a day into 0.1 s / stretch a second past 11 days"),
+        "start_s": Plausible(0, 3.2e7, "trace time in seconds: the public traces span an hour (Azure 2023) to a week "
+                             "(Azure 2024); 3.2e7 s is a year"),
+        "duration_s": Plausible(1e-3, 3.2e7, "a window of a trace in seconds (as start_s)"),
     }
 
     file: Optional[str] = Field(None, description="CSV or JSONL of requests (overrides synthetic)")
@@ -99,6 +103,11 @@ class TraceSpec(Schema):
     output: Optional[LengthDist] = None
     prefix: Optional[PrefixSpec] = None
     prefix_tokens: Tokens = Field(512, description="file rows with a prefix_id but no prefix_tokens")
+    format: Optional[Literal["azure", "burstgpt", "mooncake", "csv", "jsonl"]] = Field(
+        None, description="trace file format (serve/traces.py); default: jsonl for .jsonl/.ndjson/.json, else csv")
+    time_scale: float = Field(1.0, gt=0, description="trace file: arrivals x this (0.5 = twice the rate)")
+    start_s: float = Field(0.0, ge=0, description="trace file: keep requests from this trace time (s)")
+    duration_s: Optional[float] = Field(None, gt=0, description="trace file: keep this many seconds from start_s")
     seed: int = 0
 
     @model_validator(mode="after")
@@ -107,7 +116,8 @@ class TraceSpec(Schema):
             self.refuse_unused(["num_requests", "rate_per_s", "arrival", "cv", "prompt", "output", "prefix", "seed"],
                                "with a trace file (the file gives every request)")
         else:
-            self.refuse_unused(["prefix_tokens"], "without a trace file (synthetic prefixes: prefix.tokens)")
+            self.refuse_unused(["prefix_tokens", "format", "time_scale", "start_s", "duration_s"],
+                               "without a trace file")
             if self.rate_per_s is None:
                 self.refuse_unused(["arrival", "cv"], "without rate_per_s (every request arrives at t=0)")
             elif self.arrival != "gamma":
@@ -177,92 +187,18 @@ def synthetic_trace(spec: TraceSpec, default_prompt: int, default_output: int) -
     return RequestTrace.from_arrays(arr, prompt, output, pid, ptok)
 
 
-_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_id", "prefix_tokens")
-_REQUIRED = _COLUMNS[:3]
+def read_trace(path: str | Path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s: float = 0.0,
+               duration_s: Optional[float] = None, default_prefix: int = 512) -> tuple[RequestTrace, dict]:
+    """(RequestTrace, facts) of a request file: attnsim csv/jsonl or a dataset format (attnsim.serve.traces)."""
+    from attnsim.serve.traces import read_rows
+    *cols, facts = read_rows(path, fmt, time_scale, start_s, duration_s, default_prefix)
+    return RequestTrace.from_arrays(*cols), facts
 
 
-def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
-    unknown = [k for k in row if k not in _COLUMNS]
-    if unknown:
-        raise ConfigError(f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file, key=f"line {line}")
-    out = []
-    for k in _COLUMNS:
-        v = row.get(k)
-        if v is None or v == "":
-            if k in _REQUIRED:
-                raise ConfigError(f"missing {k}", file=file, key=f"line {line}")
-            out.append(None)
-            continue
-        try:
-            if isinstance(v, bool):  # JSON true/false: float() would read 1/0
-                raise TypeError
-            x = float(v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{k}: expected a number, got {v!r}", file=file, key=f"line {line}") from None
-        if not np.isfinite(x):
-            raise ConfigError(f"{k}: expected a finite number, got {v!r}", file=file, key=f"line {line}")
-        if k == "arrival_s":
-            if x < 0:
-                raise ConfigError(f"arrival_s: expected a value >= 0, got {v!r}", file=file, key=f"line {line}")
-        else:
-            if x != int(x):
-                raise ConfigError(f"{k}: expected an integer, got {v!r}", file=file, key=f"line {line}")
-            lo, hi = (0, np.iinfo(np.int64).max) if k == "prefix_id" else (1, MAX_TOKENS)
-            if not lo <= x <= hi:
-                want = f">= {lo}" if x < lo else f"<= {hi}"
-                raise ConfigError(f"{k}: expected an integer {want}, got {v!r}", file=file, key=f"line {line}")
-            x = int(x)
-        out.append(x)
-    arr, prompt, output, pid, ptok = out
-    if pid is None:
-        pid, ptok = -1, 0
-    elif ptok is None:
-        ptok = default_prefix
-    if pid >= 0 and ptok > prompt:
-        raise ConfigError(f"prefix_tokens ({ptok}) exceed prompt_tokens ({prompt})", file=file, key=f"line {line}")
-    return arr, prompt, output, pid, ptok
-
-
-def _check_count(rows: list, file: str, line: int) -> None:
-    if len(rows) >= MAX_REQUESTS:
-        raise ConfigError(f"expected at most {MAX_REQUESTS} requests (workloads.limits.MAX_REQUESTS), got more",
-                          file=file, key=f"line {line}")
-
-
-def read_trace_file(path: str | Path, default_prefix: int = 512) -> RequestTrace:
-    """Read a CSV (header row) or JSONL (one object per line) request file."""
-    from attnsim.config import read_text_file
-    p = Path(path)
-    file = str(path)
-    rows = []
-    text = read_text_file(p, file=file).splitlines()  # missing, unreadable, not UTF-8: one ConfigError
-    if p.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        for i, line in enumerate(text, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"invalid JSON ({e.msg})", file=file, key=f"line {i}") from None
-            if not isinstance(obj, dict):
-                raise ConfigError("expected a JSON object", file=file, key=f"line {i}")
-            _check_count(rows, file, i)
-            rows.append(_parse_row(obj, file, i, default_prefix))
-    else:
-        reader = csv.DictReader(text)
-        if reader.fieldnames is None:
-            raise ConfigError("empty file (expected a header row arrival_s,prompt_tokens,output_tokens)", file=file)
-        for i, row in enumerate(reader, start=2):
-            if row.get(None):
-                raise ConfigError("more values than header columns", file=file, key=f"line {i}")
-            _check_count(rows, file, i)
-            rows.append(_parse_row({k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items()},
-                                   file, i, default_prefix))
-    if not rows:
-        raise ConfigError("no requests in file", file=file)
-    a = np.array(rows, dtype=object)
-    return RequestTrace.from_arrays(a[:, 0].astype(float), a[:, 1].astype(np.int64), a[:, 2].astype(np.int64),
-                                    a[:, 3].astype(np.int64), a[:, 4].astype(np.int64))
+def read_trace_file(path: str | Path, default_prefix: int = 512, fmt: Optional[str] = None, time_scale: float = 1.0,
+                    start_s: float = 0.0, duration_s: Optional[float] = None) -> RequestTrace:
+    """Read a request file (see :func:`read_trace`)."""
+    return read_trace(path, fmt, time_scale, start_s, duration_s, default_prefix)[0]
 
 
 def build_request_trace(spec: TraceSpec, default_prompt: int, default_output: int,
@@ -271,5 +207,5 @@ def build_request_trace(spec: TraceSpec, default_prompt: int, default_output: in
         p = Path(spec.file)
         if not p.is_absolute() and base is not None and not p.exists():
             p = base / p
-        return read_trace_file(p, spec.prefix_tokens)
+        return read_trace_file(p, spec.prefix_tokens, spec.format, spec.time_scale, spec.start_s, spec.duration_s)
     return synthetic_trace(spec, default_prompt, default_output)

@@ -193,8 +193,10 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
     recorder = active_recorder()
     log = [] if recorder is not None else None  # iterations, for a timeline (attnsim/timeline_serve.py)
 
+    dense = kvp.kind in ("none", "quest")  # every token's KV retained (quest reads a subset, keeps all)
+
     def hold(i, ctx):
-        h = int(kvp.retained_tokens(ctx, prompt[i]))
+        h = int(ctx) if dense else int(kvp.retained_tokens(ctx, prompt[i]))
         if reserve is not None:
             h = max(h, int(prompt[i] + reserve[i]))
         return max(0, h - int(shared[i]))
@@ -377,7 +379,8 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
         # ---- cost the iteration
         if dec:
             d = np.asarray(dec)
-            ctx_sum = int(kvp.read_tokens(computed[d] + 1, prompt[d]).sum())
+            ctx_sum = int(computed[d].sum()) + len(d) if kvp.kind == "none" else int(
+                kvp.read_tokens(computed[d] + 1, prompt[d]).sum())
         else:
             ctx_sum = 0
         dt, e = coster.cost(ctx_sum, len(dec), [c for _, c in pre], [int(computed[r]) for r, _ in pre])
@@ -390,7 +393,8 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
         used_slots = alloc.used * bt
         if used_slots:
             ra = np.asarray(running)
-            live = int((kvp.retained_tokens(computed[ra], prompt[ra]) - shared[ra]).clip(0).sum()) if len(ra) else 0
+            kept = computed[ra] if dense else kvp.retained_tokens(computed[ra], prompt[ra])
+            live = int(np.maximum(kept - shared[ra], 0).sum()) if len(ra) else 0
             live += pcache.blocks_held * bt if pcache.enabled else 0
             frag_area += (1.0 - live / used_slots) * dt
         t += dt
