@@ -30,7 +30,8 @@ from pydantic_core import PydanticCustomError
 try:  # installed package
     from attnsim.configs import CONFIG_ROOT
 except ImportError:  # pragma: no cover - running from an odd layout
-    CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
+    import attnsim as _pkg  # the package's folder, whichever layer folder this module lives in
+    CONFIG_ROOT = Path(_pkg.__file__).resolve().parent.parent / "configs"
 
 CONFIG_KINDS = ("hardware", "models", "systems", "experiments", "sweeps")
 

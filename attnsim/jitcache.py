@@ -68,7 +68,8 @@ def install_tag() -> str:
     """12 hex digits of the SHA-256 of the package folder's path: one kernel folder per install. Not the version:
     a checkout's changes with every commit (setuptools-scm) and would leave a folder behind per re-install; a
     changed source recompiles through the stamp anyway."""
-    where = os.path.dirname(os.path.abspath(__file__))
+    import attnsim  # the package folder (not this module's: it may live in a layer subfolder)
+    where = os.path.dirname(os.path.abspath(attnsim.__file__))
     return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 

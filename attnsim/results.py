@@ -61,8 +61,9 @@ def baseline_ratio(value, base, higher_is_better: bool):
 def git_revision() -> str:
     """The commit of the running code: the live checkout's (``+dirty`` with uncommitted changes) when
     attnsim runs from its own git checkout, else the commit it was built from, else ``unknown``."""
+    import attnsim
     from attnsim import BUILD_COMMIT
-    root = Path(__file__).resolve().parent.parent
+    root = Path(attnsim.__file__).resolve().parent.parent  # the checkout holding the package folder
     try:
         def git(*a):
             return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
