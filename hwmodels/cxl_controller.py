@@ -40,10 +40,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsim.config import HARDWARE_COUNT, ConfigError, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
-
-#: trace ops each kernel runs (the op names of workloads/trace.py)
-NORM_OPS = ("attn_norm", "ffn_norm", "final_norm", "q_norm", "kv_norm")
-ROPE_OPS = ("rope",)
+from attnsim.isa.cxl_pnm import NORM_OPS, ROPE_OPS  # noqa: F401 (trace ops each kernel runs; the ISA's lists)
 
 
 def kernel_of(op: str, cls: str) -> str | None:

@@ -26,6 +26,11 @@ from __future__ import annotations
 
 from attnsim.isa.base import ISA, Field, Opcode
 
+#: trace ops each PNM kernel runs (the op names of workloads/trace.py): the lowering (isa/lower.py) and the
+#: controller model (hwmodels/cxl_controller.py) read them here, so the ISA never imports a device model
+NORM_OPS = ("attn_norm", "ffn_norm", "final_norm", "q_norm", "kv_norm")
+ROPE_OPS = ("rope",)
+
 SRC = "designed for attnsim; target device devices.md (e), cxl_reliability.md 1.1"
 DTYPES = ("FP32", "FP16", "BF16", "FP8", "INT8", "INT4")
 DTYPE_BYTES = {"FP32": 4.0, "FP16": 2.0, "BF16": 2.0, "FP8": 1.0, "INT8": 1.0, "INT4": 0.5}

@@ -530,7 +530,7 @@ def lower_aim_vector_io(op: str, n: int, k: int, reps: int, *, n_channels: int, 
       n = 11008: 128 banks x 6 bursts x 4 = 3072.
     Each channel runs 1 / n_channels of the single-bank accesses (CENT's bank_index spreads the banks
     over all channels) and every all-bank command."""
-    from attnsim.hwmodels.cxl_controller import ROPE_OPS
+    from attnsim.isa.cxl_pnm import ROPE_OPS
     burst = max(1, pu.column_bytes // 2)
     B = n_channels * org.bank_groups * org.banks_per_group
     cdiv = lambda a, b: -(-int(a) // int(b))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import numpy as np
 
 from attnsim.config import ConfigError
-from attnsim.engine import stage_schedule_s  # noqa: F401 (NeuPIMs' stage schedule; the engine's run field)
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
                                  insert_rows, kv_writeback_rows, pim_pair, register, transfer_row)
 from attnsim.workloads.model import DTYPE_BYTES

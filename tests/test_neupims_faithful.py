@@ -142,7 +142,7 @@ def test_channel_assignment_online_equals_the_artefacts_algorithm():
 
 
 def test_stage_schedule_fill_and_drain_by_hand():
-    from attnsim.mapper.neupims import stage_schedule_s
+    from attnsim.engine import stage_schedule_s
     ph = ((1.0, 5.0, 3.0), (2.0, 4.0, 6.0))   # (QKV, MHA, PjFFN) of sub-batch 1 and 2
     # A = QKV1 1; B = max(QKV2 2, MHA1 5); E = max(PjFFN1 3, MHA2 4); F = PjFFN2 6;
     # C = max(3 + 1, MHA2 4) = 4, D = max(6 + 2, MHA1 5) = 8 per extra layer
