@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnsim.hwmodels.base import ENERGY_COMPONENTS
+from attnsim.hwmodels.base import ENERGY_COMPONENTS, set_static
 
 
 @dataclass
@@ -209,18 +209,6 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     _add(res.energy_j_by_op, ops, row_e_total)
     set_static(res, system, res.time_s)
     return res
-
-
-def set_static(res: StepResult, system, time_s: float) -> None:
-    """Static energy of one replica over ``time_s``: total, by device and by device component
-    (``System.static_power_by_device_w``; the total is ``System.static_power_w``, as before)."""
-    per = 1.0 / max(1, system.spec.parallelism.replicas)
-    res.static_energy_j = system.static_power_w() * per * time_s
-    res.static_energy_j_by_device, res.static_energy_j_by_part = {}, {}
-    for dev, parts in system.static_power_by_device_w().items():
-        res.static_energy_j_by_device[dev] = sum(parts.values()) * per * time_s
-        for comp, w in parts.items():
-            res.static_energy_j_by_part[f"{dev}.{comp}"] = w * per * time_s
 
 
 def cost_step(plan, system) -> StepResult:

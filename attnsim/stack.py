@@ -109,7 +109,7 @@ def add_host_time(step, system, seconds: float, op: str = HOST_OP):
     device over it, no dynamic energy); unchanged (the same object) when ``seconds`` is 0."""
     if seconds <= 0.0:
         return step
-    from attnsim.engine import set_static
+    from attnsim.hwmodels.base import set_static
     step.time_s += seconds
     step.time_s_by_op[op] = step.time_s_by_op.get(op, 0.0) + seconds
     step.time_s_by_device[HOST_DEVICE] = step.time_s_by_device.get(HOST_DEVICE, 0.0) + seconds

@@ -91,3 +91,16 @@ class HBMEnergySpec(Schema):
         return {"dram_activate": bits * self.dram_activate_pj_per_bit * 1e-12,
                 "dram_read_write": bits * self.dram_read_write_pj_per_bit * 1e-12,
                 "dram_io": bits * self.dram_io_pj_per_bit * 1e-12}
+
+
+def set_static(res, system, time_s: float) -> None:
+    """Static energy of one replica over ``time_s`` into a step result ``res``
+    (attnsim.engine.StepResult): total, by device and by device component
+    (``System.static_power_by_device_w``; the total is ``System.static_power_w``, as before)."""
+    per = 1.0 / max(1, system.spec.parallelism.replicas)
+    res.static_energy_j = system.static_power_w() * per * time_s
+    res.static_energy_j_by_device, res.static_energy_j_by_part = {}, {}
+    for dev, parts in system.static_power_by_device_w().items():
+        res.static_energy_j_by_device[dev] = sum(parts.values()) * per * time_s
+        for comp, w in parts.items():
+            res.static_energy_j_by_part[f"{dev}.{comp}"] = w * per * time_s
