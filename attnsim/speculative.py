@@ -57,7 +57,7 @@ def simulate_speculative(system, model, scenario, generation, timeline: list | N
     """Prefill + speculative decode of one static batch (see the module doc): metrics as
     runner.simulate_generation's (tokens = accepted tokens) + a ``speculative`` section. ``timeline``:
     events of the target's prefill and of the first verification step (attnsim.timeline)."""
-    from attnsim.runner import METRIC_KEYS, _bandwidth, _memory, _replica_scenario
+    from attnsim.run_metrics import METRIC_KEYS, _bandwidth, _memory, _replica_scenario
     spec = system.spec
     if spec.parallelism.pp > 1:
         raise ConfigError("speculative decoding is modelled with pp = 1 only", key="parallelism.pp")
