@@ -50,7 +50,7 @@ import numpy as np
 from attnsim.config import ConfigError
 from attnsim.isa import get_isa
 from attnsim.isa.base import Program
-from attnsim.isa.lower import PU, Lowered, Org, _Cmds
+from attnsim.isa.lowered import PU, Lowered, Org, _Cmds
 
 ASSIGNMENTS = ("greedy", "online", "round_robin")
 COMP_INSTRUCTIONS = ("fused", "per_comp")
