@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.hwmodels.reliability.formats import (Encoded, Plane, fp16_bits, fp16_value, int_field_of_bit,
-                                                  scale_field_of_bit)
+from attnsim.hwmodels.reliability.planes import (Encoded, Plane, fp16_bits, fp16_value, int_field_of_bit,
+                                                 scale_field_of_bit)
 
 
 def _grouped(x: np.ndarray, axis: str, group: int) -> tuple[np.ndarray, int]:
