@@ -24,7 +24,7 @@ _MODULES = (
     "attnsim.hwmodels.gpu",
     "attnsim.hwmodels.npu",
     "attnsim.hwmodels.links",
-    "attnsim.hwmodels.dram.spec",
+    "attnsim.hwmodels.dram.device",
     "attnsim.hwmodels.pim",
     "attnsim.hwmodels.memory",
     "attnsim.hwmodels.cxl_controller",

@@ -375,37 +375,3 @@ def spec_from_dict(data: dict, file: str | None = None) -> DRAMSpec:
             key = ".".join(p for p in (exc.key, m.group(1)) if p)
             raise ConfigError(m.group(2), file=exc.file, key=key) from None
         raise
-
-
-class DRAMDevice:
-    """Registry product: a validated spec with the engine entry points bound."""
-
-    kind = "dram"
-
-    def __init__(self, spec: DRAMSpec):
-        self.spec = spec
-        self.name = spec.name
-
-    @property
-    def peak_bandwidth_bytes_per_s(self) -> float:
-        return self.spec.peak_bandwidth_gbps * 1e9
-
-    @property
-    def capacity_bytes(self) -> float:
-        return float(self.spec.capacity_bytes)
-
-    def run_commands(self, cmds, **kw):
-        from attnsim.hwmodels.dram.engine import run_commands
-        return run_commands(self.spec, cmds, **kw)
-
-    def simulate_requests(self, addr, is_write, arrival=None, **kw):
-        from attnsim.hwmodels.dram.controller import simulate_requests
-        return simulate_requests(self.spec, addr, is_write, arrival, **kw)
-
-
-def _register() -> None:
-    from attnsim.hwmodels import registry
-    registry.register("dram", DRAMSpec, DRAMDevice)
-
-
-_register()
