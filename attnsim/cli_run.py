@@ -183,7 +183,7 @@ def show_cmd(args) -> int:
 
 
 def _show(args) -> int:
-    from attnsim.results import read_results
+    from attnsim.sweep.store import read_results
     from attnsim.sweep.store import is_sweep_store
     attrs, docs = read_results(args.file)
     if is_sweep_store(args.file) and not args.json:  # one line per point, the swept parameters as columns

@@ -11,10 +11,8 @@ Layout of ``results.h5`` (one experiment run):
 - ``/breakdown/<i>/<phase>/<table>``: per-run breakdown tables as two datasets,
   ``names`` (strings) and ``values`` (float64), for tools that do not parse JSON.
 
-Sweep stores (``attnsim sweep``; layout in :mod:`attnsim.sweep.store`) are read by
-:func:`read_results` too: their points come back as run documents (in expansion order), with the
-sweep name as ``experiment`` and a one-line ``sweep_summary`` attribute, so ``attnsim show``
-summarises both kinds of file.
+Both kinds of file are read back by :func:`attnsim.sweep.store.read_results` (``attnsim show``; it lives
+with the sweep store, so this module, which the runner imports, never imports the studies layer).
 
 The file is written to a temporary name and renamed, so a failed or killed run
 never leaves a partial results file.
@@ -245,41 +243,3 @@ def write_results(path: str | Path, docs: list[dict], tree_dict: dict, experimen
                             h.create_dataset("names", data=np.array(list(vals), dtype=object), dtype=h5py.string_dtype())
                             h.create_dataset("values", data=np.array(list(vals.values()), dtype=np.float64))
     return path
-
-
-def read_results(path: str | Path) -> tuple[dict, list[dict]]:
-    """Return (file attributes, run documents)."""
-    from attnsim.config import ConfigError
-    path = Path(path)
-    from attnsim.sweep.store import is_sweep_store, json_doc
-    if is_sweep_store(path):
-        return _read_sweep_store(path)
-    from attnsim.fileio import InputRefused, check_regular
-    try:
-        check_regular(path)  # a FIFO would stall HDF5's open()
-    except InputRefused as exc:
-        raise ConfigError(str(exc), file=path) from None
-    try:
-        with h5py.File(path, "r") as f:
-            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-            if not isinstance(f.get("run_docs"), h5py.Dataset) or f["run_docs"].ndim != 1:
-                raise ConfigError("not an attnsim results file (no /run_docs)", file=path)
-            docs = [json_doc(s, path, f"/run_docs[{i}]") for i, s in enumerate(f["run_docs"][()])]
-    except ConfigError:
-        raise
-    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:  # h5py on damaged files
-        raise ConfigError(f"cannot read HDF5 ({' '.join(str(exc).split())})", file=path) from None
-    return attrs, docs
-
-
-def _read_sweep_store(path: Path) -> tuple[dict, list[dict]]:
-    """(attrs, run documents) of a sweep store, for ``attnsim show``."""
-    from collections import Counter
-    from attnsim.sweep.store import open_store
-    st = open_store(path)
-    attrs = dict(st.attrs)
-    docs = list(st.iter_docs())
-    counts = Counter(d.get("status", "") for d in docs)
-    attrs["experiment"] = f"{attrs.get('sweep_name', '?')} (sweep {attrs.get('sweep_id', '?')}, shard {attrs.get('shard', '?')}: " \
-        f"{len(docs)} of {attrs.get('n_points_total', '?')} points; " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")"
-    return attrs, docs

@@ -154,7 +154,7 @@ def first_study() -> str:
     import tempfile
 
     from attnsim.api import sweep
-    from attnsim.results import read_results
+    from attnsim.sweep.store import read_results
     from attnsim.sweep.table import load_table, sweep_text
     with tempfile.TemporaryDirectory() as d:
         res = sweep("first_study", Path(d) / "first_study.h5")

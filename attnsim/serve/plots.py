@@ -34,7 +34,7 @@ def _read_requests(path) -> tuple[np.ndarray, list]:
 
 def read_slos(path) -> dict:
     """{panel column: sorted distinct SLO values (s)} over the ok runs of a serve results file."""
-    from attnsim.results import read_results
+    from attnsim.sweep.store import read_results
     out: dict = {}
     for d in read_results(path)[1]:
         for col, key in _SLO.items():

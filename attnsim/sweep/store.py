@@ -978,3 +978,40 @@ def is_sweep_store(path: str | Path) -> bool:
 
 def open_store(path: str | Path) -> Store:
     return Store(path)
+
+
+def read_results(path: str | Path) -> tuple[dict, list[dict]]:
+    """(file attributes, run documents) of a results file (attnsim.results) or a sweep store: a store's points
+    come back as run documents (in expansion order), with the sweep name as ``experiment`` and a one-line
+    summary, so ``attnsim show`` summarises both kinds of file."""
+    path = Path(path)
+    if is_sweep_store(path):
+        return _read_sweep_store(path)
+    from attnsim.fileio import InputRefused, check_regular
+    try:
+        check_regular(path)  # a FIFO would stall HDF5's open()
+    except InputRefused as exc:
+        raise ConfigError(str(exc), file=path) from None
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            if not isinstance(f.get("run_docs"), h5py.Dataset) or f["run_docs"].ndim != 1:
+                raise ConfigError("not an attnsim results file (no /run_docs)", file=path)
+            docs = [json_doc(s, path, f"/run_docs[{i}]") for i, s in enumerate(f["run_docs"][()])]
+    except ConfigError:
+        raise
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:  # h5py on damaged files
+        raise ConfigError(f"cannot read HDF5 ({' '.join(str(exc).split())})", file=path) from None
+    return attrs, docs
+
+
+def _read_sweep_store(path: Path) -> tuple[dict, list[dict]]:
+    """(attrs, run documents) of a sweep store, for ``attnsim show``."""
+    from collections import Counter
+    st = open_store(path)
+    attrs = dict(st.attrs)
+    docs = list(st.iter_docs())
+    counts = Counter(d.get("status", "") for d in docs)
+    attrs["experiment"] = f"{attrs.get('sweep_name', '?')} (sweep {attrs.get('sweep_id', '?')}, shard {attrs.get('shard', '?')}: " \
+        f"{len(docs)} of {attrs.get('n_points_total', '?')} points; " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")"
+    return attrs, docs

@@ -123,7 +123,7 @@ def load_table(path: str | Path) -> Table:
         st = open_store(path)
         return Table(path, "sweep", st.attrs, st.columns(), st.breakdown(), st.parameters, st.iter_docs,
                      lambda r: st.resolved(r))
-    from attnsim.results import read_results
+    from attnsim.sweep.store import read_results
     attrs, docs = read_results(path)
     return table_from_docs(path, attrs, docs)
 

@@ -447,10 +447,10 @@ def _store_strategy():
 
 def feed_store(example) -> None:
     """A valid sweep store with objects / attributes deleted or replaced, or bytes cut or flipped ->
-    attnsim.results.read_results (``attnsim show``) or attnsim.sweep.table.load_table (export / plot)."""
+    attnsim.sweep.store.read_results (``attnsim show``) or attnsim.sweep.table.load_table (export / plot)."""
     import h5py
     import numpy as np
-    from attnsim.results import read_results
+    from attnsim.sweep.store import read_results
     from attnsim.sweep.table import load_table
     edits, (how, pos, junk), reader = example
     if _STORE is None:
