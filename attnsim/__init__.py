@@ -16,10 +16,10 @@ except Exception:  # noqa: BLE001 - never built/installed with setuptools-scm (o
     BUILD_COMMIT = ""
 
 # The Python API (docs/api.md), imported on first use so `import attnsim` and `attnsim --version` stay fast
-# (serve, sweep: the subpackages attnsim.serve / attnsim.sweep, callable as attnsim.api.serve / sweep)
+# (serve, sweep: the subpackages attnsim.studies.serve / attnsim.studies.sweep, callable as attnsim.api.serve / sweep)
 _API = {"run": "attnsim.api", "load": "attnsim.api", "serve": None, "sweep": None, "pim": None,
         "Results": "attnsim.api", "ServeResults": "attnsim.api", "SweepResults": "attnsim.api",
-        "ConfigError": "attnsim.config"}
+        "ConfigError": "attnsim.core.config"}
 __all__ = ["__version__", "BUILD_COMMIT", *_API]
 
 
@@ -27,6 +27,6 @@ def __getattr__(name: str):
     if name not in _API:
         raise AttributeError(f"module 'attnsim' has no attribute {name!r}")
     import importlib
-    if _API[name] is None:  # a submodule (attnsim.pim, attnsim.serve, attnsim.sweep)
+    if _API[name] is None:  # a submodule (attnsim.sim.pim, attnsim.studies.serve, attnsim.studies.sweep)
         return importlib.import_module(f"attnsim.{name}")
     return getattr(importlib.import_module(_API[name]), name)

@@ -1,11 +1,11 @@
 """The documented Python API (docs/api.md): ``attnsim.run``, ``load``, ``serve``, ``sweep`` and their results.
 
 Every entry point goes through the same code as the CLI (``attnsim run`` / ``serve`` / ``sweep``):
-:func:`attnsim.experiment.load_experiment` with ``--set`` strings, :func:`attnsim.runner.run_experiment`,
-:func:`attnsim.serve.run.serve_experiment`, :func:`attnsim.sweep.executors.run_sweep`; tables come
-from the one flattening of :mod:`attnsim.sweep.table`; files are written by
-:func:`attnsim.results.write_results` after :func:`attnsim.outputs.check_output`. Bad input raises
-:class:`attnsim.config.ConfigError` with the CLI's one-line message (an experiment given as a dict
+:func:`attnsim.sim.experiment.load_experiment` with ``--set`` strings, :func:`attnsim.sim.runner.run_experiment`,
+:func:`attnsim.studies.serve.run.serve_experiment`, :func:`attnsim.studies.sweep.executors.run_sweep`; tables come
+from the one flattening of :mod:`attnsim.studies.sweep.table`; files are written by
+:func:`attnsim.sim.results.write_results` after :func:`attnsim.core.outputs.check_output`. Bad input raises
+:class:`attnsim.core.config.ConfigError` with the CLI's one-line message (an experiment given as a dict
 is the file ``<dict>``).
 """
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from attnsim import notices
-from attnsim.config import ConfigError
+from attnsim.core import notices
+from attnsim.core.config import ConfigError
 
 Experiment = Union[str, Path, Mapping, None]
 
 
 def callable_package(module_name: str, func_name: str) -> None:
-    """Make the package ``module_name`` (``attnsim.serve``, ``attnsim.sweep``) callable as the API function
+    """Make the package ``module_name`` (``attnsim.studies.serve``, ``attnsim.studies.sweep``) callable as the API function
     ``func_name``: the name is both a subpackage and a documented function, and Python sets
     ``attnsim.<name>`` to the subpackage whenever it is imported, so the package itself must answer calls."""
     import sys
@@ -119,9 +119,9 @@ class Results:
         return list(self.table().parameters)
 
     def table(self):
-        """The :class:`attnsim.sweep.table.Table` view (the columns ``attnsim export`` and plots use)."""
+        """The :class:`attnsim.studies.sweep.table.Table` view (the columns ``attnsim export`` and plots use)."""
         if self._table is None:
-            from attnsim.sweep.table import table_from_docs
+            from attnsim.studies.sweep.table import table_from_docs
             self._table = table_from_docs(self.path or Path("<memory>"), self.attrs, self.docs)
         return self._table
 
@@ -135,9 +135,9 @@ class Results:
         return render(self.table(), recipe, out, **options)
 
     def to_pandas(self):
-        """One row per run: the columns ``attnsim export`` writes (attnsim.sweep.table ``export_columns``: fixed
+        """One row per run: the columns ``attnsim export`` writes (attnsim.studies.sweep.table ``export_columns``: fixed
         columns, swept parameters, metrics with a unit in every name, ``vs_baseline.*``, breakdowns)."""
-        from attnsim.sweep.table import to_pandas
+        from attnsim.studies.sweep.table import to_pandas
         return to_pandas(self.table())
 
     @property
@@ -147,7 +147,7 @@ class Results:
         ``baseline_missing``, ``not_ok``) and the ratios (``throughput_ratio``, ``tpot_speedup``, ...);
         empty when the experiment or sweep has no baseline."""
         import pandas as pd
-        from attnsim.sweep.baselines import PREFIX
+        from attnsim.studies.sweep.baselines import PREFIX
         t = self.table()
         ratios = [c for c in t.columns if c.startswith(PREFIX)]
         if not ratios:
@@ -167,7 +167,7 @@ class Results:
         model, scenario, the other swept parameters, ``baseline``, ``parameter`` (``hardware.<name>.<key>``),
         its ``value``, ``low`` and ``high``, the throughput ratio at the low end, by default and at the high end
         (``ratio_low``, ``ratio_base``, ``ratio_high``), ``flips`` (an end on the other side of 1.0) and
-        ``moves_over_10pct`` (an end more than 10 % from ``ratio_base``). attnsim.verdict."""
+        ``moves_over_10pct`` (an end more than 10 % from ``ratio_base``). attnsim.studies.verdict."""
         import pandas as pd
         t = self.table()
         ids = ["system", "model", "scenario"] + [p for p in t.parameters if p in t.columns and
@@ -191,8 +191,8 @@ class Results:
             raise ConfigError("a sweep store is written by attnsim.sweep(..., out=...); copy that file instead",
                               file=str(path), key="save")
         tree = self.resolved_config(path)
-        from attnsim.outputs import check_output
-        from attnsim.results import write_results
+        from attnsim.core.outputs import check_output
+        from attnsim.sim.results import write_results
         out = check_output(path, "save", inputs=[self.path] if self.path else [])
         self.path = write_results(out, self.docs, tree, self.experiment, argv=["attnsim.api"])
         return self.path
@@ -204,12 +204,12 @@ class Results:
             if not isinstance(text, str):
                 raise ConfigError("no resolved config to store (the results file has none)",
                                   file=str(path or self.path), key="save")
-            from attnsim.config import parse_yaml
+            from attnsim.core.config import parse_yaml
             self._tree = parse_yaml(text, file=f"{self.path}: resolved_config") or {}
         return self._tree
 
     def _repr_rows(self) -> str:
-        from attnsim.report import summary_table
+        from attnsim.core.report import summary_table
         return summary_table(self.docs)
 
     def __repr__(self) -> str:
@@ -221,13 +221,13 @@ class Results:
 
 
 class SweepResults(Results):
-    """The points of a sweep store (``attnsim.sweep`` / ``attnsim.load``); ``summary`` after a run."""
+    """The points of a sweep store (``attnsim.studies.sweep`` / ``attnsim.load``); ``summary`` after a run."""
 
     kind = "sweep"
     summary = None
 
     def _repr_rows(self) -> str:
-        from attnsim.sweep.table import sweep_text
+        from attnsim.studies.sweep.table import sweep_text
         return sweep_text(self.table(), max_rows=20)  # what `attnsim show STORE` prints
 
 
@@ -237,15 +237,15 @@ def run(experiment: Experiment = None, sets: Optional[Mapping | Iterable[str]] =
     """Simulate an experiment like ``attnsim run``: ``experiment`` = a built-in name (``"default"``), a YAML
     path, or a dict in the YAML's shape; ``sets`` = ``{dotted key: value}`` (``--set``); ``systems`` /
     ``models`` replace the experiment's lists (``experiment.systems=[...]``); ``flips``: with a baseline, also
-    what would flip each verdict (:attr:`Results.verdict_flips`, attnsim.verdict; re-runs: off by default)."""
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
-    notices.to_stderr()  # 'attnsim: compiling Numba kernels ...' when this call compiles them (attnsim.jitcache)
+    what would flip each verdict (:attr:`Results.verdict_flips`, attnsim.studies.verdict; re-runs: off by default)."""
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
+    notices.to_stderr()  # 'attnsim: compiling Numba kernels ...' when this call compiles them (attnsim.core.jitcache)
     s = _list_sets(systems, models) + set_strings(sets)
     exp = load_experiment(_experiment_ref(experiment), s)
     if exp.spec.serving is not None:
         raise ConfigError("expected no serving section for attnsim.run (it simulates static batches): use "
-                          "attnsim.serve, or sets={'experiment.serving': None}, got a serving section",
+                          "attnsim.studies.serve, or sets={'experiment.serving': None}, got a serving section",
                           file=exp.tree.file_of("experiment"), key="serving")
     docs = run_experiment(exp)
     if flips:
@@ -255,10 +255,10 @@ def run(experiment: Experiment = None, sets: Optional[Mapping | Iterable[str]] =
 
 def _add_flips(exp, docs: list[dict]) -> dict:
     """Add the ``verdict_flips`` section to the compared runs ``docs`` of a loaded experiment (what ``attnsim
-    run`` does; attnsim.verdict.add_flips); returns the cost {parameters, reruns, wall_s}. Refused without a
+    run`` does; attnsim.studies.verdict.add_flips); returns the cost {parameters, reruns, wall_s}. Refused without a
     baseline."""
     from attnsim.hwmodels.system import ref_name
-    from attnsim.verdict import add_flips
+    from attnsim.studies.verdict import add_flips
     if not exp.spec.baseline:
         raise ConfigError("expected an experiment with a baseline, got none", file=exp.tree.file_of("experiment"),
                           key="baseline")
@@ -284,8 +284,8 @@ def _list_sets(systems, models) -> list[str]:
 
 def load(path: str | Path) -> Results:
     """A results file of ``attnsim run`` / ``serve`` (or ``Results.save``) or a sweep store."""
-    from attnsim.sweep.store import is_sweep_store
-    from attnsim.sweep.table import load_table
+    from attnsim.studies.sweep.store import is_sweep_store
+    from attnsim.studies.sweep.table import load_table
     if not isinstance(path, (str, Path)):
         raise ConfigError(f"expected a results file or sweep store path, got {type(path).__name__}", file="path")
     path = Path(path)
@@ -296,7 +296,7 @@ def load(path: str | Path) -> Results:
         return r
     docs = list(table.docs())
     if table.attrs.get("command") == "serve":
-        from attnsim.sweep.table import request_columns
+        from attnsim.studies.sweep.table import request_columns
         return ServeResults(docs, str(table.attrs.get("experiment", "")), attrs=table.attrs, path=path,
                             table=table, requests=request_columns(path) or {})
     return Results(docs, str(table.attrs.get("experiment", "")), attrs=table.attrs, path=path, table=table)
@@ -305,15 +305,15 @@ def load(path: str | Path) -> Results:
 # ---------------------------------------------------------------- serve
 
 class ServeResults(Results):
-    """Serving runs (``attnsim.serve``): ``to_pandas()`` = one row per request (every run), ``metrics`` =
+    """Serving runs (``attnsim.studies.serve``): ``to_pandas()`` = one row per request (every run), ``metrics`` =
     {run label: {metric with unit: value}}, ``runs()`` = one row per run."""
 
     def __init__(self, docs, experiment="", *, requests=None, **kw):
         """``requests``: the per-request columns under export names (default: from the documents' rows)."""
-        from attnsim.sweep.table import unit_name
+        from attnsim.studies.sweep.table import unit_name
         super().__init__([{k: v for k, v in d.items() if not k.startswith("_")} for d in docs], experiment, **kw)
         if requests is None:
-            from attnsim.cli_serve import request_rows
+            from attnsim.cli.serve import request_rows
             a = request_rows(docs)
             requests = {unit_name(n): a[n] for n in a.dtype.names}
         self._requests = requests
@@ -326,9 +326,9 @@ class ServeResults(Results):
 
     @property
     def metrics(self) -> dict[str, dict]:
-        """{run label: {metric: value}}, every quantity's name with its unit (attnsim.sweep.table ``unit_name``:
+        """{run label: {metric: value}}, every quantity's name with its unit (attnsim.studies.sweep.table ``unit_name``:
         ``ttft_p50_s``, ``slo_attainment_ratio``, ``requests_count``, ``goodput_rps``, ...)."""
-        from attnsim.sweep.table import unit_name
+        from attnsim.studies.sweep.table import unit_name
         return {lab: {unit_name(k): v for k, v in (d.get("metrics") or {}).items()}
                 for lab, d in zip(self.labels(), self.docs)}
 
@@ -345,17 +345,17 @@ class ServeResults(Results):
     def save(self, path: str | Path) -> Path:
         """Write the results file ``attnsim serve`` writes (with the ``/requests`` table)."""
         tree = self.resolved_config(path)
-        from attnsim.cli_serve import write_serve_results
-        from attnsim.outputs import check_output
+        from attnsim.cli.serve import write_serve_results
+        from attnsim.core.outputs import check_output
         out = check_output(path, "save", inputs=[self.path] if self.path else [])
         self.path = write_serve_results(out, self._docs_with_requests(), tree, self.experiment)
         return self.path
 
     def _docs_with_requests(self) -> list[dict]:
-        """The documents with their ``_requests`` rows again (what attnsim.cli_serve writes)."""
+        """The documents with their ``_requests`` rows again (what attnsim.cli.serve writes)."""
         import numpy as np
-        from attnsim.cli_serve import REQUEST_COLUMNS
-        from attnsim.sweep.table import unit_name
+        from attnsim.cli.serve import REQUEST_COLUMNS
+        from attnsim.studies.sweep.table import unit_name
         r = self._requests
         out = []
         for i, d in enumerate(self.docs):
@@ -365,13 +365,13 @@ class ServeResults(Results):
         return out
 
     def _repr_rows(self) -> str:
-        from attnsim.cli_serve import summary_table
+        from attnsim.cli.serve import summary_table
         return summary_table(self.docs)
 
 
 def serve(experiment: Experiment, sets: Optional[Mapping | Iterable[str]] = None) -> ServeResults:
     """Request-level serving like ``attnsim serve`` (the experiment needs a ``serving:`` section)."""
-    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
     notices.to_stderr()
     exp, serving = load_serving_experiment(_experiment_ref(experiment), set_strings(sets))
     docs = serve_experiment(exp, serving)
@@ -386,9 +386,9 @@ def sweep(sweep: str | Path | Mapping, out: str | Path, sets: Optional[Mapping |
     """Run (or resume) a sweep like ``attnsim sweep SWEEP --out OUT``: ``sweep`` = a built-in name, a YAML path
     or a dict in the sweep file's shape (its ``base`` relative to the working folder); returns the store.
     ``flips``: ``--flips`` (the ``verdict_flips`` column and :attr:`Results.verdict_flips`)."""
-    from attnsim.outputs import check_output
-    from attnsim.sweep.executors import run_sweep
-    from attnsim.sweep.spec import build_sweep, load_sweep
+    from attnsim.core.outputs import check_output
+    from attnsim.studies.sweep.executors import run_sweep
+    from attnsim.studies.sweep.spec import build_sweep, load_sweep
     notices.to_stderr()
     s = set_strings(sets)
     if isinstance(sweep, Mapping):

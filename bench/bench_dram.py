@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from attnsim.cli_dram import device_spec, warm_up
+from attnsim.cli.dram import device_spec, warm_up
 from attnsim.hwmodels.dram import F_AP, Op, cmds_from, load_dram_spec, run_commands, simulate_requests
 
 QUICK = "--quick" in sys.argv

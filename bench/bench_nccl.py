@@ -19,7 +19,7 @@ MARK = {"LL": "o", "LL128": "s", "Simple": "^", "Simple-nvls": "D"}
 
 def curves():
     """Per topology: (label, sizes, measured us, tuned us, tuned choice, ring-formula us, custom us)."""
-    from attnsim.config import CONFIG_ROOT, load_yaml
+    from attnsim.core.config import CONFIG_ROOT, load_yaml
     from attnsim.hwmodels.gpu import load_hardware
     from attnsim.hwmodels.links import LinkModel
     data = load_yaml(CONFIG_ROOT / "validation" / "nccl.yaml")
@@ -67,7 +67,7 @@ def figure(data):
 
 
 def main(argv=None):
-    from attnsim.outputs import check_output
+    from attnsim.core.outputs import check_output
     from attnsim.plots.style import paper_style, save
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/figures/nccl_allreduce.png")

@@ -47,7 +47,7 @@ def cold_compile_s() -> float:
 
 
 def device(name, **kw):
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
     hw = load_yaml(find_config("hardware", name))
     hw.update(kw)

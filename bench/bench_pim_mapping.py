@@ -32,7 +32,7 @@ REPEAT = 5
 
 
 def device(cpi, exhaustive=False):
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
     hw = load_yaml(find_config("hardware", "attacc_hbm3_pim_5stack"))
     hw["channels_per_item"] = cpi
@@ -110,9 +110,9 @@ def main() -> None:
 
 def run(model, batch, ctx, cpi, exhaustive=False):
     """(best wall s of 3, TPOT s) of run_experiment of attacc_h100 at one point."""
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.pim import PIMDevice
-    from attnsim.runner import run_experiment
+    from attnsim.sim.runner import run_experiment
     PIMDevice.exhaustive_search = exhaustive
     try:
         exp = load_experiment(None, ["experiment.systems=[attacc_h100]", "experiment.baseline=null",

@@ -1,7 +1,7 @@
 """GPU serving power and J/token per batch: ML.ENERGY v3 (H100, vLLM, lm-arena-chat) measured vs attnsim.
 
 Rows of configs/validation/power.yaml (shared/reference/calibration/mlenergy_v3_h100.csv), each run as its
-serving equivalent under software: vllm (attnsim.validate.power_runs: prefill + decode steps at the
+serving equivalent under software: vllm (attnsim.studies.validate.power_runs: prefill + decode steps at the
 token-weighted mean context). Columns: Llama-3.1-8B TP1
 (calibration: the h100_sxm power parameters were fitted to its power), Llama-3.1-70B TP4 (held out). Rows:
 per-GPU power (700 W board cap dashed), J/token (log), and the time side: attnsim's step time per output
@@ -82,8 +82,8 @@ def figure(data):
 
 
 def main(argv=None):
-    from attnsim import validate
-    from attnsim.outputs import check_output
+    from attnsim.studies import validate
+    from attnsim.core.outputs import check_output
     from attnsim.plots.style import paper_style, save
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/figures/gpu_power_mlenergy.png")

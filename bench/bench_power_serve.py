@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from attnsim.serve.run import load_serving_experiment, serve_experiment
-from attnsim.timeline_serve import LOG_FIELDS, recording
-from attnsim.validate import CONFIG_ROOT, _load
+from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
+from attnsim.studies.timeline_serve import LOG_FIELDS, recording
+from attnsim.studies.validate import CONFIG_ROOT, _load
 
 F = {k: i for i, k in enumerate(LOG_FIELDS)}
 
@@ -57,7 +57,7 @@ def steady(row: dict, prompt_len: int, sets: list[str], tmp: Path) -> dict:
     dur, energy = w[:, F["dur_s"]].sum(), w[:, F["energy_j"]].sum()
     tokens = w[:, F["decodes"]].sum() + w[:, F["prefills"]].sum()  # a decode and a finished prefill emit a token
     par = next(iter(exp.systems.values())).parallelism
-    gpus = par.tp * par.pp  # the pool's iterations are one replica's (as attnsim.validate.power_runs)
+    gpus = par.tp * par.pp  # the pool's iterations are one replica's (as attnsim.studies.validate.power_runs)
     return {"power_w_per_gpu": energy / dur / gpus, "energy_per_token_j": energy / tokens,
             "itl_ms": float(np.median(w[:, F["dur_s"]])) * 1e3, "tok_per_s": tokens / dur}
 

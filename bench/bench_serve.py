@@ -19,10 +19,10 @@ import numpy as np
 # 69.25 s measured on the development box (2 cores shared by 9 sessions, wall 526 s); issue 29 quotes 44 s.
 LAST_ROUND_CPU_S = 69.25
 
-from attnsim.serve.metrics import request_table, summarize
-from attnsim.serve.requests import TraceSpec, synthetic_trace
-from attnsim.serve.run import quick_pool
-from attnsim.serve.scheduler import simulate_pool
+from attnsim.studies.serve.metrics import request_table, summarize
+from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
+from attnsim.studies.serve.run import quick_pool
+from attnsim.studies.serve.scheduler import simulate_pool
 
 
 def run_once(args):

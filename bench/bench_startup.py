@@ -5,7 +5,7 @@
 Each target is one whole `attnsim` process, timed by its CPU time (user + system, from
 ``resource.getrusage(RUSAGE_CHILDREN)``; the machine may be loaded, so CPU time is the figure to compare, wall
 time is printed beside it) and its wall time, best of ``--repeat``. The kernel cache is a fresh temporary folder
-(``XDG_CACHE_HOME``: attnsim.jitcache's user cache folder), filled by one untimed run before the warm targets;
+(``XDG_CACHE_HOME``: attnsim.core.jitcache's user cache folder), filled by one untimed run before the warm targets;
 ``--cold`` also times the first `attnsim run` on an empty one. ``--base-venv`` names a virtual environment with
 last round's attnsim installed (e.g. main 878b7fc in a scratch checkout: ``git clone ... && pip install -e .``);
 each target is then run with both and the ratio printed (base CPU / this CPU: > 1 is faster now).
@@ -52,7 +52,7 @@ def best(cmd: list[str], env: dict, cwd: Path, repeat: int) -> tuple[float, floa
 
 def env_for(cache: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "ATTNSIM_CACHE_DIR")}
-    env["XDG_CACHE_HOME"] = str(cache)  # platformdirs' user cache folder: attnsim's kernels (attnsim.jitcache)
+    env["XDG_CACHE_HOME"] = str(cache)  # platformdirs' user cache folder: attnsim's kernels (attnsim.core.jitcache)
     return env
 
 

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from attnsim.cli_dram import device_spec, warm_up
+from attnsim.cli.dram import device_spec, warm_up
 from attnsim.hwmodels.dram import make_cmds, run_commands, simulate_requests
 from attnsim.isa.lower import Org, stream_reads
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 _CHILD = r"""
 import json, resource, sys, time, yaml
-from attnsim.config import find_config, load_yaml
-from attnsim.sweep.spec import build_sweep
-from attnsim.sweep.executors import run_sweep
+from attnsim.core.config import find_config, load_yaml
+from attnsim.studies.sweep.spec import build_sweep
+from attnsim.studies.sweep.executors import run_sweep
 n_ctx, executor, workers, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 data = load_yaml(find_config("sweeps", "decode_1000"))
 data["parameters"][1]["grid"]["scenario.prompt_len"]["num"] = n_ctx
@@ -47,7 +47,7 @@ def run(n_ctx: int, executor: str, workers: int, out: Path) -> dict:
 
 def same_results(a: Path, b: Path) -> bool:
     import numpy as np
-    from attnsim.sweep.store import open_store
+    from attnsim.studies.sweep.store import open_store
     ca, cb = open_store(a).columns(), open_store(b).columns()
     for k in ca:
         if k in ("elapsed_s", "finished_unix_s", "worker"):

@@ -10,8 +10,8 @@ import time
 os.environ.setdefault("ATTNSIM_CACHE_DIR", "off")  # measure the engine, not the sub-result cache
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
-from attnsim.experiment import load_experiment  # noqa: E402
-from attnsim.runner import run_experiment  # noqa: E402
+from attnsim.sim.experiment import load_experiment  # noqa: E402
+from attnsim.sim.runner import run_experiment  # noqa: E402
 
 
 def main() -> None:

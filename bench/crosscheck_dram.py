@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from attnsim.cli_dram import device_spec
+from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram.controller import simulate_requests
 from attnsim.hwmodels.dram.streams import (DRAMSIM3_STANDARDS, MAPPING, STREAMS, dramsim3_spec, make_stream,
                                            stream_digest, stream_options)

@@ -3,7 +3,7 @@
 - docs/index.md: the site's home page, README.md with its links rewritten for the site (``docs/x.md`` -> ``x.md``);
 - docs/reference/cli.md: every ``attnsim`` subcommand and option, read from the argparse parser (attnsim.cli);
 - docs/reference/schemas/<kind>.md: every config kind's fields, read from the JSON Schema that ``attnsim schema
-  KIND`` prints (attnsim.cli_schema.schema_doc), one table per object.
+  KIND`` prints (attnsim.cli.schema.schema_doc), one table per object.
 
 tests/test_docs_site.py fails when a page differs from what this script writes.
 
@@ -137,11 +137,11 @@ def _object_table(obj: dict, defs_anchor) -> list[str]:
 
 
 def schema_page(kind: str) -> str:
-    from attnsim.cli_schema import schema_doc
+    from attnsim.cli.schema import schema_doc
     doc = schema_doc(kind)
     defs = doc.get("$defs", {})
     anchor = lambda name: re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")  # noqa: E731 - the toc slug
-    lines = [GENERATED.replace("edit the source it names", "edit the pydantic schema (attnsim/cli_schema.py)"),
+    lines = [GENERATED.replace("edit the source it names", "edit the pydantic schema (attnsim/cli/schema.py)"),
              f"# `{kind}`", "",
              f"The fields of a `{kind}` config, from the JSON Schema that `attnsim schema {kind}` prints "
              f"(write it with `-o {kind}.schema.json` for editor completion). The schema checks structure, types "
@@ -163,8 +163,8 @@ def schema_page(kind: str) -> str:
 
 
 def schema_index() -> str:
-    from attnsim.cli_schema import kinds
-    lines = [GENERATED.replace("edit the source it names", "edit attnsim/cli_schema.py"), "# Config schemas", "",
+    from attnsim.cli.schema import kinds
+    lines = [GENERATED.replace("edit the source it names", "edit attnsim/cli/schema.py"), "# Config schemas", "",
              "One page per config kind, generated from `attnsim schema KIND` (the pydantic schema attnsim validates "
              "every file with). `attnsim schema --list` lists the kinds; `attnsim schema KIND -o FILE.json` writes the "
              "JSON Schema for an editor. Every shipped config validates against its schema (tested).", ""]
@@ -174,7 +174,7 @@ def schema_index() -> str:
 
 def pages() -> dict[Path, str]:
     """Every generated page: path -> text."""
-    from attnsim.cli_schema import kinds
+    from attnsim.cli.schema import kinds
     out = {DOCS / "index.md": index_page(), DOCS / "reference" / "cli.md": cli_page(),
            DOCS / "reference" / "schemas" / "index.md": schema_index()}
     for k in kinds():

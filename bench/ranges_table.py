@@ -1,7 +1,7 @@
 """Generate (or check) docs/reference/ranges.md: the plausible range of every number field of every config kind.
 
-The ranges come from the schemas (attnsim.config.plausible_range: a schema's ``plausible`` table, else the unit
-ending the field's name, attnsim.config.UNIT_RANGES); a value outside its range is refused unless the config file
+The ranges come from the schemas (attnsim.core.config.plausible_range: a schema's ``plausible`` table, else the unit
+ending the field's name, attnsim.core.config.UNIT_RANGES); a value outside its range is refused unless the config file
 lists the key under ``allow_out_of_range:``. tests/test_plausible_ranges.py checks that the page is current.
 
     python bench/ranges_table.py            # rewrite docs/reference/ranges.md
@@ -57,13 +57,13 @@ def _table(title: str, keys: dict) -> list[str]:
 
 def sections() -> list[tuple[str, dict]]:
     """(title, {dotted key: Plausible}) per config kind, in the order of the page."""
-    from attnsim.config import plausible_keys
-    from attnsim.experiment import ExperimentSpec
+    from attnsim.core.config import plausible_keys
+    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.hwmodels import registry
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
     from attnsim.hwmodels.system import SystemSpec
-    from attnsim.serve.spec import ServingSpec
-    from attnsim.sweep.spec import SweepSpec
+    from attnsim.studies.serve.spec import ServingSpec
+    from attnsim.studies.sweep.spec import SweepSpec
     from attnsim.workloads.model import ModelSpec
     from attnsim.workloads.scenario import Scenario
     out = [(f"hardware, kind: {k}", plausible_keys(registry.schema_for(k))) for k in registry.kinds()]

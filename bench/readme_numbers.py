@@ -25,7 +25,7 @@ BLOCK = re.compile(r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n\n?)(?P<body>.*?
 
 
 def _serve(experiment: str, sets: list[str] = ()) -> list[dict]:
-    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
     return serve_experiment(*load_serving_experiment(experiment, list(sets)))
 
 
@@ -100,25 +100,25 @@ def serve_slo_load() -> str:
 
 
 def _run(experiment: str, sets: list[str] = ()) -> list[dict]:
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     return run_experiment(load_experiment(experiment, list(sets)))
 
 
 def systems_compare() -> str:
     """``attnsim run systems_compare``'s table (one system of each family)."""
-    from attnsim.report import summary_table
+    from attnsim.core.report import summary_table
     return ("```\n$ attnsim run systems_compare          # Llama-2-70B, batch 16, 2048 + 128 tokens, fp16 "
             "(baseline a100_hbm3_x8)\n" + summary_table(_run("systems_compare")).rstrip("\n") + "\n```\n")
 
 
 def default_run() -> str:
     """What ``attnsim run`` (the default experiment) prints: the table and the "what differs" lines with each
-    compared system's verdict line (attnsim.verdict; the cost line after them holds a wall time: left out)."""
-    from attnsim.experiment import load_experiment
-    from attnsim.report import differ_lines, summary_table
-    from attnsim.runner import run_experiment
-    from attnsim.verdict import add_flips
+    compared system's verdict line (attnsim.studies.verdict; the cost line after them holds a wall time: left out)."""
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.core.report import differ_lines, summary_table
+    from attnsim.sim.runner import run_experiment
+    from attnsim.studies.verdict import add_flips
     exp = load_experiment("default")
     docs = run_experiment(exp)
     add_flips(exp.tree, docs, exp.spec.baseline)
@@ -154,8 +154,8 @@ def first_study() -> str:
     import tempfile
 
     from attnsim.api import sweep
-    from attnsim.sweep.store import read_results
-    from attnsim.sweep.table import load_table, sweep_text
+    from attnsim.studies.sweep.store import read_results
+    from attnsim.studies.sweep.table import load_table, sweep_text
     with tempfile.TemporaryDirectory() as d:
         res = sweep("first_study", Path(d) / "first_study.h5")
         text = f"experiment: {read_results(res.path)[0].get('experiment')}\n" + sweep_text(load_table(res.path))

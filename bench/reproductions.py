@@ -31,7 +31,7 @@ def main() -> int:
     if args.cold:
         import tempfile
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnsim-bench-numba-")
-    from attnsim import reproduce  # noqa: E402 (after pinning: numba reads NUMBA_NUM_THREADS at import)
+    from attnsim.studies import reproduce  # noqa: E402 (after pinning: numba reads NUMBA_NUM_THREADS at import)
     t_import = time.perf_counter() - T0
     print(f"pinned to CPU {core} ({os.sched_getaffinity(0)}); Numba cache {'empty' if args.cold else 'as is'}; "
           f"imports {t_import:.2f} s")

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from pydantic import Field
 
-from attnsim.config import Schema
+from attnsim.core.config import Schema
 
 # Energy components used in every breakdown (joules). Devices fill the ones they have.
 ENERGY_COMPONENTS = (
@@ -95,7 +95,7 @@ class HBMEnergySpec(Schema):
 
 def set_static(res, system, time_s: float) -> None:
     """Static energy of one replica over ``time_s`` into a step result ``res``
-    (attnsim.engine.StepResult): total, by device and by device component
+    (attnsim.sim.engine.StepResult): total, by device and by device component
     (``System.static_power_by_device_w``; the total is ``System.static_power_w``, as before)."""
     per = 1.0 / max(1, system.spec.parallelism.replicas)
     res.static_energy_j = system.static_power_w() * per * time_s

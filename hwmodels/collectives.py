@@ -31,7 +31,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, PositiveFloat, field_validator
 
-from attnsim.config import Schema
+from attnsim.core.config import Schema
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "sendrecv")

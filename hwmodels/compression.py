@@ -27,7 +27,7 @@ from typing import Literal, Union
 import numpy as np
 from pydantic import Field, field_validator
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.core.config import ConfigError, Plausible, Schema
 
 BLOCK_VALUES = 2048        # 4 KB of 16-bit values per compressed block [M]
 PLANE_HEADER_BYTES = 1     # per plane per block: compressed length / raw flag [M]
@@ -162,7 +162,7 @@ def sample(kind: str, dtype: str, n: int = SAMPLE_VALUES, seed: int = 0) -> np.n
 @lru_cache(maxsize=None)
 def measured_ratio(kind: str, dtype: str = "bf16", bitplane: bool = True) -> float:
     """Stored / raw bytes of synthetic ``kind`` data in ``dtype`` (cached: process memo + sub-result cache)."""
-    from attnsim.sweep.cache import cached
+    from attnsim.core.cache import cached
 
     def run() -> float:
         u = sample(kind, dtype)

@@ -37,7 +37,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import HARDWARE_COUNT, ConfigError, Schema
+from attnsim.core.config import HARDWARE_COUNT, ConfigError, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
 from attnsim.isa.cxl_pnm import NORM_OPS, ROPE_OPS  # noqa: F401 (trace ops each kernel runs; the ISA's lists)

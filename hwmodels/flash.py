@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
+from attnsim.core.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.reliability import ecc as _ecc

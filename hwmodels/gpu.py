@@ -43,7 +43,7 @@ from typing import List, Literal, Optional, Tuple
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.config import HARDWARE_COUNT, Plausible, Schema
+from attnsim.core.config import HARDWARE_COUNT, Plausible, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
@@ -298,7 +298,7 @@ def from_spec(spec: GPUSpec) -> GPUModel:
 
 def load_hardware(ref: str):
     """Build any hardware model from a built-in name (``h100_sxm``) or a YAML path, validated."""
-    from attnsim.config import display_path, find_config, load_yaml
+    from attnsim.core.config import display_path, find_config, load_yaml
 
     path = find_config("hardware", ref)
     return registry.build(load_yaml(path), file=display_path(path))

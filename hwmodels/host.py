@@ -5,7 +5,7 @@ idle power lands in ``static_energy_j_by_device`` beside the accelerators (parts
 and ``--set hardware.<host>.<field>`` and ``attnsim sensitivity`` reach it like any device. Why a
 device kind rather than a ``host:`` block of the system: static power, counts, breakdowns and
 overrides already work per pool; a host pool runs no trace rows (a policy that places one on it is
-refused), and the host's software costs are the system's ``software`` preset (attnsim/stack.py).
+refused), and the host's software costs are the system's ``software`` preset (hwmodels/stack.py).
 Host memory that holds offloaded KV/weights is a ``kind: memory`` pool (it is costed), not this.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.core.config import ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 
 

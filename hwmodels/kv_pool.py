@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
+from attnsim.core.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 
 

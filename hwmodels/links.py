@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field, PositiveFloat, model_validator
 from pydantic_core import PydanticCustomError
 
-from attnsim.config import Schema
+from attnsim.core.config import Schema
 from attnsim.hwmodels import collectives, registry
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.collectives import CustomAllReduceSpec, NCCLSpec

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat
 
-from attnsim.config import ConfigError, Schema
+from attnsim.core.config import ConfigError, Schema
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import OpCost
 

@@ -25,7 +25,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
+from attnsim.core.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
 from attnsim.hwmodels.systolic import SystolicSpec
@@ -145,7 +145,7 @@ def load_dram_for(spec: PIMSpec, hardware: dict | None = None):
     tree, with its ``--set`` overrides) when it is there, else from its file; ``dram_overrides``
     and the refresh interval applied."""
     from pathlib import Path
-    from attnsim.config import display_path, find_config, load_yaml
+    from attnsim.core.config import display_path, find_config, load_yaml
     from attnsim.hwmodels.dram.spec import spec_from_dict
     name = Path(spec.dram).stem if spec.dram.endswith((".yaml", ".yml")) else spec.dram
     if hardware is not None and isinstance(hardware.get(name), dict):
@@ -327,10 +327,10 @@ class PIMDevice:
 
     # ------------------------------------------------------------ engine
     def _run_cached(self, low: Lowered):
-        """``run`` through the shared sub-result cache (attnsim.sweep.cache): the engine's time and
+        """``run`` through the shared sub-result cache (attnsim.core.cache): the engine's time and
         energy for this device config and these command streams are reused across sweep points (the cache
         mixes a fingerprint of the code into every key, so no version tag is needed here)."""
-        from attnsim.sweep.cache import cached
+        from attnsim.core.cache import cached
         key = ("pim.run", self._config_key(), low.isa,
                low.phase, [dict(c) if c is not None else None for c in low.commands], low.multiplicity,
                [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in low.programs] if low.isa == "cxl_pnm" else None,
@@ -342,7 +342,7 @@ class PIMDevice:
         two dumps per lowering was 40 % of a warm `attnsim run` (issue 30). Both are frozen schemas."""
         ids = (id(self.spec), id(self.dram))
         if getattr(self, "_config_key_ids", None) != ids:
-            from attnsim.sweep.cache import cache_key
+            from attnsim.core.cache import cache_key
             self._config_key_digest = cache_key(("pim.config", self.spec.model_dump(), self.dram.model_dump()))
             self._config_key_ids = ids
         return self._config_key_digest
@@ -795,7 +795,7 @@ class PIMDevice:
         return {j: (r, best[1], cpi, m) for j, (r, cpi, m) in best[2].items()}
 
     def cost(self, trace, rows) -> OpCost:
-        """The rows' costs under the best mapping, through the sub-result cache (attnsim.sweep.cache): a run
+        """The rows' costs under the best mapping, through the sub-result cache (attnsim.core.cache): a run
         that costs the same step on the same device again (the verdict flips re-run every system of a pair
         with one parameter moved: ~2/3 of their PIM steps repeat, ~25 % of a warm `attnsim run`, issue 30)
         reuses it. The key is the device's configs and the whole trace, everything :meth:`_cost` reads."""
@@ -803,7 +803,7 @@ class PIMDevice:
         key = self._cost_key(trace, rows)
         if key is None:
             return self._cost(trace, rows)
-        from attnsim.sweep.cache import cached
+        from attnsim.core.cache import cached
         return _opcost_from_data(cached(key, lambda: _opcost_data(self._cost(trace, rows))))
 
     def _cost_key(self, trace, rows: np.ndarray):
@@ -853,7 +853,7 @@ class PIMDevice:
 
 
 def _plain(v) -> bool:
-    """Whether ``v`` is data a cache key encodes by value (attnsim.sweep.cache._feed: no object arrays)."""
+    """Whether ``v`` is data a cache key encodes by value (attnsim.core.cache._feed: no object arrays)."""
     if v is None or isinstance(v, (bool, int, float, str, np.integer, np.floating, np.bool_)):
         return True
     if isinstance(v, np.ndarray):
@@ -866,7 +866,7 @@ def _plain(v) -> bool:
 
 
 def _opcost_data(c: OpCost) -> dict:
-    """An OpCost as cacheable data (attnsim.sweep.cache values: arrays, lists, dicts, scalars)."""
+    """An OpCost as cacheable data (attnsim.core.cache values: arrays, lists, dicts, scalars)."""
     return {"time_s": c.time_s, "energy_j": dict(c.energy_j), "bytes_by_level": dict(c.bytes_by_level),
             "flops": c.flops, "bound": [str(b) for b in c.bound],
             "mapping": [dict(m) if m is not None else None for m in c.mapping]}

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from attnsim.config import ConfigError, Schema, _number_kind, not_physical, set_dotted, validate
+from attnsim.core.config import ConfigError, Schema, _number_kind, not_physical, set_dotted, validate
 
 _KINDS: dict[str, tuple[type, Callable[[Any], Any]]] = {}
 # modules that register kinds; imported lazily so that importing one model stays cheap
@@ -203,7 +203,7 @@ def split_ranges(hw: dict, file: str | None = None, schema=None) -> tuple[dict, 
 # What a value rests on, machine-readable: every ``ranges:`` entry is an *assumed* parameter (its range is
 # the plausible span); an optional ``evidence:`` block tags other keys (or re-tags a ranged one) as
 # measured / datasheet / artefact / assumed, each with its source. An assumed parameter needs a range
-# (the verdict-flip check varies it over that range, attnsim.verdict).
+# (the verdict-flip check varies it over that range, attnsim.studies.verdict).
 
 EVIDENCE_KEY = "evidence"
 EVIDENCE_TAGS = ("measured", "datasheet", "artefact", "assumed")
@@ -257,7 +257,7 @@ def evidence_tags(hw: dict, file: str | None = None) -> dict[str, EvidenceSpec]:
 #
 # A hardware config may also hold ``choices:``: per categorical setting whose value decides verdicts (a DRAM
 # spec's controller rules, a PIM device's KV mapping, a link's all-reduce algorithm) the other plausible values
-# and where they come from. The run reads the file's own value; the verdict-flip check (attnsim.verdict)
+# and where they come from. The run reads the file's own value; the verdict-flip check (attnsim.studies.verdict)
 # re-runs each alternative, as it re-runs both ends of each ``ranges:`` entry.
 
 CHOICES_KEY = "choices"

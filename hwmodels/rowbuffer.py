@@ -188,7 +188,7 @@ def newton_request_channels(device, trace, i: int) -> np.ndarray | None:
 def lower_newton_row(device, trace, i: int) -> Lowered:
     """Row i of ``trace`` lowered for a Newton/NeuPIMs device; the NPU traffic the mapper recorded as
     concurrent with this row (``trace.meta["neupims_rowbuffer"]``) attached for :func:`run_shared`."""
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     from attnsim.isa.lower_newton import lower_newton
     cls = str(trace.cols["cls"][i])
     assign = device.spec.channel_assignment

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.core.config import ConfigError, Plausible, Schema
 from attnsim.hwmodels import registry
 
 
@@ -45,7 +45,7 @@ class LinkSpec(Schema):
 
 
 class ParallelismSpec(Schema):
-    """Tensor x pipeline x data parallelism (pipeline mechanism: attnsim/pipeline.py)."""
+    """Tensor x pipeline x data parallelism (pipeline mechanism: attnsim/sim/pipeline.py)."""
 
     plausible = {
         "*": Plausible(1, 1 << 20, "tensor / pipeline / data-parallel degrees, stage counts: bounded by the devices "
@@ -132,7 +132,7 @@ class SystemSpec(Schema):
     parallelism: ParallelismSpec = ParallelismSpec()
     mapper: MapperSpec = MapperSpec()
     software: str = Field("none", description="software-stack preset (configs/stacks/<name>.yaml or a path; "
-                                              "attnsim/stack.py): host costs per step / request, GPU kernel mode")
+                                              "hwmodels/stack.py): host costs per step / request, GPU kernel mode")
     source: str = ""
 
     # field validators (not one model validator) so that errors carry the key path
@@ -171,7 +171,7 @@ class System:
     pools: dict[str, DevicePool]
     links: dict[str, Any] = field(default_factory=dict)
     link_roles: dict[str, tuple[str, str]] = field(default_factory=dict)
-    stack: Any = None  # attnsim.stack.StackSpec of spec.software (None: no costs)
+    stack: Any = None  # attnsim.hwmodels.stack.StackSpec of spec.software (None: no costs)
 
     @property
     def name(self) -> str:
@@ -209,7 +209,7 @@ def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System
     """Build device and link models; ``hardware`` maps hardware name (``ref_name`` of the
     system's references) -> config dict. The ``software`` preset's ``kernels`` (if set) is every GPU
     pool's ``software_stack``; its ``custom_allreduce`` sets ``allreduce: custom`` on links that have the block."""
-    from attnsim.stack import load_stack
+    from attnsim.hwmodels.stack import load_stack
     stack = load_stack(spec.software, file=file_of("systems", spec.name))
     pools = {}
     for role, pool in spec.devices.items():
@@ -224,7 +224,7 @@ def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System
         name = ref_name(link.hardware)
         hw = hardware[name]
         if stack.custom_allreduce and isinstance(hw, dict) and hw.get("custom_allreduce") is not None:
-            hw = {**hw, "allreduce": "custom"}  # the stack's framework all-reduce (attnsim/stack.py)
+            hw = {**hw, "allreduce": "custom"}  # the stack's framework all-reduce (hwmodels/stack.py)
         links[lname] = registry.build(hw, file=file_of("hardware", name))
         roles[lname] = (link.connects[0], link.connects[1])
     return System(spec, pools, links, roles, stack)

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.config import ARRAY_SIDE, HARDWARE_COUNT, Schema
+from attnsim.core.config import ARRAY_SIDE, HARDWARE_COUNT, Schema
 
 
 class SystolicSpec(Schema):

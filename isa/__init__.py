@@ -1,7 +1,7 @@
 """attnsim.isa: PIM/PNM instruction sets as data, programs, assembler, GEMV lowering."""
 from __future__ import annotations
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 
 ISA_NAMES = ("attacc", "fimdram", "aim", "cxl_pnm", "newton")
 

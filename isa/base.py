@@ -22,7 +22,7 @@ Text syntax, one instruction a line::
 An operand is positional (in the opcode's field order) or ``name=value``; a value is an integer
 (``12``, ``0x1f``, ``0b101``, ``-3`` for signed fields), a symbolic name (``GRF_A``), a symbolic
 name with an index (``GRF_A[3]``, which also sets the partner index field) or, for jump fields,
-a label. Every error is an :class:`attnsim.config.ConfigError` naming the file and ``line N``.
+a label. Every error is an :class:`attnsim.core.config.ConfigError` naming the file and ``line N``.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnsim.config import ConfigError, read_bytes_file, read_text_file
+from attnsim.core.config import ConfigError, read_bytes_file, read_text_file
 
 MAX_INSTRUCTIONS = 1 << 24  # program length read from text or binary (count before allocating)
 

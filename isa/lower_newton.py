@@ -47,7 +47,7 @@ from typing import Sequence
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.isa import get_isa
 from attnsim.isa.base import Program
 from attnsim.isa.lowered import PU, Lowered, Org, _Cmds

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 
 
 class CapacityError(ConfigError):
@@ -199,10 +199,10 @@ def rank_weights(model_bytes: dict, trace, tp: int) -> float:
 def check_options(options: dict, allowed: dict, policy: str) -> dict:
     """``options`` with defaults filled in; unknown names and values not of the default's type (bool,
     integer, number) raise ConfigError naming ``mapper.options[.<name>]``."""
-    from attnsim.config import check_float, check_int
+    from attnsim.core.config import check_float, check_int
     bad = sorted(set(options) - set(allowed))
     if bad:
-        from attnsim.suggest import did_you_mean
+        from attnsim.core.suggest import did_you_mean
         raise ConfigError(f"unknown option(s) {', '.join(bad)}{did_you_mean(bad[0], allowed)} for policy {policy} "
                           f"(known: {', '.join(allowed) or 'none'})",
                           key="mapper.options")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_rows, kv_writeback_rows,
                                  link_name_between, rank_weights, register, role_of_kind)
 
@@ -144,5 +144,5 @@ def replicate_vector_ops(trace, tp: int):
     return trace
 
 
-plan_cxl_pnm.prefill_tp = host_tp  # the runner builds the prefill trace at this width (attnsim/runner.py)
+plan_cxl_pnm.prefill_tp = host_tp  # the runner builds the prefill trace at this width (attnsim/sim/runner.py)
 plan_cxl_pnm.own_compute_pool_check = True  # the PNM count is checked here; host GPUs are free in number

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.mapper.base import MemoryPlacement, Plan, check_options, rank_weights, register, role_of_kind
 
 PLACEMENTS = ("auto", "compute", "pim")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
                                  insert_rows, kv_writeback_rows, pim_pair, register, transfer_row)
 from attnsim.workloads.model import DTYPE_BYTES

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
                                  link_name_between, rank_weights, register, role_of_kind, transfer_row)
 

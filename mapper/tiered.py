@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
                                  kv_writeback_rows, pim_pair, rank_weights, register, transfer_row)
 from attnsim.workloads.model import DTYPE_BYTES

@@ -4,13 +4,13 @@ import os
 
 from hypothesis import settings
 
-from attnsim import jitcache
+from attnsim.core import jitcache
 
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-# Numba kernels (attnsim.jitcache): their folder is chosen once per process, here, before a test points
+# Numba kernels (attnsim.core.jitcache): their folder is chosen once per process, here, before a test points
 # ATTNSIM_CACHE_DIR at a temporary sub-result folder (which would otherwise move every kernel of this worker
 # into it, to compile again); and the "attnsim: compiling Numba kernels" line, printed at the first compile of
 # a process, is marked said, so that whichever test happens to compile first (an empty cache in CI) still sees

@@ -213,7 +213,7 @@ def set_arg(path: tuple, value) -> str:
 # ---------------------------------------------------------------- running one base
 
 def _clean(docs: list[dict]) -> list[dict]:
-    from attnsim.results import dumps
+    from attnsim.sim.results import dumps
     out = []
     for d in json.loads(dumps([{k: v for k, v in d.items() if not k.startswith("_")} for d in docs])):
         for k in ECHO_KEYS:
@@ -230,10 +230,10 @@ def _clean(docs: list[dict]) -> list[dict]:
 def cached_yaml():
     """Within: ``load_yaml`` of an unchanged file returns a copy of its first parse (the walk
     reloads the same few configs hundreds of times; YAML parsing would dominate)."""
-    import attnsim.config as cfg
-    import attnsim.experiment as ex
+    import attnsim.core.config as cfg
+    import attnsim.sim.experiment as ex
     import attnsim.hwmodels.dram.spec as ds
-    import attnsim.serve.run as sr
+    import attnsim.studies.serve.run as sr
     original = cfg.load_yaml
     memo: dict = {}
 
@@ -261,7 +261,7 @@ def _is_experiment_set(item: str) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _tree(experiment: str, exp_sets: tuple):
-    from attnsim.experiment import load_tree
+    from attnsim.sim.experiment import load_tree
     return load_tree(experiment, list(exp_sets))
 
 
@@ -270,9 +270,9 @@ def load(kind: str, experiment: str, sets: list[str]):
     first DRAM spec is run on a request stream. Same as ``load_experiment`` (the tree read for the
     ``experiment.*`` overrides is cached: YAML parsing dominates a small run)."""
     if kind == "serve":
-        from attnsim.serve.run import load_serving_experiment
+        from attnsim.studies.serve.run import load_serving_experiment
         return load_serving_experiment(experiment, sets)
-    from attnsim.experiment import validate_tree
+    from attnsim.sim.experiment import validate_tree
     tree, src = _tree(experiment, tuple(s for s in sets if _is_experiment_set(s)))
     tree = tree.copy()
     tree.apply_sets([s for s in sets if not _is_experiment_set(s)])
@@ -286,7 +286,7 @@ def run_doc(kind: str, experiment: str, sets: list[str], dram: Optional[str] = N
     """The result documents of a base with ``sets`` applied (echo keys removed)."""
     exp, serving = load(kind, experiment, sets)
     if kind == "serve":
-        from attnsim.serve.run import serve_experiment
+        from attnsim.studies.serve.run import serve_experiment
         return _clean(serve_experiment(exp, serving))
     if kind == "dram":
         from attnsim.hwmodels.dram.controller import simulate_requests
@@ -316,7 +316,7 @@ def run_doc(kind: str, experiment: str, sets: list[str], dram: Optional[str] = N
                 rows = cmds_from(op=[Op.MACAB] * 20, row=np.arange(20) % 5 + 1, repeat=32, flags=1)   # F_AP
                 out["pim_rows_refreshed_cycles"] = int(run_commands(spec, rows, refresh=spec.default_refresh).cycles)
         return json.loads(json.dumps(out, default=float))
-    from attnsim.runner import run_experiment
+    from attnsim.sim.runner import run_experiment
     return _clean(run_experiment(exp))
 
 

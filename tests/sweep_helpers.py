@@ -24,8 +24,8 @@ def write_sweep(folder: Path, parameters, name="t", base=None, **extra) -> Path:
 
 def cached_point(tree_dict, files):
     """A point function that runs the real simulation and caches one sub-result by model name."""
-    from attnsim.sweep.cache import cached
-    from attnsim.sweep.executors import simulate_point
+    from attnsim.core.cache import cached
+    from attnsim.studies.sweep.executors import simulate_point
     model = next(iter(tree_dict["models"]))
     layers = cached(("test.layers", 1, model), lambda: tree_dict["models"][model]["num_layers"])
     doc = simulate_point(tree_dict, files)
@@ -35,7 +35,7 @@ def cached_point(tree_dict, files):
 
 def read_store_rows(path):
     """{key: finished_unix_s} of every point visible in a store (HDF5 + journal)."""
-    from attnsim.sweep.store import open_store
+    from attnsim.studies.sweep.store import open_store
     st = open_store(path)
     c = st.columns()
     return dict(zip(c["key"].tolist(), c["finished_unix_s"].tolist())) if len(st) else {}
@@ -43,7 +43,7 @@ def read_store_rows(path):
 
 def infinite_point(tree_dict, files):
     """A point function whose result overflows: the sweep must record it as an error, not ok."""
-    from attnsim.sweep.executors import simulate_point
+    from attnsim.studies.sweep.executors import simulate_point
     doc = simulate_point(tree_dict, files)
     doc["metrics"]["tpot_s"] = float("inf")
     return doc

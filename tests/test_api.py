@@ -59,7 +59,7 @@ def test_name_dict_path_match_the_cli_results_file(tmp_path):
             "experiment.scenarios": TINY["scenarios"], "experiment.generation": TINY["generation"]}
     assert attnsim.run("default", sets=sets).to_pandas()[METRICS].equals(cli)
     strings = [f"{k}={attnsim.api._set_text(k, v)}" for k, v in sets.items()]  # the --set text of each value
-    assert [attnsim.config.parse_set(x)[1] for x in strings] == list(sets.values())
+    assert [attnsim.core.config.parse_set(x)[1] for x in strings] == list(sets.values())
 
 
 def test_sets_take_effect_and_bad_input_names_the_key(tmp_path):

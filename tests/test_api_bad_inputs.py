@@ -9,7 +9,7 @@ import pytest
 
 import attnsim
 import attnsim.api
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 
 EXP = {"name": "tiny", "systems": ["h100_x1"], "models": ["llama2-7b"],
        "scenarios": {"chat": {"batch_size": 1, "prompt_len": 128, "output_len": 4}},

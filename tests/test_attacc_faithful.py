@@ -3,13 +3,13 @@ sub-batch ``pipeline`` kept apart, and one AttAcc system per GPU generation (map
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.engine import cost_rows, cost_step
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.engine import cost_rows, cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.attacc_overlap import ffn_weight_bytes
 from attnsim.mapper.base import get_policy, model_totals, validate_options
-from attnsim.runner import run_experiment
+from attnsim.sim.runner import run_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 LAYERS = 4  # GPT-3-175B shapes, fewer layers (per-layer mechanisms; keeps the test fast)
@@ -176,7 +176,7 @@ def test_dgx_attacc_beats_attacc_and_each_generation_runs():
 
 
 def test_pipeline_parallel_stage_plans_keep_the_head_pipeline_fill(a100):
-    from attnsim.pipeline import stage_plan
+    from attnsim.sim.pipeline import stage_plan
     exp, system = a100
     _, piped = _plan(exp, system, {"pipeopt": True}, 16)
     part = stage_plan(piped, exp.models["gpt3-175b"], 0, LAYERS // 2, True, False)

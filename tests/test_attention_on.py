@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.engine import cost_step
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.engine import cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import ATTENTION_CLASSES, get_policy
-from attnsim.runner import run_experiment
+from attnsim.sim.runner import run_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 SYS = "h100_x8_cxl_pnm_attn"

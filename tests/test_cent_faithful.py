@@ -4,7 +4,7 @@ and the CENT systems. Hand-derived numbers follow CENT's cent_power_calculator.p
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.cxl_controller import kernel_of
 from attnsim.isa.lower import lower_fc
@@ -117,8 +117,8 @@ def test_phy_and_transaction_energy_per_dram_command():
 
 @pytest.fixture(scope="module")
 def cent_runs():
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     out = {}
     for pp, tp in ((1, 8), (2, 4), (4, 2), (8, 1), (32, 1)):
         exp = load_experiment(None, [f"experiment.systems=[cent_pp{pp}_tp{tp}]", "experiment.baseline=null",
@@ -138,7 +138,7 @@ def test_cent_systems_run_and_put_the_vector_work_on_the_controller(cent_runs):
 
 
 def test_controller_static_power_is_in_the_system():
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     exp = load_experiment(None, ["experiment.systems=[cent_pp8_tp1]", "experiment.baseline=null",
                                  "experiment.models=[llama2-7b]"])
@@ -153,8 +153,8 @@ def test_controller_static_power_is_in_the_system():
 
 
 def test_controller_count_must_match_the_pnm_devices():
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     exp = load_experiment(None, ["experiment.systems=[cent_pp1_tp8]", "experiment.baseline=null",
                                  "experiment.models=[llama2-7b]", "systems.cent_pp1_tp8.devices.ctrl.count=4",
                                  "experiment.scenarios={s: {batch_size: 1, prompt_len: 16, output_len: 2}}"])
@@ -284,8 +284,8 @@ def test_softmax_io_is_cents_score_trips_through_the_banks():
 
 
 def _tp8_run(opt):
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     exp = load_experiment(None, ["experiment.systems=[cent_pp1_tp8]", "experiment.baseline=null",
                                  "experiment.models=[llama2-7b]", f"systems.cent_pp1_tp8.mapper.options.tp_vector_ops={opt}",
                                  "experiment.scenarios={s: {batch_size: 1, prompt_len: 256, output_len: 2}}"])
@@ -320,8 +320,8 @@ def test_tp_vector_ops_bad_value_is_refused():
 
 
 def _pp_decode(stack):
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     exp = load_experiment(None, ["experiment.systems=[cent_pp2_tp4]", "experiment.baseline=null",
                                  "experiment.models=[llama2-7b]", f"systems.cent_pp2_tp4.software={stack}",
                                  "experiment.generation={mode: exact}",
@@ -335,7 +335,7 @@ def test_cent_stack_samples_once_per_token_on_the_pipeline_chain(tmp_path):
     """configs/stacks/cent.yaml: CENT's InOut_latency (utils.py:7, 0.15 ms of host top-k per token,
     run_sim.py:203 token_latency) once per request per step; under PP on each micro-batch's chain, so
     period = max(busiest device group's load, chain + h, the host's M x h), by hand from the stack-free run."""
-    from attnsim.stack import load_stack
+    from attnsim.hwmodels.stack import load_stack
     assert load_stack("cent").request_step_us == 150.0 and load_stack("cent").step_us == 0.0
     p0, m0 = _pp_decode("none")
     load, chain = p0["decode_max_group_load_s"], p0["decode_chain_s"]  # 2 micro-batches of 1 request

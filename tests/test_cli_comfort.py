@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from attnsim.cli import main
-from attnsim.config import load_yaml
+from attnsim.core.config import load_yaml
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -60,13 +60,13 @@ def test_unknown_names_suggest_the_close_name(capsys, argv, want):
 
 def test_unknown_recipe_suggests(tmp_path, capsys):
     from attnsim.plots import figure
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     with pytest.raises(ConfigError, match=r"unknown recipe 'lattency_by_device' \(did you mean latency_by_device\?\)"):
         figure(None, "lattency_by_device")
 
 
 def test_suggestion_helper():
-    from attnsim.suggest import amend, close_matches, did_you_mean
+    from attnsim.core.suggest import amend, close_matches, did_you_mean
     assert did_you_mean("dgx_h10", ["dgx_a100", "dgx_h100", "dgx_h200"]) == " (did you mean dgx_h100?)"
     assert did_you_mean("qwerty", ["dgx_a100"]) == ""
     assert close_matches("DGX_H100", ["dgx_h100"]) == ["dgx_h100"]  # a case slip
@@ -93,7 +93,7 @@ def test_list_covers_every_yaml_of_the_kind(capsys, kind):
 
 
 def test_list_recipes_and_reproductions(capsys):
-    from attnsim import reproduce
+    from attnsim.studies import reproduce
     from attnsim.plots import RECIPES
     assert main(["list", "recipes", "--json"]) == 0
     assert [r["name"] for r in json.loads(capsys.readouterr().out)] == list(RECIPES)
@@ -104,7 +104,7 @@ def test_list_recipes_and_reproductions(capsys):
 # ---------------------------------------------------------------- attnsim schema
 
 def _yaml(path: Path):
-    """A config file as data: the YAML 1.1 safe loader attnsim.config.parse_yaml also uses (the C one when
+    """A config file as data: the YAML 1.1 safe loader attnsim.core.config.parse_yaml also uses (the C one when
     built: same values, faster)."""
     return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
@@ -123,7 +123,7 @@ def _kind_of(path: Path, data: dict) -> str:
 
 
 def test_every_shipped_config_validates_against_its_exported_schema(tmp_path, capsys):
-    from attnsim.cli_schema import kinds, schema_doc
+    from attnsim.cli.schema import kinds, schema_doc
     assert main(["schema", "--list"]) == 0
     listed = capsys.readouterr().out.split()
     assert listed == kinds() and {"experiment", "sweep", "system", "hardware", "model", "serving", "reliability",
@@ -169,7 +169,7 @@ def test_schema_command_errors(tmp_path, capsys):
 # ---------------------------------------------------------------- one number format, aligned tables
 
 def test_number_format_and_table_alignment():
-    from attnsim.report import fmt_num, fmt_pct, table
+    from attnsim.core.report import fmt_num, fmt_pct, table
     assert [fmt_num(v) for v in (1336.535, 14.4649, 0.47834, 5.0, 1e-5, 2.5e7, 0.0, 9.99996, None, float("nan"))] == \
         ["1337", "14.46", "0.4783", "5.000", "1.000e-05", "2.500e+07", "0", "10.00", "-", "nan"]
     assert fmt_num(16) == "16" and fmt_num(1.117, "x") == "1.117x" and fmt_pct(0.2207) == "22.1%"

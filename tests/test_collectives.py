@@ -9,7 +9,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels import collectives as C, registry
 from attnsim.hwmodels.gpu import load_hardware
 from attnsim.hwmodels.links import LinkModel
@@ -132,7 +132,7 @@ def test_pipeline_transfers_are_nccl_send_recv():
 def test_every_nccl_tests_row_within_15_percent():
     """calibration/nccl_allreduce.csv (copied with sources into configs/validation/nccl.yaml): N1 8 x A100
     NVSwitch, N4 4 x A100 NVLink mesh, N6 4 x H100 NVSwitch (VM), 8 B - 1 GB, and the held-out rows."""
-    from attnsim.validate import nccl_rows
+    from attnsim.studies.validate import nccl_rows
     rows = nccl_rows()
     cal = [r for r in rows if r.role == "calibration"]
     assert len(cal) == 25 + 25 + 28 and {r.name.split()[0] for r in cal} == {"N1", "N4", "N6"}

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from attnsim.cli import main
-from attnsim.config import ConfigError, ConfigTree, parse_set
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError, ConfigTree, parse_set
+from attnsim.sim.experiment import load_experiment
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from attnsim.config import (INT_LIMIT, YAML_MAX_VALUES, ConfigError, check_float, check_int, load_yaml,
+from attnsim.core.config import (INT_LIMIT, YAML_MAX_VALUES, ConfigError, check_float, check_int, load_yaml,
                             parse_set, parse_yaml, read_text_file, validate)
 
 
@@ -133,7 +133,7 @@ def test_set_values_follow_the_same_rules():
 
 
 def test_no_direct_yaml_safe_load_in_the_package():
-    """Every YAML read goes through attnsim.config.parse_yaml (one loader, one set of rules)."""
+    """Every YAML read goes through attnsim.core.config.parse_yaml (one loader, one set of rules)."""
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
     offenders = [str(p.relative_to(root)) for d in ("attnsim", "hwmodels", "workloads", "mapper", "isa")
@@ -148,7 +148,7 @@ def _all_schemas():
     import importlib
     import importlib.util
     import pkgutil
-    from attnsim.config import Schema
+    from attnsim.core.config import Schema
     for top in ("attnsim", "attnsim.hwmodels", "attnsim.workloads", "attnsim.mapper", "attnsim.isa"):
         pkg = importlib.import_module(top)
         for mod in pkgutil.walk_packages(pkg.__path__, top + "."):
@@ -263,7 +263,7 @@ def test_sweep_alias_bomb_refused(tmp_path, capsys):
 
 def test_dumps_is_strict():
     import numpy as np
-    from attnsim.results import dumps
+    from attnsim.sim.results import dumps
     assert dumps({"a": np.float64(1.5), "b": np.int64(2)}) == '{"a": 1.5, "b": 2}'
     for bad in (math.inf, math.nan, np.float32("nan")):
         with pytest.raises(ValueError):
@@ -272,7 +272,7 @@ def test_dumps_is_strict():
 
 def test_finalize_doc_turns_non_finite_ok_runs_into_errors():
     import numpy as np
-    from attnsim.results import check_finite_doc, dumps, finalize_doc
+    from attnsim.sim.results import check_finite_doc, dumps, finalize_doc
     doc = {"status": "ok", "metrics": {"ttft_s": math.inf, "tpot_s": 0.1, "memory": {"gpu": {"used": np.nan}}},
            "breakdown": {"decode_step": {"time_s": 1.0}}, "_requests": {"tpot_s": np.array([np.nan])}}
     assert check_finite_doc(doc) == ["metrics.memory.gpu.used", "metrics.ttft_s"]
@@ -315,9 +315,9 @@ def test_overflowing_metric_gives_error_status_and_strict_json(tmp_path, capsys)
 
 def test_serving_aggregates_undefined_are_none_not_nan():
     import numpy as np
-    from attnsim.results import check_finite_doc
-    from attnsim.serve.metrics import request_table, summarize
-    from attnsim.serve.spec import SLOSpec
+    from attnsim.sim.results import check_finite_doc
+    from attnsim.studies.serve.metrics import request_table, summarize
+    from attnsim.studies.serve.spec import SLOSpec
     one = np.ones(3)
     req = request_table(arrival=np.zeros(3), prompt=np.full(3, 8), output=np.ones(3, dtype=np.int64),
                         first_token=one, finish=one, admit=np.zeros(3), energy=one, preemptions=np.zeros(3, np.int64),
@@ -347,7 +347,7 @@ def test_show_json_is_strict_for_an_old_file_with_infinity(tmp_path, capsys):
 
 
 def test_replications_keep_undefined_metrics_undefined():
-    from attnsim.serve.replicate import combine
+    from attnsim.studies.serve.replicate import combine
     docs = [{"status": "ok", "metrics": {"ttft_mean": t, "tpot_mean": p}} for t, p in ((1.0, None), (3.0, 0.5))]
     m = combine(docs, [0, 1], 0.95, 0)["metrics"]
     assert m["ttft_mean"] == 2.0 and m["tpot_mean"] is None
@@ -355,7 +355,7 @@ def test_replications_keep_undefined_metrics_undefined():
 
 
 def test_check_numbers_names_the_nested_key():
-    from attnsim.config import check_numbers
+    from attnsim.core.config import check_numbers
     check_numbers({"a": [1, 2.5, {"b": "x"}]}, file="c.json")
     with pytest.raises(ConfigError, match=r"^c.json: cfg.rope_scaling.factor: expected a finite number, got inf$"):
         check_numbers({"rope_scaling": {"factor": math.inf}}, file="c.json", key="cfg")
@@ -364,7 +364,7 @@ def test_check_numbers_names_the_nested_key():
 
 
 def test_trace_with_non_finite_times_is_refused_before_writing(tmp_path):
-    from attnsim.timeline import write_trace
+    from attnsim.sim.timeline import write_trace
     out = tmp_path / "sub" / "t.json"
     with pytest.raises(ConfigError, match=r"t.json: expected finite event times, got inf/NaN"):
         write_trace(out, [{"ph": "X", "name": "x", "ts": 0.0, "dur": math.inf}])
@@ -374,8 +374,8 @@ def test_trace_with_non_finite_times_is_refused_before_writing(tmp_path):
 
 
 def test_config_errors_are_one_line_even_for_keys_with_newlines(tmp_path):
-    from attnsim.config import ConfigError, validate
-    from attnsim.experiment import GenerationSpec
+    from attnsim.core.config import ConfigError, validate
+    from attnsim.sim.experiment import GenerationSpec
     with pytest.raises(ConfigError) as exc:
         validate(GenerationSpec, {"mode": "exact", "bad\nkey\r\x1b": 1}, file="g.yaml")
     text = str(exc.value)
@@ -384,6 +384,6 @@ def test_config_errors_are_one_line_even_for_keys_with_newlines(tmp_path):
 
 
 def test_text_reader_refuses_devices():
-    from attnsim.config import ConfigError, read_text_file
+    from attnsim.core.config import ConfigError, read_text_file
     with pytest.raises(ConfigError, match="regular file"):
         read_text_file("/dev/zero")

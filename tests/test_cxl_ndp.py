@@ -3,7 +3,7 @@ and the entropy bound, and its effect on a CXL-PNM device's bytes, time, energy,
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import compression as C
 from attnsim.hwmodels import registry
 from attnsim.workloads.scenario import Scenario
@@ -130,7 +130,7 @@ def test_decode_gemv_streams_the_stored_bytes():
 
 
 def test_capacity_and_link_bytes_in_the_plan():
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
     from attnsim.workloads.trace import kv_cache_bytes, weight_bytes

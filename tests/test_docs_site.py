@@ -91,7 +91,7 @@ def test_generated_pages_are_current():
 
 
 def test_schema_pages_cover_every_config_kind():
-    from attnsim.cli_schema import kinds
+    from attnsim.cli.schema import kinds
     nav = _nav_pages(_mkdocs_config()["nav"])
     for k in kinds():
         assert f"reference/schemas/{k}.md" in nav

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from attnsim.cli import main
-from attnsim.cli_dram import JSON_KEYS
+from attnsim.cli.dram import JSON_KEYS
 
 
 def run(capsys, *argv):
@@ -81,8 +81,8 @@ def test_dram_command_imports_only_the_dram_path():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     rc, mods = p.stdout.strip().splitlines()[-1].split(" ", 1)
     assert rc == "0"
-    heavy = [m for m in eval(mods) if not m.startswith(("attnsim.hwmodels.dram", "attnsim.cli", "attnsim.config"))
-             and m not in ("attnsim.hwmodels", "attnsim.hwmodels.registry", "attnsim.warmup", "attnsim._version",
-                           "attnsim.jitcache", "attnsim.fingerprint", "attnsim.notices",
-                           "attnsim.fileio")]  # fileio: the bounded reader of every file (stdlib only)
+    heavy = [m for m in eval(mods) if not m.startswith(("attnsim.hwmodels.dram", "attnsim.cli", "attnsim.core.config"))
+             and m not in ("attnsim.hwmodels", "attnsim.hwmodels.registry", "attnsim.cli.warmup", "attnsim._version",
+                           "attnsim.core.jitcache", "attnsim.core.fingerprint", "attnsim.core.notices",
+                           "attnsim.core.fileio")]  # fileio: the bounded reader of every file (stdlib only)
     assert heavy == []

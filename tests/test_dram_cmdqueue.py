@@ -1,11 +1,11 @@
-"""DRAMsim3's two-level queues (hwmodels/dram/cmdqueue.py, the ``dramsim3`` controller preset): a hand-derived
+"""DRAMsim3's two-level queues (hwmodels/dram/sched_cmdqueue.py, the ``dramsim3`` controller preset): a hand-derived
 small case, and the emitted command stream replaying to the same cycles."""
 import dataclasses
 
 import numpy as np
 import pytest
 
-from attnsim.hwmodels.dram import cmdqueue as CQ
+from attnsim.hwmodels.dram import sched_cmdqueue as CQ
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import raw_run, simulate_requests
 from attnsim.hwmodels.dram.engine import timing_vector
@@ -104,7 +104,7 @@ def test_rank_switch_and_ppd_timings_refused_outside_the_dramsim3_preset():
     """timing.nRTRS / nPPD only act in the two-level queue kernel: under another preset they are refused."""
     import numpy as np
     import pytest
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram.controller import simulate_requests
     spec = dramsim3_spec("lpddr4")  # nRTRS 1, nPPD 2
     addr = np.arange(64, dtype=np.int64) * 64

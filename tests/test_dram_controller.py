@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from attnsim.cli_dram import device_spec
-from attnsim.config import ConfigError
+from attnsim.cli.dram import device_spec
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import load_dram_spec, raw_run, run_commands, simulate_requests
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnsim.cli_dram import device_spec
+from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram import load_dram_spec, simulate_requests
 from attnsim.hwmodels.dram.engine import raw_run
-from attnsim.hwmodels.dram.reference import reference_run
+from attnsim.hwmodels.dram.reference_oracle import reference_run
 from attnsim.hwmodels.dram.rules import controller_rules
 from attnsim.hwmodels.dram.streams import MAPPING, dramsim3_spec, make_stream, stream_digest, stream_options
 from dram_streams import random_stream
@@ -249,7 +249,7 @@ def test_pseudo_channel_scope_slows_random_hbm3_and_is_refused_when_unknown():
     # random rows: ACT-bound; 2 SIDs share one nRRD_S / tFAW window per pseudo-channel instead of one each
     assert b.cycles > 1.3 * a.cycles
     assert controller_rules("ramulator2").queue_per_pseudo_channel(2) == 16
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     with pytest.raises(ConfigError, match="controller: expected one of ramulator2, ideal, dramsim3, got 'gem5'$"):
         simulate_requests(spec, addr, w, controller="gem5")
     # the old name of the optimistic set is refused with its new name
@@ -307,7 +307,7 @@ def test_every_rule_override_takes_effect_or_is_refused(preset):
     older requests to the other row, where the PRE hold-back decides): it changes the cycles, or the spec is
     refused naming the field."""
     import dataclasses
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram import rules as RL
     from attnsim.hwmodels.dram.spec import spec_from_dict
     base = device_spec("hbm3_6400", channels=1)
@@ -340,7 +340,7 @@ def test_closed_cap_is_a_setting():
     import json
     import subprocess
     import sys
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram.spec import spec_from_dict
     base = device_spec("hbm3_6400", channels=1)
     addr, w = make_stream(base.org, "seq", 4000, 1)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from attnsim.hwmodels.dram import Op, cmds_from, load_dram_spec, raw_run, run_commands, simulate_requests
-from attnsim.hwmodels.dram.reference import reference_run
+from attnsim.hwmodels.dram.reference_oracle import reference_run
 from dram_streams import random_stream
 
 
@@ -95,7 +95,7 @@ def test_gap_of_1e15_cycles_counts_every_refresh(mode):
 
 
 def test_emitting_the_refreshes_of_a_huge_gap_is_refused_not_allocated():
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     with pytest.raises(ConfigError, match="emit: the emitted command stream would hold"):
         simulate_requests("hbm3_6400", np.array([0, 1024]), np.array([0, 0]), np.array([0, 10 ** 15]), emit=True)
 
@@ -185,7 +185,7 @@ SPEC_MUTATIONS = {  # dotted key: value (each gives one error naming the file an
 @pytest.mark.parametrize("key", sorted(SPEC_MUTATIONS))
 def test_spec_values_outside_the_legal_range(capsys, tmp_path, key):
     import yaml
-    from attnsim.config import find_config
+    from attnsim.core.config import find_config
     d = yaml.safe_load(find_config("hardware", "hbm3_6400").read_text())
     sec, k = key.split(".")
     d[sec][k] = SPEC_MUTATIONS[key]
@@ -211,7 +211,7 @@ def test_legal_range_edges_still_run(capsys, tmp_path):
 def test_idd_currents_that_give_negative_energy_are_refused(capsys, tmp_path):
     """DRAMsim3's formulas subtract currents: IDD5AB below IDD3N would make every refresh return energy."""
     import yaml
-    from attnsim.config import find_config
+    from attnsim.core.config import find_config
     d = yaml.safe_load(find_config("hardware", "hbm2_2000").read_text())
     d["energy"]["idd"]["idd5ab_ma"] = 1
     p = tmp_path / "d.yaml"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from attnsim.cli_dram import device_spec
+from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram import load_dram_spec, simulate_requests
 from attnsim.hwmodels.dram.steady import steady_region
 

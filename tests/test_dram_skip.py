@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import load_dram_spec, simulate_requests
 
 

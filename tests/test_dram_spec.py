@@ -4,7 +4,7 @@ import copy
 import pytest
 import yaml
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.dram import energy_params, load_dram_spec
 

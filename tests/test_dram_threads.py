@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main
-from attnsim.cli_dram import device_spec
-from attnsim.config import ConfigError
+from attnsim.cli.dram import device_spec
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import simulate_requests
 
 SPEC = device_spec("hbm3_6400", channels=4)

@@ -2,7 +2,7 @@
 import pytest
 import yaml
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import load_dram_spec
 from attnsim.hwmodels.dram.spec import spec_from_dict
 from attnsim.hwmodels.dram.timing_ns import ns_to_cycles

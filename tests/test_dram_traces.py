@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main
-from attnsim.cli_dram import device_spec
-from attnsim.config import ConfigError
+from attnsim.cli.dram import device_spec
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram.controller import decode
 from attnsim.hwmodels.dram.streams import MAPPING, make_stream
 from attnsim.hwmodels.dram.traces import read_trace_any
@@ -76,7 +76,7 @@ def test_bad_lines_are_one_error_naming_file_and_line(tmp_path, fmt, lines, want
     p = _write(tmp_path, "b.trace", lines)
     with pytest.raises(ConfigError) as e:
         if fmt == "attnsim":  # the CLI's reader (the compiled one defers attnsim-format errors to it)
-            from attnsim.cli_dram import read_trace
+            from attnsim.cli.dram import read_trace
             read_trace(p, SPEC.capacity_bytes)
         else:
             read_trace_any(p, SPEC, fmt)
@@ -243,7 +243,7 @@ def test_the_program_freezes_its_start_up_objects(tmp_path):
     code = ("import atexit, gc, sys\n"
             f"sys.argv = ['attnsim', 'dram', '--device', 'hbm3_6400', '--channels', '1', '--trace', {p!r}, '--json']\n"
             "from attnsim.cli import main\n"
-            "import attnsim.cli_dram, attnsim.hwmodels.dram.controller, attnsim.hwmodels.dram.traces\n"
+            "import attnsim.cli.dram, attnsim.hwmodels.dram.controller, attnsim.hwmodels.dram.traces\n"
             "n0 = atexit._ncallbacks()\n"
             "rc = main()\n"
             "print('FROZEN', rc, gc.isenabled(), gc.get_freeze_count() > 1000, atexit._ncallbacks() - n0)\n")

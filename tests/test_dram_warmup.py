@@ -23,7 +23,7 @@ import numpy as np
 from numba.core.registry import CPUDispatcher
 import attnsim.hwmodels.dram as pkg
 from attnsim.cli import main
-from attnsim.cli_dram import warm_all, device_spec
+from attnsim.cli.dram import warm_all, device_spec
 from attnsim.hwmodels.dram.traces import write_npy
 
 PREFIX = "attnsim.hwmodels.dram"
@@ -70,7 +70,7 @@ _COMMANDS = r'''
 import io, contextlib, json, os, sys, tempfile
 from numba.core.registry import CPUDispatcher
 from attnsim.cli import main
-from attnsim.warmup import warm_all
+from attnsim.cli.warmup import warm_all
 
 PREFIX = "attnsim.hwmodels"
 ''' + _SIGNATURES + r'''

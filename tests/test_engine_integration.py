@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from attnsim.engine import decode_step_weights
+from attnsim.sim.engine import decode_step_weights
 
 
 @settings(max_examples=200, deadline=None)

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from attnsim.cli import main
-from attnsim.config import CONFIG_ROOT, ConfigError, validate
-from attnsim.experiment import load_experiment
+from attnsim.core.config import CONFIG_ROOT, ConfigError, validate
+from attnsim.sim.experiment import load_experiment
 from attnsim.mapper.base import policies, validate_options
-from attnsim.runner import METRIC_KEYS
-from attnsim.serve.requests import TraceSpec, read_trace_file
+from attnsim.sim.runner import METRIC_KEYS
+from attnsim.studies.serve.requests import TraceSpec, read_trace_file
 from attnsim.workloads.hf import model_from_hf_config
 from attnsim.workloads.limits import MAX_BATCH, MAX_EXACT_DECODE_STEPS, MAX_LAYERS, MAX_REQUESTS, MAX_TOKENS
 from attnsim.workloads.scenario import Scenario
@@ -307,7 +307,7 @@ def test_serving_runs_that_did_not_complete_have_every_metric_key(tmp_path, caps
 
 
 def test_sweep_model_values_with_one_name_are_refused(tmp_path):
-    from attnsim.sweep.spec import load_sweep
+    from attnsim.studies.sweep.spec import load_sweep
     a = _hf(tmp_path, "a", "Llama-2-7b-hf.json")
     b = _hf(tmp_path, "b", "Mistral-7B-v0.1.json")   # both files are named config.json
     other = _write(tmp_path / "m" / "llama2-7b.yaml", {**TINY, "name": "llama2-7b"})  # like the built-in
@@ -321,9 +321,9 @@ def test_sweep_model_values_with_one_name_are_refused(tmp_path):
 
 
 def test_sweep_points_that_did_not_run_have_every_metric_key(tmp_path):
-    from attnsim.sweep.executors import run_sweep
-    from attnsim.sweep.spec import load_sweep
-    from attnsim.sweep.store import open_store
+    from attnsim.studies.sweep.executors import run_sweep
+    from attnsim.studies.sweep.spec import load_sweep
+    from attnsim.studies.sweep.store import open_store
     base = _experiment(tmp_path, models=["tiny.yaml", "llama2-70b"],
                        scenario={"batch_size": 1, "prompt_len": 64, "output_len": 2})
     sweep = _write(tmp_path / "sw.yaml", {"name": "sw", "base": str(base),
@@ -396,20 +396,20 @@ def test_hf_odd_json_values_are_config_errors(tmp_path, field, value):
 
 
 @pytest.mark.parametrize("schema,data,words", [
-    ("attnsim.experiment:GenerationSpec", {"mode": "exact", "samples": 5}, "samples: not used with mode: exact"),
-    ("attnsim.serve.kvpolicy:KVPolicySpec", {"kind": "streaming", "budget_tokens": 64}, "budget_tokens: not used by kind: streaming"),
-    ("attnsim.serve.kvpolicy:KVPolicySpec", {"kind": "none", "dense_layers": 2}, "dense_layers: not used by kind: none"),
-    ("attnsim.serve.kvpolicy:KVPolicySpec", {"kind": "h2o", "page_tokens": 8}, "page_tokens: not used by kind: h2o"),
-    ("attnsim.serve.spec:SchedulerSpec", {"swap_link": "pcie4_x16"}, "swap_link: not used with preemption: recompute"),
-    ("attnsim.serve.spec:KVSpec", {"reserve_tokens": 64}, "reserve_tokens: not used with layout: paged"),
-    ("attnsim.serve.requests:TraceSpec", {"file": "r.csv", "seed": 3}, "seed: not used with a trace file"),
-    ("attnsim.serve.requests:TraceSpec", {"prefix_tokens": 32}, "prefix_tokens: not used without a trace file"),
-    ("attnsim.serve.requests:TraceSpec", {"arrival": "gamma"}, "arrival: not used without rate_per_s"),
-    ("attnsim.serve.requests:TraceSpec", {"rate_per_s": 2, "cv": 2.0}, "cv: not used with arrival: poisson"),
+    ("attnsim.sim.experiment:GenerationSpec", {"mode": "exact", "samples": 5}, "samples: not used with mode: exact"),
+    ("attnsim.studies.serve.kvpolicy:KVPolicySpec", {"kind": "streaming", "budget_tokens": 64}, "budget_tokens: not used by kind: streaming"),
+    ("attnsim.studies.serve.kvpolicy:KVPolicySpec", {"kind": "none", "dense_layers": 2}, "dense_layers: not used by kind: none"),
+    ("attnsim.studies.serve.kvpolicy:KVPolicySpec", {"kind": "h2o", "page_tokens": 8}, "page_tokens: not used by kind: h2o"),
+    ("attnsim.studies.serve.spec:SchedulerSpec", {"swap_link": "pcie4_x16"}, "swap_link: not used with preemption: recompute"),
+    ("attnsim.studies.serve.spec:KVSpec", {"reserve_tokens": 64}, "reserve_tokens: not used with layout: paged"),
+    ("attnsim.studies.serve.requests:TraceSpec", {"file": "r.csv", "seed": 3}, "seed: not used with a trace file"),
+    ("attnsim.studies.serve.requests:TraceSpec", {"prefix_tokens": 32}, "prefix_tokens: not used without a trace file"),
+    ("attnsim.studies.serve.requests:TraceSpec", {"arrival": "gamma"}, "arrival: not used without rate_per_s"),
+    ("attnsim.studies.serve.requests:TraceSpec", {"rate_per_s": 2, "cv": 2.0}, "cv: not used with arrival: poisson"),
 ])
 def test_settings_the_chosen_mode_does_not_read_are_refused(schema, data, words):
     import importlib
-    from attnsim.config import validate
+    from attnsim.core.config import validate
     mod, name = schema.split(":")
     cls = getattr(importlib.import_module(mod), name)
     with pytest.raises(ConfigError) as ei:

@@ -13,10 +13,10 @@ import pytest
 from sweep_helpers import write_sweep
 
 from attnsim.cli import main
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.store import open_store
-from attnsim.sweep.table import IDENTIFIERS, export_columns, has_unit, load_table, unit_name
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.store import open_store
+from attnsim.studies.sweep.table import IDENTIFIERS, export_columns, has_unit, load_table, unit_name
 
 SERVE = """
 name: sv

@@ -7,11 +7,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.plots import RECIPES, figure, plan_figure
 from attnsim.plots.style import OP_CLASS_STYLE, OP_CLASSES, contrast_ratio, label_for, segment_style
-from attnsim.sweep.spec import FigureSpec
-from attnsim.sweep.table import Table, table_from_frame, to_pandas
+from attnsim.studies.sweep.spec import FigureSpec
+from attnsim.studies.sweep.table import Table, table_from_frame, to_pandas
 
 COMPONENTS = ["dram_read_write", "dram_activate", "dram_io", "dram_background", "dram_refresh", "compute", "sram",
               "link", "pim_compute"]

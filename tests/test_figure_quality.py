@@ -11,14 +11,14 @@ from matplotlib import font_manager as fm
 from matplotlib.text import Text
 
 from attnsim.cli import main as cli_main
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.plots import RECIPES, figure
 from attnsim.plots.labels import DEFAULT_LABELS
 from attnsim.plots.style import LINE_COLOURS, OKABE_ITO, contrast_ratio
 from attnsim.plots.ticks import fit_ticks
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.table import Table, load_table
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.table import Table, load_table
 from sweep_helpers import write_sweep
 
 SYSTEMS = ["h100_x1", "dgx_h100"]
@@ -66,7 +66,7 @@ CASES = {  # recipe -> (options, expected y label or None for a pattern check, d
 
 @pytest.fixture(scope="module")
 def flips_table():
-    """DGX H100 against one H100 (the baseline) with its verdict flips (attnsim.verdict): the tornado's input."""
+    """DGX H100 against one H100 (the baseline) with its verdict flips (attnsim.studies.verdict): the tornado's input."""
     import attnsim
     return attnsim.run({**BASE, "systems": SYSTEMS, "baseline": "h100_x1"}, flips=True).table()
 
@@ -225,7 +225,7 @@ def test_ratio_is_metric_over_baseline_and_uses_stored_columns(table):
     ref = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "DGX H100 (= 1)"][0]
     assert list(ref.get_ydata()) == [1.0, 1.0]
     assert fig._ratio["column"] is None
-    # a store with vs_baseline columns (attnsim.sweep.baselines): drawn as stored, not recomputed
+    # a store with vs_baseline columns (attnsim.studies.sweep.baselines): drawn as stored, not recomputed
     cols = dict(t.columns)
     cols["vs_baseline.decode_throughput_ratio"] = np.where(sys_ == "dgx_h100", np.nan, 2.0)
     st = Table(t.path, t.kind, {**t.attrs, "baseline": "dgx_h100"}, cols, t.breakdown, t.parameters)

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from attnsim.cli import main
-from attnsim.experiment import load_experiment
-from attnsim.report import differ_lines
-from attnsim.runner import run_experiment
+from attnsim.sim.experiment import load_experiment
+from attnsim.core.report import differ_lines
+from attnsim.sim.runner import run_experiment
 
 # the default experiment, shrunk (2 layers, sampled decode) so the test stays well under a second
 SMALL = ["models.llama2-70b.num_layers=2", "experiment.generation={mode: sampled, samples: 3}"]
@@ -48,7 +48,7 @@ NUM = r"(\d+(?:\.\d+)?(?:e[-+]\d+)?)"
 
 
 def _close(text: str, value: float) -> bool:
-    """``text`` is ``value`` printed with 4 significant digits (attnsim.report.fmt_num)."""
+    """``text`` is ``value`` printed with 4 significant digits (attnsim.core.report.fmt_num)."""
     return abs(float(text) - value) <= 6e-4 * abs(value) + 1e-12
 
 
@@ -113,7 +113,7 @@ def _compile_event(monkeypatch):
     """What Numba broadcasts when it compiles a dispatcher (a cache miss): here for the DRAM engine's entry kernel,
     with this process's first-compile flag reset (its kernels were loaded or compiled by an earlier test)."""
     from numba.core import event
-    from attnsim import jitcache
+    from attnsim.core import jitcache
     from attnsim.hwmodels.dram import kernel
     monkeypatch.setattr(jitcache._LISTENER, "said", False)
     with event.trigger_event("numba:compile", data={"dispatcher": kernel.run_kernel, "args": (), "return_type": None}):
@@ -121,9 +121,9 @@ def _compile_event(monkeypatch):
 
 
 def test_run_prints_the_differences_and_a_compile_notice(tmp_path, monkeypatch, capsys):
-    """The compile line (attnsim.jitcache): the device layer logs it on a Numba compile event; `attnsim` and the API
+    """The compile line (attnsim.core.jitcache): the device layer logs it on a Numba compile event; `attnsim` and the API
     print it as one stderr line. A real cold compile is tested in test_packaging (wheel) and test_jitcache."""
-    from attnsim.sweep import cache
+    from attnsim.core import cache
     cache.reset()  # an engine result memoised by an earlier test would mean no kernel dispatch here
     assert main(["run", "--no-write"] + [x for s in SMALL for x in ("--set", s)]) == 0
     cap = capsys.readouterr()
@@ -154,7 +154,7 @@ def test_run_prints_the_differences_and_a_compile_notice(tmp_path, monkeypatch, 
 def test_the_api_prints_the_compile_notice(monkeypatch, capsys):
     import logging
     import attnsim
-    from attnsim import notices
+    from attnsim.core import notices
     log = logging.getLogger(notices.LOGGER)
     monkeypatch.setattr(log, "handlers", [])  # as in a fresh interpreter: nobody listens yet
     monkeypatch.setattr(log, "level", logging.NOTSET)

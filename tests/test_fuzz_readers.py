@@ -28,7 +28,7 @@ def test_reader_gives_a_result_or_a_clean_error(name):
 
 def test_the_harness_reports_a_crash_and_passes_a_clean_error():
     """The harness itself: a reader that raises KeyError is a failure, one that raises ConfigError is not."""
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     from bad_inputs.harness import Harness
 
     def crash(x):

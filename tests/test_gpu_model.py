@@ -8,7 +8,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import DeviceModel
 from attnsim.hwmodels.gpu import GPUModel, GPUSpec, load_hardware
@@ -248,7 +248,7 @@ def test_fused_decode_attention_is_one_call_with_fixed_cost():
     attn_mem_eta_fused), by hand for the FA3 calibration shape (batch 16, 32/32 heads, ctx 4,000: 567.2 us
     measured); the scores never reach HBM and the softmax row costs nothing of its own. Eager: three kernels,
     scores through HBM."""
-    from attnsim.validate import decode_attention_row_dicts
+    from attnsim.studies.validate import decode_attention_row_dicts
     g = gpu("h100_sxm")
     rows = decode_attention_row_dicts(16, 4000, 32, 32)
     c = cost_rows(g, rows)
@@ -367,7 +367,7 @@ def test_fused_softmax_is_free_only_beside_its_attention():
     """The softmax row costs nothing on a fused GPU only inside the flash kernel of its layer group's attention on
     the same device; a softmax placed on the GPU while its attention runs elsewhere (a PIM / NPU device) is an
     ordinary bytes-bound kernel: launch + its bytes at the curve's bandwidth."""
-    from attnsim.validate import decode_attention_row_dicts
+    from attnsim.studies.validate import decode_attention_row_dicts
     g = gpu("h100_sxm")
     rows = [dict(r, layer_group=0) for r in decode_attention_row_dicts(16, 4000, 32, 32)]
     sm = rows[1]

@@ -85,8 +85,8 @@ def test_hand_numbers_one_decode_gemv_h100():
 
 
 def test_energy_is_the_sum_of_components_and_static_is_idle_times_time():
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     (d,) = run_experiment(load_experiment("configs/validation/power/mlenergy_h100.yaml", [
         "experiment.systems=[h100_x1_vllm.yaml]", "experiment.models=[llama3-8b]", "scenarios.chat.output_len=16"]))
     for step in ("prefill", "decode_step"):
@@ -100,7 +100,7 @@ def test_energy_is_the_sum_of_components_and_static_is_idle_times_time():
 
 @pytest.fixture(scope="module")
 def mlenergy():
-    from attnsim import validate
+    from attnsim.studies import validate
     return validate.power_runs()
 
 
@@ -209,7 +209,7 @@ def test_mlenergy_energy_per_token_within_15_percent_every_row(mlenergy):
 def test_mlenergy_decode_context_is_token_weighted(mlenergy):
     """Each row's decode runs at prompt + E[L^2] / 2E[L] (a request of L tokens is in L steps); the data
     column obeys E[L^2] / E[L] >= E[L] (Cauchy-Schwarz; the leaderboard's histograms are wide: ~2x)."""
-    from attnsim import validate
+    from attnsim.studies import validate
     p = validate._load("power")["prompt_len"]
     for r in mlenergy:
         assert r["len_weighted_output_len"] >= r["avg_output_len"]
@@ -219,9 +219,9 @@ def test_mlenergy_decode_context_is_token_weighted(mlenergy):
 def test_vllm_stack_in_every_row(mlenergy):
     """The rows run under software: vllm (ML.ENERGY ran vLLM v0.11.1 with async scheduling and top-p): a decode
     step is the software-none step plus the sampler op (GPU work, dynamic energy), the host time hidden."""
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
-    from attnsim.stack import load_stack
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
+    from attnsim.hwmodels.stack import load_stack
     st = load_stack("vllm")
     assert {r["system"] for r in mlenergy} == {"h100_x1_vllm.yaml", "h100_x2_tp2.yaml", "h100_x4_tp4.yaml"}
     assert st.custom_allreduce
@@ -238,7 +238,7 @@ def test_vllm_stack_in_every_row(mlenergy):
 
 
 def test_power_set_rows():
-    from attnsim import validate
+    from attnsim.studies import validate
     assert "power" in validate.SETS
     rows = validate.power_rows()
     assert {r.role for r in rows} == {"calibration", "validation"}
@@ -248,7 +248,7 @@ def test_power_set_rows():
 def test_power_runs_per_gpu_and_per_token_do_not_scale_with_replicas(monkeypatch):
     """power_runs' energy and time are one replica's steps (engine.cost_step): 2 replicas of 1 GPU serving 2 x
     the batch draw the same per-GPU power and J/token as 1 replica (they were halved: divided by replicas twice)."""
-    from attnsim import validate
+    from attnsim.studies import validate
     real = validate._load
     row = {"model_id": "x", "model": "llama3-8b", "system": "h100_x1_vllm.yaml", "role": "calibration",
            "avg_batch_size": 8, "avg_output_len": 20, "len_weighted_output_len": 30}

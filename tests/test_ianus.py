@@ -7,9 +7,9 @@ import functools
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.engine import cost_rows, cost_step
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.engine import cost_rows, cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.pim_scheduling import group_time_s, normal_access_s
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import get_policy
@@ -114,7 +114,7 @@ def test_options_refused():
 def test_ianus_gpt2_beats_a100_at_batch_1():
     """A whole generation: IANUS's decode is faster than one A100's on GPT-2 (PIM's internal
     bandwidth on the GEMVs), and slower without the PIM (the NPU alone on 512 GB/s GDDR6)."""
-    from attnsim.runner import run_experiment
+    from attnsim.sim.runner import run_experiment
     exp = load_experiment({**EXP, "systems": ["ianus", "ianus_npu_only", "ianus_a100"], "baseline": "ianus_a100"})
     docs = {d["system"]: d for d in run_experiment(exp)}
     assert all(d["status"] == "ok" for d in docs.values())

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from attnsim.cli_isa import main
-from attnsim.config import ConfigError
+from attnsim.cli.isa import main
+from attnsim.core.config import ConfigError
 from attnsim.isa import get_isa
 from attnsim.isa.base import assemble, assemble_file, decode, encode
 from attnsim.isa.fimdram import column_commands, execute_trace, gemv_kernel

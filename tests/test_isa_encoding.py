@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.isa import ISA_NAMES, get_isa
 from attnsim.isa.base import Program, assemble, decode, disassemble, encode, validate_program
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.isa.base import decode, encode, validate_program
 from attnsim.isa.lower import ENGINE_CODES, Org, PU, assign_items, get_partition, lower_attention, lower_fc
 

@@ -1,4 +1,4 @@
-"""The Numba kernel cache (attnsim.jitcache): stamped by every source of the kernel's folder (an edit of a file
+"""The Numba kernel cache (attnsim.core.jitcache): stamped by every source of the kernel's folder (an edit of a file
 that a cached kernel inlines recompiles it instead of running stale machine code), kept outside the package
 ($NUMBA_CACHE_DIR, else $ATTNSIM_CACHE_DIR/kernels/<install>, else the user cache folder), and announced once
 per process when a kernel compiles."""
@@ -11,8 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from attnsim import jitcache
-from attnsim.fingerprint import digest_sources, folder_sources
+from attnsim.core import jitcache
+from attnsim.core.fingerprint import digest_sources, folder_sources
 
 _KERNEL = textwrap.dedent('''
     from numba import njit
@@ -27,7 +27,7 @@ _KERNEL = textwrap.dedent('''
 def _make_package(root: Path, k: int, stamped: bool) -> Path:
     pkg = root / "kpkg"
     pkg.mkdir(exist_ok=True)
-    install = "from attnsim import jitcache\njitcache.install(__import__('pathlib').Path(__file__).parent)\n"
+    install = "from attnsim.core import jitcache\njitcache.install(__import__('pathlib').Path(__file__).parent)\n"
     (pkg / "__init__.py").write_text(install if stamped else "")
     (pkg / "helper.py").write_text(
         f"from numba import njit\nK = {k}\n\n@njit(inline='always')\ndef rule():\n    return 10 * K\n")
@@ -36,7 +36,7 @@ def _make_package(root: Path, k: int, stamped: bool) -> Path:
 
 
 def _run(root: Path, numba_dir: bool = True, **env) -> dict:
-    code = ("import json, kpkg.kern as m; from attnsim import notices; notices.to_stderr(); v = m.kernel(); "
+    code = ("import json, kpkg.kern as m; from attnsim.core import notices; notices.to_stderr(); v = m.kernel(); "
             "print(json.dumps({'value': int(v), 'hits': sum(m.kernel.stats.cache_hits.values()), "
             "'locator': type(m.kernel._cache._impl._locator).__name__, "
             "'path': m.kernel._cache._impl._locator.get_cache_path()}))")
@@ -84,7 +84,7 @@ def test_folder_stamp_follows_every_py_file_and_only_those(tmp_path):
 
 
 def test_the_dram_scheduler_kernel_is_stamped_by_its_folder():
-    from hwmodels.dram import flat
+    from hwmodels.dram import sched_flat as flat
     locator = flat.ctrl_kernel_flat._cache._impl._locator
     assert type(locator) is jitcache.KernelCacheLocator
     folder = Path(flat.__file__).resolve().parent
@@ -97,7 +97,7 @@ def test_files_outside_the_installed_roots_keep_numbas_locators(tmp_path):
     assert jitcache.KernelCacheLocator.from_function(lambda: 1, str(outside)) is None
     # Numba's __pycache__-beside-the-source locator still serves other code, never attnsim's kernels
     assert jitcache._NotInPackage.from_function(lambda: 1, str(outside)) is not None
-    from hwmodels.dram import flat
+    from hwmodels.dram import sched_flat as flat
     assert jitcache._NotInPackage.from_function(flat.ctrl_kernel_flat.py_func, flat.__file__) is None
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.flash import FlashModel, FlashSpec, nand_rber, uber
 from attnsim.hwmodels.reliability import ecc
 
@@ -76,7 +76,7 @@ def test_rber_anchors_and_ldpc_stronger_than_bch():
 
 def test_flash_tier_in_a_reliability_section():
     """The preset as a reliability tier: its ECC and RBER reach the error model the planner and the proxy use."""
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
     f = registry.build(load_yaml(find_config("hardware", "nand_tlc_ssd")))
@@ -95,8 +95,8 @@ def test_flash_tier_in_a_reliability_section():
 def test_decode_with_kv_on_flash():
     """Offload to 1 SSD: a decode step is at least the layers x (NVMe link time, flash read time) of each
     layer's KV; 4 SSDs share the reads (each reads a quarter) and are faster."""
-    from attnsim.engine import cost_step
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.engine import cost_step
+    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
     from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
@@ -137,7 +137,7 @@ def test_worn_flash_pays_read_retries():
 
 def test_kv_flash_experiment_tier_is_the_preset():
     """kv_flash.yaml's nand reliability tier is FlashModel.reliability_tier() of its SSD preset (no drift)."""
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
     tier = load_yaml(find_config("experiments", "kv_flash"))["reliability"]["tiers"]["nand"]
     want = registry.build(load_yaml(find_config("hardware", "nand_tlc_ssd"))).reliability_tier()

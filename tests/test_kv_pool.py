@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.kv_pool import SharedPrefixPool
 
@@ -51,8 +51,8 @@ def test_shared_pool_entries_and_capacity():
 def test_pooled_prefix_on_the_ttft_path():
     """A request whose prefix another instance put in the pool: TTFT = fetch + prefill of the rest
     (the coster's own iteration time), and no prefill of the pooled tokens."""
-    from attnsim.serve.run import quick_pool
-    from attnsim.serve.scheduler import simulate_pool
+    from attnsim.studies.serve.run import quick_pool
+    from attnsim.studies.serve.scheduler import simulate_pool
     pool, _, _ = quick_pool("h100_x1", "llama3-8b", {"prompt_len": 512, "output_len": 4},
                             {"kv": {"prefix_caching": True}})
     bt = pool.block_tokens
@@ -79,7 +79,7 @@ SMALL = ["experiment.models=[llama3-8b]", "experiment.serving.trace.num_requests
 def test_instances_share_prefixes_through_the_pool():
     """4 instances with a pool: each prefix is computed once in the cluster (8 cold misses of 48 lookups,
     the pool serves every other instance's first request); 8 instances without it miss once per instance."""
-    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
     exp, sv = load_serving_experiment("kv_pool", SMALL)
     docs = {d["system"]: d for d in serve_experiment(exp, sv)}
     pooled, alone = docs["mooncake_h100_x4"]["serving"], docs["mooncake_h100_x8_nopool"]["serving"]
@@ -92,7 +92,7 @@ def test_instances_share_prefixes_through_the_pool():
 
 
 def test_bad_pool_settings_are_refused():
-    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
     with pytest.raises(ConfigError) as e:
         load_serving_experiment("kv_pool", SMALL + ["experiment.serving.kv_pool.systems=[nope]"])
     assert e.value.key == "serving.kv_pool.systems.0" and "\n" not in str(e.value)

@@ -1,4 +1,4 @@
-"""MLPerf Inference serving validation data (configs/validation/mlperf.yaml, attnsim.mlperf): the rows and the
+"""MLPerf Inference serving validation data (configs/validation/mlperf.yaml, attnsim.studies.mlperf): the rows and the
 submission settings load and take effect; the Offline steady-state throughput on a hand-built request table;
 the GPT-J model preset. (The rows themselves run in `attnsim validate --set mlperf`: minutes, not a unit test.)"""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsim import mlperf
+from attnsim.studies import mlperf
 from attnsim.cli import main
-from attnsim.serve.run import load_serving_experiment
+from attnsim.studies.serve.run import load_serving_experiment
 from attnsim.workloads.trace import param_count
 from attnsim.workloads.zoo import load_model
 

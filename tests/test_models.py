@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.workloads.hf import model_from_hf_config
 from attnsim.workloads.model import ModelSpec
 from attnsim.workloads.scenario import Scenario

@@ -3,12 +3,12 @@ buffer, softmax on the NPU, the 32-channel HBM2-PIM preset (casys-kaist/NeuPIMs 
 import numpy as np
 import pytest
 
-from attnsim.cli_isa import main as isa_main
-from attnsim.config import ConfigError, find_config, load_yaml
-from attnsim.experiment import load_experiment
+from attnsim.cli.isa import main as isa_main
+from attnsim.core.config import ConfigError, find_config, load_yaml
+from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.dram import Op, cmds_from, expand_macros, load_dram_spec, raw_run, run_commands
-from attnsim.hwmodels.dram.reference import reference_run
+from attnsim.hwmodels.dram.reference_oracle import reference_run
 from attnsim.hwmodels.rowbuffer import interleave, npu_stream, run_shared
 from attnsim.hwmodels.system import build_system
 from attnsim.isa import get_isa
@@ -142,7 +142,7 @@ def test_channel_assignment_online_equals_the_artefacts_algorithm():
 
 
 def test_stage_schedule_fill_and_drain_by_hand():
-    from attnsim.engine import stage_schedule_s
+    from attnsim.sim.engine import stage_schedule_s
     ph = ((1.0, 5.0, 3.0), (2.0, 4.0, 6.0))   # (QKV, MHA, PjFFN) of sub-batch 1 and 2
     # A = QKV1 1; B = max(QKV2 2, MHA1 5); E = max(PjFFN1 3, MHA2 4); F = PjFFN2 6;
     # C = max(3 + 1, MHA2 4) = 4, D = max(6 + 2, MHA1 5) = 8 per extra layer
@@ -276,7 +276,7 @@ NON_LAYER_OPS = ("embedding", "final_norm", "lm_head")
 def test_time_s_layers_is_the_decoder_layers_time(over):
     """breakdown time_s_layers = the per-op times of every op but embedding / final norm / LM head: sequential,
     sub-batch pipelined (the period scales the layer rows) and PP (the step's shares, transfers excluded)."""
-    from attnsim.runner import run_experiment
+    from attnsim.sim.runner import run_experiment
     exp = load_experiment(None, ["experiment.systems=[neupims]", "experiment.baseline=null",
                                  "experiment.models=[llama2-7b]", "scenarios.chat.batch_size=8",
                                  "scenarios.chat.prompt_len=256", "scenarios.chat.output_len=2",
@@ -297,7 +297,7 @@ def test_time_s_layers_is_the_decoder_layers_time(over):
 
 def test_reproduction_metric_sums_dotted_paths():
     """A row metric "a + b" is the sum of both paths (NeuPIMs' QKV gen = LayerNorm + GEMM); a bad part is refused."""
-    from attnsim.reproduce import _number
+    from attnsim.studies.reproduce import _number
     doc = {"breakdown": {"decode_step": {"time_s_by_op": {"attn_norm": 1.5e-5, "qkv_proj": 7.0e-5}}}}
     one = "breakdown.decode_step.time_s_by_op."
     assert _number(doc, f"{one}attn_norm + {one}qkv_proj", "r.yaml", "rows.0.metric") == pytest.approx(8.5e-5)
@@ -319,7 +319,7 @@ def test_per_channel_parts_as_the_artefact_halves_each_channel():
 def test_mapper_splits_each_channel_of_the_whole_batch(neupims_exp):
     """subbatch_split per_channel (default): the whole batch is placed (greedy) and each channel halved, the
     sub-batches keeping the batch's channels; list: no parts (contiguous slices); a bad value is refused."""
-    from attnsim.engine import subbatch_parts
+    from attnsim.sim.engine import subbatch_parts
     from attnsim.hwmodels.rowbuffer import newton_request_channels
     system = build_system(neupims_exp.systems["neupims"], neupims_exp.tree.hardware, neupims_exp.tree.file_of)
     model, sc = neupims_exp.models["llama2-7b"], neupims_exp.scenarios["chat"]
@@ -353,7 +353,7 @@ class _ToyPlan:
 def test_layers_run_is_the_stage_schedule_by_hand():
     """engine.layers_run_s: each sub-batch's layer cut at its first / last row off the first device (the
     collective link aside): (QKV, MHA incl. the NPU softmax between, Pj/FFN); stages A-F added by hand."""
-    from attnsim.engine import layer_phases_s, layers_run_s
+    from attnsim.sim.engine import layer_phases_s, layers_run_s
     devs = ["npu", "link:bus", "pim", "npu", "pim", "npu", "link"]   # qkv, kv write, score, softmax, ctx, ffn, all-reduce
     per1 = np.array([2.0, 0.5, 3.0, 1.0, 4.0, 4.75, 0.25])           # (2, 8.5, 5) per layer
     per2 = np.array([2.0, 0.5, 1.0, 0.5, 1.0, 4.75, 0.25])           # (2, 3, 5)

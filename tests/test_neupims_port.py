@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
 from attnsim.isa.lower_newton import (channel_program, lower_newton, placement_load, port_arrivals,
                                       record_instructions, request_channels)
@@ -17,7 +17,7 @@ DATA = Path(__file__).parent / "data" / "neupims"
 
 def assumption(name):
     """An assumption of the NeuPIMs reproduction (configs/reproductions/neupims/reference.yaml)."""
-    from attnsim import reproduce
+    from attnsim.studies import reproduce
     a, = [a for a in reproduce.read_spec(reproduce.find("neupims")).assumptions if a.name == name]
     return a
 
@@ -141,7 +141,7 @@ def test_recorded_placements_are_attnsims():
 def test_pim_run_applies_the_issue_port(npupim):
     """`attnsim pim run` on a newton device with a port (the npu+pim assumption: 1 per ns, per COMP) times the
     program's instructions through it: no faster than one per ns, slower than the same device without a port."""
-    from attnsim.pim import load_device, run
+    from attnsim.sim.pim import load_device, run
     dev, _ = load_device(npupim)
     p = channel_program([300, 200], "score", dev.org, dev.pu, **KW)
     p.fields["ch"][len(p) // 2:] = 1        # two channels: the second waits for the first one's instructions
@@ -172,7 +172,7 @@ def test_pim_run_issues_a_program_in_the_order_it_is_written(npupim):
     work interleaved at its GWRITEs lets channel 1 start before channel 0 is done (faster than channel by
     channel, which times as the port's channel-after-channel order); without the port the order changes nothing."""
     from attnsim.isa.base import Program
-    from attnsim.pim import run
+    from attnsim.sim.pim import run
     p = channel_program([300], "score", DEV.org, DEV.pu, **KW)
     n = len(p)
 
@@ -209,7 +209,7 @@ def test_the_reproductions_port_and_placements_are_assumptions():
     """The NeuPIMs reproduction copies no PIM preset: the npu+pim rows' PIM is the built-in neupims_hbm2_pim with
     exactly the port's two keys, on the naive baseline's built-in system; the artefact's clb-0 placement (its
     trace's 512-entry ch_idx column, 32 channels) is one assumption shared by every row on that placement."""
-    from attnsim import reproduce
+    from attnsim.studies import reproduce
     spec = reproduce.read_spec(reproduce.find("neupims"))
     port = assumption("npu_issue_port")
     # npu+pim e51a4af: one instruction per 1 GHz core cycle, a COMP instruction per 16 elements (reference.yaml)

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.experiment import ExperimentSpec
+from attnsim.core.config import ConfigError
+from attnsim.sim.experiment import ExperimentSpec
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.dram.rules import RuleOverrides
 from attnsim.hwmodels.reliability.spec import ReliabilitySpec
 from attnsim.hwmodels.system import SystemSpec
 from attnsim.mapper.base import policies
-from attnsim.serve.spec import ServingSpec
+from attnsim.studies.serve.spec import ServingSpec
 from attnsim.workloads.model import ModelSpec
 from attnsim.workloads.scenario import Scenario
 
@@ -62,7 +62,7 @@ def _sys(*names):
 
 def _cxl_tier_first() -> str:
     """The reliability example's tiers with the KV's tier (cxl on cxl_pnm) first, so it is walked."""
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     tiers = load_yaml(find_config("experiments", "reliability_tiering"))["reliability"]["tiers"]
     return set_arg(("experiment", "reliability", "tiers"), {"cxl": tiers["cxl"], "hbm": tiers["hbm"]})
 
@@ -301,7 +301,7 @@ ALTERNATIVE = {
     "RuleOverrides.cmd_queue_scope": Alt("rank"),
     "RuleOverrides.pre_holdback": Alt(True),
     "RuleOverrides.refresh_waits_active": Alt(False),
-    # applied by the dramsim3 preset's two-level queue scheduler (hwmodels/dram/cmdqueue.py)
+    # applied by the dramsim3 preset's two-level queue scheduler (hwmodels/dram/sched_cmdqueue.py)
     "Timing.nRTRS": Alt(6, extra=("hardware.hbm3_5200_pim.controller=dramsim3",)),
     "Timing.nPPD": Alt(8, extra=("hardware.hbm3_5200_pim.controller=dramsim3",)),
     "Energy.refpb_pj": Alt(5000.0, extra=PB),

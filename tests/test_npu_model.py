@@ -8,7 +8,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import DeviceModel
 from attnsim.hwmodels.gpu import load_hardware

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.workloads.optrace import OP_CLASSES
 from attnsim.workloads.scenario import Scenario
 from attnsim.workloads.trace import (attention_pairs, build_trace, expected_experts, kv_tokens_read,

@@ -106,7 +106,7 @@ def test_recipe_over_every_system(every_system, recipe):
 
 def test_recipe_content_names_every_system(every_system):
     from attnsim.plots import figure
-    from attnsim.sweep.table import load_table
+    from attnsim.studies.sweep.table import load_table
     t = load_table(every_system / "res" / "results.h5")
     from attnsim.plots.labels import display
     fig = figure(t, "pareto")
@@ -131,7 +131,7 @@ def test_roofline_every_system(every_system):
     import matplotlib.pyplot as plt
     from attnsim.plots import figure
     from attnsim.plots.recipes import placed_ops
-    from attnsim.sweep.table import load_table
+    from attnsim.studies.sweep.table import load_table
     t = load_table(every_system / "res" / "results.h5")
     ok = [s for s, st in zip(t.col("system"), t.col("status")) if st == "ok"]
     assert len(ok) >= len(SYSTEMS) - 3  # test_every_system_runs_ok: only IANUS may not hold Llama-2-7B
@@ -330,7 +330,7 @@ def test_traversal_names_refused(work, capsys, name):
 
 
 def test_plain_names_accepted():
-    from attnsim.outputs import check_name
+    from attnsim.core.outputs import check_name
     for n in ("default", "my run 2", "café", "a.b-c+d_e", "x" * 128):
         assert check_name(n) == n
     with pytest.raises(Exception):
@@ -361,7 +361,7 @@ def test_plot_list_needs_no_file(capsys):
     from attnsim.plots import RECIPES
     assert main(["plot", "--list"]) == 0
     listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
-    from attnsim.plots.options import DOC_RECIPES  # serve results and plan documents (plan_front)
+    from attnsim.core.plot_options import DOC_RECIPES  # serve results and plan documents (plan_front)
     assert set(RECIPES) | set(DOC_RECIPES) == set(listed)
     assert main(["plot", "--recipe", "pareto", "-o", "x.pdf"]) == 2
     assert "needs a results file" in capsys.readouterr().err
@@ -396,7 +396,7 @@ def test_broken_pipe_is_quiet(every_system):
 
 
 def test_keyboard_interrupt_one_line(monkeypatch, capsys):
-    import attnsim.cli_run as cr
+    import attnsim.cli.run as cr
 
     def boom(args):
         raise KeyboardInterrupt
@@ -420,7 +420,7 @@ def test_request_trace_not_utf8(work, capsys):
 
 def test_recipe_options_table_matches_recipes():
     from attnsim.plots import RECIPES
-    from attnsim.plots.options import DOC_RECIPES, RECIPE_OPTIONS
+    from attnsim.core.plot_options import DOC_RECIPES, RECIPE_OPTIONS
     assert set(RECIPE_OPTIONS) == set(RECIPES) | set(DOC_RECIPES)
 
 

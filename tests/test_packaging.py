@@ -97,7 +97,7 @@ def test_readme_install_then_editable_install_in_one_venv(tmp_path):
     first = attnsim(*run)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "total" in first.stdout
-    # the compile is announced, with where it goes (attnsim.jitcache)
+    # the compile is announced, with where it goes (attnsim.core.jitcache)
     assert f"attnsim: compiling Numba kernels into {cache / 'kernels'}" in first.stderr, first.stderr
     wheel_kernels = {p.parent.parent.name for p in (cache / "kernels").glob("*/hwmodels/dram")}
     assert len(wheel_kernels) == 1 and list((cache / "kernels").rglob("kernel.run_kernel-*.nbi"))

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.pim_mapping import ISA_PARTITIONS, cpi_candidates, merge_cost
 from attnsim.isa.lower import get_partition, lower_attention
@@ -125,8 +125,8 @@ def test_batch_one_on_a_32_channel_device_uses_every_channel():
 
 
 def test_mapping_in_run_document_and_timeline():
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     exp = load_experiment(None, ["experiment.systems=[cxl_aim]", "experiment.models=[llama2-7b]", "experiment.baseline=null",
                                  "experiment.scenarios={s: {batch_size: 1, prompt_len: 1024, output_len: 3}}",
                                  "models.llama2-7b.num_layers=2"])
@@ -245,7 +245,7 @@ def test_printed_mapping_is_the_one_used(capsys):
     channels: llama2-7b at TP 8 has 4 KV heads per rank, batch 2)."""
     import json as _json
     from attnsim.cli import main
-    from attnsim.report import mapping_text
+    from attnsim.core.report import mapping_text
     args = ["run", "default", "--no-write", "--set", "experiment.systems=[attacc_h100]", "--set",
             "experiment.baseline=null", "--set", "experiment.models=[llama2-7b]", "--set",
             "scenarios.chat.batch_size=2", "--set", "scenarios.chat.prompt_len=512", "--set",

@@ -3,7 +3,7 @@ attention costs against physical limits, and clear errors."""
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.pim import allbank_closed_form
 from attnsim.isa.lower import ENGINE_CODES
@@ -133,7 +133,7 @@ def test_cxl_pnm_device_has_its_published_bandwidth_and_capacity():
     """Samsung's LPDDR5X CXL-PNM: 16 x64 packages = 64 x16 channels, ~1.1 TB/s internal, 512 GB
     (cxl_reliability.md 1.1). A units count that multiplied the preset's 4 channels per package again
     once made it a 4.4 TB/s device."""
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
     dev = registry.build(load_yaml(find_config("hardware", "cxl_pnm_lpddr5x")), file="cxl_pnm_lpddr5x")
     assert dev.channels == 64

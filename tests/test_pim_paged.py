@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from attnsim.config import find_config, load_yaml
-from attnsim.experiment import GenerationSpec
+from attnsim.core.config import find_config, load_yaml
+from attnsim.sim.experiment import GenerationSpec
 from attnsim.hwmodels.registry import build
-from attnsim.runner import simulate_generation
-from attnsim.serve.run import quick_pool
+from attnsim.sim.runner import simulate_generation
+from attnsim.studies.serve.run import quick_pool
 from attnsim.workloads.scenario import Scenario
 from attnsim.workloads.trace import build_trace
 from attnsim.workloads.zoo import load_model

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from attnsim.cli import main
-from attnsim.config import ConfigError
-from attnsim.pim import load_device, run
+from attnsim.core.config import ConfigError
+from attnsim.sim.pim import load_device, run
 
 STACK = "attacc_hbm3_pim_stack"  # hbm3_5200_pim: act_pj 901.1, pim.access_pj_per_bit 0.55; pu.pj_per_mac 0.32
 

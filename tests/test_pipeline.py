@@ -1,4 +1,4 @@
-"""Pipeline parallelism (attnsim/pipeline.py): hand calculations from single-device costs, limits,
+"""Pipeline parallelism (attnsim/sim/pipeline.py): hand calculations from single-device costs, limits,
 memory per stage, refusals.
 
 Hand calculations: every trace row's time is (per-repeat time) x count, so the time of a stage that
@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.engine import cost_step
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.engine import cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.mapper.base import get_policy
-from attnsim.pipeline import Layout, flow_shop, pipeline_step
-from attnsim.runner import run_experiment
+from attnsim.sim.pipeline import Layout, flow_shop, pipeline_step
+from attnsim.sim.runner import run_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
@@ -57,7 +57,7 @@ def _stage_times(doc1, phase, stages, L):
 
 
 def _link_time(nbytes, hw="nvlink3"):
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     spec = load_yaml(find_config("hardware", hw))
     if spec.get("allreduce") not in ("nccl", "custom"):  # the formula: latency + bytes / achieved bandwidth
         return spec["latency_us"] * 1e-6 + nbytes / (spec["bandwidth_gbps"] * 1e9 * spec.get("efficiency", 1.0))
@@ -147,7 +147,7 @@ def test_named_pp_link_carries_the_activations():
     default = [_link_time(B // 2 * 4096 * 2.0 / 4, "nvlink3"), _link_time(B // 2 * 4, "nvlink3")]
     assert fast["pipeline"]["decode_transfer_time_s"] == pytest.approx(2 * sum(default), rel=1e-9)  # the pool's link
     # link energy: 2 micro-batches x (activations + token ids) x tp ranks x pJ/bit
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     pj = load_yaml(find_config("hardware", "pcie5_x16"))["energy_pj_per_bit"]
     e = 2 * (B // 2 * 4096 * 2.0 / 4 + B // 2 * 4) * 4 * 8 * pj * 1e-12
     assert doc["breakdown"]["decode_step"]["energy_j_by_device"]["link:slow"] == pytest.approx(e, rel=1e-9)
@@ -265,10 +265,10 @@ def test_bad_pipeline_settings_are_refused(sets, key):
 def test_serve_pipeline_equals_run():
     """Four equal requests arriving together on tp 4 x pp 2: the serving iterations are the run's steps
     (prefill flow shop over 2 micro-batches, then decode periods), so TTFT and TPOT agree exactly."""
-    from attnsim.experiment import GenerationSpec
-    from attnsim.runner import simulate_generation
-    from attnsim.serve.run import quick_pool
-    from attnsim.serve.scheduler import simulate_pool
+    from attnsim.sim.experiment import GenerationSpec
+    from attnsim.sim.runner import simulate_generation
+    from attnsim.studies.serve.run import quick_pool
+    from attnsim.studies.serve.scheduler import simulate_pool
     P, O = 64, 6
     pool, _, _ = quick_pool("dgx_a100", "llama2-7b", {"prompt_len": P, "output_len": O, "batch_size": 4},
                             serving={"memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}},

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from attnsim import plan as P
+from attnsim.studies import plan as P
 from attnsim.cli import main
 from attnsim.hwmodels.reliability.accuracy import quant_error
 from attnsim.hwmodels.reliability.perplexity import load_calibration
@@ -199,7 +199,7 @@ def test_kv_read_time_is_part_of_the_step_and_tiers_aggregate_their_devices(st, 
     """Physical limit: the configured KV's read time for the whole batch is part of the run's step, so it
     cannot exceed the TPOT; the tier's per-device bandwidth and capacity are aggregated over the devices of
     the roles mapped to it (plan_tiering: 8 CXL-PNM devices, 8 H100s)."""
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     exp = load_experiment("plan_tiering", FAST)
     system = exp.systems[st.system]
     per_device = {t.name: t for t in st.spec.tier_specs()}

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from attnsim.config import (CONFIG_ROOT, ConfigError, Plausible, Schema, _number_kind, load_yaml, plausible_range,
+from attnsim.core.config import (CONFIG_ROOT, ConfigError, Plausible, Schema, _number_kind, load_yaml, plausible_range,
                             validate)
 from attnsim.hwmodels import registry
 
@@ -70,7 +70,7 @@ def test_a_billion_replicas_refused():
 
 
 def test_gamma_cv_and_rate_refused():
-    from attnsim.serve.requests import TraceSpec
+    from attnsim.studies.serve.requests import TraceSpec
     # cv 1e-300 divided by zero on main (shape k = 1 / cv^2 = inf); range [0.01, 100]
     _refused(lambda: validate(TraceSpec, {"rate_per_s": 2.0, "arrival": "gamma", "cv": 1e-300}, file="e.yaml",
                               prefix="serving.trace"), "e.yaml: serving.trace.cv: expected a number in [0.01, 100]")
@@ -127,8 +127,8 @@ scenarios:
 
 
 def _run(tmp_path, *sets):
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
     return run_experiment(load_experiment(exp, list(sets)))
@@ -149,7 +149,7 @@ def test_opt_out_noted_in_the_run_document_and_implausible_flagged(tmp_path):
 
 
 def test_experiment_file_opt_out(tmp_path):
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY + "allow_out_of_range: [scenarios.s.nope]\n")
     _refused(lambda: load_experiment(exp), "tiny.yaml: allow_out_of_range: expected a number field of this file",
@@ -159,7 +159,7 @@ def test_experiment_file_opt_out(tmp_path):
 
 
 def test_implausible_reasons_hand_made_metrics():
-    from attnsim.results import finalize_doc, implausible_reasons
+    from attnsim.sim.results import finalize_doc, implausible_reasons
     ok = {"ttft_s": 0.1, "tpot_s": 0.02, "energy_per_token_j": 1.5, "fits": True,
           "memory": {"gpu": {"used_fraction": 0.5}}, "bandwidth": {"gpu:hbm": {"utilization": 0.8}}}
     assert implausible_reasons(ok) == []
@@ -209,7 +209,7 @@ def test_every_number_field_has_a_plausible_range_with_a_reason():
 
 
 def test_built_in_configs_load_within_their_ranges():
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import SystemSpec
     from attnsim.workloads.model import ModelSpec
     n = 0
@@ -267,4 +267,4 @@ def test_the_ranges_page_is_current():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.PAGE.read_text() == mod.page(), "docs/reference/ranges.md is stale: run python bench/ranges_table.py"
-    assert "| `bandwidth_gbps` | 0.001 | 1e+06 |" in mod.page()  # the _gbps unit range (attnsim.config)
+    assert "| `bandwidth_gbps` | 0.001 | 1e+06 |" in mod.page()  # the _gbps unit range (attnsim.core.config)

@@ -3,14 +3,14 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main as cli_main
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.plots import RECIPES, figure, render
 from attnsim.plots.labels import display
 from attnsim.plots.recipes import pareto_front
 from attnsim.plots.style import LINE_COLOURS, WIDTH_IN
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.table import load_table
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.table import load_table
 from sweep_helpers import write_sweep
 
 SYSTEMS = ["h100_x1", "dgx_h100"]

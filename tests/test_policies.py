@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.engine import cost_step
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.engine import cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import CapacityError, get_policy, model_totals
-from attnsim.runner import run_experiment
+from attnsim.sim.runner import run_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 SYSTEMS = ["a100_hbm3_x8", "attacc", "attacc_opt", "tiered_attacc", "cxl_pnm", "cxl_aim", "neupims", "offload_host"]
@@ -107,7 +107,7 @@ def test_offload_decode_is_bound_by_the_link(built):
 
 def test_pipelined_step_period_is_max_of_device_and_chain_totals(built):
     """AttAcc pipelining: per layer max(sum over sub-batches per device, sum over devices per sub-batch)."""
-    from attnsim.engine import cost_rows, cost_step_pipelined
+    from attnsim.sim.engine import cost_rows, cost_step_pipelined
     exp, systems = built
     model, sc = exp.models["llama2-7b"], exp.scenarios["chat"]
     sysm = systems["attacc_opt"]

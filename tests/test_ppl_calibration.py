@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.reliability import ppl_calibration as C
 from attnsim.hwmodels.reliability.accuracy import quant_error
 from attnsim.hwmodels.reliability.perplexity import load_calibration, ppl_increase

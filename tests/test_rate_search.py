@@ -1,4 +1,4 @@
-"""``attnsim serve --max-rate-under-slo`` (attnsim.rate_search): the bisection brackets a monotone threshold, and on
+"""``attnsim serve --max-rate-under-slo`` (attnsim.studies.rate_search): the bisection brackets a monotone threshold, and on
 a single-server queue with a fixed service time (M/D/1) it finds the rate the queueing formula gives."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main
-from attnsim.rate_search import Probe, bisect_rate, max_rate_under_slo, probe_from_doc
-from attnsim.serve.run import load_serving_experiment, serve_experiment
+from attnsim.studies.rate_search import Probe, bisect_rate, max_rate_under_slo, probe_from_doc
+from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
 
 # One request at a time (max_batch 1), every request 512 prompt tokens + 2 output tokens: a FIFO single server
 # whose service time D (one prefill iteration + one decode iteration) is the same for every request.

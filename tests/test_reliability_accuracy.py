@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.reliability import accuracy as A
 from attnsim.hwmodels.reliability.errors import RawErrorModel
 from attnsim.hwmodels.reliability.inject import StreamSpec

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.reliability.errors import RawErrorModel, field_fault_modes, refresh_power_scale
 from attnsim.hwmodels.reliability.planner import KVBlock, Planner, TierSpec, uniform_blocks
 from attnsim.hwmodels.reliability.spec import ReliabilitySpec, expected_errors

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from attnsim.cli import main
-from attnsim.config import ConfigError
-from attnsim.experiment import load_experiment
-from attnsim.runner import run_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.experiment import load_experiment
+from attnsim.sim.runner import run_experiment
 
 FAST = ["experiment.generation.samples=2", "scenarios.jedec.output_len=16", "scenarios.relaxed_1s.output_len=16",
         "scenarios.relaxed_20s.output_len=16"]

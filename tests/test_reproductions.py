@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnsim import reproduce, validate
+from attnsim.studies import reproduce, validate
 from attnsim.cli import main
-from attnsim.config import ConfigError, get_dotted
+from attnsim.core.config import ConfigError, get_dotted
 
 EXPERIMENT = {"name": "toy_repro", "systems": ["dgx_a100", "dgx_h100"], "models": ["llama2-7b"],
               "scenarios": {"s1": {"batch_size": 1, "prompt_len": 64, "output_len": 4},
@@ -44,8 +44,8 @@ def toy(tmp_path, monkeypatch):
 
 def _docs():
     """The toy experiment run directly (not through the reproduction loader)."""
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     return {(d["system"], d["scenario"]["name"]): d for d in run_experiment(load_experiment(
         str(reproduce.find("toy") / "exp.yaml")))}
 
@@ -150,8 +150,8 @@ ASSUMPTIONS = [{"name": "slow_hbm", "title": "the artefact's H100 streams HBM at
 def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path, monkeypatch, capsys):
     """First bar after the artefact = every assumption = what validate compares; each later bar = a plain run of
     the experiment with the assumptions not yet removed given as --set; the last bar = the plain experiment."""
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
     folder = _write(tmp_path, dict(REFERENCE, assumptions=ASSUMPTIONS))
     wf = reproduce.waterfall(folder)
@@ -191,8 +191,8 @@ def test_assumption_applies_to_its_experiment_labels_only(tmp_path, monkeypatch)
     """Two labels of one experiment file: an assumption scoped to one (experiments: [slow]) moves that label's row
     only, as a plain run with its --set does; the waterfall step that removes it re-simulates that label alone
     (the other's runs are reused: their sets did not change) and gives the same numbers as plain runs."""
-    from attnsim import runner
-    from attnsim.experiment import load_experiment
+    from attnsim.sim import runner
+    from attnsim.sim.experiment import load_experiment
     monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
     rows = [dict(ROWS[1], name="TPOT as is [ms]"), dict(ROWS[1], name="TPOT, slow H100 [ms]", experiment="slow")]
     scoped = [dict(ASSUMPTIONS[0], experiments=["slow"])]
@@ -223,7 +223,7 @@ def test_explain_prints_an_assumptions_labels_and_a_long_list_by_its_length(tmp_
                           rows=[ROWS[1], dict(ROWS[1], name="slow", experiment="slow")], assumptions=scoped))
     assert main(["validate", "--explain", "toy"]) == 0
     assert "    experiments: slow\n" in capsys.readouterr().out
-    from attnsim.cli_validate import _fmt_set
+    from attnsim.cli.validate import _fmt_set
     assert _fmt_set(list(range(512))) == "[0, 1, 2, 3, ... (512 values)]" and _fmt_set([1, 2]) == "[1, 2]"
 
 
@@ -231,7 +231,7 @@ def test_no_builtin_reproduction_copies_a_config():
     """A reproduction is the built-in configs plus named assumptions: a built-in folder holds reference.yaml and
     experiment files only (no kind:, no devices:, no model keys), and those experiments name built-in systems and
     models, not files beside them."""
-    from attnsim.config import CONFIG_ROOT, load_yaml
+    from attnsim.core.config import CONFIG_ROOT, load_yaml
     folders = [p for p in (CONFIG_ROOT / "reproductions").iterdir() if (p / "reference.yaml").is_file()]
     assert {"attacc", "cent", "neupims"} <= {p.name for p in folders}
     for folder in folders:
@@ -361,8 +361,8 @@ def test_attacc_rows_read_the_builtin_experiment_under_the_named_assumptions():
     """--set attacc (the old name) reads the built-in attacc_gpt3_175b experiment with the folder's assumptions
     (AttAcc's NVLink fit, per-access GPU energy, one head per channel, no capacity check) applied as plain --set overrides: every row
     equals that run's metric (x scale), and the folder holds no copied hardware or system file."""
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     folder = next(p for p in reproduce.folders() if p.name == "attacc")
     spec = reproduce.read_spec(folder)
     assert [a.name for a in spec.assumptions] == ["nvlink_allreduce_fit", "gpu_energy_per_access", "one_head_per_channel",
@@ -425,7 +425,7 @@ def test_every_builtin_reproduction_runs(folder):
 @pytest.mark.parametrize("escape", ['"\\U00110000"', '"\\UFFFFFFFF"', "2001-13-01", "!!int 12x"])
 def test_bad_yaml_scalar_is_a_clean_error(tmp_path, escape):
     """Found by the reproduction fuzz harness: PyYAML raised ValueError / OverflowError for a "\\U" escape
-    beyond U+10FFFF, an impossible date, a bad !!int (every YAML reader shares attnsim.config.parse_yaml)."""
+    beyond U+10FFFF, an impossible date, a bad !!int (every YAML reader shares attnsim.core.config.parse_yaml)."""
     folder = _write(tmp_path, REFERENCE)
     text = (folder / "reference.yaml").read_text().replace("title: Toy reproduction", f"title: {escape}")
     (folder / "reference.yaml").write_text(text)
@@ -436,7 +436,7 @@ def test_bad_yaml_scalar_is_a_clean_error(tmp_path, escape):
 
 def test_serving_experiment_refused(tmp_path):
     """Rows read static-batch runs: an experiment's serving section would be ignored, so it is refused."""
-    from attnsim.config import find_config, load_yaml
+    from attnsim.core.config import find_config, load_yaml
     serving = load_yaml(find_config("experiments", "serve_paging"))["serving"]
     folder = _write(tmp_path, REFERENCE, exp=dict(EXPERIMENT, serving=serving))
     with pytest.raises(ConfigError) as e:
@@ -530,15 +530,15 @@ def test_run_prints_the_attacc_waterfall_ends(capsys):
 
 
 def validate_fmt(v):
-    from attnsim.report import fmt_num
+    from attnsim.core.report import fmt_num
     return fmt_num(v)
 
 
 def test_run_ends_label_a_set_and_a_status(capsys):
     """A --set outside experiment.systems/models is no longer attnsim's defaults (said so, in JSON too); a row
     whose run did not complete shows the run's status; an experiment no folder names prints no section."""
-    from attnsim.config import find_config
-    from attnsim.report import reproduction_lines
+    from attnsim.core.config import find_config
+    from attnsim.core.report import reproduction_lines
     doc = _run_json(capsys, "samsung_cxl_pnm", "hardware.samsung_cxl_pnm.units=8")
     bw = next(e for e in doc["reproductions"] if e["row"] == "CXL-PNM device memory bandwidth [GB/s]")
     assert bw["defaults"] is False and bw["value"] == pytest.approx(8 * 68.2666, rel=1e-4)  # 8 x64 LPDDR5X-8533
@@ -569,9 +569,9 @@ def test_paper_folder_rows_pass_and_waterfall_ends_at_a_plain_run(name):
     """The first step (every assumption) is what validate compares and is within each row's tolerance; the last
     step (no assumption) equals a plain run of the built-in experiment, read as attnsim run reads it
     (reproduce.run_ends), narrowed to the rows' systems and models with experiment.* sets."""
-    from attnsim.config import find_config
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.core.config import find_config
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     folder = reproduce.find(name)
     spec = reproduce.read_spec(folder)
     assert list(spec.experiments.values()) == [PAPER_FOLDERS[name]]  # the built-in paper-named experiment

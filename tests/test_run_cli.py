@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main
-from attnsim.experiment import load_experiment
-from attnsim.runner import run_experiment
+from attnsim.sim.experiment import load_experiment
+from attnsim.sim.runner import run_experiment
 
 SMALL = ["--set", "experiment.generation.mode=sampled", "--set", "experiment.generation.samples=3"]
 

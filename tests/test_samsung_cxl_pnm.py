@@ -3,7 +3,7 @@ and the GPU-free platform's plan (prefill and decode on the controller accelerat
 import numpy as np
 import pytest
 
-from attnsim.config import find_config, load_yaml
+from attnsim.core.config import find_config, load_yaml
 from attnsim.hwmodels import registry
 from attnsim.workloads.scenario import Scenario
 from attnsim.workloads.trace import build_trace
@@ -39,7 +39,7 @@ def test_prefill_row_is_a_roofline_over_the_device():
 
 
 def test_platform_runs_everything_on_the_pnm_devices():
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
     from attnsim.workloads.trace import kv_cache_bytes, weight_bytes

@@ -3,7 +3,7 @@ utilisation by hand, the SRAM re-read rule, and the device's use of both."""
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
 from attnsim.hwmodels import systolic as S
 from attnsim.workloads.scenario import Scenario

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, validate
+from attnsim.core.config import ConfigError, validate
 from attnsim.workloads.scenario import Scenario
 
 

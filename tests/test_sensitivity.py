@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnsim import sensitivity
+from attnsim.studies import sensitivity
 from attnsim.cli import main
-from attnsim.config import CONFIG_ROOT, ConfigError, available, find_config, load_yaml
+from attnsim.core.config import CONFIG_ROOT, ConfigError, available, find_config, load_yaml
 from attnsim.hwmodels import registry
 
 GPU = "a100_80gb_sxm"

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attnsim.serve.run import quick_pool
+from attnsim.studies.serve.run import quick_pool
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,8 @@ def test_pim_lowering_memos_change_nothing(monkeypatch):
     a small AttAcc serving run gives bit-identical per-request results with them switched off."""
     import attnsim.isa.lower as lower
     from attnsim.hwmodels.pim import PIMDevice
-    from attnsim.serve.requests import TraceSpec, synthetic_trace
-    from attnsim.serve.scheduler import simulate_pool
+    from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
+    from attnsim.studies.serve.scheduler import simulate_pool
 
     tr = synthetic_trace(TraceSpec(num_requests=12, rate_per_s=20.0, seed=1,
                                    prompt={"dist": "uniform", "low": 64, "high": 512},

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, validate
-from attnsim.serve.requests import LengthDist, TraceSpec, read_trace_file, synthetic_trace
+from attnsim.core.config import ConfigError, validate
+from attnsim.studies.serve.requests import LengthDist, TraceSpec, read_trace_file, synthetic_trace
 
 
 def _spec(**kw):

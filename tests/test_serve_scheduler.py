@@ -3,11 +3,11 @@ capacity never exceeded, unservable traces explained, determinism) and hand-deri
 import numpy as np
 import pytest
 
-from attnsim.experiment import GenerationSpec
-from attnsim.runner import simulate_generation
-from attnsim.serve.metrics import request_table, summarize
-from attnsim.serve.run import quick_pool
-from attnsim.serve.scheduler import ServeError, simulate_pool
+from attnsim.sim.experiment import GenerationSpec
+from attnsim.sim.runner import simulate_generation
+from attnsim.studies.serve.metrics import request_table, summarize
+from attnsim.studies.serve.run import quick_pool
+from attnsim.studies.serve.scheduler import ServeError, simulate_pool
 
 EXACT = {"memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}}
 
@@ -58,7 +58,7 @@ def test_chunked_prefill_splits_long_prompt():
 
 
 def _load_run(rate, n=1500, seed=0, **serving):
-    from attnsim.serve.requests import TraceSpec, synthetic_trace
+    from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
     pool, _, sv = quick_pool(serving=serving)
     tr = synthetic_trace(TraceSpec(num_requests=n, rate_per_s=rate, seed=seed,
                                    prompt={"dist": "lognormal", "mean": 600, "std": 300, "high": 3000},

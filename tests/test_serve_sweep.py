@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from attnsim.cli import main
-from attnsim.serve.replicate import CI_METRICS, mean_ci
-from attnsim.serve.run import load_serving_experiment, serve_experiment
-from attnsim.sweep.table import load_table, unit_name
+from attnsim.studies.serve.replicate import CI_METRICS, mean_ci
+from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
+from attnsim.studies.sweep.table import load_table, unit_name
 
 SMALL = ["experiment.serving.trace.num_requests=40"]
 
@@ -78,7 +78,7 @@ def test_sweep_of_a_serving_experiment_runs_the_serving_model(tmp_path, capsys):
 def test_line_recipe_draws_error_bars_from_intervals(tmp_path):
     from matplotlib.container import ErrorbarContainer
     from attnsim.plots.recipes import line
-    from attnsim.sweep.table import Table
+    from attnsim.studies.sweep.table import Table
     cols = {"status": np.array(["ok"] * 3), "system": np.array(["a"] * 3), "x": np.array([1.0, 2.0, 3.0]),
             "y": np.array([1.0, 2.0, 3.0]), "y_ci_low": np.array([0.5, 1.5, 2.5]), "y_ci_high": np.array([1.5, 2.5, 3.5])}
     fig = line(Table(tmp_path / "t.h5", "sweep", {}, cols, {}, ["x"]), x="x", y="y")
@@ -99,8 +99,8 @@ def test_disaggregated_serving_sweep_is_refused(tmp_path, capsys):
 
 
 def test_confidence_needs_replications():
-    from attnsim.config import ConfigError, validate
-    from attnsim.serve.spec import ServingSpec
+    from attnsim.core.config import ConfigError, validate
+    from attnsim.studies.serve.spec import ServingSpec
     with pytest.raises(ConfigError, match="confidence: not used with replications: 1"):
         validate(ServingSpec, {"confidence": 0.9}, prefix="serving")
     assert validate(ServingSpec, {"replications": 3, "confidence": 0.9}).confidence == 0.9

@@ -3,15 +3,15 @@ selection budgets, prefill/decode disaggregation."""
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError, validate
+from attnsim.core.config import ConfigError, validate
 from attnsim.mapper.base import CapacityError
-from attnsim.serve.disagg import simulate_disagg, transfer_schedule
-from attnsim.serve.kvpolicy import KVPolicy, KVPolicySpec, accuracy_proxy
-from attnsim.serve.paging import BlockAllocator, kv_read_locality
-from attnsim.serve.requests import RequestTrace
-from attnsim.serve.run import quick_pool
-from attnsim.serve.scheduler import simulate_pool
-from attnsim.serve.spec import DisaggSpec
+from attnsim.studies.serve.disagg import simulate_disagg, transfer_schedule
+from attnsim.studies.serve.kvpolicy import KVPolicy, KVPolicySpec, accuracy_proxy
+from attnsim.studies.serve.paging import BlockAllocator, kv_read_locality
+from attnsim.studies.serve.requests import RequestTrace
+from attnsim.studies.serve.run import quick_pool
+from attnsim.studies.serve.scheduler import simulate_pool
+from attnsim.studies.serve.spec import DisaggSpec
 
 EXACT = {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}
 
@@ -138,8 +138,8 @@ def test_disaggregation_end_to_end():
     the link; decode steps as on the decode pool alone."""
     P, O = 800, 6
     pool, exp, sv = quick_pool(serving={"memo": EXACT})
-    from attnsim.serve.run import _link, load_serving_experiment
-    from attnsim.config import find_config, load_yaml
+    from attnsim.studies.serve.run import _link, load_serving_experiment
+    from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
     link = registry.build(load_yaml(find_config("hardware", "nvlink4")))
     tr = RequestTrace.from_arrays([0.0], [P], [O])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main
-from attnsim.timeline import check_events
+from attnsim.sim.timeline import check_events
 
 EXP = """
 name: serve_timeline_test
@@ -23,7 +23,7 @@ serving:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from attnsim.serve.run import _systems, load_serving_experiment, serve_experiment
+    from attnsim.studies.serve.run import _systems, load_serving_experiment, serve_experiment
     p = tmp_path_factory.mktemp("st") / "exp.yaml"
     p.write_text(EXP)
     exp, serving = load_serving_experiment(str(p), [])

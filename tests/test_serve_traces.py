@@ -1,4 +1,4 @@
-"""Request trace readers (attnsim/serve/traces.py) on excerpts of the public datasets (tests/data/traces/README.md),
+"""Request trace readers (attnsim/studies/serve/traces.py) on excerpts of the public datasets (tests/data/traces/README.md),
 their windows and scales, one-line errors for bad rows, and Mooncake hash ids driving the prefix cache."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import attnsim.serve.traces as traces
-from attnsim.config import ConfigError
-from attnsim.serve.requests import TraceSpec, build_request_trace, read_trace
-from attnsim.serve.run import quick_pool
-from attnsim.serve.scheduler import simulate_pool
+import attnsim.studies.serve.traces as traces
+from attnsim.core.config import ConfigError
+from attnsim.studies.serve.requests import TraceSpec, build_request_trace, read_trace
+from attnsim.studies.serve.run import quick_pool
+from attnsim.studies.serve.scheduler import simulate_pool
 
 DATA = Path(__file__).parent / "data" / "traces"
 AZ23 = DATA / "azure_conv_2023_head300.csv"
@@ -188,7 +188,7 @@ def test_mooncake_hash_ids_drive_the_kv_pool(tmp_path):
     """Two Mooncake requests 5 s apart sharing their first 4 hash blocks, on two instances sharing a KV pool
     (configs/experiments/kv_pool.yaml; requests go round-robin: one per instance): the second instance misses
     locally and fetches the 4 x 512 = 2048 prefix tokens the first one published."""
-    from attnsim.serve.run import load_serving_experiment, serve_experiment
+    from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
     f = tmp_path / "m.jsonl"
     f.write_text('{"timestamp": 0, "input_length": 2100, "output_length": 8, "hash_ids": [1, 2, 3, 4, 5]}\n'
                  '{"timestamp": 5000, "input_length": 2200, "output_length": 8, "hash_ids": [1, 2, 3, 4, 6]}\n')
@@ -204,7 +204,7 @@ def test_mooncake_hash_ids_drive_the_kv_pool(tmp_path):
 def test_replay_experiment_serves_a_window_of_the_shipped_trace(capsys):
     """serve_azure_conv from the built-in configs: its shipped 1-in-10 Azure file, first 120 s, on dgx_h100."""
     from attnsim.cli import main
-    from attnsim.config import find_config
+    from attnsim.core.config import find_config
     shipped = find_config("experiments", "serve_azure_conv").parent / "traces" / "azure_conv_2023_1in10.csv"
     t, p, _ = _oracle_azure(shipped)
     assert len(t) == 1937   # every 10th of the 19,366 requests (tests/data/traces/README.md)

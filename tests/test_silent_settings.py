@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from attnsim.config import CONFIG_ROOT, ConfigError, load_yaml, validate
+from attnsim.core.config import CONFIG_ROOT, ConfigError, load_yaml, validate
 
 
 def _refused(fn, *words):
@@ -20,7 +20,7 @@ def _refused(fn, *words):
 
 
 def test_kv_pool_without_prefix_caching_refused():
-    from attnsim.serve.spec import ServingSpec
+    from attnsim.studies.serve.spec import ServingSpec
     pool = {"hardware": "mooncake_pool"}
     # the pool serves local prefix misses: without prefix caching nothing ever reads it (accepted on main)
     _refused(lambda: validate(ServingSpec, {"kv_pool": pool}, file="e.yaml", prefix="serving"),
@@ -38,10 +38,10 @@ scenarios:
 
 
 def test_tpot_of_one_token_outputs_is_null_everywhere(tmp_path):
-    from attnsim.experiment import load_experiment
-    from attnsim.report import summary_table
-    from attnsim.results import dumps, write_results
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.core.report import summary_table
+    from attnsim.sim.results import dumps, write_results
+    from attnsim.sim.runner import run_experiment
     p = tmp_path / "tiny.yaml"
     p.write_text(TINY)
     exp = load_experiment(p)
@@ -63,7 +63,7 @@ def test_tpot_of_one_token_outputs_is_null_everywhere(tmp_path):
 
 
 def test_draft_larger_than_target_refused(tmp_path):
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     p = tmp_path / "spec.yaml"
     p.write_text("""name: spec
 systems: [dgx_a100]
@@ -77,7 +77,7 @@ scenarios:
 
 
 def test_macab_without_an_open_row_refused(tmp_path):
-    from attnsim.pim import run
+    from attnsim.sim.pim import run
     prog = tmp_path / "p.s"
     prog.write_text("ACTAB 0, 3\nMACAB 0, 0, 4\nPREA 0\nMACAB 0, 0, 4\n")
     _refused(lambda: run(prog, "attacc_hbm3_pim_5stack"),

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from attnsim.sweep.table import load_table
+from attnsim.studies.sweep.table import load_table
 from sweep_helpers import TINY_EXPERIMENT
 
 SCRIPT = Path(__file__).parent / "slurm" / "cluster.sh"
@@ -236,8 +236,8 @@ def test_dask_window_counts_jobqueue_workers_before_they_join():
     """Points in flight: 4 per worker thread + 4; a jobqueue cluster's threads (jobs x cores) count from the
     start (they join after the first submissions: with 10 jobs x 8 cores, a window from the 0 joined
     threads would keep 8 points in flight and 72 workers idle)."""
-    from attnsim.sweep.executors import dask_window
-    from attnsim.sweep.spec import DaskJobqueue
+    from attnsim.studies.sweep.executors import dask_window
+    from attnsim.studies.sweep.spec import DaskJobqueue
 
     class Client:
         def __init__(self, joined: int):
@@ -258,9 +258,9 @@ def test_store_on_a_file_system_without_flock_is_refused_in_one_line(tmp_path, m
     import errno
     import fcntl
 
-    from attnsim.config import ConfigError
-    from attnsim.sweep.executors import run_sweep
-    from attnsim.sweep.spec import load_sweep
+    from attnsim.core.config import ConfigError
+    from attnsim.studies.sweep.executors import run_sweep
+    from attnsim.studies.sweep.spec import load_sweep
     from sweep_helpers import write_sweep
 
     def no_flock(fd, op):

@@ -1,16 +1,16 @@
-"""Speculative decoding (workloads/speculative.py, attnsim/speculative.py): tokens per target step,
+"""Speculative decoding (workloads/speculative.py, attnsim/sim/speculative.py): tokens per target step,
 time per step from the engine's own step costs, limits in alpha, placement, refusals."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.engine import cost_step
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.engine import cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import get_policy
-from attnsim.runner import run_experiment
+from attnsim.sim.runner import run_experiment
 from attnsim.workloads.speculative import expected_tokens
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 from attnsim.workloads.zoo import load_model
@@ -126,8 +126,8 @@ def test_serving_advances_by_accepted_tokens():
     """attnsim serve: one request of 17 tokens with gamma = 3. alpha = 1: the prefill's token + 4
     iterations of 4 tokens; each iteration = a 4-token verification at context c + 3 + 3 draft decodes at
     context c (c = tokens so far + 1), by the engine on its own traces (exact memo). alpha = 0: 16 of them."""
-    from attnsim.serve.run import quick_pool
-    from attnsim.serve.scheduler import simulate_pool
+    from attnsim.studies.serve.run import quick_pool
+    from attnsim.studies.serve.scheduler import simulate_pool
     sv = {"trace": {"num_requests": 1, "rate_per_s": 1, "prompt": {"dist": "fixed", "mean": 32},
                     "output": {"dist": "fixed", "mean": 17}},
           "memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}}

@@ -1,4 +1,4 @@
-"""Software-stack presets (system key ``software``, attnsim/stack.py): host costs once per step and
+"""Software-stack presets (system key ``software``, hwmodels/stack.py): host costs once per step and
 per request, in attnsim run and attnsim serve; ``none`` changes nothing."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.experiment import GenerationSpec, load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.experiment import GenerationSpec, load_experiment
 from attnsim.hwmodels.system import build_system
-from attnsim.runner import run_experiment, simulate_generation
-from attnsim.serve.run import quick_pool
-from attnsim.serve.scheduler import simulate_pool
+from attnsim.sim.runner import run_experiment, simulate_generation
+from attnsim.studies.serve.run import quick_pool
+from attnsim.studies.serve.scheduler import simulate_pool
 
 B, P, O = 3, 48, 5
 SCEN = f"experiment.scenarios={{s: {{batch_size: {B}, prompt_len: {P}, output_len: {O}}}}}"
@@ -120,7 +120,7 @@ def test_bad_stack_field_is_refused_in_one_line(tmp_path):
 
 
 def test_builtin_presets_load():
-    from attnsim.stack import load_stack
+    from attnsim.hwmodels.stack import load_stack
     for name, kernels in (("vllm", "fused"), ("trtllm", "fused"), ("eager", "eager")):
         s = load_stack(name)
         assert s.name == name and s.kernels == kernels and s.step_us > 0 and s.request_us > 0
@@ -129,7 +129,7 @@ def test_builtin_presets_load():
 
 def test_every_stack_field_acts_or_only_names(tmp_path):
     """The no-silent-no-op rule for StackSpec (presets are not in the config tree the walk covers)."""
-    from attnsim.stack import StackSpec
+    from attnsim.hwmodels.stack import StackSpec
     cosmetic = {"kind", "name", "description", "source"}
     changed = {"kernels": "eager", "step_us": 10.0, "request_step_us": 10.0, "request_us": 10.0, "sampling": "greedy"}
     # custom_allreduce acts only on NVLink tensor parallelism: test_custom_allreduce_is_the_links_custom_mode;
@@ -164,7 +164,7 @@ def test_custom_allreduce_is_the_links_custom_mode(tmp_path):
 def test_async_scheduling_exposes_only_host_beyond_the_step(tmp_path):
     """async_scheduling: a step's host time overlaps its device time, only max(0, host - device) is on the
     critical path (hand numbers: a 10 s host step exposes 10 s - the device step; 123 us is hidden)."""
-    from attnsim.stack import exposed_host_s, load_stack
+    from attnsim.hwmodels.stack import exposed_host_s, load_stack
     dev = {}
     for name, step_us, asyn in (("serial", STEP, "false"), ("hidden", STEP, "true"), ("long", 1e7, "true")):
         f = tmp_path / f"{name}.yaml"
@@ -185,7 +185,7 @@ def test_sampler_op_bytes_and_order(tmp_path):
     """sampling: a `sampler` row after lm_head with tokens x vocabulary x SAMPLERS bytes (decode: one token per
     request); a bytes-bound GPU op, so greedy < FlashInfer sort-free < sort-based top-p in time; its energy is
     dynamic (not idle host time)."""
-    from attnsim.stack import SAMPLERS
+    from attnsim.hwmodels.stack import SAMPLERS
     vocab = 32000  # llama2-7b
     t, e = {}, {}
     for method in ("none", "greedy", "top_p_flashinfer", "top_p_sort"):
@@ -209,7 +209,7 @@ def test_sampler_op_bytes_and_order(tmp_path):
 
 
 def test_async_scheduling_under_pipeline_parallelism(tmp_path):
-    """pp > 1 decode (each micro-batch's host share on its chain, attnsim/pipeline.py): under async_scheduling
+    """pp > 1 decode (each micro-batch's host share on its chain, attnsim/sim/pipeline.py): under async_scheduling
     a share overlaps its chain, so chain + max(0, share - chain) = max(chain, share) and the period is
     max(device period, shares in a row) (hand form; 2 micro-batches of 2 requests, no per-request cost)."""
     pp = "systems.dgx_h100.parallelism={tp: 4, pp: 2}"

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnsim import config
+from attnsim.core import config
 from attnsim.cli import build_parser, main
-from attnsim.sweep import cache
+from attnsim.core import cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,9 +28,9 @@ def test_version_fast_path_prints_what_argparse_prints(capsys):
 
 
 def test_version_imports_none_of_the_simulator():
-    """The modules `attnsim --version` skips (numpy, pydantic, yaml, numba, attnsim.config: ~0.2 s of CPU)."""
+    """The modules `attnsim --version` skips (numpy, pydantic, yaml, numba, attnsim.core.config: ~0.2 s of CPU)."""
     code = ("import sys; sys.argv = ['attnsim', '--version']; from attnsim.cli import main; main(); "
-            "print(sorted(m for m in ('numpy', 'pydantic', 'yaml', 'numba', 'attnsim.config') if m in sys.modules))")
+            "print(sorted(m for m in ('numpy', 'pydantic', 'yaml', 'numba', 'attnsim.core.config') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "[]"
 
@@ -115,8 +115,8 @@ def test_compile_notice_names_each_kernel_group_once(monkeypatch, caplog):
     """A cold compile says where (first line) and then one line per further kernel group (source file)."""
     import logging
     from numba.core import event
-    from attnsim import jitcache
-    from attnsim.hwmodels.dram import flat, kernel
+    from attnsim.core import jitcache
+    from attnsim.hwmodels.dram import sched_flat as flat, kernel
     monkeypatch.setattr(jitcache._LISTENER, "said", False)  # as a process's first compile
     monkeypatch.setattr(jitcache._LISTENER, "groups", None)
     with caplog.at_level(logging.INFO, logger="attnsim.kernels"):
@@ -126,4 +126,4 @@ def test_compile_notice_names_each_kernel_group_once(monkeypatch, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "attnsim.kernels"]
     assert len(lines) == 2, lines
     assert lines[0].startswith("compiling Numba kernels into ") and lines[0].endswith(": hwmodels/dram/kernel.py")
-    assert lines[1] == "compiling Numba kernels: hwmodels/dram/flat.py"
+    assert lines[1] == "compiling Numba kernels: hwmodels/dram/sched_flat.py"

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.dram.spec import energy_params
 from attnsim.hwmodels.system import build_system
-from attnsim.runner import run_experiment
+from attnsim.sim.runner import run_experiment
 
 SCEN = "experiment.scenarios={s: {batch_size: 2, prompt_len: 32, output_len: 3}}"
 

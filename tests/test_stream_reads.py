@@ -3,10 +3,10 @@ sequential efficiency of the same spec, stays within the refresh bound, and its 
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import F_AP, F_IL, Op, load_dram_spec, make_cmds, raw_run, run_commands, simulate_requests
-from attnsim.cli_dram import device_spec
+from attnsim.cli.dram import device_spec
 from attnsim.isa.lower import ENGINE_FLAGS, Org, stream_reads
 
 
@@ -94,7 +94,7 @@ def test_record_count_stays_small():
 def test_interleaved_stream_equals_slow_reference(refresh):
     """kernel F_IL (walk and closed form) = the plain-Python history reference, with refreshes every few
     hundred cycles so that re-opening after a refresh is exercised (shortened nREFI: a test spec)."""
-    from attnsim.hwmodels.dram.reference import reference_run
+    from attnsim.hwmodels.dram.reference_oracle import reference_run
     from attnsim.hwmodels.dram.spec import spec_from_dict
     d = load_dram_spec("lpddr5x_8533").model_dump()
     d["org"]["channels"] = 1

@@ -1,4 +1,4 @@
-"""vs_baseline columns of sweep stores (attnsim.sweep.baselines): hand-computed quotients of the stored
+"""vs_baseline columns of sweep stores (attnsim.studies.sweep.baselines): hand-computed quotients of the stored
 metrics, marked missing values, shards + merge, unfolded journal records, the same ratios as attnsim run."""
 import h5py
 import numpy as np
@@ -7,12 +7,12 @@ import yaml
 
 from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
-from attnsim.config import ConfigError
-from attnsim.results import BASELINE_RATIOS
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.merge import merge_stores
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.store import StoreWriter, iter_records, open_store
+from attnsim.core.config import ConfigError
+from attnsim.sim.results import BASELINE_RATIOS
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.merge import merge_stores
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.store import StoreWriter, iter_records, open_store
 
 RUN_KW = dict(workers=1, progress=False, log=lambda s: None)
 # batch 1 fits both systems; at batch 1024 the KV cache (~138 GB) does not fit one H100 (the baseline)
@@ -103,8 +103,8 @@ def test_unfolded_journal_records_get_ratios_when_read(stores, tmp_path):
 
 
 def test_same_ratios_as_attnsim_run(stores, tmp_path):
-    from attnsim.experiment import load_experiment
-    from attnsim.runner import run_experiment
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
     exp = dict(TINY_EXPERIMENT, systems=["h100_x1", "dgx_h100"], baseline="h100_x1",
                scenarios={"chat": {"batch_size": 1, "prompt_len": 256, "output_len": 8}})
     (tmp_path / "e.yaml").write_text(yaml.safe_dump(exp))
@@ -115,7 +115,7 @@ def test_same_ratios_as_attnsim_run(stores, tmp_path):
     for name, _, _ in BASELINE_RATIOS:
         assert c["vs_baseline." + name][p] == pytest.approx(run["vs_baseline"][name], rel=1e-12), name
     # a run results file's table (and so its exports) carries the same columns, from the documents
-    from attnsim.sweep.table import table_from_docs
+    from attnsim.studies.sweep.table import table_from_docs
     t = table_from_docs(tmp_path / "r.h5", {}, docs)
     assert t.columns["vs_baseline.status"].tolist() == ["is_baseline", "ok"]
     assert t.columns["vs_baseline.throughput_ratio"][1] == run["vs_baseline"]["throughput_ratio"]

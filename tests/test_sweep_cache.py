@@ -4,7 +4,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from attnsim.sweep import cache
+from attnsim.core import cache
 
 
 def test_keys_are_canonical_and_type_aware():

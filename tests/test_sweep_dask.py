@@ -1,9 +1,9 @@
 """A real small sweep on a dask LocalCluster gives the same store as the local executor."""
 import os
 
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.store import open_store
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.store import open_store
 from sweep_helpers import write_sweep
 from test_sweep_store import _same_points
 

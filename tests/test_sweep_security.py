@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnsim.sweep import cache
+from attnsim.core import cache
 from sweep_helpers import write_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,8 +137,8 @@ def test_a_full_or_read_only_cache_degrades_with_one_warning(disk, monkeypatch):
     # a location that cannot be created (its parent is a file): the driver warns once and runs on
     blocker = disk.parent / "file"
     blocker.write_text("")
-    from attnsim.sweep.executors import run_sweep
-    from attnsim.sweep.spec import load_sweep
+    from attnsim.studies.sweep.executors import run_sweep
+    from attnsim.studies.sweep.spec import load_sweep
     logs = []
     p = write_sweep(disk.parent / "sw", [{"grid": {"scenario.batch_size": [1, 2]}}])
     s = run_sweep(load_sweep(p), disk.parent / "s.h5", workers=1, progress=False, log=logs.append,
@@ -195,7 +195,7 @@ def test_emit_sbatch_quotes_every_user_string(tmp_path, monkeypatch):
     an injected ';touch X' inside the value, paths with spaces stay one argument, and the merge job
     submitted with --merge-after merges the shards."""
     from attnsim.cli import main
-    from attnsim.sweep.store import open_store
+    from attnsim.studies.sweep.store import open_store
     work = tmp_path / "my dir"
     p = write_sweep(work, [{"grid": {"scenario.batch_size": [1, 2]}}], slurm={"shards": 2, "cpus_per_task": 1})
     monkeypatch.chdir(work)

@@ -4,8 +4,8 @@ import itertools
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.sweep.spec import RangeSpec, config_key, load_sweep
+from attnsim.core.config import ConfigError
+from attnsim.studies.sweep.spec import RangeSpec, config_key, load_sweep
 from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
 

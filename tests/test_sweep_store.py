@@ -12,12 +12,12 @@ import h5py
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.sweep.executors import parse_shard, run_sweep, shard_path
-from attnsim.sweep.merge import merge_stores
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.store import StoreWriter, journal_dir, make_record, open_store, read_journal
-from attnsim.sweep.table import load_table, write_csv
+from attnsim.core.config import ConfigError
+from attnsim.studies.sweep.executors import parse_shard, run_sweep, shard_path
+from attnsim.studies.sweep.merge import merge_stores
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.store import StoreWriter, journal_dir, make_record, open_store, read_journal
+from attnsim.studies.sweep.table import load_table, write_csv
 from sweep_helpers import read_store_rows, write_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +153,7 @@ _WRITER_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 from test_sweep_store import _fake_record
-from attnsim.sweep.store import StoreWriter
+from attnsim.studies.sweep.store import StoreWriter
 w = StoreWriter({out!r}, {{"sweep_id": "fake"}}, {{"p": "i8"}}, checkpoint_s=0.0)
 for i in range({n}):
     if "k%05d" % i not in w.done_keys:
@@ -255,7 +255,7 @@ def test_export_csv_matches_the_store(tmp_path):
 
 
 def test_cache_hit_rate_is_reported(tmp_path):
-    from attnsim.sweep import cache
+    from attnsim.core import cache
     cache.reset()
     p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2, 3, 4]}}])
     s = run_sweep(load_sweep(p), tmp_path / "c.h5", point_fn="sweep_helpers:cached_point",

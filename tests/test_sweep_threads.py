@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from attnsim.sweep import cache
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.store import open_store
+from attnsim.core import cache
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.store import open_store
 from sweep_helpers import read_store_rows, write_sweep
 from test_sweep_store import _same_points
 
@@ -104,7 +104,7 @@ def test_dask_threads_processes_and_local_give_equal_stores(tmp_path):
 
 def slow_point(tree_dict, files):
     """Point function of the Ctrl-C test: batch 1 runs, every other point blocks."""
-    from attnsim.sweep.executors import simulate_point
+    from attnsim.studies.sweep.executors import simulate_point
     if tree_dict["scenarios"][next(iter(tree_dict["scenarios"]))]["batch_size"] != 1:
         time.sleep(300)
     return simulate_point(tree_dict, files)

@@ -9,13 +9,13 @@ import yaml
 from sweep_helpers import write_sweep
 
 from attnsim.cli import main
-from attnsim.config import ConfigError
-from attnsim.experiment import load_experiment
-from attnsim.sweep import executors
-from attnsim.sweep.baselines import baseline_columns
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.spec import load_sweep
-from attnsim.sweep.store import open_store
+from attnsim.core.config import ConfigError
+from attnsim.sim.experiment import load_experiment
+from attnsim.studies.sweep import executors
+from attnsim.studies.sweep.baselines import baseline_columns
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.spec import load_sweep
+from attnsim.studies.sweep.store import open_store
 
 GRID = [{"grid": {"scenario.batch_size": [1, 2]}}]
 

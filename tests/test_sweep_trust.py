@@ -11,13 +11,13 @@ import pytest
 
 import attnsim
 from attnsim.cli import main
-from attnsim.config import ConfigError
-from attnsim.sweep import store as store_mod
-from attnsim.sweep.executors import run_sweep
-from attnsim.sweep.merge import merge_stores
-from attnsim.sweep.spec import MAX_POINTS, load_sweep
-from attnsim.sweep.store import StoreWriter, journal_dir, lock_path, make_record, open_store, read_journal
-from attnsim.sweep.table import load_table
+from attnsim.core.config import ConfigError
+from attnsim.studies.sweep import store as store_mod
+from attnsim.studies.sweep.executors import run_sweep
+from attnsim.studies.sweep.merge import merge_stores
+from attnsim.studies.sweep.spec import MAX_POINTS, load_sweep
+from attnsim.studies.sweep.store import StoreWriter, journal_dir, lock_path, make_record, open_store, read_journal
+from attnsim.studies.sweep.table import load_table
 from sweep_helpers import write_sweep
 
 RUN_KW = dict(workers=1, progress=False, log=lambda s: None)
@@ -339,7 +339,7 @@ def test_version_is_recorded_and_mismatches_are_refused_unless_allowed(tmp_path,
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
 def test_store_files_honour_the_umask(tmp_path, umask, mode):
-    from attnsim.sweep.table import write_csv
+    from attnsim.studies.sweep.table import write_csv
     old = os.umask(umask)
     try:
         path = _fake_store(tmp_path / "u.h5")
@@ -354,9 +354,9 @@ def test_store_files_honour_the_umask(tmp_path, umask, mode):
 def test_custom_point_functions_obey_the_finite_number_rule(tmp_path):
     import json
     from sweep_helpers import write_sweep
-    from attnsim.sweep.executors import run_sweep
-    from attnsim.sweep.spec import load_sweep
-    from attnsim.sweep.store import open_store
+    from attnsim.studies.sweep.executors import run_sweep
+    from attnsim.studies.sweep.spec import load_sweep
+    from attnsim.studies.sweep.store import open_store
     p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2]}}])
     run_sweep(load_sweep(p), tmp_path / "inf.h5", point_fn="sweep_helpers:infinite_point", progress=False,
               log=lambda m: None)

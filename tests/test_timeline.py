@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main
-from attnsim.experiment import load_experiment
-from attnsim.runner import run_experiment
-from attnsim.timeline import check_events, drawn_steps
+from attnsim.sim.experiment import load_experiment
+from attnsim.sim.runner import run_experiment
+from attnsim.sim.timeline import check_events, drawn_steps
 
 BASE = ["experiment.systems=[h100_x1]", "experiment.models=[llama2-7b]", "experiment.baseline=null",
         "models.llama2-7b.num_layers=2"]

@@ -1,5 +1,5 @@
 """Inputs bounded before they are read, a cache no planted file can stall, and stored strings that cannot act on a
-terminal, a spreadsheet or a cluster (issue 31): attnsim.fileio's size limits, regular-file-only opens of inputs
+terminal, a spreadsheet or a cluster (issue 31): attnsim.core.fileio's size limits, regular-file-only opens of inputs
 and cache entries, terminal_text / csv_cell on output, --emit-sbatch without partial folders, slurm.extra listed,
 --point-fn an explicit plugin, --front-points bounded. Hostile files (FIFOs, symlinks, sparse files) live in
 tmp_path; no test writes a large file (sparse files take no disk space)."""
@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import yaml
 
-from attnsim import fileio
+from attnsim.core import fileio
 from attnsim.cli import main
-from attnsim.config import ConfigError, load_yaml
-from attnsim.fileio import INPUT_LIMITS, InputRefused, open_regular, read_regular
-from attnsim.outputs import csv_cell, terminal_text
-from attnsim.sweep import cache
-from attnsim.sweep.store import StoreWriter, make_record
+from attnsim.core.config import ConfigError, load_yaml
+from attnsim.core.fileio import INPUT_LIMITS, InputRefused, open_regular, read_regular
+from attnsim.core.outputs import csv_cell, terminal_text
+from attnsim.core import cache
+from attnsim.studies.sweep.store import StoreWriter, make_record
 from sweep_helpers import write_sweep
 
 GIB = 1 << 30
@@ -53,7 +53,7 @@ def _one_line(capsys, rc, *want):
     return lines[0]
 
 
-# ---------------------------------------------------------------- attnsim.fileio
+# ---------------------------------------------------------------- attnsim.core.fileio
 
 def test_a_fifo_is_refused_without_blocking(tmp_path, hang_guard):
     p = tmp_path / "fifo"
@@ -129,7 +129,7 @@ def test_2_gib_inputs_are_refused_in_one_line_before_reading(tmp_path, capsys, a
 
 def test_an_error_quoting_a_huge_input_is_cut(tmp_path):
     """bench/fuzz.py found a 5 MB --set item quoted whole (then escaped, > 10 s on a busy machine)."""
-    from attnsim.config import MAX_MESSAGE_CHARS, parse_set
+    from attnsim.core.config import MAX_MESSAGE_CHARS, parse_set
     item = "\udced\udcb3\udcad" * 300_000  # 900,000 lone surrogates, each escaped as \udcXX (6 characters)
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as e:
@@ -158,7 +158,7 @@ def test_hf_config_nested_too_deeply_is_one_error(tmp_path):
 # ---------------------------------------------------------------- DRAM traces
 
 def test_a_huge_one_line_dram_trace_is_quoted_with_a_bounded_prefix(tmp_path):
-    from attnsim.cli_dram import read_trace
+    from attnsim.cli.dram import read_trace
     p = tmp_path / "t.trace"
     with open(p, "wb") as f:
         f.write(b"0x" + b"4" * 100)
@@ -195,7 +195,7 @@ def test_a_device_as_dram_trace_is_refused_unread(tmp_path, capsys, hang_guard):
 
 
 def test_a_dram_trace_over_the_limit_is_refused_unread(tmp_path, capsys):
-    from attnsim.cli_dram import MAX_REQUESTS
+    from attnsim.cli.dram import MAX_REQUESTS
     p = _sparse(tmp_path / "t.trace", 64 * MAX_REQUESTS + 1)  # 64 B x 2^25 requests + 1 = 2 GiB + 1
     _one_line(capsys, main(["dram", "--device", "hbm3_6400", "--trace", str(p)]), "2147483648 B")
 
@@ -356,13 +356,13 @@ def test_point_fn_is_a_documented_plugin_with_a_checked_name(tmp_path, capsys, m
     rc = main(["sweep", str(p), "--out", str(tmp_path / "s.h5"), "--workers", "1", "--no-progress",
                "--point-fn", "test_sweep_trust:fake_point"])
     assert rc == 0
-    from attnsim.sweep.store import open_store
+    from attnsim.studies.sweep.store import open_store
     assert open_store(tmp_path / "s.h5").columns()["tpot_s"].tolist() == [1e-3]  # fake_point: 1e-3 x batch 1
 
 
 @pytest.mark.parametrize("n", ["1e9", "1001", "0"])
 def test_front_points_is_bounded(capsys, n):
-    from attnsim.plan import MAX_FRONT_POINTS
+    from attnsim.studies.plan import MAX_FRONT_POINTS
     assert MAX_FRONT_POINTS == 1000
     with pytest.raises(SystemExit) as e:
         main(["plan", "--front-points", n])

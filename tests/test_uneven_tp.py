@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsim.config import ConfigError
-from attnsim.engine import cost_step
-from attnsim.experiment import load_experiment
+from attnsim.core.config import ConfigError
+from attnsim.sim.engine import cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.mapper.base import get_policy
-from attnsim.runner import run_experiment
+from attnsim.sim.runner import run_experiment
 from attnsim.workloads.scenario import Scenario
 from attnsim.workloads.trace import (build_trace, kv_cache_bytes, kv_heads_by_rank, kv_heads_per_rank, tp_imbalance,
                                      tp_shards, weight_bytes, weight_bytes_per_rank)

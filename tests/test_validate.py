@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from attnsim import validate
+from attnsim.studies import validate
 from attnsim.cli import main
 
 

@@ -1,4 +1,4 @@
-"""Verdict flips (attnsim.verdict, issue 27 section 3): evidence tags in hardware configs, which assumed
+"""Verdict flips (attnsim.studies.verdict, issue 27 section 3): evidence tags in hardware configs, which assumed
 parameters move a run's throughput ratio against its baseline across 1.0 or by more than 10 % within their
 ranges (each end checked against a plain run with that value set via --set), the verdict line of attnsim
 run, its JSON section, the sweep store column, the Python API and the tornado recipe."""
@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 import attnsim
-from attnsim import verdict
+from attnsim.studies import verdict
 from attnsim.cli import main
-from attnsim.config import ConfigError, find_config, load_yaml
+from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
-from attnsim.sensitivity import Param
+from attnsim.studies.sensitivity import Param
 
 # A case built to flip: DGX H100 against the DGX A100 baseline on a 2-layer Llama-2-7B (fast). The H100's
 # throughput ratio is ~1.4 by default (at the time of writing 1.399; not asserted: other defaults may move it).
@@ -94,7 +94,7 @@ def test_evidence_tags_ranges_are_assumed_and_retagging_excludes():
     # the evidence block is set aside like ranges: the model is the model without it
     assert registry.build(hw).spec == registry.build(_gpu()).spec
     # a ranged parameter tagged measured is not varied by the verdict flips
-    from attnsim.experiment import load_experiment
+    from attnsim.sim.experiment import load_experiment
     exp = load_experiment("default", ["hardware.h100_sxm.evidence={attn_call_us: {tag: measured, source: x}}"])
     names = {p.name for p in verdict.assumed_params(exp.tree, ["h100_sxm"])}
     assert names == {f"h100_sxm.{k}" for k in ranged - {"attn_call_us"}}
@@ -122,7 +122,7 @@ def test_flip_and_ten_percent_rule_by_hand():
                       (P, c.override(1.0)): 90.0, (B, c.override(1.0)): 90.0,   # 1.0 again: neither
                       (P, c.override(3.0)): None, (B, c.override(3.0)): 100.0})  # the point fails at high
     runs.errors[(P, c.override(3.0))] = "does_not_fit"
-    from attnsim.config import ConfigTree
+    from attnsim.core.config import ConfigTree
     base_tree = ConfigTree(experiment={}, systems={"base": {}})  # names the baseline system (the memo holds its values)
     sec = verdict.pair_flips(runs, (P, None), (B, base_tree), [a, b, c], {"gpu", "both"}, {"link", "both"})
     assert sec["ratio_base"] == pytest.approx(1.1) and sec["parameters_checked"] == 3 and sec["baseline"] == "base"
@@ -133,7 +133,7 @@ def test_flip_and_ten_percent_rule_by_hand():
     assert rc["ratio_low"] == 1.0 and rc["ratio_high"] is None and not rc["flips"] and not rc["moves_over_10pct"]
     assert rc["errors"] == {"high": "does_not_fit"}
     assert runs.reruns == 0  # every value came from the memo
-    from attnsim.report import verdict_line
+    from attnsim.core.report import verdict_line
     line = verdict_line({"system": "p", "verdict_flips": sec})
     assert line == ("verdict: p 1.100x faster than base (throughput ratio 1.100x); robust to 1 of 3 assumed "
                     "parameters; flips with hardware.link.b in [1, 3] (0.9821x-1.100x); moves >10 % with hardware.gpu.a in [1, 3] "
@@ -180,7 +180,7 @@ def test_choice_alternatives_match_plain_runs():
     """A categorical choice is re-run at each alternative: its ratios equal plain runs with the value set by
     --set; low / high are the alternatives with the lowest / highest ratio; the A100 baseline (NVLink 3) is
     not re-run with NVLink 4's values."""
-    from attnsim.report import _span
+    from attnsim.core.report import _span
     res = attnsim.run(EXP, CHOICES, flips=True)
     sec = _section(res)
     assert sec["parameters_checked"] == 1
@@ -278,8 +278,8 @@ def test_default_experiment_prints_verdicts(capsys):
     is an assumed (ranged) one or a choices: entry of the hardware its system or the baseline uses."""
     assert main(["run", "--no-write", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    from attnsim.experiment import load_experiment
-    from attnsim.sweep.spec import hardware_refs
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.studies.sweep.spec import hardware_refs
     tree = load_experiment("default").tree
     for r in doc["runs"]:
         if r["system"] == "dgx_h100":
@@ -296,9 +296,9 @@ def test_default_experiment_prints_verdicts(capsys):
 
 def test_sweep_store_column(tmp_path, flipped):
     from sweep_helpers import write_sweep
-    from attnsim.sweep.executors import run_sweep
-    from attnsim.sweep.spec import load_sweep
-    from attnsim.sweep.store import open_store
+    from attnsim.studies.sweep.executors import run_sweep
+    from attnsim.studies.sweep.spec import load_sweep
+    from attnsim.studies.sweep.store import open_store
     base = {k: v for k, v in EXP.items() if k != "baseline"}
     p = write_sweep(tmp_path, [{"grid": {"system": ["dgx_a100", "dgx_h100"]}}], base=base, baseline="dgx_a100",
                     set=SETS)

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from attnsim.config import ConfigError, display_path, read_text_file, validate
+from attnsim.core.config import ConfigError, display_path, read_text_file, validate
 from attnsim.workloads.model import ModelSpec
 
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "bf16", "fp16": "fp16", "bf16": "bf16"}

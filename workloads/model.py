@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from attnsim.config import Plausible, Schema
+from attnsim.core.config import Plausible, Schema
 from attnsim.workloads.limits import MAX_LAYERS, MAX_TOKENS
 
 DTYPE_BYTES = {
@@ -24,7 +24,7 @@ KNOWN_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCaus
 DType = Literal["fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2"]
 
 
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
+# plausible ranges shared by this module's schemas (attnsim.core.config.plausible_range)
 _DIM = Plausible(1, 1 << 22, "model dimensions: hidden <= 16,384 (Llama-3.1-405B), FFN <= 73,728 (PaLM); 2^22 is 50x")
 _HEADS = Plausible(1, 1 << 14, "attention heads: <= 128 published (Llama-3.1-405B, DeepSeek-V3); 2^14 is 128x")
 _POSITIONS = Plausible(0, 1 << 24, "tokens (workloads.limits.MAX_TOKENS)")

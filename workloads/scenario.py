@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Optional, Union
 import numpy as np
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from attnsim.config import not_physical, Plausible, Schema
+from attnsim.core.config import not_physical, Plausible, Schema
 from attnsim.workloads.limits import MAX_BATCH, MAX_TOKENS
 from attnsim.workloads.model import DType
 from attnsim.workloads.speculative import SpeculativeSpec
@@ -14,7 +14,7 @@ from attnsim.workloads.speculative import SpeculativeSpec
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]  # a positive token count within workloads.limits
 
 
-# plausible ranges shared by this module's schemas (attnsim.config.plausible_range)
+# plausible ranges shared by this module's schemas (attnsim.core.config.plausible_range)
 _POSITIONS = Plausible(0, 1 << 24, "tokens (workloads.limits.MAX_TOKENS)")
 
 
@@ -49,7 +49,7 @@ def _lens_kind(v) -> str:
 
 
 # A list or a distribution, chosen by the input's type so that errors come from that branch only.
-# The tags start with "function-", which attnsim.config drops from error key paths.
+# The tags start with "function-", which attnsim.core.config drops from error key paths.
 LengthsSpec = Annotated[
     Union[Annotated[list[Tokens], Tag("function-list")],
           Annotated[LengthDistribution, Tag("function-distribution")]],

@@ -11,13 +11,13 @@ tokens produced per target step are (Leviathan et al., eq. 1)
 between 1 (alpha = 0: only the target's own token) and gamma + 1. attnsim uses this expectation
 (no sampled acceptances): a generation of N output tokens takes (N - 1) / E target steps after the
 prefill (the prefill gives the first token), and the serving simulator advances each request by E
-tokens per iteration (attnsim.serve).
+tokens per iteration (attnsim.studies.serve).
 """
 from __future__ import annotations
 
 from pydantic import Field
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.core.config import ConfigError, Plausible, Schema
 
 MAX_DRAFT_TOKENS = 64  # gamma: SpecPIM / Leviathan explore 1-10; beyond 64 the verify is a prefill
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.workloads.model import DTYPE_BYTES, ModelSpec
 from attnsim.workloads.optrace import LayerGroup, OpTrace
 from attnsim.workloads.scenario import Scenario
@@ -392,7 +392,7 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
     processes its prompt (query_tokens = context_lens = prompt lengths by default) causally.
     Uneven tp: the rank of the largest shards, with flops_share / bytes_share per row.
     ``sampler`` = (HBM bytes, FLOPs) per vocabulary entry per sampled token: a ``sampler`` row after the LM
-    head (a serving stack's sampling, :func:`attnsim.stack.sampler_cost`); None: no row.
+    head (a serving stack's sampling, :func:`attnsim.hwmodels.stack.sampler_cost`); None: no row.
     """
     check_tp(model, tp)
     c, q = _lengths(scenario, phase, context_lens, query_tokens)
@@ -553,7 +553,7 @@ def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard:
     R.elementwise("final_norm", -1, 1, T * h, nf, weights=norm_w, m=T, n=h)
     last = B if phase == "prefill" else T
     R.matmul("lm_head", -1, 1, last, -(-model.vocab_size // tp), h)
-    if sampler is not None:  # every rank samples the gathered full-vocabulary logits (attnsim.stack)
+    if sampler is not None:  # every rank samples the gathered full-vocabulary logits (attnsim.hwmodels.stack)
         logits = float(last) * model.vocab_size
         R.add(op="sampler", cls="elementwise", layer_group=-1, count=1, m=last, n=model.vocab_size, batch=1,
               flops=logits * sampler[1], act_bytes=logits * sampler[0])

@@ -3,7 +3,7 @@
 ``render(table, recipe, out, ...)`` selects rows (``where``), calls a recipe of :data:`RECIPES` in the
 paper style (:mod:`attnsim.plots.style`) and writes PDF + PNG; ``figure(...)`` returns the Figure only.
 Options every recipe takes: ``labels`` (display names, :mod:`attnsim.plots.labels`), ``font``
-(:func:`attnsim.plots.style.resolve_font`); per recipe (:data:`attnsim.plots.options.RECIPE_OPTIONS`):
+(:func:`attnsim.plots.style.resolve_font`); per recipe (:data:`attnsim.core.plot_options.RECIPE_OPTIONS`):
 ``logx`` / ``logy`` (True: log scale, False: linear, None: the recipe's choice), ``xlim`` / ``ylim``
 ((lo, hi) in the column's stored units, e.g. seconds for ``tpot_s`` even when the axis shows ms),
 ``baseline`` (ratio) and ``replicate`` (line recipes). Tick labels are then made non-overlapping
@@ -14,10 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.plots import recipes as _r
 from attnsim.plots.labels import active as _labels_active, check_labels
-from attnsim.plots.options import check_limits, check_recipe
+from attnsim.core.plot_options import check_limits, check_recipe
 from attnsim.plots.style import paper_style, save
 
 RECIPES = {
@@ -42,10 +42,10 @@ def figure(table, recipe: str, *, x=None, y=None, hue=None, z=None, where: Optio
            width: Optional[str] = None, title=None, labels: Optional[dict] = None, logx=None, logy=None, xlim=None,
            ylim=None, font=None, baseline=None, replicate=None, components=None):
     """The matplotlib Figure of ``recipe`` over ``table`` rows matching ``where`` (options: module docstring).
-    ``table``: a :class:`attnsim.sweep.table.Table`, a results file path, the Python API's results object
+    ``table``: a :class:`attnsim.studies.sweep.table.Table`, a results file path, the Python API's results object
     (``attnsim.run`` / ``load`` / ``sweep``) or a pandas DataFrame of its ``to_pandas()`` columns."""
     if recipe not in RECIPES:
-        from attnsim.suggest import did_you_mean
+        from attnsim.core.suggest import did_you_mean
         raise ConfigError(f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPES)} (available: {', '.join(RECIPES)})",
                           file="--recipe")
     table = as_table(table)
@@ -109,9 +109,9 @@ def plan_figure(doc, out=None, *, width=None, title=None, labels: Optional[dict]
 
 
 def as_table(obj):
-    """The :class:`attnsim.sweep.table.Table` of a recipe's input: a Table, a results file or sweep store path,
+    """The :class:`attnsim.studies.sweep.table.Table` of a recipe's input: a Table, a results file or sweep store path,
     a results object of the Python API (its ``table()``) or a pandas DataFrame (``to_pandas()`` columns)."""
-    from attnsim.sweep.table import Table, load_table, table_from_frame
+    from attnsim.studies.sweep.table import Table, load_table, table_from_frame
     if isinstance(obj, Table):
         return obj
     if isinstance(obj, (str, Path)):

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Optional
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 
 SYSTEMS = {
     "h100_x1": "1\u00d7 H100", "dgx_a100": "DGX A100", "dgx_a100_x2": "2\u00d7 DGX A100", "dgx_h100": "DGX H100",
@@ -88,7 +88,7 @@ def check_labels(obj, file: Optional[str], key: str = "labels", known=None) -> d
         if not isinstance(v, (str, int, float)) or isinstance(v, bool) or str(v) == "":
             raise ConfigError(f"expected a non-empty text, got {v!r}", file=file, key=f"{key}.{k}")
         if known is not None and str(k) not in known:
-            from attnsim.suggest import did_you_mean
+            from attnsim.core.suggest import did_you_mean
             raise ConfigError(f"expected a name the figure draws (a system, model, op, component, device, swept "
                               f"value or column; {UNIT_PREFIX}<column> for a unit), got {str(k)!r}"
                               f"{did_you_mean(str(k), known)}", file=file, key=f"{key}.{k}")
@@ -99,7 +99,7 @@ def known_keys(table=None) -> set[str]:
     """Every label key a figure of ``table`` can use: the built-in names, op classes, axis columns (the
     stored and the unit-suffixed names, ``unit.<column>`` too), the names in its text columns and breakdowns."""
     from attnsim.plots.style import KNOWN, OP_CLASSES
-    from attnsim.sweep.table import unit_name
+    from attnsim.studies.sweep.table import unit_name
     keys = set(DEFAULT_LABELS) | set(OP_CLASSES) | set(KNOWN)
     cols = set(KNOWN)
     if table is not None:
@@ -116,7 +116,7 @@ def known_keys(table=None) -> set[str]:
 def load_labels(path) -> dict:
     """A ``--labels`` YAML file: one ``name: label`` per line."""
     from pathlib import Path
-    from attnsim.config import parse_yaml, read_text_file
+    from attnsim.core.config import parse_yaml, read_text_file
     p = Path(path)
     try:
         text = read_text_file(p, file=str(p), kind="document")  # a regular file within the size limit

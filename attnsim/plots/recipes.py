@@ -1,4 +1,4 @@
-"""Figure recipes: small functions over a results :class:`~attnsim.sweep.table.Table` -> matplotlib Figure.
+"""Figure recipes: small functions over a results :class:`~attnsim.studies.sweep.table.Table` -> matplotlib Figure.
 
 Every recipe takes ``(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts)``
 (rows already selected with ``--where``; ``opts``: the recipe's own options, e.g. ``baseline``) and
@@ -14,7 +14,7 @@ import textwrap
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.plots.labels import display
 from attnsim.plots.style import (HATCHES, KNOWN, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure,
                                  op_class_style, scale_for, segment_style, series_style)
@@ -29,7 +29,7 @@ def _need(table, what: str):
         raise ConfigError(f"no rows to plot ({what}); check --where", file=table.path)
 
 
-DOES_NOT_FIT = "does_not_fit"  # run/point status when weights or KV exceed the memory (attnsim.runner)
+DOES_NOT_FIT = "does_not_fit"  # run/point status when weights or KV exceed the memory (attnsim.sim.runner)
 DNF_LABEL = "does not fit"
 
 
@@ -63,7 +63,7 @@ def _mark_dnf(ax, xs, colours, legend=True):
 
 
 def _take(table, idx):
-    from attnsim.sweep.table import Table
+    from attnsim.studies.sweep.table import Table
     return Table(table.path, table.kind, table.attrs, {k: v[idx] for k, v in table.columns.items()},
                  {k: v[idx] for k, v in table.breakdown.items()}, table.parameters, table._docs,
                  lambda r: table.resolved(int(idx[r])))
@@ -126,7 +126,7 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
     if components is not None:  # the caller's segments, in its order; the rest summed as "other"
         unknown = [c for c in components if c not in names]
         if unknown:
-            from attnsim.suggest import did_you_mean
+            from attnsim.core.suggest import did_you_mean
             raise ConfigError(f"expected segments of the file's {prefix.rstrip('/')!r} ({', '.join(names)}), got "
                               f"{unknown[0]!r}{did_you_mean(unknown[0], names)}", file="plot", key="components")
         keep = [names.index(c) for c in components]
@@ -203,7 +203,7 @@ def _phase_name(phase: str) -> str:
 def _series_points(table, x, y, hue, replicate=None, what="line"):
     """{hue value: (xs, mean ys, (lo, hi) or None, does-not-fit xs)} with one point per (hue, x): the
     mean +- sample standard deviation over ``replicate`` values where given, else the stored
-    ``<y>_ci_low`` / ``<y>_ci_high`` bounds (serving replications, attnsim.serve.replicate) if any."""
+    ``<y>_ci_low`` / ``<y>_ci_high`` bounds (serving replications, attnsim.studies.serve.replicate) if any."""
     table = _ok(table, dnf=True)
     _need(table, what)
     dnf = _status_is(table, DOES_NOT_FIT)
@@ -350,7 +350,7 @@ def panels(table, x=None, y=None, hue=None, z=None, width="double", title=None, 
 def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, baseline=None, **opts):
     """--y (default decode_tokens_per_s) / the --baseline system's at the same point, vs --x, one line per
     other system, with the y = 1 reference; ``vs_baseline.*`` columns (stores with a baseline) drawn as stored."""
-    from attnsim import results
+    from attnsim.sim import results
     ratios = getattr(results, "BASELINE_RATIOS", ())  # (name, metric, higher_is_better) of vs_baseline columns
     if not x:
         raise ConfigError("the ratio recipe needs --x", file="plot")
@@ -533,8 +533,8 @@ def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None, 
 
 def placed_ops(resolved: dict, step: str = "decode") -> dict:
     """Re-place one step of a stored point: per device role, per op row (op class, FLOPs, bytes, time)."""
-    from attnsim.config import ConfigTree
-    from attnsim.experiment import validate_tree
+    from attnsim.core.config import ConfigTree
+    from attnsim.sim.experiment import validate_tree
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
     from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
@@ -545,15 +545,15 @@ def placed_ops(resolved: dict, step: str = "decode") -> dict:
     (sname, sspec), = exp.systems.items()
     (mname, model), = exp.models.items()
     (_, sc), = exp.scenarios.items()
-    from attnsim.runner import _replica_scenario
+    from attnsim.sim.runner import _replica_scenario
     system = build_system(sspec, tree.hardware, tree.file_of)
     tp = sspec.parallelism.tp
     policy = get_policy(sspec.mapper.policy, file=None)
-    sc = _replica_scenario(sc, sspec.parallelism.replicas)  # as attnsim.runner.simulate_generation places it
+    sc = _replica_scenario(sc, sspec.parallelism.replicas)  # as attnsim.sim.runner.simulate_generation places it
     final_ctx = sc.prompt_lens() + sc.output_len
     mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, final_ctx),
           "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp)}
-    from attnsim.stack import sampler_cost
+    from attnsim.hwmodels.stack import sampler_cost
     plan = policy(build_trace(model, sc, step, tp=tp, sampler=sampler_cost(system)), system, mb, sspec.mapper.options)
     trace = plan.trace  # the placed rows: a mapper may split rows and add transfers (Plan.added)
     out = {}
@@ -615,7 +615,7 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
     return fig
 
 
-# ---------------------------------------------------------------- verdict flips (attnsim.verdict)
+# ---------------------------------------------------------------- verdict flips (attnsim.studies.verdict)
 
 def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """For one compared run: its throughput ratio against the baseline with each assumed parameter at its low
@@ -701,7 +701,7 @@ def plan_front(doc: dict, width="double", title=None, logx=None):
 # ---------------------------------------------------------------- reproductions (attnsim validate --figures)
 
 def reproduction(rows, width="single", title=None):
-    """attnsim / reference per row of a reproduction (:class:`attnsim.validate.Row` s): a dot per row on
+    """attnsim / reference per row of a reproduction (:class:`attnsim.studies.validate.Row` s): a dot per row on
     its tolerance band around 1, coloured by role (calibration in-sample, validation held out)."""
     if not rows:
         raise ConfigError("no rows to plot (reproduction)", file="--figures")
@@ -735,7 +735,7 @@ def reproduction(rows, width="single", title=None):
 
 
 def waterfall(wf, rows=None, width="double", title=None):
-    """A reproduction's waterfall (:class:`attnsim.reproduce.Waterfall`, ``attnsim validate --explain``): per
+    """A reproduction's waterfall (:class:`attnsim.studies.reproduce.Waterfall`, ``attnsim validate --explain``): per
     row a panel of bars, the artefact's number, attnsim with every assumption, then after each assumption is
     removed (in the file's order), ending at attnsim's defaults; a run that did not complete is marked with its
     status. ``rows``: names or indices of the rows to draw (default: every row, at most 12)."""
@@ -782,7 +782,7 @@ def waterfall(wf, rows=None, width="double", title=None):
 # ---------------------------------------------------------------- sensitivity (attnsim sensitivity)
 
 def tornado(doc: dict, output: str, width="single", title=None):
-    """One output of an :mod:`attnsim.sensitivity` document per parameter: OAT bars from the base to
+    """One output of an :mod:`attnsim.studies.sensitivity` document per parameter: OAT bars from the base to
     the value at the parameter's low and high end (relative change, largest swing on top; a ratio's
     1.0 drawn as a dashed line); Morris mu* / |base| or Sobol S_T bars for the sampled methods."""
     rows = [r for r in doc["rows"] if r["output"] == output]

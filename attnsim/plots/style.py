@@ -18,7 +18,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from attnsim.outputs import figure_paths  # noqa: F401 - re-exported (it lives beside check_output)
+from attnsim.core.outputs import figure_paths  # noqa: F401 - re-exported (it lives beside check_output)
 
 import matplotlib
 
@@ -111,7 +111,7 @@ def resolve_font(font=None, file=None, key="font") -> tuple[str, Path]:
     DejaVu Serif, a path ending in .ttf/.otf -> that file, else an installed family (refused when none
     matches: matplotlib would silently substitute another font)."""
     from matplotlib import font_manager as fm
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     font = DEFAULT_FONT if font in (None, "") else str(font)
     if font in BUNDLED_FONTS:
         path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / BUNDLED_FONTS[font]
@@ -172,8 +172,8 @@ def new_figure(width: str = "single", aspect: float = GOLDEN, nrows: int = 1, nc
 
 def save(fig, out: str | Path, dpi: int = 300) -> list[Path]:
     """Write ``out`` and its sibling in the other format (vector PDF + PNG), each atomically with the
-    umask's mode (:mod:`attnsim.fileio`); returns both paths."""
-    from attnsim.fileio import atomic_path
+    umask's mode (:mod:`attnsim.core.fileio`); returns both paths."""
+    from attnsim.core.fileio import atomic_path
     paths = figure_paths(out, create=True)
     paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
@@ -218,7 +218,7 @@ KNOWN = {
     "batch_size": ("Batch size", None), "prompt_len": ("Context length", "tokens"),
     "output_len": ("Output length", "tokens"), "elapsed_s": ("Simulation time", "s"),
     "rel_attention_error": ("Relative attention error", None),  # attnsim plan's accuracy proxy
-    "rate_per_s": ("Arrival rate", "requests/s"),  # serving.trace.rate_per_s (attnsim.serve)
+    "rate_per_s": ("Arrival rate", "requests/s"),  # serving.trace.rate_per_s (attnsim.studies.serve)
 }
 # longest first: "_per_s" (a rate) before "_s"
 _SUFFIX_UNITS = {"_per_s": "1/s", "_rps": "requests/s", "_s": "s", "_ns": "ns", "_j": "J", "_pj": "pJ", "_w": "W",
@@ -239,12 +239,12 @@ def _name_unit(column: str) -> tuple[str, str | None]:
         return KNOWN[short]
     if column in KNOWN or short in KNOWN:
         return KNOWN.get(column) or KNOWN[short]
-    from attnsim.sweep.table import UNIT_NAMES
+    from attnsim.studies.sweep.table import UNIT_NAMES
     stored = next((k for k, v in UNIT_NAMES.items() if v == short), None)  # batch_size_count -> batch_size
     if stored in KNOWN:
         return KNOWN[stored]
     m = re.fullmatch(r"(ttft|tpot|latency|queue)_(mean|p\d+)(_s)?(_ci_low|_ci_high)?", short)
-    if m:  # serve aggregates (attnsim.serve.metrics), stored in seconds: "TTFT p99"
+    if m:  # serve aggregates (attnsim.studies.serve.metrics), stored in seconds: "TTFT p99"
         ci = {"_ci_low": " (CI low)", "_ci_high": " (CI high)"}.get(m.group(4) or "", "")
         return f"{_STAT[m.group(1)]} {m.group(2)}{ci}", "s"
     name, unit = short.replace("_", " "), None
@@ -262,7 +262,7 @@ def column_unit(column: str) -> str | None:
 
 def check_units(labels: dict, file=None, key: str = "labels") -> None:
     """Each ``unit.<column>`` label names a unit of that column's kind (:data:`UNIT_SCALES`)."""
-    from attnsim.config import ConfigError
+    from attnsim.core.config import ConfigError
     from attnsim.plots.labels import UNIT_PREFIX
     for k, v in labels.items():
         if k.startswith(UNIT_PREFIX):
@@ -275,7 +275,7 @@ def check_units(labels: dict, file=None, key: str = "labels") -> None:
 
 def _user(column: str, labels: dict, prefix: str = ""):
     """The user's label for ``column`` under its stored, unit-suffixed or short name, else None."""
-    from attnsim.sweep.table import unit_name
+    from attnsim.studies.sweep.table import unit_name
     for n in (column, unit_name(column), column.split(".")[-1]):
         if prefix + n in labels:
             return labels[prefix + n]

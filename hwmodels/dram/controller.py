@@ -20,13 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
-from attnsim.hwmodels.dram.cmdqueue import ctrl_kernel_twolevel
-from attnsim.hwmodels.dram.flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
-from attnsim.hwmodels.dram.sched import ctrl_kernel_fast, drain_mode, gap_refresh, in_refresh, room
+from attnsim.hwmodels.dram.sched_cmdqueue import ctrl_kernel_twolevel
+from attnsim.hwmodels.dram.sched_flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
+from attnsim.hwmodels.dram.sched_heap import ctrl_kernel_fast, drain_mode, gap_refresh, in_refresh, room
 from attnsim.hwmodels.dram.rules import MAX_QUEUE, controller_rules, refuse_unread_by_stream
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram.spec import DRAMSpec, energy_params, load_dram_spec
 

@@ -78,7 +78,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field
 
-from attnsim.config import ConfigError, Plausible, Schema
+from attnsim.core.config import ConfigError, Plausible, Schema
 
 # Default rule set of every DRAM spec (request streams and PIM command programs): the best evidence, within 3 % of
 # Ramulator 2.1 on all 28 golden streams (tests/data/dram_golden/ramulator2_*.json; module docstring).

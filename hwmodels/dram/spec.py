@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from attnsim.config import ConfigError, display_path, find_config, load_yaml, Plausible, Schema, validate
+from attnsim.core.config import ConfigError, display_path, find_config, load_yaml, Plausible, Schema, validate
 from attnsim.hwmodels.dram.rules import DEFAULT_CONTROLLER, RuleOverrides, given_overrides, override_error
 from attnsim.hwmodels.dram.rules import name_error as rules_name_error
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 
 
 def ns_to_cycles(t_ns: float, tck_ns: float) -> int:

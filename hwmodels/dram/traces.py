@@ -18,7 +18,7 @@ from tokenize import TokenError
 import numpy as np
 from numba import njit
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 
 TRACE_DTYPE = np.dtype([("addr", "<u8"), ("write", "u1"), ("arrival", "<i8")])
 FORMATS = ("auto", "attnsim", "ramulator", "dramsim3", "npy")
@@ -451,8 +451,8 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
 
 def _head(path: str) -> bytes:
     """The first 4 KiB of the trace (to detect its format): a regular file within the data size limit
-    (attnsim.fileio), else one ConfigError."""
-    from attnsim.fileio import InputRefused, read_head
+    (attnsim.core.fileio), else one ConfigError."""
+    from attnsim.core.fileio import InputRefused, read_head
     try:
         return read_head(path, 4096)
     except InputRefused as exc:
@@ -462,8 +462,8 @@ def _head(path: str) -> bytes:
 def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
     """The text trace's bytes as a uint8 view of the file mapped read-only (the page cache's pages: no copy; a
     bytes copy of a 10M-line trace wrote 137 MB of fresh pages). A regular file sized before anything is read, or
-    a pipe read up to the limit (attnsim.fileio.open_regular); devices (/dev/zero) and sockets are refused."""
-    from attnsim.fileio import InputRefused, input_limit_bytes, open_regular
+    a pipe read up to the limit (attnsim.core.fileio.open_regular); devices (/dev/zero) and sockets are refused."""
+    from attnsim.core.fileio import InputRefused, input_limit_bytes, open_regular
     try:
         data_limit = input_limit_bytes("data")
     except InputRefused as exc:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.reliability.formats import (FIELD_GROUPS, FIELDS, FLOAT_FORMATS, INT_FORMATS, Encoded,
                                                   decode, encode, token_mask_from_elements)
 from attnsim.hwmodels.reliability.inject import inject

@@ -351,7 +351,7 @@ def calibration_path():
 
 def load_calibration(path=None) -> dict:
     """The saved calibration (bench/calibrate_perplexity.py) with its fit."""
-    from attnsim.config import ConfigError, check_float, check_numbers, display_path, load_yaml
+    from attnsim.core.config import ConfigError, check_float, check_numbers, display_path, load_yaml
     p = calibration_path() if path is None else path
     doc = load_yaml(p)  # a missing / non-YAML file: one ConfigError naming the file (and line)
     if not isinstance(doc, dict) or "fit" not in doc or "model" not in doc or not isinstance(doc["fit"], dict):

@@ -14,7 +14,7 @@ import math
 import re
 from pathlib import Path
 
-from attnsim.config import ConfigError, display_path, load_yaml
+from attnsim.core.config import ConfigError, display_path, load_yaml
 
 _ENTRY_KEYS = {"id", "toy", "model", "measurement", "source", "models", "families", "context_tokens",
                "quantization", "bit_errors", "other_published"}

@@ -20,7 +20,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveFloat, model_validator
 
-from attnsim.config import Plausible, Schema, validate
+from attnsim.core.config import Plausible, Schema, validate
 from attnsim.hwmodels.reliability import ecc as _ecc
 from attnsim.hwmodels.reliability.errors import JEDEC_REFRESH_MS, RawErrorModel, field_fault_modes
 from attnsim.hwmodels.reliability.formats import FORMATS

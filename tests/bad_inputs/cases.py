@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from attnsim.config import CONFIG_ROOT
+from attnsim.core.config import CONFIG_ROOT
 
 DIR = object()      # "make an empty folder here"
 DELETE = object()   # mut(): remove the key
@@ -657,7 +657,7 @@ def _short_column(f) -> None:
 
 
 def _journal_without_key(path: Path) -> None:
-    from attnsim.sweep.store import journal_dir
+    from attnsim.studies.sweep.store import journal_dir
     j = journal_dir(path)
     j.mkdir(exist_ok=True)
     (j / "seg-x-1-0.jsonl").write_text('{"index": 0, "status": "ok"}\n')

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import yaml
 from hypothesis import strategies as st
 
-from attnsim.config import ConfigError
+from attnsim.core.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_S = 10.0   # one execution longer than this is reported as a hang
@@ -222,8 +222,8 @@ def _config_strategy():
 
 
 def feed_config(example) -> None:
-    """Experiment + system + hardware + model YAML -> attnsim.experiment.load_experiment (load + validate)."""
-    from attnsim.experiment import load_experiment
+    """Experiment + system + hardware + model YAML -> attnsim.sim.experiment.load_experiment (load + validate)."""
+    from attnsim.sim.experiment import load_experiment
     texts, which, junk = example
     names = ["exp", "sys", "hw", "model"]
     for name, text in zip(names, texts):
@@ -240,7 +240,7 @@ _TREE = None
 def _base_tree():
     global _TREE
     if _TREE is None:
-        from attnsim.experiment import load_tree
+        from attnsim.sim.experiment import load_tree
         p = _write("set_exp.yaml", _dump(EXP))
         _TREE = load_tree(str(p))[0]
     return _TREE
@@ -263,7 +263,7 @@ def _set_base_dict():
 
 def feed_set(items) -> None:
     """``--set`` items -> parse_set + ConfigTree.apply_sets + validate_tree."""
-    from attnsim.experiment import validate_tree
+    from attnsim.sim.experiment import validate_tree
     tree = _base_tree().copy()
     tree.apply_sets(items)
     validate_tree(tree)
@@ -296,8 +296,8 @@ def _requests_strategy():
 
 
 def feed_requests(example) -> None:
-    """CSV / JSONL request trace -> attnsim.serve.requests.read_trace_file."""
-    from attnsim.serve.requests import read_trace_file
+    """CSV / JSONL request trace -> attnsim.studies.serve.requests.read_trace_file."""
+    from attnsim.studies.serve.requests import read_trace_file
     suffix, data = example
     read_trace_file(_write("req.jsonl" if suffix == "jsonl" else "req.csv", data))
 
@@ -310,8 +310,8 @@ def _dram_trace_strategy():
 
 
 def feed_dram_trace(data) -> None:
-    """DRAM request trace -> attnsim.cli_dram.read_trace."""
-    from attnsim.cli_dram import read_trace
+    """DRAM request trace -> attnsim.cli.dram.read_trace."""
+    from attnsim.cli.dram import read_trace
     read_trace(str(_write("t.txt", data)))
 
 
@@ -371,8 +371,8 @@ def feed_disasm(example) -> None:
 
 
 def feed_sweep(data) -> None:
-    """Sweep mapping -> attnsim.sweep.spec.build_sweep, then the first points resolved."""
-    from attnsim.sweep.spec import build_sweep
+    """Sweep mapping -> attnsim.studies.sweep.spec.build_sweep, then the first points resolved."""
+    from attnsim.studies.sweep.spec import build_sweep
     sw = build_sweep(data, file="sweep.yaml", source=_sweep_base())
     for i in range(min(sw.n_points, 3)):
         sw.resolve(i)
@@ -447,11 +447,11 @@ def _store_strategy():
 
 def feed_store(example) -> None:
     """A valid sweep store with objects / attributes deleted or replaced, or bytes cut or flipped ->
-    attnsim.sweep.store.read_results (``attnsim show``) or attnsim.sweep.table.load_table (export / plot)."""
+    attnsim.studies.sweep.store.read_results (``attnsim show``) or attnsim.studies.sweep.table.load_table (export / plot)."""
     import h5py
     import numpy as np
-    from attnsim.sweep.store import read_results
-    from attnsim.sweep.table import load_table
+    from attnsim.studies.sweep.store import read_results
+    from attnsim.studies.sweep.table import load_table
     edits, (how, pos, junk), reader = example
     if _STORE is None:
         with _untimed():  # the first call runs a sweep to build the valid store, then reads it once
@@ -562,8 +562,8 @@ _REPRO = {"system": "toy", "title": "t", "source": "s", "paper": [{"claim": "c",
 
 
 def feed_reproduction(data) -> None:
-    """reference.yaml bytes -> attnsim.reproduce.load (schema, experiments, select; nothing simulated)."""
-    from attnsim import reproduce
+    """reference.yaml bytes -> attnsim.studies.reproduce.load (schema, experiments, select; nothing simulated)."""
+    from attnsim.studies import reproduce
     d = _WORK / "repro" / "toy"
     d.mkdir(parents=True, exist_ok=True)
     (d / "exp.yaml").write_text(_dump(_REPRO_EXP))
@@ -619,7 +619,7 @@ def feed_kinds(example) -> None:
         from attnsim.workloads.zoo import load_model
         load_model(str(p))
     elif kind == "stacks":
-        from attnsim.stack import load_stack
+        from attnsim.hwmodels.stack import load_stack
         load_stack(str(p))
     else:
         from attnsim.hwmodels.reliability.perplexity import load_calibration
@@ -708,7 +708,7 @@ def _cache_strategy():
 def _cache_payload(value) -> bytes:
     import json as _json
 
-    from attnsim.sweep.cache import _FORMAT, encode_value
+    from attnsim.core.cache import _FORMAT, encode_value
     return _json.dumps([_FORMAT, encode_value(value)], separators=(",", ":")).encode()
 
 
@@ -721,7 +721,7 @@ def feed_cache(example) -> None:
     sweep.cache.DirStore.get. Clean outcomes are the ones cached() handles: KeyError (absent), ValueError
     (forged, malformed, not a regular file), TypeError / RecursionError (malformed structure)."""
     global _CACHE_STORE
-    from attnsim.sweep.cache import DirStore
+    from attnsim.core.cache import DirStore
     if _CACHE_STORE is None:
         _CACHE_STORE = DirStore(_WORK / "cache")
     payload, how = example
@@ -774,21 +774,21 @@ def _import_readers() -> None:
     import h5py  # noqa: F401
 
     import attnsim.cli  # noqa: F401
-    import attnsim.cli_dram  # noqa: F401
-    import attnsim.experiment  # noqa: F401
+    import attnsim.cli.dram  # noqa: F401
+    import attnsim.sim.experiment  # noqa: F401
     import attnsim.hwmodels.dram.spec  # noqa: F401
     import attnsim.hwmodels.dram.traces  # noqa: F401
     import attnsim.hwmodels.gpu  # noqa: F401
     import attnsim.hwmodels.reliability.perplexity  # noqa: F401
     import attnsim.hwmodels.reliability.ppl_calibration  # noqa: F401
     import attnsim.isa.base  # noqa: F401
-    import attnsim.reproduce  # noqa: F401
-    import attnsim.results  # noqa: F401
-    import attnsim.serve.requests  # noqa: F401
-    import attnsim.stack  # noqa: F401
-    import attnsim.sweep.cache  # noqa: F401
-    import attnsim.sweep.spec  # noqa: F401
-    import attnsim.sweep.table  # noqa: F401
+    import attnsim.studies.reproduce  # noqa: F401
+    import attnsim.sim.results  # noqa: F401
+    import attnsim.studies.serve.requests  # noqa: F401
+    import attnsim.hwmodels.stack  # noqa: F401
+    import attnsim.core.cache  # noqa: F401
+    import attnsim.studies.sweep.spec  # noqa: F401
+    import attnsim.studies.sweep.table  # noqa: F401
     import attnsim.workloads.hf  # noqa: F401
     import attnsim.workloads.zoo  # noqa: F401
 
