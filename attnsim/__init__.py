@@ -15,11 +15,13 @@ except Exception:  # noqa: BLE001 - never built/installed with setuptools-scm (o
         __version__ = "0.1.0+unknown"
     BUILD_COMMIT = ""
 
-# The Python API (docs/api.md), imported on first use so `import attnsim` and `attnsim --version` stay fast
-# (serve, sweep: the subpackages attnsim.studies.serve / attnsim.studies.sweep, callable as attnsim.api.serve / sweep)
-_API = {"run": "attnsim.api", "load": "attnsim.api", "serve": None, "sweep": None, "pim": None,
-        "Results": "attnsim.api", "ServeResults": "attnsim.api", "SweepResults": "attnsim.api",
-        "ConfigError": "attnsim.core.config"}
+# The Python API (docs/api.md), imported on first use so `import attnsim` and `attnsim --version` stay fast.
+# serve and sweep are functions of attnsim.api (their packages live in attnsim.studies); pim is the module
+# attnsim.sim.pim (attnsim.pim.run)
+_API = {"run": "attnsim.api", "load": "attnsim.api", "serve": "attnsim.api", "sweep": "attnsim.api",
+        "pim": "attnsim.sim.pim", "Results": "attnsim.api", "ServeResults": "attnsim.api",
+        "SweepResults": "attnsim.api", "ConfigError": "attnsim.core.config"}
+_MODULES = {"pim"}  # names that are a module, not a name inside one
 __all__ = ["__version__", "BUILD_COMMIT", *_API]
 
 
@@ -27,6 +29,6 @@ def __getattr__(name: str):
     if name not in _API:
         raise AttributeError(f"module 'attnsim' has no attribute {name!r}")
     import importlib
-    if _API[name] is None:  # a submodule (attnsim.sim.pim, attnsim.studies.serve, attnsim.studies.sweep)
-        return importlib.import_module(f"attnsim.{name}")
+    if name in _MODULES:
+        return importlib.import_module(_API[name])
     return getattr(importlib.import_module(_API[name]), name)

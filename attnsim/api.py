@@ -21,22 +21,6 @@ from attnsim.core.config import ConfigError
 Experiment = Union[str, Path, Mapping, None]
 
 
-def callable_package(module_name: str, func_name: str) -> None:
-    """Make the package ``module_name`` (``attnsim.studies.serve``, ``attnsim.studies.sweep``) callable as the API function
-    ``func_name``: the name is both a subpackage and a documented function, and Python sets
-    ``attnsim.<name>`` to the subpackage whenever it is imported, so the package itself must answer calls."""
-    import sys
-    import types
-    mod = sys.modules[module_name]
-
-    class _Package(types.ModuleType):
-        def __call__(self, *args, **kwargs):
-            return globals()[func_name](*args, **kwargs)
-
-    _Package.__call__.__doc__ = f"attnsim.{func_name}(...): see attnsim.api.{func_name}"
-    mod.__class__ = _Package
-
-
 # ---------------------------------------------------------------- sets
 
 def _set_text(key: str, value: Any) -> str:

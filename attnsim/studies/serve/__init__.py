@@ -7,8 +7,3 @@ families: paged KV (paging.py), prefix caching (prefix.py), KV eviction / select
 budgets (kvpolicy.py), prefill/decode disaggregation (disagg.py). Entry point:
 ``attnsim serve`` (attnsim/cli/serve.py) and :func:`attnsim.studies.serve.run.serve_experiment`.
 """
-
-# `attnsim.serve(...)` is also the Python API function (docs/api.md): the package answers the call
-from attnsim.api import callable_package as _callable  # noqa: E402
-
-_callable(__name__, "serve")

@@ -4,8 +4,3 @@
 into a kill-safe store (:mod:`attnsim.studies.sweep.store`); ``merge_stores`` combines shards.
 """
 from attnsim.studies.sweep.spec import Point, Sweep, SweepSpec, load_sweep  # noqa: F401
-
-# `attnsim.sweep(...)` is also the Python API function (docs/api.md): the package answers the call
-from attnsim.api import callable_package as _callable  # noqa: E402
-
-_callable(__name__, "sweep")
