@@ -145,7 +145,7 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
     """DRAMsim3's controller (module docstring) over each channel in ``chans``: read queue ``rcap`` and write
     buffer ``wcap`` entries, command queues of ``depth`` per bank (``per_rank``: per rank), rank switch ``rtrs``
     and PRE -> PRE ``ppd`` (spec timing.nRTRS, nPPD; _pick). Same contract as
-    controller.ctrl_kernel_scan (statistics into ST / CS / LAT, E rows emitted with the issue cycle as their
+    sched_scan.ctrl_kernel_scan (statistics into ST / CS / LAT, E rows emitted with the issue cycle as their
     arrival, REF records at their due); returns the number of emitted commands."""
     nbank = BS.shape[0]
     nbc = nbank // T[K.T_NCH] if T[K.T_NCH] > 0 else nbank

@@ -1,5 +1,5 @@
 """Flat FR-FCFS request scheduler (Numba): exact per-bank candidate keys kept up to date eagerly, one linear
-min-scan per command. Same selection order as the queue scan ``controller.ctrl_kernel_scan`` and the heap
+min-scan per command. Same selection order as the queue scan ``sched_scan.ctrl_kernel_scan`` and the heap
 scheduler ``sched.ctrl_kernel_fast`` (differential tests in tests/test_dram_sched.py).
 
 Every bank of the channel has at most two candidates (as in sched.py): the primary one (oldest read hit to the

@@ -1,6 +1,6 @@
 """Fast FR-FCFS request scheduler (Numba): per-bank FIFOs + a lazy min-heap of per-bank candidates.
 
-Same selection order as the queue-scan scheduler ``controller.ctrl_kernel_scan`` (differential test in
+Same selection order as the queue-scan scheduler ``sched_scan.ctrl_kernel_scan`` (differential test in
 tests/test_dram_sched.py), which scans the whole queue for every command. Here:
 
 - Every bank keeps its queued requests in a FIFO (doubly linked slots, oldest first). The scan's candidates
@@ -317,7 +317,7 @@ def oldest_arrival(k0, k1, bhead, sreq, arr):
 @njit(cache=True)
 def ctrl_kernel_fast(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
                      limit, win, maxw, WN, WR, WS, WL, WF):
-    """FR-FCFS over each channel in ``chans`` (same contract as controller.ctrl_kernel_scan).
+    """FR-FCFS over each channel in ``chans`` (same contract as sched_scan.ctrl_kernel_scan).
 
     ``limit``: at most this many requests per channel (<0: all). ``win``/``maxw`` > 0: record (served, ST, LAT)
     at every multiple of ``win`` cycles into WR/WS/WL[ci, j] (WF[ci, j]: cycles from that boundary to the first
