@@ -14,6 +14,24 @@ from typing import Optional
 
 from attnsim.core.config import ConfigError
 
+# the op classes of every figure, in legend order (attnsim.plots.style gives each one colour and marker)
+OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding", "transfer")
+# column name -> (label, unit) ; unit None = dimensionless
+KNOWN = {
+    "ttft_s": ("TTFT", "s"), "tpot_s": ("TPOT", "s"), "total_time_s": ("Total time", "s"),
+    "prefill_time_s": ("Prefill time", "s"), "decode_time_s": ("Decode time", "s"),
+    "tokens_per_s": ("Throughput", "tokens/s"), "decode_tokens_per_s": ("Decode throughput", "tokens/s"),
+    "energy_per_token_j": ("Energy per token", "J"), "decode_energy_per_token_j": ("Decode energy per token", "J"),
+    "dynamic_energy_per_token_j": ("Dynamic energy per token", "J"),
+    "decode_dynamic_energy_per_token_j": ("Decode dynamic energy per token", "J"),
+    "static_energy_per_token_j": ("Static energy per token", "J"),
+    "batch_size": ("Batch size", None), "prompt_len": ("Context length", "tokens"),
+    "output_len": ("Output length", "tokens"), "elapsed_s": ("Simulation time", "s"),
+    "rel_attention_error": ("Relative attention error", None),  # attnsim plan's accuracy proxy
+    "rate_per_s": ("Arrival rate", "requests/s"),  # serving.trace.rate_per_s (attnsim.studies.serve)
+}
+
+
 SYSTEMS = {
     "h100_x1": "1\u00d7 H100", "dgx_a100": "DGX A100", "dgx_a100_x2": "2\u00d7 DGX A100", "dgx_h100": "DGX H100",
     "dgx_h200": "DGX H200", "dgx_h100_host": "DGX H100 + host", "a100_hbm3_x8": "8\u00d7 A100 (HBM3)",
@@ -98,7 +116,6 @@ def check_labels(obj, file: Optional[str], key: str = "labels", known=None) -> d
 def known_keys(table=None) -> set[str]:
     """Every label key a figure of ``table`` can use: the built-in names, op classes, axis columns (the
     stored and the unit-suffixed names, ``unit.<column>`` too), the names in its text columns and breakdowns."""
-    from attnsim.plots.style import KNOWN, OP_CLASSES
     from attnsim.studies.sweep.table import unit_name
     keys = set(DEFAULT_LABELS) | set(OP_CLASSES) | set(KNOWN)
     cols = set(KNOWN)

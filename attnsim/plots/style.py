@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from attnsim.core.outputs import figure_paths  # noqa: F401 - re-exported (it lives beside check_output)
+from attnsim.plots.labels import KNOWN, OP_CLASSES  # noqa: F401 - re-exported (label data lives in labels)
 
 import matplotlib
 
@@ -40,7 +41,6 @@ DASHES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1))]
 
 # One style per op class (workloads/optrace.py OP_CLASSES, in its order), the same in every panel and figure
 # (roofline): colour from LINE_COLOURS (>= 3:1 on white) and a marker, so the 8 classes stay apart with 5 colours.
-OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding", "transfer")
 OP_CLASS_STYLE = {c: {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "marker": MARKERS[i]}
                   for i, c in enumerate(OP_CLASSES)}
 
@@ -206,20 +206,6 @@ def scale_for(values, unit: str) -> tuple[float, str]:
     return 1e9, "n" + unit
 
 
-# column name -> (label, unit) ; unit None = dimensionless
-KNOWN = {
-    "ttft_s": ("TTFT", "s"), "tpot_s": ("TPOT", "s"), "total_time_s": ("Total time", "s"),
-    "prefill_time_s": ("Prefill time", "s"), "decode_time_s": ("Decode time", "s"),
-    "tokens_per_s": ("Throughput", "tokens/s"), "decode_tokens_per_s": ("Decode throughput", "tokens/s"),
-    "energy_per_token_j": ("Energy per token", "J"), "decode_energy_per_token_j": ("Decode energy per token", "J"),
-    "dynamic_energy_per_token_j": ("Dynamic energy per token", "J"),
-    "decode_dynamic_energy_per_token_j": ("Decode dynamic energy per token", "J"),
-    "static_energy_per_token_j": ("Static energy per token", "J"),
-    "batch_size": ("Batch size", None), "prompt_len": ("Context length", "tokens"),
-    "output_len": ("Output length", "tokens"), "elapsed_s": ("Simulation time", "s"),
-    "rel_attention_error": ("Relative attention error", None),  # attnsim plan's accuracy proxy
-    "rate_per_s": ("Arrival rate", "requests/s"),  # serving.trace.rate_per_s (attnsim.studies.serve)
-}
 # longest first: "_per_s" (a rate) before "_s"
 _SUFFIX_UNITS = {"_per_s": "1/s", "_rps": "requests/s", "_s": "s", "_ns": "ns", "_j": "J", "_pj": "pJ", "_w": "W",
                  "_bytes": "B", "_gbps": "GB/s", "_ratio": None, "_count": None, "_tokens": "tokens"}
