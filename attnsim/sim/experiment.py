@@ -261,19 +261,21 @@ def _same_file(shown: str, p: Path) -> bool:
     return any(q.is_file() and q.resolve() == p.resolve() for q in (Path(shown), CONFIG_ROOT / shown))
 
 
-def experiment_allow(tree: ConfigTree) -> list[str]:
+def experiment_allow(tree: ConfigTree, serving_schema=None) -> list[str]:
     """The experiment file's ``allow_out_of_range:`` keys (dotted from the file's top: ``scenarios.s.batch_size``,
-    ``serving.trace.cv``, ``reliability.temperature_c``, ``generation.samples``); each names a number field."""
+    ``serving.trace.cv``, ``reliability.temperature_c``, ``generation.samples``); each names a number field.
+    ``serving.`` keys are checked against ``serving_schema`` when the serve study passes its ServingSpec (a run
+    has no serving section: attnsim run refuses one)."""
     exp_file = tree.file_of("experiment")
     keys = file_allow_list(tree.experiment, exp_file)
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
-    from attnsim.studies.serve.spec import ServingSpec
-    known = set(plausible_keys(ExperimentSpec)) | set(plausible_keys(ServingSpec, "serving.")) \
-        | set(plausible_keys(ReliabilitySpec, "reliability."))
+    known = set(plausible_keys(ExperimentSpec)) | set(plausible_keys(ReliabilitySpec, "reliability."))
+    if serving_schema is not None:
+        known |= set(plausible_keys(serving_schema, "serving."))
     scen = set(plausible_keys(Scenario))
     for k in keys:
         parts = k.split(".")
-        if k in known or (len(parts) > 2 and parts[0] == "scenarios" and ".".join(parts[2:]) in scen) or (
+        if k in known or (serving_schema is None and parts[0] == "serving") or (len(parts) > 2 and parts[0] == "scenarios" and ".".join(parts[2:]) in scen) or (
                 len(parts) > 3 and parts[0] == "scenarios" and parts[2] == "reliability"):
             continue
         raise ConfigError(f"expected a number field of this file (scenarios.<name>.batch_size, serving.trace.cv, "

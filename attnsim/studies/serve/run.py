@@ -51,7 +51,7 @@ def serving_spec(tree) -> ServingSpec:
     raw = tree.experiment.get("serving") or {}
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping", file=exp_file, key="serving")
-    return validate(ServingSpec, raw, file=exp_file, prefix="serving", allow=experiment_allow(tree))
+    return validate(ServingSpec, raw, file=exp_file, prefix="serving", allow=experiment_allow(tree, ServingSpec))
 
 
 def serving_hardware_refs(serving: ServingSpec) -> list[tuple[str, str]]:
