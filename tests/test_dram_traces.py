@@ -244,6 +244,8 @@ def test_the_program_freezes_its_start_up_objects(tmp_path):
             f"sys.argv = ['attnsim', 'dram', '--device', 'hbm3_6400', '--channels', '1', '--trace', {p!r}, '--json']\n"
             "from attnsim.cli import main\n"
             "import attnsim.cli.dram, attnsim.hwmodels.dram.controller, attnsim.hwmodels.dram.traces\n"
+            # numba's lazy registries (their import builds an error message, and colorama registers an atexit)
+            "from numba.core.registry import cpu_target; cpu_target.target_context.refresh()\n"
             "n0 = atexit._ncallbacks()\n"
             "rc = main()\n"
             "print('FROZEN', rc, gc.isenabled(), gc.get_freeze_count() > 1000, atexit._ncallbacks() - n0)\n")
