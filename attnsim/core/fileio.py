@@ -134,10 +134,15 @@ def open_regular(path: str | os.PathLike, limit_bytes: int, follow_symlinks: boo
     try:
         st = os.fstat(fd)
         if allow_fifo and stat.S_ISFIFO(st.st_mode):
-            os.close(fd)
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # waits for the writer, like cat
-            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-                raise InputRefused("the pipe was replaced while it was opened")
+            # Keep this descriptor (closing it would drop what a writer already put in the pipe), make it
+            # blocking, and wait, as cat does, until a writer has written or come and gone: Linux reports
+            # POLLHUP on a FIFO only once a writer has opened it since this open (pipe_poll, f_version).
+            import fcntl
+            import select
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            waiter = select.poll()
+            waiter.register(fd, select.POLLIN | select.POLLHUP)
+            waiter.poll()
             return fd, -1
         if not stat.S_ISREG(st.st_mode):
             what = next((name for test, name in _FILE_TYPES if test(st.st_mode)), "not a regular file")
