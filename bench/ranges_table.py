@@ -7,6 +7,7 @@ lists the key under ``allow_out_of_range:``. tests/test_plausible_ranges.py chec
     python bench/ranges_table.py            # rewrite docs/reference/ranges.md
     python bench/ranges_table.py --check    # exit 1 and print a diff if the page is stale
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,14 +67,17 @@ def sections() -> list[tuple[str, dict]]:
     from attnsim.studies.sweep.spec import SweepSpec
     from attnsim.workloads.model import ModelSpec
     from attnsim.workloads.scenario import Scenario
+
     out = [(f"hardware, kind: {k}", plausible_keys(registry.schema_for(k))) for k in registry.kinds()]
-    out += [("models (configs/models/*.yaml, HF config.json)", plausible_keys(ModelSpec)),
-            ("systems", plausible_keys(SystemSpec)),
-            ("experiments", plausible_keys(ExperimentSpec)),
-            ("experiments: scenarios", plausible_keys(Scenario, "scenarios.<name>.")),
-            ("experiments: serving", plausible_keys(ServingSpec, "serving.")),
-            ("experiments: reliability", plausible_keys(ReliabilitySpec, "reliability.")),
-            ("sweeps", plausible_keys(SweepSpec))]
+    out += [
+        ("models (configs/models/*.yaml, HF config.json)", plausible_keys(ModelSpec)),
+        ("systems", plausible_keys(SystemSpec)),
+        ("experiments", plausible_keys(ExperimentSpec)),
+        ("experiments: scenarios", plausible_keys(Scenario, "scenarios.<name>.")),
+        ("experiments: serving", plausible_keys(ServingSpec, "serving.")),
+        ("experiments: reliability", plausible_keys(ReliabilitySpec, "reliability.")),
+        ("sweeps", plausible_keys(SweepSpec)),
+    ]
     return out
 
 

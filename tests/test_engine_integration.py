@@ -1,4 +1,5 @@
 """Sampled decode-step integration: weights sum to the step count and are exact for linear costs."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st

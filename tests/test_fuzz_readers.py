@@ -3,6 +3,7 @@ config.json, request traces, DRAM traces and specs, asm, disasm, sweep files and
 a result or one clean one-line ConfigError, never another exception. The harnesses live in
 tests/bad_inputs/harness.py; ``python bench/fuzz.py`` runs them for a given time. Under CI (CI=true, see
 conftest.py) the examples are derandomized."""
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -16,8 +17,11 @@ DEFAULT_EXAMPLES = 60
 def test_reader_gives_a_result_or_a_clean_error(name):
     h = HARNESSES[name]
 
-    @settings(max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES), deadline=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
     @given(h.strategy)
     def run(example):
         f = h.check(example)

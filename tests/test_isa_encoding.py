@@ -1,4 +1,5 @@
 """ISA tables: encoder/decoder and assembler/disassembler round trips on random legal programs."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
