@@ -152,6 +152,7 @@ class Results:
         ``baseline_missing``, ``not_ok``) and the ratios (``throughput_ratio``, ``tpot_speedup``, ...);
         empty when the experiment or sweep has no baseline."""
         import pandas as pd
+
         from attnsim.studies.sweep.baselines import PREFIX
 
         t = self.table()
@@ -412,6 +413,7 @@ class ServeResults(Results):
     def _docs_with_requests(self) -> list[dict]:
         """The documents with their ``_requests`` rows again (what attnsim.cli.serve writes)."""
         import numpy as np
+
         from attnsim.cli.serve import REQUEST_COLUMNS
         from attnsim.studies.sweep.table import unit_name
 

@@ -4,6 +4,7 @@ LLMCompass A100 GEMMs, GPT-3 layer) and the model's evaluation speed. Usage: pyt
 from __future__ import annotations
 
 import time
+
 import numpy as np
 import yaml
 

@@ -135,8 +135,8 @@ def main() -> None:
 
 def run(model, batch, ctx, cpi, exhaustive=False):
     """(best wall s of 3, TPOT s) of run_experiment of attacc_h100 at one point."""
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.pim import PIMDevice
+    from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
 
     PIMDevice.exhaustive_search = exhaustive

@@ -104,9 +104,9 @@ def figure(data):
 
 
 def main(argv=None):
-    from attnsim.studies import validate
     from attnsim.core.outputs import check_output
     from attnsim.plots.style import paper_style, save
+    from attnsim.studies import validate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/figures/gpu_power_mlenergy.png")

@@ -49,6 +49,7 @@ def run(n_ctx: int, executor: str, workers: int, out: Path) -> dict:
 
 def same_results(a: Path, b: Path) -> bool:
     import numpy as np
+
     from attnsim.studies.sweep.store import open_store
 
     ca, cb = open_store(a).columns(), open_store(b).columns()

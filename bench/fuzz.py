@@ -24,9 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
-
 from bad_inputs.harness import HARNESSES, UNUSABLE, mutate  # noqa: E402
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
 
 
 class _TimeUp(BaseException):

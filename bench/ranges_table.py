@@ -59,10 +59,10 @@ def _table(title: str, keys: dict) -> list[str]:
 def sections() -> list[tuple[str, dict]]:
     """(title, {dotted key: Plausible}) per config kind, in the order of the page."""
     from attnsim.core.config import plausible_keys
-    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.hwmodels import registry
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
     from attnsim.hwmodels.system import SystemSpec
+    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.studies.serve.spec import ServingSpec
     from attnsim.studies.sweep.spec import SweepSpec
     from attnsim.workloads.model import ModelSpec

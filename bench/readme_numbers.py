@@ -148,8 +148,8 @@ def systems_compare() -> str:
 def default_run() -> str:
     """What ``attnsim run`` (the default experiment) prints: the table and the "what differs" lines with each
     compared system's verdict line (attnsim.studies.verdict; the cost line after them holds a wall time: left out)."""
-    from attnsim.sim.experiment import load_experiment
     from attnsim.core.report import differ_lines, summary_table
+    from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
     from attnsim.studies.verdict import add_flips
 

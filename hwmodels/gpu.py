@@ -44,12 +44,11 @@ from typing import List, Literal, Optional, Tuple
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.core.config import HARDWARE_COUNT, Plausible, Schema
+from attnsim.core.config import HARDWARE_COUNT, Plausible
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
 from attnsim.hwmodels.gpu_power import matmul_occupancy, op_energy_j
-
 
 _ETA = Plausible(0, 1, "an efficiency (achieved / peak)")
 

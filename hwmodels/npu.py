@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.core.config import ARRAY_SIDE, HARDWARE_COUNT, Plausible, Schema
+from attnsim.core.config import ARRAY_SIDE, HARDWARE_COUNT, Plausible
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div

@@ -19,7 +19,6 @@ AttAcc's two-heads-in-flight pipelining, b.6).
 from __future__ import annotations
 
 import copy
-
 import math
 from typing import Literal, Optional, Union
 
@@ -29,7 +28,6 @@ from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 from attnsim.core.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
-from attnsim.hwmodels.systolic import SystolicSpec
 from attnsim.hwmodels.pim_mapping import (
     ISA_PARTITIONS,
     MERGE_SITE,
@@ -39,6 +37,7 @@ from attnsim.hwmodels.pim_mapping import (
     cpi_candidates,
     merge_cost,
 )
+from attnsim.hwmodels.systolic import SystolicSpec
 from attnsim.isa.lower import (
     ENGINE_CODES,
     PARTITIONS,
@@ -164,6 +163,7 @@ def load_dram_for(spec: PIMSpec, hardware: dict | None = None):
     tree, with its ``--set`` overrides) when it is there, else from its file; ``dram_overrides``
     and the refresh interval applied."""
     from pathlib import Path
+
     from attnsim.core.config import display_path, find_config, load_yaml
     from attnsim.hwmodels.dram.spec import spec_from_dict
 

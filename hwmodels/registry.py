@@ -135,6 +135,7 @@ def _field_schema(ann):
     """The schema class of a nested-model annotation (through Optional/Annotated), else None."""
     import types
     import typing
+
     from pydantic import BaseModel
 
     origin = typing.get_origin(ann)

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from attnsim.isa.lower import ENGINE_CODES, CMD_FIELDS, Lowered, Org, _Cmds
+from attnsim.isa.lower import CMD_FIELDS, ENGINE_CODES, Lowered, Org, _Cmds
 
 MODES = ("single", "dual")
 NPU_ROW0_FRACTION = 0.5  # NPU records use the upper half of the rows (weights), the PIM's KV rows the lower

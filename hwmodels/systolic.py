@@ -16,6 +16,7 @@ SRAM buffers beside DRAM chiplets; cxl_reliability.md §1.1). ``systolic:`` sect
 from __future__ import annotations
 
 from types import SimpleNamespace
+
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 

@@ -1,6 +1,5 @@
 """Random legal command streams for the DRAM differential tests (shared by tests/test_dram_*.py)."""
 
-import numpy as np
 
 from attnsim.hwmodels.dram.engine import Op, make_cmds
 

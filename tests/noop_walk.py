@@ -239,8 +239,8 @@ def cached_yaml():
     """Within: ``load_yaml`` of an unchanged file returns a copy of its first parse (the walk
     reloads the same few configs hundreds of times; YAML parsing would dominate)."""
     import attnsim.core.config as cfg
-    import attnsim.sim.experiment as ex
     import attnsim.hwmodels.dram.spec as ds
+    import attnsim.sim.experiment as ex
     import attnsim.studies.serve.run as sr
 
     original = cfg.load_yaml

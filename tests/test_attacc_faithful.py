@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import cost_rows, cost_step
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.attacc_overlap import ffn_weight_bytes
 from attnsim.mapper.base import get_policy, model_totals, validate_options
+from attnsim.sim.engine import cost_rows, cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 

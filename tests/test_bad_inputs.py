@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from bad_inputs.cases import CASES, PENDING
 from bad_inputs.runner import make_stores, materialise, run_case
 

@@ -146,8 +146,8 @@ def test_cent_systems_run_and_put_the_vector_work_on_the_controller(cent_runs):
 
 
 def test_controller_static_power_is_in_the_system():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
+    from attnsim.sim.experiment import load_experiment
 
     exp = load_experiment(
         None, ["experiment.systems=[cent_pp8_tp1]", "experiment.baseline=null", "experiment.models=[llama2-7b]"]

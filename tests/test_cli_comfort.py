@@ -80,8 +80,8 @@ def test_unknown_names_suggest_the_close_name(capsys, argv, want):
 
 
 def test_unknown_recipe_suggests(tmp_path, capsys):
-    from attnsim.plots import figure
     from attnsim.core.config import ConfigError
+    from attnsim.plots import figure
 
     with pytest.raises(ConfigError, match=r"unknown recipe 'lattency_by_device' \(did you mean latency_by_device\?\)"):
         figure(None, "lattency_by_device")
@@ -119,8 +119,8 @@ def test_list_covers_every_yaml_of_the_kind(capsys, kind):
 
 
 def test_list_recipes_and_reproductions(capsys):
-    from attnsim.studies import reproduce
     from attnsim.plots import RECIPES
+    from attnsim.studies import reproduce
 
     assert main(["list", "recipes", "--json"]) == 0
     assert [r["name"] for r in json.loads(capsys.readouterr().out)] == list(RECIPES)

@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
-from attnsim.hwmodels import collectives as C, registry
+from attnsim.hwmodels import collectives as C
+from attnsim.hwmodels import registry
 from attnsim.hwmodels.gpu import load_hardware
 from attnsim.hwmodels.links import LinkModel
 from attnsim.workloads.optrace import OpTrace

@@ -1,13 +1,11 @@
 """Config loading: key-path errors, --set overrides, unknown keys, no partial results."""
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from attnsim.cli import main
-from attnsim.core.config import ConfigError, ConfigTree, parse_set
+from attnsim.core.config import ConfigError, parse_set
 from attnsim.sim.experiment import load_experiment
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

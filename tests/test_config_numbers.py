@@ -19,7 +19,6 @@ from attnsim.core.config import (
     validate,
 )
 
-
 # ---------------------------------------------------------------- check_int / check_float
 
 
@@ -178,6 +177,7 @@ def _all_schemas():
     import importlib
     import importlib.util
     import pkgutil
+
     from attnsim.core.config import Schema
 
     for top in ("attnsim", "attnsim.hwmodels", "attnsim.workloads", "attnsim.mapper", "attnsim.isa"):
@@ -340,6 +340,7 @@ def test_sweep_alias_bomb_refused(tmp_path, capsys):
 
 def test_dumps_is_strict():
     import numpy as np
+
     from attnsim.sim.results import dumps
 
     assert dumps({"a": np.float64(1.5), "b": np.int64(2)}) == '{"a": 1.5, "b": 2}'
@@ -350,6 +351,7 @@ def test_dumps_is_strict():
 
 def test_finalize_doc_turns_non_finite_ok_runs_into_errors():
     import numpy as np
+
     from attnsim.sim.results import check_finite_doc, dumps, finalize_doc
 
     doc = {
@@ -409,6 +411,7 @@ def test_overflowing_metric_gives_error_status_and_strict_json(tmp_path, capsys)
 
 def test_serving_aggregates_undefined_are_none_not_nan():
     import numpy as np
+
     from attnsim.sim.results import check_finite_doc
     from attnsim.studies.serve.metrics import request_table, summarize
     from attnsim.studies.serve.spec import SLOSpec

@@ -134,9 +134,9 @@ def test_decode_gemv_streams_the_stored_bytes():
 
 
 def test_capacity_and_link_bytes_in_the_plan():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
+    from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.trace import kv_cache_bytes, weight_bytes
 
     exp = load_experiment(

@@ -6,11 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from attnsim.hwmodels.dram import sched_cmdqueue as CQ
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import raw_run, simulate_requests
-from attnsim.hwmodels.dram.engine import timing_vector
 from attnsim.hwmodels.dram import rules as RL
+from attnsim.hwmodels.dram import sched_cmdqueue as CQ
+from attnsim.hwmodels.dram.engine import timing_vector
 from attnsim.hwmodels.dram.streams import MAPPING, dramsim3_spec, make_stream
 
 
@@ -118,6 +118,7 @@ def test_rank_switch_and_ppd_timings_refused_outside_the_dramsim3_preset():
     """timing.nRTRS / nPPD only act in the two-level queue kernel: under another preset they are refused."""
     import numpy as np
     import pytest
+
     from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram.controller import simulate_requests
 

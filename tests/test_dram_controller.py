@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.cli.dram import device_spec
 from attnsim.core.config import ConfigError
-from attnsim.hwmodels.dram import load_dram_spec, raw_run, run_commands, simulate_requests
+from attnsim.hwmodels.dram import load_dram_spec, raw_run, simulate_requests
 
 
 def one_channel(name):

@@ -2,13 +2,14 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from dram_streams import random_stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import F_AP, Op, cmds_from, expand_macros, load_dram_spec, make_cmds, raw_run, run_commands
 from attnsim.hwmodels.dram.kernel import STAT_NAMES
 from attnsim.hwmodels.dram.reference_oracle import reference_run
-from dram_streams import random_stream
 
 HBM3 = load_dram_spec("hbm3_6400")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dram_streams import random_stream
 
 from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram import load_dram_spec, simulate_requests
@@ -17,7 +18,6 @@ from attnsim.hwmodels.dram.engine import raw_run
 from attnsim.hwmodels.dram.reference_oracle import reference_run
 from attnsim.hwmodels.dram.rules import controller_rules
 from attnsim.hwmodels.dram.streams import MAPPING, dramsim3_spec, make_stream, stream_digest, stream_options
-from dram_streams import random_stream
 
 GOLDEN = Path(__file__).parent / "data" / "dram_golden"
 FILES = {p.stem: json.loads(p.read_text()) for p in sorted(GOLDEN.glob("ramulator2_*.json"))}
@@ -205,6 +205,7 @@ def test_ramulator2_rules_reproduce_its_command_trace(kind):
     False: 1149 reopens, 1933 ACTs; holding the PRE back gives ~1320 ACTs); its refresh waits for requests whose ACT
     issued (refresh_waits_active: no reopen after a REF; without the rule ~240 on the mixed stream)."""
     import dataclasses
+
     from attnsim.hwmodels.dram import rules as RL
 
     g = json.loads((GOLDEN / "cmdtrace_ramulator2_lpddr5.json").read_text())
@@ -236,6 +237,7 @@ def test_write_drain_serves_writes_in_batches():
     from about one per write (one mixed FR-FCFS queue) to a few per drained batch of about 0.8 x 32 - 0.2 x 32
     writes; the same rules with one mixed queue are slower."""
     import dataclasses
+
     from attnsim.hwmodels.dram import rules as RL
 
     spec = device_spec("hbm3_6400", channels=1)
@@ -328,6 +330,7 @@ def test_every_rule_override_takes_effect_or_is_refused(preset):
     older requests to the other row, where the PRE hold-back decides): it changes the cycles, or the spec is
     refused naming the field."""
     import dataclasses
+
     from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram import rules as RL
     from attnsim.hwmodels.dram.spec import spec_from_dict
@@ -364,6 +367,7 @@ def test_closed_cap_is_a_setting():
     import json
     import subprocess
     import sys
+
     from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram.spec import spec_from_dict
 

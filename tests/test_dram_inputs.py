@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from dram_streams import random_stream
 
 from attnsim.hwmodels.dram import Op, cmds_from, load_dram_spec, raw_run, run_commands, simulate_requests
 from attnsim.hwmodels.dram.reference_oracle import reference_run
-from dram_streams import random_stream
 
 
 def _short_refresh(name, **org):
@@ -204,6 +204,7 @@ SPEC_MUTATIONS = {  # dotted key: value (each gives one error naming the file an
 @pytest.mark.parametrize("key", sorted(SPEC_MUTATIONS))
 def test_spec_values_outside_the_legal_range(capsys, tmp_path, key):
     import yaml
+
     from attnsim.core.config import find_config
 
     d = yaml.safe_load(find_config("hardware", "hbm3_6400").read_text())
@@ -249,6 +250,7 @@ def test_legal_range_edges_still_run(capsys, tmp_path):
 def test_idd_currents_that_give_negative_energy_are_refused(capsys, tmp_path):
     """DRAMsim3's formulas subtract currents: IDD5AB below IDD3N would make every refresh return energy."""
     import yaml
+
     from attnsim.core.config import find_config
 
     d = yaml.safe_load(find_config("hardware", "hbm2_2000").read_text())

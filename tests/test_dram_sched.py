@@ -3,7 +3,8 @@ window-period detection."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram import load_dram_spec, simulate_requests

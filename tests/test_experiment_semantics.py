@@ -3,7 +3,6 @@ windows (rope_scaling), hardware referenced by path, mapper options, metrics of 
 complete, and size limits (workloads.limits). Errors exit 2, name file and key, and write nothing."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +11,8 @@ import yaml
 
 from attnsim.cli import main
 from attnsim.core.config import CONFIG_ROOT, ConfigError, validate
-from attnsim.sim.experiment import load_experiment
 from attnsim.mapper.base import policies, validate_options
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import METRIC_KEYS
 from attnsim.studies.serve.requests import TraceSpec, read_trace_file
 from attnsim.workloads.hf import model_from_hf_config
@@ -588,6 +587,7 @@ def test_hf_odd_json_values_are_config_errors(tmp_path, field, value):
 )
 def test_settings_the_chosen_mode_does_not_read_are_refused(schema, data, words):
     import importlib
+
     from attnsim.core.config import validate
 
     mod, name = schema.split(":")

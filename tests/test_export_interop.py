@@ -10,7 +10,6 @@ import h5py
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from sweep_helpers import write_sweep
 
 from attnsim.cli import main

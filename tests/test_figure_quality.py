@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from matplotlib import font_manager as fm
 from matplotlib.text import Text
+from sweep_helpers import write_sweep
 
 from attnsim.cli import main as cli_main
 from attnsim.core.config import ConfigError
@@ -20,7 +21,6 @@ from attnsim.plots.ticks import fit_ticks
 from attnsim.studies.sweep.executors import run_sweep
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.table import Table, load_table
-from sweep_helpers import write_sweep
 
 SYSTEMS = ["h100_x1", "dgx_h100"]
 SHOWN = [DEFAULT_LABELS[s] for s in SYSTEMS]

@@ -3,16 +3,13 @@ fairly, `attnsim run` explains what differs from numbers that are in the results
 cache is announced."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from attnsim.cli import main
-from attnsim.sim.experiment import load_experiment
 from attnsim.core.report import differ_lines
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 
 # the default experiment, shrunk (2 layers, sampled decode) so the test stays well under a second
@@ -123,6 +120,7 @@ def _compile_event(monkeypatch):
     """What Numba broadcasts when it compiles a dispatcher (a cache miss): here for the DRAM engine's entry kernel,
     with this process's first-compile flag reset (its kernels were loaded or compiled by an earlier test)."""
     from numba.core import event
+
     from attnsim.core import jitcache
     from attnsim.hwmodels.dram import kernel
 
@@ -166,6 +164,7 @@ def test_run_prints_the_differences_and_a_compile_notice(tmp_path, monkeypatch, 
 
 def test_the_api_prints_the_compile_notice(monkeypatch, capsys):
     import logging
+
     import attnsim
     from attnsim.core import notices
 

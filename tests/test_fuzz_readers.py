@@ -5,9 +5,8 @@ tests/bad_inputs/harness.py; ``python bench/fuzz.py`` runs them for a given time
 conftest.py) the examples are derandomized."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-
 from bad_inputs.harness import HARNESSES
+from hypothesis import HealthCheck, given, settings
 
 EXAMPLES = {"config": 25, "store": 25, "sweep": 30}  # the slow ones (files + full validation per example)
 DEFAULT_EXAMPLES = 60
@@ -32,8 +31,9 @@ def test_reader_gives_a_result_or_a_clean_error(name):
 
 def test_the_harness_reports_a_crash_and_passes_a_clean_error():
     """The harness itself: a reader that raises KeyError is a failure, one that raises ConfigError is not."""
-    from attnsim.core.config import ConfigError
     from bad_inputs.harness import Harness
+
+    from attnsim.core.config import ConfigError
 
     def crash(x):
         raise KeyError(x)

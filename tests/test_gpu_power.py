@@ -298,9 +298,9 @@ def test_mlenergy_decode_context_is_token_weighted(mlenergy):
 def test_vllm_stack_in_every_row(mlenergy):
     """The rows run under software: vllm (ML.ENERGY ran vLLM v0.11.1 with async scheduling and top-p): a decode
     step is the software-none step plus the sampler op (GPU work, dynamic energy), the host time hidden."""
+    from attnsim.hwmodels.stack import load_stack
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
-    from attnsim.hwmodels.stack import load_stack
 
     st = load_stack("vllm")
     assert {r["system"] for r in mlenergy} == {"h100_x1_vllm.yaml", "h100_x2_tp2.yaml", "h100_x4_tp4.yaml"}

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import cost_rows, cost_step
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.pim_scheduling import group_time_s, normal_access_s
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import get_policy
+from attnsim.sim.engine import cost_rows, cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 EXP = {

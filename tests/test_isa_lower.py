@@ -1,14 +1,14 @@
 """GEMV lowering: placement, symmetry and hand-derived command counts for every ISA."""
 
-import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
 from attnsim.isa.base import decode, encode, validate_program
-from attnsim.isa.lower import ENGINE_CODES, Org, PU, assign_items, get_partition, lower_attention, lower_fc
+from attnsim.isa.lower import ENGINE_CODES, PU, Org, assign_items, get_partition, lower_attention, lower_fc
 
 HBM3 = Org(pseudo_channels=2, ranks=2, bank_groups=4, banks_per_group=4, rows=16384, columns=32, burst_bytes=32)
 GDDR6 = Org(pseudo_channels=1, ranks=1, bank_groups=4, banks_per_group=4, rows=16384, columns=64, burst_bytes=32)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
@@ -112,10 +111,10 @@ def test_flash_tier_in_a_reliability_section():
 def test_decode_with_kv_on_flash():
     """Offload to 1 SSD: a decode step is at least the layers x (NVMe link time, flash read time) of each
     layer's KV; 4 SSDs share the reads (each reads a quarter) and are faster."""
-    from attnsim.sim.engine import cost_step
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
+    from attnsim.sim.engine import cost_step
+    from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
     exp = load_experiment(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsim.studies import mlperf
 from attnsim.cli import main
+from attnsim.studies import mlperf
 from attnsim.studies.serve.run import load_serving_experiment
 from attnsim.workloads.trace import param_count
 from attnsim.workloads.zoo import load_model

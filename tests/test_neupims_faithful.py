@@ -3,10 +3,10 @@ buffer, softmax on the NPU, the 32-channel HBM2-PIM preset (casys-kaist/NeuPIMs 
 
 import numpy as np
 import pytest
+from dram_streams import random_stream
 
 from attnsim.cli.isa import main as isa_main
 from attnsim.core.config import ConfigError, find_config, load_yaml
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.dram import Op, cmds_from, expand_macros, load_dram_spec, raw_run, run_commands
 from attnsim.hwmodels.dram.reference_oracle import reference_run
@@ -17,9 +17,8 @@ from attnsim.isa.base import assemble, decode, disassemble, encode
 from attnsim.isa.lower import ENGINE_CODES, Lowered
 from attnsim.isa.lower_newton import artefact_load, assign_requests, channel_program, lower_newton, newton_commands
 from attnsim.mapper.base import get_policy
-
+from attnsim.sim.experiment import load_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
-from dram_streams import random_stream
 
 NEWTON = get_isa("newton")
 SPEC = load_dram_spec("neupims_hbm2")
@@ -370,8 +369,8 @@ def test_per_channel_parts_as_the_artefact_halves_each_channel():
 def test_mapper_splits_each_channel_of_the_whole_batch(neupims_exp):
     """subbatch_split per_channel (default): the whole batch is placed (greedy) and each channel halved, the
     sub-batches keeping the batch's channels; list: no parts (contiguous slices); a bad value is refused."""
-    from attnsim.sim.engine import subbatch_parts
     from attnsim.hwmodels.rowbuffer import newton_request_channels
+    from attnsim.sim.engine import subbatch_parts
 
     system = build_system(neupims_exp.systems["neupims"], neupims_exp.tree.hardware, neupims_exp.tree.file_of)
     model, sc = neupims_exp.models["llama2-7b"], neupims_exp.scenarios["chat"]
@@ -436,6 +435,7 @@ def test_single_row_buffer_takes_turns_and_the_npu_goes_first():
     normal queues are empty, so the channel serves the streams one after the other; the NPU goes first, so
     an op meets the NPU traffic of its stretched duration, capped by its share of the MHA's tiles."""
     import dataclasses
+
     from attnsim.hwmodels.rowbuffer import phase_weight, run_window
 
     lens = [300, 120, 700]

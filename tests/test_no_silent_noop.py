@@ -18,18 +18,6 @@ import re
 from pathlib import Path
 
 import pytest
-
-from attnsim.core.config import ConfigError
-from attnsim.sim.experiment import ExperimentSpec
-from attnsim.hwmodels import registry
-from attnsim.hwmodels.dram.rules import RuleOverrides
-from attnsim.hwmodels.reliability.spec import ReliabilitySpec
-from attnsim.hwmodels.system import SystemSpec
-from attnsim.mapper.base import policies
-from attnsim.studies.serve.spec import ServingSpec
-from attnsim.workloads.model import ModelSpec
-from attnsim.workloads.scenario import Scenario
-
 from noop_walk import (
     Alt,
     Leaf,
@@ -43,6 +31,17 @@ from noop_walk import (
     set_arg,
     walk,
 )
+
+from attnsim.core.config import ConfigError
+from attnsim.hwmodels import registry
+from attnsim.hwmodels.dram.rules import RuleOverrides
+from attnsim.hwmodels.reliability.spec import ReliabilitySpec
+from attnsim.hwmodels.system import SystemSpec
+from attnsim.mapper.base import policies
+from attnsim.sim.experiment import ExperimentSpec
+from attnsim.studies.serve.spec import ServingSpec
+from attnsim.workloads.model import ModelSpec
+from attnsim.workloads.scenario import Scenario
 
 # Fields that name or describe things and may not change a result. Nothing else.
 COSMETIC = {

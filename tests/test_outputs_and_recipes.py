@@ -146,6 +146,7 @@ def test_roofline_every_system(every_system):
     ops of every system (what the recipe draws), and the figure itself for a representative set (drawing
     and tick fitting cost ~1 s per figure)."""
     import matplotlib.pyplot as plt
+
     from attnsim.plots import figure
     from attnsim.plots.recipes import placed_ops
     from attnsim.studies.sweep.table import load_table
@@ -502,8 +503,8 @@ def test_request_trace_not_utf8(work, capsys):
 
 
 def test_recipe_options_table_matches_recipes():
-    from attnsim.plots import RECIPES
     from attnsim.core.plot_options import DOC_RECIPES, RECIPE_OPTIONS
+    from attnsim.plots import RECIPES
 
     assert set(RECIPE_OPTIONS) == set(RECIPES) | set(DOC_RECIPES)
 

@@ -291,6 +291,7 @@ def test_printed_mapping_is_the_one_used(capsys):
     the printed channels_per_item reproduces the run exactly, and it is not AttAcc's 1 here (8 items, 80
     channels: llama2-7b at TP 8 has 4 KV heads per rank, batch 2)."""
     import json as _json
+
     from attnsim.cli import main
     from attnsim.core.report import mapping_text
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from attnsim.core.config import find_config, load_yaml
-from attnsim.sim.experiment import GenerationSpec
 from attnsim.hwmodels.registry import build
+from attnsim.sim.experiment import GenerationSpec
 from attnsim.sim.runner import simulate_generation
 from attnsim.studies.serve.run import quick_pool
 from attnsim.workloads.scenario import Scenario

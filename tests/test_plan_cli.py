@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from attnsim.studies import plan as P
 from attnsim.cli import main
 from attnsim.hwmodels.reliability.accuracy import quant_error
 from attnsim.hwmodels.reliability.perplexity import load_calibration
 from attnsim.hwmodels.reliability.planner import Option
+from attnsim.studies import plan as P
 
 FAST = ["experiment.generation.samples=2", "scenarios.decode.prompt_len=1024", "scenarios.decode.output_len=16"]
 

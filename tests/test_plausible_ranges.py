@@ -106,6 +106,7 @@ def test_gamma_cv_and_rate_refused():
 
 def test_nan_in_a_plan_calibration_file_refused(tmp_path):
     import yaml
+
     from attnsim.hwmodels.reliability.perplexity import calibration_path, load_calibration
 
     doc = load_yaml(calibration_path())
@@ -222,6 +223,7 @@ def test_implausible_reasons_hand_made_metrics():
 def _schemas():
     import importlib
     import pkgutil
+
     import attnsim
     import attnsim.hwmodels
     import attnsim.mapper
@@ -254,8 +256,8 @@ def test_every_number_field_has_a_plausible_range_with_a_reason():
 
 
 def test_built_in_configs_load_within_their_ranges():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import SystemSpec
+    from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.model import ModelSpec
 
     n = 0

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from sweep_helpers import write_sweep
 
 from attnsim.cli import main as cli_main
 from attnsim.core.config import ConfigError
@@ -12,7 +13,6 @@ from attnsim.plots.style import LINE_COLOURS, WIDTH_IN
 from attnsim.studies.sweep.executors import run_sweep
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.table import load_table
-from sweep_helpers import write_sweep
 
 SYSTEMS = ["h100_x1", "dgx_h100"]
 SHOWN = ["1\u00d7 H100", "DGX H100"]  # their built-in display labels (attnsim.plots.labels)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnsim.studies import reproduce, validate
 from attnsim.cli import main
 from attnsim.core.config import ConfigError, get_dotted
+from attnsim.studies import reproduce, validate
 
 EXPERIMENT = {
     "name": "toy_repro",
@@ -488,6 +488,7 @@ def test_figure_written_and_bad_paths_refused(toy, tmp_path, capsys):
 
 def test_figure_recipe_draws_each_row_on_its_band():
     import matplotlib.pyplot as plt
+
     from attnsim.plots.recipes import reproduction
 
     rows = [

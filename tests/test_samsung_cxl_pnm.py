@@ -40,9 +40,9 @@ def test_prefill_row_is_a_roofline_over_the_device():
 
 
 def test_platform_runs_everything_on_the_pnm_devices():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
+    from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.trace import kv_cache_bytes, weight_bytes
 
     exp = load_experiment("samsung_cxl_pnm", sets=["models.opt-66b.num_layers=2"])

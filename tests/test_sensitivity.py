@@ -4,15 +4,14 @@ flip summary, the tornado figure and the CLI's refusals."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-from attnsim.studies import sensitivity
 from attnsim.cli import main
 from attnsim.core.config import CONFIG_ROOT, ConfigError, available, find_config, load_yaml
 from attnsim.hwmodels import registry
+from attnsim.studies import sensitivity
 
 GPU = "a100_80gb_sxm"
 RANGES = (

@@ -43,9 +43,10 @@ def test_latency_cdf_from_serve_results(tmp_path, capsys):
         == 0
     )
     # the CCDF's content: P(X > x) steps down to 1/n on log y (log x), the SLOs of the run as vertical lines
-    from attnsim.studies.sweep.store import read_results
-    from attnsim.plots.serve import cdf_figure, read_slos
     from test_figure_quality import assert_contrast, assert_font, assert_ticks_apart
+
+    from attnsim.plots.serve import cdf_figure, read_slos
+    from attnsim.studies.sweep.store import read_results
 
     slos = read_slos(out / "results.h5")
     m = read_results(out / "results.h5")[1][0]["metrics"]

@@ -122,6 +122,7 @@ def test_sweep_of_a_serving_experiment_runs_the_serving_model(tmp_path, capsys):
 
 def test_line_recipe_draws_error_bars_from_intervals(tmp_path):
     from matplotlib.container import ErrorbarContainer
+
     from attnsim.plots.recipes import line
     from attnsim.studies.sweep.table import Table
 

@@ -145,7 +145,6 @@ def test_disaggregation_end_to_end():
     the link; decode steps as on the decode pool alone."""
     P, O = 800, 6
     pool, exp, sv = quick_pool(serving={"memo": EXACT})
-    from attnsim.studies.serve.run import _link, load_serving_experiment
     from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
 

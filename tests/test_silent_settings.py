@@ -42,8 +42,8 @@ scenarios:
 
 
 def test_tpot_of_one_token_outputs_is_null_everywhere(tmp_path):
-    from attnsim.sim.experiment import load_experiment
     from attnsim.core.report import summary_table
+    from attnsim.sim.experiment import load_experiment
     from attnsim.sim.results import dumps, write_results
     from attnsim.sim.runner import run_experiment
 

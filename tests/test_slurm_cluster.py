@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from sweep_helpers import TINY_EXPERIMENT
 
 from attnsim.studies.sweep.table import load_table
-from sweep_helpers import TINY_EXPERIMENT
 
 SCRIPT = Path(__file__).parent / "slurm" / "cluster.sh"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue")
@@ -339,10 +339,11 @@ def test_store_on_a_file_system_without_flock_is_refused_in_one_line(tmp_path, m
     import errno
     import fcntl
 
+    from sweep_helpers import write_sweep
+
     from attnsim.core.config import ConfigError
     from attnsim.studies.sweep.executors import run_sweep
     from attnsim.studies.sweep.spec import load_sweep
-    from sweep_helpers import write_sweep
 
     def no_flock(fd, op):
         raise OSError(errno.ENOSYS, "Function not implemented")

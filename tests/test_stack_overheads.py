@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.experiment import GenerationSpec, load_experiment
 from attnsim.hwmodels.system import build_system
+from attnsim.sim.experiment import GenerationSpec, load_experiment
 from attnsim.sim.runner import run_experiment, simulate_generation
 from attnsim.studies.serve.run import quick_pool
 from attnsim.studies.serve.scheduler import simulate_pool
@@ -213,9 +213,9 @@ def test_sampler_op_bytes_and_order(tmp_path):
     assert t["none"] == 0.0 and 0 < t["greedy"] < t["top_p_flashinfer"] < t["top_p_sort"]
     assert all(e[m] > 0 for m in ("greedy", "top_p_flashinfer", "top_p_sort"))
     from attnsim.hwmodels.gpu import load_hardware
+    from attnsim.workloads.scenario import Scenario
     from attnsim.workloads.trace import build_trace
     from attnsim.workloads.zoo import load_model
-    from attnsim.workloads.scenario import Scenario
 
     tr = build_trace(
         load_model("llama2-7b"), Scenario(batch_size=B, prompt_len=P), "decode", tp=2, sampler=SAMPLERS["top_p_sort"]

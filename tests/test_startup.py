@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnsim.core import config
 from attnsim.cli import build_parser, main
-from attnsim.core import cache
+from attnsim.core import cache, config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,9 +123,12 @@ def test_pim_cost_key_sees_the_trace():
 def test_compile_notice_names_each_kernel_group_once(monkeypatch, caplog):
     """A cold compile says where (first line) and then one line per further kernel group (source file)."""
     import logging
+
     from numba.core import event
+
     from attnsim.core import jitcache
-    from attnsim.hwmodels.dram import sched_flat as flat, kernel
+    from attnsim.hwmodels.dram import kernel
+    from attnsim.hwmodels.dram import sched_flat as flat
 
     monkeypatch.setattr(jitcache._LISTENER, "said", False)  # as a process's first compile
     monkeypatch.setattr(jitcache._LISTENER, "groups", None)

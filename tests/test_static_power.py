@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.dram.spec import energy_params
 from attnsim.hwmodels.system import build_system
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 
 SCEN = "experiment.scenarios={s: {batch_size: 2, prompt_len: 32, output_len: 3}}"

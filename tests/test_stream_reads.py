@@ -4,10 +4,10 @@ sequential efficiency of the same spec, stays within the refresh bound, and its 
 import numpy as np
 import pytest
 
-from attnsim.core.config import ConfigError
-from attnsim.hwmodels.dram import kernel as K
-from attnsim.hwmodels.dram import F_AP, F_IL, Op, load_dram_spec, make_cmds, raw_run, run_commands, simulate_requests
 from attnsim.cli.dram import device_spec
+from attnsim.core.config import ConfigError
+from attnsim.hwmodels.dram import F_AP, F_IL, Op, load_dram_spec, make_cmds, raw_run, run_commands, simulate_requests
+from attnsim.hwmodels.dram import kernel as K
 from attnsim.isa.lower import ENGINE_FLAGS, Org, stream_reads
 
 

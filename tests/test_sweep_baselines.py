@@ -5,7 +5,6 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-
 from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
 from attnsim.core.config import ConfigError

@@ -2,11 +2,12 @@
 
 import os
 
+from sweep_helpers import write_sweep
+from test_sweep_store import _same_points
+
 from attnsim.studies.sweep.executors import run_sweep
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.store import open_store
-from sweep_helpers import write_sweep
-from test_sweep_store import _same_points
 
 
 def test_dask_localcluster_sweep_equals_local(tmp_path):

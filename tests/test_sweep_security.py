@@ -6,15 +6,13 @@ import pickle
 import sqlite3
 import stat
 import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sweep_helpers import write_sweep
 
 from attnsim.core import cache
-from sweep_helpers import write_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

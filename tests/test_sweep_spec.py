@@ -4,10 +4,10 @@ import itertools
 
 import numpy as np
 import pytest
+from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
 from attnsim.core.config import ConfigError
 from attnsim.studies.sweep.spec import RangeSpec, config_key, load_sweep
-from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
 
 def _load(tmp_path, parameters, **extra):

@@ -12,6 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from sweep_helpers import read_store_rows, write_sweep
 
 from attnsim.core.config import ConfigError
 from attnsim.studies.sweep.executors import parse_shard, run_sweep, shard_path
@@ -19,7 +20,6 @@ from attnsim.studies.sweep.merge import merge_stores
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.store import StoreWriter, journal_dir, make_record, open_store, read_journal
 from attnsim.studies.sweep.table import load_table, write_csv
-from sweep_helpers import read_store_rows, write_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_KW = dict(workers=1, progress=False, log=lambda s: None)

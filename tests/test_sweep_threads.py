@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sweep_helpers import read_store_rows, write_sweep
+from test_sweep_store import _same_points
 
 from attnsim.core import cache
 from attnsim.studies.sweep.executors import run_sweep
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.store import open_store
-from sweep_helpers import read_store_rows, write_sweep
-from test_sweep_store import _same_points
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTERED, RELEASE = threading.Event(), threading.Event()

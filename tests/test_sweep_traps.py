@@ -5,8 +5,6 @@ suggestion."""
 
 import numpy as np
 import pytest
-import yaml
-
 from sweep_helpers import write_sweep
 
 from attnsim.cli import main

@@ -4,11 +4,11 @@ writes, two writers, sweep sizes, all-invalid sweeps, --retry-failed, code versi
 import json
 import os
 import tracemalloc
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from sweep_helpers import write_sweep
 
 import attnsim
 from attnsim.cli import main
@@ -19,7 +19,6 @@ from attnsim.studies.sweep.merge import merge_stores
 from attnsim.studies.sweep.spec import MAX_POINTS, load_sweep
 from attnsim.studies.sweep.store import StoreWriter, journal_dir, lock_path, make_record, open_store, read_journal
 from attnsim.studies.sweep.table import load_table
-from sweep_helpers import write_sweep
 
 RUN_KW = dict(workers=1, progress=False, log=lambda s: None)
 
@@ -427,7 +426,9 @@ def test_store_files_honour_the_umask(tmp_path, umask, mode):
 
 def test_custom_point_functions_obey_the_finite_number_rule(tmp_path):
     import json
+
     from sweep_helpers import write_sweep
+
     from attnsim.studies.sweep.executors import run_sweep
     from attnsim.studies.sweep.spec import load_sweep
     from attnsim.studies.sweep.store import open_store

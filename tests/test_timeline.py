@@ -4,7 +4,6 @@ that add up to the run document's numbers; counters; the file's validity; --trac
 import json
 import re
 
-import numpy as np
 import pytest
 
 from attnsim.cli import main

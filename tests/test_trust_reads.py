@@ -14,15 +14,14 @@ import warnings
 import numpy as np
 import pytest
 import yaml
+from sweep_helpers import write_sweep
 
-from attnsim.core import fileio
 from attnsim.cli import main
+from attnsim.core import cache, fileio
 from attnsim.core.config import ConfigError, load_yaml
 from attnsim.core.fileio import INPUT_LIMITS, InputRefused, open_regular, read_regular
 from attnsim.core.outputs import csv_cell, terminal_text
-from attnsim.core import cache
 from attnsim.studies.sweep.store import StoreWriter, make_record
-from sweep_helpers import write_sweep
 
 GIB = 1 << 30
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
+from attnsim.mapper.base import get_policy
 from attnsim.sim.engine import cost_step
 from attnsim.sim.experiment import load_experiment
-from attnsim.mapper.base import get_policy
 from attnsim.sim.runner import run_experiment
 from attnsim.workloads.scenario import Scenario
 from attnsim.workloads.trace import (

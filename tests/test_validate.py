@@ -2,10 +2,8 @@
 
 import json
 
-import pytest
-
-from attnsim.studies import validate
 from attnsim.cli import main
+from attnsim.studies import validate
 
 
 def test_attacc_reproduction_and_limits_within_tolerance(capsys):

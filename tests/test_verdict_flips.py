@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import yaml
 
 import attnsim
-from attnsim.studies import verdict
 from attnsim.cli import main
 from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
+from attnsim.studies import verdict
 from attnsim.studies.sensitivity import Param
 
 # A case built to flip: DGX H100 against the DGX A100 baseline on a 2-layer Llama-2-7B (fast). The H100's
@@ -358,6 +357,7 @@ def test_default_experiment_prints_verdicts(capsys):
 
 def test_sweep_store_column(tmp_path, flipped):
     from sweep_helpers import write_sweep
+
     from attnsim.studies.sweep.executors import run_sweep
     from attnsim.studies.sweep.spec import load_sweep
     from attnsim.studies.sweep.store import open_store

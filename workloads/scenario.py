@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional, Union
 import numpy as np
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from attnsim.core.config import not_physical, Plausible, Schema
+from attnsim.core.config import Plausible, Schema, not_physical
 from attnsim.workloads.limits import MAX_BATCH, MAX_TOKENS
 from attnsim.workloads.model import DType
 from attnsim.workloads.speculative import SpeculativeSpec

@@ -51,7 +51,6 @@ Modelling choices (each documented where it is made):
 
 from __future__ import annotations
 
-import math
 import numpy as np
 
 from attnsim.core.config import ConfigError

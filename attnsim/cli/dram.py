@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import re
 import time
@@ -353,6 +351,7 @@ def warm_all(device: str = "hbm3_6400") -> None:
     preset's two-level queues, steady-state extrapolation (patterns), the trace parsers (the fast one and the
     general one). Not the heap scheduler (only beyond 2**30 requests or 2048 banks per channel)."""
     import tempfile
+
     from attnsim.hwmodels.dram.controller import simulate_requests
     from attnsim.hwmodels.dram.traces import read_trace_any
 
@@ -376,9 +375,7 @@ def warm_all(device: str = "hbm3_6400") -> None:
 
 
 def simulate(args) -> dict:
-    from attnsim.hwmodels.dram.controller import simulate_requests
-    from attnsim.hwmodels.dram.controller import MAX_QUEUE
-    from attnsim.hwmodels.dram.kernel import max_cycle
+    from attnsim.hwmodels.dram.controller import MAX_QUEUE, simulate_requests
 
     spec = device_spec(args.device, args.channels, args.banks)
     if args.queue is not None:
@@ -534,6 +531,7 @@ def _json_default(o):
 
 def run_dram(args) -> int:
     import gc
+
     from attnsim.cli import settle_gc, skip_final_collection
 
     collecting = gc.isenabled()

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from attnsim.core.config import ConfigError
+from attnsim.core.outputs import check_output
 from attnsim.isa import ISA_NAMES, get_isa
 from attnsim.isa.base import assemble_file, decode_file, describe, disassemble, encode
-from attnsim.core.outputs import check_output
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -12,6 +12,7 @@ from attnsim.core.config import ConfigError
 def front_points(text: str) -> int:
     """argparse type of ``--front-points``: an integer in [1, MAX_FRONT_POINTS] (one plan per point)."""
     import argparse
+
     from attnsim.core.config import check_int
     from attnsim.studies.plan import MAX_FRONT_POINTS
 
@@ -206,8 +207,8 @@ def _print(doc: dict, out) -> None:
 
 
 def plan_cmd(args) -> int:
-    from attnsim.studies import plan
     from attnsim.sim.results import dumps
+    from attnsim.studies import plan
 
     fmts = _formats(args.formats)
     cal = _calibration(args)

@@ -203,8 +203,7 @@ SUMMARY_RECIPES = ("latency_by_device", "energy_breakdown")  # drawn beside the 
 def check_run_outputs(args, name: str, figures=()) -> Path | None:
     """Check every path ``run``/``serve`` will write (results folder, results.h5, the figures beside it,
     ``--trace``, ``--csv``) before any simulation; returns the results.h5 path (None with --no-write)."""
-    from attnsim.core.outputs import check_output
-    from attnsim.core.outputs import figure_paths
+    from attnsim.core.outputs import check_output, figure_paths
 
     if args.no_write and args.out:
         raise ConfigError("--no-write writes no results folder; drop one of --out and --no-write", file="--out")
@@ -242,6 +241,7 @@ def show_cmd(args) -> int:
     """Print a stored file; its strings (names, messages, parameters) may come from someone else, so the text
     output passes attnsim.core.outputs.terminal_text (escape sequences are shown, not run); JSON escapes them itself."""
     import contextlib
+
     from attnsim.core.outputs import TerminalSafe
 
     with contextlib.redirect_stdout(TerminalSafe(sys.stdout)):
@@ -249,8 +249,7 @@ def show_cmd(args) -> int:
 
 
 def _show(args) -> int:
-    from attnsim.studies.sweep.store import read_results
-    from attnsim.studies.sweep.store import is_sweep_store
+    from attnsim.studies.sweep.store import is_sweep_store, read_results
 
     attrs, docs = read_results(args.file)
     if is_sweep_store(args.file) and not args.json:  # one line per point, the swept parameters as columns

@@ -82,8 +82,8 @@ def _experiment_schema() -> dict:
     scenarios (workloads.scenario.Scenario), serving (ServingSpec), reliability (ReliabilitySpec)."""
     from pydantic.json_schema import models_json_schema
 
-    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
+    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.studies.serve.spec import ServingSpec
     from attnsim.workloads.scenario import Scenario
 

@@ -61,8 +61,7 @@ def register(sub) -> None:
 
 def _plan(args, name: str):
     """(result path, figure paths) checked before any simulation; (None, []) with --no-write."""
-    from attnsim.core.outputs import check_output
-    from attnsim.core.outputs import figure_paths
+    from attnsim.core.outputs import check_output, figure_paths
 
     if args.no_write:
         if args.out:
@@ -76,9 +75,9 @@ def _plan(args, name: str):
 
 
 def sensitivity_cmd(args) -> int:
-    from attnsim.studies import sensitivity
     from attnsim.sim.experiment import load_tree
     from attnsim.sim.results import dumps
+    from attnsim.studies import sensitivity
 
     names = None
     if args.params is not None:
@@ -96,6 +95,7 @@ def sensitivity_cmd(args) -> int:
         raise ConfigError(f"expected one of {', '.join(doc['base'])}, got {output!r}", file="--figure-output")
     if path is not None:
         import matplotlib.pyplot as plt
+
         from attnsim.core.fileio import atomic_path
         from attnsim.plots.recipes import tornado
         from attnsim.plots.style import paper_style, save

@@ -175,6 +175,7 @@ def request_rows(docs) -> np.ndarray:
 def write_serve_results(path: Path, docs, tree_dict: dict, experiment: str) -> Path:
     """results.h5 as ``attnsim run`` writes it plus a ``/requests`` table; atomic (temp + rename)."""
     import h5py
+
     from attnsim.core.fileio import atomic_path
     from attnsim.sim.results import write_results
 
@@ -258,9 +259,9 @@ def serve_cmd(args) -> int:
         print("figure: " + ", ".join(str(p) for p in paths))
         return 0
     from attnsim import __version__
+    from attnsim.cli.run import check_run_outputs
     from attnsim.sim.results import dumps
     from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
-    from attnsim.cli.run import check_run_outputs
 
     exp, serving = load_serving_experiment(args.experiment, args.sets)
     out_path = check_run_outputs(args, exp.spec.name)

@@ -6,9 +6,9 @@ import re
 import sys
 from pathlib import Path
 
+from attnsim.cli import positive_int, positive_seconds
 from attnsim.core.config import ConfigError
 from attnsim.core.outputs import check_output
-from attnsim.cli import positive_int, positive_seconds
 
 
 def register(sub) -> None:
@@ -200,7 +200,7 @@ def point_fn_arg(text: str) -> str:
 
 
 def sweep_cmd(args) -> int:
-    from attnsim.studies.sweep.executors import emit_sbatch, parse_shard, run_sweep
+    from attnsim.studies.sweep.executors import parse_shard, run_sweep
     from attnsim.studies.sweep.spec import load_sweep
 
     sweep = load_sweep(args.sweep, extra_sets=args.sets)
@@ -298,6 +298,7 @@ def _emit_sbatch(args, sweep, out: Path) -> int:
         print(text, end="")
         return 0
     import shlex
+
     from attnsim.core.fileio import atomic_path
 
     with atomic_path(target) as tmp:
@@ -476,8 +477,9 @@ def plot_cmd(args) -> int:
     resolve_font(args.font, file="--font", key=None)
     style = {"labels": labels, "font": args.font, "logx": args.logx}
     if args.recipe in ("latency_cdf", "latency_ccdf"):  # per-request rows of `attnsim serve` results
-        from attnsim.core.plot_options import check_recipe
         import numpy as np
+
+        from attnsim.core.plot_options import check_recipe
         from attnsim.plots.serve import _read_requests, latency_cdf, read_slos
 
         check_recipe(

@@ -51,10 +51,10 @@ def _figure_plan(args) -> dict:
     """reproduction name -> (spec, output paths), checked before anything runs."""
     if not args.figures:
         return {}
-    from attnsim.studies import reproduce
     from attnsim.core.config import ConfigError
     from attnsim.core.outputs import check_output, inside
     from attnsim.plots.style import figure_paths
+    from attnsim.studies import reproduce
     from attnsim.studies.validate import reproductions_in
 
     check_output(args.figures, "--figures", kind="dir")
@@ -124,6 +124,7 @@ def _print(rows, specs) -> None:
 
 def _figure(rows, out, spec) -> None:
     import matplotlib.pyplot as plt
+
     from attnsim.plots.recipes import reproduction
     from attnsim.plots.style import paper_style, save
 
@@ -203,6 +204,7 @@ def _explain(args) -> int:
     for w in wfs:
         if out is not None:
             import matplotlib.pyplot as plt
+
             from attnsim.plots.recipes import waterfall
             from attnsim.plots.style import paper_style, save
 

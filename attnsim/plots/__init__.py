@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Optional
 
 from attnsim.core.config import ConfigError
-from attnsim.plots import recipes as _r
-from attnsim.plots.labels import active as _labels_active, check_labels
 from attnsim.core.plot_options import check_limits, check_recipe
+from attnsim.plots import recipes as _r
+from attnsim.plots.labels import active as _labels_active
+from attnsim.plots.labels import check_labels
 from attnsim.plots.style import paper_style, save
 
 RECIPES = {
@@ -117,6 +118,7 @@ def plan_figure(doc, out=None, *, width=None, title=None, labels: Optional[dict]
     """The ``plan_front`` figure of an ``attnsim plan`` document (a dict, or the JSON file ``attnsim plan -o``
     writes); with ``out`` written as PDF + PNG (returns the paths), else the Figure."""
     import json
+
     from attnsim.plots.labels import known_keys
 
     if not isinstance(doc, dict):

@@ -204,6 +204,7 @@ def known_keys(table=None) -> set[str]:
 def load_labels(path) -> dict:
     """A ``--labels`` YAML file: one ``name: label`` per line."""
     from pathlib import Path
+
     from attnsim.core.config import parse_yaml, read_text_file
 
     p = Path(path)

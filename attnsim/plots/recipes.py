@@ -686,9 +686,9 @@ def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None, 
 def placed_ops(resolved: dict, step: str = "decode") -> dict:
     """Re-place one step of a stored point: per device role, per op row (op class, FLOPs, bytes, time)."""
     from attnsim.core.config import ConfigTree
-    from attnsim.sim.experiment import validate_tree
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
+    from attnsim.sim.experiment import validate_tree
     from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
     files = {}

@@ -26,6 +26,7 @@ _SLO = {"ttft_s": "slo_ttft_s", "tpot_s": "slo_tpot_s"}  # run metrics holding t
 
 def _read_requests(path) -> tuple[np.ndarray, list]:
     import h5py
+
     from attnsim.core.config import ConfigError
 
     with h5py.File(path, "r") as f:

@@ -19,10 +19,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+import matplotlib
+
 from attnsim.core.outputs import figure_paths  # noqa: F401 - re-exported (it lives beside check_output)
 from attnsim.plots.labels import KNOWN, OP_CLASSES  # noqa: F401 - re-exported (label data lives in labels)
-
-import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -155,6 +155,7 @@ def resolve_font(font=None, file=None, key="font") -> tuple[str, Path]:
     DejaVu Serif, a path ending in .ttf/.otf -> that file, else an installed family (refused when none
     matches: matplotlib would silently substitute another font)."""
     from matplotlib import font_manager as fm
+
     from attnsim.core.config import ConfigError
 
     font = DEFAULT_FONT if font in (None, "") else str(font)

@@ -15,22 +15,26 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
-from attnsim.core.config import ALLOW_KEY, Plausible, file_allow_list, not_physical, plausible_keys
 from attnsim.core.config import (
+    ALLOW_KEY,
     CONFIG_ROOT,
     ConfigError,
     ConfigTree,
+    Plausible,
     Schema,
     display_path,
+    file_allow_list,
     find_config,
     is_experiment_set,
     load_yaml,
+    not_physical,
+    plausible_keys,
     validate,
 )
+from attnsim.core.outputs import SafeName
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import SystemSpec, ref_name
 from attnsim.mapper.base import validate_options
-from attnsim.core.outputs import SafeName
 from attnsim.workloads.limits import MAX_EXACT_DECODE_STEPS
 from attnsim.workloads.model import ModelSpec
 from attnsim.workloads.scenario import Scenario, context_window

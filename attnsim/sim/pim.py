@@ -40,7 +40,6 @@ all-bank refreshes x nRFC + per-bank ones x nRFCpb / banks per rank.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, set_static, subbatch_parts
 from attnsim.mapper.base import CapacityError, MemoryPlacement, Plan, transfer_row
+from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, set_static, subbatch_parts
 from attnsim.workloads.model import DTYPE_BYTES
 from attnsim.workloads.optrace import LayerGroup, OpTrace
 from attnsim.workloads.trace import layer_groups, param_count

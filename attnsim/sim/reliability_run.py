@@ -38,10 +38,10 @@ def load_spec(section: dict, file: str, prefix: str, allow: list[str] | None = N
 def high_bit_fraction(kv_format: str) -> float:
     """Share of a KV element's stored bits in the 'high' field group (sign/exponent, code MSB)."""
     from attnsim.hwmodels.reliability.formats import (
-        FIELD_ID,
         FIELD_GROUPS,
-        FORMAT_BITS,
+        FIELD_ID,
         FLOAT_FORMATS,
+        FORMAT_BITS,
         float_field_of_bit,
         int_field_of_bit,
     )

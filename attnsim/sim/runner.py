@@ -7,23 +7,21 @@ when the experiment names a baseline, ``vs_baseline``.
 
 from __future__ import annotations
 
-import numpy as np
-
 from attnsim.core.config import ConfigError, allow_notes
-from attnsim.sim.results import BASELINE_RATIOS, baseline_ratio, finalize_doc
-from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights, subbatch_parts
+from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights, subbatch_parts
 from attnsim.sim.pipeline import check_pipeline
-from attnsim.sim.run_metrics import (
+from attnsim.sim.results import BASELINE_RATIOS, baseline_ratio, finalize_doc
+from attnsim.sim.run_metrics import (  # noqa: F401 (runner.X keeps them: tests import METRIC_KEYS from here)
     METRIC_KEYS,
     SYSTEM_KEYS,
     _bandwidth,
-    _memory,  # noqa: F401 (runner.X keeps them)
+    _memory,
     _replica_scenario,
     null_metrics,
 )
-from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
 from attnsim.workloads.scenario import context_window
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, tp_imbalance, weight_bytes
 

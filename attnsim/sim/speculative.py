@@ -18,9 +18,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import StepResult, cost_step, decode_step_weights
-from attnsim.mapper.base import CapacityError, MemoryPlacement, get_policy
 from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
+from attnsim.mapper.base import CapacityError, MemoryPlacement, get_policy
+from attnsim.sim.engine import StepResult, cost_step, decode_step_weights
 from attnsim.workloads.speculative import expected_tokens, load_draft
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, weight_bytes
 

@@ -387,8 +387,8 @@ def check_events(events: list[dict]) -> None:
 
 def write_trace(path: str | Path, events: list[dict]) -> Path:
     """Write a trace JSON atomically (mode from the umask)."""
-    from attnsim.core.fileio import atomic_path
     from attnsim.core.config import ConfigError
+    from attnsim.core.fileio import atomic_path
 
     path = Path(path)
     try:  # strict JSON; serialised before anything is written

@@ -80,8 +80,8 @@ def setup(
     layer_groups: int = 4,
     block_tokens: int | None = None,
 ) -> Setup:
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.reliability.planner import uniform_blocks
+    from attnsim.sim.experiment import load_experiment
     from attnsim.sim.reliability_run import kv_footprint
     from attnsim.sim.runner import run_experiment
 

@@ -30,7 +30,6 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat
 
-from attnsim.core.config import not_physical
 from attnsim.core.config import (
     ConfigError,
     Schema,
@@ -38,6 +37,7 @@ from attnsim.core.config import (
     find_config,
     get_dotted,
     load_yaml,
+    not_physical,
     search_dirs,
     validate,
 )

@@ -85,7 +85,7 @@ def hardware_params(tree, hname: str) -> list[Param]:
             fields = type(value).model_fields
             value = getattr(value, next((n for n, fi in fields.items() if (fi.alias or n) == part), part))
         if value is None:
-            raise ConfigError(f"expected a value for a ranged field, got None", file=f, key=key)
+            raise ConfigError("expected a value for a ranged field, got None", file=f, key=key)
         out.append(Param(hname, key, r.low, value, r.high, r.source, f, kinds[key] == "int"))
     return out
 
@@ -204,8 +204,10 @@ def sampled(method: str, params: list[Param], evaluate: Callable, samples: int, 
     """Morris (``samples`` trajectories) or Sobol (``samples`` base points) over all ``params``."""
     try:
         import numpy as np
-        from SALib.analyze import morris as morris_analyze, sobol as sobol_analyze
-        from SALib.sample import morris as morris_sample, sobol as sobol_sample
+        from SALib.analyze import morris as morris_analyze
+        from SALib.analyze import sobol as sobol_analyze
+        from SALib.sample import morris as morris_sample
+        from SALib.sample import sobol as sobol_sample
     except ImportError:
         raise ConfigError("SALib is not installed (pip install 'attnsim[sensitivity]')", file="--method") from None
     problem = {"num_vars": len(params), "names": [p.name for p in params], "bounds": [[p.low, p.high] for p in params]}

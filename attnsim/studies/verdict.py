@@ -40,9 +40,10 @@ SEPARATOR = ";"  # between parameter names in a sweep store's verdict_flips colu
 def assumed_params(tree, hardware: list[str]) -> list:
     """The assumed, ranged parameters (:class:`attnsim.studies.sensitivity.Param`) of the named hardware of a
     config tree, in the order given and each file's order."""
+    from dataclasses import replace
+
     from attnsim.hwmodels import registry
     from attnsim.studies.sensitivity import hardware_params
-    from dataclasses import replace
 
     out = []
     for h in hardware:

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from attnsim.core.config import ConfigError, display_path, find_config, load_yaml, Plausible, Schema, validate
+from attnsim.core.config import ConfigError, Plausible, Schema, display_path, find_config, load_yaml, validate
 from attnsim.hwmodels.dram.rules import DEFAULT_CONTROLLER, RuleOverrides, given_overrides, override_error
 from attnsim.hwmodels.dram.rules import name_error as rules_name_error
 
@@ -263,7 +263,7 @@ class DRAMSpec(Schema):
         need(
             self.capacity_bytes <= MAX_CAPACITY_BYTES,
             "org",
-            f"a capacity of at most 2**53 B (channels x banks x rows x columns x burst_bytes)",
+            "a capacity of at most 2**53 B (channels x banks x rows x columns x burst_bytes)",
             f"{self.capacity_bytes} B",
         )
         need(t.nRFC < t.nREFI, "timing.nRFC", f"nRFC < nREFI = {t.nREFI} (else the device only refreshes)", t.nRFC)

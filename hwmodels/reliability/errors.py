@@ -23,7 +23,7 @@ Refresh interval also scales refresh power: :func:`refresh_power_scale`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

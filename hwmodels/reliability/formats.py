@@ -20,15 +20,15 @@ from functools import lru_cache
 import numpy as np
 
 from attnsim.hwmodels.reliability.planes import (  # noqa: F401 (formats.X keeps these names)
-    Encoded,
-    FIELDS,
     FIELD_GROUPS,
     FIELD_ID,
+    FIELDS,
     FLOAT_FORMATS,
-    FORMATS,
     FORMAT_BITS,
+    FORMATS,
     INT_FORMATS,
     LOW_FIELDS,
+    Encoded,
     Plane,
     float_field_of_bit,
     fp16_bits,

@@ -23,9 +23,8 @@ the planner's two error parts (planner.Planner ``error_weights``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -43,7 +43,7 @@ import numpy as np
 from attnsim.hwmodels.reliability import accuracy as acc
 from attnsim.hwmodels.reliability import ecc as _ecc
 from attnsim.hwmodels.reliability.errors import JEDEC_REFRESH_MS, RawErrorModel, refresh_power_scale
-from attnsim.hwmodels.reliability.formats import FIELD_GROUPS, FLOAT_FORMATS, FORMAT_BITS
+from attnsim.hwmodels.reliability.formats import FIELD_GROUPS, FORMAT_BITS
 
 OBJECTIVES = ("latency_x_energy", "energy", "latency")
 HIGH = FIELD_GROUPS["high"]

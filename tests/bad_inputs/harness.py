@@ -523,6 +523,7 @@ def _valid_store() -> Path:
     if _STORE is None:
         import contextlib
         import io
+
         from attnsim.cli import main
 
         d = _WORK / "store_src"
@@ -589,6 +590,7 @@ def feed_store(example) -> None:
     attnsim.studies.sweep.store.read_results (``attnsim show``) or attnsim.studies.sweep.table.load_table (export / plot)."""
     import h5py
     import numpy as np
+
     from attnsim.studies.sweep.store import read_results
     from attnsim.studies.sweep.table import load_table
 
@@ -912,6 +914,7 @@ def _npy_bytes(args) -> bytes:
     import io
 
     import numpy as np
+
     from attnsim.hwmodels.dram.traces import TRACE_DTYPE
 
     rows, pos, junk = args
@@ -1054,18 +1057,18 @@ def _import_readers() -> None:
 
     import attnsim.cli  # noqa: F401
     import attnsim.cli.dram  # noqa: F401
-    import attnsim.sim.experiment  # noqa: F401
+    import attnsim.core.cache  # noqa: F401
     import attnsim.hwmodels.dram.spec  # noqa: F401
     import attnsim.hwmodels.dram.traces  # noqa: F401
     import attnsim.hwmodels.gpu  # noqa: F401
     import attnsim.hwmodels.reliability.perplexity  # noqa: F401
     import attnsim.hwmodels.reliability.ppl_calibration  # noqa: F401
-    import attnsim.isa.base  # noqa: F401
-    import attnsim.studies.reproduce  # noqa: F401
-    import attnsim.sim.results  # noqa: F401
-    import attnsim.studies.serve.requests  # noqa: F401
     import attnsim.hwmodels.stack  # noqa: F401
-    import attnsim.core.cache  # noqa: F401
+    import attnsim.isa.base  # noqa: F401
+    import attnsim.sim.experiment  # noqa: F401
+    import attnsim.sim.results  # noqa: F401
+    import attnsim.studies.reproduce  # noqa: F401
+    import attnsim.studies.serve.requests  # noqa: F401
     import attnsim.studies.sweep.spec  # noqa: F401
     import attnsim.studies.sweep.table  # noqa: F401
     import attnsim.workloads.hf  # noqa: F401

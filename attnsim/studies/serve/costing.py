@@ -47,9 +47,9 @@ import math
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import StepResult, cost_step
-from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
+from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.sim.engine import StepResult, cost_step
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 

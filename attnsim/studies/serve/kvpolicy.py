@@ -36,7 +36,6 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from attnsim.core.config import Plausible, Schema
 
-
 #: The parameters each policy kind reads (any other one, given explicitly, is refused).
 POLICY_FIELDS = {
     "none": (),
@@ -162,8 +161,7 @@ def accuracy_proxy(spec: KVPolicySpec, tokens: int = 2048, prompt: int | None = 
     """Relative attention-output error of one decode query under the policy's selection and the
     attention mass the kept tokens carry, on synthetic q/K/V (reliability L0 proxy; H2O and SnapKV
     scores use the query's own attention, an optimistic stand-in). ``tokens`` is the context."""
-    from attnsim.hwmodels.reliability.accuracy import attention
-    from attnsim.hwmodels.reliability.accuracy import metrics, synthetic_qkv
+    from attnsim.hwmodels.reliability.accuracy import attention, metrics, synthetic_qkv
 
     qkv = synthetic_qkv(n_heads=4, n_tokens=tokens, head_dim=64, seed=seed)
     q, K, V = qkv["q"], qkv["k"], qkv["v"]

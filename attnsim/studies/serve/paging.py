@@ -23,7 +23,6 @@ small blocks cost extra ACT/PRE rounds in the command streams the engine times.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from attnsim.mapper.base import CapacityError

@@ -26,7 +26,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from attnsim.core.config import not_physical, Plausible, Schema
+from attnsim.core.config import Plausible, Schema, not_physical
 from attnsim.workloads.limits import MAX_REQUESTS, MAX_TOKENS
 from attnsim.workloads.scenario import Tokens
 

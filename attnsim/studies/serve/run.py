@@ -16,14 +16,13 @@ from typing import Optional
 import numpy as np
 
 from attnsim.core.config import ConfigError, allow_notes, display_path, find_config, load_yaml, validate
-from attnsim.sim.experiment import experiment_allow, load_tree, validate_tree
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
-from attnsim.sim.pipeline import check_pipeline
 from attnsim.mapper.base import CapacityError, get_policy
-from attnsim.sim.runner import SYSTEM_KEYS
+from attnsim.sim.experiment import experiment_allow, load_tree, validate_tree
+from attnsim.sim.pipeline import check_pipeline
 from attnsim.sim.results import finalize_doc
-from attnsim.sim.runner import scenario_doc
+from attnsim.sim.runner import SYSTEM_KEYS, scenario_doc
 from attnsim.studies.serve.costing import IterationCoster
 from attnsim.studies.serve.disagg import simulate_disagg
 from attnsim.studies.serve.kvpolicy import accuracy_proxy
@@ -550,9 +549,10 @@ def quick_pool(
     sets: Optional[list[str]] = None,
 ):
     """(Pool, Experiment, ServingSpec) from built-in names, for scripts, benches and tests."""
+    import json
+
     from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.scenario import Scenario
-    import json
 
     base = [
         f"experiment.systems=[{system}]",

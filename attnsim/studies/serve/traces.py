@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import calendar
 import csv
-import logging
 import json
+import logging
 import math
 import re
 from pathlib import Path

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
-from attnsim.core.config import ConfigError, ConfigTree
-from attnsim.sim.results import finalize_doc
 from attnsim.core import cache as _cache
-from attnsim.studies.sweep.spec import Sweep, canonical_json, sweep_definition_yaml
+from attnsim.core.config import ConfigError, ConfigTree
 from attnsim.core.outputs import terminal_text
+from attnsim.sim.results import finalize_doc
+from attnsim.studies.sweep.spec import Sweep, canonical_json, sweep_definition_yaml
 from attnsim.studies.sweep.store import FORMAT, StoreWriter, make_record, open_store
 
 DEFAULT_POINT_FN = "attnsim.studies.sweep.executors:simulate_point"
@@ -422,7 +422,9 @@ def check_flips(sweep: Sweep, point_fn: Optional[str]) -> None:
 
 def store_meta(sweep: Sweep, shard: tuple[int, int], argv=None) -> dict:
     import json
+
     import yaml
+
     from attnsim import __version__
     from attnsim.sim.results import git_revision
 

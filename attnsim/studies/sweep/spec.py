@@ -48,8 +48,6 @@ import numpy as np
 import yaml
 from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
-from attnsim.sim.results import json_default as _json_default
-from attnsim.core.config import not_physical
 from attnsim.core.config import (
     ConfigError,
     ConfigTree,
@@ -57,13 +55,15 @@ from attnsim.core.config import (
     display_path,
     find_config,
     load_yaml,
+    not_physical,
     parse_set,
     set_dotted,
     set_items,
     validate,
 )
-from attnsim.hwmodels.system import ref_name
 from attnsim.core.outputs import RelativePath, SafeName
+from attnsim.hwmodels.system import ref_name
+from attnsim.sim.results import json_default as _json_default
 
 SHORTHANDS = ("system", "model", "scenario")
 MAX_POINTS = 1_000_000  # points of one sweep (and values of one range / samples of one block); counted first

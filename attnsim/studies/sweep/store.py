@@ -58,8 +58,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
 import fcntl
+import functools
 import glob
 import json
 import os

@@ -357,6 +357,7 @@ def request_columns(path: str | Path) -> Optional[dict[str, np.ndarray]]:
     """Per-request rows of an ``attnsim serve`` results file (``/requests``: run, system, model,
     scenario, request, arrival_s, ttft_s, ...) under export names; None if the file has none."""
     import h5py
+
     from attnsim.studies.sweep.store import _decode, _reading
 
     with _reading(Path(path)) as f:
@@ -374,6 +375,7 @@ def write_csv(table: Table, out: str | Path) -> Path:
 
 def write_columns_csv(cols: dict[str, np.ndarray], out: str | Path) -> Path:
     import csv
+
     from attnsim.core.fileio import atomic_path
 
     out = Path(out)
@@ -393,6 +395,7 @@ def write_parquet(cols: dict[str, np.ndarray], out: str | Path, meta: Optional[d
     int64, the rest as strings; ``meta`` (str -> str) in the schema's key-value metadata."""
     pa = _optional("pyarrow", "attnsim[parquet]")
     import pyarrow.parquet as pq
+
     from attnsim.core.fileio import atomic_path
 
     arrays = {}
