@@ -16,14 +16,14 @@ import time
 
 import numpy as np
 
-# The last round's code (main at 878b7fc) on this workload (defaults below), CPU seconds of one run_once:
-# 69.25 s measured on the development box (2 cores shared by 9 sessions, wall 526 s); issue 29 quotes 44 s.
-LAST_ROUND_CPU_S = 69.25
-
 from attnsim.studies.serve.metrics import request_table, summarize
 from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
 from attnsim.studies.serve.run import quick_pool
 from attnsim.studies.serve.scheduler import simulate_pool
+
+# The last round's code (main at 878b7fc) on this workload (defaults below), CPU seconds of one run_once:
+# 69.25 s measured on the development box (2 cores shared by 9 sessions, wall 526 s); issue 29 quotes 44 s.
+LAST_ROUND_CPU_S = 69.25
 
 
 def run_once(args):

@@ -1,6 +1,5 @@
 """Random legal command streams for the DRAM differential tests (shared by tests/test_dram_*.py)."""
 
-
 from attnsim.hwmodels.dram.engine import Op, make_cmds
 
 OPS_PLAIN = [Op.ACT, Op.PRE, Op.RD, Op.WR, Op.RD, Op.WR, Op.PREA, Op.REF, Op.REFPB, Op.BARRIER]

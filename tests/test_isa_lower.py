@@ -1,6 +1,5 @@
 """GEMV lowering: placement, symmetry and hand-derived command counts for every ISA."""
 
-
 import numpy as np
 import pytest
 from hypothesis import given, settings

@@ -128,7 +128,7 @@ def test_2_gib_inputs_are_refused_in_one_line_before_reading(tmp_path, capsys, a
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hf_exp.yaml").write_text(yaml.safe_dump({**TINY_EXPERIMENT, "models": ["config.json"]}))
-    p = _sparse(tmp_path / name, 2 * GIB)
+    _sparse(tmp_path / name, 2 * GIB)
     t0 = time.monotonic()
     rc = main(argv)
     line = _one_line(capsys, rc, "larger than the 16777216 B limit")

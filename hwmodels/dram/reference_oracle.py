@@ -399,7 +399,6 @@ class RefEngine:
         return v
 
     def auto_pre(self, banks, ch):
-        T = self.T
         for k in banks:
             if self.row.get(k, -1) < 0:
                 continue

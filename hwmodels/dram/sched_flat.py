@@ -434,7 +434,6 @@ def _flat_core(
     pbg = T[K.T_PBG]
     cb = T[K.T_COLBUS]
     nbr = NB  # banks per rank
-    nbu = T[K.T_R] * NB  # banks per pseudo-channel
     ncs = 2 if T[K.T_PREHOLD] == 1 else 3  # candidate sets: primary, write hit (, PRE: pre_holdback off)
     eb = 1  # bits of the candidate index in the key
     while (1 << eb) < ncs * nbc:
@@ -442,7 +441,6 @@ def _flat_core(
     emask = (1 << eb) - 1
     yshift = 31 + eb
     ysat = (1 << (63 - yshift)) - 1
-    G = T[K.T_G]
     B = T[K.T_B]
     R = T[K.T_R]
     for ci in range(chans.shape[0]):

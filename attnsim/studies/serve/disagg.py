@@ -63,7 +63,6 @@ def simulate_disagg(pre_pool, dec_pool, trace, link, spec, labels=None) -> dict:
         mode="prefill",
         labels=labels,
     )
-    n = len(trace)
     kept = pre_pool.kvpol.retained_tokens(trace.prompt_tokens, trace.prompt_tokens)
     kv_bytes = np.array([kv_cache_bytes(model, sc, [int(k)]) for k in kept])
     to_decode = trace.output_tokens > 1

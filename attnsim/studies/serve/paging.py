@@ -23,6 +23,8 @@ small blocks cost extra ACT/PRE rounds in the command streams the engine times.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from attnsim.mapper.base import CapacityError

@@ -198,7 +198,7 @@ def dask_client(workers: int, scheduler: Optional[str] = None, jobqueue=None):
         return Client(scheduler)
     if jobqueue is not None:
         try:
-            import dask_jobqueue
+            import dask_jobqueue  # noqa: F401 - availability check
         except ImportError:
             raise ConfigError(
                 "a dask.jobqueue block needs dask-jobqueue: pip install 'attnsim[slurm]'", file="dask.jobqueue"
