@@ -45,7 +45,8 @@ def rate(name, n, kind, extrapolate=False, skip=True):
     print(
         f"  {name:12s} {kind:10s} {n:>10,d} req {how:18s}: engine {r.sim_wall_s:6.3f} s "
         f"({n / r.sim_wall_s / 1e6:7.2f} M req/s, {n / r.sim_wall_s / RAMULATOR2_REQ_PER_S:6.0f}x Ramulator 2), "
-        f"end-to-end {wall:6.2f} s ({n / wall / 1e6:6.2f} M req/s), {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak"
+        f"end-to-end {wall:6.2f} s ({n / wall / 1e6:6.2f} M req/s), "
+        f"{r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak"
     )
     return r
 
@@ -60,7 +61,8 @@ def extrapolation_error(name, n, kind):
         return
     print(
         f"  {name:12s} {kind:10s} {n:>9,d} req, {ext.steady['simulated_requests']:>8,d} simulated: cycles error "
-        f"{100 * (ext.cycles / full.cycles - 1):+.4f} %, energy {100 * (ext.energy_total_j / full.energy_total_j - 1):+.4f} %, "
+        f"{100 * (ext.cycles / full.cycles - 1):+.4f} %, "
+        f"energy {100 * (ext.energy_total_j / full.energy_total_j - 1):+.4f} %, "
         f"engine {full.sim_wall_s:.3f} -> {ext.sim_wall_s:.3f} s"
     )
 
@@ -111,7 +113,8 @@ def pim(rows=2000, macs=32):
         got = r.pim_bytes / r.time_s
         out[name] = r.time_s
         print(
-            f"  {name:18s} all-bank PIM {got / 1e12:6.2f} TB/s per stack; banks x 32 B / nCCDAB = {ideal_bps / 1e12:.2f}; "
+            f"  {name:18s} all-bank PIM {got / 1e12:6.2f} TB/s per stack; "
+            f"banks x 32 B / nCCDAB = {ideal_bps / 1e12:.2f}; "
             f"closed form with ACT/PRE + refresh overhead {cf_bps / 1e12:.2f} ({100 * (got / cf_bps - 1):+.2f} %)"
         )
     print(
@@ -131,7 +134,8 @@ def main() -> None:
         t0 = time.perf_counter()
         warm_up(load_dram_spec(name))
         print(
-            f"  {name}: {time.perf_counter() - t0:.2f} s (Numba cache {'warm' if time.perf_counter() - t0 < 3 else 'cold'})"
+            f"  {name}: {time.perf_counter() - t0:.2f} s "
+            f"(Numba cache {'warm' if time.perf_counter() - t0 < 3 else 'cold'})"
         )
     print(
         "speed (one core, compile excluded; every command = each request through exact FR-FCFS; skip-ahead: "

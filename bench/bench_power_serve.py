@@ -110,7 +110,8 @@ def main() -> None:
             print(
                 f"{name:24s} b{int(r['max_num_seqs']):4d}  W/GPU {cell(r['avg_power_w_per_gpu'], m['power_w_per_gpu'])}"
                 f"  J/tok {cell(r['energy_per_token_j'], m['energy_per_token_j'])}"
-                f"  ITL ms {cell(r['median_itl_ms'], m['itl_ms'])}  tok/s {cell(r['output_tok_per_s'], m['tok_per_s'])}",
+                f"  ITL ms {cell(r['median_itl_ms'], m['itl_ms'])}"
+                f"  tok/s {cell(r['output_tok_per_s'], m['tok_per_s'])}",
                 flush=True,
             )
 

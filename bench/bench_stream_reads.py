@@ -1,7 +1,8 @@
 """Near-memory sequential read stream (isa/lower.py ``stream_reads``, the CXL-PNM accelerator's and AttAcc's
 buffer-die reads) vs the request-level sequential stream through the same DRAM spec (FR-FCFS controller,
-the spec's default mapping): achieved / peak per channel with all-bank, per-bank and no refresh, records, wall time. (Per-bank refresh on HBM3: the in-order
-stream waits for the refreshed bank while a request queue serves the others, 0.66 vs 0.92: a known gap.)
+the spec's default mapping): achieved / peak per channel with all-bank, per-bank and no refresh, records, wall time.
+(Per-bank refresh on HBM3: the in-order stream waits for the refreshed bank while a request queue serves the others,
+0.66 vs 0.92: a known gap.)
 Prints figures; asserts nothing. Usage: python bench/bench_stream_reads.py [--quick]"""
 
 import sys

@@ -169,7 +169,8 @@ def reliability_tiering() -> str:
     docs = _run("reliability_tiering")
     label = {"jedec": "64 ms (JEDEC)", "relaxed_1s": "1 s", "relaxed_20s": "20 s"}
     lines = [
-        "| mantissa refresh | effective refresh | refresh energy / decode step | TPOT | J/token | silent errors / token "
+        "| mantissa refresh | effective refresh | refresh energy / decode step | TPOT | J/token "
+        "| silent errors / token "
         "| accuracy proxy | SLO (0.05) |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -58,7 +58,8 @@ def main() -> int:
             (lo, hi), text = art
             note = f"{text}: {lo / (wall / runs):,.0f}-{hi / (wall / runs):,.0f}x attnsim's time per run"
         print(
-            f"{folder.name:<12} {len(rows):>4} {runs:>4} {ok:>2}/{len(rows):<2} {wall:>7.2f} {wall / runs:>6.2f}  {note}"
+            f"{folder.name:<12} {len(rows):>4} {runs:>4} {ok:>2}/{len(rows):<2} "
+            f"{wall:>7.2f} {wall / runs:>6.2f}  {note}"
         )
     total = time.perf_counter() - T0
     print(

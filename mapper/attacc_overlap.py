@@ -14,8 +14,8 @@ X = transfers, A = score + softmax + context::
 (the four branches of system.py:135-154 reduce to this): the busiest resource sets the time and the
 others add the fill and drain of one head's worth of work. (Two quirks attnsim does not copy: after
 this the artefact sets the PIM softmax time to 0 (system.py:156), and without --pipeopt it still
-overlaps the transfers with the attention, max(A, X) + r min(A, X) (system.py:127-133).) attnsim puts the rows from ``qkv_proj`` to
-``out_proj`` of a layer group into one concurrent stage with ``Plan.stage_exposed`` = r, so the engine
+overlaps the transfers with the attention, max(A, X) + r min(A, X) (system.py:127-133).) attnsim puts the rows from
+``qkv_proj`` to ``out_proj`` of a layer group into one concurrent stage with ``Plan.stage_exposed`` = r, so the engine
 computes exactly this, with each resource's time from its own device model. The head is a query head,
 as in the artefact: with GQA the PIM passes over a KV head once per query head of its group (one MAC
 per column command per query vector), so each query head is one item of the pipeline.

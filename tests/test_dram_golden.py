@@ -200,8 +200,8 @@ def _reopens(c):
 
 @pytest.mark.parametrize("kind", ["seq", "mixed"])
 def test_ramulator2_rules_reproduce_its_command_trace(kind):
-    """Ramulator 2.1's LPDDR5 command trace (tests/data/dram_golden/cmdtrace_ramulator2_lpddr5.json): its FRFCFS closes a
-    row at a row boundary of the sequential stream while hits to it are queued, and they reopen it (pre_holdback
+    """Ramulator 2.1's LPDDR5 command trace (tests/data/dram_golden/cmdtrace_ramulator2_lpddr5.json): its FRFCFS closes
+    a row at a row boundary of the sequential stream while hits to it are queued, and they reopen it (pre_holdback
     False: 1149 reopens, 1933 ACTs; holding the PRE back gives ~1320 ACTs); its refresh waits for requests whose ACT
     issued (refresh_waits_active: no reopen after a REF; without the rule ~240 on the mixed stream)."""
     import dataclasses

@@ -465,7 +465,8 @@ def test_sweep_points_that_did_not_run_have_every_metric_key(tmp_path):
         (
             {"devices": {"gpu": {"hardware": "nvlink4", "count": 1}}},
             (
-                "mine.yaml: devices.gpu.hardware: expected a device (kind cxl_controller, flash, gpu, host, memory, npu, pim), got 'nvlink4' of kind 'link'",
+                "mine.yaml: devices.gpu.hardware: expected a device (kind cxl_controller, flash, gpu, host, memory, "
+                "npu, pim), got 'nvlink4' of kind 'link'",
             ),
         ),
         (

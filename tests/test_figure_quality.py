@@ -84,7 +84,8 @@ CASES = {  # recipe -> (options, expected y label or None for a pattern check, d
 
 @pytest.fixture(scope="module")
 def flips_table():
-    """DGX H100 against one H100 (the baseline) with its verdict flips (attnsim.studies.verdict): the tornado's input."""
+    """DGX H100 against one H100 (the baseline) with its verdict flips (attnsim.studies.verdict):
+    the tornado's input."""
     import attnsim
 
     return attnsim.run({**BASE, "systems": SYSTEMS, "baseline": "h100_x1"}, flips=True).table()
@@ -179,9 +180,9 @@ def test_recipe_output_is_paper_ready(table, flips_table, recipe):
         assert [t.split(", ")[0] for t in ticks] == [
             DEFAULT_LABELS[s] for s in table.select(opts["where"]).col("system")
         ]
-    if (
-        has_dnf and recipe != "pareto"
-    ):  # the capacity marker (pareto: no metrics to place it, in the legend): an "x" (no y value) for the point that does not fit
+    # the capacity marker (pareto: no metrics to place it, in the legend): an "x" (no y value) for the point that
+    # does not fit
+    if has_dnf and recipe != "pareto":
         xs = [ln for ln in ax.get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
         assert len(xs) == 1
         if recipe != "heatmap":

@@ -65,7 +65,8 @@ def test_what_differs_lines_are_numbers_of_the_results():
     current = base
     for ln in lines:
         m = re.match(
-            rf"(\S+) vs (\S+): decode step {NUM} vs {NUM} ms \({NUM}x (faster|slower)\), TTFT {NUM} vs {NUM} ms, {NUM} vs {NUM} J/token$",
+            rf"(\S+) vs (\S+): decode step {NUM} vs {NUM} ms \({NUM}x (faster|slower)\), "
+            rf"TTFT {NUM} vs {NUM} ms, {NUM} vs {NUM} J/token$",
             ln,
         )
         if m:
@@ -130,8 +131,8 @@ def _compile_event(monkeypatch):
 
 
 def test_run_prints_the_differences_and_a_compile_notice(tmp_path, monkeypatch, capsys):
-    """The compile line (attnsim.core.jitcache): the device layer logs it on a Numba compile event; `attnsim` and the API
-    print it as one stderr line. A real cold compile is tested in test_packaging (wheel) and test_jitcache."""
+    """The compile line (attnsim.core.jitcache): the device layer logs it on a Numba compile event; `attnsim` and the
+    API print it as one stderr line. A real cold compile is tested in test_packaging (wheel) and test_jitcache."""
     from attnsim.core import cache
 
     cache.reset()  # an engine result memoised by an earlier test would mean no kernel dispatch here

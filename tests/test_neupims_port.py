@@ -148,8 +148,9 @@ def test_port_issues_channel_by_channel_and_bounds_the_time():
 
 def test_a_port_without_a_limit_times_as_no_port(assignment="greedy"):
     """Each channel runs its requests in the order they were placed with or without the port (greedy: longest
-    first; online / lists: batch order either way), so a port far faster than the channels gives the no-port time, refresh guard included (review
-    finding: batch order under the port moved a 256-request greedy batch by +0.5 / +0.9 %)."""
+    first; online / lists: batch order either way), so a port far faster than the channels gives the no-port time,
+    refresh guard included (review finding: batch order under the port moved a 256-request greedy batch by
+    +0.5 / +0.9 %)."""
     rng = np.random.default_rng(7)
     lens = rng.integers(50, 900, 256).tolist()  # 8 per channel: the order within a channel matters
     for phase in ("score", "context"):

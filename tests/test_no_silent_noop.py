@@ -6,8 +6,8 @@ FIELD_BASE names). The changed value is automatic (tests/noop_walk.py: bool flip
 choice, numbers x1.5 or +1 within bounds, None -> 1) unless ALTERNATIVE gives one, with optional
 extra ``--set`` overrides applied to both runs (so that the field is reachable, e.g. a KV policy's
 budget with that policy selected). Only the fields in COSMETIC may leave the document unchanged; a
-clean ConfigError naming the field (a refused setting, e.g. ``parallelism.pp`` above the model's layers) counts as a change.
-Documents are compared as ``--json`` prints them, less the keys that echo the configuration
+clean ConfigError naming the field (a refused setting, e.g. ``parallelism.pp`` above the model's layers) counts as a
+change. Documents are compared as ``--json`` prints them, less the keys that echo the configuration
 (noop_walk.ECHO_KEYS: the scenario and disaggregation echoes).
 """
 
@@ -164,7 +164,8 @@ BASES = {
         "default",
         _sys("dgx_a100")[:3]
         + [
-            "experiment.scenarios={s: {batch_size: 4, context_lens: {dist: normal, mean: 64, std: 16, low: 8, high: 200, seed: 1}, output_len: 6}}",
+            "experiment.scenarios={s: {batch_size: 4, context_lens: "
+            "{dist: normal, mean: 64, std: 16, low: 8, high: 200, seed: 1}, output_len: 6}}",
             GEN,
         ]
         + SMALL,
@@ -179,7 +180,8 @@ BASES = {
             "experiment.reliability.tiers.hbm.capacity_gb=1.0e-6",
             "experiment.models=[llama2-7b]",
             "experiment.generation={mode: sampled, samples: 3}",
-            "experiment.scenarios={s: {batch_size: 1, prompt_len: 64, output_len: 6, kv_dtype: bf16, weight_dtype: bf16, act_dtype: bf16}}",
+            "experiment.scenarios={s: {batch_size: 1, prompt_len: 64, output_len: 6, "
+            "kv_dtype: bf16, weight_dtype: bf16, act_dtype: bf16}}",
         ]
         + SMALL,
         None,
@@ -235,7 +237,8 @@ BASES = {
         [  # requests from a file (no synthetic trace settings)
             "experiment.models=[llama2-7b]",
             "experiment.scenarios={chat: {prompt_len: 64, output_len: 16}}",
-            f"experiment.serving.trace={{file: {Path(__file__).parent / 'data' / 'noop_requests_prefix.csv'}, prefix_tokens: 16}}",
+            f"experiment.serving.trace={{file: {Path(__file__).parent / 'data' / 'noop_requests_prefix.csv'}, "
+            "prefix_tokens: 16}",
             "experiment.serving.kv.locality_dram=null",
         ]
         + SMALL,

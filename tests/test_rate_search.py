@@ -1,5 +1,5 @@
-"""``attnsim serve --max-rate-under-slo`` (attnsim.studies.rate_search): the bisection brackets a monotone threshold, and on
-a single-server queue with a fixed service time (M/D/1) it finds the rate the queueing formula gives."""
+"""``attnsim serve --max-rate-under-slo`` (attnsim.studies.rate_search): the bisection brackets a monotone threshold,
+and on a single-server queue with a fixed service time (M/D/1) it finds the rate the queueing formula gives."""
 
 from __future__ import annotations
 

@@ -507,8 +507,8 @@ def test_figure_recipe_draws_each_row_on_its_band():
 
 def test_attacc_rows_read_the_builtin_experiment_under_the_named_assumptions():
     """--set attacc (the old name) reads the built-in attacc_gpt3_175b experiment with the folder's assumptions
-    (AttAcc's NVLink fit, per-access GPU energy, one head per channel, no capacity check) applied as plain --set overrides: every row
-    equals that run's metric (x scale), and the folder holds no copied hardware or system file."""
+    (AttAcc's NVLink fit, per-access GPU energy, one head per channel, no capacity check) applied as plain --set
+    overrides: every row equals that run's metric (x scale), and the folder holds no copied hardware or system file."""
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
 

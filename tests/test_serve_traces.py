@@ -1,5 +1,6 @@
-"""Request trace readers (attnsim/studies/serve/traces.py) on excerpts of the public datasets (tests/data/traces/README.md),
-their windows and scales, one-line errors for bad rows, and Mooncake hash ids driving the prefix cache."""
+"""Request trace readers (attnsim/studies/serve/traces.py) on excerpts of the public datasets
+(tests/data/traces/README.md), their windows and scales, one-line errors for bad rows, and Mooncake hash ids driving the
+prefix cache."""
 
 from __future__ import annotations
 

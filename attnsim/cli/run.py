@@ -110,7 +110,8 @@ def _print_docs(
     if flips_cost is not None:
         print(
             f"verdict flips: {flips_cost['parameters']} assumed parameters (ranges: entries at their low and high "
-            f"end, choices: entries at each alternative), {flips_cost['reruns']} re-runs, {flips_cost['wall_s']:.1f} s (--no-flips skips them)"
+            f"end, choices: entries at each alternative), {flips_cost['reruns']} re-runs, {flips_cost['wall_s']:.1f} s "
+            "(--no-flips skips them)"
         )
     mappings = mapping_lines(docs)
     if mappings:  # the JSON holds the same per run: breakdown.decode_step.pim_mapping

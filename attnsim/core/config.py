@@ -547,8 +547,9 @@ def check_plausible(
 class Schema(BaseModel):
     """Base of every config schema: unknown keys rejected, values immutable, numbers sane.
 
-    Numbers: true/false is refused where a number is expected; every float field refuses inf/NaN (``allow_inf_nan=False``: "expected a finite number,
-    got inf"), and after validation every int anywhere in the model's own fields (free-form
+    Numbers: true/false is refused where a number is expected; every float field refuses inf/NaN
+    (``allow_inf_nan=False``: "expected a finite number, got inf"), and after validation every int anywhere in the
+    model's own fields (free-form
     ``dict[str, Any]`` sections included; nested Schemas check themselves) must be within
     ±:data:`INT_LIMIT`, and every float in a free-form section must be finite.
     """

@@ -15,8 +15,9 @@ of every source under an installed root (``hwmodels/``) are cached in the first 
 each other's index files. A folder of 2.-4. is used only if it and its folders up to ``kernels/`` (4.:
 ``attnsim-<uid>``) are ours and not writable by group or others (Numba's cache files are pickles: whoever can
 write them runs code as the reader); a refused one is skipped with one warning. Where none can be written,
-Numba's own user-wide folder; never ``__pycache__`` beside the source (``_NotInPackage``). The location is chosen once per process (``kernel_dir``); a sweep that points
-``ATTNSIM_CACHE_DIR`` at its own sub-result folder for its workers hands them its choice (``PIN_ENV``), so
+Numba's own user-wide folder; never ``__pycache__`` beside the source (``_NotInPackage``). The location is chosen once
+per process (``kernel_dir``); a sweep that points ``ATTNSIM_CACHE_DIR`` at its own sub-result folder for its workers
+hands them its choice (``PIN_ENV``), so
 the kernels do not move.
 
 Stamp. Numba stamps a cached function with a hash of its own file only, but attnsim's kernels inline functions

@@ -3,8 +3,9 @@
 :func:`fit_ticks` draws the figure once (Agg, no file) and, per axis whose tick labels' text bounding
 boxes (``get_window_extent``) overlap: categorical (not numeric) labels at fixed ticks are
 tried wrapped at ", " / spaces, then rotated 30, 45 and 90 degrees, then set smaller (down to
-:data:`MIN_PT`), and finally thinned (every k-th label kept); numeric ticks are thinned by fixing the locator to every k-th tick. Minor tick labels
-(log axes) that collide are dropped first. The result is checked again after each change. Log axes
+:data:`MIN_PT`), and finally thinned (every k-th label kept); numeric ticks are thinned by fixing the locator to every
+k-th tick. Minor tick labels (log axes) that collide are dropped first. The result is checked again after each change.
+Log axes
 spanning under 3 decades are labelled with plain numbers (:func:`plain_log_ticks`).
 """
 

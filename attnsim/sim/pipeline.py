@@ -399,8 +399,9 @@ def pipeline_step(
 ) -> PipelineStep:
     """Cost one step of a replica's batch (``context_lens`` / ``query_tokens`` per request) through the
     pipeline. ``place(ctx, q, subbatch_of=None) -> Plan`` places a micro-batch's full trace (policy + memory
-    of the whole replica; ``subbatch_of`` = s marks one of s concurrent sub-batches, as the runner does); ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras);
-    a plan with ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``place`` again)
+    of the whole replica; ``subbatch_of`` = s marks one of s concurrent sub-batches, as the runner does);
+    ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras); a plan with
+    ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``place`` again)
     costed by engine.cost_step_pipelined per stage, as attnsim.sim.runner does without PP.
     ``host_s(requests) -> seconds`` (decode): the software stack's host time of each micro-batch's token
     (sampling between its last stage and its next first stage) on that micro-batch's chain; the host

@@ -9,8 +9,9 @@ stretch of steps); every op event carries its bytes, energy, achieved bandwidth 
 ``args``. A zero-duration row (a softmax inside the fused attention kernel, a row that a concurrent
 stage hides behind a slower device: AttAcc's overlapped attention) keeps its energy in its args and
 adds it to the power counter's next span of its device (or its last, at the end), so each power
-counter integrates to the device's energy unless the device has no span of its own; ``memory_bytes`` of a link row is the traffic over the whole link
-(all ranks). :func:`check_events` is the validity check the tests use; the serving timeline is
+counter integrates to the device's energy unless the device has no span of its own; ``memory_bytes`` of a link row is
+the traffic over the whole link (all ranks). :func:`check_events` is the validity check the tests use; the serving
+timeline is
 attnsim/studies/timeline_serve.py.
 """
 

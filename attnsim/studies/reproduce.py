@@ -3,8 +3,9 @@
 ``configs/reproductions/<system>/reference.yaml`` (format: configs/reproductions/README.md) names the
 experiments to run (YAML files beside it, or built-in experiment names) and the rows to compare: a
 run picked by ``select`` (system, model, scenario name or any scenario key), a dotted ``metric`` path in
-its run document (or several joined by `` + ``: their sum), the artefact's ``reference`` value and a relative ``tolerance``; ``role`` says whether
-an attnsim parameter was set from the row (``calibration``, in-sample) or not (``validation``, held out).
+its run document (or several joined by `` + ``: their sum), the artefact's ``reference`` value and a relative
+``tolerance``; ``role`` says whether an attnsim parameter was set from the row (``calibration``, in-sample) or not
+(``validation``, held out).
 
 A reproduction is attnsim's built-in defaults plus the artefact's own assumptions: ``assumptions:`` lists
 named overrides of built-in configs (``--set`` keys and values), each with the artefact line or paper

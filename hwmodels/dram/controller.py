@@ -1,8 +1,9 @@
 """Memory-controller front end for request streams: address mapping, open/closed page, FR-FCFS.
 
 Each channel has one bounded request queue of ``queue`` entries per pseudo-channel (default 32,
-DRAMsim3's trans queue size, dram_timing.md §1; HBM pseudo-channels have their own data buses). Scheduling is event-driven FR-FCFS: among queued requests the next command
-(PRE, ACT or the column command) that can issue earliest goes first; ties go to row hits, then to
+DRAMsim3's trans queue size, dram_timing.md §1; HBM pseudo-channels have their own data buses). Scheduling is
+event-driven FR-FCFS: among queued requests the next command (PRE, ACT or the column command) that can issue earliest
+goes first; ties go to row hits, then to
 the oldest. A PRE that would close a row still wanted by a queued hit is held back (rules.py pre_holdback; the
 ``ramulator2`` preset holds it back only for the request whose ACT opened the row, and lets such requests issue
 their column commands before a due refresh: refresh_waits_active). Closed page:

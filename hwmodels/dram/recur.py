@@ -6,8 +6,9 @@ drives the controller through states that recur. The scheduler compares times, p
 uses their values otherwise (translation invariance), so if the whole state at two checkpoints A and B is equal
 relative to (last command cycle t, next position, next request's row), and the input is periodic from the
 oldest request queued at A on, the run from B over the next m periods is the run from A shifted m times by
-(dt, dn, drow) and serves the previous period's requests shifted by dn (so the latency sum is exact too). The state after m periods is then B's with every time +
-m dt, every queued position + m dn, every open row + m drow, the statistics + m (B - A) and the latency sum +
+(dt, dn, drow) and serves the previous period's requests shifted by dn (so the latency sum is exact too). The state
+after m periods is then B's with every time + m dt, every queued position + m dn, every open row + m drow, the
+statistics + m (B - A) and the latency sum +
 m L + (dt - da) c m (m + 1) / 2 (L, c: latency sum and requests served between A and B; da: the arrivals' shift
 per period, dt or less for long-past arrivals). The result is exact: the same cycles, counts and latency as
 issuing every command (tests/test_dram_skip.py compares them on periodic streams of every preset, refresh mode

@@ -123,8 +123,9 @@ PRESETS = {
     "dramsim3": ControllerRules(
         "rank", "rank", 32, "pseudo_channel", False, write_queue_entries=32, refresh_stagger=True, cmd_queue_entries=8
     ),
-    # the default (DEFAULT_CONTROLLER). ClosedCAP cap 4 (Ramulator 2.1's default cap, the golden closed streams'); 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49); PRE
-    # held back only for the active buffer, refresh after it (would_close_active, controller_base.cpp:281-330)
+    # the default (DEFAULT_CONTROLLER). ClosedCAP cap 4 (Ramulator 2.1's default cap, the golden closed streams'); 32
+    # reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49); PRE held back only for the active
+    # buffer, refresh after it (would_close_active, controller_base.cpp:281-330)
     "ramulator2": ControllerRules(
         "pseudo_channel",
         "pseudo_channel",

@@ -587,7 +587,8 @@ def _store_strategy():
 
 def feed_store(example) -> None:
     """A valid sweep store with objects / attributes deleted or replaced, or bytes cut or flipped ->
-    attnsim.studies.sweep.store.read_results (``attnsim show``) or attnsim.studies.sweep.table.load_table (export / plot)."""
+    attnsim.studies.sweep.store.read_results (``attnsim show``) or attnsim.studies.sweep.table.load_table
+    (export / plot)."""
     import h5py
     import numpy as np
 

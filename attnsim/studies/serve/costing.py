@@ -15,8 +15,8 @@ each placed on a grid and linearly interpolated between its two neighbouring gri
   tokens per request (which depends on n) into the attention rows, so interpolating in n errs
   by ~2-3 % on TTFT (measured), against ~1.5x fewer memo entries;
 * m, the mean decode context (tokens read): step ``context_bucket``, geometric above
-  context_bucket / relative_bucket (8 points per octave by default). A batch of n decodes with contexts summing to n m is costed
-  as n decodes of context g at the grid points g: for every trace row of a decode batch
+  context_bucket / relative_bucket (8 points per octave by default). A batch of n decodes with contexts summing to n m
+  is costed as n decodes of context g at the grid points g: for every trace row of a decode batch
   without sliding-window layers, FLOPs and bytes depend on the contexts only through their sum,
   so equal contexts represent unequal ones exactly (sliding-window layers read min(c, window)
   per request: exact only while contexts stay below the window);

@@ -25,7 +25,7 @@ group scales are not counted (workloads/trace.py).
 Accuracy cost: :func:`accuracy_proxy` applies the policy's token selection to synthetic q/K/V
 with heavy-tailed attention and sinks (attnsim.hwmodels.reliability.accuracy, the L0 proxy) and
 returns the relative attention-output error of one decode query.
-"""
+"""  # noqa: E501 - the markdown table rows above cannot wrap
 
 from __future__ import annotations
 

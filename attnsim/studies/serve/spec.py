@@ -41,7 +41,9 @@ class KVSpec(Schema):
     layout: Literal["paged", "contiguous"] = "paged"
     reserve_tokens: Optional[PositiveInt] = Field(
         None,
-        description="contiguous layout: tokens reserved per request beyond its prompt (default: the trace's longest output)",
+        description=(
+            "contiguous layout: tokens reserved per request beyond its prompt (default: the trace's longest output)"
+        ),
     )
     policy: KVPolicySpec = KVPolicySpec()
     prefix_caching: bool = False

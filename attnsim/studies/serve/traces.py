@@ -319,8 +319,8 @@ def read_rows(
     default_prefix: int = 512,
 ):
     """Read a trace file: (arrival_s, prompt, output, prefix_id, prefix_tokens, facts), rows in file order
-    (None prefix arrays: no prefixes); facts counts the rows read, kept, skipped. attnsim.studies.serve.requests.read_trace
-    makes a RequestTrace of it."""
+    (None prefix arrays: no prefixes); facts counts the rows read, kept, skipped.
+    attnsim.studies.serve.requests.read_trace makes a RequestTrace of it."""
     p = Path(path)
     file = str(path)
     check_size(p, file)

@@ -642,7 +642,8 @@ def _serving_hardware(tree: ConfigTree) -> list[str]:
 
 
 def _serving_base(tree: ConfigTree, spec: SweepSpec, base_dir: Optional[Path], file: str) -> None:
-    """A serving base experiment makes every point a serving run (attnsim.studies.serve); check what a point can hold."""
+    """A serving base experiment makes every point a serving run (attnsim.studies.serve);
+    check what a point can hold."""
     serving = tree.experiment.get("serving")
     if serving is None:
         if spec.replications is not None:

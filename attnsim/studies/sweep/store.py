@@ -841,7 +841,8 @@ class StoreWriter:
         if have != mine:
             if not allow_version_mismatch:
                 raise ConfigError(
-                    f"expected a store written by this attnsim ({mine}), got one written by {have or 'an unknown version'}: "
+                    f"expected a store written by this attnsim ({mine}), "
+                    f"got one written by {have or 'an unknown version'}: "
                     "resuming would mix two code versions; choose another --out or pass "
                     "--allow-version-mismatch",
                     file=self.path,
