@@ -1,5 +1,6 @@
 """DRAM engine benchmark: simulated requests/s, achieved/peak bandwidth vs closed forms, PIM throughput,
 energy per bit. Prints figures; asserts nothing. Usage: python bench/bench_dram.py [--quick]"""
+
 import os
 import resource
 import sys
@@ -41,9 +42,12 @@ def rate(name, n, kind, extrapolate=False, skip=True):
         how = "full (no steady state)"
     else:
         how = f"skip-ahead {r.skipped_requests / r.requests:.0%}" if skip else "every command"
-    print(f"  {name:12s} {kind:10s} {n:>10,d} req {how:18s}: engine {r.sim_wall_s:6.3f} s "
-          f"({n / r.sim_wall_s / 1e6:7.2f} M req/s, {n / r.sim_wall_s / RAMULATOR2_REQ_PER_S:6.0f}x Ramulator 2), "
-          f"end-to-end {wall:6.2f} s ({n / wall / 1e6:6.2f} M req/s), {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak")
+    print(
+        f"  {name:12s} {kind:10s} {n:>10,d} req {how:18s}: engine {r.sim_wall_s:6.3f} s "
+        f"({n / r.sim_wall_s / 1e6:7.2f} M req/s, {n / r.sim_wall_s / RAMULATOR2_REQ_PER_S:6.0f}x Ramulator 2), "
+        f"end-to-end {wall:6.2f} s ({n / wall / 1e6:6.2f} M req/s), "
+        f"{r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak"
+    )
     return r
 
 
@@ -55,9 +59,12 @@ def extrapolation_error(name, n, kind):
     if not ext.extrapolated:
         print(f"  {name:12s} {kind:10s} not settled within {ext.steady} windows: simulated in full")
         return
-    print(f"  {name:12s} {kind:10s} {n:>9,d} req, {ext.steady['simulated_requests']:>8,d} simulated: cycles error "
-          f"{100 * (ext.cycles / full.cycles - 1):+.4f} %, energy {100 * (ext.energy_total_j / full.energy_total_j - 1):+.4f} %, "
-          f"engine {full.sim_wall_s:.3f} -> {ext.sim_wall_s:.3f} s")
+    print(
+        f"  {name:12s} {kind:10s} {n:>9,d} req, {ext.steady['simulated_requests']:>8,d} simulated: cycles error "
+        f"{100 * (ext.cycles / full.cycles - 1):+.4f} %, "
+        f"energy {100 * (ext.energy_total_j / full.energy_total_j - 1):+.4f} %, "
+        f"engine {full.sim_wall_s:.3f} -> {ext.sim_wall_s:.3f} s"
+    )
 
 
 def patterns(name, n=200_000):
@@ -71,19 +78,25 @@ def patterns(name, n=200_000):
     frac = 1 - t.nRFC / t.nREFI
     r = simulate_requests(spec, seq, 0)
     r256 = simulate_requests(spec, seq, 0, queue=256)
-    print(f"  {name:12s} sequential  {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak (queue 32), "
-          f"{r256.bandwidth_gbps / r256.peak_bandwidth_gbps:.3f} (queue 256); closed form 1 - nRFC/nREFI = {frac:.3f}; "
-          f"cycles {r256.cycles} vs {ideal / frac:.0f} ({100 * (r256.cycles / (ideal / frac) - 1):+.2f} %)")
+    print(
+        f"  {name:12s} sequential  {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak (queue 32), "
+        f"{r256.bandwidth_gbps / r256.peak_bandwidth_gbps:.3f} (queue 256); closed form 1 - nRFC/nREFI = {frac:.3f}; "
+        f"cycles {r256.cycles} vs {ideal / frac:.0f} ({100 * (r256.cycles / (ideal / frac) - 1):+.2f} %)"
+    )
     r = simulate_requests(spec, rnd, 0)
     print(f"  {name:12s} random      {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak, hits {r.row_hits / n:.3f}")
     r = simulate_requests(spec, strd, 0)
     per = max(t.nRC, max(t.nRAS, t.nRCDRD + t.nRTP) + t.nRP)
     cf = (len(strd) - 1) * per / frac
-    print(f"  {name:12s} strided     {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak (same bank, new row each); "
-          f"cycles {r.cycles} vs closed form {cf:.0f} ({100 * (r.cycles / cf - 1):+.2f} %)")
+    print(
+        f"  {name:12s} strided     {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak (same bank, new row each); "
+        f"cycles {r.cycles} vs closed form {cf:.0f} ({100 * (r.cycles / cf - 1):+.2f} %)"
+    )
     r = simulate_requests(device_spec(name), np.arange(n, dtype=np.int64) * o.burst_bytes, 0)
-    print(f"  {name:12s} streaming read energy {r.energy_total_j / (8 * r.bytes) * 1e12:.2f} pJ/bit "
-          + ", ".join(f"{k} {v / (8 * r.bytes) * 1e12:.2f}" for k, v in r.energy_j.items()))
+    print(
+        f"  {name:12s} streaming read energy {r.energy_total_j / (8 * r.bytes) * 1e12:.2f} pJ/bit "
+        + ", ".join(f"{k} {v / (8 * r.bytes) * 1e12:.2f}" for k, v in r.energy_j.items())
+    )
 
 
 def pim(rows=2000, macs=32):
@@ -99,23 +112,35 @@ def pim(rows=2000, macs=32):
         cf_bps = ideal_bps * (macs * p.nCCDAB / per) * (1 - t.nRFC / t.nREFI)
         got = r.pim_bytes / r.time_s
         out[name] = r.time_s
-        print(f"  {name:18s} all-bank PIM {got / 1e12:6.2f} TB/s per stack; banks x 32 B / nCCDAB = {ideal_bps / 1e12:.2f}; "
-              f"closed form with ACT/PRE + refresh overhead {cf_bps / 1e12:.2f} ({100 * (got / cf_bps - 1):+.2f} %)")
-    print(f"  power-constrained / NPC time ratio: {out['hbm3_5200_pim'] / out['hbm3_5200_pim_npc']:.3f} "
-          f"(nCCDAB 6 vs 4: 1.5 without ACT/PRE overhead)")
+        print(
+            f"  {name:18s} all-bank PIM {got / 1e12:6.2f} TB/s per stack; "
+            f"banks x 32 B / nCCDAB = {ideal_bps / 1e12:.2f}; "
+            f"closed form with ACT/PRE + refresh overhead {cf_bps / 1e12:.2f} ({100 * (got / cf_bps - 1):+.2f} %)"
+        )
+    print(
+        f"  power-constrained / NPC time ratio: {out['hbm3_5200_pim'] / out['hbm3_5200_pim_npc']:.3f} "
+        f"(nCCDAB 6 vs 4: 1.5 without ACT/PRE overhead)"
+    )
 
 
 def main() -> None:
     n_big = 1_000_000 if QUICK else 10_000_000
-    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime 1/5/15 min) on "
-          f"{os.cpu_count()} cores")
+    print(
+        f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime 1/5/15 min) on "
+        f"{os.cpu_count()} cores"
+    )
     print("compile / cache load:")
     for name in ("hbm3_6400",):
         t0 = time.perf_counter()
         warm_up(load_dram_spec(name))
-        print(f"  {name}: {time.perf_counter() - t0:.2f} s (Numba cache {'warm' if time.perf_counter() - t0 < 3 else 'cold'})")
-    print("speed (one core, compile excluded; every command = each request through exact FR-FCFS; skip-ahead: "
-          "the same results, recurring states jumped over, share of requests skipped per simulated channel):")
+        print(
+            f"  {name}: {time.perf_counter() - t0:.2f} s "
+            f"(Numba cache {'warm' if time.perf_counter() - t0 < 3 else 'cold'})"
+        )
+    print(
+        "speed (one core, compile excluded; every command = each request through exact FR-FCFS; skip-ahead: "
+        "the same results, recurring states jumped over, share of requests skipped per simulated channel):"
+    )
     for name in ("hbm3_6400", "hbm2_2000", "lpddr5_6400"):
         for kind in ("sequential", "strided", "random"):
             rate(name, n_big, kind, skip=False)
@@ -132,8 +157,10 @@ def main() -> None:
     for name in ("lpddr5x_8533", "ddr5_4800", "hbm3e_9600", "gddr6_aim"):
         s = device_spec(name)
         r = simulate_requests(s, np.arange(200_000, dtype=np.int64) * s.org.burst_bytes, 0)
-        print(f"  {name:12s} sequential {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak, "
-              f"{r.energy_total_j / (8 * r.bytes) * 1e12:.2f} pJ/bit")
+        print(
+            f"  {name:12s} sequential {r.bandwidth_gbps / r.peak_bandwidth_gbps:.3f} of peak, "
+            f"{r.energy_total_j / (8 * r.bytes) * 1e12:.2f} pJ/bit"
+        )
     print("PIM:")
     pim()
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")

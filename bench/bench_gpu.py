@@ -1,8 +1,10 @@
 """Print the GPU model's calibration errors against configs/validation/gpu_calibration.yaml (vidur §4.1 tables,
 LLMCompass A100 GEMMs, GPT-3 layer) and the model's evaluation speed. Usage: python bench/bench_gpu.py"""
+
 from __future__ import annotations
 
 import time
+
 import numpy as np
 import yaml
 
@@ -14,8 +16,18 @@ DATA = yaml.safe_load((CONFIG_ROOT / "validation" / "gpu_calibration.yaml").read
 
 
 def mm(m, k, n):
-    return dict(op="mm", cls="matmul", count=1, m=m, n=n, k=k, batch=1, flops=2.0 * m * n * k,
-                weight_bytes=2.0 * k * n, act_bytes=2.0 * m * (k + n))
+    return dict(
+        op="mm",
+        cls="matmul",
+        count=1,
+        m=m,
+        n=n,
+        k=k,
+        batch=1,
+        flops=2.0 * m * n * k,
+        weight_bytes=2.0 * k * n,
+        act_bytes=2.0 * m * (k + n),
+    )
 
 
 def run(rows, model):
@@ -35,8 +47,10 @@ def main():
                     meas.append(us)
         c = run(rows, g)
         err = c.time_s * 1e6 / np.array(meas) - 1
-        print(f"{preset}: vidur {len(err)} ops  mean |err| {np.mean(np.abs(err)):.1%}  max {np.max(np.abs(err)):.1%}"
-              f"  >15 %: {int(np.sum(np.abs(err) > 0.15))}")
+        print(
+            f"{preset}: vidur {len(err)} ops  mean |err| {np.mean(np.abs(err)):.1%}  max {np.max(np.abs(err)):.1%}"
+            f"  >15 %: {int(np.sum(np.abs(err) > 0.15))}"
+        )
         for kk, e in zip(keys, err):
             if abs(e) > 0.15:
                 print(f"    {kk}: {e:+.1%}")

@@ -8,6 +8,7 @@ size marked; bottom: model / measured - 1. Prints the worst row per topology.
 
 Run: python bench/bench_nccl.py [--out results/figures/nccl_allreduce.png]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ def curves():
     from attnsim.core.config import CONFIG_ROOT, load_yaml
     from attnsim.hwmodels.gpu import load_hardware
     from attnsim.hwmodels.links import LinkModel
+
     data = load_yaml(CONFIG_ROOT / "validation" / "nccl.yaml")
     out = []
     for key, topo in data["topologies"].items():
@@ -34,22 +36,30 @@ def curves():
         t, choice = LinkModel(spec).collective("allreduce", s, n)
         ring = LinkModel(spec.model_copy(update={"allreduce": "ring"})).collective("allreduce", s, n)[0]
         custom = LinkModel(spec.model_copy(update={"allreduce": "custom"})).collective("allreduce", s, n)[0]
-        short = f"{key}: {n} x {'H100' if 'H100' in topo['topology'] else 'A100'}, " + \
-            ("NVLink mesh" if "all-to-all" in topo["topology"] else "NVSwitch") + ("" if topo["nvls"] else " (no NVLS)")
+        short = (
+            f"{key}: {n} x {'H100' if 'H100' in topo['topology'] else 'A100'}, "
+            + ("NVLink mesh" if "all-to-all" in topo["topology"] else "NVSwitch")
+            + ("" if topo["nvls"] else " (no NVLS)")
+        )
         out.append((short, s, meas, t * 1e6, choice, ring * 1e6, custom * 1e6))
     return out
 
 
 def figure(data):
     from attnsim.plots.style import new_figure
+
     fig, axes = new_figure("double", aspect=0.9, nrows=2, ncols=len(data), sharex="col")
     for j, (label, s, meas, t, choice, ring, custom) in enumerate(data):
         top, bot = axes[0][j], axes[1][j]
         top.loglog(s, meas, "k.", ms=4, label="nccl-tests (measured)")
         top.loglog(s, t, "-", color="C0", lw=1, label="attnsim nccl (tuner)")
         for proto, m in MARK.items():
-            sel = np.array([c.split("/")[-1] == proto.split("-")[0] and (c.startswith("nvls") == proto.endswith("nvls"))
-                            for c in choice])
+            sel = np.array(
+                [
+                    c.split("/")[-1] == proto.split("-")[0] and (c.startswith("nvls") == proto.endswith("nvls"))
+                    for c in choice
+                ]
+            )
             if sel.any():
                 top.loglog(s[sel], t[sel], m, color="C0", ms=3, mfc="none", label=proto)
         top.loglog(s, ring, "--", color="C1", lw=0.8, label="ring formula (old)")
@@ -69,6 +79,7 @@ def figure(data):
 def main(argv=None):
     from attnsim.core.outputs import check_output
     from attnsim.plots.style import paper_style, save
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/figures/nccl_allreduce.png")
     args = ap.parse_args(argv)

@@ -8,6 +8,7 @@
 
 Run: python bench/bench_pim.py
 """
+
 from __future__ import annotations
 
 import resource
@@ -19,6 +20,7 @@ import numpy as np
 def allbank(dev, rows, macs):
     from attnsim.hwmodels.dram.engine import make_cmds, run_commands
     from attnsim.isa.lower import ENGINE_CODES
+
     c = make_cmds(3 * rows)
     c["op"][0::3] = ENGINE_CODES["ACTAB"]
     c["row"][0::3] = np.arange(rows) % 1024
@@ -37,18 +39,25 @@ def cold_compile_s() -> float:
     import subprocess
     import sys
     import tempfile
-    code = ("import time; t=time.perf_counter(); import bench_pim as b; b.step70b(); "
-            "print(time.perf_counter()-t)")
+
+    code = "import time; t=time.perf_counter(); import bench_pim as b; b.step70b(); print(time.perf_counter()-t)"
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, NUMBA_CACHE_DIR=tmp)
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__)), check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            check=True,
+        )
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def device(name, **kw):
     from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
+
     hw = load_yaml(find_config("hardware", name))
     hw.update(kw)
     return registry.build(hw, file=name)
@@ -58,6 +67,7 @@ def step70b():
     from attnsim.workloads.scenario import Scenario
     from attnsim.workloads.trace import build_trace
     from attnsim.workloads.zoo import load_model
+
     model = load_model("llama2-70b")
     trace = build_trace(model, Scenario(batch_size=64, prompt_len=4096), "decode")
     rows = np.flatnonzero(np.isin(trace["cls"], ["attn_score", "softmax", "attn_context"]))
@@ -77,11 +87,15 @@ def main() -> None:
     step = float(np.sum(cost.time_s * counts))
     energy = float(np.sum(cost.energy_total_j() * counts))
     for j, i in enumerate(rows):
-        print(f"  {trace['op'][i]:13s} x{counts[j]}  {cost.time_s[j] * 1e6:8.2f} us/layer  "
-              f"{cost.energy_total_j()[j] * 1e3:8.3f} mJ/layer")
+        print(
+            f"  {trace['op'][i]:13s} x{counts[j]}  {cost.time_s[j] * 1e6:8.2f} us/layer  "
+            f"{cost.energy_total_j()[j] * 1e3:8.3f} mJ/layer"
+        )
     print(f"attention step {step * 1e3:.3f} ms, {energy:.3f} J (dynamic)")
-    print(f"wall: first call in this process {cold:.2f} s (Numba cache load), warm {warm:.3f} s "
-          f"(trace + lowering + engine); peak RSS {rss_gb:.2f} GB")
+    print(
+        f"wall: first call in this process {cold:.2f} s (Numba cache load), warm {warm:.3f} s "
+        f"(trace + lowering + engine); peak RSS {rss_gb:.2f} GB"
+    )
     print(f"wall with an empty Numba cache (fresh process, compile included): {cold_compile_s():.1f} s")
     from attnsim.hwmodels.pim import allbank_closed_form
 
@@ -94,9 +108,11 @@ def main() -> None:
             got = 3000 * macs * dev.org.banks * 32 / res.time_s
             cf = allbank_closed_form(dev.dram, 32, macs)
             times[(name, macs)] = res.time_s
-            print(f"{name:28s} MACAB/row={macs:4d}  engine {got / 1e9:8.1f} GB/s  closed form "
-                  f"{cf['bytes_per_s'] / 1e9:8.1f} GB/s  ({got / cf['bytes_per_s'] - 1:+.2%})  ideal "
-                  f"{cf['ideal_bytes_per_s'] / 1e9:7.1f} GB/s  sim {wall * 1e3:.1f} ms")
+            print(
+                f"{name:28s} MACAB/row={macs:4d}  engine {got / 1e9:8.1f} GB/s  closed form "
+                f"{cf['bytes_per_s'] / 1e9:8.1f} GB/s  ({got / cf['bytes_per_s'] - 1:+.2%})  ideal "
+                f"{cf['ideal_bytes_per_s'] / 1e9:7.1f} GB/s  sim {wall * 1e3:.1f} ms"
+            )
     for macs in (32, 256):
         r = times[("attacc_hbm3_pim_stack", macs)] / times[("attacc_hbm3_pim_npc_stack", macs)]
         print(f"power-constrained / NPC time ratio, {macs} MACAB per row: {r:.3f} (nCCDAB ratio 1.5)")

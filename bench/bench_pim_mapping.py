@@ -16,6 +16,7 @@ the sampled decode steps, GPU and link costs included), best of 3.
 
 Run: python bench/bench_pim_mapping.py
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,13 @@ os.environ["ATTNSIM_CACHE_DIR"] = "off"
 
 import numpy as np  # noqa: E402
 
-POINTS = [("llama2-70b", 16, 2048), ("llama2-70b", 64, 4096), ("llama3-70b", 4, 32768), ("llama3-70b", 16, 8192),
-          ("llama3-8b", 2, 2048)]
+POINTS = [
+    ("llama2-70b", 16, 2048),
+    ("llama2-70b", 64, 4096),
+    ("llama3-70b", 4, 32768),
+    ("llama3-70b", 16, 8192),
+    ("llama3-8b", 2, 2048),
+]
 ATTN = ("attn_score", "softmax", "attn_context")
 REPEAT = 5
 
@@ -34,6 +40,7 @@ REPEAT = 5
 def device(cpi, exhaustive=False):
     from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
+
     hw = load_yaml(find_config("hardware", "attacc_hbm3_pim_5stack"))
     hw["channels_per_item"] = cpi
     dev = registry.build(hw, file="attacc_hbm3_pim_5stack")
@@ -46,11 +53,13 @@ LOWERED = [0]
 
 def _count_lowerings():
     from attnsim.hwmodels.pim import PIMDevice
+
     orig = PIMDevice._lowered_cost
 
     def counted(self, *a):
         LOWERED[0] += 1
         return orig(self, *a)
+
     PIMDevice._lowered_cost = counted
 
 
@@ -59,8 +68,10 @@ def point(model, batch, ctx, cpi, exhaustive=False):
     from attnsim.workloads.scenario import Scenario
     from attnsim.workloads.trace import build_trace
     from attnsim.workloads.zoo import load_model
-    tr = build_trace(load_model(model), Scenario(batch_size=batch, prompt_len=ctx, beyond_max_position="allow"),
-                     "decode", tp=8)
+
+    tr = build_trace(
+        load_model(model), Scenario(batch_size=batch, prompt_len=ctx, beyond_max_position="allow"), "decode", tp=8
+    )
     rows = np.flatnonzero(np.isin(tr["cls"], ATTN))
     wall = []
     LOWERED[0] = 0
@@ -69,16 +80,22 @@ def point(model, batch, ctx, cpi, exhaustive=False):
         t0 = time.perf_counter()
         c = dev.cost(tr, rows)
         wall.append(time.perf_counter() - t0)
-    return (min(wall), float(np.sum(c.time_s * tr["count"][rows])), c.mapping[0]["channels_per_item"],
-            LOWERED[0] // REPEAT)
+    return (
+        min(wall),
+        float(np.sum(c.time_s * tr["count"][rows])),
+        c.mapping[0]["channels_per_item"],
+        LOWERED[0] // REPEAT,
+    )
 
 
 def main() -> None:
     _count_lowerings()
     point("llama3-8b", 1, 64, 1)  # JIT compile / cache load outside the timings
-    print(f"{'model':<11} {'batch':>5} {'ctx':>6} | {'cpi=1 s':>8} {'auto old s':>10} {'auto new s':>10} "
-          f"{'old/fixed':>9} {'new/fixed':>9} | {'lowered 1/old/new':>17} | {'PIM ms cpi=1':>12} {'PIM ms auto':>11} "
-          f"{'cpi':>4}")
+    print(
+        f"{'model':<11} {'batch':>5} {'ctx':>6} | {'cpi=1 s':>8} {'auto old s':>10} {'auto new s':>10} "
+        f"{'old/fixed':>9} {'new/fixed':>9} | {'lowered 1/old/new':>17} | {'PIM ms cpi=1':>12} {'PIM ms auto':>11} "
+        f"{'cpi':>4}"
+    )
     tot = np.zeros(3)
     low = np.zeros(3, int)
     for model, b, ctx in POINTS:
@@ -89,36 +106,53 @@ def main() -> None:
         tot += [fixed[0], old[0], new[0]]
         low += [fixed[3], old[3], new[3]]
         lows = f"{fixed[3]}/{old[3]}/{new[3]}"
-        print(f"{model:<11} {b:>5} {ctx:>6} | {fixed[0]:8.4f} {old[0]:10.4f} {new[0]:10.4f} {old[0] / fixed[0]:9.2f} "
-              f"{new[0] / fixed[0]:9.2f} | {lows:>17} | {fixed[1] * 1e3:12.3f} {new[1] * 1e3:11.3f} {new[2]:>4}")
+        print(
+            f"{model:<11} {b:>5} {ctx:>6} | {fixed[0]:8.4f} {old[0]:10.4f} {new[0]:10.4f} {old[0] / fixed[0]:9.2f} "
+            f"{new[0] / fixed[0]:9.2f} | {lows:>17} | {fixed[1] * 1e3:12.3f} {new[1] * 1e3:11.3f} {new[2]:>4}"
+        )
     lows = f"{low[0]}/{low[1]}/{low[2]}"
-    print(f"{'total':<24} | {tot[0]:8.4f} {tot[1]:10.4f} {tot[2]:10.4f} {tot[1] / tot[0]:9.2f} {tot[2] / tot[0]:9.2f} | "
-          f"{lows:>17} |")
+    print(
+        f"{'total':<24} | {tot[0]:8.4f} {tot[1]:10.4f} {tot[2]:10.4f} {tot[1] / tot[0]:9.2f} {tot[2] / tot[0]:9.2f} | "
+        f"{lows:>17} |"
+    )
 
     print("\nwhole runs (attacc_h100, sampled decode), wall s per sweep point:")
-    print(f"{'model':<11} {'batch':>5} {'ctx':>6} | {'cpi=1 s':>8} {'auto old s':>10} {'auto new s':>10} "
-          f"{'old/fixed':>9} {'new/fixed':>9} | {'TPOT ms cpi=1':>13} {'TPOT ms auto':>12}")
+    print(
+        f"{'model':<11} {'batch':>5} {'ctx':>6} | {'cpi=1 s':>8} {'auto old s':>10} {'auto new s':>10} "
+        f"{'old/fixed':>9} {'new/fixed':>9} | {'TPOT ms cpi=1':>13} {'TPOT ms auto':>12}"
+    )
     tot = np.zeros(3)
     for model, b, ctx in POINTS:
         r = [run(model, b, ctx, 1), run(model, b, ctx, "auto", True), run(model, b, ctx, "auto")]
         assert r[1][1] == r[2][1]
         tot += [x[0] for x in r]
-        print(f"{model:<11} {b:>5} {ctx:>6} | {r[0][0]:8.3f} {r[1][0]:10.3f} {r[2][0]:10.3f} {r[1][0] / r[0][0]:9.2f} "
-              f"{r[2][0] / r[0][0]:9.2f} | {r[0][1] * 1e3:13.3f} {r[2][1] * 1e3:12.3f}")
+        print(
+            f"{model:<11} {b:>5} {ctx:>6} | {r[0][0]:8.3f} {r[1][0]:10.3f} {r[2][0]:10.3f} {r[1][0] / r[0][0]:9.2f} "
+            f"{r[2][0] / r[0][0]:9.2f} | {r[0][1] * 1e3:13.3f} {r[2][1] * 1e3:12.3f}"
+        )
     print(f"{'total':<24} | {tot[0]:8.3f} {tot[1]:10.3f} {tot[2]:10.3f} {tot[1] / tot[0]:9.2f} {tot[2] / tot[0]:9.2f}")
 
 
 def run(model, batch, ctx, cpi, exhaustive=False):
     """(best wall s of 3, TPOT s) of run_experiment of attacc_h100 at one point."""
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.pim import PIMDevice
+    from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     PIMDevice.exhaustive_search = exhaustive
     try:
-        exp = load_experiment(None, ["experiment.systems=[attacc_h100]", "experiment.baseline=null",
-                                     f"experiment.models=[{model}]", f"scenarios.chat.batch_size={batch}",
-                                     f"scenarios.chat.prompt_len={ctx}", "scenarios.chat.beyond_max_position=allow",
-                                     f"hardware.attacc_hbm3_pim_5stack.channels_per_item={cpi}"])
+        exp = load_experiment(
+            None,
+            [
+                "experiment.systems=[attacc_h100]",
+                "experiment.baseline=null",
+                f"experiment.models=[{model}]",
+                f"scenarios.chat.batch_size={batch}",
+                f"scenarios.chat.prompt_len={ctx}",
+                "scenarios.chat.beyond_max_position=allow",
+                f"hardware.attacc_hbm3_pim_5stack.channels_per_item={cpi}",
+            ],
+        )
         wall = []
         for _ in range(3):
             t0 = time.perf_counter()

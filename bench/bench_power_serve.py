@@ -13,6 +13,7 @@ tokens/s, each measured / attnsim (error).
 Run: python bench/bench_power_serve.py [--models Llama-3.1-8B-Instruct,Llama-3.1-70B-Instruct]
      [--batches 8,32,96] [--set KEY=VALUE ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,14 +35,35 @@ F = {k: i for i, k in enumerate(LOG_FIELDS)}
 def experiment(row: dict, prompt_len: int) -> dict:
     b, mean, lw = int(row["max_num_seqs"]), float(row["avg_output_len"]), float(row["len_weighted_output_len"])
     std = math.sqrt(max(mean * (lw - mean), 1.0))  # E[L^2] = lw x mean
-    return {"name": "power_serve", "description": "an ML.ENERGY row under attnsim serve",
-            "systems": [row["system"]], "models": [row["model"]],
-            "scenarios": {"chat": {"prompt_len": prompt_len, "output_len": int(round(mean)), "kv_dtype": "bf16",
-                                   "weight_dtype": "bf16", "act_dtype": "bf16"}},
-            "serving": {"trace": {"num_requests": max(400, 8 * b), "prompt": {"dist": "fixed", "mean": prompt_len},
-                                  "output": {"dist": "lognormal", "mean": mean, "std": std, "high": 8000}, "seed": 1},
-                        "scheduler": {"max_batch": b, "max_tokens_per_iter": 8192, "chunked_prefill": True,
-                                      "preemption": "recompute"}}}
+    return {
+        "name": "power_serve",
+        "description": "an ML.ENERGY row under attnsim serve",
+        "systems": [row["system"]],
+        "models": [row["model"]],
+        "scenarios": {
+            "chat": {
+                "prompt_len": prompt_len,
+                "output_len": int(round(mean)),
+                "kv_dtype": "bf16",
+                "weight_dtype": "bf16",
+                "act_dtype": "bf16",
+            }
+        },
+        "serving": {
+            "trace": {
+                "num_requests": max(400, 8 * b),
+                "prompt": {"dist": "fixed", "mean": prompt_len},
+                "output": {"dist": "lognormal", "mean": mean, "std": std, "high": 8000},
+                "seed": 1,
+            },
+            "scheduler": {
+                "max_batch": b,
+                "max_tokens_per_iter": 8192,
+                "chunked_prefill": True,
+                "preemption": "recompute",
+            },
+        },
+    }
 
 
 def steady(row: dict, prompt_len: int, sets: list[str], tmp: Path) -> dict:
@@ -53,13 +75,17 @@ def steady(row: dict, prompt_len: int, sets: list[str], tmp: Path) -> dict:
         serve_experiment(exp, serving)
     log = np.asarray(rec[0]["log"], np.float64).reshape(-1, len(LOG_FIELDS))
     full = np.flatnonzero(log[:, F["running"]] >= row["max_num_seqs"])
-    w = log[full[len(full) // 10]: full[-1] + 1]
+    w = log[full[len(full) // 10] : full[-1] + 1]
     dur, energy = w[:, F["dur_s"]].sum(), w[:, F["energy_j"]].sum()
     tokens = w[:, F["decodes"]].sum() + w[:, F["prefills"]].sum()  # a decode and a finished prefill emit a token
     par = next(iter(exp.systems.values())).parallelism
     gpus = par.tp * par.pp  # the pool's iterations are one replica's (as attnsim.studies.validate.power_runs)
-    return {"power_w_per_gpu": energy / dur / gpus, "energy_per_token_j": energy / tokens,
-            "itl_ms": float(np.median(w[:, F["dur_s"]])) * 1e3, "tok_per_s": tokens / dur}
+    return {
+        "power_w_per_gpu": energy / dur / gpus,
+        "energy_per_token_j": energy / tokens,
+        "itl_ms": float(np.median(w[:, F["dur_s"]])) * 1e3,
+        "tok_per_s": tokens / dur,
+    }
 
 
 def main() -> None:
@@ -81,10 +107,13 @@ def main() -> None:
                 continue
             m = steady(r, int(data["prompt_len"]), a.sets, tmp)
             cell = lambda meas, mod: f"{meas:9.4g} / {mod:9.4g} ({mod / meas - 1:+6.1%})"  # noqa: E731
-            print(f"{name:24s} b{int(r['max_num_seqs']):4d}  W/GPU {cell(r['avg_power_w_per_gpu'], m['power_w_per_gpu'])}"
-                  f"  J/tok {cell(r['energy_per_token_j'], m['energy_per_token_j'])}"
-                  f"  ITL ms {cell(r['median_itl_ms'], m['itl_ms'])}  tok/s {cell(r['output_tok_per_s'], m['tok_per_s'])}",
-                  flush=True)
+            print(
+                f"{name:24s} b{int(r['max_num_seqs']):4d}  W/GPU {cell(r['avg_power_w_per_gpu'], m['power_w_per_gpu'])}"
+                f"  J/tok {cell(r['energy_per_token_j'], m['energy_per_token_j'])}"
+                f"  ITL ms {cell(r['median_itl_ms'], m['itl_ms'])}"
+                f"  tok/s {cell(r['output_tok_per_s'], m['tok_per_s'])}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

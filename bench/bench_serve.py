@@ -7,6 +7,7 @@ identical per-request results.
     python bench/bench_serve.py                       # attacc system, GPT-3 175B (AttAcc's model)
     python bench/bench_serve.py --system dgx_a100 --model llama2-70b --rate 4
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,30 +16,49 @@ import time
 
 import numpy as np
 
-# The last round's code (main at 878b7fc) on this workload (defaults below), CPU seconds of one run_once:
-# 69.25 s measured on the development box (2 cores shared by 9 sessions, wall 526 s); issue 29 quotes 44 s.
-LAST_ROUND_CPU_S = 69.25
-
 from attnsim.studies.serve.metrics import request_table, summarize
 from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
 from attnsim.studies.serve.run import quick_pool
 from attnsim.studies.serve.scheduler import simulate_pool
 
+# The last round's code (main at 878b7fc) on this workload (defaults below), CPU seconds of one run_once:
+# 69.25 s measured on the development box (2 cores shared by 9 sessions, wall 526 s); issue 29 quotes 44 s.
+LAST_ROUND_CPU_S = 69.25
+
 
 def run_once(args):
     # lognormal lengths reach 8x the mean: beyond GPT-3's 2048 positions (costs modelled, allowed explicitly)
-    pool, _, sv = quick_pool(system=args.system, model=args.model,
-                             scenario={"prompt_len": args.prompt, "output_len": args.output, "beyond_max_position": "allow"},
-                             serving={"scheduler": {"max_batch": args.max_batch, "max_tokens_per_iter": args.tokens}})
-    tr = synthetic_trace(TraceSpec(num_requests=args.requests, rate_per_s=args.rate, seed=args.seed,
-                                   prompt={"dist": "lognormal", "mean": args.prompt, "std": args.prompt / 2, "high": 8 * args.prompt},
-                                   output={"dist": "lognormal", "mean": args.output, "std": args.output / 2, "high": 8 * args.output}),
-                         1, 1)
+    pool, _, sv = quick_pool(
+        system=args.system,
+        model=args.model,
+        scenario={"prompt_len": args.prompt, "output_len": args.output, "beyond_max_position": "allow"},
+        serving={"scheduler": {"max_batch": args.max_batch, "max_tokens_per_iter": args.tokens}},
+    )
+    tr = synthetic_trace(
+        TraceSpec(
+            num_requests=args.requests,
+            rate_per_s=args.rate,
+            seed=args.seed,
+            prompt={"dist": "lognormal", "mean": args.prompt, "std": args.prompt / 2, "high": 8 * args.prompt},
+            output={"dist": "lognormal", "mean": args.output, "std": args.output / 2, "high": 8 * args.output},
+        ),
+        1,
+        1,
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     r = simulate_pool(pool, tr.arrival_s, tr.prompt_tokens, tr.output_tokens)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    req = request_table(tr.arrival_s, tr.prompt_tokens, tr.output_tokens, r.first_token_s, r.finish_s, r.admit_s,
-                        r.energy_j, r.preemptions, r.prefix_hit_tokens)
+    req = request_table(
+        tr.arrival_s,
+        tr.prompt_tokens,
+        tr.output_tokens,
+        r.first_token_s,
+        r.finish_s,
+        r.admit_s,
+        r.energy_j,
+        r.preemptions,
+        r.prefix_hit_tokens,
+    )
     digest = hashlib.sha256(b"".join(np.ascontiguousarray(req[k]).tobytes() for k in sorted(req))).hexdigest()
     return (wall, cpu), r, summarize(req, sv.slo, r.busy_energy_j + r.idle_energy_j, r.in_system_area), digest
 
@@ -57,19 +77,29 @@ def main():
     args = ap.parse_args()
     (wall, cpu), r, m, d1 = run_once(args)
     (wall2, cpu2), _, _, d2 = run_once(args)
-    print(f"system {args.system}, model {args.model}: {args.requests} requests at {args.rate}/s "
-          f"(prompt ~{args.prompt}, output ~{args.output} tokens)")
-    print(f"simulated {m['makespan_s']:.1f} s of serving in {cpu:.2f} s CPU, {wall:.2f} s wall (second run {cpu2:.2f} s "
-          f"CPU, {wall2:.2f} s wall; its memo entries are new, the device-level lowering memos warm)")
+    print(
+        f"system {args.system}, model {args.model}: {args.requests} requests at {args.rate}/s "
+        f"(prompt ~{args.prompt}, output ~{args.output} tokens)"
+    )
+    print(
+        f"simulated {m['makespan_s']:.1f} s of serving in {cpu:.2f} s CPU, {wall:.2f} s wall (second run {cpu2:.2f} s "
+        f"CPU, {wall2:.2f} s wall; its memo entries are new, the device-level lowering memos warm)"
+    )
     default = all(getattr(args, k) == ap.get_default(k) for k in vars(args))
     if default:
-        print(f"  last round's code: {LAST_ROUND_CPU_S:.2f} s CPU -> {LAST_ROUND_CPU_S / cpu:.2f}x faster "
-              f"(target 10 s CPU: {'met' if cpu <= 10 else 'not met'})")
-    print(f"  {args.requests / wall:.0f} requests/s simulated, {r.iterations} iterations, "
-          f"{r.iterations / wall:.0f} iterations/s, memo entries {r.stats['memo_entries']}")
-    print(f"  throughput {m['throughput_rps']:.2f} req/s, {m['output_tokens_per_s']:.0f} out tok/s, TTFT p50/p99 "
-          f"{m['ttft_p50'] * 1e3:.0f}/{m['ttft_p99'] * 1e3:.0f} ms, TPOT p50/p99 {m['tpot_p50'] * 1e3:.1f}/"
-          f"{m['tpot_p99'] * 1e3:.1f} ms, preemptions {m['preemptions']}")
+        print(
+            f"  last round's code: {LAST_ROUND_CPU_S:.2f} s CPU -> {LAST_ROUND_CPU_S / cpu:.2f}x faster "
+            f"(target 10 s CPU: {'met' if cpu <= 10 else 'not met'})"
+        )
+    print(
+        f"  {args.requests / wall:.0f} requests/s simulated, {r.iterations} iterations, "
+        f"{r.iterations / wall:.0f} iterations/s, memo entries {r.stats['memo_entries']}"
+    )
+    print(
+        f"  throughput {m['throughput_rps']:.2f} req/s, {m['output_tokens_per_s']:.0f} out tok/s, TTFT p50/p99 "
+        f"{m['ttft_p50'] * 1e3:.0f}/{m['ttft_p99'] * 1e3:.0f} ms, TPOT p50/p99 {m['tpot_p50'] * 1e3:.1f}/"
+        f"{m['tpot_p99'] * 1e3:.1f} ms, preemptions {m['preemptions']}"
+    )
     print(f"  Little's law: mean in system {m['mean_in_system']:.2f} vs rate x latency {m['littles_law_rhs']:.2f}")
     print(f"  same seed, same results: {d1 == d2} ({d1[:16]})")
 

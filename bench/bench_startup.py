@@ -11,6 +11,7 @@ last round's attnsim installed (e.g. main 878b7fc in a scratch checkout: ``git c
 each target is then run with both and the ratio printed (base CPU / this CPU: > 1 is faster now).
 The load average is printed first and last: numbers taken at a load above the core count are inflated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,11 @@ TARGETS = [
     ("attnsim --version", ["--version"], 0.15),
     ("warm attnsim run (default experiment)", ["run"], 0.5),
     ("warm attnsim run --no-flips --no-figures", ["run", "--no-flips", "--no-figures"], None),
-    ("attnsim dram fixed cost (1,000 requests)", ["dram", "--device", "hbm3_6400", "--pattern", "sequential",
-                                                 "--requests", "1000"], 0.25),
+    (
+        "attnsim dram fixed cost (1,000 requests)",
+        ["dram", "--device", "hbm3_6400", "--pattern", "sequential", "--requests", "1000"],
+        0.25,
+    ),
 ]
 COLD = ("first attnsim run, empty kernel cache", ["run"], 10.0)
 
@@ -65,8 +69,9 @@ def measure(exe: str, repeat: int, cold: bool, work: Path) -> dict:
     cache = Path(tempfile.mkdtemp(dir=work, prefix="warm-"))
     env = env_for(cache)
     for _, args, _ in TARGETS[1:]:
-        subprocess.run([exe, *args], env=env, cwd=work, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)  # fills the kernel cache (not timed)
+        subprocess.run(
+            [exe, *args], env=env, cwd=work, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )  # fills the kernel cache (not timed)
     for name, args, _ in TARGETS:
         out[name] = best([exe, *args], env, work, repeat)
     return out
@@ -90,20 +95,23 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="attnsim-bench-startup-") as d:
         work = Path(d)
         this = measure(exe, args.repeat, args.cold, work)
-        base = measure(str(args.base_venv / "bin" / "attnsim"), args.repeat, args.cold, work) \
-            if args.base_venv else {}
+        base = measure(str(args.base_venv / "bin" / "attnsim"), args.repeat, args.cold, work) if args.base_venv else {}
     rows = ([COLD] if args.cold else []) + TARGETS
     print(f"{'target':44s} {'limit':>7s} {'CPU s':>7s} {'wall s':>7s} {'base CPU':>9s} {'ratio':>6s}  met")
     for name, _, limit in rows:
         cpu, wall = this[name]
         b = base.get(name)
-        print(f"{name:44s} {limit if limit is not None else '-':>7} {cpu:7.2f} {wall:7.2f} "
-              f"{(f'{b[0]:.2f}' if b else '-'):>9s} {(f'x{b[0] / cpu:.2f}' if b else '-'):>6s}  "
-              f"{'-' if limit is None else 'yes' if cpu <= limit else 'NO'}")
+        print(
+            f"{name:44s} {limit if limit is not None else '-':>7} {cpu:7.2f} {wall:7.2f} "
+            f"{(f'{b[0]:.2f}' if b else '-'):>9s} {(f'x{b[0] / cpu:.2f}' if b else '-'):>6s}  "
+            f"{'-' if limit is None else 'yes' if cpu <= limit else 'NO'}"
+        )
     if args.reproductions:
         cpu, wall = reproductions_s()
-        print(f"{'python bench/reproductions.py':44s} {60.0:>7} {cpu:7.2f} {wall:7.2f} {'-':>9s} {'-':>6s}  "
-              f"{'yes' if cpu <= 60 else 'NO'}")
+        print(
+            f"{'python bench/reproductions.py':44s} {60.0:>7} {cpu:7.2f} {wall:7.2f} {'-':>9s} {'-':>6s}  "
+            f"{'yes' if cpu <= 60 else 'NO'}"
+        )
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

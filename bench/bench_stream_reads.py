@@ -1,8 +1,10 @@
 """Near-memory sequential read stream (isa/lower.py ``stream_reads``, the CXL-PNM accelerator's and AttAcc's
 buffer-die reads) vs the request-level sequential stream through the same DRAM spec (FR-FCFS controller,
-the spec's default mapping): achieved / peak per channel with all-bank, per-bank and no refresh, records, wall time. (Per-bank refresh on HBM3: the in-order
-stream waits for the refreshed bank while a request queue serves the others, 0.66 vs 0.92: a known gap.)
+the spec's default mapping): achieved / peak per channel with all-bank, per-bank and no refresh, records, wall time.
+(Per-bank refresh on HBM3: the in-order stream waits for the refreshed bank while a request queue serves the others,
+0.66 vs 0.92: a known gap.)
 Prints figures; asserts nothing. Usage: python bench/bench_stream_reads.py [--quick]"""
+
 import sys
 import time
 
@@ -51,15 +53,19 @@ def main():
             s, n, _, _ = stream_efficiency(spec, ref_bytes, refresh)
             q = request_efficiency(spec, ref_bytes, refresh)
             bound = {"none": 1.0, "ab": 1 - t.nRFC / t.nREFI, "pb": 1.0}[refresh]
-            print(f"  {name:14s} refresh {refresh:4s} {ref_bytes / 2**20:4.0f} MiB: stream_reads {s:.3f} of peak "
-                  f"({n:,d} records), request-level sequential {q:.3f}, ratio {s / q:.3f}; "
-                  f"bound {bound:.3f}")
+            print(
+                f"  {name:14s} refresh {refresh:4s} {ref_bytes / 2**20:4.0f} MiB: stream_reads {s:.3f} of peak "
+                f"({n:,d} records), request-level sequential {q:.3f}, ratio {s / q:.3f}; "
+                f"bound {bound:.3f}"
+            )
     for name in ("hbm3_6400", "lpddr5x_8533"):
         spec = device_spec(name)
         nbytes = 100 * 10**6
         s, n, wall, lw = stream_efficiency(spec, nbytes, spec.default_refresh)
-        print(f"  {name:14s} 100 MB on one channel: {n:,d} records, lowering {lw:.3f} s, engine {wall:.3f} s, "
-              f"{s:.3f} of peak")
+        print(
+            f"  {name:14s} 100 MB on one channel: {n:,d} records, lowering {lw:.3f} s, engine {wall:.3f} s, "
+            f"{s:.3f} of peak"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ holds exactly the same results as the local one.
 Each sweep runs in a fresh Python process, so ``ru_maxrss`` is that driver's own peak (pool workers
 are separate processes and not counted).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,9 @@ print(json.dumps({"points": sw.n_points, "simulated": s.simulated, "wall_s": wal
 
 
 def run(n_ctx: int, executor: str, workers: int, out: Path) -> dict:
-    r = subprocess.run([sys.executable, "-c", _CHILD, str(n_ctx), executor, str(workers), str(out)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(n_ctx), executor, str(workers), str(out)], capture_output=True, text=True
+    )
     if r.returncode:
         sys.exit(f"{executor} sweep failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -47,7 +49,9 @@ def run(n_ctx: int, executor: str, workers: int, out: Path) -> dict:
 
 def same_results(a: Path, b: Path) -> bool:
     import numpy as np
+
     from attnsim.studies.sweep.store import open_store
+
     ca, cb = open_store(a).columns(), open_store(b).columns()
     for k in ca:
         if k in ("elapsed_s", "finished_unix_s", "worker"):
@@ -76,15 +80,19 @@ def main() -> None:
         print(f"{'points':>7} {'wall s':>8} {'points/s':>9} {'driver peak RSS MB':>19}  status")
         for n in sizes:
             r = run(n // 100, "local", args.workers, d / f"local{n}.h5")
-            print(f"{r['points']:>7} {r['wall_s']:>8.1f} {r['simulated'] / r['wall_s']:>9.1f} "
-                  f"{r['driver_peak_rss_mb']:>19.1f}  {r['status']}")
+            print(
+                f"{r['points']:>7} {r['wall_s']:>8.1f} {r['simulated'] / r['wall_s']:>9.1f} "
+                f"{r['driver_peak_rss_mb']:>19.1f}  {r['status']}"
+            )
         if args.no_dask:
             return
         n = max(sizes)
         r = run(n // 100, "dask", args.workers, d / f"dask{n}.h5")
         print(f"\ndask LocalCluster, {args.workers} workers")
-        print(f"{r['points']:>7} {r['wall_s']:>8.1f} {r['simulated'] / r['wall_s']:>9.1f} "
-              f"{r['driver_peak_rss_mb']:>19.1f}  {r['status']}")
+        print(
+            f"{r['points']:>7} {r['wall_s']:>8.1f} {r['simulated'] / r['wall_s']:>9.1f} "
+            f"{r['driver_peak_rss_mb']:>19.1f}  {r['status']}"
+        )
         ok = same_results(d / f"local{n}.h5", d / f"dask{n}.h5")
         print(f"dask results identical to local: {ok}")
         if not ok:

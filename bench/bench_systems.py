@@ -4,6 +4,7 @@ every decode step simulated (exact mode), one core, after JIT compile. Target (i
 Prints wall time (compile/warm-up excluded), steps simulated and the per-step cost.
 Run: python bench/bench_systems.py
 """
+
 import os
 import time
 
@@ -15,8 +16,11 @@ from attnsim.sim.runner import run_experiment  # noqa: E402
 
 
 def main() -> None:
-    sets = ["experiment.systems=[attacc]", "experiment.baseline=null",
-            "experiment.scenarios={b64: {batch_size: 64, prompt_len: 2048, output_len: 128}}"]
+    sets = [
+        "experiment.systems=[attacc]",
+        "experiment.baseline=null",
+        "experiment.scenarios={b64: {batch_size: 64, prompt_len: 2048, output_len: 128}}",
+    ]
     t0 = time.perf_counter()
     run_experiment(load_experiment("attacc_gpt3_175b", sets + ["experiment.scenarios.b64.output_len=2"]))
     warm = time.perf_counter() - t0
@@ -25,9 +29,11 @@ def main() -> None:
     wall = time.perf_counter() - t0
     m = doc["metrics"]
     print(f"warm-up (JIT compile / cache load): {warm:.2f} s")
-    print(f"GPT-3-175B, batch 64, 2048+128 tokens on attacc, exact: {m['decode_steps_simulated']} decode steps "
-          f"+ prefill in {wall:.2f} s ({wall / (m['decode_steps_simulated'] + 1) * 1e3:.1f} ms per step); target < 30 s "
-          f"-> {30 / wall:.0f}x headroom")
+    print(
+        f"GPT-3-175B, batch 64, 2048+128 tokens on attacc, exact: {m['decode_steps_simulated']} decode steps "
+        f"+ prefill in {wall:.2f} s ({wall / (m['decode_steps_simulated'] + 1) * 1e3:.1f} ms per step); target < 30 s "
+        f"-> {30 / wall:.0f}x headroom"
+    )
     print(f"simulated TPOT {m['tpot_s'] * 1e3:.2f} ms, TTFT {m['ttft_s']:.2f} s, {m['tokens_per_s']:.0f} tokens/s")
 
 

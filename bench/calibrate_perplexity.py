@@ -23,6 +23,7 @@ The same calibration on a larger model (not run here; needs torch + transformers
        (output_attentions or a forward hook on the attention module), rel_attention_error(O, O2);
     5. feed the points to perplexity.fit_mapping and save them in this file's format (model: the model name).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,20 +38,25 @@ def main(argv=None) -> int:
     import yaml
 
     from attnsim.hwmodels.reliability import perplexity as P
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(DEFAULT), help=f"YAML file to write (default {DEFAULT.relative_to(ROOT)})")
     args = ap.parse_args(argv)
     doc = P.calibrate()
     doc["fit"] = P.fit_mapping(doc["points"])
     doc["mean_points"] = P.mean_points(doc["points"])
-    head = ("# Measured KV-error -> perplexity mapping (written by bench/calibrate_perplexity.py; do not edit).\n"
-            "# points: per format, BER (per stored bit, no ECC) and seed; ppl_increase = ppl / ppl_clean - 1;\n"
-            "# rel_attention_error: mean over windows, heads and query positions of min(||o'-o||/||o||, 1).\n")
+    head = (
+        "# Measured KV-error -> perplexity mapping (written by bench/calibrate_perplexity.py; do not edit).\n"
+        "# points: per format, BER (per stored bit, no ECC) and seed; ppl_increase = ppl / ppl_clean - 1;\n"
+        "# rel_attention_error: mean over windows, heads and query positions of min(||o'-o||/||o||, 1).\n"
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(head + yaml.safe_dump(doc, sort_keys=False, width=120))
     f = doc["fit"]
-    print(f"ppl clean {doc['ppl_clean']:.3f}, unigram {doc['ppl_unigram']:.3f}; fit s_quant {f['s_quant']:.4g}, "
-          f"s_bit {f['s_bit']:.4g}, residual rms {f['residual_rms']:.3g} (log ppl); wrote {args.out}")
+    print(
+        f"ppl clean {doc['ppl_clean']:.3f}, unigram {doc['ppl_unigram']:.3f}; fit s_quant {f['s_quant']:.4g}, "
+        f"s_bit {f['s_bit']:.4g}, residual rms {f['residual_rms']:.3g} (log ppl); wrote {args.out}"
+    )
     return 0
 
 

@@ -18,6 +18,7 @@ Streams (hwmodels/dram/streams.py): one channel, fields Pc Ra Bg Ba Ro Co from M
 ChRaBaRoCo mapper, so both simulators see the same banks, rows and columns. Simulated time = cycles x tick
 (Ramulator HBM3 ticks at 2x CK). Differences are attnsim vs reference (negative = attnsim faster).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,22 +33,38 @@ import numpy as np
 
 from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram.controller import simulate_requests
-from attnsim.hwmodels.dram.streams import (DRAMSIM3_STANDARDS, MAPPING, STREAMS, dramsim3_spec, make_stream,
-                                           stream_digest, stream_options)
+from attnsim.hwmodels.dram.streams import (
+    DRAMSIM3_STANDARDS,
+    MAPPING,
+    STREAMS,
+    dramsim3_spec,
+    make_stream,
+    stream_digest,
+    stream_options,
+)
 
 # attnsim preset and the Ramulator 2.1 standard/presets/controller it was taken from (configs/hardware/*.yaml)
 STANDARDS = {
     "hbm2": {"preset": "hbm2_2000", "std": "HBM2", "org": "HBM2_8Gb", "timing": "HBM2_2000Mbps", "ctrl": "HBM12"},
-    "hbm3": {"preset": "hbm3_6400", "std": "HBM3", "org": "HBM3_16Gb_8hi", "timing": "HBM3_6400Mbps",
-             "ctrl": "HBM34"},
-    "lpddr5": {"preset": "lpddr5_6400", "std": "LPDDR5", "org": "LPDDR5_16Gb_x16", "timing": "LPDDR5_6400",
-               "ctrl": "LPDDR5"},
-    "ddr5": {"preset": "ddr5_4800", "std": "DDR5", "org": "DDR5_16Gb_x8", "timing": "DDR5_4800AN",
-             "ctrl": "GenericDDR"},
+    "hbm3": {"preset": "hbm3_6400", "std": "HBM3", "org": "HBM3_16Gb_8hi", "timing": "HBM3_6400Mbps", "ctrl": "HBM34"},
+    "lpddr5": {
+        "preset": "lpddr5_6400",
+        "std": "LPDDR5",
+        "org": "LPDDR5_16Gb_x16",
+        "timing": "LPDDR5_6400",
+        "ctrl": "LPDDR5",
+    },
+    "ddr5": {
+        "preset": "ddr5_4800",
+        "std": "DDR5",
+        "org": "DDR5_16Gb_x8",
+        "timing": "DDR5_4800AN",
+        "ctrl": "GenericDDR",
+    },
 }
 RAMULATOR2 = {"simulator": "Ramulator 2.1", "repository": "CMU-SAFARI/ramulator2", "commit": "c5b1c3a"}
 
-_DRIVER = '''\
+_DRIVER = """\
 import json, sys, time
 import ramulator as R
 cfg = json.loads(sys.argv[1])
@@ -71,7 +88,7 @@ timing = dram.resolve()[1]
 print("CROSSCHECK " + json.dumps({"ticks": int(c["cycles"]), "tick_multiplier": type(dram).tick_multiplier,
       "tck_ps": timing["tCK_ps"], "row_hits": int(c["row_hits"]), "row_misses": int(c["row_misses"]),
       "row_conflicts": int(c["row_conflicts"]), "setup_wall_s": t1 - t0, "engine_wall_s": t2 - t1}))
-'''
+"""
 
 
 def ramulator_command(python: str, driver: str, cfg: dict) -> list[str]:
@@ -88,8 +105,14 @@ def run_ramulator2(root: str, python: str, std: str, kind: str, addr, w, tmp: st
     driver = os.path.join(tmp, "driver.py")
     with open(driver, "w") as f:
         f.write(_DRIVER)
-    cfg = {"std": s["std"], "org": s["org"], "timing": s["timing"], "ctrl": s["ctrl"], "trace": trace,
-           **stream_options(kind)}
+    cfg = {
+        "std": s["std"],
+        "org": s["org"],
+        "timing": s["timing"],
+        "ctrl": s["ctrl"],
+        "trace": trace,
+        **stream_options(kind),
+    }
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
     t0 = time.perf_counter()
     p = subprocess.run(ramulator_command(python, driver, cfg), env=env, capture_output=True, text=True)
@@ -97,20 +120,34 @@ def run_ramulator2(root: str, python: str, std: str, kind: str, addr, w, tmp: st
     line = [x for x in p.stdout.splitlines() if x.startswith("CROSSCHECK ")]
     if p.returncode or not line:
         raise RuntimeError(f"Ramulator 2.1 failed on {std}/{kind} (rc {p.returncode}):\n{p.stderr[-2000:]}")
-    r = json.loads(line[-1][len("CROSSCHECK "):])
+    r = json.loads(line[-1][len("CROSSCHECK ") :])
     tick_s = r["tck_ps"] * 1e-12 / r["tick_multiplier"]
     cfg["trace"] = f"<{len(addr)}-line LoadStoreTrace>"
-    return {"ticks": r["ticks"], "tick_s": tick_s, "time_s": r["ticks"] * tick_s, "row_hits": r["row_hits"],
-            "row_misses": r["row_misses"], "row_conflicts": r["row_conflicts"], "engine_wall_s": r["engine_wall_s"],
-            "process_wall_s": wall, "config": cfg}
+    return {
+        "ticks": r["ticks"],
+        "tick_s": tick_s,
+        "time_s": r["ticks"] * tick_s,
+        "row_hits": r["row_hits"],
+        "row_misses": r["row_misses"],
+        "row_conflicts": r["row_conflicts"],
+        "engine_wall_s": r["engine_wall_s"],
+        "process_wall_s": wall,
+        "config": cfg,
+    }
 
 
 def run_attnsim(std: str, kind: str, addr, w, controller: str | None = None) -> dict:
     spec = device_spec(STANDARDS[std]["preset"], channels=1)
     kw = {} if controller is None else {"controller": controller}
     r = simulate_requests(spec, addr, w, mapping=MAPPING, **stream_options(kind), **kw)
-    return {"cycles": int(r.cycles), "time_s": r.time_s, "row_hits": int(r.row_hits),
-            "row_misses": int(r.row_misses), "row_conflicts": int(r.row_conflicts), "bytes": int(r.bytes)}
+    return {
+        "cycles": int(r.cycles),
+        "time_s": r.time_s,
+        "row_hits": int(r.row_hits),
+        "row_misses": int(r.row_misses),
+        "row_conflicts": int(r.row_conflicts),
+        "bytes": int(r.bytes),
+    }
 
 
 def speed(a, n: int, tmp: str) -> None:
@@ -118,6 +155,7 @@ def speed(a, n: int, tmp: str) -> None:
     and whole process (`attnsim dram`, from the .npy and from Ramulator's LoadStoreTrace text) vs Ramulator 2.1's
     simulation loop (Simulation.run) and whole process."""
     from attnsim.hwmodels.dram.traces import read_trace_any, write_npy
+
     spec = device_spec("hbm3_6400", channels=1)
     for kind in ("seq", "random"):
         addr, w = make_stream(spec.org, kind, n, a.seed)
@@ -128,8 +166,23 @@ def speed(a, n: int, tmp: str) -> None:
         write_npy(npy, addr, w)
         row, best = {}, {}
         for label, path in (("npy", npy), ("text", txt)):
-            cmd = [sys.executable, "-m", "attnsim", "dram", "--device", "hbm3_6400", "--channels", "1", "--trace",
-                   path, "--mapping", MAPPING, "--controller", "ramulator2", "--json"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "attnsim",
+                "dram",
+                "--device",
+                "hbm3_6400",
+                "--channels",
+                "1",
+                "--trace",
+                path,
+                "--mapping",
+                MAPPING,
+                "--controller",
+                "ramulator2",
+                "--json",
+            ]
             walls, engines = [], []
             for _ in range(a.process_runs):  # a short process varies with the VM's first-touch cost of fresh pages
                 t0 = time.perf_counter()
@@ -147,18 +200,22 @@ def speed(a, n: int, tmp: str) -> None:
             load[label] = time.perf_counter() - t0
         ncmd = out["row_hits"] + 2 * out["row_misses"] + 3 * out["row_conflicts"]  # RD/WR, + ACT, + PRE
         sim = max(n - out["skipped_requests"], 1) / n  # share of the commands issued (the rest skipped: recur.py)
-        line = (f"speed hbm3 {kind:6} n={n}: attnsim engine {row['engine']:.2f} s "
-                f"({out['skipped_requests']} requests skipped in {out['skip_jumps']} jumps; "
-                f"{row['engine'] / max(ncmd * sim, 1) * 1e9:.0f} ns per issued RD/ACT/PRE), "
-                f"process {row['npy']:.2f} s (npy) / {row['text']:.2f} s (text) (median of {a.process_runs}; "
-                f"best {best['npy']:.2f} / {best['text']:.2f} s), of which trace loading {load['npy']:.2f} s / "
-                f"{load['text']:.2f} s, "
-                f"compile/cache {row['compile']:.2f} s")
+        line = (
+            f"speed hbm3 {kind:6} n={n}: attnsim engine {row['engine']:.2f} s "
+            f"({out['skipped_requests']} requests skipped in {out['skip_jumps']} jumps; "
+            f"{row['engine'] / max(ncmd * sim, 1) * 1e9:.0f} ns per issued RD/ACT/PRE), "
+            f"process {row['npy']:.2f} s (npy) / {row['text']:.2f} s (text) (median of {a.process_runs}; "
+            f"best {best['npy']:.2f} / {best['text']:.2f} s), of which trace loading {load['npy']:.2f} s / "
+            f"{load['text']:.2f} s, "
+            f"compile/cache {row['compile']:.2f} s"
+        )
         if a.ramulator2:
             q = run_ramulator2(a.ramulator2, a.ramulator2_python, "hbm3", kind, addr, w, tmp)
-            line += (f" | Ramulator 2.1 loop {q['engine_wall_s']:.2f} s, process {q['process_wall_s']:.2f} s | "
-                     f"x{q['engine_wall_s'] / row['engine']:.0f} engine, x{q['process_wall_s'] / row['npy']:.1f} "
-                     f"process (npy), x{q['process_wall_s'] / row['text']:.1f} process (text)")
+            line += (
+                f" | Ramulator 2.1 loop {q['engine_wall_s']:.2f} s, process {q['process_wall_s']:.2f} s | "
+                f"x{q['engine_wall_s'] / row['engine']:.0f} engine, x{q['process_wall_s'] / row['npy']:.1f} "
+                f"process (npy), x{q['process_wall_s'] / row['text']:.1f} process (text)"
+            )
         print(line + f" | load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
 
 
@@ -202,19 +259,29 @@ def run_dramsim3(root: str, std: str, kind: str, addr, w, cycles: int, tmp: str)
     if p.returncode or not os.path.exists(stats):
         raise RuntimeError(f"DRAMsim3 failed on {std}/{kind} (rc {p.returncode}):\n{p.stderr[-2000:]}")
     c = json.load(open(stats))["0"]
-    return {"cycles": cycles, "done": int(c["num_reads_done"]) + int(c["num_writes_done"]),
-            "row_hits": int(c["num_read_row_hits"]) + int(c["num_write_row_hits"]), "acts": int(c["num_act_cmds"]),
-            "ondemand_pres": int(c["num_ondemand_pres"]), "refs": int(c["num_ref_cmds"]), "process_wall_s": wall,
-            "col_cmds": int(c["num_read_cmds"]) + int(c["num_write_cmds"]),
-            "command": f"build/dramsim3main <ini> -c {cycles} -t <{len(addr)}-line trace> -o <dir>"}
+    return {
+        "cycles": cycles,
+        "done": int(c["num_reads_done"]) + int(c["num_writes_done"]),
+        "row_hits": int(c["num_read_row_hits"]) + int(c["num_write_row_hits"]),
+        "acts": int(c["num_act_cmds"]),
+        "ondemand_pres": int(c["num_ondemand_pres"]),
+        "refs": int(c["num_ref_cmds"]),
+        "process_wall_s": wall,
+        "col_cmds": int(c["num_read_cmds"]) + int(c["num_write_cmds"]),
+        "command": f"build/dramsim3main <ini> -c {cycles} -t <{len(addr)}-line trace> -o <dir>",
+    }
 
 
 def dramsim3_attnsim(std: str, kind: str, addr, w, done: int, controller: str = "dramsim3") -> dict:
     """attnsim on the first ``done`` requests of the stream (what DRAMsim3 finished in its cycles)."""
     spec = dramsim3_spec(std)
     r = simulate_requests(spec, addr[:done], w[:done], mapping=MAPPING, controller=controller, refresh="ab")
-    return {"cycles": int(r.cycles), "row_hits": int(r.row_hits), "acts": int(r.counts["bank_acts"]),
-            "conflicts": int(r.row_conflicts)}
+    return {
+        "cycles": int(r.cycles),
+        "row_hits": int(r.row_hits),
+        "acts": int(r.counts["bank_acts"]),
+        "conflicts": int(r.row_conflicts),
+    }
 
 
 def dramsim3_attnsim_cols(std: str, addr, w, cycles: int) -> int:
@@ -229,9 +296,11 @@ def dramsim3_attnsim_cols(std: str, addr, w, cycles: int) -> int:
 def crosscheck_dramsim3(a) -> None:
     stds = [s for s in a.dramsim3_standards.split(",")]
     golden = {}
-    print(f"{'standard':8} {'stream':10} {'done':>7} {'DRAMsim3 cyc':>12} {'attnsim cyc':>12} {'dt':>7} "
-          f"{'hits ds3/attnsim':>18} {'ACTs ds3/attnsim':>18} {'PRE-for-miss ds3/conflicts':>27} "
-          f"{'RD+WR in cycles ds3/attnsim':>28}")
+    print(
+        f"{'standard':8} {'stream':10} {'done':>7} {'DRAMsim3 cyc':>12} {'attnsim cyc':>12} {'dt':>7} "
+        f"{'hits ds3/attnsim':>18} {'ACTs ds3/attnsim':>18} {'PRE-for-miss ds3/conflicts':>27} "
+        f"{'RD+WR in cycles ds3/attnsim':>28}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for std in stds:
             spec = dramsim3_spec(std)
@@ -242,23 +311,45 @@ def crosscheck_dramsim3(a) -> None:
                     raise RuntimeError(f"{std}/{kind}: DRAMsim3 finished the whole stream; use more --requests")
                 r = dramsim3_attnsim(std, kind, addr, w, q["done"], a.controller or "dramsim3")
                 cols = dramsim3_attnsim_cols(std, addr, w, q["cycles"])
-                print(f"{std:8} {kind:10} {q['done']:7} {q['cycles']:12} {r['cycles']:12} "
-                      f"{rel(r['cycles'], q['cycles']):+7.1%} {q['row_hits']:>8}/{r['row_hits']:<8} "
-                      f"{q['acts']:>8}/{r['acts']:<8} {q['ondemand_pres']:>12}/{r['conflicts']:<8} "
-                      f"{q['col_cmds']:>8}/{cols:<8} {rel(cols, q['col_cmds']):+7.1%}", flush=True)
-                g = golden.setdefault(std, {**DRAMSIM3, "ini": DRAMSIM3_STANDARDS[std]["ini"],
-                                            "ini_changes": "channels = 1, address_mapping = chrabgbaroco",
-                                            "attnsim_spec": "hwmodels/dram/streams.py dramsim3_spec (DRAMSIM3_STANDARDS)",
-                                            "built": ("DRAMsim3 @ 2981759 built by hand: cmake "
-                                                      "-DCMAKE_BUILD_TYPE=Release, make (build/dramsim3main)"),
-                                            "requests": a.requests, "seed": a.seed, "mapping": MAPPING,
-                                            "streams": {}})
-                g["command"] = (q["command"] + "; recorded with: python bench/crosscheck_dram.py --dramsim3 "
-                                f"<checkout> --dramsim3-cycles {a.dramsim3_cycles} --requests {a.requests} "
-                                "--golden-out tests/data/dram_golden")
-                g["streams"][kind] = {"digest": stream_digest(addr, w), "cycles": q["cycles"], "done": q["done"],
-                                      "row_hits": q["row_hits"], "acts": q["acts"], "refs": q["refs"],
-                                      "ondemand_pres": q["ondemand_pres"], "col_cmds": q["col_cmds"]}
+                print(
+                    f"{std:8} {kind:10} {q['done']:7} {q['cycles']:12} {r['cycles']:12} "
+                    f"{rel(r['cycles'], q['cycles']):+7.1%} {q['row_hits']:>8}/{r['row_hits']:<8} "
+                    f"{q['acts']:>8}/{r['acts']:<8} {q['ondemand_pres']:>12}/{r['conflicts']:<8} "
+                    f"{q['col_cmds']:>8}/{cols:<8} {rel(cols, q['col_cmds']):+7.1%}",
+                    flush=True,
+                )
+                g = golden.setdefault(
+                    std,
+                    {
+                        **DRAMSIM3,
+                        "ini": DRAMSIM3_STANDARDS[std]["ini"],
+                        "ini_changes": "channels = 1, address_mapping = chrabgbaroco",
+                        "attnsim_spec": "hwmodels/dram/streams.py dramsim3_spec (DRAMSIM3_STANDARDS)",
+                        "built": (
+                            "DRAMsim3 @ 2981759 built by hand: cmake "
+                            "-DCMAKE_BUILD_TYPE=Release, make (build/dramsim3main)"
+                        ),
+                        "requests": a.requests,
+                        "seed": a.seed,
+                        "mapping": MAPPING,
+                        "streams": {},
+                    },
+                )
+                g["command"] = (
+                    q["command"] + "; recorded with: python bench/crosscheck_dram.py --dramsim3 "
+                    f"<checkout> --dramsim3-cycles {a.dramsim3_cycles} --requests {a.requests} "
+                    "--golden-out tests/data/dram_golden"
+                )
+                g["streams"][kind] = {
+                    "digest": stream_digest(addr, w),
+                    "cycles": q["cycles"],
+                    "done": q["done"],
+                    "row_hits": q["row_hits"],
+                    "acts": q["acts"],
+                    "refs": q["refs"],
+                    "ondemand_pres": q["ondemand_pres"],
+                    "col_cmds": q["col_cmds"],
+                }
     if a.golden_out:
         os.makedirs(a.golden_out, exist_ok=True)
         for std, g in golden.items():
@@ -277,16 +368,26 @@ def main(argv=None) -> int:
     ap.add_argument("--streams", default=",".join(STREAMS))
     ap.add_argument("--requests", type=int, default=50_000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--controller", default=None,
-                    help="attnsim controller preset: ramulator2, ideal, dramsim3 (default: the spec's, else ramulator2)")
+    ap.add_argument(
+        "--controller",
+        default=None,
+        help="attnsim controller preset: ramulator2, ideal, dramsim3 (default: the spec's, else ramulator2)",
+    )
     ap.add_argument("--ramulator2", help="path to a Ramulator 2.1 checkout with built Python bindings")
     ap.add_argument("--ramulator2-python", default=sys.executable)
     ap.add_argument("--golden-out", help="directory for golden JSON files of the reference runs")
     ap.add_argument("--speed", type=int, help="instead of the table: time n-request HBM3 seq/random streams")
-    ap.add_argument("--process-runs", type=int, default=3,
-                    help="--speed: attnsim processes per trace form (median reported and used in the ratio)")
-    ap.add_argument("--dramsim3", help="path to a DRAMsim3 checkout built with CMake (build/dramsim3main): run "
-                    "the DRAMsim3 cross-check (its HBM2 and LPDDR4 configurations) instead of Ramulator's table")
+    ap.add_argument(
+        "--process-runs",
+        type=int,
+        default=3,
+        help="--speed: attnsim processes per trace form (median reported and used in the ratio)",
+    )
+    ap.add_argument(
+        "--dramsim3",
+        help="path to a DRAMsim3 checkout built with CMake (build/dramsim3main): run "
+        "the DRAMsim3 cross-check (its HBM2 and LPDDR4 configurations) instead of Ramulator's table",
+    )
     ap.add_argument("--dramsim3-standards", default=",".join(DRAMSIM3_STANDARDS))
     ap.add_argument("--dramsim3-cycles", type=int, default=100_000)
     a = ap.parse_args(argv)
@@ -300,9 +401,9 @@ def main(argv=None) -> int:
     stds = a.standards.split(",")
     kinds = a.streams.split(",")
     golden = {}
-    hdr = (f"{'standard':8} {'stream':10} {'attnsim us':>11} {'GB/s':>7} {'hit/miss/conflict':>22}"
-           + (f" | {'Ramulator us':>12} {'GB/s':>7} {'hit/miss/conflict':>22} {'dt':>7} {'dhit':>7}"
-              if a.ramulator2 else ""))
+    hdr = f"{'standard':8} {'stream':10} {'attnsim us':>11} {'GB/s':>7} {'hit/miss/conflict':>22}" + (
+        f" | {'Ramulator us':>12} {'GB/s':>7} {'hit/miss/conflict':>22} {'dt':>7} {'dhit':>7}" if a.ramulator2 else ""
+    )
     print(hdr)
     with tempfile.TemporaryDirectory() as tmp:
         for std in stds:
@@ -311,23 +412,45 @@ def main(argv=None) -> int:
                 addr, w = make_stream(spec.org, kind, a.requests, a.seed)
                 r = run_attnsim(std, kind, addr, w, a.controller)
                 nbytes = a.requests * spec.org.burst_bytes
-                row = (f"{std:8} {kind:10} {r['time_s'] * 1e6:11.2f} {nbytes / r['time_s'] / 1e9:7.2f} "
-                       f"{r['row_hits']:>7}-{r['row_misses']}-{r['row_conflicts']:<7}")
+                row = (
+                    f"{std:8} {kind:10} {r['time_s'] * 1e6:11.2f} {nbytes / r['time_s'] / 1e9:7.2f} "
+                    f"{r['row_hits']:>7}-{r['row_misses']}-{r['row_conflicts']:<7}"
+                )
                 if a.ramulator2:
                     q = run_ramulator2(a.ramulator2, a.ramulator2_python, std, kind, addr, w, tmp)
-                    row += (f" | {q['time_s'] * 1e6:12.2f} {nbytes / q['time_s'] / 1e9:7.2f} "
-                            f"{q['row_hits']:>7}-{q['row_misses']}-{q['row_conflicts']:<7} "
-                            f"{rel(r['time_s'], q['time_s']):+7.1%} {rel(r['row_hits'], q['row_hits']):+7.1%}")
-                    g = golden.setdefault(std, {**RAMULATOR2, "attnsim_preset": STANDARDS[std]["preset"],
-                                                "ramulator_presets": STANDARDS[std], "requests": a.requests,
-                                                "seed": a.seed, "mapping": MAPPING, "streams": {}})
-                    g["command"] = ("PYTHONPATH=<ramulator2>/python python driver.py '<config>' (driver: "
-                                    "bench/crosscheck_dram.py _DRIVER; LoadStoreTrace of the stream, one channel, "
-                                    "GenericDRAM clock_ratio=1, CacheLineInterleave, ChRaBaRoCo, FRFCFS)")
-                    g["streams"][kind] = {"digest": stream_digest(addr, w), "ticks": q["ticks"],
-                                          "tick_s": q["tick_s"], "time_s": q["time_s"], "row_hits": q["row_hits"],
-                                          "row_misses": q["row_misses"], "row_conflicts": q["row_conflicts"],
-                                          "config": q["config"], "engine_wall_s": round(q["engine_wall_s"], 3)}
+                    row += (
+                        f" | {q['time_s'] * 1e6:12.2f} {nbytes / q['time_s'] / 1e9:7.2f} "
+                        f"{q['row_hits']:>7}-{q['row_misses']}-{q['row_conflicts']:<7} "
+                        f"{rel(r['time_s'], q['time_s']):+7.1%} {rel(r['row_hits'], q['row_hits']):+7.1%}"
+                    )
+                    g = golden.setdefault(
+                        std,
+                        {
+                            **RAMULATOR2,
+                            "attnsim_preset": STANDARDS[std]["preset"],
+                            "ramulator_presets": STANDARDS[std],
+                            "requests": a.requests,
+                            "seed": a.seed,
+                            "mapping": MAPPING,
+                            "streams": {},
+                        },
+                    )
+                    g["command"] = (
+                        "PYTHONPATH=<ramulator2>/python python driver.py '<config>' (driver: "
+                        "bench/crosscheck_dram.py _DRIVER; LoadStoreTrace of the stream, one channel, "
+                        "GenericDRAM clock_ratio=1, CacheLineInterleave, ChRaBaRoCo, FRFCFS)"
+                    )
+                    g["streams"][kind] = {
+                        "digest": stream_digest(addr, w),
+                        "ticks": q["ticks"],
+                        "tick_s": q["tick_s"],
+                        "time_s": q["time_s"],
+                        "row_hits": q["row_hits"],
+                        "row_misses": q["row_misses"],
+                        "row_conflicts": q["row_conflicts"],
+                        "config": q["config"],
+                        "engine_wall_s": round(q["engine_wall_s"], 3),
+                    }
                 print(row, flush=True)
     if a.golden_out:
         os.makedirs(a.golden_out, exist_ok=True)

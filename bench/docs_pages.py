@@ -10,6 +10,7 @@ tests/test_docs_site.py fails when a page differs from what this script writes.
     python bench/docs_pages.py            # rewrite the pages
     python bench/docs_pages.py --check    # exit 1 and name the stale pages
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ def _cell(text) -> str:
 
 # ---------------------------------------------------------------- home page
 
+
 def index_page() -> str:
     """README.md for the site: links into docs/ lose their ``docs/`` prefix (the site's root is docs/)."""
     text = (ROOT / "README.md").read_text()
@@ -39,6 +41,7 @@ def index_page() -> str:
 
 
 # ---------------------------------------------------------------- CLI reference
+
 
 def _subparsers(p: argparse.ArgumentParser):
     return [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001 - argparse has no API
@@ -82,13 +85,17 @@ def _command_section(prog: str, p: argparse.ArgumentParser, summary: str, level:
 
 def cli_page() -> str:
     from attnsim.cli import build_parser
+
     p = build_parser()
-    lines = [GENERATED.replace("edit the source it names", "edit the argparse help in attnsim/cli*.py"),
-             "# Command line", "",
-             "Every subcommand of `attnsim` with its arguments, as `attnsim COMMAND --help` prints them. "
-             "Bad input to any command is one line `error: FILE: KEY: expected ..., got ...` on stderr, "
-             "exit status 2, and no file written.",
-             ""]
+    lines = [
+        GENERATED.replace("edit the source it names", "edit the argparse help in attnsim/cli*.py"),
+        "# Command line",
+        "",
+        "Every subcommand of `attnsim` with its arguments, as `attnsim COMMAND --help` prints them. "
+        "Bad input to any command is one line `error: FILE: KEY: expected ..., got ...` on stderr, "
+        "exit status 2, and no file written.",
+        "",
+    ]
     (sp,) = _subparsers(p)
     helps = {ca.dest: ca.help or "" for ca in sp._choices_actions}  # noqa: SLF001
     lines += ["| command | does |", "|---|---|"]
@@ -100,6 +107,7 @@ def cli_page() -> str:
 
 
 # ---------------------------------------------------------------- config schemas
+
 
 def _type(s: dict, defs_anchor) -> str:
     if "$ref" in s:
@@ -117,8 +125,11 @@ def _type(s: dict, defs_anchor) -> str:
         return f"list of {_type(s['items'], defs_anchor)}" if "items" in s else "list"
     if t == "object" and isinstance(s.get("additionalProperties"), dict):
         return f"map of name -> {_type(s['additionalProperties'], defs_anchor)}"
-    bounds = [f"{op} {s[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
-                                           ("exclusiveMaximum", "<")) if k in s]
+    bounds = [
+        f"{op} {s[k]}"
+        for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+        if k in s
+    ]
     return f"{t}" + (f" ({', '.join(bounds)})" if bounds else "")
 
 
@@ -130,22 +141,29 @@ def _object_table(obj: dict, defs_anchor) -> list[str]:
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for k, s in props.items():
         default = "required" if k in req else (f"`{json.dumps(s['default'])}`" if "default" in s else "")
-        rows.append(f"| `{k}` | {_type(s, defs_anchor).replace('|', chr(92) + '|')} | {_cell(default)} | "
-                    f"{_cell(s.get('description', ''))} |")
+        rows.append(
+            f"| `{k}` | {_type(s, defs_anchor).replace('|', chr(92) + '|')} | {_cell(default)} | "
+            f"{_cell(s.get('description', ''))} |"
+        )
     extra = "unknown keys are refused" if obj.get("additionalProperties") is False else "other keys allowed"
     return rows + ["", f"({extra}.)", ""]
 
 
 def schema_page(kind: str) -> str:
     from attnsim.cli.schema import schema_doc
+
     doc = schema_doc(kind)
     defs = doc.get("$defs", {})
     anchor = lambda name: re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")  # noqa: E731 - the toc slug
-    lines = [GENERATED.replace("edit the source it names", "edit the pydantic schema (attnsim/cli/schema.py)"),
-             f"# `{kind}`", "",
-             f"The fields of a `{kind}` config, from the JSON Schema that `attnsim schema {kind}` prints "
-             f"(write it with `-o {kind}.schema.json` for editor completion). The schema checks structure, types "
-             "and ranges; attnsim's own checks (cross-references, physical limits) still apply on load.", ""]
+    lines = [
+        GENERATED.replace("edit the source it names", "edit the pydantic schema (attnsim/cli/schema.py)"),
+        f"# `{kind}`",
+        "",
+        f"The fields of a `{kind}` config, from the JSON Schema that `attnsim schema {kind}` prints "
+        f"(write it with `-o {kind}.schema.json` for editor completion). The schema checks structure, types "
+        "and ranges; attnsim's own checks (cross-references, physical limits) still apply on load.",
+        "",
+    ]
     if doc.get("description"):
         lines += [" ".join(doc["description"].split()), ""]
     if "anyOf" in doc or "oneOf" in doc:  # the hardware union: one family per file, chosen by `kind:`
@@ -157,17 +175,26 @@ def schema_page(kind: str) -> str:
         lines += [f"## {name}", ""]
         if defs[name].get("description"):
             lines += [" ".join(defs[name]["description"].split()), ""]
-        lines += _object_table(defs[name], anchor) if defs[name].get("type", "object") == "object" or \
-            "properties" in defs[name] else [f"{_type(defs[name], anchor)}", ""]
+        lines += (
+            _object_table(defs[name], anchor)
+            if defs[name].get("type", "object") == "object" or "properties" in defs[name]
+            else [f"{_type(defs[name], anchor)}", ""]
+        )
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def schema_index() -> str:
     from attnsim.cli.schema import kinds
-    lines = [GENERATED.replace("edit the source it names", "edit attnsim/cli/schema.py"), "# Config schemas", "",
-             "One page per config kind, generated from `attnsim schema KIND` (the pydantic schema attnsim validates "
-             "every file with). `attnsim schema --list` lists the kinds; `attnsim schema KIND -o FILE.json` writes the "
-             "JSON Schema for an editor. Every shipped config validates against its schema (tested).", ""]
+
+    lines = [
+        GENERATED.replace("edit the source it names", "edit attnsim/cli/schema.py"),
+        "# Config schemas",
+        "",
+        "One page per config kind, generated from `attnsim schema KIND` (the pydantic schema attnsim validates "
+        "every file with). `attnsim schema --list` lists the kinds; `attnsim schema KIND -o FILE.json` writes the "
+        "JSON Schema for an editor. Every shipped config validates against its schema (tested).",
+        "",
+    ]
     lines += [f"- [`{k}`]({k}.md)" for k in kinds()]
     return "\n".join(lines) + "\n"
 
@@ -175,8 +202,12 @@ def schema_index() -> str:
 def pages() -> dict[Path, str]:
     """Every generated page: path -> text."""
     from attnsim.cli.schema import kinds
-    out = {DOCS / "index.md": index_page(), DOCS / "reference" / "cli.md": cli_page(),
-           DOCS / "reference" / "schemas" / "index.md": schema_index()}
+
+    out = {
+        DOCS / "index.md": index_page(),
+        DOCS / "reference" / "cli.md": cli_page(),
+        DOCS / "reference" / "schemas" / "index.md": schema_index(),
+    }
     for k in kinds():
         out[DOCS / "reference" / "schemas" / f"{k}.md"] = schema_page(k)
     return out

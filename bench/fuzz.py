@@ -11,6 +11,7 @@ for the first 20 % of each reader's time (the seed corpus), then fast type-aware
 
 Exit status 1 if any failure was found.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
-
 from bad_inputs.harness import HARNESSES, UNUSABLE, mutate  # noqa: E402
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
 
 
 class _TimeUp(BaseException):
@@ -39,7 +39,7 @@ class ReaderState:
         self.name = name
         self.h = HARNESSES[name]
         self.corpus: list = []
-        self.failures: dict = {}   # signature -> (count, first Failure, example)
+        self.failures: dict = {}  # signature -> (count, first Failure, example)
         self.n = 0
         self.seconds = 0.0
         self.rng = random.Random(seed)
@@ -61,8 +61,14 @@ class ReaderState:
         """Hypothesis examples for ``seconds`` (they become the corpus)."""
         end = time.monotonic() + seconds
 
-        @settings(max_examples=10 ** 9, deadline=None, database=None, phases=[Phase.generate],
-                  verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=10**9,
+            deadline=None,
+            database=None,
+            phases=[Phase.generate],
+            verbosity=Verbosity.quiet,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(self.h.strategy)
         def seeds(example):
             self.corpus.append(example)  # at least one seed, however slow the strategy's first example
@@ -104,15 +110,24 @@ def fuzz(name: str, seconds: float, seed_share: float = 0.2, hypothesis_only: bo
 
 
 def _report(r: ReaderState) -> None:
-    print(f"{r.name:12s} {r.n:9d} executions in {r.seconds:7.1f} s ({r.n / max(r.seconds, 1e-9):7.0f}/s), "
-          f"{len(r.failures)} distinct failures ({r.skipped} unusable mutants skipped)", flush=True)
+    print(
+        f"{r.name:12s} {r.n:9d} executions in {r.seconds:7.1f} s ({r.n / max(r.seconds, 1e-9):7.0f}/s), "
+        f"{len(r.failures)} distinct failures ({r.skipped} unusable mutants skipped)",
+        flush=True,
+    )
     for (kind, loc), (count, f, ex) in sorted(r.failures.items(), key=lambda kv: -kv[1][0]):
         print(f"    {count:6d} x {kind} at {loc}: {f.message[:160]}")
         print(f"             e.g. {ex!r:.300}")
 
 
-def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, total: int = 0,
-             max_seconds: float = float("inf"), seed: int = 0) -> int:
+def run_fuzz(
+    readers: list[str],
+    seconds: float,
+    hypothesis_only: bool = False,
+    total: int = 0,
+    max_seconds: float = float("inf"),
+    seed: int = 0,
+) -> int:
     """Every reader for ``seconds`` (20 % hypothesis seeds, then mutations); then, until ``total`` executions
     in all (or ``max_seconds`` of wall time), more mutation passes of ``seconds`` x readers shared in proportion
     to each reader's rate (the fast readers carry most of the count; every reader gets at least 1 s a pass)."""
@@ -132,22 +147,27 @@ def run_fuzz(readers: list[str], seconds: float, hypothesis_only: bool = False, 
         for r, rate in zip(states, rates):
             r.mutate(max(1.0, budget * rate / max(sum(rates), 1e-9)))
         passes += 1
-        print(f"pass {passes}: {sum(r.n for r in states)} executions, "
-              f"{sum(len(r.failures) for r in states)} distinct failures", flush=True)
+        print(
+            f"pass {passes}: {sum(r.n for r in states)} executions, "
+            f"{sum(len(r.failures) for r in states)} distinct failures",
+            flush=True,
+        )
     if passes > 1:
         print("\nper reader, all passes:")
         for r in states:
             _report(r)
     n = sum(r.n for r in states)
     found = sum(len(r.failures) for r in states)
-    print(f"total: {n} executions over {len(states)} readers in {time.monotonic() - t0:.0f} s, "
-          f"{found} distinct failures")
+    print(
+        f"total: {n} executions over {len(states)} readers in {time.monotonic() - t0:.0f} s, {found} distinct failures"
+    )
     return 1 if found else 0
 
 
 def run_cases(patterns: list[str]) -> int:
     from bad_inputs.cases import CASES
     from bad_inputs.runner import classify_all
+
     cases = [c for c in CASES if not patterns or any(p in c.id for p in patterns)]
     res = classify_all(cases, Path(tempfile.mkdtemp(prefix="attnsim-cases-")))
     per = collections.defaultdict(collections.Counter)
@@ -170,14 +190,24 @@ def run_cases(patterns: list[str]) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reader", action="append", choices=sorted(HARNESSES), help="reader to fuzz (repeatable; default all)")
+    p.add_argument(
+        "--reader", action="append", choices=sorted(HARNESSES), help="reader to fuzz (repeatable; default all)"
+    )
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per reader")
     p.add_argument("--hypothesis-only", action="store_true", help="no mutation rounds: every input from hypothesis")
-    p.add_argument("--total", type=int, default=0,
-                   help="keep fuzzing (mutation passes of --seconds per reader) until this many executions in all")
+    p.add_argument(
+        "--total",
+        type=int,
+        default=0,
+        help="keep fuzzing (mutation passes of --seconds per reader) until this many executions in all",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the mutation rounds (a second process: another seed)")
-    p.add_argument("--max-seconds", type=float, default=float("inf"),
-                   help="with --total: start no pass after this many seconds of wall time")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=float("inf"),
+        help="with --total: start no pass after this many seconds of wall time",
+    )
     p.add_argument("--cases", nargs="*", default=None, metavar="ID", help="classify the bad-input cases instead")
     a = p.parse_args(argv)
     if a.cases is not None:

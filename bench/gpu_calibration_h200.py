@@ -10,6 +10,7 @@ software versions. Median of `--repeats` CUDA-event-timed runs after warm-up.
 
 Not run yet: no GPU machine was lent to the session that wrote it. It needs torch with CUDA.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ TOKENS = (1, 8, 32, 64, 128, 256, 512, 1024, 4096)
 def timed(fn, repeats: int) -> float:
     """Median time in microseconds of ``fn`` over ``repeats`` CUDA-event-timed calls."""
     import torch
+
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -49,6 +51,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
     import yaml
+
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
@@ -77,8 +80,10 @@ def main(argv=None) -> int:
         "date": datetime.date.today().isoformat(),
         "software": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
         "vidur_shapes": {"tables": tables},
-        "decode_attention_us": {"note": "SDPA, 1 query token, 8 heads / 1 KV head (Llama-2-70B TP8), 4096-token KV, "
-                                        "key = batch", "us": attention},
+        "decode_attention_us": {
+            "note": "SDPA, 1 query token, 8 heads / 1 KV head (Llama-2-70B TP8), 4096-token KV, key = batch",
+            "us": attention,
+        },
     }
     with open(args.out, "w") as f:
         yaml.safe_dump(doc, f, sort_keys=False)

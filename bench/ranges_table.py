@@ -7,6 +7,7 @@ lists the key under ``allow_out_of_range:``. tests/test_plausible_ranges.py chec
     python bench/ranges_table.py            # rewrite docs/reference/ranges.md
     python bench/ranges_table.py --check    # exit 1 and print a diff if the page is stale
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,22 +59,25 @@ def _table(title: str, keys: dict) -> list[str]:
 def sections() -> list[tuple[str, dict]]:
     """(title, {dotted key: Plausible}) per config kind, in the order of the page."""
     from attnsim.core.config import plausible_keys
-    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.hwmodels import registry
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
     from attnsim.hwmodels.system import SystemSpec
+    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.studies.serve.spec import ServingSpec
     from attnsim.studies.sweep.spec import SweepSpec
     from attnsim.workloads.model import ModelSpec
     from attnsim.workloads.scenario import Scenario
+
     out = [(f"hardware, kind: {k}", plausible_keys(registry.schema_for(k))) for k in registry.kinds()]
-    out += [("models (configs/models/*.yaml, HF config.json)", plausible_keys(ModelSpec)),
-            ("systems", plausible_keys(SystemSpec)),
-            ("experiments", plausible_keys(ExperimentSpec)),
-            ("experiments: scenarios", plausible_keys(Scenario, "scenarios.<name>.")),
-            ("experiments: serving", plausible_keys(ServingSpec, "serving.")),
-            ("experiments: reliability", plausible_keys(ReliabilitySpec, "reliability.")),
-            ("sweeps", plausible_keys(SweepSpec))]
+    out += [
+        ("models (configs/models/*.yaml, HF config.json)", plausible_keys(ModelSpec)),
+        ("systems", plausible_keys(SystemSpec)),
+        ("experiments", plausible_keys(ExperimentSpec)),
+        ("experiments: scenarios", plausible_keys(Scenario, "scenarios.<name>.")),
+        ("experiments: serving", plausible_keys(ServingSpec, "serving.")),
+        ("experiments: reliability", plausible_keys(ReliabilitySpec, "reliability.")),
+        ("sweeps", plausible_keys(SweepSpec)),
+    ]
     return out
 
 

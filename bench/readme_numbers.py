@@ -9,6 +9,7 @@ compares it with every file that holds it, so a table stays true wherever it mov
     python bench/readme_numbers.py            # rewrite the blocks in README.md and docs/**/*.md
     python bench/readme_numbers.py --check    # exit 1 and print a diff if a file is stale
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 # the opening marker may be followed by one blank line, kept on rewrite (Python-Markdown, which builds the docs site,
 # needs it before a table: without it the table joins the comment's raw-HTML block)
-BLOCK = re.compile(r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n\n?)(?P<body>.*?)(<!-- /readme-numbers:(?P=name) -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- readme-numbers:(?P<name>[\w-]+) -->\n\n?)(?P<body>.*?)(<!-- /readme-numbers:(?P=name) -->)", re.S
+)
 
 
 def _serve(experiment: str, sets: list[str] = ()) -> list[dict]:
     from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
+
     return serve_experiment(*load_serving_experiment(experiment, list(sets)))
 
 
@@ -44,32 +48,52 @@ def _pct(x: float) -> str:
 
 def serve_examples() -> str:
     """The serving examples table (configs/experiments/serve_*.yaml)."""
-    lines = ["| example | variant | req/s | TTFT p50 / p99 | TPOT p50 / p99 | SLO | goodput | note |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| example | variant | req/s | TTFT p50 / p99 | TPOT p50 / p99 | SLO | goodput | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
 
     def add(example, variant, run, note):
         m = run["metrics"]
-        lines.append(f"| {example} | {variant} | {m['throughput_rps']:.2f} | {_lat(m, 'ttft')} | {_lat(m, 'tpot')} | "
-                     f"{_pct(m['slo_attainment'])} | {m['goodput_rps']:.2f}/s | {note} |")
+        lines.append(
+            f"| {example} | {variant} | {m['throughput_rps']:.2f} | {_lat(m, 'ttft')} | {_lat(m, 'tpot')} | "
+            f"{_pct(m['slo_attainment'])} | {m['goodput_rps']:.2f}/s | {note} |"
+        )
 
     rate5 = ["experiment.serving.trace.rate_per_s=5"]
-    for i, (variant, sets) in enumerate((("paged, 16-token blocks", rate5),
-                                         ("contiguous (prompt + 1024 reserved)", rate5 + ["experiment.serving.kv.layout=contiguous"]))):
+    for i, (variant, sets) in enumerate(
+        (
+            ("paged, 16-token blocks", rate5),
+            ("contiguous (prompt + 1024 reserved)", rate5 + ["experiment.serving.kv.layout=contiguous"]),
+        )
+    ):
         (run,) = _serve("serve_paging", sets)
         s = run["serving"]
-        add("`serve_paging` (Llama-2-13B, 1 x H100, 5 req/s*)" if i == 0 else "", variant, run,
-            f"fragmentation {_pct(s['mean_fragmentation'])}, max batch {s['max_batch']}")
+        add(
+            "`serve_paging` (Llama-2-13B, 1 x H100, 5 req/s*)" if i == 0 else "",
+            variant,
+            run,
+            f"fragmentation {_pct(s['mean_fragmentation'])}, max batch {s['max_batch']}",
+        )
     for i, (variant, sets) in enumerate((("caching on", []), ("off", ["experiment.serving.kv.prefix_caching=false"]))):
         (run,) = _serve("serve_prefix", sets)
         s, m = run["serving"], run["metrics"]
-        note = (f"hit rate {_pct(s['prefix_hit_rate'])}, " if s["prefix_hits"] else "") + f"{m['energy_per_request_j']:.0f} J/request"
-        add("`serve_prefix` (Llama-3-8B, 1 x H100, 12 req/s, 90 % share 4 x 1536-token prefixes)" if i == 0 else "",
-            variant, run, note)
-    policies = (("none", "experiment.serving.kv.policy={kind: none}"),
-                ("streaming (4 + 1020)", "experiment.serving.kv.policy={kind: streaming, sink_tokens: 4, window_tokens: 1020}"),
-                ("h2o (256 + 256)", "experiment.serving.kv.policy={kind: h2o, heavy_tokens: 256, recent_tokens: 256}"),
-                ("snapkv (1024)", None),
-                ("quest (1024, pages 16)", "experiment.serving.kv.policy={kind: quest, budget_tokens: 1024, page_tokens: 16}"))
+        note = (
+            f"hit rate {_pct(s['prefix_hit_rate'])}, " if s["prefix_hits"] else ""
+        ) + f"{m['energy_per_request_j']:.0f} J/request"
+        add(
+            "`serve_prefix` (Llama-3-8B, 1 x H100, 12 req/s, 90 % share 4 x 1536-token prefixes)" if i == 0 else "",
+            variant,
+            run,
+            note,
+        )
+    policies = (
+        ("none", "experiment.serving.kv.policy={kind: none}"),
+        ("streaming (4 + 1020)", "experiment.serving.kv.policy={kind: streaming, sink_tokens: 4, window_tokens: 1020}"),
+        ("h2o (256 + 256)", "experiment.serving.kv.policy={kind: h2o, heavy_tokens: 256, recent_tokens: 256}"),
+        ("snapkv (1024)", None),
+        ("quest (1024, pages 16)", "experiment.serving.kv.policy={kind: quest, budget_tokens: 1024, page_tokens: 16}"),
+    )
     for i, (variant, s) in enumerate(policies):
         (run,) = _serve("serve_eviction", [s] if s else [])
         acc = run["serving"].get("kv_policy_accuracy")
@@ -80,8 +104,12 @@ def serve_examples() -> str:
     labels = {"a100_hbm3_x8": "A100-HBM3 x8 colocated", "attacc": "AttAcc colocated"}
     for i, run in enumerate(_serve("serve_disagg")):
         m = run["metrics"]
-        add("`serve_disagg` (GPT-3 175B, 1 req/s)" if i == 0 else "", labels.get(run["system"], run["system"] + ", NVLink3"),
-            run, ("two systems: " if run.get("disaggregation") else "") + f"{m['energy_per_request_j']:.0f} J/request")
+        add(
+            "`serve_disagg` (GPT-3 175B, 1 req/s)" if i == 0 else "",
+            labels.get(run["system"], run["system"] + ", NVLink3"),
+            run,
+            ("two systems: " if run.get("disaggregation") else "") + f"{m['energy_per_request_j']:.0f} J/request",
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -90,8 +118,9 @@ def serve_slo_load() -> str:
     names = {"a100_hbm3_x8": "A100", "attacc": "AttAcc"}
     parts = []
     for rate in (2, 2.5):
-        runs = _serve("serve_disagg", [f"experiment.serving.trace.rate_per_s={rate}",
-                                       "experiment.serving.trace.num_requests=300"])
+        runs = _serve(
+            "serve_disagg", [f"experiment.serving.trace.rate_per_s={rate}", "experiment.serving.trace.num_requests=300"]
+        )
         slo = " / ".join(f"{r['metrics']['slo_attainment']:.0%}".replace("%", " %") for r in runs)
         good = " / ".join(f"{r['metrics']['goodput_rps']:.2f}" for r in runs)
         who = ", ".join(names.get(r["system"], "disaggregated") for r in runs)
@@ -102,49 +131,67 @@ def serve_slo_load() -> str:
 def _run(experiment: str, sets: list[str] = ()) -> list[dict]:
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     return run_experiment(load_experiment(experiment, list(sets)))
 
 
 def systems_compare() -> str:
     """``attnsim run systems_compare``'s table (one system of each family)."""
     from attnsim.core.report import summary_table
-    return ("```\n$ attnsim run systems_compare          # Llama-2-70B, batch 16, 2048 + 128 tokens, fp16 "
-            "(baseline a100_hbm3_x8)\n" + summary_table(_run("systems_compare")).rstrip("\n") + "\n```\n")
+
+    return (
+        "```\n$ attnsim run systems_compare          # Llama-2-70B, batch 16, 2048 + 128 tokens, fp16 "
+        "(baseline a100_hbm3_x8)\n" + summary_table(_run("systems_compare")).rstrip("\n") + "\n```\n"
+    )
 
 
 def default_run() -> str:
     """What ``attnsim run`` (the default experiment) prints: the table and the "what differs" lines with each
     compared system's verdict line (attnsim.studies.verdict; the cost line after them holds a wall time: left out)."""
-    from attnsim.sim.experiment import load_experiment
     from attnsim.core.report import differ_lines, summary_table
+    from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
     from attnsim.studies.verdict import add_flips
+
     exp = load_experiment("default")
     docs = run_experiment(exp)
     add_flips(exp.tree, docs, exp.spec.baseline)
-    return ("```\n$ attnsim run\n" + summary_table(docs).rstrip("\n") + "\n\nwhat differs and why (decode step = one "
-            "token for the whole batch; attention = attn_score + softmax + attn_context):\n"
-            + "\n".join(differ_lines(docs)) + "\n```\n")
+    return (
+        "```\n$ attnsim run\n" + summary_table(docs).rstrip("\n") + "\n\nwhat differs and why (decode step = one "
+        "token for the whole batch; attention = attn_score + softmax + attn_context):\n"
+        + "\n".join(differ_lines(docs))
+        + "\n```\n"
+    )
 
 
 def reliability_tiering() -> str:
     """The relaxed-refresh table of ``attnsim run reliability_tiering``."""
     docs = _run("reliability_tiering")
     label = {"jedec": "64 ms (JEDEC)", "relaxed_1s": "1 s", "relaxed_20s": "20 s"}
-    lines = ["| mantissa refresh | effective refresh | refresh energy / decode step | TPOT | J/token | silent errors / token "
-             "| accuracy proxy | SLO (0.05) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| mantissa refresh | effective refresh | refresh energy / decode step | TPOT | J/token "
+        "| silent errors / token "
+        "| accuracy proxy | SLO (0.05) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     ref = docs[0]
     e0 = ref["breakdown"]["decode_step"]["energy_j_by_component"]["dram_refresh"]
     for d in docs:
         m = d["metrics"]
         e = d["breakdown"]["decode_step"]["energy_j_by_component"]["dram_refresh"]
         rel = "" if d is ref else f" ({e / e0 - 1:+.0%})".replace("%", " %")
-        jrel = "" if d is ref else f" ({m['energy_per_token_j'] / ref['metrics']['energy_per_token_j'] - 1:+.1%})".replace("%", " %")
+        jrel = (
+            ""
+            if d is ref
+            else f" ({m['energy_per_token_j'] / ref['metrics']['energy_per_token_j'] - 1:+.1%})".replace("%", " %")
+        )
         se = m["silent_errors_per_token"]
         se_txt = f"{se:.1e}".replace("e+0", "e").replace("e-0", "e-") if (se < 0.01 or se >= 1e4) else f"{se:.0f}"
-        lines.append(f"| {label[d['scenario']['name']]} | {m['refresh_interval_ms']['cxl']:.0f} ms | {e:.3f} J{rel} | "
-                     f"{m['tpot_s'] * 1e3:.3f} ms | {m['energy_per_token_j']:.2f}{jrel} | {se_txt} | "
-                     f"{m['accuracy_proxy']:.4f} | {'met' if m['slo_met'] else '**broken**'} |")
+        lines.append(
+            f"| {label[d['scenario']['name']]} | {m['refresh_interval_ms']['cxl']:.0f} ms | {e:.3f} J{rel} | "
+            f"{m['tpot_s'] * 1e3:.3f} ms | {m['energy_per_token_j']:.2f}{jrel} | {se_txt} | "
+            f"{m['accuracy_proxy']:.4f} | {'met' if m['slo_met'] else '**broken**'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -156,15 +203,21 @@ def first_study() -> str:
     from attnsim.api import sweep
     from attnsim.studies.sweep.store import read_results
     from attnsim.studies.sweep.table import load_table, sweep_text
+
     with tempfile.TemporaryDirectory() as d:
         res = sweep("first_study", Path(d) / "first_study.h5")
         text = f"experiment: {read_results(res.path)[0].get('experiment')}\n" + sweep_text(load_table(res.path))
     return "```\n$ attnsim show results/first_study.h5\n" + text.rstrip("\n") + "\n```\n"
 
 
-GENERATORS = {"default-run": default_run, "first-study": first_study, "serve-examples": serve_examples,
-              "serve-slo-load": serve_slo_load, "systems-compare": systems_compare,
-              "reliability-tiering": reliability_tiering}
+GENERATORS = {
+    "default-run": default_run,
+    "first-study": first_study,
+    "serve-examples": serve_examples,
+    "serve-slo-load": serve_slo_load,
+    "systems-compare": systems_compare,
+    "reliability-tiering": reliability_tiering,
+}
 
 
 def files() -> list[Path]:
@@ -186,6 +239,7 @@ def render(text: str, names=None, *, file: str = "README.md", cache: dict | None
         if name not in cache:
             cache[name] = GENERATORS[name]()
         return mt.group(1) + cache[name] + mt.group(4)
+
     return BLOCK.sub(sub, text)
 
 

@@ -7,6 +7,7 @@ with the artefacts' own run times where reproductions.md quotes them.
 Run: python bench/reproductions.py [--core N] [--cold]   (--cold: an empty Numba cache, so every
 kernel the runs use is compiled in this process, as on a fresh install)
 """
+
 import argparse
 import os
 import sys
@@ -30,11 +31,15 @@ def main() -> int:
     os.environ["NUMBA_NUM_THREADS"] = "1"
     if args.cold:
         import tempfile
+
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnsim-bench-numba-")
     from attnsim.studies import reproduce  # noqa: E402 (after pinning: numba reads NUMBA_NUM_THREADS at import)
+
     t_import = time.perf_counter() - T0
-    print(f"pinned to CPU {core} ({os.sched_getaffinity(0)}); Numba cache {'empty' if args.cold else 'as is'}; "
-          f"imports {t_import:.2f} s")
+    print(
+        f"pinned to CPU {core} ({os.sched_getaffinity(0)}); Numba cache {'empty' if args.cold else 'as is'}; "
+        f"imports {t_import:.2f} s"
+    )
     rows_total, bad, walls = 0, 0, {}
     print(f"{'system':<12} {'rows':>4} {'runs':>4} {'ok':>5} {'wall s':>7} {'s/run':>6}  artefact")
     for folder in reproduce.folders():
@@ -52,11 +57,16 @@ def main() -> int:
         if art:
             (lo, hi), text = art
             note = f"{text}: {lo / (wall / runs):,.0f}-{hi / (wall / runs):,.0f}x attnsim's time per run"
-        print(f"{folder.name:<12} {len(rows):>4} {runs:>4} {ok:>2}/{len(rows):<2} {wall:>7.2f} {wall / runs:>6.2f}  {note}")
+        print(
+            f"{folder.name:<12} {len(rows):>4} {runs:>4} {ok:>2}/{len(rows):<2} "
+            f"{wall:>7.2f} {wall / runs:>6.2f}  {note}"
+        )
     total = time.perf_counter() - T0
-    print(f"total (process start to last row, imports and JIT included): {total:.2f} s for {len(walls)} "
-          f"folders, {rows_total} rows ({bad} outside tolerance); target < 60 s -> "
-          f"{'met' if total < 60 else 'MISSED'}")
+    print(
+        f"total (process start to last row, imports and JIT included): {total:.2f} s for {len(walls)} "
+        f"folders, {rows_total} rows ({bad} outside tolerance); target < 60 s -> "
+        f"{'met' if total < 60 else 'MISSED'}"
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """attnsim.hwmodels."""
+
 from pathlib import Path as _Path
 
 from attnsim.core import jitcache as _jitcache

@@ -4,6 +4,7 @@ A device model times and costs operators that the mapper placed on it; it never
 decides placement. Costs are vectorised over the rows of an OpTrace and are per
 ONE repeat of the row (multiply by ``count`` for totals).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,18 +17,18 @@ from attnsim.core.config import Schema
 
 # Energy components used in every breakdown (joules). Devices fill the ones they have.
 ENERGY_COMPONENTS = (
-    "compute",          # GPU/NPU/PNM arithmetic (dynamic)
-    "pim_compute",      # in-DRAM processing units (dynamic)
-    "active",           # GPU SM/uncore activity power x kernel time, beyond arithmetic and data movement (gpu_power.py)
-    "sram",             # on-chip buffers / caches (dynamic)
-    "dram_activate",    # ACT/PRE (row cycles)
+    "compute",  # GPU/NPU/PNM arithmetic (dynamic)
+    "pim_compute",  # in-DRAM processing units (dynamic)
+    "active",  # GPU SM/uncore activity power x kernel time, beyond arithmetic and data movement (gpu_power.py)
+    "sram",  # on-chip buffers / caches (dynamic)
+    "dram_activate",  # ACT/PRE (row cycles)
     "dram_read_write",  # cell array + column path to the I/O
-    "dram_io",          # TSV / PHY / interposer / board I/O
+    "dram_io",  # TSV / PHY / interposer / board I/O
     "dram_refresh",
     "dram_background",
-    "ecc",              # ECC decode of KV reads (reliability section)
-    "link",             # NVLink / PCIe / CXL transfers
-    "static",           # idle/leakage power x time of devices
+    "ecc",  # ECC decode of KV reads (reliability section)
+    "link",  # NVLink / PCIe / CXL transfers
+    "static",  # idle/leakage power x time of devices
 )
 
 
@@ -88,9 +89,11 @@ class HBMEnergySpec(Schema):
     def dram_energy_j(self, nbytes) -> dict:
         """Energy components (J) of moving ``nbytes`` (array) to or from the device's DRAM."""
         bits = np.asarray(nbytes, dtype=np.float64) * 8.0
-        return {"dram_activate": bits * self.dram_activate_pj_per_bit * 1e-12,
-                "dram_read_write": bits * self.dram_read_write_pj_per_bit * 1e-12,
-                "dram_io": bits * self.dram_io_pj_per_bit * 1e-12}
+        return {
+            "dram_activate": bits * self.dram_activate_pj_per_bit * 1e-12,
+            "dram_read_write": bits * self.dram_read_write_pj_per_bit * 1e-12,
+            "dram_io": bits * self.dram_io_pj_per_bit * 1e-12,
+        }
 
 
 def set_static(res, system, time_s: float) -> None:

@@ -24,6 +24,7 @@ per-step hardware latency, and a bus bandwidth per protocol, LL and LL128 a frac
 (configs/hardware/nvlink*.yaml) with their sources; values fitted to calibration/nccl_allreduce.csv
 are marked there.
 """
+
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -51,8 +52,9 @@ class NVLSSpec(Schema):
     """NVLink SHARP all-reduce (in-switch reduction), where the NVSwitch has it."""
 
     base_us: float = Field(ge=0, description="fixed latency of one NVLS all-reduce (us)")
-    bus_efficiency: float = Field(gt=0, le=1, description="achieved fraction of the per-direction bandwidth "
-                                                          "(each GPU moves S bytes each way)")
+    bus_efficiency: float = Field(
+        gt=0, le=1, description="achieved fraction of the per-direction bandwidth (each GPU moves S bytes each way)"
+    )
 
 
 class NCCLSpec(Schema):
@@ -120,8 +122,9 @@ def candidates(spec: NCCLSpec, coll: str, n: int) -> list[tuple[str, str]]:
     return out
 
 
-def algo_time_s(spec: NCCLSpec, bandwidth_bytes_per_s: float, coll: str, nbytes, n: int, algo: str,
-                proto: str) -> np.ndarray:
+def algo_time_s(
+    spec: NCCLSpec, bandwidth_bytes_per_s: float, coll: str, nbytes, n: int, algo: str, proto: str
+) -> np.ndarray:
     """Time of one ``coll`` of ``nbytes`` (the per-rank buffer: nccl-tests' size) with ``algo`` / ``proto``."""
     _check(coll, algo, proto)
     s = np.asarray(nbytes, dtype=np.float64)
@@ -146,15 +149,15 @@ def tuned(spec: NCCLSpec, bandwidth_bytes_per_s: float, coll: str, nbytes, n: in
     if n <= 1 and coll != "sendrecv":
         return np.zeros_like(s), np.full(s.shape, "none", dtype=object)
     pairs = candidates(spec, coll, n)
-    times = np.stack([np.broadcast_to(algo_time_s(spec, bandwidth_bytes_per_s, coll, s, n, a, p), s.shape)
-                      for a, p in pairs])
+    times = np.stack(
+        [np.broadcast_to(algo_time_s(spec, bandwidth_bytes_per_s, coll, s, n, a, p), s.shape) for a, p in pairs]
+    )
     best = np.argmin(times, axis=0)
     labels = np.array([f"{a}/{p}" for a, p in pairs], dtype=object)
     return np.min(times, axis=0), labels[best]
 
 
-def custom_allreduce_time_s(custom: CustomAllReduceSpec, spec: NCCLSpec, bandwidth_bytes_per_s: float,
-                            nbytes, n: int):
+def custom_allreduce_time_s(custom: CustomAllReduceSpec, spec: NCCLSpec, bandwidth_bytes_per_s: float, nbytes, n: int):
     """(time_s, choice): framework one-shot / two-shot all-reduce up to ``max_bytes``, NCCL above."""
     s = np.asarray(nbytes, dtype=np.float64)
     if n <= 1:

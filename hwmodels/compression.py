@@ -18,6 +18,7 @@ kept in the sub-result cache. The engine (``ENGINES``) streams every byte it (de
 a device with a ``compression`` section (hwmodels/pim.py, mapper/cxl_pnm.py) scales the bytes it stores
 and streams from DRAM by the ratio and adds the engine's time and energy.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -29,9 +30,11 @@ from pydantic import Field, field_validator
 
 from attnsim.core.config import ConfigError, Plausible, Schema
 
-BLOCK_VALUES = 2048        # 4 KB of 16-bit values per compressed block [M]
-PLANE_HEADER_BYTES = 1     # per plane per block: compressed length / raw flag [M]
-SAMPLE_VALUES = 1 << 17    # values measured per tensor kind (256 KB of 16-bit values, 64 blocks; ratio within 0.1 % of 4x more)
+BLOCK_VALUES = 2048  # 4 KB of 16-bit values per compressed block [M]
+PLANE_HEADER_BYTES = 1  # per plane per block: compressed length / raw flag [M]
+SAMPLE_VALUES = (
+    1 << 17
+)  # values measured per tensor kind (256 KB of 16-bit values, 64 blocks; ratio within 0.1 % of 4x more)
 ZLIB_LEVEL = 6
 
 # engine presets: throughput (bytes/s of uncompressed data), energy (pJ per uncompressed byte), area
@@ -49,19 +52,28 @@ class CompressionSpec(Schema):
     """``compression:`` section of a CXL-PNM device (``kind: pim``, ``isa: cxl_pnm``)."""
 
     plausible = {
-        "ratio": Plausible(0.01, 64, "stored / original bytes: int2 over fp16 is 0.125, sparse + quantised weights "
-            "~0.05 (Deep Compression, Han ICLR 2016: 35-49x over fp32); above 1 is expansion (ECC, metadata)"),
+        "ratio": Plausible(
+            0.01,
+            64,
+            "stored / original bytes: int2 over fp16 is 0.125, sparse + quantised weights "
+            "~0.05 (Deep Compression, Han ICLR 2016: 35-49x over fp32); above 1 is expansion (ECC, metadata)",
+        ),
     }
 
     engine: Literal[tuple(ENGINES)] = "cxl_ndp"
     kv: bool = Field(True, description="compress the KV cache (stored and streamed)")
     weights: bool = Field(True, description="compress the weights (stored and streamed)")
     ratio: Union[Literal["measured"], float] = Field(
-        "measured", description="stored / raw bytes: measured (bit-plane + deflate on synthetic data) or a number")
-    overlap: bool = Field(True, description="the engine streams between DRAM and the accelerator (time = max of "
-                                            "the two); false: its time adds to the row's")
-    link: bool = Field(False, description="KV written over the CXL link travels compressed (needs an engine at "
-                                          "the host end too [M])")
+        "measured", description="stored / raw bytes: measured (bit-plane + deflate on synthetic data) or a number"
+    )
+    overlap: bool = Field(
+        True,
+        description="the engine streams between DRAM and the accelerator (time = max of "
+        "the two); false: its time adds to the row's",
+    )
+    link: bool = Field(
+        False, description="KV written over the CXL link travels compressed (needs an engine at the host end too [M])"
+    )
 
     @field_validator("ratio")
     @classmethod
@@ -77,8 +89,11 @@ class CompressionSpec(Schema):
         if self.ratio != "measured":
             return float(self.ratio)
         if dtype not in DTYPES:
-            raise ConfigError(f"expected a number for {kind} in {dtype} (the coder is measured on 16-bit "
-                              f"{' / '.join(DTYPES)} values), got 'measured'", key="compression.ratio")
+            raise ConfigError(
+                f"expected a number for {kind} in {dtype} (the coder is measured on 16-bit "
+                f"{' / '.join(DTYPES)} values), got 'measured'",
+                key="compression.ratio",
+            )
         return measured_ratio(kind, dtype)
 
     @property
@@ -149,6 +164,7 @@ def sample(kind: str, dtype: str, n: int = SAMPLE_VALUES, seed: int = 0) -> np.n
         x = rng.standard_normal(n) * 0.02
     elif kind == "kv":
         from attnsim.hwmodels.reliability.accuracy import synthetic_qkv
+
         heads, d = 8, 128
         tokens = -(-n // (2 * heads * d))
         qkv = synthetic_qkv(n_heads=heads, n_tokens=tokens, head_dim=d, seed=seed)
@@ -167,8 +183,22 @@ def measured_ratio(kind: str, dtype: str = "bf16", bitplane: bool = True) -> flo
     def run() -> float:
         u = sample(kind, dtype)
         return float(compressed_bytes(u, bitplane=bitplane)) / float(u.nbytes)
-    return float(cached(("compression.measured_ratio", kind, dtype, bitplane, BLOCK_VALUES, SAMPLE_VALUES,
-                         ZLIB_LEVEL, PLANE_HEADER_BYTES), run))
+
+    return float(
+        cached(
+            (
+                "compression.measured_ratio",
+                kind,
+                dtype,
+                bitplane,
+                BLOCK_VALUES,
+                SAMPLE_VALUES,
+                ZLIB_LEVEL,
+                PLANE_HEADER_BYTES,
+            ),
+            run,
+        )
+    )
 
 
 def engine_time_s(spec: CompressionSpec, raw_bytes: float) -> float:

@@ -30,6 +30,7 @@ Energy: CENT's synthesis numbers (mW at the 2 GHz clock -> pJ per operation): EX
 16-lane op, reduction tree per reduction, RISC-V per busy core-cycle, SB per read/write, instruction
 buffer (IB) per controller instruction; leakage and SRAM static power as ``static_power_w``.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -116,8 +117,11 @@ class ControllerDevice:
     def pass_cycles(self, elements: float, reads: int, op_cycles: float) -> float:
         """Cycles of one SIMD pass over ``elements`` with ``reads`` SB reads per element group."""
         s = self.spec
-        return elements / (s.lanes * s.accelerators) * (s.accelerators * reads * s.sb_read_cycles
-                                                         + op_cycles + s.sb_write_cycles)
+        return (
+            elements
+            / (s.lanes * s.accelerators)
+            * (s.accelerators * reads * s.sb_read_cycles + op_cycles + s.sb_write_cycles)
+        )
 
     def kernel(self, name: str, elements: float, rows: float) -> dict:
         """Cycles, moved bytes and operation counts of one kernel.
@@ -128,26 +132,56 @@ class ControllerDevice:
         s = self.spec
         lanes = float(s.lanes)
         if name == "softmax":
-            row_cyc = s.reduce_cycles + s.lanes * s.sb_write_cycles + s.riscv_softmax_cycles / s.riscv_cores \
+            row_cyc = (
+                s.reduce_cycles
+                + s.lanes * s.sb_write_cycles
+                + s.riscv_softmax_cycles / s.riscv_cores
                 + s.sb_read_cycles
-            cyc = (self.pass_cycles(elements, 1, s.exp_cycles) + self.pass_cycles(elements, 2, s.vec_cycles)
-                   + rows * row_cyc)
-            return dict(cycles=cyc, bytes=0.0, exp_ops=elements / lanes, vec_ops=elements / lanes,
-                        reductions=rows, riscv_core_cycles=rows * s.riscv_softmax_cycles,
-                        sb_reads=3.0 * elements / lanes + 2.0 * rows, sb_writes=2.0 * elements / lanes + 2.0 * rows,
-                        instructions=2.0 * elements / lanes + 2.0 * rows)
+            )
+            cyc = (
+                self.pass_cycles(elements, 1, s.exp_cycles)
+                + self.pass_cycles(elements, 2, s.vec_cycles)
+                + rows * row_cyc
+            )
+            return dict(
+                cycles=cyc,
+                bytes=0.0,
+                exp_ops=elements / lanes,
+                vec_ops=elements / lanes,
+                reductions=rows,
+                riscv_core_cycles=rows * s.riscv_softmax_cycles,
+                sb_reads=3.0 * elements / lanes + 2.0 * rows,
+                sb_writes=2.0 * elements / lanes + 2.0 * rows,
+                instructions=2.0 * elements / lanes + 2.0 * rows,
+            )
         if name == "rmsnorm":
             partials = elements / s.pu_reduction
-            cyc = (self.pass_cycles(partials, 2, s.vec_cycles)
-                   + rows * (s.sb_read_cycles + s.sb_write_cycles + s.reduce_cycles + s.riscv_norm_cycles))
-            return dict(cycles=cyc, bytes=(partials + rows) * 2.0, exp_ops=0.0, vec_ops=partials / lanes,
-                        reductions=rows, riscv_core_cycles=rows * s.riscv_norm_cycles,
-                        sb_reads=2.0 * partials / lanes + 2.0 * rows, sb_writes=partials / lanes + rows,
-                        instructions=partials / lanes + 2.0 * rows)
+            cyc = self.pass_cycles(partials, 2, s.vec_cycles) + rows * (
+                s.sb_read_cycles + s.sb_write_cycles + s.reduce_cycles + s.riscv_norm_cycles
+            )
+            return dict(
+                cycles=cyc,
+                bytes=(partials + rows) * 2.0,
+                exp_ops=0.0,
+                vec_ops=partials / lanes,
+                reductions=rows,
+                riscv_core_cycles=rows * s.riscv_norm_cycles,
+                sb_reads=2.0 * partials / lanes + 2.0 * rows,
+                sb_writes=partials / lanes + rows,
+                instructions=partials / lanes + 2.0 * rows,
+            )
         if name == "rope":
-            return dict(cycles=elements * s.riscv_rope_cycles / s.riscv_cores, bytes=2.0 * elements * 2.0,
-                        exp_ops=0.0, vec_ops=0.0, reductions=0.0, riscv_core_cycles=elements * s.riscv_rope_cycles,
-                        sb_reads=elements / lanes, sb_writes=2.0 * elements / lanes, instructions=elements)
+            return dict(
+                cycles=elements * s.riscv_rope_cycles / s.riscv_cores,
+                bytes=2.0 * elements * 2.0,
+                exp_ops=0.0,
+                vec_ops=0.0,
+                reductions=0.0,
+                riscv_core_cycles=elements * s.riscv_rope_cycles,
+                sb_reads=elements / lanes,
+                sb_writes=2.0 * elements / lanes,
+                instructions=elements,
+            )
         raise ConfigError(f"expected softmax, rmsnorm or rope, got {name!r}", key="kernel")
 
     def kernel_time_s(self, k: dict) -> float:
@@ -158,10 +192,19 @@ class ControllerDevice:
         s = self.spec
         pj = 1e-12
         return {
-            "compute": (k["exp_ops"] * s.exp_pj_per_op + k["vec_ops"] * s.vec_pj_per_op
-                        + k["reductions"] * s.reduce_pj + k["riscv_core_cycles"] * s.riscv_pj_per_cycle) * pj,
-            "sram": (k["sb_reads"] * s.sb_read_pj + k["sb_writes"] * s.sb_write_pj
-                     + k["instructions"] * s.ib_pj_per_instruction) * pj,
+            "compute": (
+                k["exp_ops"] * s.exp_pj_per_op
+                + k["vec_ops"] * s.vec_pj_per_op
+                + k["reductions"] * s.reduce_pj
+                + k["riscv_core_cycles"] * s.riscv_pj_per_cycle
+            )
+            * pj,
+            "sram": (
+                k["sb_reads"] * s.sb_read_pj
+                + k["sb_writes"] * s.sb_write_pj
+                + k["instructions"] * s.ib_pj_per_instruction
+            )
+            * pj,
             "dram_io": k["bytes"] * 8.0 * s.dq_pj_per_bit * pj,
         }
 
@@ -169,12 +212,16 @@ class ControllerDevice:
     def row_work(trace, i: int) -> tuple[str, float, float]:
         """(kernel, elements, rows) of trace row i (per repeat, one TP rank)."""
         from attnsim.workloads.trace import SOFTMAX_FLOPS
+
         c = trace.cols
         op, cls = str(c["op"][i]), str(c["cls"][i])
         name = kernel_of(op, cls)
         if name is None:
-            raise ConfigError(f"controller {op!r} ({cls}) is not a controller op: the controller runs softmax, "
-                              f"RMSNorm ({', '.join(NORM_OPS)}) and RoPE rows", key=op)
+            raise ConfigError(
+                f"controller {op!r} ({cls}) is not a controller op: the controller runs softmax, "
+                f"RMSNorm ({', '.join(NORM_OPS)}) and RoPE rows",
+                key=op,
+            )
         if name == "softmax":  # flops = SOFTMAX_FLOPS x heads x (query, key) pairs
             elements = float(c["flops"][i]) / SOFTMAX_FLOPS
             rows = float(c["batch"][i]) * float(trace.meta.get("tokens", 1))
@@ -183,6 +230,7 @@ class ControllerDevice:
             elements = rows * float(c["n"][i])
         else:
             from attnsim.workloads.trace import ROPE_FLOPS
+
             elements = float(c["flops"][i]) / ROPE_FLOPS
             rows = 0.0
         return name, elements, rows
@@ -200,8 +248,13 @@ class ControllerDevice:
             for comp, v in self.kernel_energy_j(k).items():
                 energy[comp][j] = v
             moved[j] = k["bytes"]
-        return OpCost(time_s=time, energy_j=energy, bytes_by_level={"controller_dq": moved},
-                      flops=np.zeros(n), bound=np.full(n, "compute", dtype=object))
+        return OpCost(
+            time_s=time,
+            energy_j=energy,
+            bytes_by_level={"controller_dq": moved},
+            flops=np.zeros(n),
+            bound=np.full(n, "compute", dtype=object),
+        )
 
 
 registry.register("cxl_controller", ControllerSpec, ControllerDevice)

@@ -23,6 +23,7 @@ Reliability: the raw bit error rate grows with wear and retention (:func:`nand_r
 UBER (:func:`uber`). :meth:`FlashModel.reliability_tier` gives the tier entry of a ``reliability:``
 section, so the accuracy proxy and the tiering planner see the same tier.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,9 +41,9 @@ from attnsim.hwmodels.reliability import ecc as _ecc
 # rated endurance, roughly exponential in P/E cycles (Mielke et al., "Bit error rate in NAND flash
 # memories", IRPS'08; Cai et al., "Error characterization, mitigation, and recovery in flash-memory-based
 # solid-state drives", Proc. IEEE 2017), and growing with retention time (same sources). Anchors [M]:
-RBER_FRESH = 1.0e-4          # 0 P/E cycles, freshly written
-PE_RATED = 3000.0            # rated endurance of 3D TLC [M]; RBER x10 at the rated P/E count
-RETENTION_DOUBLING_DAYS = 365.0   # RBER x(1 + days / 365): doubles after a year of retention [M]
+RBER_FRESH = 1.0e-4  # 0 P/E cycles, freshly written
+PE_RATED = 3000.0  # rated endurance of 3D TLC [M]; RBER x10 at the rated P/E count
+RETENTION_DOUBLING_DAYS = 365.0  # RBER x(1 + days / 365): doubles after a year of retention [M]
 
 NAND_ECC = ("bch_nand", "ldpc_nand")
 
@@ -68,8 +69,9 @@ class FlashSpec(Schema):
         "channels": HARDWARE_COUNT,
         "dies_per_channel": HARDWARE_COUNT,
         "planes_per_die": Plausible(1, 64, "planes per NAND die: 2-6 (ONFI 5; Micron 232-layer: 6)"),
-        "pe_cycles": Plausible(0, 1e6, "program/erase cycles: QLC ~1e3, TLC ~3e3, SLC ~1e5 rated (JESD218; Cai et "
-            "al., Proc. IEEE 2017)"),
+        "pe_cycles": Plausible(
+            0, 1e6, "program/erase cycles: QLC ~1e3, TLC ~3e3, SLC ~1e5 rated (JESD218; Cai et al., Proc. IEEE 2017)"
+        ),
     }
 
     kind: Literal["flash"] = "flash"
@@ -100,7 +102,7 @@ class FlashModel:
         self.name = spec.name
         self.scheme = _ecc.get_scheme(spec.ecc)
         o = self.scheme.outcome(self.rber)
-        cw = self.page_bytes * 8.0 / self.scheme.k_bits            # codewords per page
+        cw = self.page_bytes * 8.0 / self.scheme.k_bits  # codewords per page
         # a page with a codeword beyond t is read again (read retry with shifted references, assumed to
         # succeed [M]): probability per page read
         self.p_retry = float(-np.expm1(cw * np.log1p(-min(o.due + o.sdc, 1.0)))) if o.due + o.sdc < 1.0 else 1.0
@@ -135,10 +137,14 @@ class FlashModel:
         waves = np.ceil(per_ch / (s.dies_per_channel * s.planes_per_die))
         bus = per_ch * self.page_bytes * (1.0 + self.scheme.storage_overhead) / (s.channel_gbps * 1e9)
         t_cell = (s.t_program_us if write else s.t_read_us) * 1e-6
-        if s.dies_per_channel == 1:   # one die cannot sense (program) and use the bus at once
+        if s.dies_per_channel == 1:  # one die cannot sense (program) and use the bus at once
             t = waves * t_cell + bus
-        else:                         # other dies sense while one transfers: only the first wave is exposed
-            t = t_cell + np.maximum((waves - 1) * t_cell, bus * (waves - 1) / np.maximum(waves, 1)) + bus / np.maximum(waves, 1)
+        else:  # other dies sense while one transfers: only the first wave is exposed
+            t = (
+                t_cell
+                + np.maximum((waves - 1) * t_cell, bus * (waves - 1) / np.maximum(waves, 1))
+                + bus / np.maximum(waves, 1)
+            )
         if not write:  # + decode of the last codeword + expected read retries on the busiest channel
             page_bus = self.page_bytes * (1.0 + self.scheme.storage_overhead) / (s.channel_gbps * 1e9)
             t = t + self.scheme.decode_latency_s + self.p_retry * per_ch * (t_cell + page_bus)
@@ -150,23 +156,31 @@ class FlashModel:
         if len(bad):
             raise ConfigError(f"no operator can run on flash {self.name!r}", key=str(trace["op"][bad[0]]))
         nbytes = trace["comm_bytes"][rows].astype(np.float64)
-        write = np.char.find(trace["op"][rows].astype(str), "store") >= 0   # mapper/offload.py: (host_)store_kv
+        write = np.char.find(trace["op"][rows].astype(str), "store") >= 0  # mapper/offload.py: (host_)store_kv
         time = np.where(write, self.read_time_s(nbytes, write=True), self.read_time_s(nbytes))
-        return OpCost(time_s=time,
-                      energy_j={"dram_read_write": nbytes * self.spec.read_pj_per_byte * 1e-12,
-                                "ecc": nbytes * self.scheme.energy_pj_per_byte * 1e-12},
-                      bytes_by_level={"flash": nbytes}, flops=np.zeros(len(rows)),
-                      bound=np.full(len(rows), "memory", dtype=object))
+        return OpCost(
+            time_s=time,
+            energy_j={
+                "dram_read_write": nbytes * self.spec.read_pj_per_byte * 1e-12,
+                "ecc": nbytes * self.scheme.energy_pj_per_byte * 1e-12,
+            },
+            bytes_by_level={"flash": nbytes},
+            flops=np.zeros(len(rows)),
+            bound=np.full(len(rows), "memory", dtype=object),
+        )
 
     def reliability_tier(self) -> dict:
         """This device as a tier of a ``reliability:`` section (hwmodels/reliability/spec.py TierSchema):
         streaming rate, read energy, no refresh, its ECC on every field, RBER as the static raw error
         rate (``ber_approx``; NAND has no DRAM-like soft or retention mechanism in this model)."""
-        return {"read_gbps": self.peak_bandwidth_bytes_per_s / 1e9,
-                "read_pj_per_byte": self.spec.read_pj_per_byte + self.scheme.energy_pj_per_byte,
-                "refresh_mw_per_gb": 0.0, "capacity_gb": self.spec.capacity_gb,
-                "ecc": {"high": self.spec.ecc, "low": self.spec.ecc},
-                "errors": {"lambda_soft_per_bit_h": 0.0, "ber_approx": self.rber}}
+        return {
+            "read_gbps": self.peak_bandwidth_bytes_per_s / 1e9,
+            "read_pj_per_byte": self.spec.read_pj_per_byte + self.scheme.energy_pj_per_byte,
+            "refresh_mw_per_gb": 0.0,
+            "capacity_gb": self.spec.capacity_gb,
+            "ecc": {"high": self.spec.ecc, "low": self.spec.ecc},
+            "errors": {"lambda_soft_per_bit_h": 0.0, "ber_approx": self.rber},
+        }
 
 
 registry.register("flash", FlashSpec, FlashModel)

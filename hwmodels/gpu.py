@@ -36,6 +36,7 @@ read/write + I/O) pJ/bit (FGDRAM via AttAcc, pim_dram.md b.1 energy table); on-c
 passes L2 and L1 once (AttAcc pJ/B); arithmetic: ``compute_pj_per_flop`` x FLOPs; SM/uncore activity:
 ``sm_active_power_w`` x occupancy x kernel-body time (component ``active``); board power capped at ``tdp_w``.
 """
+
 from __future__ import annotations
 
 from typing import List, Literal, Optional, Tuple
@@ -43,12 +44,11 @@ from typing import List, Literal, Optional, Tuple
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from attnsim.core.config import HARDWARE_COUNT, Plausible, Schema
+from attnsim.core.config import HARDWARE_COUNT, Plausible
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
 from attnsim.hwmodels.gpu_power import matmul_occupancy, op_energy_j
-
 
 _ETA = Plausible(0, 1, "an efficiency (achieved / peak)")
 
@@ -59,8 +59,12 @@ class GPUSpec(HBMEnergySpec):
     plausible = {
         "num_sms": HARDWARE_COUNT,
         "mma_m": Plausible(1, 4096, "MMA tile rows: 16-256 (NVIDIA PTX ISA)"),
-        "max_split_k": Plausible(1, 1024, "split-K factor: cuBLAS/CUTLASS split up to ~16-64 ways; 1024 keeps the "
-            "candidate table small (issue 31: 1.6e10 asked numpy for 119 GiB)"),
+        "max_split_k": Plausible(
+            1,
+            1024,
+            "split-K factor: cuBLAS/CUTLASS split up to ~16-64 ways; 1024 keeps the "
+            "candidate table small (issue 31: 1.6e10 asked numpy for 119 GiB)",
+        ),
         "min_k_split": Plausible(1, 1 << 20, "smallest K slice (elements)"),
         "k_overhead": Plausible(0, 1e6, "fixed K-loop overhead (elements)"),
         "mem_eta_max": _ETA,
@@ -82,8 +86,10 @@ class GPUSpec(HBMEnergySpec):
     num_sms: PositiveInt
     idle_power_w: float = Field(ge=0, description="idle with a CUDA context and weights resident (static)")
     tdp_w: PositiveFloat = Field(description="board power limit; power above it is charged at the cap")
-    sm_active_power_w: float = Field(ge=0, description="SM/uncore power while kernels run at full occupancy, "
-                                                       "beyond idle, arithmetic and data movement")
+    sm_active_power_w: float = Field(
+        ge=0,
+        description="SM/uncore power while kernels run at full occupancy, beyond idle, arithmetic and data movement",
+    )
     # --- software stack and kernel costs
     software_stack: Literal["fused", "eager"] = "fused"
     kernel_overhead_us: float = Field(ge=0, description="fixed cost of every kernel (launch + prologue/epilogue)")
@@ -97,8 +103,10 @@ class GPUSpec(HBMEnergySpec):
     compute_eta: float = Field(gt=0, le=1, description="fraction of per-SM peak a full tile wave achieves")
     k_overhead: float = Field(0.0, ge=0, description="per-tile prologue/epilogue cost as K-depth (elements)")
     tiles: List[Tuple[PositiveInt, PositiveInt]] = Field(
-        default_factory=lambda: [(128, 128)], min_length=1,
-        description="candidate CTA tiles (M x N); the fastest per shape is used")
+        default_factory=lambda: [(128, 128)],
+        min_length=1,
+        description="candidate CTA tiles (M x N); the fastest per shape is used",
+    )
     mma_m: PositiveInt = Field(16, description="M granularity of the MMA instruction (padding quantum for small M)")
     split_k: bool = True
     max_split_k: PositiveInt = Field(16, description="largest split-K factor considered")
@@ -109,9 +117,13 @@ class GPUSpec(HBMEnergySpec):
     attn_mem_eta_fused: float = Field(gt=0, le=1)
     attn_compute_eta_unfused: float = Field(gt=0, le=1)
     attn_compute_eta_fused: float = Field(gt=0, le=1)
-    attn_call_us: Optional[float] = Field(None, ge=0, description="fixed cost of one fused attention kernel call "
-                                          "(launch, split-KV combine, pipeline fill), on attn_score; null: "
-                                          "kernel_overhead_us (one launch)")
+    attn_call_us: Optional[float] = Field(
+        None,
+        ge=0,
+        description="fixed cost of one fused attention kernel call "
+        "(launch, split-KV combine, pipeline fill), on attn_score; null: "
+        "kernel_overhead_us (one launch)",
+    )
     # --- energy
     l2_pj_per_byte: float = Field(ge=0)
     l1_pj_per_byte: float = Field(ge=0)
@@ -214,6 +226,7 @@ class GPUModel:
         the score/probability matrix (``H x pairs`` of the trace's unfused ``act_bytes`` = flops / 2k
         elements) never leaves the chip."""
         from attnsim.workloads.model import DTYPE_BYTES
+
         act = DTYPE_BYTES.get(str(meta.get("act_dtype", "fp16")), 2)
         k = np.maximum(c["k"][rows].astype(np.float64), 1.0)
         scores = c["flops"][rows].astype(np.float64) / (2.0 * k) * act
@@ -228,8 +241,9 @@ class GPUModel:
         cls = c["cls"][rows]
         m, n, k, batch = (c[x][rows] for x in ("m", "n", "k", "batch"))
         flops = c["flops"][rows].astype(np.float64)
-        nbytes = (c["weight_bytes"][rows] + c["act_bytes"][rows] + c["kv_read_bytes"][rows]
-                  + c["kv_write_bytes"][rows]).astype(np.float64)
+        nbytes = (
+            c["weight_bytes"][rows] + c["act_bytes"][rows] + c["kv_read_bytes"][rows] + c["kv_write_bytes"][rows]
+        ).astype(np.float64)
         meta = getattr(trace, "meta", {}) or {}
         peak = self.peak_flops_for(str(meta.get("compute_dtype", meta.get("weight_dtype", "fp16"))))
         eager = s.software_stack == "eager"
@@ -287,9 +301,12 @@ class GPUModel:
         bound[t_ovh > t_body] = "overhead"
         bound[ar] = "link"
 
-        energy = op_energy_j(s, time_s, np.where(ar, 0.0, t_body), occupancy, dyn_flops, hbm_bytes, count=c["count"][rows])
-        return OpCost(time_s=time_s, energy_j=energy, bytes_by_level={"hbm": hbm_bytes},
-                      flops=dyn_flops, bound=bound.astype(str))
+        energy = op_energy_j(
+            s, time_s, np.where(ar, 0.0, t_body), occupancy, dyn_flops, hbm_bytes, count=c["count"][rows]
+        )
+        return OpCost(
+            time_s=time_s, energy_j=energy, bytes_by_level={"hbm": hbm_bytes}, flops=dyn_flops, bound=bound.astype(str)
+        )
 
 
 def from_spec(spec: GPUSpec) -> GPUModel:

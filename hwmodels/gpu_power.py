@@ -21,6 +21,7 @@ charged at the cap).
 Only the dynamic components are returned (the engine adds ``idle_power_w`` x time as ``static``), so the
 breakdown keeps compute / active / sram / dram / link / static apart.
 """
+
 from __future__ import annotations
 
 import numpy as np

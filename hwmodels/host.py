@@ -8,6 +8,7 @@ overrides already work per pool; a host pool runs no trace rows (a policy that p
 refused), and the host's software costs are the system's ``software`` preset (hwmodels/stack.py).
 Host memory that holds offloaded KV/weights is a ``kind: memory`` pool (it is costed), not this.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -19,7 +20,6 @@ from attnsim.hwmodels import registry
 
 
 class HostSpec(Schema):
-
     plausible = {"cpu_sockets": Plausible(1, 64, "CPU sockets per host: 1-8 (HPE Superdome Flex: 32)")}
     kind: Literal["host"]
     name: str
@@ -52,8 +52,11 @@ class HostDevice:
         return float(sum(self.static_power_parts_w.values()))
 
     def cost(self, trace, rows):
-        raise ConfigError(f"host {self.name!r} runs no trace rows (it draws static power only); place rows on a "
-                          f"gpu, npu, pim or memory pool", key="devices")
+        raise ConfigError(
+            f"host {self.name!r} runs no trace rows (it draws static power only); place rows on a "
+            f"gpu, npu, pim or memory pool",
+            key="devices",
+        )
 
 
 registry.register("host", HostSpec, HostDevice)

@@ -17,6 +17,7 @@ Cost of fetching ``K`` blocks (``nbytes``) for one request (:meth:`KVPool.fetch_
 once (an upper bound on contention). Writing a prefix into the pool costs the same transfer (no lookup)
 and makes the entry visible when it ends. Energy = ``energy_pj_per_byte`` x bytes moved.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -29,7 +30,6 @@ from attnsim.hwmodels import registry
 
 
 class KVPoolSpec(Schema):
-
     plausible = {"hosts": HARDWARE_COUNT, "lookup_us_per_block": Plausible(0, 1e6, "us (the _us range)")}
     kind: Literal["kv_pool"] = "kv_pool"
     name: str
@@ -77,8 +77,9 @@ class KVPool:
         return np.asarray(nbytes, dtype=np.float64) * self.spec.energy_pj_per_byte * 1e-12
 
     def cost(self, trace, rows):
-        raise ConfigError(f"kv_pool {self.name!r} is a serving tier (serving.kv_pool), not a system device",
-                          key="devices")
+        raise ConfigError(
+            f"kv_pool {self.name!r} is a serving tier (serving.kv_pool), not a system device", key="devices"
+        )
 
 
 registry.register("kv_pool", KVPoolSpec, KVPool)
@@ -94,11 +95,14 @@ class SharedPrefixPool:
 
     def __init__(self, pool: KVPool, bytes_per_token: float, block_tokens: int, instances: int):
         if instances > pool.spec.hosts:
-            raise ConfigError(f"expected at most hosts = {pool.spec.hosts} serving instances on kv_pool "
-                              f"{pool.name!r}, got {instances}", key="hosts")
+            raise ConfigError(
+                f"expected at most hosts = {pool.spec.hosts} serving instances on kv_pool "
+                f"{pool.name!r}, got {instances}",
+                key="hosts",
+            )
         self.pool, self.bpt, self.bt, self.instances = pool, float(bytes_per_token), int(block_tokens), int(instances)
-        self.known: dict[int, tuple[float, int]] = {}     # previous pass: pid -> (visible_s, tokens)
-        self.live: dict[int, tuple[float, int]] = {}      # this pass
+        self.known: dict[int, tuple[float, int]] = {}  # previous pass: pid -> (visible_s, tokens)
+        self.live: dict[int, tuple[float, int]] = {}  # this pass
         self.stored_bytes = 0.0
         self.reset_counters()
 
@@ -158,8 +162,13 @@ class SharedPrefixPool:
         return e
 
     def stats(self) -> dict:
-        return {"pool_lookups": self.lookups, "pool_hits": self.hits,
-                "pool_hit_rate": self.hits / self.lookups if self.lookups else 0.0,
-                "pool_hit_tokens": self.hit_tokens, "pool_fetch_s_total": self.fetch_s,
-                "pool_entries": len(self.live), "pool_stored_gb": self.stored_bytes / 1e9,
-                "pool_energy_j": self.energy}
+        return {
+            "pool_lookups": self.lookups,
+            "pool_hits": self.hits,
+            "pool_hit_rate": self.hits / self.lookups if self.lookups else 0.0,
+            "pool_hit_tokens": self.hit_tokens,
+            "pool_fetch_s_total": self.fetch_s,
+            "pool_entries": len(self.live),
+            "pool_stored_gb": self.stored_bytes / 1e9,
+            "pool_energy_j": self.energy,
+        }

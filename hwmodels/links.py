@@ -18,6 +18,7 @@
 ``cost(trace, rows)`` costs ``allreduce`` rows with ``n = trace.tp``; time is per collective, energy and
 link bytes are summed over all ranks (the engine counts a link's energy once per transfer).
 """
+
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -49,17 +50,26 @@ class LinkSpec(Schema):
     allreduce: Literal["ring", "tree", "nccl", "custom"] = "ring"
     nccl: Optional[NCCLSpec] = Field(None, description="NCCL collectives parameters (allreduce: nccl or custom)")
     custom_allreduce: Optional[CustomAllReduceSpec] = Field(
-        None, description="framework one-/two-shot all-reduce parameters (allreduce: custom)")
+        None, description="framework one-/two-shot all-reduce parameters (allreduce: custom)"
+    )
 
     @model_validator(mode="after")
     def _blocks(self):
         if self.allreduce in ("nccl", "custom") and self.nccl is None:
-            raise PydanticCustomError("config_number", "{msg}", {
-                "msg": f"expected an nccl block with allreduce: {self.allreduce}, got none", "path": "nccl"})
+            raise PydanticCustomError(
+                "config_number",
+                "{msg}",
+                {"msg": f"expected an nccl block with allreduce: {self.allreduce}, got none", "path": "nccl"},
+            )
         if self.allreduce == "custom" and self.custom_allreduce is None:
-            raise PydanticCustomError("config_number", "{msg}", {
-                "msg": "expected a custom_allreduce block with allreduce: custom, got none",
-                "path": "custom_allreduce"})
+            raise PydanticCustomError(
+                "config_number",
+                "{msg}",
+                {
+                    "msg": "expected a custom_allreduce block with allreduce: custom, got none",
+                    "path": "custom_allreduce",
+                },
+            )
         return self
 
 
@@ -161,7 +171,9 @@ class LinkModel:
             time_s = time_s + np.where(xfer > 0, self.collective("sendrecv", xfer, 2)[0], 0.0)
         else:
             if n > 1:
-                time_s = comm / self.bandwidth_bytes_per_s + np.where(comm > 0, self.latency_steps(n) * self.latency_s, 0.0)
+                time_s = comm / self.bandwidth_bytes_per_s + np.where(
+                    comm > 0, self.latency_steps(n) * self.latency_s, 0.0
+                )
             else:
                 time_s = np.zeros(len(rows))
             # point-to-point transfers (mapper-added rows): every rank moves comm_bytes over its own link
@@ -169,8 +181,13 @@ class LinkModel:
         total_bytes = comm * n if n > 1 else np.zeros(len(rows))
         total_bytes = total_bytes + xfer * n
         bound = np.full(len(rows), "link").astype(str)
-        return OpCost(time_s=time_s, energy_j={"link": self.transfer_energy_j(total_bytes)},
-                      bytes_by_level={"link": total_bytes}, flops=np.zeros(len(rows)), bound=bound)
+        return OpCost(
+            time_s=time_s,
+            energy_j={"link": self.transfer_energy_j(total_bytes)},
+            bytes_by_level={"link": total_bytes},
+            flops=np.zeros(len(rows)),
+            bound=bound,
+        )
 
 
 def from_spec(spec: LinkSpec) -> LinkModel:

@@ -6,6 +6,7 @@ costed by the link between the two and, on the pool's side, by ``cost`` of ``tra
 mapper runs concurrently with the link transfer (the slower of the two sets the time). No other
 op runs on a memory pool.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -59,10 +60,13 @@ class MemoryPool:
         if len(bad):
             raise ConfigError(f"no operator can run on memory pool {self.name!r}", key=str(trace["op"][bad[0]]))
         nbytes = trace["comm_bytes"][rows].astype(np.float64)
-        return OpCost(time_s=nbytes / self.peak_bandwidth_bytes_per_s,
-                      energy_j={"dram_read_write": self.read_energy_j(nbytes)},
-                      bytes_by_level={"memory": nbytes}, flops=np.zeros(len(rows)),
-                      bound=np.full(len(rows), "memory", dtype=object))
+        return OpCost(
+            time_s=nbytes / self.peak_bandwidth_bytes_per_s,
+            energy_j={"dram_read_write": self.read_energy_j(nbytes)},
+            bytes_by_level={"memory": nbytes},
+            flops=np.zeros(len(rows)),
+            bound=np.full(len(rows), "memory", dtype=object),
+        )
 
 
 registry.register("memory", MemorySpec, MemoryPool)

@@ -15,6 +15,7 @@ arrays; gpu_calibration.md §1.1, pim_dram.md b.2):
 * softmax / elementwise on the vector units (``vector_units x vector_width`` ops per cycle) or bytes-bound;
   attention rows are batched matmuls (score: M=m, K=k, N=n; context: M=m, K=n, N=k); allreduce: 0 (links).
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -22,7 +23,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsim.core.config import ARRAY_SIDE, HARDWARE_COUNT, Plausible, Schema
+from attnsim.core.config import ARRAY_SIDE, HARDWARE_COUNT, Plausible
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.base import HBMEnergySpec, OpCost
 from attnsim.hwmodels.base import ceil_div as _ceil_div
@@ -111,7 +112,7 @@ class NPUModel:
         """Useful MACs / MAC slots over the compute cycles."""
         s = self.spec
         cyc = self.matmul_cycles(m, n, k, batch).astype(np.float64)
-        macs = (np.asarray(m, dtype=np.float64) * n * k * np.asarray(batch, dtype=np.float64))
+        macs = np.asarray(m, dtype=np.float64) * n * k * np.asarray(batch, dtype=np.float64)
         slots = s.num_arrays * s.array_rows * s.array_cols * cyc
         return np.divide(macs, slots, out=np.zeros_like(slots), where=slots > 0)
 
@@ -122,8 +123,9 @@ class NPUModel:
         cls = c["cls"][rows]
         m, n, k, batch = (c[x][rows] for x in ("m", "n", "k", "batch"))
         flops = c["flops"][rows].astype(np.float64)
-        nbytes = (c["weight_bytes"][rows] + c["act_bytes"][rows] + c["kv_read_bytes"][rows]
-                  + c["kv_write_bytes"][rows]).astype(np.float64)
+        nbytes = (
+            c["weight_bytes"][rows] + c["act_bytes"][rows] + c["kv_read_bytes"][rows] + c["kv_write_bytes"][rows]
+        ).astype(np.float64)
         nrow = len(rows)
         cycles = np.zeros(nrow)
         mm = cls == "matmul"
@@ -152,8 +154,13 @@ class NPUModel:
             "sram": nbytes * s.sram_pj_per_byte * 1e-12,  # every HBM byte lands in the scratchpad once
             **s.dram_energy_j(nbytes),
         }
-        return OpCost(time_s=time_s, energy_j=energy, bytes_by_level={"hbm": nbytes},
-                      flops=np.where(ar, 0.0, flops), bound=bound.astype(str))
+        return OpCost(
+            time_s=time_s,
+            energy_j=energy,
+            bytes_by_level={"hbm": nbytes},
+            flops=np.where(ar, 0.0, flops),
+            bound=bound.astype(str),
+        )
 
 
 def from_spec(spec: NPUSpec) -> NPUModel:

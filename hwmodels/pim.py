@@ -15,10 +15,10 @@ over its channels (AttAcc: 670.4 GB/s per HBM on the buffer die, pim_dram.md b.1
 softmax and context are timed as separate ops (no cross-head overlap: an upper bound on
 AttAcc's two-heads-in-flight pipelining, b.6).
 """
+
 from __future__ import annotations
 
 import copy
-
 import math
 from typing import Literal, Optional, Union
 
@@ -28,33 +28,50 @@ from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 from attnsim.core.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
 from attnsim.hwmodels.base import OpCost
 from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
+from attnsim.hwmodels.pim_mapping import (
+    ISA_PARTITIONS,
+    MERGE_SITE,
+    NO_MERGE,
+    PARTITION_NAMES,
+    allowed_partitions,
+    cpi_candidates,
+    merge_cost,
+)
 from attnsim.hwmodels.systolic import SystolicSpec
-from attnsim.hwmodels.pim_mapping import (ISA_PARTITIONS, MERGE_SITE, NO_MERGE, PARTITION_NAMES, allowed_partitions,
-                                          cpi_candidates, merge_cost)
-from attnsim.isa.lower import (ENGINE_CODES, PARTITIONS, PU, Lowered, Org, get_partition, lower_attention,
-                               lower_fc, stream_reads)
+from attnsim.isa.lower import (
+    ENGINE_CODES,
+    PARTITIONS,
+    PU,
+    Lowered,
+    Org,
+    get_partition,
+    lower_attention,
+    lower_fc,
+    stream_reads,
+)
 
 
 class PUParams(Schema):
     """Processing-unit parameters (defaults: AttAcc bank PU, pim_dram.md b.1)."""
 
     plausible = {
-        "macs_per_command": Plausible(1, 1 << 20, "MACs per PIM command: 16-512 (AiM 16 per bank, FIMDRAM 16 lanes "
-            "x 8 banks)"),
+        "macs_per_command": Plausible(
+            1, 1 << 20, "MACs per PIM command: 16-512 (AiM 16 per bank, FIMDRAM 16 lanes x 8 banks)"
+        ),
         "mac_registers": Plausible(1, 1 << 20, "accumulator registers per unit (FIMDRAM GRF: 16)"),
     }
 
-    macs_per_command: PositiveInt = 16   # n_mac (b.1)
-    column_bytes: PositiveInt = 32       # prefetch_size (b.1)
-    acc_bytes: PositiveInt = 2           # FP16 results
-    pj_per_mac: float = Field(0.32, ge=0)           # ALU 0.32 pJ/MAC (b.1 energy table)
-    sram_pj_per_byte: float = Field(0.0034, ge=0)   # PIM SRAM buffer (b.1 energy table)
+    macs_per_command: PositiveInt = 16  # n_mac (b.1)
+    column_bytes: PositiveInt = 32  # prefetch_size (b.1)
+    acc_bytes: PositiveInt = 2  # FP16 results
+    pj_per_mac: float = Field(0.32, ge=0)  # ALU 0.32 pJ/MAC (b.1 energy table)
+    sram_pj_per_byte: float = Field(0.0034, ge=0)  # PIM SRAM buffer (b.1 energy table)
     softmax_gbps_per_unit: float = Field(670.4, gt=0)  # buffer-die softmax = 670.4 GB/s per HBM (b.1)
-    gb_bytes: PositiveInt = 2048         # AiM global buffer 2 KB (b.4)
+    gb_bytes: PositiveInt = 2048  # AiM global buffer 2 KB (b.4)
     # AiM: MAC result registers per bank; an FC keeps up to this many outputs per bank in flight per GB
     # fill (CENT's reuse-GB order, isa/lower.py); other ISAs: 1 (refused otherwise)
     mac_registers: PositiveInt = 1
-    tflops: Optional[float] = Field(None, gt=0)     # decoupled accelerator peak (CXL-PNM)
+    tflops: Optional[float] = Field(None, gt=0)  # decoupled accelerator peak (CXL-PNM)
     # memory-controller energy per DRAM command on the device side (CENT MEM_CTR, pim_dram.md b.4):
     # PHY per command (ACT, PRE, MAC, RD, WR, buffer move, REF), transaction engine per data command
     phy_pj_per_command: float = Field(0.0, ge=0)
@@ -105,7 +122,7 @@ class PIMSpec(Schema):
     # (Scheduler.cc group_sub_batches); no back-pressure (the per-channel request queues are unbounded,
     # NeuPIMSCore::push_memory_request). null = no limit (main f299af3: `while`, every queued instruction in a
     # cycle); 1.0 = the npu+pim baseline (e51a4af NeuPIMSystolicWS.cc:153 `if`, one per 1 GHz core cycle)
-    npu_issue_per_ns: Optional[float] = Field(None, ge=1e-3)   # per ns; < 1 per us is refused as a unit slip
+    npu_issue_per_ns: Optional[float] = Field(None, ge=1e-3)  # per ns; < 1 per us is refused as a unit slip
     # isa newton, with npu_issue_per_ns: NPU instructions of a head's COMP run: fused = one COMPS_READRES (main),
     # per_comp = one instruction per COMP + one READRES (npu+pim e51a4af with dram_type newton:
     # NeuPIMSLogitSoftmax.cc:231, NeuPIMSAttend.cc:204); a GWRITE and a tile's P_HEADER are one each either way
@@ -116,8 +133,9 @@ class PIMSpec(Schema):
     # retention time the refresh is sized for (JEDEC tREF = 64 ms at <= 85 C, cxl_reliability.md §3.1);
     # relaxing it stretches nREFI / nREFIpb by interval / 64 (the same rows refreshed less often)
     refresh_interval_ms: float = Field(64.0, gt=0)
-    static_power_w: Optional[float] = Field(None, ge=0, description="total static power, replacing the "
-                                                           "DRAM background + `static` parts")
+    static_power_w: Optional[float] = Field(
+        None, ge=0, description="total static power, replacing the DRAM background + `static` parts"
+    )
     static: StaticParts = Field(default_factory=StaticParts)
     pu: PUParams = Field(default_factory=PUParams)
     # isa cxl_pnm only: systolic arrays + SRAM buffer instead of pu.tflops (Sangam; hwmodels/systolic.py), and
@@ -145,8 +163,10 @@ def load_dram_for(spec: PIMSpec, hardware: dict | None = None):
     tree, with its ``--set`` overrides) when it is there, else from its file; ``dram_overrides``
     and the refresh interval applied."""
     from pathlib import Path
+
     from attnsim.core.config import display_path, find_config, load_yaml
     from attnsim.hwmodels.dram.spec import spec_from_dict
+
     name = Path(spec.dram).stem if spec.dram.endswith((".yaml", ".yml")) else spec.dram
     if hardware is not None and isinstance(hardware.get(name), dict):
         raw, file = copy.deepcopy(hardware[name]), f"hardware/{name}"
@@ -167,8 +187,12 @@ def load_dram_for(spec: PIMSpec, hardware: dict | None = None):
 def _same_value(a, b) -> bool:
     """Deep equality of lowering contents (arrays element-wise, containers item by item)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and \
-            bool(np.array_equal(a, b))
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b))
+        )
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
@@ -178,11 +202,18 @@ def _same_value(a, b) -> bool:
 
 def _same_lowering(a, b) -> bool:
     """Whether two lowerings give the same engine run: records, multiplicities, CXL-PNM programs, metadata."""
-    return (_same_value(a.commands, b.commands) and _same_value(a.multiplicity, b.multiplicity)
-            and _same_value(a.meta, b.meta)
-            and (a.isa != "cxl_pnm"  # its engine streams are built from the programs (PIMDevice.run)
-                 or _same_value([(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in a.programs],
-                                [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in b.programs])))
+    return (
+        _same_value(a.commands, b.commands)
+        and _same_value(a.multiplicity, b.multiplicity)
+        and _same_value(a.meta, b.meta)
+        and (
+            a.isa != "cxl_pnm"  # its engine streams are built from the programs (PIMDevice.run)
+            or _same_value(
+                [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in a.programs],
+                [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in b.programs],
+            )
+        )
+    )
 
 
 class PIMDevice:
@@ -199,38 +230,60 @@ class PIMDevice:
         self.dram = dram if dram is not None else load_dram_for(spec, hardware)
         d = self.dram
         if spec.isa != "cxl_pnm" and d.pim is None:
-            raise ConfigError(f"DRAM preset {spec.dram!r} has no pim timing block (add it with dram_overrides.pim)",
-                              key="dram")
+            raise ConfigError(
+                f"DRAM preset {spec.dram!r} has no pim timing block (add it with dram_overrides.pim)", key="dram"
+            )
         self.org = Org.from_spec(d)
         self.channels = d.org.channels * spec.units
         self.tck_s = d.org.tck_ns * 1e-9
         softmax_bytes_per_cycle = spec.pu.softmax_gbps_per_unit * 1e9 / d.org.channels * self.tck_s
-        self.pu = PU(macs_per_command=spec.pu.macs_per_command, column_bytes=spec.pu.column_bytes,
-                     acc_bytes=spec.pu.acc_bytes, gb_bytes=spec.pu.gb_bytes, mac_registers=spec.pu.mac_registers,
-                     softmax_cycles_per_element=spec.pu.acc_bytes / softmax_bytes_per_cycle)
+        self.pu = PU(
+            macs_per_command=spec.pu.macs_per_command,
+            column_bytes=spec.pu.column_bytes,
+            acc_bytes=spec.pu.acc_bytes,
+            gb_bytes=spec.pu.gb_bytes,
+            mac_registers=spec.pu.mac_registers,
+            softmax_cycles_per_element=spec.pu.acc_bytes / softmax_bytes_per_cycle,
+        )
         if spec.pu.mac_registers != 1 and spec.isa != "aim":
-            raise ConfigError(f"expected 1 (mac_registers applies to isa aim), got {spec.pu.mac_registers} with "
-                              f"isa {spec.isa}", key="pu.mac_registers")
+            raise ConfigError(
+                f"expected 1 (mac_registers applies to isa aim), got {spec.pu.mac_registers} with isa {spec.isa}",
+                key="pu.mac_registers",
+            )
         for key in ("systolic", "compression"):
             if getattr(spec, key) is not None and spec.isa != "cxl_pnm":
-                raise ConfigError(f"expected no {key} section ({key} applies to isa cxl_pnm), got one with isa "
-                                  f"{spec.isa}", key=key)
+                raise ConfigError(
+                    f"expected no {key} section ({key} applies to isa cxl_pnm), got one with isa {spec.isa}", key=key
+                )
         if spec.systolic is not None and spec.pu.tflops is not None:
-            raise ConfigError("expected no pu.tflops with a systolic section (the arrays set the peak), got "
-                              f"{spec.pu.tflops:g}", key="pu.tflops")
+            raise ConfigError(
+                f"expected no pu.tflops with a systolic section (the arrays set the peak), got {spec.pu.tflops:g}",
+                key="pu.tflops",
+            )
         if spec.channel_assignment != "greedy" and spec.isa != "newton":
-            raise ConfigError(f"expected greedy (channel_assignment applies to isa newton), got "
-                              f"{spec.channel_assignment!r} with isa {spec.isa}", key="channel_assignment")
+            raise ConfigError(
+                f"expected greedy (channel_assignment applies to isa newton), got "
+                f"{spec.channel_assignment!r} with isa {spec.isa}",
+                key="channel_assignment",
+            )
         if spec.npu_issue_per_ns is not None and spec.isa != "newton":
-            raise ConfigError(f"expected null (npu_issue_per_ns applies to isa newton), got {spec.npu_issue_per_ns:g} "
-                              f"with isa {spec.isa}", key="npu_issue_per_ns")
+            raise ConfigError(
+                f"expected null (npu_issue_per_ns applies to isa newton), got {spec.npu_issue_per_ns:g} "
+                f"with isa {spec.isa}",
+                key="npu_issue_per_ns",
+            )
         if spec.comp_instructions != "fused" and spec.npu_issue_per_ns is None:
-            raise ConfigError(f"expected fused (comp_instructions counts instructions through the NPU issue port: "
-                              f"set npu_issue_per_ns), got {spec.comp_instructions!r} without a port rate",
-                              key="comp_instructions")
+            raise ConfigError(
+                f"expected fused (comp_instructions counts instructions through the NPU issue port: "
+                f"set npu_issue_per_ns), got {spec.comp_instructions!r} without a port rate",
+                key="comp_instructions",
+            )
         if spec.refresh_guard and (spec.isa != "newton" or spec.refresh == "none"):
-            raise ConfigError(f"expected false (refresh_guard applies to isa newton with refresh on), got true with "
-                              f"isa {spec.isa}, refresh {spec.refresh}", key="refresh_guard")
+            raise ConfigError(
+                f"expected false (refresh_guard applies to isa newton with refresh on), got true with "
+                f"isa {spec.isa}, refresh {spec.refresh}",
+                key="refresh_guard",
+            )
         self._init_mapping()
 
     def _init_mapping(self) -> None:
@@ -238,34 +291,45 @@ class PIMDevice:
         spec, isa = self.spec, self.spec.isa
         allowed = allowed_partitions(isa)
         if spec.partition != "auto" and spec.partition not in allowed:
-            raise ConfigError(f"expected auto or a partition isa {isa} can run ({', '.join(allowed)}), "
-                              f"got {spec.partition!r}", key="partition")
+            raise ConfigError(
+                f"expected auto or a partition isa {isa} can run ({', '.join(allowed)}), got {spec.partition!r}",
+                key="partition",
+            )
         self.partition_candidates = allowed if spec.partition == "auto" else (spec.partition,)
         # largest split: an AttAcc item stays in one stack (its buffer die merges it); the CXL-PNM
         # accelerator already streams every item over all channels (nothing to split)
-        self.max_channels_per_item = {"attacc": self.dram.org.channels, "cxl_pnm": 1,
-                                      "newton": 1}.get(isa, self.channels)
+        self.max_channels_per_item = {"attacc": self.dram.org.channels, "cxl_pnm": 1, "newton": 1}.get(
+            isa, self.channels
+        )
         if spec.isa == "cxl_pnm" and spec.systolic is None and spec.pu.tflops is None:  # peak_flops would be 0
-            raise ConfigError("expected a number > 0 (the CXL-PNM accelerator's peak TFLOP/s; or a systolic: block), "
-                              "got none", key="pu.tflops")
+            raise ConfigError(
+                "expected a number > 0 (the CXL-PNM accelerator's peak TFLOP/s; or a systolic: block), got none",
+                key="pu.tflops",
+            )
         cpi = spec.channels_per_item
         if cpi != "auto" and cpi > self.max_channels_per_item:
-            why = {"attacc": "channels per stack: a split item is merged on its stack's buffer die",
-                   "cxl_pnm": "the accelerator streams every item over all channels",
-                   "newton": "NeuPIMs places whole requests on channels: channel_assignment"}.get(
-                       isa, "channels of the device")
-            raise ConfigError(f"expected auto or at most {self.max_channels_per_item} ({why}), got {cpi}",
-                              key="channels_per_item")
+            why = {
+                "attacc": "channels per stack: a split item is merged on its stack's buffer die",
+                "cxl_pnm": "the accelerator streams every item over all channels",
+                "newton": "NeuPIMs places whole requests on channels: channel_assignment",
+            }.get(isa, "channels of the device")
+            raise ConfigError(
+                f"expected auto or at most {self.max_channels_per_item} ({why}), got {cpi}", key="channels_per_item"
+            )
         if cpi != "auto" and isa == "attacc" and self.dram.org.channels % cpi:
-            raise ConfigError(f"expected auto or a divisor of {self.dram.org.channels} (channels per stack: a split "
-                              f"item's slices fill whole channel sets of one stack, whose buffer die merges them), "
-                              f"got {cpi}", key="channels_per_item")
+            raise ConfigError(
+                f"expected auto or a divisor of {self.dram.org.channels} (channels per stack: a split "
+                f"item's slices fill whole channel sets of one stack, whose buffer die merges them), "
+                f"got {cpi}",
+                key="channels_per_item",
+            )
         # the partition carrying pinned values (peaks, single-candidate lowering); ISAs other than attacc
         # use only its channels_per_item (and only AttAcc's lowerings model kv_block_tokens)
         self.partition = self._partition(self.partition_candidates[0], 1 if cpi == "auto" else cpi)
 
     def _partition(self, name: str, channels_per_item: int):
         import dataclasses
+
         part = get_partition(name if name in PARTITIONS else "attacc_bank", channels_per_item)
         if self.spec.kv_block_tokens:
             part = dataclasses.replace(part, kv_block_tokens=self.spec.kv_block_tokens)
@@ -281,9 +345,13 @@ class PIMDevice:
 
     @property
     def pus_per_channel(self) -> int:
-        return {"bank": self.org.banks, "bg": self.org.banks // self.org.banks_per_group,
-                "buffer": 0}[self.partition.pu_level] if self.spec.isa == "attacc" else (
-            self.org.banks // 2 if self.spec.isa == "fimdram" else self.org.banks)
+        return (
+            {"bank": self.org.banks, "bg": self.org.banks // self.org.banks_per_group, "buffer": 0}[
+                self.partition.pu_level
+            ]
+            if self.spec.isa == "attacc"
+            else (self.org.banks // 2 if self.spec.isa == "fimdram" else self.org.banks)
+        )
 
     @property
     def peak_flops(self) -> float:
@@ -299,13 +367,13 @@ class PIMDevice:
         """Internal bandwidth the PUs see (all-bank column rate; host-bus peak for CXL-PNM)."""
         if self.spec.isa == "cxl_pnm" or self.pus_per_channel == 0:
             return self.dram.peak_bandwidth_gbps * 1e9 * self.spec.units
-        return (self.pus_per_channel * self.spec.pu.column_bytes * self.channels
-                / (self.dram.pim.nCCDAB * self.tck_s))
+        return self.pus_per_channel * self.spec.pu.column_bytes * self.channels / (self.dram.pim.nCCDAB * self.tck_s)
 
     @property
     def capacity_bytes(self) -> float:
-        per = (self.spec.capacity_gb_per_unit * 1e9 if self.spec.capacity_gb_per_unit
-               else float(self.dram.capacity_bytes))
+        per = (
+            self.spec.capacity_gb_per_unit * 1e9 if self.spec.capacity_gb_per_unit else float(self.dram.capacity_bytes)
+        )
         return per * self.spec.units
 
     @property
@@ -319,6 +387,7 @@ class PIMDevice:
         if self.spec.static_power_w is not None:
             return {"device": float(self.spec.static_power_w)}
         from attnsim.hwmodels.dram.spec import energy_params
+
         parts = {"dram_background": energy_params(self.dram).background_w * self.channels}
         for k, v in self.spec.static.model_dump().items():
             if v:
@@ -331,10 +400,20 @@ class PIMDevice:
         energy for this device config and these command streams are reused across sweep points (the cache
         mixes a fingerprint of the code into every key, so no version tag is needed here)."""
         from attnsim.core.cache import cached
-        key = ("pim.run", self._config_key(), low.isa,
-               low.phase, [dict(c) if c is not None else None for c in low.commands], low.multiplicity,
-               [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in low.programs] if low.isa == "cxl_pnm" else None,
-               low.meta.get("storage_bytes_ratio", 1.0), low.meta.get("rowbuffer_key"))
+
+        key = (
+            "pim.run",
+            self._config_key(),
+            low.isa,
+            low.phase,
+            [dict(c) if c is not None else None for c in low.commands],
+            low.multiplicity,
+            [(p.opcode, dict(p.fields), p.multiplicity, p.count) for p in low.programs]
+            if low.isa == "cxl_pnm"
+            else None,
+            low.meta.get("storage_bytes_ratio", 1.0),
+            low.meta.get("rowbuffer_key"),
+        )
         return cached(key, lambda: self.run(low))
 
     def _config_key(self) -> str:
@@ -343,6 +422,7 @@ class PIMDevice:
         ids = (id(self.spec), id(self.dram))
         if getattr(self, "_config_key_ids", None) != ids:
             from attnsim.core.cache import cache_key
+
             self._config_key_digest = cache_key(("pim.config", self.spec.model_dump(), self.dram.model_dump()))
             self._config_key_ids = ids
         return self._config_key_digest
@@ -350,13 +430,16 @@ class PIMDevice:
     def run(self, low: Lowered) -> tuple[float, dict[str, float], dict]:
         """Time (s, slowest channel) and energy (J by component) of a lowering on the engine."""
         from attnsim.hwmodels.dram.engine import make_cmds, run_commands
+
         if low.meta.get("rowbuffer"):  # NeuPIMs: NPU traffic in the same banks (hwmodels/rowbuffer.py)
             from attnsim.hwmodels.rowbuffer import run_window
+
             return run_window(self, low)
         cmds = low.commands
         mult = low.multiplicity
         if low.isa == "cxl_pnm":  # the accelerator stripes each GEMV over every channel of the device
             from attnsim.isa.cxl_pnm import DTYPE_BYTES, DTYPES
+
             size = np.array([DTYPE_BYTES[d] for d in DTYPES])
             n_ch = self.dram.org.channels * self.spec.units
             cmds, mult = [], []
@@ -372,8 +455,10 @@ class PIMDevice:
                 else:  # softmax only: the accelerator's vector unit (FIX), no DRAM traffic
                     elems = float(np.sum(p["length"][p.opcode == p.isa.code("SOFTMAX")]))
                     rate = self.spec.pu.softmax_gbps_per_unit * 1e9 * self.spec.units
-                    c = {k: np.zeros(1, np.int64) for k in ("op", "pch", "rank", "bg", "bank", "row", "col",
-                                                             "repeat", "cycles")}
+                    c = {
+                        k: np.zeros(1, np.int64)
+                        for k in ("op", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles")
+                    }
                     c["op"][0] = ENGINE_CODES["FIX"]
                     c["cycles"][0] = max(1, math.ceil(elems * self.spec.pu.acc_bytes / rate / self.tck_s))
                     cmds.append(c)
@@ -381,7 +466,7 @@ class PIMDevice:
         cap = self.dram.org.channels
         t_max, energy, counts = 0.0, {}, {}
         for s in range(0, len(cmds), cap):
-            batch = cmds[s:s + cap]
+            batch = cmds[s : s + cap]
             n = sum(len(c["op"]) for c in batch)
             rec = make_cmds(n)
             k = 0
@@ -408,11 +493,13 @@ class PIMDevice:
             counts["buf_bytes"] = counts.get("buf_bytes", 0) + int(getattr(res, "buf_bytes", 0))
         pu = self.spec.pu
         if pu.phy_pj_per_command or pu.trx_pj_per_command:  # controller PHY / transaction engine (CENT MEM_CTR)
-            data = sum(counts.get(k, 0) for k in ("macab_ops", "macsb_ops", "macbg_ops", "buf_units",
-                                                  "rd_bursts", "wr_bursts"))
+            data = sum(
+                counts.get(k, 0) for k in ("macab_ops", "macsb_ops", "macbg_ops", "buf_units", "rd_bursts", "wr_bursts")
+            )
             cmds = data + sum(counts.get(k, 0) for k in ("act_cmds", "pre_cmds", "refs", "refpbs"))
-            energy["dram_io"] = energy.get("dram_io", 0.0) + (cmds * pu.phy_pj_per_command
-                                                              + data * pu.trx_pj_per_command) * 1e-12
+            energy["dram_io"] = (
+                energy.get("dram_io", 0.0) + (cmds * pu.phy_pj_per_command + data * pu.trx_pj_per_command) * 1e-12
+            )
         if low.isa == "fimdram":  # MACAB scope is every bank; a FIMDRAM PU reads one of its 2 banks
             energy["dram_read_write"] = energy.get("dram_read_write", 0.0) / 2.0
             counts["pim_bytes"] //= 2
@@ -432,11 +519,13 @@ class PIMDevice:
             return float(run_commands(self.dram, r, refresh="none").time_s) / self.tck_s
 
         free = rec.copy()
-        free["arrival"] = 0   # back-to-back time: the walk applies the issue port's arrivals (pim_refresh.py)
+        free["arrival"] = 0  # back-to-back time: the walk applies the issue port's arrivals (pim_refresh.py)
         total = raw_run(self.dram, free, refresh="none")[0]
         stagger = controller_rules(None, self.dram).refresh_stagger
-        return max(guarded_cycles(self.dram, c, float(total[j]), run, staggered=stagger)
-                   for j, c in enumerate(batch)) * self.tck_s
+        return (
+            max(guarded_cycles(self.dram, c, float(total[j]), run, staggered=stagger) for j, c in enumerate(batch))
+            * self.tck_s
+        )
 
     # ------------------------------------------------------------ ops
     def _streams(self, trace, i: int) -> bool:
@@ -473,10 +562,14 @@ class PIMDevice:
         sys = self.spec.systolic
         if sys is not None and cls in ("matmul", "attn_score", "attn_context"):
             from attnsim.hwmodels.systolic import input_rereads, matmul_time_s, row_shape
+
             m, n, k, b = row_shape(cls, *(int(c[x][i]) for x in ("m", "n", "k", "batch")))
             compute_t = matmul_time_s(sys, m, n, k, b)
             act += input_rereads(sys, act, n)  # inputs past the SRAM buffer are re-read per column pass
-        rw, rk = self.stored_ratio("weights", trace.meta.get("weight_dtype")), self.stored_ratio("kv", trace.meta.get("kv_dtype"))
+        rw, rk = (
+            self.stored_ratio("weights", trace.meta.get("weight_dtype")),
+            self.stored_ratio("kv", trace.meta.get("kv_dtype")),
+        )
         nbytes = wb * rw + act + kvr * rk + kvw * rk  # the trace's column order (bit-identical without compression)
         if self.spec.isa == "aim":  # a bank PU keeps no operand: every MAC16 reads its 32 B from the banks again
             nbytes = max(nbytes, fl / 2.0 * self.spec.pu.column_bytes / self.spec.pu.macs_per_command)
@@ -498,12 +591,14 @@ class PIMDevice:
         try:
             return comp.ratio_for(kind, str(dtype or "bf16"))
         except ConfigError as exc:  # a dtype the coder was not measured on: name the device's file
-            raise ConfigError(exc.message, file=getattr(self, "config_file", None) or f"hardware/{self.spec.name}",
-                              key=exc.key) from None
+            raise ConfigError(
+                exc.message, file=getattr(self, "config_file", None) or f"hardware/{self.spec.name}", key=exc.key
+            ) from None
 
     def _with_engine(self, t: float, raw_bytes: float) -> float:
         """Row time with the compression engine streaming ``raw_bytes``: overlapped (max) or added."""
         from attnsim.hwmodels.compression import engine_time_s
+
         te = engine_time_s(self.spec.compression, raw_bytes)
         return max(t, te) if self.spec.compression.overlap else t + te
 
@@ -526,6 +621,7 @@ class PIMDevice:
         kv = float(c["kv_read_bytes"][i])
         if c["cls"][i] == "softmax" or kv <= 0:  # element size unused by softmax (results are acc_bytes)
             from attnsim.workloads.model import DTYPE_BYTES
+
             eb = DTYPE_BYTES.get(str(trace.meta.get("kv_dtype", "fp16")), 2.0)
         else:
             eb = kv / max(total * kvh * k, 1.0)
@@ -537,33 +633,63 @@ class PIMDevice:
         part = partition or self.partition
         if self.spec.isa == "newton":  # NeuPIMs: requests on channels, NPU softmax, row buffer (rowbuffer.py)
             from attnsim.hwmodels.rowbuffer import lower_newton_row
+
             return lower_newton_row(self, trace, i)
         cls = str(trace.cols["cls"][i])
         if self.spec.isa == "aim" and cls == "elementwise" and str(trace.cols["op"][i]).endswith("_io"):
             from attnsim.isa.lower import lower_aim_vector_io  # CENT: bank side of a controller norm / RoPE
+
             c = trace.cols
-            return lower_aim_vector_io(str(c["op"][i])[:-3], int(c["n"][i]), int(c["k"][i]), int(c["batch"][i]),
-                                       n_channels=self.channels, org=self.org, pu=self.pu)
+            return lower_aim_vector_io(
+                str(c["op"][i])[:-3],
+                int(c["n"][i]),
+                int(c["k"][i]),
+                int(c["batch"][i]),
+                n_channels=self.channels,
+                org=self.org,
+                pu=self.pu,
+            )
         if cls in ATTN_PHASES:
             tokens, k, group, eb = self._items(trace, i)
             n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
             phase = ATTN_PHASES[cls]
             if self.spec.isa == "aim" and str(trace.cols["op"][i]) == "softmax_io":
                 phase = "softmax_io"  # CENT: the score moves of a controller softmax (mapper cxl_pnm)
-            low = lower_attention(self.spec.isa, phase, tokens, dhead=k, group=group, elem_bytes=eb,
-                                  n_channels=n_ch, org=self.org, pu=self.pu, partition=part)
+            low = lower_attention(
+                self.spec.isa,
+                phase,
+                tokens,
+                dhead=k,
+                group=group,
+                elem_bytes=eb,
+                n_channels=n_ch,
+                org=self.org,
+                pu=self.pu,
+                partition=part,
+            )
             return self._compressed(low, "kv", trace.meta.get("kv_dtype"))
         if cls == "matmul":
             c = trace.cols
             m, n, k, b = (int(c[x][i]) for x in ("m", "n", "k", "batch"))
             wb = float(c["weight_bytes"][i]) / max(n * k * b, 1)
             n_ch = 1 if self.spec.isa == "cxl_pnm" else self.channels
-            low = lower_fc(self.spec.isa, n * b, k, m, elem_bytes=wb or 2.0, n_channels=n_ch,
-                           org=self.org, pu=self.pu,  # weights: contiguous rows (no KV blocks)
-                           partition=get_partition(part.name) if part.name != "attacc_bank" else None)
+            low = lower_fc(
+                self.spec.isa,
+                n * b,
+                k,
+                m,
+                elem_bytes=wb or 2.0,
+                n_channels=n_ch,
+                org=self.org,
+                pu=self.pu,  # weights: contiguous rows (no KV blocks)
+                partition=get_partition(part.name) if part.name != "attacc_bank" else None,
+            )
             return self._compressed(low, "weights", trace.meta.get("weight_dtype"))
-        raise ConfigError(f"PIM device {self.name!r} cannot run op class {cls!r} "
-                          "(supported: attn_score, softmax, attn_context, matmul)", key=str(trace.cols["op"][i]))
+        raise ConfigError(
+            f"PIM device {self.name!r} cannot run op class {cls!r} "
+            "(supported: attn_score, softmax, attn_context, matmul)",
+            key=str(trace.cols["op"][i]),
+        )
 
     def _compressed(self, low: Lowered, kind: str, dtype) -> Lowered:
         """A lowering whose operands are stored compressed: the stream reads the stored bytes (the
@@ -607,9 +733,17 @@ class PIMDevice:
 
     def _lowered_cost_uncached(self, trace, i: int, part, memo: dict) -> dict:
         low = self.lower_row(trace, i, part)
-        key = (low.isa, low.phase, tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
-               tuple(low.multiplicity), low.pim_bytes, low.macs, part.name, low.meta.get("rowbuffer_key"),
-               low.meta.get("issue_port_key"))
+        key = (
+            low.isa,
+            low.phase,
+            tuple(tuple(len(c["op"]) if c is not None else 0 for c in low.commands)),
+            tuple(low.multiplicity),
+            low.pim_bytes,
+            low.macs,
+            part.name,
+            low.meta.get("rowbuffer_key"),
+            low.meta.get("issue_port_key"),
+        )
         # identical lowerings (e.g. same shape in two layer groups) run once; the key above only narrows the
         # search (two batches with equal token sums and chunk counts share it), equality is of the contents
         same = memo.setdefault(key, [])
@@ -621,21 +755,28 @@ class PIMDevice:
         if self.spec.isa == "aim":  # the device decodes one host request per tCK (isa/aim.py)
             from attnsim.isa.aim import HOST_REQUESTS_PER_CYCLE
             from attnsim.isa.lower import host_requests
+
             t = max(t, host_requests(low) * self.tck_s / HOST_REQUESTS_PER_CYCLE)
         compute_t = 0.0
         if self.spec.isa == "cxl_pnm" and self.spec.systolic is not None and low.phase != "softmax":
             from attnsim.hwmodels.systolic import matmul_time_s, row_shape
+
             c = trace.cols
-            compute_t = matmul_time_s(self.spec.systolic, *row_shape(str(c["cls"][i]), *(
-                int(c[x][i]) for x in ("m", "n", "k", "batch"))))
+            compute_t = matmul_time_s(
+                self.spec.systolic, *row_shape(str(c["cls"][i]), *(int(c[x][i]) for x in ("m", "n", "k", "batch")))
+            )
         elif self.spec.isa == "cxl_pnm" and self.spec.pu.tflops:
             compute_t = 2.0 * low.macs / (self.spec.pu.tflops * 1e12)
         if "raw_bytes" in low.meta:  # compressed operands: the engine decompresses the raw bytes on the way
             t = self._with_engine(t, low.meta["raw_bytes"])
-        out = {"time": max(t, compute_t), "channels_used": low.channels_used,
-               "bound": "compute" if compute_t > t else ("overhead" if low.phase in ("softmax", "softmax_io")
-                                                         else "memory"),
-               "energy": {k: e.get(k, 0.0) for k in ("dram_activate", "dram_read_write", "dram_io", "dram_refresh")}}
+        out = {
+            "time": max(t, compute_t),
+            "channels_used": low.channels_used,
+            "bound": "compute"
+            if compute_t > t
+            else ("overhead" if low.phase in ("softmax", "softmax_io") else "memory"),
+            "energy": {k: e.get(k, 0.0) for k in ("dram_activate", "dram_read_write", "dram_io", "dram_refresh")},
+        }
         out["energy"]["pim_compute"] = low.macs * self.spec.pu.pj_per_mac * 1e-12
         out["energy"]["sram"] = cnt.get("buf_bytes", 0) * self.spec.pu.sram_pj_per_byte * 1e-12
         if low.phase == "softmax":  # [assumed] one MAC-equivalent per score + buffer read and write
@@ -655,8 +796,16 @@ class PIMDevice:
         tokens, k, group, _ = self._items(trace, i)
         rate = self.spec.pu.softmax_gbps_per_unit * 1e9 * self.spec.units / self.spec.pu.acc_bytes
         bus = self.dram.peak_bandwidth_gbps * 1e9 / self.dram.org.channels * max(channels_used, 1)
-        return merge_cost(tokens, cpi, group=group, dhead=k, acc_bytes=self.spec.pu.acc_bytes, isa=self.spec.isa,
-                          elems_per_s=rate, bus_bytes_per_s=bus)
+        return merge_cost(
+            tokens,
+            cpi,
+            group=group,
+            dhead=k,
+            acc_bytes=self.spec.pu.acc_bytes,
+            isa=self.spec.isa,
+            elems_per_s=rate,
+            bus_bytes_per_s=bus,
+        )
 
     def _pu_rates(self, pname: str) -> tuple[float, float]:
         """Upper bounds (bytes/s, MACs/s over all channels) of partition ``pname``'s PUs, at the engine's
@@ -667,8 +816,11 @@ class PIMDevice:
             return self.peak_bandwidth_bytes_per_s, self.peak_flops / 2.0
         if pname == "attacc_buffer":
             return self.dram.peak_bandwidth_gbps * 1e9 * self.spec.units, math.inf
-        pus, gap = ((o.banks // o.banks_per_group, self.dram.timing.nCCD_L) if pname == "attacc_bg"
-                    else (o.banks, self.dram.pim.nCCDAB))
+        pus, gap = (
+            (o.banks // o.banks_per_group, self.dram.timing.nCCD_L)
+            if pname == "attacc_bg"
+            else (o.banks, self.dram.pim.nCCDAB)
+        )
         per_s = pus * self.channels / (gap * self.tck_s)
         return per_s * pu.column_bytes, per_s * pu.macs_per_command
 
@@ -699,6 +851,7 @@ class PIMDevice:
         (the lowering's own placement, isa/lower.py ``assign_items``) x their bytes or MACs at one channel's PU
         peak (``_pu_rates`` / channels), plus the merge (closed form, ``_merge``). Softmax rows count 0."""
         from attnsim.isa.lower import assign_items
+
         c = trace.cols
         bw, mac_rate = (r / self.channels for r in self._pu_rates(pname))
         ratio = self.stored_ratio("kv", trace.meta.get("kv_dtype"))  # compressed KV: fewer bytes streamed
@@ -777,8 +930,9 @@ class PIMDevice:
                     res = {j: self._lowered_cost(trace, int(rows[j]), part, memo) for j in js}
                     ctx = [j for j in js if str(c["cls"][int(rows[j])]) == "attn_context"]
                     merge = {j: self._merge(trace, int(rows[j]), cpi, res[j]["channels_used"]) for j in ctx}
-                    t = sum((res[j]["time"] + (merge[j].time_s if j in merge else 0.0)) * count[int(rows[j])]
-                            for j in js)
+                    t = sum(
+                        (res[j]["time"] + (merge[j].time_s if j in merge else 0.0)) * count[int(rows[j])] for j in js
+                    )
                     if choice is None or (t, cpi) < choice[:2]:
                         choice = (t, cpi, res, merge)
                 t, cpi, res, merge = choice
@@ -804,23 +958,37 @@ class PIMDevice:
         if key is None:
             return self._cost(trace, rows)
         from attnsim.core.cache import cached
+
         return _opcost_from_data(cached(key, lambda: _opcost_data(self._cost(trace, rows))))
 
     def _cost_key(self, trace, rows: np.ndarray):
         """Cache key parts of ``cost(trace, rows)``; None when a part is not plain data (then no caching)."""
         import dataclasses
+
         groups = [dataclasses.asdict(g) if dataclasses.is_dataclass(g) else g for g in trace.groups]
         arrays = [np.asarray(trace.query_tokens), np.asarray(trace.context_lens), *trace.cols.values()]
         if any(a.dtype.hasobject for a in arrays) or not _plain(groups) or not _plain(trace.meta):
             return None
-        return ("pim.cost", self._config_key(), bool(self.exhaustive_search), str(trace.phase), str(trace.model),
-                int(trace.tp), arrays[:2], trace.cols, groups, trace.meta, rows)
+        return (
+            "pim.cost",
+            self._config_key(),
+            bool(self.exhaustive_search),
+            str(trace.phase),
+            str(trace.model),
+            int(trace.tp),
+            arrays[:2],
+            trace.cols,
+            groups,
+            trace.meta,
+            rows,
+        )
 
     def _cost(self, trace, rows: np.ndarray) -> OpCost:
         n = len(rows)
         time = np.zeros(n)
         comps = ("dram_activate", "dram_read_write", "dram_io", "dram_refresh", "pim_compute", "sram") + (
-            ("compute",) if self.spec.compression is not None else ())  # compute: the compression engine
+            ("compute",) if self.spec.compression is not None else ()
+        )  # compute: the compression engine
         energy = {k: np.zeros(n) for k in comps}
         bytes_pim, bytes_buf = np.zeros(n), np.zeros(n)
         flops = np.zeros(n)
@@ -846,10 +1014,20 @@ class PIMDevice:
                 energy["pim_compute"][j] += merge.elements * self.spec.pu.pj_per_mac * 1e-12
                 energy["sram"][j] += 2.0 * merge.bytes * self.spec.pu.sram_pj_per_byte * 1e-12
             bytes_pim[j], bytes_buf[j], flops[j] = r["bytes_pim"], r["bytes_buf"], r["flops"]
-            mapping[j] = {"partition": fixed or pname, "channels_per_item": int(cpi),
-                          "channels_used": int(r["channels_used"]), "merge_s": float(merge.time_s)}
-        return OpCost(time_s=time, energy_j=energy, bytes_by_level={"dram_bank": bytes_pim, "pim_buffer": bytes_buf},
-                      flops=flops, bound=bound, mapping=mapping)
+            mapping[j] = {
+                "partition": fixed or pname,
+                "channels_per_item": int(cpi),
+                "channels_used": int(r["channels_used"]),
+                "merge_s": float(merge.time_s),
+            }
+        return OpCost(
+            time_s=time,
+            energy_j=energy,
+            bytes_by_level={"dram_bank": bytes_pim, "pim_buffer": bytes_buf},
+            flops=flops,
+            bound=bound,
+            mapping=mapping,
+        )
 
 
 def _plain(v) -> bool:
@@ -867,9 +1045,14 @@ def _plain(v) -> bool:
 
 def _opcost_data(c: OpCost) -> dict:
     """An OpCost as cacheable data (attnsim.core.cache values: arrays, lists, dicts, scalars)."""
-    return {"time_s": c.time_s, "energy_j": dict(c.energy_j), "bytes_by_level": dict(c.bytes_by_level),
-            "flops": c.flops, "bound": [str(b) for b in c.bound],
-            "mapping": [dict(m) if m is not None else None for m in c.mapping]}
+    return {
+        "time_s": c.time_s,
+        "energy_j": dict(c.energy_j),
+        "bytes_by_level": dict(c.bytes_by_level),
+        "flops": c.flops,
+        "bound": [str(b) for b in c.bound],
+        "mapping": [dict(m) if m is not None else None for m in c.mapping],
+    }
 
 
 def _opcost_from_data(d: dict) -> OpCost:
@@ -879,10 +1062,14 @@ def _opcost_from_data(d: dict) -> OpCost:
     bound[:] = list(d["bound"])
     for j, m in enumerate(d["mapping"]):
         mapping[j] = dict(m) if m is not None else None
-    return OpCost(time_s=np.array(d["time_s"], np.float64), energy_j={k: np.array(v, np.float64)
-                                                                      for k, v in d["energy_j"].items()},
-                  bytes_by_level={k: np.array(v, np.float64) for k, v in d["bytes_by_level"].items()},
-                  flops=np.array(d["flops"], np.float64), bound=bound, mapping=mapping)
+    return OpCost(
+        time_s=np.array(d["time_s"], np.float64),
+        energy_j={k: np.array(v, np.float64) for k, v in d["energy_j"].items()},
+        bytes_by_level={k: np.array(v, np.float64) for k, v in d["bytes_by_level"].items()},
+        flops=np.array(d["flops"], np.float64),
+        bound=bound,
+        mapping=mapping,
+    )
 
 
 ATTN_PHASES = {"attn_score": "score", "softmax": "softmax", "attn_context": "context"}
@@ -892,8 +1079,8 @@ ISA_PARTITION_REPORT = {isa: names[0] for isa, names in ISA_PARTITIONS.items() i
 
 # ---------------------------------------------------------------- closed form
 
-def allbank_closed_form(dram, columns_per_row: int, macs_per_row: int | None = None,
-                        refresh: bool = True) -> dict:
+
+def allbank_closed_form(dram, columns_per_row: int, macs_per_row: int | None = None, refresh: bool = True) -> dict:
     """Closed-form all-bank PIM stream of whole rows (pim_dram.md "All-bank PIM timing constraints"):
     row period = max(nRC, max(nRAS, nRCD + (n-1) nCCDAB + nRTP) + nRP) with n MAC commands per
     row; bytes per period = n x banks x column bytes (one channel); refresh removes nRFC every
@@ -913,6 +1100,7 @@ def allbank_closed_form(dram, columns_per_row: int, macs_per_row: int | None = N
 
 def _register() -> None:
     from attnsim.hwmodels import registry
+
     registry.register("pim", PIMSpec, PIMDevice, uses_table=True)
 
 

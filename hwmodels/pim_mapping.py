@@ -19,6 +19,7 @@ A split item leaves cpi partial results (per query head: max m_i, sum l_i, unnor
 of dhead elements) that are merged: M = max m_i, o = sum exp(m_i - M) o_i, l = sum exp(m_i - M) l_i
 (the flash-decoding split-K merge). ``merge_cost`` costs it (see there for where it runs).
 """
+
 from __future__ import annotations
 
 import math
@@ -29,10 +30,10 @@ import numpy as np
 # partitions each ISA can physically run (first = the one a "pinned" default uses)
 ISA_PARTITIONS = {
     "attacc": ("attacc_bank", "attacc_bg", "attacc_buffer"),  # AttAcc's three PU placements (b.6)
-    "aim": ("aim_bank",),             # tokens (score) / outputs (context) over the 16 banks (b.4)
+    "aim": ("aim_bank",),  # tokens (score) / outputs (context) over the 16 banks (b.4)
     "fimdram": ("fimdram_bank_pair",),  # one PCU per 2 banks, GEMV CRF kernel (b.3)
-    "cxl_pnm": ("cxl_pnm_stream",),   # the accelerator streams every item over all channels
-    "newton": ("newton_request",),    # NeuPIMs: a request's heads on one channel (isa/lower_newton.py)
+    "cxl_pnm": ("cxl_pnm_stream",),  # the accelerator streams every item over all channels
+    "newton": ("newton_request",),  # NeuPIMs: a request's heads on one channel (isa/lower_newton.py)
 }
 PARTITION_NAMES = tuple(dict.fromkeys(n for v in ISA_PARTITIONS.values() for n in v))
 
@@ -78,22 +79,27 @@ def cpi_candidates(n_items: int, channels: int, max_cpi: int, divides: int = 0) 
 class Merge:
     """Cost of merging the partial results of split items (all items of one op)."""
 
-    partials: float    # (slice, query head) partial results of split items
-    bytes: float       # bytes gathered at the merge site: (dhead + 2) x acc_bytes per partial
-    bus_bytes: float   # of which cross a channel bus only for the merge (m_i, l_i from an in-channel unit)
-    elements: float    # merge arithmetic: exp-rescale + add per element, (dhead + 2) per partial
+    partials: float  # (slice, query head) partial results of split items
+    bytes: float  # bytes gathered at the merge site: (dhead + 2) x acc_bytes per partial
+    bus_bytes: float  # of which cross a channel bus only for the merge (m_i, l_i from an in-channel unit)
+    elements: float  # merge arithmetic: exp-rescale + add per element, (dhead + 2) per partial
     time_s: float
 
     def to_doc(self) -> dict:
-        return {"partials": float(self.partials), "bytes": float(self.bytes), "elements": float(self.elements),
-                "time_s": float(self.time_s)}
+        return {
+            "partials": float(self.partials),
+            "bytes": float(self.bytes),
+            "elements": float(self.elements),
+            "time_s": float(self.time_s),
+        }
 
 
 NO_MERGE = Merge(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
-def merge_cost(tokens, cpi: int, *, group: int, dhead: int, acc_bytes: int, isa: str, elems_per_s: float,
-               bus_bytes_per_s: float) -> Merge:
+def merge_cost(
+    tokens, cpi: int, *, group: int, dhead: int, acc_bytes: int, isa: str, elems_per_s: float, bus_bytes_per_s: float
+) -> Merge:
     """Merge of the cpi partials of every split item.
 
     ``tokens``: context length per item; an item of t tokens has min(t, cpi) non-empty slices.
@@ -118,6 +124,7 @@ def merge_cost(tokens, cpi: int, *, group: int, dhead: int, acc_bytes: int, isa:
 
 # ---------------------------------------------------------------- run-document summary
 
+
 def _union(a, b):
     """One value if equal, else the sorted list of distinct values (a mapping that differs by row/step)."""
     va = a if isinstance(a, list) else [a]
@@ -136,15 +143,21 @@ def summarize(ops, counts, row_mapping) -> dict:
     for op, cnt, m in zip(ops, counts, row_mapping):
         if m is None:
             continue
-        add = {"partition": m["partition"], "channels_per_item": m["channels_per_item"],
-               "channels_used": m["channels_used"], "merge_s": float(m["merge_s"]) * float(cnt)}
+        add = {
+            "partition": m["partition"],
+            "channels_per_item": m["channels_per_item"],
+            "channels_used": m["channels_used"],
+            "merge_s": float(m["merge_s"]) * float(cnt),
+        }
         out[str(op)] = combine(out[str(op)], add) if str(op) in out else add
     return out
 
 
 def combine(a: dict, b: dict, w: float = 1.0) -> dict:
     """Mapping entry a + w x b (merge seconds add; choices union; channels_used the largest)."""
-    return {"partition": _union(a["partition"], b["partition"]),
-            "channels_per_item": _union(a["channels_per_item"], b["channels_per_item"]),
-            "channels_used": max(a["channels_used"], b["channels_used"]),
-            "merge_s": float(a["merge_s"] + w * b["merge_s"])}
+    return {
+        "partition": _union(a["partition"], b["partition"]),
+        "channels_per_item": _union(a["channels_per_item"], b["channels_per_item"]),
+        "channels_used": max(a["channels_used"], b["channels_used"]),
+        "merge_s": float(a["merge_s"] + w * b["merge_s"]),
+    }

@@ -18,6 +18,7 @@ time alone (cached by command signature), then the operations are walked against
 NewtonSim's estimate and start rule; an operation that is not a PIM one (NPU traffic between tiles) is not
 guarded and takes the refreshes that fall inside it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,7 @@ _ACTBG, _MACAB = ENGINE_CODES["ACTBG"], ENGINE_CODES["MACAB"]
 _PIM_OPS = (_BUF, _BARRIER, _PREA, _ACTBG, _MACAB)
 # NewtonSim configuration.cc: gwrite_delay = (tCCD_S + tCCD_L) x 32 (a 1 KB row into the global buffer)
 GWRITE_ROW_UNITS = 32
-_DURATIONS: dict = {}   # (DRAM fingerprint, signature) -> engine cycles of the operation alone
+_DURATIONS: dict = {}  # (DRAM fingerprint, signature) -> engine cycles of the operation alone
 
 
 def split_units(c: dict) -> list[tuple[int, int]]:
@@ -58,8 +59,12 @@ def _features(c: dict, units: list) -> tuple:
     starts = np.array([lo for lo, _ in units], np.int64)
     red = lambda x: np.add.reduceat(x.astype(np.int64), starts) if len(starts) else np.zeros(0, np.int64)
     n = np.array([hi - lo for lo, hi in units], np.int64)
-    return (red(op == _ACTBG), red(np.where(op == _MACAB, np.asarray(c["repeat"]), 0)), red(op == _BUF),
-            red(np.isin(op, _PIM_OPS)) == n)
+    return (
+        red(op == _ACTBG),
+        red(np.where(op == _MACAB, np.asarray(c["repeat"]), 0)),
+        red(op == _BUF),
+        red(np.isin(op, _PIM_OPS)) == n,
+    )
 
 
 def estimate_cycles(t, n_gact: int, comps: int, n_buf: int, pim: bool, open_banks: int) -> int | None:
@@ -68,11 +73,16 @@ def estimate_cycles(t, n_gact: int, comps: int, n_buf: int, pim: bool, open_bank
     open, each precharged in turn); None: not a PIM operation."""
     if not pim:
         return None
-    if n_gact:   # GEMV tile (P_HEADER)
-        comps = 1 << max(0, comps - 1).bit_length()   # the header carries log2(num_comps), rounded up
-        return (open_banks * t.nRTP + t.nFAW * (n_gact // 2 - 1) + t.nRCDRD
-                + max(t.nBL, t.nCCD_S) * max(comps, 6) + max(t.nBL, t.nCCD_L) * max(n_buf - 1, 0))
-    if n_buf:    # GWRITE into the global buffer (its bank closed after a refresh: ACT first)
+    if n_gact:  # GEMV tile (P_HEADER)
+        comps = 1 << max(0, comps - 1).bit_length()  # the header carries log2(num_comps), rounded up
+        return (
+            open_banks * t.nRTP
+            + t.nFAW * (n_gact // 2 - 1)
+            + t.nRCDRD
+            + max(t.nBL, t.nCCD_S) * max(comps, 6)
+            + max(t.nBL, t.nCCD_L) * max(n_buf - 1, 0)
+        )
+    if n_buf:  # GWRITE into the global buffer (its bank closed after a refresh: ACT first)
         return t.nRP + t.nRCDRD + (t.nCCD_S + t.nCCD_L) * GWRITE_ROW_UNITS
     return None
 
@@ -95,32 +105,32 @@ def guarded_cycles(dram, c: dict, total: float, run, staggered: bool = True) -> 
         if key not in _DURATIONS:
             _DURATIONS[key] = run({k: np.asarray(c[k])[lo:hi] for k in CMD_FIELDS})
         alone.append(_DURATIONS[key])
-    scale = total / max(sum(alone), 1.0)   # operations back to back overlap a little (tFAW windows, tRP)
+    scale = total / max(sum(alone), 1.0)  # operations back to back overlap a little (tFAW windows, tRP)
     now, due, open_ranks = 0.0, period, 0
-    stall = t.nRP + t.nRFC      # PIM rows of the rank closed, REF, tRFC before its next G_ACT
+    stall = t.nRP + t.nRFC  # PIM rows of the rank closed, REF, tRFC before its next G_ACT
     n_gact, comps, n_buf, pim = (x.tolist() for x in _features(c, units))
     arrival = np.asarray(c["arrival"], np.int64) if "arrival" in c else None
     for j, a in enumerate(alone):
         lo, hi = units[j]
-        if arrival is not None and arrival[lo] > now:   # the NPU issue port has not sent it yet: idle until then,
-            rel = int(arrival[lo])                        # the refreshes due in the gap done there (PIM rows closed),
-            if due <= rel - stall:                        # counted in closed form (a slow port leaves long gaps)
+        if arrival is not None and arrival[lo] > now:  # the NPU issue port has not sent it yet: idle until then,
+            rel = int(arrival[lo])  # the refreshes due in the gap done there (PIM rows closed),
+            if due <= rel - stall:  # counted in closed form (a slow port leaves long gaps)
                 k = (rel - stall - due) // period + 1
                 due += k * period
                 open_ranks = max(0, open_ranks - k)
             now = float(rel)
         est = estimate_cycles(t, n_gact[j], comps[j], n_buf[j], pim[j], open_ranks * banks_per_rank)
         if est is not None:
-            while due - now - est <= 0:   # CanMeetRefreshDeadline: the remaining slack must stay > 0
+            while due - now - est <= 0:  # CanMeetRefreshDeadline: the remaining slack must stay > 0
                 now = max(now, due) + stall
                 due += period
                 open_ranks = max(0, open_ranks - 1)
         d = a * scale
-        while est is None and due <= now + d:   # not guarded: the refreshes falling inside it
+        while est is None and due <= now + d:  # not guarded: the refreshes falling inside it
             d += stall
             due += period
         now += d
-        if arrival is not None:   # not done before its last instruction arrived
+        if arrival is not None:  # not done before its last instruction arrived
             now = max(now, float(arrival[lo:hi].max()))
         if n_gact[j]:
             open_ranks = org.ranks

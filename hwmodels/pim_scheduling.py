@@ -18,6 +18,7 @@ layer, and the once-per-step rows as one more group), with times per step (x cou
 
 The scheduled time never exceeds the naive one (every row's normal-access time <= its time).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,14 +28,14 @@ def normal_access_s(model, trace, rows: np.ndarray) -> np.ndarray:
     """Channel time of the normal accesses of ``rows`` on ``model`` (per repeat): bytes / (peak
     bandwidth x ``mem_eta`` where the spec has one)."""
     c = trace.cols
-    nbytes = sum(c[k][rows].astype(np.float64) for k in ("weight_bytes", "act_bytes", "kv_read_bytes",
-                                                         "kv_write_bytes"))
+    nbytes = sum(
+        c[k][rows].astype(np.float64) for k in ("weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes")
+    )
     eta = float(getattr(getattr(model, "spec", None), "mem_eta", 1.0))
     return nbytes / (model.peak_bandwidth_bytes_per_s * eta)
 
 
-def group_time_s(compute_row_s, compute_channel_s, pim_row_s, exclusion: bool = True,
-                 partitions: int = 1) -> float:
+def group_time_s(compute_row_s, compute_channel_s, pim_row_s, exclusion: bool = True, partitions: int = 1) -> float:
     """Scheduled time of one layer group (see the module doc): the compute rows' times and their
     normal-access times, the PIM rows' times."""
     serial = float(np.sum(compute_row_s) + np.sum(pim_row_s))
@@ -64,7 +65,12 @@ def schedule_times(plan, system, row_time: np.ndarray) -> np.ndarray:
         serial = float(row_time[rows].sum())
         if serial <= 0 or not np.any(rows & on_p):
             continue
-        t = group_time_s(row_time[rows & on_c], chan[rows & on_c], row_time[rows & on_p],
-                         sch.get("exclusion", True), sch.get("partitions", 1))
+        t = group_time_s(
+            row_time[rows & on_c],
+            chan[rows & on_c],
+            row_time[rows & on_p],
+            sch.get("exclusion", True),
+            sch.get("partitions", 1),
+        )
         out[rows] *= t / serial
     return out

@@ -8,6 +8,7 @@ Thread-safe: the first lookup imports every family under a lock and only then
 publishes ``_loaded``, so a concurrent lookup (a dask worker with several threads)
 waits for the imports instead of seeing a partial registry.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -134,7 +135,9 @@ def _field_schema(ann):
     """The schema class of a nested-model annotation (through Optional/Annotated), else None."""
     import types
     import typing
+
     from pydantic import BaseModel
+
     origin = typing.get_origin(ann)
     if origin is typing.Annotated:
         return _field_schema(typing.get_args(ann)[0])
@@ -188,8 +191,11 @@ def split_ranges(hw: dict, file: str | None = None, schema=None) -> tuple[dict, 
     for key, r in raw.items():
         where = f"{RANGES_KEY}.{key}"
         if str(key) not in fields:
-            raise ConfigError(f"expected a number field of kind {hw.get('kind')} ({', '.join(fields)}), got {key!r}",
-                              file=file, key=where)
+            raise ConfigError(
+                f"expected a number field of kind {hw.get('kind')} ({', '.join(fields)}), got {key!r}",
+                file=file,
+                key=where,
+            )
         spec = validate(RangeSpec, r if isinstance(r, dict) else {"low": r}, file=file, prefix=where)
         if spec.low > spec.high:
             raise ConfigError(f"expected low <= high, got low {spec.low:g} > high {spec.high:g}", file=file, key=where)
@@ -228,15 +234,20 @@ def _evidence(hw: dict, file, schema, ranges: dict) -> dict[str, EvidenceSpec]:
     for key, e in raw.items():
         where = f"{EVIDENCE_KEY}.{key}"
         if str(key) not in keys:
-            raise ConfigError(f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}",
-                              file=file, key=where)
+            raise ConfigError(
+                f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}", file=file, key=where
+            )
         spec = validate(EvidenceSpec, e if isinstance(e, dict) else {"tag": e}, file=file, prefix=where)
         if spec.tag not in EVIDENCE_TAGS:
-            raise ConfigError(f"expected one of {', '.join(EVIDENCE_TAGS)}, got {spec.tag!r}", file=file,
-                              key=f"{where}.tag")
+            raise ConfigError(
+                f"expected one of {', '.join(EVIDENCE_TAGS)}, got {spec.tag!r}", file=file, key=f"{where}.tag"
+            )
         if spec.tag == ASSUMED and str(key) not in ranges:
-            raise ConfigError(f"expected a ranges: entry for an assumed parameter (its plausible low and high), got "
-                              f"none for {key}", file=file, key=where)
+            raise ConfigError(
+                f"expected a ranges: entry for an assumed parameter (its plausible low and high), got none for {key}",
+                file=file,
+                key=where,
+            )
         out[str(key)] = spec
     return out
 
@@ -283,6 +294,7 @@ def split_choices(hw: dict, file: str | None = None, own_differs: bool = True) -
     (a continuous number takes a ``ranges:`` entry instead), each alternative is a legal value of it and (with
     ``own_differs``, the file as read) differs from the file's own."""
     import copy
+
     if not isinstance(hw, dict) or CHOICES_KEY not in hw:
         return {}
     raw = hw[CHOICES_KEY]
@@ -296,21 +308,26 @@ def split_choices(hw: dict, file: str | None = None, own_differs: bool = True) -
     for key, c in raw.items():
         where = f"{CHOICES_KEY}.{key}"
         if str(key) not in keys:
-            raise ConfigError(f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}",
-                              file=file, key=where)
+            raise ConfigError(
+                f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}", file=file, key=where
+            )
         ch = validate(ChoiceSpec, c if isinstance(c, dict) else {"values": c}, file=file, prefix=where)
         own = _spec_value(spec, str(key))
         for i, v in enumerate(ch.values):
             if own_differs and (v == own or str(v) == str(own)):
-                raise ConfigError(f"expected a value other than the file's own ({own!r}), got {v!r}", file=file,
-                                  key=f"{where}.values.{i}")
+                raise ConfigError(
+                    f"expected a value other than the file's own ({own!r}), got {v!r}",
+                    file=file,
+                    key=f"{where}.values.{i}",
+                )
             trial = copy.deepcopy(rest)
             set_dotted(trial, str(key).split("."), v, create=True)
             try:
                 validate(schema, trial, file=file)
             except ConfigError as exc:
-                raise ConfigError(f"expected a legal value of {key}, got {v!r} ({exc.message})", file=file,
-                                  key=f"{where}.values.{i}") from None
+                raise ConfigError(
+                    f"expected a legal value of {key}, got {v!r} ({exc.message})", file=file, key=f"{where}.values.{i}"
+                ) from None
         out[str(key)] = ch
     return out
 
@@ -320,6 +337,7 @@ def check_ranges(hw: dict, file: str | None = None) -> dict[str, RangeSpec]:
     (``low <= value <= high``) and both ends are legal values of the field. Run on the file as read
     (a ``--set`` override may leave the range: the range documents the file's value)."""
     import copy
+
     if not isinstance(hw, dict) or RANGES_KEY not in hw:
         return {}
     spec = validate_hardware(hw, file)
@@ -328,17 +346,26 @@ def check_ranges(hw: dict, file: str | None = None) -> dict[str, RangeSpec]:
         where = f"{RANGES_KEY}.{key}"
         value = spec
         for part in key.split("."):
-            value = getattr(value, next((n for n, f in type(value).model_fields.items() if (f.alias or n) == part), part))
+            value = getattr(
+                value, next((n for n, f in type(value).model_fields.items() if (f.alias or n) == part), part)
+            )
         if value is None or not r.low <= value <= r.high:
-            raise ConfigError(f"expected low <= {key} ({value}) <= high, got [{r.low:g}, {r.high:g}]", file=file, key=where)
+            raise ConfigError(
+                f"expected low <= {key} ({value}) <= high, got [{r.low:g}, {r.high:g}]", file=file, key=where
+            )
         for end in ("low", "high"):
             trial = copy.deepcopy(rest)
             v = getattr(r, end)
-            set_dotted(trial, key.split("."), int(v) if number_fields(type(spec))[key] == "int" and v == int(v) else v,
-                       create=True)
+            set_dotted(
+                trial,
+                key.split("."),
+                int(v) if number_fields(type(spec))[key] == "int" and v == int(v) else v,
+                create=True,
+            )
             try:
                 validate(type(spec), trial, file=file)
             except ConfigError as exc:
-                raise ConfigError(f"expected a legal value of {key}, got {v:g} ({exc.message})", file=file,
-                                  key=f"{where}.{end}") from None
+                raise ConfigError(
+                    f"expected a legal value of {key}, got {v:g} ({exc.message})", file=file, key=f"{where}.{end}"
+                ) from None
     return ranges

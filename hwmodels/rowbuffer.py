@@ -26,6 +26,7 @@ Energy charged to the PIM: its own stream's (dual), or the merged stream's minus
 alone (single: the extra activations of the row conflicts); the NPU's own traffic energy is the
 NPU model's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +34,7 @@ import math
 
 import numpy as np
 
-from attnsim.isa.lower import ENGINE_CODES, CMD_FIELDS, Lowered, Org, _Cmds
+from attnsim.isa.lower import CMD_FIELDS, ENGINE_CODES, Lowered, Org, _Cmds
 
 MODES = ("single", "dual")
 NPU_ROW0_FRACTION = 0.5  # NPU records use the upper half of the rows (weights), the PIM's KV rows the lower
@@ -67,7 +68,9 @@ def npu_stream(org: Org, read_bytes: float, write_bytes: float, row0: int = 0) -
     return cmd.arrays()
 
 
-def interleave(pim: dict[str, np.ndarray], npu: dict[str, np.ndarray], exclusive: bool = False) -> dict[str, np.ndarray]:
+def interleave(
+    pim: dict[str, np.ndarray], npu: dict[str, np.ndarray], exclusive: bool = False
+) -> dict[str, np.ndarray]:
     """``npu`` records spread evenly over ``pim``'s tile boundaries (after each PREA; appended at the end
     when there is none): the order one in-order channel sees them in. ``exclusive``: each NPU segment between
     BARRIERs (the channel serves one stream at a time: NewtonSim's single-row-buffer PIM mode)."""
@@ -79,7 +82,7 @@ def interleave(pim: dict[str, np.ndarray], npu: dict[str, np.ndarray], exclusive
     if not len(cuts):
         cuts = np.array([n])
     bounds = np.linspace(0, n_npu, len(cuts) + 1).round().astype(np.int64)
-    fields = CMD_FIELDS + (("arrival",) if "arrival" in pim else ())   # NPU issue port: PIM records' arrivals
+    fields = CMD_FIELDS + (("arrival",) if "arrival" in pim else ())  # NPU issue port: PIM records' arrivals
     npu = dict(npu, arrival=np.zeros(n_npu, np.int64)) if "arrival" in pim else npu
     barrier = {f: np.zeros(1, np.int64) for f in fields}
     barrier["op"][0] = ENGINE_CODES["BARRIER"]
@@ -88,7 +91,7 @@ def interleave(pim: dict[str, np.ndarray], npu: dict[str, np.ndarray], exclusive
     for j, cut in enumerate(cuts.tolist()):
         pieces.append({f: pim[f][lo:cut] for f in fields})
         lo = cut
-        seg = {f: npu[f][bounds[j]:bounds[j + 1]] for f in fields}
+        seg = {f: npu[f][bounds[j] : bounds[j + 1]] for f in fields}
         pieces += [barrier, seg, barrier] if exclusive and bounds[j + 1] > bounds[j] else [seg]
     pieces.append({f: pim[f][lo:] for f in fields})
     return {f: np.concatenate([np.asarray(p[f], np.int64) for p in pieces]) for f in fields}
@@ -98,10 +101,14 @@ def command_slots(c: dict[str, np.ndarray], row_cmd_cycles: int) -> int:
     """CK cycles the records need on the channel's command pins (row and column buses separate):
     max(row commands x row_cmd_cycles, column commands); a RD/WR record adds its row's PRE."""
     op, rep = c["op"], c["repeat"]
-    col = int(rep[np.isin(op, [ENGINE_CODES[o] for o in ("RD", "WR", "MACAB", "MACBG", "MACSB")])].sum()
-              + np.count_nonzero(op == ENGINE_CODES["BUF"]))
-    rows = int(np.count_nonzero(np.isin(op, [ENGINE_CODES[o] for o in ("ACT", "ACTAB", "ACTBG", "PRE", "PREA")]))
-               + np.count_nonzero(np.isin(op, [ENGINE_CODES["RD"], ENGINE_CODES["WR"]])))
+    col = int(
+        rep[np.isin(op, [ENGINE_CODES[o] for o in ("RD", "WR", "MACAB", "MACBG", "MACSB")])].sum()
+        + np.count_nonzero(op == ENGINE_CODES["BUF"])
+    )
+    rows = int(
+        np.count_nonzero(np.isin(op, [ENGINE_CODES[o] for o in ("ACT", "ACTAB", "ACTBG", "PRE", "PREA")]))
+        + np.count_nonzero(np.isin(op, [ENGINE_CODES["RD"], ENGINE_CODES["WR"]]))
+    )
     return max(rows * row_cmd_cycles, col)
 
 
@@ -116,8 +123,11 @@ def run_window(device, low: Lowered):
     window = t_pim
     if rb["mode"] == "single":  # the NPU goes first: the op stretches by the NPU memory time it meets
         full = npu_stream(device.org, rb["read_bytes"], rb["write_bytes"], row0=row0)
-        t_mem = device.run(dataclasses.replace(plain, commands=[full], programs=[None],
-                                               multiplicity=np.array([plain.channels_used], np.int64)))[0]
+        t_mem = device.run(
+            dataclasses.replace(
+                plain, commands=[full], programs=[None], multiplicity=np.array([plain.channels_used], np.int64)
+            )
+        )[0]
         busy = min(t_mem / rb["npu_time_s"], 1.0)
         window = t_pim / (1.0 - busy) if busy < 1.0 else math.inf
     share = min(rb.get("weight", 1.0), window / rb["npu_time_s"])
@@ -132,8 +142,9 @@ def run_shared(device, low: Lowered, mode: str, npu: dict[str, np.ndarray], t_pi
     if mode not in MODES:
         raise ValueError(f"row buffer mode {mode!r}")
     plain = dataclasses.replace(low, meta={k: v for k, v in low.meta.items() if k != "rowbuffer"})
-    alone = dataclasses.replace(plain, commands=[npu], multiplicity=np.array([plain.channels_used], np.int64),
-                                programs=[None])
+    alone = dataclasses.replace(
+        plain, commands=[npu], multiplicity=np.array([plain.channels_used], np.int64), programs=[None]
+    )
     t_npu, e_npu, c_npu = device.run(alone)
     if mode == "single":
         merged = dataclasses.replace(plain, commands=[interleave(c, npu, exclusive=True) for c in plain.commands])
@@ -151,6 +162,7 @@ def run_shared(device, low: Lowered, mode: str, npu: dict[str, np.ndarray], t_pi
 
 
 # ---------------------------------------------------------------- PIMDevice (isa: newton) glue
+
 
 def phase_weight(phase: str, lens, org: Org, *, heads: int, dhead: int, elem_bytes: float) -> float:
     """This GEMV's share of the MHA's GEMV tiles (logit vs attend row openings, isa/lower_newton.py
@@ -177,6 +189,7 @@ def newton_request_channels(device, trace, i: int) -> np.ndarray | None:
     """The channel of each request of attention row i, placed as :func:`lower_newton_row` places them
     (the device's ``channel_assignment``); None when the row's items are not one per request."""
     from attnsim.isa.lower_newton import placement_load, request_channels
+
     lens, heads, k, _, eb = _request_items(device, trace, i)
     if len(lens) != len(trace.context_lens):
         return None
@@ -190,19 +203,32 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
     concurrent with this row (``trace.meta["neupims_rowbuffer"]``) attached for :func:`run_shared`."""
     from attnsim.core.config import ConfigError
     from attnsim.isa.lower_newton import lower_newton
+
     cls = str(trace.cols["cls"][i])
     assign = device.spec.channel_assignment
-    port = dict(port_interval_cycles=device.port_interval_cycles,  # the NPU's PIM-instruction issue port
-                comp_instructions=device.spec.comp_instructions)
+    port = dict(
+        port_interval_cycles=device.port_interval_cycles,  # the NPU's PIM-instruction issue port
+        comp_instructions=device.spec.comp_instructions,
+    )
     if cls in ("attn_score", "attn_context", "softmax"):
         lens, heads, k, group, eb = _request_items(device, trace, i)
         phase = {"attn_score": "score", "attn_context": "context", "softmax": "softmax"}[cls]
         # a sub-batch of a per-channel split (mapper neupims subbatch_split): its requests keep the channels
         # the whole batch was placed on
         assign = trace.meta.get("channel_assignment", assign)
-        low = lower_newton(phase, lens, heads=heads, dhead=k, group=group,
-                           elem_bytes=eb, n_channels=device.channels, org=device.org, pu=device.pu, assignment=assign,
-                           **port)
+        low = lower_newton(
+            phase,
+            lens,
+            heads=heads,
+            dhead=k,
+            group=group,
+            elem_bytes=eb,
+            n_channels=device.channels,
+            org=device.org,
+            pu=device.pu,
+            assignment=assign,
+            **port,
+        )
     elif cls == "matmul":  # FC GEMV: output rows as "tokens" of one head of k_in elements
         c = trace.cols
         m, n, k, b = (int(c[x][i]) for x in ("m", "n", "k", "batch"))
@@ -210,14 +236,27 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
         per = -(-n * b // device.channels)
         active = -(-n * b // per)
         outs = [per] * (active - 1) + [n * b - per * (active - 1)]
-        low = lower_newton("score", outs, heads=1, dhead=k, group=m, elem_bytes=wb, n_channels=device.channels,
-                           org=device.org, pu=device.pu, assignment=assign if isinstance(assign, str) else "greedy",
-                           **port)
+        low = lower_newton(
+            "score",
+            outs,
+            heads=1,
+            dhead=k,
+            group=m,
+            elem_bytes=wb,
+            n_channels=device.channels,
+            org=device.org,
+            pu=device.pu,
+            assignment=assign if isinstance(assign, str) else "greedy",
+            **port,
+        )
         low.phase = "fc"
         return low
     else:
-        raise ConfigError(f"PIM device {device.name!r} cannot run op class {cls!r} "
-                          "(supported by isa newton: attn_score, attn_context, matmul)", key=str(trace.cols["op"][i]))
+        raise ConfigError(
+            f"PIM device {device.name!r} cannot run op class {cls!r} "
+            "(supported by isa newton: attn_score, attn_context, matmul)",
+            key=str(trace.cols["op"][i]),
+        )
     rb = trace.meta.get("neupims_rowbuffer")
     if rb:
         g = int(trace.cols["layer_group"][i])
@@ -226,7 +265,12 @@ def lower_newton_row(device, trace, i: int) -> Lowered:
         t_npu = float(rb["npu_time_s"].get(g, 0.0))
         if rd + wr > 0 and t_npu > 0:
             w = phase_weight(phase, lens, device.org, heads=heads, dhead=k, elem_bytes=eb)
-            low.meta["rowbuffer"] = {"mode": rb["mode"], "read_bytes": rd, "write_bytes": wr, "npu_time_s": t_npu,
-                                     "weight": w}
+            low.meta["rowbuffer"] = {
+                "mode": rb["mode"],
+                "read_bytes": rd,
+                "write_bytes": wr,
+                "npu_time_s": t_npu,
+                "weight": w,
+            }
             low.meta["rowbuffer_key"] = (rb["mode"], rd, wr, t_npu, w)
     return low

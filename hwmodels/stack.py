@@ -35,6 +35,7 @@ batch's first step: no earlier step hides its host time, all of it is exposed.
 
 ``software: none`` (the default) adds nothing: results are those of the device models alone.
 """
+
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -70,18 +71,28 @@ class StackSpec(Schema):
     description: str = ""
     source: str = ""
     kernels: Optional[Literal["fused", "eager"]] = Field(
-        None, description="GPU kernel mode (every GPU pool's software_stack); null keeps the hardware's")
+        None, description="GPU kernel mode (every GPU pool's software_stack); null keeps the hardware's"
+    )
     step_us: float = Field(0.0, ge=0, description="host time per engine step not overlapped with device work")
-    request_step_us: float = Field(0.0, ge=0, description="host time per request in a step (sampling, "
-                                                          "detokenization, output processing)")
-    request_us: float = Field(0.0, ge=0, description="host time once per request before its first step "
-                                                     "(tokenization, API front end)")
-    custom_allreduce: bool = Field(False, description="links whose preset has a custom_allreduce block "
-                                                      "(NVLink) time all-reduce with it (allreduce: custom)")
+    request_step_us: float = Field(
+        0.0, ge=0, description="host time per request in a step (sampling, detokenization, output processing)"
+    )
+    request_us: float = Field(
+        0.0, ge=0, description="host time once per request before its first step (tokenization, API front end)"
+    )
+    custom_allreduce: bool = Field(
+        False,
+        description="links whose preset has a custom_allreduce block "
+        "(NVLink) time all-reduce with it (allreduce: custom)",
+    )
     sampling: Literal["none", "greedy", "top_p_sort", "top_p_flashinfer"] = Field(
-        "none", description="GPU token sampler per sampled token (SAMPLERS: HBM bytes per vocabulary entry)")
-    async_scheduling: bool = Field(False, description="host step work overlaps the previous step's device "
-                                                      "work: only max(0, host - device time) is exposed")
+        "none", description="GPU token sampler per sampled token (SAMPLERS: HBM bytes per vocabulary entry)"
+    )
+    async_scheduling: bool = Field(
+        False,
+        description="host step work overlaps the previous step's device "
+        "work: only max(0, host - device time) is exposed",
+    )
 
 
 NONE = StackSpec(kind="stack", name="none", description="no software-stack costs")
@@ -92,6 +103,7 @@ def load_stack(ref: str, file: str | None = None) -> StackSpec:
     if ref == "none":
         return NONE
     from attnsim.core.config import display_path, find_config, load_yaml, validate
+
     try:
         path = find_config("stacks", ref)
     except ConfigError as e:
@@ -110,6 +122,7 @@ def add_host_time(step, system, seconds: float, op: str = HOST_OP):
     if seconds <= 0.0:
         return step
     from attnsim.hwmodels.base import set_static
+
     step.time_s += seconds
     step.time_s_by_op[op] = step.time_s_by_op.get(op, 0.0) + seconds
     step.time_s_by_device[HOST_DEVICE] = step.time_s_by_device.get(HOST_DEVICE, 0.0) + seconds

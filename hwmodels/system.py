@@ -10,6 +10,7 @@ A system YAML references hardware configs by name::
     parallelism: {tp: 8, replicas: 1}
     mapper: {policy: gpu_only}
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,8 +32,9 @@ def ref_name(ref: str) -> str:
 
 class DevicePoolSpec(Schema):
     plausible = {
-        "count": Plausible(1, 1 << 20, "devices of one kind in a system: the largest AI clusters have ~2e5 GPUs "
-            "(2025); 2^20 is 5x"),
+        "count": Plausible(
+            1, 1 << 20, "devices of one kind in a system: the largest AI clusters have ~2e5 GPUs (2025); 2^20 is 5x"
+        ),
     }
 
     hardware: str = Field(description="hardware config name or path")
@@ -48,18 +50,24 @@ class ParallelismSpec(Schema):
     """Tensor x pipeline x data parallelism (pipeline mechanism: attnsim/sim/pipeline.py)."""
 
     plausible = {
-        "*": Plausible(1, 1 << 20, "tensor / pipeline / data-parallel degrees, stage counts: bounded by the devices "
-            "of a system (<= 2^20, DevicePoolSpec.count)"),
+        "*": Plausible(
+            1,
+            1 << 20,
+            "tensor / pipeline / data-parallel degrees, stage counts: bounded by the devices "
+            "of a system (<= 2^20, DevicePoolSpec.count)",
+        ),
     }
 
     tp: PositiveInt = 1
     pp: PositiveInt = Field(1, description="pipeline stages (1 .. the model's num_layers)")
     replicas: PositiveInt = 1
     layers_per_stage: Optional[list[PositiveInt]] = Field(
-        None, description="layers of each stage (pp entries summing to num_layers); default as even as possible")
+        None, description="layers of each stage (pp entries summing to num_layers); default as even as possible"
+    )
     stages_per_device: PositiveInt = Field(1, description="consecutive stages sharing one device group (divides pp)")
-    microbatches: Any = Field("auto", description="micro-batches in flight: a positive integer, or auto = min(pp, "
-                                                  "requests of a replica)")
+    microbatches: Any = Field(
+        "auto", description="micro-batches in flight: a positive integer, or auto = min(pp, requests of a replica)"
+    )
     pp_link: Optional[str] = Field(None, description="link between stages (default: the compute pool's link to itself)")
 
     @field_validator("layers_per_stage")
@@ -111,17 +119,21 @@ class ParallelismSpec(Schema):
         n = self.devices_per_replica * self.replicas
         if self.pp == 1:
             return f"tp x replicas = {self.tp} x {self.replicas} = {n}"
-        return (f"tp x pp / stages_per_device x replicas = {self.tp} x {self.pp} / {self.stages_per_device} x "
-                f"{self.replicas} = {n}")
+        return (
+            f"tp x pp / stages_per_device x replicas = {self.tp} x {self.pp} / {self.stages_per_device} x "
+            f"{self.replicas} = {n}"
+        )
 
 
 class MapperSpec(Schema):
     policy: str = "gpu_only"
     options: dict[str, Any] = Field(default_factory=dict)
     attention_on: Optional[str] = Field(
-        None, description="device role that runs decode attention and holds the KV (an attention-capable memory "
-                          "device: HBM-PIM, CXL-PNM, NDP) while the GEMMs stay on the GPU/NPU pool (mapper/base.py "
-                          "place_attention); policies gpu_only and attacc")
+        None,
+        description="device role that runs decode attention and holds the KV (an attention-capable memory "
+        "device: HBM-PIM, CXL-PNM, NDP) while the GEMMs stay on the GPU/NPU pool (mapper/base.py "
+        "place_attention); policies gpu_only and attacc",
+    )
 
 
 class SystemSpec(Schema):
@@ -131,8 +143,11 @@ class SystemSpec(Schema):
     links: dict[str, LinkSpec] = Field(default_factory=dict)
     parallelism: ParallelismSpec = ParallelismSpec()
     mapper: MapperSpec = MapperSpec()
-    software: str = Field("none", description="software-stack preset (configs/stacks/<name>.yaml or a path; "
-                                              "hwmodels/stack.py): host costs per step / request, GPU kernel mode")
+    software: str = Field(
+        "none",
+        description="software-stack preset (configs/stacks/<name>.yaml or a path; "
+        "hwmodels/stack.py): host costs per step / request, GPU kernel mode",
+    )
     source: str = ""
 
     # field validators (not one model validator) so that errors carry the key path
@@ -150,8 +165,9 @@ class SystemSpec(Schema):
         for lname, link in v.items():
             for role in link.connects:
                 if devices and role not in devices:
-                    raise ValueError(f"link '{lname}' connects unknown device role '{role}' "
-                                     f"(roles: {', '.join(devices)})")
+                    raise ValueError(
+                        f"link '{lname}' connects unknown device role '{role}' (roles: {', '.join(devices)})"
+                    )
         return v
 
 
@@ -200,8 +216,9 @@ class System:
             parts = getattr(p.model, "static_power_parts_w", None) or {"idle": p.model.static_power_w}
             out[role] = {k: float(p.count * v) for k, v in parts.items()}
         for n, (a, b) in self.link_roles.items():
-            out[f"link:{n}"] = {"ports": float(max(self.pools[a].count, self.pools[b].count)
-                                               * self.links[n].static_power_w)}
+            out[f"link:{n}"] = {
+                "ports": float(max(self.pools[a].count, self.pools[b].count) * self.links[n].static_power_w)
+            }
         return out
 
 
@@ -210,6 +227,7 @@ def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System
     system's references) -> config dict. The ``software`` preset's ``kernels`` (if set) is every GPU
     pool's ``software_stack``; its ``custom_allreduce`` sets ``allreduce: custom`` on links that have the block."""
     from attnsim.hwmodels.stack import load_stack
+
     stack = load_stack(spec.software, file=file_of("systems", spec.name))
     pools = {}
     for role, pool in spec.devices.items():
@@ -217,8 +235,9 @@ def build_system(spec: SystemSpec, hardware: dict[str, dict], file_of) -> System
         hw = hardware[name]
         if stack.kernels is not None and isinstance(hw, dict) and hw.get("kind") == "gpu":
             hw = {**hw, "software_stack": stack.kernels}
-        pools[role] = DevicePool(role, pool.count, registry.build(hw, file=file_of("hardware", name),
-                                                                hardware=hardware), name)
+        pools[role] = DevicePool(
+            role, pool.count, registry.build(hw, file=file_of("hardware", name), hardware=hardware), name
+        )
     links, roles = {}, {}
     for lname, link in spec.links.items():
         name = ref_name(link.hardware)
@@ -236,5 +255,9 @@ def check_parallelism(spec: SystemSpec, role: str, file: str) -> None:
     need = par.devices_per_replica * par.replicas
     have = spec.devices[role].count
     if have != need:
-        f = par.device_formula() if par.pp > 1 else f"tp x pp x replicas = {par.tp} x {par.pp} x {par.replicas} = {need}"
+        f = (
+            par.device_formula()
+            if par.pp > 1
+            else f"tp x pp x replicas = {par.tp} x {par.pp} x {par.replicas} = {need}"
+        )
         raise ConfigError(f"expected {f} devices, got {have}", file=file, key=f"devices.{role}.count")

@@ -12,9 +12,11 @@ SRAM buffers beside DRAM chiplets; cxl_reliability.md §1.1). ``systolic:`` sect
   read once if they fit in ``sram_mb``, else once per pass over the output columns (``ceil(N / (arrays x
   cols))`` passes), i.e. re-read from DRAM.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
+
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
@@ -29,8 +31,9 @@ class SystolicSpec(Schema):
     cols: PositiveInt = Field(description="PE columns of one array (the N side of a weight tile)")
     clock_mhz: PositiveFloat
     sram_mb: float = Field(gt=0, description="SRAM buffer holding input activations (MB, 1e6 B)")
-    tile_overlap: bool = Field(True, description="tiles pipelined (one fill/drain per row) rather than the NPU's "
-                                                 "fill + drain per tile")
+    tile_overlap: bool = Field(
+        True, description="tiles pipelined (one fill/drain per row) rather than the NPU's fill + drain per tile"
+    )
 
     @property
     def peak_flops(self) -> float:
@@ -38,15 +41,18 @@ class SystolicSpec(Schema):
 
 
 def _npu_view(spec: SystolicSpec):
-    return SimpleNamespace(spec=SimpleNamespace(num_arrays=spec.arrays, array_rows=spec.rows,
-                                                array_cols=spec.cols,
-                                                dataflow="weight_stationary"))
+    return SimpleNamespace(
+        spec=SimpleNamespace(
+            num_arrays=spec.arrays, array_rows=spec.rows, array_cols=spec.cols, dataflow="weight_stationary"
+        )
+    )
 
 
 def matmul_time_s(spec: SystolicSpec, m, n, k, batch=1) -> float:
     """Seconds of ``batch`` (m x k) @ (k x n) matmuls on the arrays (hwmodels/npu.py tile model)."""
     if not spec.tile_overlap:
         from attnsim.hwmodels.npu import NPUModel
+
         cycles = float(np.sum(NPUModel.matmul_cycles(_npu_view(spec), m, n, k, batch)))
     elif min(m, n, k) <= 0:
         cycles = 0.0

@@ -1,4 +1,5 @@
 """attnsim.isa: PIM/PNM instruction sets as data, programs, assembler, GEMV lowering."""
+
 from __future__ import annotations
 
 from attnsim.core.config import ConfigError

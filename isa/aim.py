@@ -22,6 +22,7 @@ single-bank access one request, so a device's ``RD_SBK`` / ``WR_SBK`` stream is 
 Word: 64 bits, opcode 63:58; operands packed below it in the listed order.
 A program must end with EOC (end of computation).
 """
+
 from __future__ import annotations
 
 from attnsim.isa.base import ISA, Field, Opcode, Program
@@ -36,24 +37,42 @@ REG = Field("reg", 5, doc="GPR index")
 GB = Field("gb_col", 6, default=0, doc="first 32 B column of the global buffer")
 
 OPCODES = (
-    Opcode("WR_GB", 0x01, (OPSIZE, MASK, GB), "BUF",
-           "write opsize x 256 b of the input vector into the channel global buffer", SRC),
-    Opcode("MAC_ABK", 0x02, (OPSIZE, MASK, ROW), "MACAB",
-           "ACT16 on `row`, then opsize MAC16 (all 16 banks x 16 MACs vs GB), nCCDL apart", SRC),
-    Opcode("MAC_SBK", 0x03, (OPSIZE, MASK, BANK, ROW), "MACSB",
-           "single-bank MAC: ACT `row` in `bank`, opsize MAC commands", SRC),
+    Opcode(
+        "WR_GB",
+        0x01,
+        (OPSIZE, MASK, GB),
+        "BUF",
+        "write opsize x 256 b of the input vector into the channel global buffer",
+        SRC,
+    ),
+    Opcode(
+        "MAC_ABK",
+        0x02,
+        (OPSIZE, MASK, ROW),
+        "MACAB",
+        "ACT16 on `row`, then opsize MAC16 (all 16 banks x 16 MACs vs GB), nCCDL apart",
+        SRC,
+    ),
+    Opcode(
+        "MAC_SBK",
+        0x03,
+        (OPSIZE, MASK, BANK, ROW),
+        "MACSB",
+        "single-bank MAC: ACT `row` in `bank`, opsize MAC commands",
+        SRC,
+    ),
     Opcode("RD_MAC", 0x04, (MASK, REG), "BUF", "read the 16 per-bank MAC registers into GPR `reg`", SRC),
     Opcode("WR_BIAS", 0x05, (MASK,), "BUF", "write a bias vector into the per-bank MAC registers", SRC),
     Opcode("AF", 0x06, (MASK,), "FIX", "LUT-based activation function on the MAC registers", SRC),
     Opcode("RD_AF", 0x07, (MASK, REG), "BUF", "read the activation results into GPR `reg`", SRC),
     Opcode("WR_AFLUT", 0x08, (OPSIZE, MASK), "BUF", "load the activation look-up table", SRC),
     Opcode("EWMUL", 0x09, (OPSIZE, MASK, ROW), "MACAB", "element-wise multiply of bank data (nRCDEWMUL)", SRC),
-    Opcode("EWADD", 0x0a, (OPSIZE, MASK, ROW), "MACAB", "element-wise add of bank data", SRC),
-    Opcode("COPY_BKGB", 0x0b, (OPSIZE, MASK, BANK, ROW), "RD", "copy bank columns into the global buffer", SRC),
-    Opcode("COPY_GBBK", 0x0c, (OPSIZE, MASK, BANK, ROW), "WR", "copy the global buffer into bank columns", SRC),
-    Opcode("SYNC", 0x0d, (), "BARRIER", "wait for all outstanding ISRs", SRC),
-    Opcode("EOC", 0x0e, (), "BARRIER", "end of computation", SRC),
-    Opcode("WR_SBK", 0x0f, (OPSIZE, MASK, BANK, ROW), "WR", "opsize single-bank column writes (W MEM)", SRC),
+    Opcode("EWADD", 0x0A, (OPSIZE, MASK, ROW), "MACAB", "element-wise add of bank data", SRC),
+    Opcode("COPY_BKGB", 0x0B, (OPSIZE, MASK, BANK, ROW), "RD", "copy bank columns into the global buffer", SRC),
+    Opcode("COPY_GBBK", 0x0C, (OPSIZE, MASK, BANK, ROW), "WR", "copy the global buffer into bank columns", SRC),
+    Opcode("SYNC", 0x0D, (), "BARRIER", "wait for all outstanding ISRs", SRC),
+    Opcode("EOC", 0x0E, (), "BARRIER", "end of computation", SRC),
+    Opcode("WR_SBK", 0x0F, (OPSIZE, MASK, BANK, ROW), "WR", "opsize single-bank column writes (W MEM)", SRC),
     Opcode("RD_SBK", 0x10, (OPSIZE, MASK, BANK, ROW), "RD", "opsize single-bank column reads (R MEM)", SRC),
 )
 
@@ -70,6 +89,12 @@ def _check(prog: Program) -> list[tuple[int, str]]:
     return []
 
 
-AIM = ISA(name="aim", word_bits=64, opcode_bits=6, opcodes=OPCODES,
-          doc="SK hynix GDDR6-AiM ISRs (all-bank MAC against a per-channel global buffer).",
-          source=SRC, checks=(_check,))
+AIM = ISA(
+    name="aim",
+    word_bits=64,
+    opcode_bits=6,
+    opcodes=OPCODES,
+    doc="SK hynix GDDR6-AiM ISRs (all-bank MAC against a per-channel global buffer).",
+    source=SRC,
+    checks=(_check,),
+)

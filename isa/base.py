@@ -24,12 +24,13 @@ An operand is positional (in the opcode's field order) or ``name=value``; a valu
 name with an index (``GRF_A[3]``, which also sets the partner index field) or, for jump fields,
 a label. Every error is an :class:`attnsim.core.config.ConfigError` naming the file and ``line N``.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -39,8 +40,24 @@ MAX_INSTRUCTIONS = 1 << 24  # program length read from text or binary (count bef
 
 # Command ops of the DRAM engine (hwmodels/dram/API.md) an opcode is timed as.
 # NONE: no DRAM/engine activity (e.g. a CRF control instruction executed inside the PU).
-ENGINE_OPS = ("ACT", "PRE", "RD", "WR", "REF", "REFPB", "ACTAB", "PREA", "MACAB", "MACSB", "ACTBG",
-              "MACBG", "BUF", "FIX", "BARRIER", "NONE")
+ENGINE_OPS = (
+    "ACT",
+    "PRE",
+    "RD",
+    "WR",
+    "REF",
+    "REFPB",
+    "ACTAB",
+    "PREA",
+    "MACAB",
+    "MACSB",
+    "ACTBG",
+    "MACBG",
+    "BUF",
+    "FIX",
+    "BARRIER",
+    "NONE",
+)
 
 
 @dataclass(frozen=True)
@@ -152,7 +169,8 @@ class ISA:
                 if lsb < 0 or lsb + f.bits > top or used & mask:
                     raise ValueError(f"{self.name}.{op.mnemonic}.{f.name}: field overlaps or does not fit")
                 if f.min < (-(1 << (f.bits - 1)) if f.signed else 0) or f.max > (
-                        (1 << (f.bits - 1)) - 1 if f.signed else (1 << f.bits) - 1):
+                    (1 << (f.bits - 1)) - 1 if f.signed else (1 << f.bits) - 1
+                ):
                     raise ValueError(f"{self.name}.{op.mnemonic}.{f.name}: range does not fit {f.bits} bits")
                 used |= mask
                 pos = lsb
@@ -197,16 +215,25 @@ class ISA:
 class Program:
     """A PIM/PNM program as numpy columns (see module docstring)."""
 
-    def __init__(self, isa: ISA, opcode, fields: dict | None = None, lines=None,
-                 multiplicity: int = 1, count: int = 1, meta: dict | None = None):
+    def __init__(
+        self,
+        isa: ISA,
+        opcode,
+        fields: dict | None = None,
+        lines=None,
+        multiplicity: int = 1,
+        count: int = 1,
+        meta: dict | None = None,
+    ):
         self.isa = isa
         self.opcode = np.asarray(opcode, dtype=np.int16).reshape(-1)
         n = len(self.opcode)
         self.fields: dict[str, np.ndarray] = {}
         for name in isa.field_names:
             col = (fields or {}).get(name)
-            self.fields[name] = (np.zeros(n, np.int64) if col is None
-                                 else np.broadcast_to(np.asarray(col, np.int64), (n,)).copy())
+            self.fields[name] = (
+                np.zeros(n, np.int64) if col is None else np.broadcast_to(np.asarray(col, np.int64), (n,)).copy()
+            )
         extra = set(fields or {}) - set(isa.field_names)
         if extra:
             raise ValueError(f"{isa.name}: unknown fields {sorted(extra)}")
@@ -222,9 +249,12 @@ class Program:
         return self.fields[name]
 
     def __eq__(self, other) -> bool:
-        return (isinstance(other, Program) and other.isa.name == self.isa.name
-                and np.array_equal(self.opcode, other.opcode)
-                and all(np.array_equal(self.fields[k], other.fields[k]) for k in self.fields))
+        return (
+            isinstance(other, Program)
+            and other.isa.name == self.isa.name
+            and np.array_equal(self.opcode, other.opcode)
+            and all(np.array_equal(self.fields[k], other.fields[k]) for k in self.fields)
+        )
 
     def mnemonics(self) -> list[str]:
         return [self.isa.by_code[int(c)].mnemonic for c in self.opcode]
@@ -247,8 +277,10 @@ class Program:
         n = len(records)
         # per opcode: (code, ((field, default), ...), field names); columns built as lists (a Python loop
         # over numpy element assignment was the cost of lowering large programs)
-        ops = {mn: (op.code, tuple((f.name, f.default) for f in op.fields), frozenset(f.name for f in op.fields))
-               for mn, op in isa.by_mnemonic.items()}
+        ops = {
+            mn: (op.code, tuple((f.name, f.default) for f in op.fields), frozenset(f.name for f in op.fields))
+            for mn, op in isa.by_mnemonic.items()
+        }
         opc = [0] * n
         cols = {k: [0] * n for k in isa.field_names}
         for i, (mn, vals) in enumerate(records):
@@ -269,11 +301,15 @@ class Program:
     @staticmethod
     def concat(progs: Sequence["Program"]) -> "Program":
         isa = progs[0].isa
-        return Program(isa, np.concatenate([p.opcode for p in progs]),
-                       {k: np.concatenate([p.fields[k] for p in progs]) for k in isa.field_names})
+        return Program(
+            isa,
+            np.concatenate([p.opcode for p in progs]),
+            {k: np.concatenate([p.fields[k] for p in progs]) for k in isa.field_names},
+        )
 
 
 # ---------------------------------------------------------------- validation
+
 
 def _where(prog: Program, i: int) -> str:
     if prog.lines is not None and i < len(prog.lines):
@@ -289,8 +325,11 @@ def validate_program(prog: Program, file: str | None = None) -> Program:
         i = int(np.argmin(known))
         raise ConfigError(f"unknown opcode 0x{int(prog.opcode[i]):x}", file=file, key=_where(prog, i))
     if isa.max_len is not None and len(prog) > isa.max_len:
-        raise ConfigError(f"program has {len(prog)} instructions, the {isa.name} limit is {isa.max_len}",
-                          file=file, key=_where(prog, isa.max_len))
+        raise ConfigError(
+            f"program has {len(prog)} instructions, the {isa.name} limit is {isa.max_len}",
+            file=file,
+            key=_where(prog, isa.max_len),
+        )
     bad_at, bad_msg = len(prog), None
     for code, lay in isa.layout.items():
         sel = np.flatnonzero(prog.opcode == code)
@@ -316,6 +355,7 @@ def validate_program(prog: Program, file: str | None = None) -> Program:
 
 # ---------------------------------------------------------------- binary
 
+
 def encode(prog: Program, validate: bool = True) -> bytes:
     """Program -> fixed-width little-endian words."""
     if validate:
@@ -335,7 +375,7 @@ def decode(isa: ISA, data: bytes, file: str | None = None) -> Program:
         raise ConfigError(f"size {len(data)} B is not a multiple of the {wb}-byte {isa.name} word", file=file)
     recs = []
     for i in range(len(data) // wb):
-        word = int.from_bytes(data[i * wb:(i + 1) * wb], "little")
+        word = int.from_bytes(data[i * wb : (i + 1) * wb], "little")
         try:
             code, vals = isa.decode_word(word)
         except ValueError as exc:
@@ -405,8 +445,11 @@ def assemble(isa: ISA, text: str, file: str | None = None) -> Program:
         mn = parts[0].upper()
         op = isa.by_mnemonic.get(mn)
         if op is None:
-            raise ConfigError(f"unknown opcode {_tok(parts[0])} for ISA {isa.name} "
-                              f"(known: {', '.join(isa.by_mnemonic)})", file=file, key=where)
+            raise ConfigError(
+                f"unknown opcode {_tok(parts[0])} for ISA {isa.name} (known: {', '.join(isa.by_mnemonic)})",
+                file=file,
+                key=where,
+            )
         toks = [t.strip() for t in parts[1].split(",")] if len(parts) > 1 else []
         if any(not t for t in toks):
             raise ConfigError("empty operand", file=file, key=where)
@@ -422,14 +465,18 @@ def assemble(isa: ISA, text: str, file: str | None = None) -> Program:
                 try:
                     f = op.field(key)
                 except KeyError:
-                    raise ConfigError(f"{mn}: unknown operand {_tok(key)} (operands: "
-                                      f"{', '.join(x.name for x in op.fields)})", file=file, key=where) from None
+                    raise ConfigError(
+                        f"{mn}: unknown operand {_tok(key)} (operands: {', '.join(x.name for x in op.fields)})",
+                        file=file,
+                        key=where,
+                    ) from None
             else:
                 if seen_named:
                     raise ConfigError(f"{mn}: positional operand {_tok(tok)} after a named one", file=file, key=where)
                 if pos >= len(positional):
-                    raise ConfigError(f"{mn}: too many operands (expected at most {len(positional)})",
-                                      file=file, key=where)
+                    raise ConfigError(
+                        f"{mn}: too many operands (expected at most {len(positional)})", file=file, key=where
+                    )
                 f, val = positional[pos], tok
                 pos += 1
             if f.name in vals:
@@ -452,8 +499,11 @@ def _parse_value(isa, op, f: Field, val: str, vals: dict, labels: dict, idx: int
     if f.enum:
         name, index = (m.group(1), m.group(2)) if m else (val, None)
         if name.upper() not in f.enum:
-            raise ConfigError(f"{mn}: operand {f.name}: expected one of {', '.join(f.allowed or f.enum)}, "
-                              f"got {_tok(val)}", file=file, key=where)
+            raise ConfigError(
+                f"{mn}: operand {f.name}: expected one of {', '.join(f.allowed or f.enum)}, got {_tok(val)}",
+                file=file,
+                key=where,
+            )
         vals[f.name] = f.enum.index(name.upper())
         if index is not None:
             if not f.index:
@@ -483,8 +533,9 @@ def _parse_value(isa, op, f: Field, val: str, vals: dict, labels: dict, idx: int
 def _in_range(op: Opcode, f: Field, v: int, file, where) -> int:
     """``v`` if the field can hold it (bounded before it reaches an int64 column), else the field's error."""
     if not f.min <= v <= f.max:
-        raise ConfigError(f"{op.mnemonic}: {f.check(v) or f'operand {f.name}: out of range, got {v}'}",
-                          file=file, key=where)
+        raise ConfigError(
+            f"{op.mnemonic}: {f.check(v) or f'operand {f.name}: out of range, got {v}'}", file=file, key=where
+        )
     return v
 
 

@@ -22,6 +22,7 @@ Semantics (buffers ``b0``..``b15`` are on-chip vector buffers; addresses are dev
 
 Word: 128 bits, opcode 127:120, operands packed below in the listed order.
 """
+
 from __future__ import annotations
 
 from attnsim.isa.base import ISA, Field, Opcode
@@ -43,18 +44,42 @@ DT = Field("dtype", 3, enum=DTYPES, default=1, doc="element format in memory")
 
 OPCODES = (
     Opcode("LOAD_VEC", 0x01, (DST, ADDR, LEN, DT), "RD", "load a vector from memory into a buffer", SRC),
-    Opcode("GEMV", 0x02, (DST, SRCB, Field("base", 40, doc="matrix byte address"),
-                          Field("rows", 24, lo=1), Field("cols", 16, lo=1), DT,
-                          Field("trans", 1, default=0, doc="1: W^T x"),
-                          Field("vectors", 8, lo=1, default=1, doc="input vectors sharing one pass over W")), "RD",
-           "matrix-vector product streaming the matrix from memory", SRC),
+    Opcode(
+        "GEMV",
+        0x02,
+        (
+            DST,
+            SRCB,
+            Field("base", 40, doc="matrix byte address"),
+            Field("rows", 24, lo=1),
+            Field("cols", 16, lo=1),
+            DT,
+            Field("trans", 1, default=0, doc="1: W^T x"),
+            Field("vectors", 8, lo=1, default=1, doc="input vectors sharing one pass over W"),
+        ),
+        "RD",
+        "matrix-vector product streaming the matrix from memory",
+        SRC,
+    ),
     Opcode("SOFTMAX", 0x03, (Field("buf", 4), LEN), "FIX", "softmax in place over a buffer", SRC),
-    Opcode("REDUCE", 0x04, (DST, SRCB, LEN, Field("op", 1, enum=("SUM", "MAX"))), "FIX",
-           "reduce a buffer to one element", SRC),
+    Opcode(
+        "REDUCE",
+        0x04,
+        (DST, SRCB, LEN, Field("op", 1, enum=("SUM", "MAX"))),
+        "FIX",
+        "reduce a buffer to one element",
+        SRC,
+    ),
     Opcode("STORE", 0x05, (SRCB, ADDR, LEN, DT), "WR", "store a buffer to memory", SRC),
     Opcode("BARRIER", 0x06, (), "BARRIER", "wait for all earlier instructions", SRC),
     Opcode("HALT", 0x07, (), "NONE", "end of program", SRC),
 )
 
-CXL_PNM = ISA(name="cxl_pnm", word_bits=128, opcode_bits=8, opcodes=OPCODES,
-              doc="CXL-PNM vector/matrix instructions over LPDDR5X (designed here).", source=SRC)
+CXL_PNM = ISA(
+    name="cxl_pnm",
+    word_bits=128,
+    opcode_bits=8,
+    opcodes=OPCODES,
+    doc="CXL-PNM vector/matrix instructions over LPDDR5X (designed here).",
+    source=SRC,
+)

@@ -17,6 +17,7 @@ JUMP semantics: ``JUMP offset, count`` jumps back ``offset`` entries ``count`` t
 falls through (a per-entry loop counter, as in PIMSimulator). NOP ``count`` waits ``count + 1``
 column commands. EXIT ends the program (PIM mode stays on; the host parks out).
 """
+
 from __future__ import annotations
 
 from attnsim.isa.base import ISA, Field, Opcode, Program
@@ -44,8 +45,7 @@ SRCS = GRF + BANKS + ("SRF_M", "SRF_A")
 
 
 def _arith(mn, code, doc, mad=False):
-    fields = [_opd("dst", 25, GRF, "dst_idx"), _opd("src0", 22, SRCS, "src0_idx"),
-              _opd("src1", 19, SRCS, "src1_idx")]
+    fields = [_opd("dst", 25, GRF, "dst_idx"), _opd("src0", 22, SRCS, "src0_idx"), _opd("src1", 19, SRCS, "src1_idx")]
     if mad:
         fields.append(_opd("src2", 16, ("GRF_A", "GRF_B", "SRF_A")))
     fields += [AAM, _idx("dst_idx", 8), _idx("src0_idx", 4), _idx("src1_idx", 0)]
@@ -53,22 +53,58 @@ def _arith(mn, code, doc, mad=False):
 
 
 OPCODES = (
-    Opcode("NOP", 0x0, (Field("count", 11, lsb=0, default=0, doc="extra column commands to wait"),), "NONE",
-           "do nothing for count + 1 column commands", SRC),
+    Opcode(
+        "NOP",
+        0x0,
+        (Field("count", 11, lsb=0, default=0, doc="extra column commands to wait"),),
+        "NONE",
+        "do nothing for count + 1 column commands",
+        SRC,
+    ),
     _arith("ADD", 0x1, "dst = src0 + src1 (16 lanes)"),
     _arith("MUL", 0x2, "dst = src0 * src1 (16 lanes)"),
     _arith("MAC", 0x3, "dst += src0 * src1 (16 lanes)"),
     _arith("MAD", 0x4, "dst = src0 * src1 + src2 (16 lanes)", mad=True),
-    Opcode("MOV", 0x8, (_opd("dst", 25, GRF + BANKS, "dst_idx"), _opd("src0", 22, GRF + BANKS, "src0_idx"),
-                        RELU, _idx("dst_idx", 8), _idx("src0_idx", 4)), "MACAB",
-           "dst = src0 (optionally ReLU); bank destination writes the row buffer", SRC),
-    Opcode("FILL", 0x9, (_opd("dst", 25, GRF, "dst_idx"), _opd("src0", 22, BANKS, "src0_idx"),
-                         RELU, _idx("dst_idx", 8), _idx("src0_idx", 4)), "MACAB",
-           "load a GRF register from the bank column being accessed", SRC),
-    Opcode("JUMP", 0xe, (Field("offset", 6, lo=1, lsb=11, label="back", doc="entries to jump back"),
-                         Field("count", 11, lsb=17, doc="times to take the jump")), "NONE",
-           "jump back `offset` entries `count` times, then fall through", SRC),
-    Opcode("EXIT", 0xf, (), "NONE", "end of the CRF program", SRC),
+    Opcode(
+        "MOV",
+        0x8,
+        (
+            _opd("dst", 25, GRF + BANKS, "dst_idx"),
+            _opd("src0", 22, GRF + BANKS, "src0_idx"),
+            RELU,
+            _idx("dst_idx", 8),
+            _idx("src0_idx", 4),
+        ),
+        "MACAB",
+        "dst = src0 (optionally ReLU); bank destination writes the row buffer",
+        SRC,
+    ),
+    Opcode(
+        "FILL",
+        0x9,
+        (
+            _opd("dst", 25, GRF, "dst_idx"),
+            _opd("src0", 22, BANKS, "src0_idx"),
+            RELU,
+            _idx("dst_idx", 8),
+            _idx("src0_idx", 4),
+        ),
+        "MACAB",
+        "load a GRF register from the bank column being accessed",
+        SRC,
+    ),
+    Opcode(
+        "JUMP",
+        0xE,
+        (
+            Field("offset", 6, lo=1, lsb=11, label="back", doc="entries to jump back"),
+            Field("count", 11, lsb=17, doc="times to take the jump"),
+        ),
+        "NONE",
+        "jump back `offset` entries `count` times, then fall through",
+        SRC,
+    ),
+    Opcode("EXIT", 0xF, (), "NONE", "end of the CRF program", SRC),
 )
 
 
@@ -88,9 +124,14 @@ def _check(prog: Program) -> list[tuple[int, str]]:
 
 
 FIMDRAM = ISA(
-    name="fimdram", word_bits=32, opcode_bits=4, opcodes=OPCODES,
+    name="fimdram",
+    word_bits=32,
+    opcode_bits=4,
+    opcodes=OPCODES,
     doc="Samsung HBM-PIM (FIMDRAM) PCU CRF microprogram, advanced by column commands.",
-    source=SRC, max_len=MAX_CRF, checks=(_check,),
+    source=SRC,
+    max_len=MAX_CRF,
+    checks=(_check,),
 )
 
 DATA_OPS = ("ADD", "MUL", "MAC", "MAD", "MOV", "FILL")
@@ -133,10 +174,12 @@ def column_commands(prog: Program) -> int:
 def gemv_kernel(grf_a: int = 8) -> Program:
     """The PIMSimulator GEMV CRF kernel (b.6): MAC over the even bank, JUMP, MAC over the odd
     bank, JUMP, NOP, EXIT; each MAC runs ``grf_a`` times (one per GRF_A register, AAM on)."""
-    recs = [("MAC", dict(dst=5, src0=2, src1=4, aam=1)),
-            ("JUMP", dict(offset=1, count=grf_a - 1)),
-            ("MAC", dict(dst=5, src0=3, src1=4, aam=1)),
-            ("JUMP", dict(offset=1, count=grf_a - 1)),
-            ("NOP", dict(count=0)),
-            ("EXIT", {})]
+    recs = [
+        ("MAC", dict(dst=5, src0=2, src1=4, aam=1)),
+        ("JUMP", dict(offset=1, count=grf_a - 1)),
+        ("MAC", dict(dst=5, src0=3, src1=4, aam=1)),
+        ("JUMP", dict(offset=1, count=grf_a - 1)),
+        ("NOP", dict(count=0)),
+        ("EXIT", {}),
+    ]
     return Program.from_records(FIMDRAM, recs)

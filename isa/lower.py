@@ -20,6 +20,7 @@ workload, channel field 0) and, for each, the engine command records of that cha
 (hwmodels/dram/API.md fields; op codes in ``ENGINE_CODES``). For FIMDRAM the ISA program is the
 CRF kernel; the host-side column-command stream that drives it is given as engine records.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,16 @@ from attnsim.core.config import ConfigError
 from attnsim.isa import get_isa
 from attnsim.isa.base import Program
 from attnsim.isa.fimdram import column_commands, gemv_kernel
-from attnsim.isa.lowered import (CMD_FIELDS, ENGINE_CODES, ENGINE_FLAGS, LEVELS, PU, Lowered,  # noqa: F401
-                                 Org, _Cmds)  # (lower.X keeps these names)
+from attnsim.isa.lowered import (
+    CMD_FIELDS,
+    ENGINE_CODES,
+    ENGINE_FLAGS,
+    LEVELS,
+    PU,
+    Lowered,  # noqa: F401
+    Org,
+    _Cmds,
+)  # (lower.X keeps these names)
 
 
 @dataclass(frozen=True)
@@ -66,8 +75,10 @@ class Partition:
                 raise ConfigError(f"expected levels from {', '.join(LEVELS)}, got {lv!r}", key="partition")
         if len(set(self.token_levels + self.dhead_levels)) != len(self.token_levels + self.dhead_levels):
             raise ConfigError("a level is used twice", key="partition")
-        return (math.prod(org.size(lv) for lv in self.token_levels),
-                math.prod(org.size(lv) for lv in self.dhead_levels))
+        return (
+            math.prod(org.size(lv) for lv in self.token_levels),
+            math.prod(org.size(lv) for lv in self.dhead_levels),
+        )
 
 
 PARTITIONS = {
@@ -86,7 +97,10 @@ def get_partition(name: str, channels_per_item: int = 1) -> Partition:
 
 # ---------------------------------------------------------------- placement
 
-def assign_items(tokens: Sequence[int], n_channels: int, channels_per_item: int = 1) -> list[tuple[tuple[int, ...], int]]:
+
+def assign_items(
+    tokens: Sequence[int], n_channels: int, channels_per_item: int = 1
+) -> list[tuple[tuple[int, ...], int]]:
     """Place item slices on channels; returns distinct per-channel slice lists with multiplicity.
 
     Each item of ``tokens[i]`` tokens is cut into ``channels_per_item`` slices (sizes differ by
@@ -122,6 +136,7 @@ def assign_items(tokens: Sequence[int], n_channels: int, channels_per_item: int 
 
 # ---------------------------------------------------------------- engine records
 
+
 def attacc_commands(prog: Program, org: Org, pu: PU) -> dict[str, np.ndarray]:
     """Expand an AttAcc program (one channel) into engine records."""
     cmd = _Cmds()
@@ -148,8 +163,16 @@ def attacc_commands(prog: Program, org: Org, pu: PU) -> dict[str, np.ndarray]:
         elif mn in ("RD", "WR", "MACSB"):
             b = int(f["bank"][i])
             bpg, bgs, rk = org.banks_per_group, org.bank_groups, org.ranks
-            cmd.add(mn, ch, pch=b // (bpg * bgs * rk), rank=(b // (bpg * bgs)) % rk, bg=(b // bpg) % bgs,
-                    bank=b % bpg, col=int(f["col"][i]), repeat=int(f["repeat"][i]))
+            cmd.add(
+                mn,
+                ch,
+                pch=b // (bpg * bgs * rk),
+                rank=(b // (bpg * bgs)) % rk,
+                bg=(b // bpg) % bgs,
+                bank=b % bpg,
+                col=int(f["col"][i]),
+                repeat=int(f["repeat"][i]),
+            )
     return cmd.arrays()
 
 
@@ -159,6 +182,7 @@ def aim_commands(prog: Program, org: Org, pu: PU, af_cycles: int = 1) -> dict[st
     A MODE record (nMODCH, the simulator's TMOD) precedes every ISR that enters or leaves the
     register-RW mode (isa/aim.py ``REGISTER_ISRS``); the channel starts outside it."""
     from attnsim.isa.aim import REGISTER_ISRS
+
     cmd = _Cmds()
     f = prog.fields
     open_row = -1
@@ -191,12 +215,21 @@ def aim_commands(prog: Program, org: Org, pu: PU, af_cycles: int = 1) -> dict[st
         elif mn in ("MAC_SBK", "COPY_BKGB", "COPY_GBBK", "RD_SBK", "WR_SBK"):
             b = int(f["bank"][i])
             op = {"MAC_SBK": "MACSB", "COPY_BKGB": "RD", "COPY_GBBK": "WR", "RD_SBK": "RD", "WR_SBK": "WR"}[mn]
-            cmd.add(op, 0, pch=0, rank=0, bg=b // org.banks_per_group, bank=b % org.banks_per_group,
-                    row=int(f["row"][i]), repeat=int(f["opsize"][i]))
+            cmd.add(
+                op,
+                0,
+                pch=0,
+                rank=0,
+                bg=b // org.banks_per_group,
+                bank=b % org.banks_per_group,
+                row=int(f["row"][i]),
+                repeat=int(f["opsize"][i]),
+            )
     return cmd.arrays()
 
 
 # ---------------------------------------------------------------- per-channel schedules
+
 
 def _item_dims(org: Org, part: Partition, pu: PU, tokens: int, dhead: int, elem_bytes: float, group: int):
     T, D = part.slots(org)
@@ -319,8 +352,16 @@ def stream_reads(org: Org, nbytes: float, row0: int = 0) -> dict[str, np.ndarray
     k = np.concatenate([k, [n_rounds - 1]])
     rep = f[:, 4] * nb
     rep[-1] = bursts - (n_rounds - 1) * per_round
-    out.update(op=f[:, 0], pch=f[:, 1], bg=f[:, 2], rank=(k // B) % R, bank=k % B,
-               row=(row0 + k // (B * R)) % org.rows, repeat=rep, flags=f[:, 5])
+    out.update(
+        op=f[:, 0],
+        pch=f[:, 1],
+        bg=f[:, 2],
+        rank=(k // B) % R,
+        bank=k % B,
+        row=(row0 + k // (B * R)) % org.rows,
+        repeat=rep,
+        flags=f[:, 5],
+    )
     n = len(rep)
     for key in ("ch", "col", "cycles"):
         out[key] = np.zeros(n, np.int64)
@@ -347,7 +388,7 @@ def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:
             continue
         if phase in ("score", "fc"):
             cols_dot = math.ceil(dhead * elem_bytes / pu.column_bytes)  # MAC16 per dot product
-            dots = -(-t // banks)                                         # token groups (one per bank)
+            dots = -(-t // banks)  # token groups (one per bank)
             fills = [min(fill_cols, cols_dot - f * fill_cols) for f in range(-(-cols_dot // fill_cols))]
             # FC: CENT's reuse-GB order (TransformerBlock.py Vector_Matrix_Mul_weight_pim_only_trace): per GB
             # fill, groups of <= mac_registers outputs per bank as WR_BIAS x n, MAC_ABK x n, RD_MAC x n
@@ -365,19 +406,31 @@ def _aim_channel(slices, phase, org, pu, dhead, elem_bytes, group) -> Program:
                             done = 0
                             while done < c:  # a slice may cross a row boundary
                                 n = min(c - done, org.columns - (pos + done) % org.columns)
-                                recs.append(("MAC_ABK", dict(opsize=n, ch_mask=1,
-                                                             row=(row + (pos + done) // org.columns) % org.rows)))
+                                recs.append(
+                                    (
+                                        "MAC_ABK",
+                                        dict(opsize=n, ch_mask=1, row=(row + (pos + done) // org.columns) % org.rows),
+                                    )
+                                )
                                 done += n
                         recs.extend(("RD_MAC", dict(ch_mask=1, reg=0)) for _ in grp)
                 row += -(-dots * cols_dot // org.columns)
         else:
-            dims = -(-dhead // banks)                      # output dims per bank
+            dims = -(-dhead // banks)  # output dims per bank
             per_fill = max(1, pu.gb_bytes // pu.acc_bytes)  # probabilities one GB fill holds (1024)
             for _ in range(group):
                 for f in range(-(-t // per_fill)):
                     n_tok = min(per_fill, t - f * per_fill)
-                    recs.append(("WR_GB", dict(opsize=max(1, min(64, math.ceil(n_tok * pu.acc_bytes / pu.column_bytes))),
-                                               ch_mask=1, gb_col=0)))
+                    recs.append(
+                        (
+                            "WR_GB",
+                            dict(
+                                opsize=max(1, min(64, math.ceil(n_tok * pu.acc_bytes / pu.column_bytes))),
+                                ch_mask=1,
+                                gb_col=0,
+                            ),
+                        )
+                    )
                     c = math.ceil(n_tok * elem_bytes / pu.column_bytes)
                     for _ in range(dims):
                         recs.append(("WR_BIAS", dict(ch_mask=1)))
@@ -411,8 +464,9 @@ def _aim_softmax_io(slices, org, pu, group) -> Program:
             left, row = cols_bg[j], 0
             while left > 0:
                 n = min(per_row, left)
-                recs.append((op, dict(opsize=n, ch_mask=1, bank=j * org.banks_per_group + bank_in_bg,
-                                      row=row % org.rows)))
+                recs.append(
+                    (op, dict(opsize=n, ch_mask=1, bank=j * org.banks_per_group + bank_in_bg, row=row % org.rows))
+                )
                 left -= n
                 row += 1
 
@@ -456,6 +510,7 @@ def lower_aim_vector_io(op: str, n: int, k: int, reps: int, *, n_channels: int, 
     Each channel runs 1 / n_channels of the single-bank accesses (CENT's bank_index spreads the banks
     over all channels) and every all-bank command."""
     from attnsim.isa.cxl_pnm import ROPE_OPS
+
     burst = max(1, pu.column_bytes // 2)
     B = n_channels * org.bank_groups * org.banks_per_group
     cdiv = lambda a, b: -(-int(a) // int(b))
@@ -473,9 +528,14 @@ def lower_aim_vector_io(op: str, n: int, k: int, reps: int, *, n_channels: int, 
 
     ew_len = cdiv(n, max(1, B // 4))
     ew_banks = cdiv(n, ew_len)
-    copies = lambda b: [r for bank in range(2, org.bank_groups * org.banks_per_group, 4)  # CENT: bank % 4 == 2
-                        for r in (("COPY_BKGB", dict(opsize=b, ch_mask=1, bank=bank, row=0)),
-                                  ("COPY_GBBK", dict(opsize=b, ch_mask=1, bank=bank - 1, row=0)))]
+    copies = lambda b: [
+        r
+        for bank in range(2, org.bank_groups * org.banks_per_group, 4)  # CENT: bank % 4 == 2
+        for r in (
+            ("COPY_BKGB", dict(opsize=b, ch_mask=1, bank=bank, row=0)),
+            ("COPY_GBBK", dict(opsize=b, ch_mask=1, bank=bank - 1, row=0)),
+        )
+    ]
     for _ in range(max(1, reps)):
         if op in ACT_OPS:
             ewb = cdiv(ew_len, burst)
@@ -502,8 +562,11 @@ def lower_aim_vector_io(op: str, n: int, k: int, reps: int, *, n_channels: int, 
         nb_banks, nbb, ewb = cdiv(n, nb_len), cdiv(nb_len, burst), cdiv(ew_len, burst)
         sbk("WR_SBK", 0, nb_banks * nbb)
         sbk("WR_SBK", 1, nb_banks * nbb)
-        recs += [("WR_BIAS", dict(ch_mask=1)), ("MAC_ABK", dict(opsize=nbb, ch_mask=1, row=0)),
-                 ("RD_MAC", dict(ch_mask=1, reg=0))]
+        recs += [
+            ("WR_BIAS", dict(ch_mask=1)),
+            ("MAC_ABK", dict(opsize=nbb, ch_mask=1, row=0)),
+            ("RD_MAC", dict(ch_mask=1, reg=0)),
+        ]
         sbk("WR_SBK", 0, ew_banks * ewb)
         sbk("WR_SBK", 1, ew_banks * ewb)
         ewmul(ewb)
@@ -514,8 +577,14 @@ def lower_aim_vector_io(op: str, n: int, k: int, reps: int, *, n_channels: int, 
     recs.append(("EOC", {}))
     prog = Program.from_records(get_isa("aim"), recs)
     prog.multiplicity = n_channels
-    return Lowered("aim", "vector_io", [prog], [aim_commands(prog, org, pu)], np.array([n_channels], np.int64),
-                   meta=dict(partition="cent_vector", items=max(1, reps), elements=float(n + k) * max(1, reps)))
+    return Lowered(
+        "aim",
+        "vector_io",
+        [prog],
+        [aim_commands(prog, org, pu)],
+        np.array([n_channels], np.int64),
+        meta=dict(partition="cent_vector", items=max(1, reps), elements=float(n + k) * max(1, reps)),
+    )
 
 
 def host_requests(low: "Lowered") -> int:
@@ -580,8 +649,21 @@ def _cxl_program(slices, phase, dhead, elem_bytes, group) -> Program:
             continue
         n_in = dhead if phase == "score" else t
         recs.append(("LOAD_VEC", dict(dst=0, addr=0, length=n_in * group, dtype=dt)))
-        recs.append(("GEMV", dict(dst=1, src=0, base=addr % (1 << 40), rows=t, cols=dhead, dtype=dt,
-                                  trans=int(phase == "context"), vectors=group)))
+        recs.append(
+            (
+                "GEMV",
+                dict(
+                    dst=1,
+                    src=0,
+                    base=addr % (1 << 40),
+                    rows=t,
+                    cols=dhead,
+                    dtype=dt,
+                    trans=int(phase == "context"),
+                    vectors=group,
+                ),
+            )
+        )
         recs.append(("STORE", dict(src=1, addr=0, length=(t if phase == "score" else dhead) * group, dtype=dt)))
         addr += int(t * dhead * elem_bytes)
     recs.append(("BARRIER", {}))
@@ -609,8 +691,20 @@ def _attacc_bank_channel(slices: tuple, phase, org, part, pu, dhead, elem_bytes,
 
 # ---------------------------------------------------------------- public entry points
 
-def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, group: int, elem_bytes: float,
-                    n_channels: int, org: Org, pu: PU, partition: Partition | None = None) -> Lowered:
+
+def lower_attention(
+    isa: str,
+    phase: str,
+    tokens: Sequence[int],
+    *,
+    dhead: int,
+    group: int,
+    elem_bytes: float,
+    n_channels: int,
+    org: Org,
+    pu: PU,
+    partition: Partition | None = None,
+) -> Lowered:
     """Lower one attention phase ("score" | "softmax" | "context"; aim also "softmax_io", the bank side
     of a controller softmax) of all work items.
 
@@ -622,8 +716,18 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
         raise ConfigError(f"expected score, softmax or context (softmax_io: isa aim), got {phase!r}", key="phase")
     if isa == "newton":  # NeuPIMs commands (isa/lower_newton.py); here every item is a request of one KV head
         from attnsim.isa.lower_newton import lower_newton
-        return lower_newton(phase, tokens, heads=1, dhead=dhead, group=group, elem_bytes=elem_bytes,
-                            n_channels=n_channels, org=org, pu=pu)
+
+        return lower_newton(
+            phase,
+            tokens,
+            heads=1,
+            dhead=dhead,
+            group=group,
+            elem_bytes=elem_bytes,
+            n_channels=n_channels,
+            org=org,
+            pu=pu,
+        )
     part = partition or PARTITIONS["attacc_bank"]
     tokens = np.asarray(tokens, np.int64)
     work = assign_items(tokens, n_channels, part.channels_per_item if isa != "cxl_pnm" else 1)
@@ -631,8 +735,9 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
     for slices, m in work:
         if isa == "attacc":
             if part.pu_level == "bank":
-                p, c = _attacc_bank_channel(tuple(int(x) for x in slices), phase, org, part, pu, dhead,
-                                            float(elem_bytes), group)
+                p, c = _attacc_bank_channel(
+                    tuple(int(x) for x in slices), phase, org, part, pu, dhead, float(elem_bytes), group
+                )
             elif part.pu_level == "bg":
                 p, c = None, _bg_channel(slices, phase, org, part, pu, dhead, elem_bytes, group)
             else:  # buffer die: normal reads at the pseudo-channel bus rate
@@ -671,8 +776,18 @@ def lower_attention(isa: str, phase: str, tokens: Sequence[int], *, dhead: int, 
     return Lowered(isa, phase, progs, cmds, np.array(mult, np.int64), macs, pim_bytes, meta=meta)
 
 
-def lower_fc(isa: str, n_out: int, k_in: int, vectors: int, *, elem_bytes: float, n_channels: int,
-             org: Org, pu: PU, partition: Partition | None = None) -> Lowered:
+def lower_fc(
+    isa: str,
+    n_out: int,
+    k_in: int,
+    vectors: int,
+    *,
+    elem_bytes: float,
+    n_channels: int,
+    org: Org,
+    pu: PU,
+    partition: Partition | None = None,
+) -> Lowered:
     """FC GEMV y = W x (``n_out x k_in`` weights, ``vectors`` input vectors), outputs spread over
     all channels; each channel computes its output rows like a score GEMV (rows = outputs,
     cols = k_in), so the attention schedules are reused with tokens = outputs per channel (with
@@ -680,7 +795,17 @@ def lower_fc(isa: str, n_out: int, k_in: int, vectors: int, *, elem_bytes: float
     per = -(-n_out // n_channels)
     active = -(-n_out // per)
     tokens = [per] * (active - 1) + [n_out - per * (active - 1)]
-    low = lower_attention(isa, "fc" if isa == "aim" else "score", tokens, dhead=k_in, group=vectors,
-                          elem_bytes=elem_bytes, n_channels=n_channels, org=org, pu=pu, partition=partition)
+    low = lower_attention(
+        isa,
+        "fc" if isa == "aim" else "score",
+        tokens,
+        dhead=k_in,
+        group=vectors,
+        elem_bytes=elem_bytes,
+        n_channels=n_channels,
+        org=org,
+        pu=pu,
+        partition=partition,
+    )
     low.phase = "fc"
     return low

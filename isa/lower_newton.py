@@ -38,6 +38,7 @@ head's COMP run + READRES is one fused COMPS_READRES (``comp_instructions: fused
 COMP + one READRES (``per_comp``: the npu+pim branch with dram_type newton, ``NeuPIMSLogitSoftmax.cc:231``,
 ``NeuPIMSAttend.cc:204``). Channels are then no longer interchangeable: one program per channel.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -60,8 +61,10 @@ COMP_INSTRUCTIONS = ("fused", "per_comp")
 ARTEFACT_GWRITE_CYCLES = 100
 ARTEFACT_GEMV_CYCLES = 184
 UNIT_BYTES = 32  # GWRITE / READRES operand units (BUF units of the engine)
-NO_SOFTMAX = ("expected score or context: the Newton/NeuPIMs PIM has no softmax unit (the NPU's vector units "
-              "run softmax; mapper neupims places it there)")
+NO_SOFTMAX = (
+    "expected score or context: the Newton/NeuPIMs PIM has no softmax unit (the NPU's vector units "
+    "run softmax; mapper neupims places it there)"
+)
 
 
 def request_load(t: int, org: Org, *, heads: int, dhead: int, elem_bytes: float) -> int:
@@ -79,8 +82,9 @@ def artefact_load(t: int, org: Org, *, heads: int, dhead: int, elem_bytes: float
     (get_distributions.py counts V chunks over the model's heads: see reference.yaml)."""
     page = max(1, int(org.columns * org.burst_bytes // elem_bytes))
     k_chunks, v_chunks = -(-heads * dhead // page), heads * (-(-t // page))
-    return (ARTEFACT_GWRITE_CYCLES * (k_chunks + v_chunks)
-            + ARTEFACT_GEMV_CYCLES * request_load(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes))
+    return ARTEFACT_GWRITE_CYCLES * (k_chunks + v_chunks) + ARTEFACT_GEMV_CYCLES * request_load(
+        t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes
+    )
 
 
 def request_channels(lens: Sequence[int], n_channels: int, assignment="greedy", load=None) -> np.ndarray:
@@ -96,22 +100,25 @@ def _placement(lens: list, n_channels: int, assignment, load):
     if not isinstance(assignment, str):
         given = [int(c) for c in assignment]
         if len(given) != len(lens) or any(not 0 <= c < n_channels for c in given):
-            raise ConfigError(f"expected one channel in [0, {n_channels - 1}] per request ({len(lens)} requests: "
-                              "an explicit list fits one whole batch, subbatches: 1 or subbatch_split: per_channel), "
-                              f"got a list of {len(given)} from {min(given, default=0)} to {max(given, default=0)}",
-                              key="channel_assignment")
+            raise ConfigError(
+                f"expected one channel in [0, {n_channels - 1}] per request ({len(lens)} requests: "
+                "an explicit list fits one whole batch, subbatches: 1 or subbatch_split: per_channel), "
+                f"got a list of {len(given)} from {min(given, default=0)} to {max(given, default=0)}",
+                key="channel_assignment",
+            )
         order = [i for i, t in enumerate(lens) if t > 0]
         chan[order] = [given[i] for i in order]
         return chan, order
     if assignment not in ASSIGNMENTS:
-        raise ConfigError(f"expected one of {', '.join(ASSIGNMENTS)} or a list, got {assignment!r}",
-                          key="channel_assignment")
+        raise ConfigError(
+            f"expected one of {', '.join(ASSIGNMENTS)} or a list, got {assignment!r}", key="channel_assignment"
+        )
     load = load or (lambda t: t)
     if assignment == "greedy":
         heap = [(0, c) for c in range(min(n_channels, len(lens)))]
         order = sorted((i for i, t in enumerate(lens) if t > 0), key=lambda i: (-load(lens[i]), -lens[i]))
     elif assignment == "online":
-        heap = [(0, c) for c in range(n_channels)]   # (load, channel): the lowest channel among equal loads
+        heap = [(0, c) for c in range(n_channels)]  # (load, channel): the lowest channel among equal loads
         order = [i for i, t in enumerate(lens) if t > 0]
     else:
         order = [i for i, t in enumerate(lens) if t > 0]
@@ -155,14 +162,25 @@ def _tile(recs: list, org: Org, row: int, comps: Sequence[int], readres_units: i
     recs.append(("PIM_PRECHARGE", dict(ch=0)))
 
 
-def channel_program(slices, phase: str, org: Org, pu: PU, *, heads: int, dhead: int, group: int,
-                    elem_bytes: float, row0: int = 0, starts: list | None = None) -> Program:
+def channel_program(
+    slices,
+    phase: str,
+    org: Org,
+    pu: PU,
+    *,
+    heads: int,
+    dhead: int,
+    group: int,
+    elem_bytes: float,
+    row0: int = 0,
+    starts: list | None = None,
+) -> Program:
     """Newton program of one channel running the requests ``slices`` (token counts) in order (``starts``, when
     given, receives the index of each request's first record)."""
     banks = org.banks
     page = max(1, int(org.columns * org.burst_bytes // elem_bytes))  # elements per 1 KB row
-    lanes = pu.macs_per_command                                        # pim_comp_coverage
-    res_units = _units(banks * pu.acc_bytes * group)                   # one result per bank and query
+    lanes = pu.macs_per_command  # pim_comp_coverage
+    res_units = _units(banks * pu.acc_bytes * group)  # one result per bank and query
     recs, row = [], row0
     for t in slices:
         if starts is not None:
@@ -172,8 +190,11 @@ def channel_program(slices, phase: str, org: Org, pu: PU, *, heads: int, dhead: 
             for c in range(-(-E // page)):
                 lo, hi = c * page, min(E, (c + 1) * page)
                 # heads whose keys overlap this chunk of the row: one COMP run + READRES each
-                segs = [min(hi, (h + 1) * dhead) - max(lo, h * dhead) for h in range(heads)
-                        if h * dhead < hi and (h + 1) * dhead > lo]
+                segs = [
+                    min(hi, (h + 1) * dhead) - max(lo, h * dhead)
+                    for h in range(heads)
+                    if h * dhead < hi and (h + 1) * dhead > lo
+                ]
                 recs.append(("GWRITE", dict(ch=0, bursts=_units((hi - lo) * elem_bytes * group))))
                 recs.append(("BARRIER", dict(ch=0)))
                 comps = [-(-s // lanes) * group for s in segs]
@@ -215,8 +236,16 @@ def newton_commands(prog: Program, org: Org) -> dict[str, np.ndarray]:
         elif mn == "BARRIER":
             cmd.add("BARRIER")
         else:  # RD / WR
-            cmd.add(mn, pch=0, rank=int(f["rank"][i]), bg=int(f["bg"][i]), bank=int(f["bank"][i]),
-                    row=int(f["row"][i]), col=int(f["col"][i]), repeat=int(f["repeat"][i]))
+            cmd.add(
+                mn,
+                pch=0,
+                rank=int(f["rank"][i]),
+                bg=int(f["bg"][i]),
+                bank=int(f["bank"][i]),
+                row=int(f["row"][i]),
+                col=int(f["col"][i]),
+                repeat=int(f["repeat"][i]),
+            )
     return cmd.arrays()
 
 
@@ -226,12 +255,13 @@ def record_instructions(prog: Program, comp_instructions: str = "fused") -> np.n
     run (the whole COMPS_READRES), 0 on the rest of the run and its READRES; PIM_PRECHARGE / BARRIER 0 (no
     instruction: NewtonSim closes the tile after its last READRES)."""
     if comp_instructions not in COMP_INSTRUCTIONS:
-        raise ConfigError(f"expected one of {', '.join(COMP_INSTRUCTIONS)}, got {comp_instructions!r}",
-                          key="comp_instructions")
+        raise ConfigError(
+            f"expected one of {', '.join(COMP_INSTRUCTIONS)}, got {comp_instructions!r}", key="comp_instructions"
+        )
     isa = prog.isa
     op = prog.opcode
     gact, comp, readres = op == isa.code("GACT"), op == isa.code("COMP"), op == isa.code("READRES")
-    after = lambda m: np.concatenate([[False], m[:-1]])   # noqa: E731 (the previous record is an m)
+    after = lambda m: np.concatenate([[False], m[:-1]])  # noqa: E731 (the previous record is an m)
     header = gact & ~after(gact)
     n = (header | (op == isa.code("GWRITE"))).astype(np.int64)
     if comp_instructions == "per_comp":
@@ -241,8 +271,12 @@ def record_instructions(prog: Program, comp_instructions: str = "fused") -> np.n
     return n
 
 
-def port_arrivals(progs: Sequence[Program], interval_cycles: float, comp_instructions: str = "fused",
-                  positions: Sequence[np.ndarray] | None = None):
+def port_arrivals(
+    progs: Sequence[Program],
+    interval_cycles: float,
+    comp_instructions: str = "fused",
+    positions: Sequence[np.ndarray] | None = None,
+):
     """Per program (channel) the ``arrival`` cycle of each record through an in-order port of one instruction per
     ``interval_cycles``, and the total instruction count. Issue order: ``positions[c]`` are program c's records'
     places in one sequence over all programs (a user's program as written, ``attnsim pim run``); None: the
@@ -254,9 +288,11 @@ def port_arrivals(progs: Sequence[Program], interval_cycles: float, comp_instruc
     issued = np.zeros(sum(len(n) for n in ns), np.int64)
     for n, pos in zip(ns, positions):
         issued[pos] = n
-    before = np.cumsum(issued) - issued                     # instructions issued before each record's first one
-    out = [np.where(n > 0, np.ceil(before[pos] * float(interval_cycles)), 0).astype(np.int64)
-           for n, pos in zip(ns, positions)]
+    before = np.cumsum(issued) - issued  # instructions issued before each record's first one
+    out = [
+        np.where(n > 0, np.ceil(before[pos] * float(interval_cycles)), 0).astype(np.int64)
+        for n, pos in zip(ns, positions)
+    ]
     return out, int(issued.sum())
 
 
@@ -266,9 +302,21 @@ def placement_load(assignment, org: Org, *, heads: int, dhead: int, elem_bytes: 
     return lambda t: load_fn(t, org, heads=heads, dhead=dhead, elem_bytes=elem_bytes)
 
 
-def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, group: int, elem_bytes: float,
-                 n_channels: int, org: Org, pu: PU, assignment="greedy", port_interval_cycles: float | None = None,
-                 comp_instructions: str = "fused") -> Lowered:
+def lower_newton(
+    phase: str,
+    lens: Sequence[int],
+    *,
+    heads: int,
+    dhead: int,
+    group: int,
+    elem_bytes: float,
+    n_channels: int,
+    org: Org,
+    pu: PU,
+    assignment="greedy",
+    port_interval_cycles: float | None = None,
+    comp_instructions: str = "fused",
+) -> Lowered:
     """Lower the logit ("score") or attend ("context") GEMV of every request (``lens``: tokens per
     request; ``heads``: KV heads of a request on this device; ``group``: query heads per KV head).
     ``port_interval_cycles``: DRAM cycles per instruction of the NPU issue port (None: no port limit)."""
@@ -290,8 +338,16 @@ def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, gro
         # longest first), so a port without a limit times exactly as no port
         chan, order = _placement([int(t) for t in lens], n_channels, assignment, load)
         for c in sorted(set(chan[chan >= 0].tolist())):
-            p = channel_program([int(lens[i]) for i in order if chan[i] == c], phase, org, pu, heads=heads,
-                                dhead=dhead, group=group, elem_bytes=elem_bytes)
+            p = channel_program(
+                [int(lens[i]) for i in order if chan[i] == c],
+                phase,
+                org,
+                pu,
+                heads=heads,
+                dhead=dhead,
+                group=group,
+                elem_bytes=elem_bytes,
+            )
             p.multiplicity = 1
             progs.append(p)
             mult.append(1)
@@ -302,7 +358,19 @@ def lower_newton(phase: str, lens: Sequence[int], *, heads: int, dhead: int, gro
             cmds.append(c)
         extra = dict(npu_instructions=n_instr, issue_port_key=(float(port_interval_cycles), comp_instructions))
     tok = float(lens.sum()) * heads
-    return Lowered("newton", phase, progs, cmds, np.array(mult, np.int64), macs=tok * dhead * group,
-                   pim_bytes=tok * dhead * elem_bytes,
-                   meta=dict(partition="neupims", items=len(lens), elements=tok * group,
-                             assignment=assignment if isinstance(assignment, str) else "explicit", **extra))
+    return Lowered(
+        "newton",
+        phase,
+        progs,
+        cmds,
+        np.array(mult, np.int64),
+        macs=tok * dhead * group,
+        pim_bytes=tok * dhead * elem_bytes,
+        meta=dict(
+            partition="neupims",
+            items=len(lens),
+            elements=tok * group,
+            assignment=assignment if isinstance(assignment, str) else "explicit",
+            **extra,
+        ),
+    )

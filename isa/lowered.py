@@ -1,6 +1,7 @@
 """What a PIM lowering produces and reads: the channel organisation (Org), the processing-unit facts (PU),
 the lowered op (Lowered) and engine command records (_Cmds, the engine's op codes and fields). Shared by the
 lowerings of isa/lower.py and isa/lower_newton.py, so neither imports the other's module for its types."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,9 +11,25 @@ import numpy as np
 from attnsim.isa.base import Program
 
 # Engine op codes, from hwmodels/dram/API.md ("values stable"); checked against Op in the tests.
-ENGINE_CODES = {"NOP": 0, "ACT": 1, "PRE": 2, "PREA": 3, "RD": 4, "WR": 5, "REF": 6, "REFPB": 7,
-                "ACTAB": 8, "MACAB": 9, "MACSB": 10, "ACTBG": 11, "MACBG": 12, "BUF": 13, "FIX": 14,
-                "BARRIER": 15, "MODE": 16}
+ENGINE_CODES = {
+    "NOP": 0,
+    "ACT": 1,
+    "PRE": 2,
+    "PREA": 3,
+    "RD": 4,
+    "WR": 5,
+    "REF": 6,
+    "REFPB": 7,
+    "ACTAB": 8,
+    "MACAB": 9,
+    "MACSB": 10,
+    "ACTBG": 11,
+    "MACBG": 12,
+    "BUF": 13,
+    "FIX": 14,
+    "BARRIER": 15,
+    "MODE": 16,
+}
 # record flags, from hwmodels/dram/API.md (F_AP auto-precharge, F_IL interleaved reads); checked in the tests
 ENGINE_FLAGS = {"AP": 1, "IL": 2}
 CMD_FIELDS = ("op", "ch", "pch", "rank", "bg", "bank", "row", "col", "repeat", "cycles")
@@ -37,8 +54,9 @@ class Org:
         return Org(o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, o.rows, o.columns, o.burst_bytes)
 
     def size(self, level: str) -> int:
-        return {"pch": self.pseudo_channels, "rank": self.ranks, "bg": self.bank_groups,
-                "bank": self.banks_per_group}[level]
+        return {"pch": self.pseudo_channels, "rank": self.ranks, "bg": self.bank_groups, "bank": self.banks_per_group}[
+            level
+        ]
 
     @property
     def banks(self) -> int:
@@ -50,11 +68,11 @@ class PU:
     """Processing-unit facts the lowering needs."""
 
     macs_per_command: int = 16  # AttAcc trace-gen n_mac = 16 (pim_dram.md b.1)
-    column_bytes: int = 32      # AttAcc prefetch_size = 32 B (b.1); AiM 256 bit (b.4)
-    acc_bytes: int = 2          # result element (FP16)
+    column_bytes: int = 32  # AttAcc prefetch_size = 32 B (b.1); AiM 256 bit (b.4)
+    acc_bytes: int = 2  # result element (FP16)
     softmax_cycles_per_element: float = 0.0  # buffer-die softmax unit, CK cycles per score
-    gb_bytes: int = 2048        # AiM global buffer (2 KB, b.4); FIMDRAM GRF_A tile = 8 x 32 B
-    mac_registers: int = 1      # AiM: MAC result registers per bank (FC outputs in flight per GB fill)
+    gb_bytes: int = 2048  # AiM global buffer (2 KB, b.4); FIMDRAM GRF_A tile = 8 x 32 B
+    mac_registers: int = 1  # AiM: MAC result registers per bank (FC outputs in flight per GB fill)
 
 
 @dataclass
@@ -65,9 +83,9 @@ class Lowered:
     phase: str
     programs: list[Program]
     commands: list[dict[str, np.ndarray]]
-    multiplicity: np.ndarray          # channels running each program
-    macs: float = 0.0                 # useful MACs over all channels
-    pim_bytes: float = 0.0            # matrix bytes read by PUs over all channels
+    multiplicity: np.ndarray  # channels running each program
+    macs: float = 0.0  # useful MACs over all channels
+    pim_bytes: float = 0.0  # matrix bytes read by PUs over all channels
     meta: dict = field(default_factory=dict)
 
     @property

@@ -29,21 +29,40 @@ artefact's ``--pipeopt`` / ``--ffopt``, mechanisms in mapper/attacc_overlap.py):
   the PIM stacks' internal bandwidth; every weight is then stored in the PIM stacks as well (counted
   in their capacity). At those batches it takes precedence over ``ffopt``.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from attnsim.mapper.attacc_overlap import (balance_share, decode_ffn_probe, ffn_weight_bytes, head_pipeline_stages,
-                                           split_ffn)
-from attnsim.mapper.base import (Plan, attention_decode_rows, attention_devices, attention_memory, attention_prefill,
-                                 check_options, pim_pair, rank_weights, register)
+from attnsim.mapper.attacc_overlap import (
+    balance_share,
+    decode_ffn_probe,
+    ffn_weight_bytes,
+    head_pipeline_stages,
+    split_ffn,
+)
+from attnsim.mapper.base import (
+    Plan,
+    attention_decode_rows,
+    attention_devices,
+    attention_memory,
+    attention_prefill,
+    check_options,
+    pim_pair,
+    rank_weights,
+    register,
+)
 from attnsim.workloads.model import DTYPE_BYTES
 
 OPTIONS = {"pipeopt": False, "ffopt": False, "pipeline": False, "subbatches": 2, "fc_on_pim_max_batch": 0}
 
 
-@register("attacc", options=OPTIONS, needs={"subbatches": ("pipeline", True), "pipeopt": ("pipeline", False),
-                                            "ffopt": ("pipeline", False)}, attention_on=True)
+@register(
+    "attacc",
+    options=OPTIONS,
+    needs={"subbatches": ("pipeline", True), "pipeopt": ("pipeline", False), "ffopt": ("pipeline", False)},
+    attention_on=True,
+)
 def plan_attacc(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "attacc")
     gpu, pim, link = pim_pair(system, "attacc")
@@ -62,8 +81,11 @@ def plan_attacc(trace, system, model_bytes: dict, options: dict | None = None) -
         f_ffn = balance_share(system, decode_ffn_probe(trace), gpu, pim, link, act_bytes, cap)
         if not pim_weights:
             pim_weights += f_ffn * ffn_w
-        notes.append(f"ffopt: {f_ffn:.1%} of the FFN on the PIM stacks (capacity allows {cap:.1%})"
-                     if ffn_w > 0 else "ffopt: no dense FFN rows (MoE experts stay on the GPUs)")
+        notes.append(
+            f"ffopt: {f_ffn:.1%} of the FFN on the PIM stacks (capacity allows {cap:.1%})"
+            if ffn_w > 0
+            else "ffopt: no dense FFN rows (MoE experts stay on the GPUs)"
+        )
     # the attention split itself is the shared mechanism (mapper/base.py place_attention); AttAcc adds
     # its FFN share, FC-on-PIM and the pipelining below
     memory = attention_memory(system, trace, model_bytes, gpu, pim, tp, pim_weights)

@@ -14,8 +14,8 @@ X = transfers, A = score + softmax + context::
 (the four branches of system.py:135-154 reduce to this): the busiest resource sets the time and the
 others add the fill and drain of one head's worth of work. (Two quirks attnsim does not copy: after
 this the artefact sets the PIM softmax time to 0 (system.py:156), and without --pipeopt it still
-overlaps the transfers with the attention, max(A, X) + r min(A, X) (system.py:127-133).) attnsim puts the rows from ``qkv_proj`` to
-``out_proj`` of a layer group into one concurrent stage with ``Plan.stage_exposed`` = r, so the engine
+overlaps the transfers with the attention, max(A, X) + r min(A, X) (system.py:127-133).) attnsim puts the rows from
+``qkv_proj`` to ``out_proj`` of a layer group into one concurrent stage with ``Plan.stage_exposed`` = r, so the engine
 computes exactly this, with each resource's time from its own device model. The head is a query head,
 as in the artefact: with GQA the PIM passes over a KV head once per query head of its group (one MAC
 per column command per query vector), so each query head is one item of the pipeline.
@@ -38,6 +38,7 @@ HBM, the transfers by the link. (The artefact keeps charging GPU HBM reads for t
 The activation of the PIM share is assumed to run on the PIM buffer die and is not costed (the GPU's
 ``mlp_act`` row stays whole, an upper bound on the GPU side).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -101,6 +102,7 @@ def split_ffn(trace, f: float, act_bytes: float):
     Returns (trace, role per row: "gpu" / "pim" / "link", FFN stage group per row (-1: none),
     added mask, PIM intermediate columns per group)."""
     from attnsim.workloads.optrace import OpTrace
+
     pairs = dict(_ffn_pairs(trace))
     downs = set(pairs.values())
     b = float(np.sum(trace.query_tokens))
@@ -116,29 +118,52 @@ def split_ffn(trace, f: float, act_bytes: float):
             per = int(r["n"]) // inter  # 2 for a fused gate + up projection
             share = n_pim / inter
             out += [transfer_row("pim_send_ffn_in", like, b * hidden * act_bytes)]
-            role += ["link"]; group += [g]; added += [True]
+            role += ["link"]
+            group += [g]
+            added += [True]
             if n_pim < inter:
-                out.append(_split(r, 1.0 - share, "n", per * (inter - n_pim))); role.append("gpu")
-                group.append(g); added.append(False)
-            out.append(_split(r, share, "n", per * n_pim)); role.append("pim"); group.append(g); added.append(False)
+                out.append(_split(r, 1.0 - share, "n", per * (inter - n_pim)))
+                role.append("gpu")
+                group.append(g)
+                added.append(False)
+            out.append(_split(r, share, "n", per * n_pim))
+            role.append("pim")
+            group.append(g)
+            added.append(False)
             continue
         g = int(r["layer_group"])
         if i in downs and g in cols:
             n_pim, inter = cols[g], int(r["k"])
             share = n_pim / inter
             if n_pim < inter:
-                out.append(_split(r, 1.0 - share, "k", inter - n_pim)); role.append("gpu")
-                group.append(g); added.append(False)
-            out.append(_split(r, share, "k", n_pim)); role.append("pim"); group.append(g); added.append(False)
+                out.append(_split(r, 1.0 - share, "k", inter - n_pim))
+                role.append("gpu")
+                group.append(g)
+                added.append(False)
+            out.append(_split(r, share, "k", n_pim))
+            role.append("pim")
+            group.append(g)
+            added.append(False)
             like = {"layer_group": g, "count": r["count"]}
             out.append(transfer_row("pim_recv_ffn_partial", like, b * float(r["n"]) * act_bytes))
-            role.append("link"); group.append(g); added.append(True)
+            role.append("link")
+            group.append(g)
+            added.append(True)
             continue
-        out.append(r); role.append("gpu" if i in pairs or i in downs else None); group.append(g if (g in cols and str(r["op"]) == "mlp_act") else -1)
+        out.append(r)
+        role.append("gpu" if i in pairs or i in downs else None)
+        group.append(g if (g in cols and str(r["op"]) == "mlp_act") else -1)
         added.append(False)
-    new = OpTrace.from_rows(out, phase=trace.phase, model=trace.model, tp=trace.tp,
-                            query_tokens=trace.query_tokens, context_lens=trace.context_lens,
-                            groups=trace.groups, meta=dict(trace.meta))
+    new = OpTrace.from_rows(
+        out,
+        phase=trace.phase,
+        model=trace.model,
+        tp=trace.tp,
+        query_tokens=trace.query_tokens,
+        context_lens=trace.context_lens,
+        groups=trace.groups,
+        meta=dict(trace.meta),
+    )
     return new, np.array(role, dtype=object), np.array(group, dtype=np.int64), np.array(added, dtype=bool), cols
 
 
@@ -148,6 +173,7 @@ def decode_ffn_probe(trace):
     A decode trace's own rows; for a prefill trace its FFN rows with m = requests (FLOPs and
     activation bytes scaled), so the prefill plan places the same PIM share as decode."""
     from attnsim.workloads.optrace import OpTrace
+
     reqs = len(trace.query_tokens)
     rows = []
     for u, d in _ffn_pairs(trace):
@@ -159,17 +185,27 @@ def decode_ffn_probe(trace):
                 r["flops"] = float(r["flops"]) * s
                 r["act_bytes"] = float(r["act_bytes"]) * s
             rows.append(r)
-    return OpTrace.from_rows(rows, phase="decode", model=trace.model, tp=trace.tp,
-                             query_tokens=np.ones(reqs, np.int64), context_lens=np.ones(reqs, np.int64),
-                             groups=trace.groups, meta=dict(trace.meta))
+    return OpTrace.from_rows(
+        rows,
+        phase="decode",
+        model=trace.model,
+        tp=trace.tp,
+        query_tokens=np.ones(reqs, np.int64),
+        context_lens=np.ones(reqs, np.int64),
+        groups=trace.groups,
+        meta=dict(trace.meta),
+    )
 
 
 def _side_times(system, trace, role, gpu, pim, link) -> dict:
     """Time of the GPU share, the PIM share and the transfers of a split FFN trace, all layers."""
     cnt = trace["count"].astype(float)
     out = {}
-    for side, dev in (("gpu", system.pools[gpu].model), ("pim", system.pools[pim].model),
-                      ("link", system.links[link.split(":", 1)[1]])):
+    for side, dev in (
+        ("gpu", system.pools[gpu].model),
+        ("pim", system.pools[pim].model),
+        ("link", system.links[link.split(":", 1)[1]]),
+    ):
         rows = np.nonzero(role == side)[0]
         out[side] = float(np.sum(np.asarray(dev.cost(trace, rows).time_s) * cnt[rows])) if len(rows) else 0.0
     return out
@@ -189,9 +225,20 @@ def balance_share(system, probe, gpu, pim, link, act_bytes: float, cap: float) -
     if cap <= 0 or not pairs:
         return 0.0
     c = probe.cols
-    key = (id(system), gpu, pim, link, float(act_bytes), float(cap), len(probe.query_tokens),
-           tuple((int(c["m"][i]), int(c["n"][i]), int(c["k"][i]), float(c["weight_bytes"][i]), int(c["count"][i]))
-                 for u, d in pairs for i in (u, d)))
+    key = (
+        id(system),
+        gpu,
+        pim,
+        link,
+        float(act_bytes),
+        float(cap),
+        len(probe.query_tokens),
+        tuple(
+            (int(c["m"][i]), int(c["n"][i]), int(c["k"][i]), float(c["weight_bytes"][i]), int(c["count"][i]))
+            for u, d in pairs
+            for i in (u, d)
+        ),
+    )
     hit = _BALANCE_MEMO.get(key)
     if hit is not None and hit[0] is system:  # the entry holds the system, so its id is not reused
         return hit[1]

@@ -3,6 +3,7 @@
 A policy places each op of an OpTrace on a device role of a System and places
 weights and KV in memory; it never computes a time (device models do).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -70,13 +71,14 @@ class Plan:
                 raise CapacityError(
                     f"{mp.role}: weights {mp.weights_bytes / gb:.1f} GB + KV {mp.kv_bytes / gb:.1f} GB = "
                     f"{mp.used_bytes / gb:.1f} GB per device exceed its capacity {mp.capacity_bytes / gb:.1f} GB "
-                    f"by {(mp.used_bytes - mp.capacity_bytes) / gb:.1f} GB")
+                    f"by {(mp.used_bytes - mp.capacity_bytes) / gb:.1f} GB"
+                )
 
 
 _POLICIES: dict[str, Callable] = {}
 _OPTIONS: dict[str, dict] = {}  # policy -> its mapper.options (name -> default)
-_NEEDS: dict[str, dict] = {}    # policy -> {option: (other option, value it must have for the option to be read)}
-_ATTENTION_ON: set = set()      # policies that place decode attention with ``mapper.attention_on`` (place_attention)
+_NEEDS: dict[str, dict] = {}  # policy -> {option: (other option, value it must have for the option to be read)}
+_ATTENTION_ON: set = set()  # policies that place decode attention with ``mapper.attention_on`` (place_attention)
 
 
 def register(name: str, options: dict | None = None, needs: dict | None = None, attention_on: bool = False):
@@ -84,6 +86,7 @@ def register(name: str, options: dict | None = None, needs: dict | None = None, 
     ``needs`` = {option: (other, value)}: the option is read only when ``other == value``, so giving it
     otherwise is refused (a setting takes effect or is refused). ``attention_on``: the policy honours the
     system's ``mapper.attention_on`` (the shared attention placement below); others refuse it."""
+
     def deco(fn):
         _POLICIES[name] = fn
         _OPTIONS[name] = dict(options or {})
@@ -91,6 +94,7 @@ def register(name: str, options: dict | None = None, needs: dict | None = None, 
         if attention_on:
             _ATTENTION_ON.add(name)
         return fn
+
     return deco
 
 
@@ -101,8 +105,11 @@ def validate_options(name: str, options: dict, file: str | None = None, attentio
     (``attention_roles``)."""
     get_policy(name, file=file)
     if attention_on is not None and name not in _ATTENTION_ON:
-        raise ConfigError(f"not used by policy {name} (attention placement is read by "
-                          f"{', '.join(sorted(_ATTENTION_ON))}); remove it", file=file, key="mapper.attention_on")
+        raise ConfigError(
+            f"not used by policy {name} (attention placement is read by {', '.join(sorted(_ATTENTION_ON))}); remove it",
+            file=file,
+            key="mapper.attention_on",
+        )
     try:
         return check_options(options or {}, _OPTIONS[name], name)
     except ConfigError as e:
@@ -112,13 +119,16 @@ def validate_options(name: str, options: dict, file: str | None = None, attentio
 def get_policy(name: str, file: str | None = None) -> Callable:
     _load_builtin()
     if name not in _POLICIES:
-        raise ConfigError(f"expected one of {', '.join(sorted(_POLICIES))}, got {name!r}", file=file, key="mapper.policy")
+        raise ConfigError(
+            f"expected one of {', '.join(sorted(_POLICIES))}, got {name!r}", file=file, key="mapper.policy"
+        )
     return _POLICIES[name]
 
 
 def _load_builtin() -> None:
     """Import the built-in policy modules (each registers itself)."""
     import importlib
+
     for mod in ("gpu_only", "attacc", "neupims", "cxl_pnm", "offload", "tiered", "ianus"):
         importlib.import_module(f"attnsim.mapper.{mod}")
 
@@ -147,9 +157,12 @@ def link_name_between(system, a: str, b: str, file: str | None = None) -> str:
     for name, roles in system.link_roles.items():
         if set(roles) == {a, b}:
             return name
-    raise ConfigError(f"policy needs a link between '{a}' and '{b}' (have: "
-                      f"{', '.join(f'{n}: {r[0]}-{r[1]}' for n, r in system.link_roles.items()) or 'none'})",
-                      file=file, key="links")
+    raise ConfigError(
+        f"policy needs a link between '{a}' and '{b}' (have: "
+        f"{', '.join(f'{n}: {r[0]}-{r[1]}' for n, r in system.link_roles.items()) or 'none'})",
+        file=file,
+        key="links",
+    )
 
 
 def insert_rows(trace, before: dict[int, list[dict]] | None = None, after: dict[int, list[dict]] | None = None):
@@ -158,6 +171,7 @@ def insert_rows(trace, before: dict[int, list[dict]] | None = None, after: dict[
     Returns (new trace, index map old row -> new row, mask of the inserted rows).
     """
     from attnsim.workloads.optrace import OpTrace
+
     before, after = before or {}, after or {}
     out, old_to_new, added = [], [], []
     for i, r in enumerate(trace.rows()):
@@ -167,17 +181,37 @@ def insert_rows(trace, before: dict[int, list[dict]] | None = None, after: dict[
                     old_to_new.append(len(out))
                 out.append(row)
                 added.append(not is_self)
-    new = OpTrace.from_rows(out, phase=trace.phase, model=trace.model, tp=trace.tp,
-                            query_tokens=trace.query_tokens, context_lens=trace.context_lens,
-                            groups=trace.groups, meta=dict(trace.meta))
+    new = OpTrace.from_rows(
+        out,
+        phase=trace.phase,
+        model=trace.model,
+        tp=trace.tp,
+        query_tokens=trace.query_tokens,
+        context_lens=trace.context_lens,
+        groups=trace.groups,
+        meta=dict(trace.meta),
+    )
     return new, np.array(old_to_new, dtype=np.int64), np.array(added, dtype=bool)
 
 
 def transfer_row(op: str, like: dict, nbytes: float) -> dict:
     """A point-to-point transfer row repeated like ``like`` (same layer group and count)."""
-    return {"op": op, "cls": "transfer", "layer_group": like["layer_group"], "count": like["count"],
-            "m": 0, "n": 0, "k": 0, "batch": 1, "flops": 0.0, "weight_bytes": 0.0, "act_bytes": 0.0,
-            "kv_read_bytes": 0.0, "kv_write_bytes": 0.0, "comm_bytes": float(nbytes)}
+    return {
+        "op": op,
+        "cls": "transfer",
+        "layer_group": like["layer_group"],
+        "count": like["count"],
+        "m": 0,
+        "n": 0,
+        "k": 0,
+        "batch": 1,
+        "flops": 0.0,
+        "weight_bytes": 0.0,
+        "act_bytes": 0.0,
+        "kv_read_bytes": 0.0,
+        "kv_write_bytes": 0.0,
+        "comm_bytes": float(nbytes),
+    }
 
 
 def model_totals(trace, added: np.ndarray | None = None) -> dict[str, float]:
@@ -200,12 +234,16 @@ def check_options(options: dict, allowed: dict, policy: str) -> dict:
     """``options`` with defaults filled in; unknown names and values not of the default's type (bool,
     integer, number) raise ConfigError naming ``mapper.options[.<name>]``."""
     from attnsim.core.config import check_float, check_int
+
     bad = sorted(set(options) - set(allowed))
     if bad:
         from attnsim.core.suggest import did_you_mean
-        raise ConfigError(f"unknown option(s) {', '.join(bad)}{did_you_mean(bad[0], allowed)} for policy {policy} "
-                          f"(known: {', '.join(allowed) or 'none'})",
-                          key="mapper.options")
+
+        raise ConfigError(
+            f"unknown option(s) {', '.join(bad)}{did_you_mean(bad[0], allowed)} for policy {policy} "
+            f"(known: {', '.join(allowed) or 'none'})",
+            key="mapper.options",
+        )
     out = dict(allowed)
     for name, v in options.items():
         d, key = allowed[name], f"mapper.options.{name}"
@@ -219,8 +257,10 @@ def check_options(options: dict, allowed: dict, policy: str) -> dict:
         out[name] = v
     for name, (other, value) in _NEEDS.get(policy, {}).items():
         if name in options and out[other] != value:
-            raise ConfigError(f"not used unless {other}: {str(value).lower()} (got {other}: {str(out[other]).lower()}); "
-                              f"remove it", key=f"mapper.options.{name}")
+            raise ConfigError(
+                f"not used unless {other}: {str(value).lower()} (got {other}: {str(out[other]).lower()}); remove it",
+                key=f"mapper.options.{name}",
+            )
     return out
 
 
@@ -242,20 +282,27 @@ def attention_roles(system, policy: str, role: str | None = None, file: str | No
     key = "mapper.attention_on" if role is not None else "devices"
     gpu = role_of_kind(system, "gpu", "npu")
     if role is not None and role not in system.pools:
-        raise ConfigError(f"expected a device role of the system ({', '.join(system.pools)}), got {role!r}",
-                          file=file, key=key)
+        raise ConfigError(
+            f"expected a device role of the system ({', '.join(system.pools)}), got {role!r}", file=file, key=key
+        )
     pim = role if role is not None else role_of_kind(system, *ATTENTION_KINDS)
     have = ", ".join(f"{r}: {p.model.kind}" for r, p in system.pools.items())
     if pim is not None and system.pools[pim].model.kind not in ATTENTION_KINDS:
-        raise ConfigError(f"expected a device that can run attention (kind {' or '.join(ATTENTION_KINDS)}: HBM-PIM, "
-                          f"CXL-PNM, NDP), got {pim!r} of kind {system.pools[pim].model.kind}", file=file, key=key)
+        raise ConfigError(
+            f"expected a device that can run attention (kind {' or '.join(ATTENTION_KINDS)}: HBM-PIM, "
+            f"CXL-PNM, NDP), got {pim!r} of kind {system.pools[pim].model.kind}",
+            file=file,
+            key=key,
+        )
     if gpu is None or pim is None:
         raise ConfigError(f"policy {policy} needs a gpu/npu pool and a pim pool (have: {have})", file=file, key=key)
     par = system.spec.parallelism
     if system.pools[pim].count != par.devices_per_replica * par.replicas:
-        raise ConfigError(f"policy {policy} pairs each tensor-parallel rank (of each pipeline device group) with one "
-                          f"PIM device: expected {par.device_formula()} PIM devices, got {system.pools[pim].count}",
-                          key=f"devices.{pim}.count")
+        raise ConfigError(
+            f"policy {policy} pairs each tensor-parallel rank (of each pipeline device group) with one "
+            f"PIM device: expected {par.device_formula()} PIM devices, got {system.pools[pim].count}",
+            key=f"devices.{pim}.count",
+        )
     return gpu, pim, "link:" + link_name_between(system, gpu, pim, file=file)
 
 
@@ -270,8 +317,10 @@ def attention_memory(system, trace, model_bytes: dict, gpu: str, att: str, tp: i
     (as the device stores it: a compression section's ratio, hwmodels/compression.py) and ``att_weights``."""
     dev = system.pools[att].model
     rk = getattr(dev, "stored_ratio", lambda kind, dtype=None: 1.0)("kv", trace.meta.get("kv_dtype"))
-    return [MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), 0.0, system.pools[gpu].model.capacity_bytes),
-            MemoryPlacement(att, att_weights, model_bytes["kv_per_rank"] * rk, dev.capacity_bytes)]
+    return [
+        MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), 0.0, system.pools[gpu].model.capacity_bytes),
+        MemoryPlacement(att, att_weights, model_bytes["kv_per_rank"] * rk, dev.capacity_bytes),
+    ]
 
 
 def attention_prefill(trace, gpu: str, link: str):
@@ -305,6 +354,7 @@ def place_attention(trace, system, model_bytes: dict, policy: str, role: str | N
     op on the compute pool (tensor parallel, one attention device per rank): the mechanism behind
     ``mapper.attention_on`` (and AttAcc's placement, mapper/attacc.py)."""
     from attnsim.workloads.model import DTYPE_BYTES
+
     gpu, att, link = attention_roles(system, policy, role)
     tp = system.spec.parallelism.tp
     memory = attention_memory(system, trace, model_bytes, gpu, att, tp)
@@ -313,8 +363,14 @@ def place_attention(trace, system, model_bytes: dict, policy: str, role: str | N
     else:
         tr = attention_decode_rows(trace, DTYPE_BYTES[trace.meta.get("act_dtype", "fp16")])
         device = attention_devices(tr, gpu, att, link)
-    return Plan(policy, tr, device, np.full(len(tr), tp, dtype=np.int64), memory,
-                notes=[f"decode attention and KV on {att} (mapper.attention_on), GEMMs on {gpu}"])
+    return Plan(
+        policy,
+        tr,
+        device,
+        np.full(len(tr), tp, dtype=np.int64),
+        memory,
+        notes=[f"decode attention and KV on {att} (mapper.attention_on), GEMMs on {gpu}"],
+    )
 
 
 def attention_io_rows(trace, act_bytes: float) -> tuple[dict, dict]:

@@ -7,13 +7,23 @@ a host GPU pool if the system has one and ``prefill_on_gpu`` (default true), ten
 host GPUs of a replica (``host_tp``: any count, e.g. 2 GPUs for 8 PNM devices), with the prompt's KV
 written to the devices over the GPU<->PNM link; otherwise on the PNM accelerators.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, insert_rows, kv_writeback_rows,
-                                 link_name_between, rank_weights, register, role_of_kind)
+from attnsim.mapper.base import (
+    MemoryPlacement,
+    Plan,
+    check_options,
+    insert_rows,
+    kv_writeback_rows,
+    link_name_between,
+    rank_weights,
+    register,
+    role_of_kind,
+)
 
 # tp_vector_ops default "split": each device runs the softmax and RoPE of the heads it holds, as tensor parallelism
 # over heads does (Megatron-LM, Shoeybi et al. 2019 section 3: attention heads are partitioned across ranks and
@@ -33,8 +43,11 @@ def host_tp(system, options: dict | None = None) -> int | None:
         return None
     ngpu, par = system.pools[gpu].count, system.spec.parallelism
     if par.pp > 1 or ngpu % par.replicas:
-        raise ConfigError(f"expected a multiple of replicas = {par.replicas} host GPUs (pp = 1), got {ngpu}"
-                          + (f" with pp = {par.pp}" if par.pp > 1 else ""), key=f"devices.{gpu}.count")
+        raise ConfigError(
+            f"expected a multiple of replicas = {par.replicas} host GPUs (pp = 1), got {ngpu}"
+            + (f" with pp = {par.pp}" if par.pp > 1 else ""),
+            key=f"devices.{gpu}.count",
+        )
     return ngpu // par.replicas
 
 
@@ -42,16 +55,19 @@ def host_tp(system, options: dict | None = None) -> int | None:
 def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "cxl_pnm")
     if opts["tp_vector_ops"] not in TP_VECTOR_OPS:
-        raise ConfigError(f"expected one of {', '.join(TP_VECTOR_OPS)}, got {opts['tp_vector_ops']!r}",
-                          key="mapper.options.tp_vector_ops")
+        raise ConfigError(
+            f"expected one of {', '.join(TP_VECTOR_OPS)}, got {opts['tp_vector_ops']!r}",
+            key="mapper.options.tp_vector_ops",
+        )
     pnm = role_of_kind(system, "pim")
     if pnm is None:
         raise ConfigError("policy cxl_pnm needs a pool of kind pim (a CXL-PNM device)", key="devices")
     tp = system.spec.parallelism.tp
     par = system.spec.parallelism
     if system.pools[pnm].count != par.devices_per_replica * par.replicas:
-        raise ConfigError(f"expected {par.device_formula()} PNM devices, got {system.pools[pnm].count}",
-                          key=f"devices.{pnm}.count")
+        raise ConfigError(
+            f"expected {par.device_formula()} PNM devices, got {system.pools[pnm].count}", key=f"devices.{pnm}.count"
+        )
     gpu = role_of_kind(system, "gpu")
     pnm_weights = rank_weights(model_bytes, trace, tp) if trace.tp == tp else model_bytes["weights"] / tp
     dev = system.pools[pnm].model
@@ -63,9 +79,12 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         link = "link:" + link_name_between(system, gpu, pnm)
         gtp = host_tp(system, options)
         if trace.tp != gtp:  # the runner builds the prefill trace at host_tp (serving builds it at tp)
-            raise ConfigError(f"prefill_on_gpu runs the prefill tensor-parallel over the {gtp} host GPUs of a "
-                              f"replica: expected a prefill trace of tp {gtp}, got {trace.tp} (serving needs "
-                              f"one host GPU per PNM device)", key=f"devices.{gpu}.count")
+            raise ConfigError(
+                f"prefill_on_gpu runs the prefill tensor-parallel over the {gtp} host GPUs of a "
+                f"replica: expected a prefill trace of tp {gtp}, got {trace.tp} (serving needs "
+                f"one host GPU per PNM device)",
+                key=f"devices.{gpu}.count",
+            )
         tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
         device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
         device[added] = link  # each host GPU writes its KV shard to the PNM devices over its own port
@@ -73,15 +92,18 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
         if comp is not None and comp.link:  # the KV crosses the link compressed (an engine at the host end too)
             tr.cols["comm_bytes"] = np.where(added, tr.cols["comm_bytes"] * rk, tr.cols["comm_bytes"])
         # the host GPUs hold a copy of the weights for prefill (one host-TP rank's share)
-        memory.append(MemoryPlacement(gpu, rank_weights(model_bytes, trace, gtp), 0.0,
-                                      system.pools[gpu].model.capacity_bytes))
+        memory.append(
+            MemoryPlacement(gpu, rank_weights(model_bytes, trace, gtp), 0.0, system.pools[gpu].model.capacity_bytes)
+        )
         return Plan("cxl_pnm", tr, device, np.full(len(tr), gtp, dtype=np.int64), memory)
     ctrl = role_of_kind(system, "cxl_controller")
     added = None
     if ctrl is not None:  # CENT: softmax, RMSNorm and RoPE on the device controller's vector units
         if system.pools[ctrl].count != system.pools[pnm].count:
-            raise ConfigError(f"expected one controller per PNM device ({system.pools[pnm].count}), "
-                              f"got {system.pools[ctrl].count}", key=f"devices.{ctrl}.count")
+            raise ConfigError(
+                f"expected one controller per PNM device ({system.pools[pnm].count}), got {system.pools[ctrl].count}",
+                key=f"devices.{ctrl}.count",
+            )
         trace, added = softmax_io_rows(trace, replicated=opts["tp_vector_ops"] == "replicated")
         parallel = np.full(len(trace), tp, dtype=np.int64)
     if opts["tp_vector_ops"] == "replicated" and tp > 1:
@@ -89,6 +111,7 @@ def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) 
     device = np.where(trace["cls"] == "allreduce", "link", pnm).astype(object)
     if ctrl is not None:
         from attnsim.hwmodels.cxl_controller import kernel_of
+
         on_ctrl = np.array([kernel_of(str(o), str(c)) is not None for o, c in zip(trace["op"], trace["cls"])], bool)
         device[on_ctrl & ~added] = ctrl
         if opts["tp_vector_ops"] == "replicated" and tp > 1:
@@ -108,6 +131,7 @@ def softmax_io_rows(trace, replicated: bool = False):
     from attnsim.hwmodels.cxl_controller import NORM_OPS, ROPE_OPS
     from attnsim.isa.lower import ACT_OPS
     from attnsim.mapper.base import insert_rows
+
     meta, rep = trace.meta, (trace.tp if replicated else 1)
     after = {}
     for i, r in enumerate(trace.rows()):
@@ -121,8 +145,14 @@ def softmax_io_rows(trace, replicated: bool = False):
             after[i] = [dict(r, op=f"{cls}_io", n=full or int(r["n"]))]
         elif trace.phase == "decode" and op == "elementwise" and cls in ROPE_OPS and meta.get("head_dim"):
             hd = int(meta["head_dim"])
-            after[i] = [dict(r, op=f"{cls}_io", n=int(meta["heads_per_rank"]) * hd * rep,
-                             k=int(meta["kv_heads_per_rank"]) * hd * rep)]
+            after[i] = [
+                dict(
+                    r,
+                    op=f"{cls}_io",
+                    n=int(meta["heads_per_rank"]) * hd * rep,
+                    k=int(meta["kv_heads_per_rank"]) * hd * rep,
+                )
+            ]
     tr, _, added = insert_rows(trace, after=after)
     return tr, added
 
@@ -137,6 +167,7 @@ def replicate_vector_ops(trace, tp: int):
     in CENT, nothing more moves between devices for it. Their energy (and their bank-side ``_io`` rows')
     counts on one device (plan_cxl_pnm: parallel 1), as CENT's energy_main. Returns a new trace."""
     from attnsim.mapper.base import insert_rows
+
     trace = insert_rows(trace)[0]  # a copy: the caller's trace is shared
     rep = (np.asarray(trace["cls"]) == "softmax") | (np.asarray(trace["op"]) == "rope")
     for col in ("batch", "flops"):

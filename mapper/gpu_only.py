@@ -5,12 +5,20 @@ Collectives (allreduce rows) go over the link that connects the pool to itself. 
 ``mapper.attention_on: <role>`` decode attention and the KV go to that attention-capable memory device
 (mapper/base.py ``place_attention``: q and the new K/V in, the output back over the link between them).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from attnsim.mapper.base import (MemoryPlacement, Plan, check_options, place_attention, rank_weights, register,
-                                 role_of_kind)
+from attnsim.mapper.base import (
+    MemoryPlacement,
+    Plan,
+    check_options,
+    place_attention,
+    rank_weights,
+    register,
+    role_of_kind,
+)
 
 OPTIONS: dict = {}
 
@@ -29,5 +37,9 @@ def plan_gpu_only(trace, system, model_bytes: dict, options: dict | None = None)
     device = np.where(cls == "allreduce", "link", role).astype(object)
     parallel = np.full(len(trace), tp, dtype=np.int64)
     pool = system.pools[role]
-    mem = [MemoryPlacement(role, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"], pool.model.capacity_bytes)]
+    mem = [
+        MemoryPlacement(
+            role, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"], pool.model.capacity_bytes
+        )
+    ]
     return Plan("gpu_only", trace, device, parallel, mem)

@@ -17,6 +17,7 @@ GEMMs) runs on the NPU. Options:
 * ``exclusion`` (default true; needs ``schedule``): false = a PIM with its own row buffer whose phases
   overlap normal accesses (NeuPIMs' relaxation), to price the exclusion.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,14 +33,19 @@ GEMV_CLASSES = ("matmul", "attn_score", "attn_context")
 def _roles(system):
     comp, pim = role_of_kind(system, "npu", "gpu"), role_of_kind(system, "pim")
     if comp is None or pim is None:
-        raise ConfigError(f"policy ianus needs an npu/gpu pool and a pim pool (the unified memory) (have: "
-                          f"{', '.join(f'{r}: {p.model.kind}' for r, p in system.pools.items())})", key="devices")
+        raise ConfigError(
+            f"policy ianus needs an npu/gpu pool and a pim pool (the unified memory) (have: "
+            f"{', '.join(f'{r}: {p.model.kind}' for r, p in system.pools.items())})",
+            key="devices",
+        )
     par = system.spec.parallelism
     for role in (comp, pim):
         if system.pools[role].count != par.devices_per_replica * par.replicas:
-            raise ConfigError(f"policy ianus pairs each tensor-parallel rank with one unified PIM memory: expected "
-                              f"{par.device_formula()} devices, got {system.pools[role].count}",
-                              key=f"devices.{role}.count")
+            raise ConfigError(
+                f"policy ianus pairs each tensor-parallel rank with one unified PIM memory: expected "
+                f"{par.device_formula()} devices, got {system.pools[role].count}",
+                key=f"devices.{role}.count",
+            )
     return comp, pim
 
 
@@ -50,8 +56,10 @@ def placement_of(trace, opts: dict, key: str = "mapper.options.placement") -> st
         if opts[name] not in allowed:
             raise ConfigError(f"expected one of {', '.join(allowed)}, got {opts[name]!r}", key=f"mapper.options.{name}")
     if "speculative" not in trace.meta and opts.get("_given_draft"):
-        raise ConfigError("not used unless the scenario has speculative: (a draft model); remove it",
-                          key="mapper.options.draft_placement")
+        raise ConfigError(
+            "not used unless the scenario has speculative: (a draft model); remove it",
+            key="mapper.options.draft_placement",
+        )
     if trace.meta.get("speculative") == "draft" and opts["draft_placement"] != "same":
         return opts["draft_placement"]
     return opts["placement"]
@@ -63,8 +71,14 @@ def plan_ianus(trace, system, model_bytes: dict, options: dict | None = None) ->
     placement = placement_of(trace, {**opts, "_given_draft": "draft_placement" in (options or {})})
     comp, pim = _roles(system)
     tp = system.spec.parallelism.tp
-    memory = [MemoryPlacement(pim, rank_weights(model_bytes, trace, tp), model_bytes["kv_per_rank"],
-                              system.pools[pim].model.capacity_bytes)]
+    memory = [
+        MemoryPlacement(
+            pim,
+            rank_weights(model_bytes, trace, tp),
+            model_bytes["kv_per_rank"],
+            system.pools[pim].model.capacity_bytes,
+        )
+    ]
     cls = trace["cls"]
     device = np.where(cls == "allreduce", "link", comp).astype(object)
     plan = Plan("ianus", trace, device, np.full(len(trace), tp, dtype=np.int64), memory)
@@ -77,7 +91,11 @@ def plan_ianus(trace, system, model_bytes: dict, options: dict | None = None) ->
         cand = cand[t_pim < t_npu]
     device[cand] = pim
     if opts["schedule"] and len(cand):
-        plan.pim_schedule = {"compute": comp, "pim": pim, "exclusion": bool(opts["exclusion"]),
-                             "partitions": int(trace.meta.get("heads_per_rank", 1))}
+        plan.pim_schedule = {
+            "compute": comp,
+            "pim": pim,
+            "exclusion": bool(opts["exclusion"]),
+            "partitions": int(trace.meta.get("heads_per_rank", 1)),
+        }
     plan.notes.append(f"ianus: {len(cand)} of {len(trace)} rows on the PIM ({placement})")
     return plan

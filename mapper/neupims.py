@@ -25,13 +25,24 @@ With ``isa: newton`` softmax runs on the NPU's vector units (NeuPIMs: the logits
 the probabilities go out by GWRITE, both inside the PIM lowering, isa/lower_newton.py); q and the
 attention output move by those commands too, so only the new K/V tokens are a separate transfer.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, attention_io_rows, check_options,
-                                 insert_rows, kv_writeback_rows, pim_pair, register, transfer_row)
+from attnsim.mapper.base import (
+    ATTENTION_CLASSES,
+    MemoryPlacement,
+    Plan,
+    attention_io_rows,
+    check_options,
+    insert_rows,
+    kv_writeback_rows,
+    pim_pair,
+    register,
+    transfer_row,
+)
 from attnsim.workloads.model import DTYPE_BYTES
 
 OPTIONS = {"dual_row_buffer": True, "subbatches": 2, "subbatch_split": "per_channel"}
@@ -52,7 +63,7 @@ def per_channel_parts(channels: np.ndarray, s: int) -> list:
         turn = (turn + rem) % s
         lo = 0
         for b, n in enumerate(sizes):
-            parts[b] += reqs[lo:lo + n]
+            parts[b] += reqs[lo : lo + n]
             lo += n
     return [(np.asarray(p, dtype=np.int64), [max(0, int(channels[i])) for i in p]) for p in parts if p]
 
@@ -81,12 +92,16 @@ def concurrent_npu_traffic(trace, device: np.ndarray, npu: str, npu_model) -> di
 def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
     opts = check_options(options or {}, OPTIONS, "neupims")
     if opts["subbatch_split"] not in SPLITS:
-        raise ConfigError(f"expected one of {', '.join(SPLITS)}, got {opts['subbatch_split']!r}",
-                          key="mapper.options.subbatch_split")
+        raise ConfigError(
+            f"expected one of {', '.join(SPLITS)}, got {opts['subbatch_split']!r}", key="mapper.options.subbatch_split"
+        )
     npu, pim, link = pim_pair(system, "neupims")
     tp = system.spec.parallelism.tp
-    memory = [MemoryPlacement(pim, model_bytes["weights"] / tp, model_bytes["kv_per_rank"],
-                              system.pools[pim].model.capacity_bytes)]
+    memory = [
+        MemoryPlacement(
+            pim, model_bytes["weights"] / tp, model_bytes["kv_per_rank"], system.pools[pim].model.capacity_bytes
+        )
+    ]
     if trace.phase == "prefill":
         tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
         device = np.where(tr["cls"] == "allreduce", "link", npu).astype(object)
@@ -98,8 +113,13 @@ def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) 
         before = {}
         for i in np.nonzero(cls == "attn_score")[0]:
             same = (grp == grp[i]) & np.isin(cls, ATTENTION_CLASSES)
-            before[int(i)] = [transfer_row("pim_write_kv", {"layer_group": grp[i], "count": trace["count"][i]},
-                                           float(np.sum(trace["kv_write_bytes"][same])))]
+            before[int(i)] = [
+                transfer_row(
+                    "pim_write_kv",
+                    {"layer_group": grp[i], "count": trace["count"][i]},
+                    float(np.sum(trace["kv_write_bytes"][same])),
+                )
+            ]
         tr, _, added = insert_rows(trace, before)
     else:
         before, after = attention_io_rows(trace, DTYPE_BYTES[trace.meta.get("act_dtype", "fp16")])
@@ -113,19 +133,24 @@ def plan_neupims(trace, system, model_bytes: dict, options: dict | None = None) 
     # a sub-batch of a pipelined step (runner: trace meta "subbatch_of"): the other sub-batches' NPU
     # traffic shares the banks with this one's PIM GEMVs
     if int(trace.meta.get("subbatch_of", 1)) > 1 and newton:
-        tr.meta["neupims_rowbuffer"] = {"mode": "dual" if opts["dual_row_buffer"] else "single",
-                                        **concurrent_npu_traffic(tr, device, npu, system.pools[npu].model)}
+        tr.meta["neupims_rowbuffer"] = {
+            "mode": "dual" if opts["dual_row_buffer"] else "single",
+            **concurrent_npu_traffic(tr, device, npu, system.pools[npu].model),
+        }
     plan = Plan("neupims", tr, device, np.full(len(tr), tp, dtype=np.int64), memory)
     if pipelined and (opts["dual_row_buffer"] or newton):
         plan.pipeline_subbatches = s
         if opts["subbatch_split"] == "per_channel" and newton and "subbatch_of" not in trace.meta:
             from attnsim.hwmodels.rowbuffer import newton_request_channels
+
             i = int(np.flatnonzero(tr["cls"] == "attn_score")[0])
             chans = newton_request_channels(system.pools[pim].model, tr, i)
             if chans is not None:
                 plan.subbatch_parts = per_channel_parts(chans, s)
         elif opts["subbatch_split"] == "per_channel" and options and "subbatch_split" in options and not newton:
-            raise ConfigError("expected list (per_channel splits the requests each channel holds: a PIM with "
-                              "isa newton places whole requests on channels), got per_channel",
-                              key="mapper.options.subbatch_split")
+            raise ConfigError(
+                "expected list (per_channel splits the requests each channel holds: a PIM with "
+                "isa newton places whole requests on channels), got per_channel",
+                key="mapper.options.subbatch_split",
+            )
     return plan

@@ -9,13 +9,24 @@ and the memory pool's read (``kind: memory`` bandwidth; its read energy is count
 over a top-k subset reads and computes only that subset (a different algorithm: FLOPs change with
 ``topk_fraction`` < 1).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
-                                 link_name_between, rank_weights, register, role_of_kind, transfer_row)
+from attnsim.mapper.base import (
+    ATTENTION_CLASSES,
+    MemoryPlacement,
+    Plan,
+    check_options,
+    insert_rows,
+    link_name_between,
+    rank_weights,
+    register,
+    role_of_kind,
+    transfer_row,
+)
 
 OPTIONS = {"topk_fraction": 1.0, "offload_weights": False, "overlap": True}
 
@@ -33,9 +44,15 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
     link = "link:" + link_name_between(system, gpu, host)
     tp = system.spec.parallelism.tp
     w_gpu = 0.0 if opts["offload_weights"] else rank_weights(model_bytes, trace, tp)
-    memory = [MemoryPlacement(gpu, w_gpu, 0.0, system.pools[gpu].model.capacity_bytes),
-              MemoryPlacement(host, model_bytes["weights"] if opts["offload_weights"] else 0.0, model_bytes["kv"],
-                              system.pools[host].model.capacity_bytes * system.pools[host].count)]
+    memory = [
+        MemoryPlacement(gpu, w_gpu, 0.0, system.pools[gpu].model.capacity_bytes),
+        MemoryPlacement(
+            host,
+            model_bytes["weights"] if opts["offload_weights"] else 0.0,
+            model_bytes["kv"],
+            system.pools[host].model.capacity_bytes * system.pools[host].count,
+        ),
+    ]
     cls, grp = trace["cls"], trace["layer_group"]
     rows = [dict(r) for r in trace.rows()]
     if trace.phase == "decode" and f < 1.0:
@@ -43,9 +60,17 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
             for c in ("n", "flops", "kv_read_bytes", "act_bytes"):
                 rows[i][c] = rows[i][c] * f if c != "n" else int(round(rows[i][c] * f))
     from attnsim.workloads.optrace import OpTrace
-    trace = OpTrace.from_rows(rows, phase=trace.phase, model=trace.model, tp=trace.tp,
-                              query_tokens=trace.query_tokens, context_lens=trace.context_lens,
-                              groups=trace.groups, meta=dict(trace.meta))
+
+    trace = OpTrace.from_rows(
+        rows,
+        phase=trace.phase,
+        model=trace.model,
+        tp=trace.tp,
+        query_tokens=trace.query_tokens,
+        context_lens=trace.context_lens,
+        groups=trace.groups,
+        meta=dict(trace.meta),
+    )
     # each transfer row (per TP rank, over the link) has a twin on the memory pool: the pool reads
     # (writes) the bytes of all TP ranks, shared over its devices, concurrently with the link
     hosts = system.pools[host].count
@@ -60,12 +85,16 @@ def plan_offload(trace, system, model_bytes: dict, options: dict | None = None) 
         else:  # prefill writes the prompt's KV out to host memory
             b = float(np.sum(trace["kv_write_bytes"][same]))
             after.setdefault(int(np.nonzero(same)[0][-1]), []).extend(
-                [transfer_row("store_kv", like, b), transfer_row("host_store_kv", like, b * tp / hosts)])
+                [transfer_row("store_kv", like, b), transfer_row("host_store_kv", like, b * tp / hosts)]
+            )
         if opts["offload_weights"]:
             fetch.append(("fetch_weights", float(np.sum(trace["weight_bytes"][same]))))
         if fetch:
-            before[first] = [r for op, b in fetch for r in (transfer_row(op, like, b),
-                                                            transfer_row("host_" + op, like, b * tp / hosts))]
+            before[first] = [
+                r
+                for op, b in fetch
+                for r in (transfer_row(op, like, b), transfer_row("host_" + op, like, b * tp / hosts))
+            ]
     # non-layer weights (embedding, LM head) stay on the GPU
     tr, _, added = insert_rows(trace, before, after)
     on_host = added & np.char.startswith(tr["op"].astype(str), "host_")

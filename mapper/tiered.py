@@ -7,13 +7,24 @@ output with the running max and sum of the softmax (FlashAttention-style partial
 reduction), and the GPU merges the two. Split rows keep the model's FLOPs and bytes (they only
 move). New tokens' K/V are written to the hot tier.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.mapper.base import (ATTENTION_CLASSES, MemoryPlacement, Plan, check_options, insert_rows,
-                                 kv_writeback_rows, pim_pair, rank_weights, register, transfer_row)
+from attnsim.mapper.base import (
+    ATTENTION_CLASSES,
+    MemoryPlacement,
+    Plan,
+    check_options,
+    insert_rows,
+    kv_writeback_rows,
+    pim_pair,
+    rank_weights,
+    register,
+    transfer_row,
+)
 from attnsim.workloads.model import DTYPE_BYTES
 from attnsim.workloads.optrace import OpTrace
 
@@ -30,10 +41,13 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
     gpu, far, link = pim_pair(system, "tiered")
     tp = system.spec.parallelism.tp
     kv = model_bytes["kv_per_rank"]
-    memory = [MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), kv * f, system.pools[gpu].model.capacity_bytes),
-              MemoryPlacement(far, 0.0, kv * (1 - f), system.pools[far].model.capacity_bytes)]
+    memory = [
+        MemoryPlacement(gpu, rank_weights(model_bytes, trace, tp), kv * f, system.pools[gpu].model.capacity_bytes),
+        MemoryPlacement(far, 0.0, kv * (1 - f), system.pools[far].model.capacity_bytes),
+    ]
     if f == 0.0:  # all KV far: exactly the attacc placement
         from attnsim.mapper.attacc import plan_attacc
+
         plan = plan_attacc(trace, system, model_bytes, {})
         plan.policy, plan.memory = "tiered", memory
         return plan
@@ -70,10 +84,23 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
                 dev.append(link)
                 stage.append(-1)
                 added.append(len(rows) - 1)
-                rows.append({**like, "op": "softmax_merge", "cls": "elementwise", "m": int(b), "n": heads * dh,
-                             "k": 0, "batch": 1, "flops": 4.0 * b * heads * dh, "weight_bytes": 0.0,
-                             "act_bytes": 3.0 * b * heads * (dh + 2) * act, "kv_read_bytes": 0.0,
-                             "kv_write_bytes": 0.0, "comm_bytes": 0.0})
+                rows.append(
+                    {
+                        **like,
+                        "op": "softmax_merge",
+                        "cls": "elementwise",
+                        "m": int(b),
+                        "n": heads * dh,
+                        "k": 0,
+                        "batch": 1,
+                        "flops": 4.0 * b * heads * dh,
+                        "weight_bytes": 0.0,
+                        "act_bytes": 3.0 * b * heads * (dh + 2) * act,
+                        "kv_read_bytes": 0.0,
+                        "kv_write_bytes": 0.0,
+                        "comm_bytes": 0.0,
+                    }
+                )
                 dev.append(gpu)
                 stage.append(-1)
                 added.append(len(rows) - 1)
@@ -81,10 +108,24 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
         rows.append(r)
         dev.append("link" if r["cls"] == "allreduce" else gpu)
         stage.append(-1)
-    tr = OpTrace.from_rows(rows, phase=trace.phase, model=trace.model, tp=trace.tp,
-                           query_tokens=trace.query_tokens, context_lens=trace.context_lens,
-                           groups=trace.groups, meta=dict(trace.meta))
+    tr = OpTrace.from_rows(
+        rows,
+        phase=trace.phase,
+        model=trace.model,
+        tp=trace.tp,
+        query_tokens=trace.query_tokens,
+        context_lens=trace.context_lens,
+        groups=trace.groups,
+        meta=dict(trace.meta),
+    )
     mask = np.zeros(len(tr), dtype=bool)
     mask[added] = True
-    return Plan("tiered", tr, np.array(dev, dtype=object), np.full(len(tr), tp, dtype=np.int64), memory,
-                stage=np.array(stage, dtype=np.int64), added=mask)
+    return Plan(
+        "tiered",
+        tr,
+        np.array(dev, dtype=object),
+        np.full(len(tr), tp, dtype=np.int64),
+        memory,
+        stage=np.array(stage, dtype=np.int64),
+        added=mask,
+    )

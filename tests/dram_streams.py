@@ -1,5 +1,4 @@
 """Random legal command streams for the DRAM differential tests (shared by tests/test_dram_*.py)."""
-import numpy as np
 
 from attnsim.hwmodels.dram.engine import Op, make_cmds
 

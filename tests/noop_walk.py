@@ -5,6 +5,7 @@ Used by tests/test_no_silent_noop.py. A *leaf* is one schema field at one place 
 type within its bounds; ``run_doc(base, sets)`` runs a base experiment with ``--set`` overrides and
 returns its ``--json`` runs with the keys that only echo the configuration removed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,13 +32,13 @@ ECHO_SERVING = ("block_tokens",)
 
 @dataclass(frozen=True)
 class Leaf:
-    schema: str          # class name (or "mapper.<policy>" for policy options)
+    schema: str  # class name (or "mapper.<policy>" for policy options)
     field: str
-    path: tuple          # tree path: ("models", "llama2-7b", "num_layers"), ("experiment", "seed"), ...
-    value: Any           # current (or default) value
-    kind: Any            # bare annotation (Optional / Annotated stripped)
+    path: tuple  # tree path: ("models", "llama2-7b", "num_layers"), ("experiment", "seed"), ...
+    value: Any  # current (or default) value
+    kind: Any  # bare annotation (Optional / Annotated stripped)
     optional: bool
-    bounds: dict         # gt / ge / lt / le
+    bounds: dict  # gt / ge / lt / le
 
     @property
     def name(self) -> str:
@@ -104,6 +105,7 @@ def reachable(schema, seen: Optional[set] = None) -> set:
             reachable(m, seen)
         for a in get_args(t):
             visit(a)
+
     for f in schema.model_fields.values():
         visit(f.annotation)
     return seen
@@ -148,7 +150,7 @@ def walk(schema, data: dict, path: tuple, options: Optional[dict] = None):
             res = hook(cur, data)
             if isinstance(res, type):
                 yield from walk(res, cur or {}, path + (key,), options)
-            for sname, opts in (res if isinstance(res, list) else ()):
+            for sname, opts in res if isinstance(res, list) else ():
                 for oname, default in opts.items():
                     v = (cur or {}).get(oname, default)
                     yield Leaf(sname, oname, path + (key, oname), v, type(v), False, {})
@@ -157,8 +159,12 @@ def walk(schema, data: dict, path: tuple, options: Optional[dict] = None):
 
 
 def _ok(v, b: dict) -> bool:
-    return (("gt" not in b or v > b["gt"]) and ("ge" not in b or v >= b["ge"])
-            and ("lt" not in b or v < b["lt"]) and ("le" not in b or v <= b["le"]))
+    return (
+        ("gt" not in b or v > b["gt"])
+        and ("ge" not in b or v >= b["ge"])
+        and ("lt" not in b or v < b["lt"])
+        and ("le" not in b or v <= b["le"])
+    )
 
 
 class NoAlternative(Exception):
@@ -212,8 +218,10 @@ def set_arg(path: tuple, value) -> str:
 
 # ---------------------------------------------------------------- running one base
 
+
 def _clean(docs: list[dict]) -> list[dict]:
     from attnsim.sim.results import dumps
+
     out = []
     for d in json.loads(dumps([{k: v for k, v in d.items() if not k.startswith("_")} for d in docs])):
         for k in ECHO_KEYS:
@@ -231,9 +239,10 @@ def cached_yaml():
     """Within: ``load_yaml`` of an unchanged file returns a copy of its first parse (the walk
     reloads the same few configs hundreds of times; YAML parsing would dominate)."""
     import attnsim.core.config as cfg
-    import attnsim.sim.experiment as ex
     import attnsim.hwmodels.dram.spec as ds
+    import attnsim.sim.experiment as ex
     import attnsim.studies.serve.run as sr
+
     original = cfg.load_yaml
     memo: dict = {}
 
@@ -245,6 +254,7 @@ def cached_yaml():
         if key not in memo:
             memo[key] = original(path)
         return copy.deepcopy(memo[key])
+
     mods = [m for m in (cfg, ex, ds, sr) if getattr(m, "load_yaml", None) is original]
     for m in mods:
         m.load_yaml = load_yaml
@@ -262,6 +272,7 @@ def _is_experiment_set(item: str) -> bool:
 @functools.lru_cache(maxsize=256)
 def _tree(experiment: str, exp_sets: tuple):
     from attnsim.sim.experiment import load_tree
+
     return load_tree(experiment, list(exp_sets))
 
 
@@ -271,8 +282,10 @@ def load(kind: str, experiment: str, sets: list[str]):
     ``experiment.*`` overrides is cached: YAML parsing dominates a small run)."""
     if kind == "serve":
         from attnsim.studies.serve.run import load_serving_experiment
+
         return load_serving_experiment(experiment, sets)
     from attnsim.sim.experiment import validate_tree
+
     tree, src = _tree(experiment, tuple(s for s in sets if _is_experiment_set(s)))
     tree = tree.copy()
     tree.apply_sets([s for s in sets if not _is_experiment_set(s)])
@@ -287,41 +300,64 @@ def run_doc(kind: str, experiment: str, sets: list[str], dram: Optional[str] = N
     exp, serving = load(kind, experiment, sets)
     if kind == "serve":
         from attnsim.studies.serve.run import serve_experiment
+
         return _clean(serve_experiment(exp, serving))
     if kind == "dram":
         from attnsim.hwmodels.dram.controller import simulate_requests
         from attnsim.hwmodels.dram.spec import spec_from_dict
+
         spec = spec_from_dict(exp.tree.hardware[dram], file=exp.tree.file_of("hardware", dram))
         rng = np.random.default_rng(0)
         n = DRAM_REQUESTS
         # half sequential (row hits), half random (conflicts), 30 % writes, spread over time
-        addr = np.concatenate([np.arange(n // 2, dtype=np.int64) * spec.org.burst_bytes,
-                               rng.integers(0, spec.capacity_bytes // spec.org.burst_bytes, n - n // 2) * spec.org.burst_bytes])
+        addr = np.concatenate(
+            [
+                np.arange(n // 2, dtype=np.int64) * spec.org.burst_bytes,
+                rng.integers(0, spec.capacity_bytes // spec.org.burst_bytes, n - n // 2) * spec.org.burst_bytes,
+            ]
+        )
         w = rng.random(n) < 0.3
         arr = np.sort(rng.integers(0, 4 * spec.timing.nREFI, n)).astype(np.int64)
         r = simulate_requests(spec, addr, w, arr, refresh=spec.default_refresh)
-        out = {"cycles": int(r.cycles), "time_s": r.time_s, "bandwidth_gbps": r.bandwidth_gbps,
-               "peak_bandwidth_gbps": r.peak_bandwidth_gbps, "row_hits": r.row_hits, "row_misses": r.row_misses,
-               "row_conflicts": r.row_conflicts, "refresh_time_s": r.refresh_time_s,
-               "energy_j": {k: float(v) for k, v in r.energy_j.items()},
-               "mean_latency_cycles": r.mean_latency_cycles, "capacity_bytes": spec.capacity_bytes}
+        out = {
+            "cycles": int(r.cycles),
+            "time_s": r.time_s,
+            "bandwidth_gbps": r.bandwidth_gbps,
+            "peak_bandwidth_gbps": r.peak_bandwidth_gbps,
+            "row_hits": r.row_hits,
+            "row_misses": r.row_misses,
+            "row_conflicts": r.row_conflicts,
+            "refresh_time_s": r.refresh_time_s,
+            "energy_j": {k: float(v) for k, v in r.energy_j.items()},
+            "mean_latency_cycles": r.mean_latency_cycles,
+            "capacity_bytes": spec.capacity_bytes,
+        }
         if spec.pim is not None:  # PIM commands no request stream uses (single-bank MACs, mode switches)
             from attnsim.hwmodels.dram.engine import Op, cmds_from, run_commands
-            c = cmds_from(op=[Op.ACTAB, Op.MACAB, Op.PREA, Op.MODE, Op.BARRIER, Op.ACT, Op.MACSB, Op.MACSB, Op.PRE],
-                          pch=0, rank=0, bg=[-1, -1, -1, -1, -1, 0, 0, 0, 0], bank=[-1, -1, -1, -1, -1, 0, 0, 0, 0],
-                          row=1, repeat=[1, 8, 1, 1, 1, 1, 8, 8, 1])
+
+            c = cmds_from(
+                op=[Op.ACTAB, Op.MACAB, Op.PREA, Op.MODE, Op.BARRIER, Op.ACT, Op.MACSB, Op.MACSB, Op.PRE],
+                pch=0,
+                rank=0,
+                bg=[-1, -1, -1, -1, -1, 0, 0, 0, 0],
+                bank=[-1, -1, -1, -1, -1, 0, 0, 0, 0],
+                row=1,
+                repeat=[1, 8, 1, 1, 1, 1, 8, 8, 1],
+            )
             pr = run_commands(spec, c, refresh="none")
             out["pim_commands"] = {"cycles": int(pr.cycles), "energy_j": {k: float(v) for k, v in pr.energy_j.items()}}
-            if spec.default_refresh != "none":   # all-bank PIM rows long enough to meet refreshes (scope_refresh)
-                rows = cmds_from(op=[Op.MACAB] * 20, row=np.arange(20) % 5 + 1, repeat=32, flags=1)   # F_AP
+            if spec.default_refresh != "none":  # all-bank PIM rows long enough to meet refreshes (scope_refresh)
+                rows = cmds_from(op=[Op.MACAB] * 20, row=np.arange(20) % 5 + 1, repeat=32, flags=1)  # F_AP
                 out["pim_rows_refreshed_cycles"] = int(run_commands(spec, rows, refresh=spec.default_refresh).cycles)
         return json.loads(json.dumps(out, default=float))
     from attnsim.sim.runner import run_experiment
+
     return _clean(run_experiment(exp))
 
 
 def module_options(policy: str) -> dict:
     """``mapper.options`` defaults of a policy (its module's ``OPTIONS``)."""
     from attnsim.mapper.base import get_policy
+
     fn = get_policy(policy)
     return dict(getattr(sys.modules[fn.__module__], "OPTIONS", {}))

@@ -1,4 +1,5 @@
 """Shared helpers of the sweep tests: a tiny real experiment + sweep files in a temp folder."""
+
 from pathlib import Path
 
 import yaml
@@ -26,6 +27,7 @@ def cached_point(tree_dict, files):
     """A point function that runs the real simulation and caches one sub-result by model name."""
     from attnsim.core.cache import cached
     from attnsim.studies.sweep.executors import simulate_point
+
     model = next(iter(tree_dict["models"]))
     layers = cached(("test.layers", 1, model), lambda: tree_dict["models"][model]["num_layers"])
     doc = simulate_point(tree_dict, files)
@@ -36,6 +38,7 @@ def cached_point(tree_dict, files):
 def read_store_rows(path):
     """{key: finished_unix_s} of every point visible in a store (HDF5 + journal)."""
     from attnsim.studies.sweep.store import open_store
+
     st = open_store(path)
     c = st.columns()
     return dict(zip(c["key"].tolist(), c["finished_unix_s"].tolist())) if len(st) else {}
@@ -44,6 +47,7 @@ def read_store_rows(path):
 def infinite_point(tree_dict, files):
     """A point function whose result overflows: the sweep must record it as an error, not ok."""
     from attnsim.studies.sweep.executors import simulate_point
+
     doc = simulate_point(tree_dict, files)
     doc["metrics"]["tpot_s"] = float("inf")
     return doc

@@ -1,4 +1,5 @@
 """The Python API (attnsim/api.py): the docs/api.md examples run, and the API gives the CLI's numbers."""
+
 import re
 import subprocess
 import sys
@@ -11,9 +12,13 @@ import attnsim
 from attnsim.cli import main
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
-TINY = {"name": "tiny_api", "systems": ["h100_x1"], "models": ["llama2-7b"],
-        "scenarios": {"chat": {"batch_size": 2, "prompt_len": 256, "output_len": 6}},
-        "generation": {"mode": "sampled", "samples": 2}}
+TINY = {
+    "name": "tiny_api",
+    "systems": ["h100_x1"],
+    "models": ["llama2-7b"],
+    "scenarios": {"chat": {"batch_size": 2, "prompt_len": 256, "output_len": 6}},
+    "generation": {"mode": "sampled", "samples": 2},
+}
 METRICS = ["ttft_s", "tpot_s", "tokens_per_s", "energy_per_token_j", "decode_step/time_s"]
 
 
@@ -55,8 +60,13 @@ def test_name_dict_path_match_the_cli_results_file(tmp_path):
     for exp in (TINY, exp_file):
         assert attnsim.run(exp).to_pandas()[METRICS].equals(cli)
     # a built-in name with the CLI's --set strings = the same dict given as sets=
-    sets = {"experiment.systems": ["h100_x1"], "experiment.models": ["llama2-7b"], "experiment.baseline": None,
-            "experiment.scenarios": TINY["scenarios"], "experiment.generation": TINY["generation"]}
+    sets = {
+        "experiment.systems": ["h100_x1"],
+        "experiment.models": ["llama2-7b"],
+        "experiment.baseline": None,
+        "experiment.scenarios": TINY["scenarios"],
+        "experiment.generation": TINY["generation"],
+    }
     assert attnsim.run("default", sets=sets).to_pandas()[METRICS].equals(cli)
     strings = [f"{k}={attnsim.api._set_text(k, v)}" for k, v in sets.items()]  # the --set text of each value
     assert [attnsim.core.config.parse_set(x)[1] for x in strings] == list(sets.values())
@@ -68,13 +78,16 @@ def test_sets_take_effect_and_bad_input_names_the_key(tmp_path):
     assert fewer[0]["metrics"]["tpot_s"] < base[0]["metrics"]["tpot_s"]  # half the layers: a faster step
     other = attnsim.run(TINY, models="llama3-8b")  # = experiment.models=[llama3-8b]
     assert other[0]["model"] == "llama3-8b" and other[0]["metrics"]["tpot_s"] != base[0]["metrics"]["tpot_s"]
-    with pytest.raises(attnsim.ConfigError,
-                       match=r"^<dict>: baseline 'dgx_h100' is not one of the experiment's systems \(h100_x1\)"):
+    with pytest.raises(
+        attnsim.ConfigError, match=r"^<dict>: baseline 'dgx_h100' is not one of the experiment's systems \(h100_x1\)"
+    ):
         attnsim.run({**TINY, "systems": ["h100_x1", "dgx_h100"], "baseline": "dgx_h100"}, systems=["h100_x1"])
-    cases = [({"models.llama2-7b.num_layers": "many"}, "models/llama2-7b.yaml", "num_layers"),  # the model's file
-             ({"scenarios.chat.batch_size": 2.5}, "<dict>", "scenarios.chat.batch_size"),  # the experiment's
-             ({"scenarios.nope.batch_size": 1}, "--set", "scenarios.nope"),
-             ({"models.llama2-7b.num_layers": float("nan")}, "models/llama2-7b.yaml", "num_layers")]
+    cases = [
+        ({"models.llama2-7b.num_layers": "many"}, "models/llama2-7b.yaml", "num_layers"),  # the model's file
+        ({"scenarios.chat.batch_size": 2.5}, "<dict>", "scenarios.chat.batch_size"),  # the experiment's
+        ({"scenarios.nope.batch_size": 1}, "--set", "scenarios.nope"),
+        ({"models.llama2-7b.num_layers": float("nan")}, "models/llama2-7b.yaml", "num_layers"),
+    ]
     for sets, file, key in cases:
         with pytest.raises(attnsim.ConfigError) as ei:
             attnsim.run(TINY, sets=sets)
@@ -89,7 +102,9 @@ def test_sets_take_effect_and_bad_input_names_the_key(tmp_path):
 
 
 def test_import_attnsim_is_light():
-    code = ("import sys, attnsim; assert callable(attnsim.run); "
-            "print(sorted(m for m in ('numba', 'pandas', 'h5py', 'attnsim.api') if m in sys.modules))")
+    code = (
+        "import sys, attnsim; assert callable(attnsim.run); "
+        "print(sorted(m for m in ('numba', 'pandas', 'h5py', 'attnsim.api') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['attnsim.api']"  # attnsim.run loads the API module, not the simulator

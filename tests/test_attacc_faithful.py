@@ -1,14 +1,15 @@
 """AttAcc as AttAcc built it: pipeopt (head-granular pipelining), ffopt (FFN split GPU / PIM), the
 sub-batch ``pipeline`` kept apart, and one AttAcc system per GPU generation (mapper/attacc_overlap.py)."""
+
 import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import cost_rows, cost_step
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.attacc_overlap import ffn_weight_bytes
 from attnsim.mapper.base import get_policy, model_totals, validate_options
+from attnsim.sim.engine import cost_rows, cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
@@ -16,10 +17,18 @@ LAYERS = 4  # GPT-3-175B shapes, fewer layers (per-layer mechanisms; keeps the t
 
 
 def _exp(systems, batch, extra=()):
-    return load_experiment("attacc_gpt3_175b", [
-        f"experiment.systems={systems}", "experiment.baseline=null", f"models.gpt3-175b.num_layers={LAYERS}",
-        f"experiment.scenarios={{s: {{batch_size: {batch}, prompt_len: 2048, output_len: 4, "
-        f"beyond_max_position: allow}}}}", "experiment.generation={mode: exact}", *extra])
+    return load_experiment(
+        "attacc_gpt3_175b",
+        [
+            f"experiment.systems={systems}",
+            "experiment.baseline=null",
+            f"models.gpt3-175b.num_layers={LAYERS}",
+            f"experiment.scenarios={{s: {{batch_size: {batch}, prompt_len: 2048, output_len: 4, "
+            f"beyond_max_position: allow}}}}",
+            "experiment.generation={mode: exact}",
+            *extra,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +43,11 @@ def _plan(exp, system, options, batch=16, phase="decode", out_len=4):
     ctx = sc.prompt_lens() + 1
     tr = build_trace(model, sc, phase, tp=8, context_lens=ctx if phase == "decode" else None)
     final = sc.prompt_lens() + out_len
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, final),
-          "kv_per_rank": kv_cache_bytes(model, sc, final, tp=8)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, final),
+        "kv_per_rank": kv_cache_bytes(model, sc, final, tp=8),
+    }
     return tr, get_policy("attacc")(tr, system, mb, options)
 
 
@@ -177,6 +189,7 @@ def test_dgx_attacc_beats_attacc_and_each_generation_runs():
 
 def test_pipeline_parallel_stage_plans_keep_the_head_pipeline_fill(a100):
     from attnsim.sim.pipeline import stage_plan
+
     exp, system = a100
     _, piped = _plan(exp, system, {"pipeopt": True}, 16)
     part = stage_plan(piped, exp.models["gpt3-175b"], 0, LAYERS // 2, True, False)
@@ -186,14 +199,24 @@ def test_pipeline_parallel_stage_plans_keep_the_head_pipeline_fill(a100):
 def test_pipeopt_items_are_query_heads_under_gqa():
     """Llama-2-70B on 8 ranks: 1 KV head, 8 query heads per rank; the PIM passes over the KV head once
     per query head, so the pipeline has 8 items (fill and drain 1/8), as the artefact's 1 / (heads / GPUs)."""
-    exp = load_experiment("attacc_gpt3_175b", [
-        "experiment.systems=[attacc_opt]", "experiment.baseline=null", "experiment.models=[llama2-70b]",
-        "models.llama2-70b.num_layers=2", "experiment.scenarios={s: {batch_size: 4, prompt_len: 512, output_len: 2}}"])
+    exp = load_experiment(
+        "attacc_gpt3_175b",
+        [
+            "experiment.systems=[attacc_opt]",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-70b]",
+            "models.llama2-70b.num_layers=2",
+            "experiment.scenarios={s: {batch_size: 4, prompt_len: 512, output_len: 2}}",
+        ],
+    )
     system = build_system(exp.systems["attacc_opt"], exp.tree.hardware, exp.tree.file_of)
     model, sc = exp.models["llama2-70b"], exp.scenarios["s"]
     tr = build_trace(model, sc, "decode", tp=8, context_lens=sc.prompt_lens() + 1)
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 2),
-          "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 2, tp=8)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 2),
+        "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 2, tp=8),
+    }
     plan = get_policy("attacc")(tr, system, mb, {"pipeopt": True})
     assert tr.meta["kv_heads_per_rank"] == 1 and tr.meta["heads_per_rank"] == 8
     assert set(plan.stage_exposed.values()) == {1 / 8}

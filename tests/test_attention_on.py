@@ -1,13 +1,14 @@
 """mapper.attention_on: decode attention and the KV on an attention-capable memory device, GEMMs on the GPUs
 (mapper/base.py place_attention), and the built-in system h100_x8_cxl_pnm_attn that uses it."""
+
 import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import cost_step
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import ATTENTION_CLASSES, get_policy
+from attnsim.sim.engine import cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
@@ -16,9 +17,18 @@ B = 4  # requests in the batch
 
 
 def _exp(systems, extra=()):
-    return load_experiment(None, [f"experiment.systems={systems}", "experiment.baseline=null",
-                                  "experiment.models=[llama2-7b]", f"scenarios.chat.batch_size={B}",
-                                  "scenarios.chat.prompt_len=512", "scenarios.chat.output_len=4", *extra])
+    return load_experiment(
+        None,
+        [
+            f"experiment.systems={systems}",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-7b]",
+            f"scenarios.chat.batch_size={B}",
+            "scenarios.chat.prompt_len=512",
+            "scenarios.chat.output_len=4",
+            *extra,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +41,11 @@ def _plan(system, exp, phase):
     model, sc = exp.models["llama2-7b"], exp.scenarios["chat"]
     tp = system.spec.parallelism.tp
     tr = build_trace(model, sc, phase, tp=tp)
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 1),
-          "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 1, tp=tp)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 1),
+        "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 1, tp=tp),
+    }
     return tr, get_policy(system.spec.mapper.policy)(tr, system, mb, system.spec.mapper.options), mb
 
 
@@ -57,8 +70,9 @@ def test_transfer_bytes_equal_hand_computation(built):
     exp, systems = built
     _, plan, _ = _plan(systems[SYS], exp, "decode")
     tr = plan.trace
-    per = {op: float(np.sum((tr["comm_bytes"] * tr["count"])[tr["op"] == op]))
-           for op in ("pim_send_q_kv", "pim_recv_out")}
+    per = {
+        op: float(np.sum((tr["comm_bytes"] * tr["count"])[tr["op"] == op])) for op in ("pim_send_q_kv", "pim_recv_out")
+    }
     # Llama-2-7B: 32 layers, 32 query heads = 32 KV heads (MHA), head_dim 128; tp 8 -> 4 heads per rank; fp16 (2 B).
     # In per layer and rank: q = B x 4 x 128 x 2 B = 4,096 B + the new token's K and V = B x 2 x 4 x 128 x 2 B
     # = 8,192 B; out: the attention output B x 4 x 128 x 2 B = 4,096 B. Per step: x 32 layers.
@@ -94,11 +108,18 @@ def test_runs_beside_dgx_h100_with_the_split_in_the_breakdown():
     assert "pnm" not in d["dgx_h100"]["breakdown"]["decode_step"]["time_s_by_device"]
 
 
-@pytest.mark.parametrize("role, policy, msg", [
-    ("gpu", None, "expected a device that can run attention (kind pim: HBM-PIM, CXL-PNM, NDP), got 'gpu' of kind gpu"),
-    ("nope", None, "expected a device role of the system (gpu, pnm), got 'nope'"),
-    ("pnm", "cxl_pnm", "not used by policy cxl_pnm"),
-])
+@pytest.mark.parametrize(
+    "role, policy, msg",
+    [
+        (
+            "gpu",
+            None,
+            "expected a device that can run attention (kind pim: HBM-PIM, CXL-PNM, NDP), got 'gpu' of kind gpu",
+        ),
+        ("nope", None, "expected a device role of the system (gpu, pnm), got 'nope'"),
+        ("pnm", "cxl_pnm", "not used by policy cxl_pnm"),
+    ],
+)
 def test_refusals(role, policy, msg):
     extra = [f"systems.{SYS}.mapper.attention_on={role}"]
     extra += [f"systems.{SYS}.mapper.policy={policy}"] if policy else []

@@ -3,12 +3,12 @@ empty folder and must exit 2 with exactly one stderr line ``error: ...`` naming 
 line), without a traceback and without writing or changing any file (the folder tree is compared before
 and after). ``python bench/fuzz.py --cases`` classifies the same cases in a watched child process
 (clean / traceback / silent / message / wrote / hang / memory)."""
+
 import signal
 import subprocess
 import sys
 
 import pytest
-
 from bad_inputs.cases import CASES, PENDING
 from bad_inputs.runner import make_stores, materialise, run_case
 
@@ -24,9 +24,34 @@ def stores(tmp_path_factory):
 def test_the_suite_covers_every_surface():
     surfaces = {c.surface for c in ACTIVE}
     assert len(ACTIVE) >= 500
-    assert {"experiment", "system", "hardware", "model", "set", "hf-config", "request-trace", "serving", "dram-trace",
-            "dram-spec", "asm", "disasm", "sweep", "store", "output", "pim", "plan", "list", "schema", "warmup",
-            "speculative", "ianus", "compression", "systolic", "kv-pool", "flash"} <= surfaces
+    assert {
+        "experiment",
+        "system",
+        "hardware",
+        "model",
+        "set",
+        "hf-config",
+        "request-trace",
+        "serving",
+        "dram-trace",
+        "dram-spec",
+        "asm",
+        "disasm",
+        "sweep",
+        "store",
+        "output",
+        "pim",
+        "plan",
+        "list",
+        "schema",
+        "warmup",
+        "speculative",
+        "ianus",
+        "compression",
+        "systolic",
+        "kv-pool",
+        "flash",
+    } <= surfaces
     assert PENDING <= {c.id for c in CASES}, "PENDING names a case that does not exist"
 
 
@@ -55,8 +80,9 @@ def test_the_real_command_line_agrees(case_id, tmp_path, stores):
     """The in-process runner sees what a user sees: `python -m attnsim ...` exits 2 with one error line."""
     case = next(c for c in CASES if c.id == case_id)
     work = materialise(case, tmp_path, stores)
-    r = subprocess.run([sys.executable, "-m", "attnsim", *case.argv], cwd=work, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "attnsim", *case.argv], cwd=work, capture_output=True, text=True, timeout=300
+    )
     lines = r.stderr.splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert all(n in lines[0] for n in case.names)

@@ -2,6 +2,7 @@
 
 A moved data file once made bench/bench_gpu.py crash at import; this catches that class without timing
 anything (benchmarks measure, tests assert)."""
+
 from __future__ import annotations
 
 import runpy

@@ -1,6 +1,7 @@
 """CENT as CENT built it (issue 11 item 5): the CXL controller's vector units, CENT's energy parameters,
 and the CENT systems. Hand-derived numbers follow CENT's cent_power_calculator.py / run_sim.py
 (Yufeng98/CENT @ 8c79786; shared/reference/pim_dram.md b.4, reproductions.md "CENT")."""
+
 import numpy as np
 import pytest
 
@@ -119,11 +120,18 @@ def test_phy_and_transaction_energy_per_dram_command():
 def cent_runs():
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     out = {}
     for pp, tp in ((1, 8), (2, 4), (4, 2), (8, 1), (32, 1)):
-        exp = load_experiment(None, [f"experiment.systems=[cent_pp{pp}_tp{tp}]", "experiment.baseline=null",
-                                     "experiment.models=[llama2-7b]",
-                                     f"experiment.scenarios={{s: {{batch_size: {pp}, prompt_len: 64, output_len: 3}}}}"])
+        exp = load_experiment(
+            None,
+            [
+                f"experiment.systems=[cent_pp{pp}_tp{tp}]",
+                "experiment.baseline=null",
+                "experiment.models=[llama2-7b]",
+                f"experiment.scenarios={{s: {{batch_size: {pp}, prompt_len: 64, output_len: 3}}}}",
+            ],
+        )
         out[(pp, tp)] = run_experiment(exp)[0]
     return out
 
@@ -138,10 +146,12 @@ def test_cent_systems_run_and_put_the_vector_work_on_the_controller(cent_runs):
 
 
 def test_controller_static_power_is_in_the_system():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
-    exp = load_experiment(None, ["experiment.systems=[cent_pp8_tp1]", "experiment.baseline=null",
-                                 "experiment.models=[llama2-7b]"])
+    from attnsim.sim.experiment import load_experiment
+
+    exp = load_experiment(
+        None, ["experiment.systems=[cent_pp8_tp1]", "experiment.baseline=null", "experiment.models=[llama2-7b]"]
+    )
     spec = exp.systems["cent_pp8_tp1"]
     system = build_system(spec, exp.tree.hardware, exp.tree.file_of)
     ctrl_w = system.pools["ctrl"].count * system.pools["ctrl"].model.static_power_w
@@ -155,9 +165,17 @@ def test_controller_static_power_is_in_the_system():
 def test_controller_count_must_match_the_pnm_devices():
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
-    exp = load_experiment(None, ["experiment.systems=[cent_pp1_tp8]", "experiment.baseline=null",
-                                 "experiment.models=[llama2-7b]", "systems.cent_pp1_tp8.devices.ctrl.count=4",
-                                 "experiment.scenarios={s: {batch_size: 1, prompt_len: 16, output_len: 2}}"])
+
+    exp = load_experiment(
+        None,
+        [
+            "experiment.systems=[cent_pp1_tp8]",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-7b]",
+            "systems.cent_pp1_tp8.devices.ctrl.count=4",
+            "experiment.scenarios={s: {batch_size: 1, prompt_len: 16, output_len: 2}}",
+        ],
+    )
     with pytest.raises(ConfigError, match=r"devices.ctrl.count: expected one controller per PNM device \(8\), got 4"):
         run_experiment(exp)
 
@@ -171,11 +189,13 @@ def test_controller_refuses_rows_it_does_not_run(ctrl):
 
 def test_aim_mac_registers_are_read_out_per_dot_product():
     from attnsim.isa.lower import ENGINE_CODES, lower_attention
+
     dev = _hw("cxl_aim_device")
     # score: 1024 tokens of one head on one channel = 64 dot products (one token per bank) of 128 x 2 B / 32 B
     # = 8 MAC16 each, 8 per 64-column row: WR_GB once, then WR_BIAS + MAC_ABK(8) + RD_MAC per dot product
-    low = lower_attention("aim", "score", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org,
-                          pu=dev.pu)
+    low = lower_attention(
+        "aim", "score", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu
+    )
     c = low.programs[0].counts()
     assert c["MAC_ABK"] == c["RD_MAC"] == c["WR_BIAS"] == 64 and c["WR_GB"] == 1
     rec = low.commands[0]
@@ -183,8 +203,9 @@ def test_aim_mac_registers_are_read_out_per_dot_product():
     assert int(np.sum(rec["repeat"][rec["op"] == ENGINE_CODES["MACAB"]])) == 64 * 8
     # context: 1024 probabilities fill the 2 KB GB once; 128 dims / 16 banks = 8 dims per bank, each a
     # dot product over the 1024 tokens = 64 MAC16 (a whole row)
-    ctx = lower_attention("aim", "context", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org,
-                          pu=dev.pu)
+    ctx = lower_attention(
+        "aim", "context", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu
+    )
     c = ctx.programs[0].counts()
     assert c["WR_GB"] == 1 and c["MAC_ABK"] == c["RD_MAC"] == c["WR_BIAS"] == 8
     # two register-mode switches (TMOD, nMODCH = 32 cycles) per dot product bind the 8-MAC16 score dot
@@ -208,8 +229,8 @@ def test_aim_attention_spreads_over_all_channels_at_batch_1():
     (t1, m1), (ta, ma) = t[1], t["auto"]
     assert [m["channels_used"] for m in m1] == [4, 4]
     assert [m["channels_used"] for m in ma] == [32, 32] and [m["channels_per_item"] for m in ma] == [8, 8]
-    assert ta[0] == pytest.approx(t1[0] / 8, rel=0.1)          # score: 8x the channels, ~8x faster
-    assert ma[1]["merge_s"] > 0 and t1[1] / ta[1] > 4          # context: faster, merge included
+    assert ta[0] == pytest.approx(t1[0] / 8, rel=0.1)  # score: 8x the channels, ~8x faster
+    assert ma[1]["merge_s"] > 0 and t1[1] / ta[1] > 4  # context: faster, merge included
 
 
 # ---------------------------------------------------------------- CENT's command stream, round 2
@@ -217,13 +238,16 @@ def test_aim_attention_spreads_over_all_channels_at_batch_1():
 # ISR enters or leaves the register-RW mode (WR_GB, WR_BIAS, RD_MAC, RD_AF); aim_DRAM_system.cpp decodes one
 # host request per clock. CENT's trace generator (Yufeng98/CENT @ 8c79786 TransformerBlock.py / Llama.py).
 
+
 def _modes(low):
     from attnsim.isa.lower import ENGINE_CODES
+
     return int(np.sum(low.commands[0]["op"] == ENGINE_CODES["MODE"]))
 
 
 def test_aim_mode_switch_per_register_isr_boundary():
     from attnsim.isa.lower import lower_attention
+
     dev = _hw("cxl_aim_device")
     one = lower_attention("aim", "score", [16], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu)
     two = lower_attention("aim", "score", [32], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu)
@@ -239,6 +263,7 @@ def test_aim_mode_switch_per_register_isr_boundary():
 
 def test_aim_fc_keeps_mac_registers_in_flight_per_gb_fill():
     from attnsim.isa.lower import lower_fc
+
     dev = _hw("cxl_aim_device")
     assert dev.pu.mac_registers == 32  # CENT --reuse-size 32
     # 640 outputs on one channel = 40 per bank; k = 1024 x 2 B = one 64-column GB fill; 40 over 32 registers
@@ -261,11 +286,13 @@ def test_aim_fc_keeps_mac_registers_in_flight_per_gb_fill():
 
 def test_softmax_io_is_cents_score_trips_through_the_banks():
     from attnsim.isa.lower import host_requests, lower_attention
+
     dev = _hw("cxl_aim_device")
     # one head, 1024 scores x 2 B = 64 columns: twice (scale scores, scale exponentials) 2 x 64 writes (the
     # vector and the scale operand), one EWMUL row, 64 reads, SYNC
-    low = lower_attention("aim", "softmax_io", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1,
-                          org=dev.org, pu=dev.pu)
+    low = lower_attention(
+        "aim", "softmax_io", [1024], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu
+    )
     p = low.programs[0]
     mns = list(p.mnemonics())
     assert mns == ["WR_SBK", "WR_SBK", "EWMUL", "RD_SBK", "SYNC"] * 2 + ["EOC"]
@@ -273,22 +300,32 @@ def test_softmax_io_is_cents_score_trips_through_the_banks():
     assert low.macs == 0 and low.pim_bytes == 0
     assert host_requests(low) == 6 * 64 + 5
     # 32 heads on 32 channels: the device's one-request-per-clock stream, not the channels, binds
-    low32 = lower_attention("aim", "softmax_io", [1024] * 32, dhead=128, group=1, elem_bytes=2, n_channels=32,
-                            org=dev.org, pu=dev.pu)
+    low32 = lower_attention(
+        "aim", "softmax_io", [1024] * 32, dhead=128, group=1, elem_bytes=2, n_channels=32, org=dev.org, pu=dev.pu
+    )
     assert host_requests(low32) == 32 * 6 * 64 + 5
     t_engine = dev.run(low32)[0]
     assert t_engine < host_requests(low32) * 0.5e-9
     with pytest.raises(ConfigError, match="softmax_io: isa aim"):
-        lower_attention("attacc", "softmax_io", [16], dhead=128, group=1, elem_bytes=2, n_channels=1,
-                        org=dev.org, pu=dev.pu)
+        lower_attention(
+            "attacc", "softmax_io", [16], dhead=128, group=1, elem_bytes=2, n_channels=1, org=dev.org, pu=dev.pu
+        )
 
 
 def _tp8_run(opt):
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
-    exp = load_experiment(None, ["experiment.systems=[cent_pp1_tp8]", "experiment.baseline=null",
-                                 "experiment.models=[llama2-7b]", f"systems.cent_pp1_tp8.mapper.options.tp_vector_ops={opt}",
-                                 "experiment.scenarios={s: {batch_size: 1, prompt_len: 256, output_len: 2}}"])
+
+    exp = load_experiment(
+        None,
+        [
+            "experiment.systems=[cent_pp1_tp8]",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-7b]",
+            f"systems.cent_pp1_tp8.mapper.options.tp_vector_ops={opt}",
+            "experiment.scenarios={s: {batch_size: 1, prompt_len: 256, output_len: 2}}",
+        ],
+    )
     return run_experiment(exp)[0]
 
 
@@ -315,17 +352,27 @@ def test_tp_vector_ops_replicated_runs_all_heads_on_every_device():
 
 
 def test_tp_vector_ops_bad_value_is_refused():
-    with pytest.raises(ConfigError, match=r"mapper.options.tp_vector_ops: expected one of split, replicated, got 'all'"):
+    with pytest.raises(
+        ConfigError, match=r"mapper.options.tp_vector_ops: expected one of split, replicated, got 'all'"
+    ):
         _tp8_run("all")
 
 
 def _pp_decode(stack):
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
-    exp = load_experiment(None, ["experiment.systems=[cent_pp2_tp4]", "experiment.baseline=null",
-                                 "experiment.models=[llama2-7b]", f"systems.cent_pp2_tp4.software={stack}",
-                                 "experiment.generation={mode: exact}",
-                                 "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 2}}"])
+
+    exp = load_experiment(
+        None,
+        [
+            "experiment.systems=[cent_pp2_tp4]",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-7b]",
+            f"systems.cent_pp2_tp4.software={stack}",
+            "experiment.generation={mode: exact}",
+            "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 2}}",
+        ],
+    )
     (doc,) = run_experiment(exp)
     assert doc["status"] == "ok", doc.get("error")
     return doc["pipeline"], doc["metrics"]
@@ -336,6 +383,7 @@ def test_cent_stack_samples_once_per_token_on_the_pipeline_chain(tmp_path):
     run_sim.py:203 token_latency) once per request per step; under PP on each micro-batch's chain, so
     period = max(busiest device group's load, chain + h, the host's M x h), by hand from the stack-free run."""
     from attnsim.hwmodels.stack import load_stack
+
     assert load_stack("cent").request_step_us == 150.0 and load_stack("cent").step_us == 0.0
     p0, m0 = _pp_decode("none")
     load, chain = p0["decode_max_group_load_s"], p0["decode_chain_s"]  # 2 micro-batches of 1 request
@@ -345,17 +393,21 @@ def test_cent_stack_samples_once_per_token_on_the_pipeline_chain(tmp_path):
         p1, m1 = _pp_decode(stack)
         assert p1["decode_chain_s"] == pytest.approx(chain + h, rel=1e-12)
         assert m1["tpot_s"] == pytest.approx(max(load, chain + h, 2 * h), rel=1e-12)
-        assert m1["decode_dynamic_energy_per_token_j"] == pytest.approx(m0["decode_dynamic_energy_per_token_j"], rel=1e-12)
+        assert m1["decode_dynamic_energy_per_token_j"] == pytest.approx(
+            m0["decode_dynamic_energy_per_token_j"], rel=1e-12
+        )
     assert max(load, chain + 150e-6) > max(load, chain)  # the CENT case shows (not hidden by the load)
 
 
 def test_vector_io_is_cents_norm_rope_and_act_traffic_through_the_banks():
     """CENT's Llama.py trace_only, one AiM device of 32 channels x 16 banks (B = 512), bursts of 16 bf16."""
     from attnsim.isa.lower import host_requests, lower_aim_vector_io
+
     dev = _hw("cxl_aim_device")
 
     def low(op, n, k=0, reps=1):
         return lower_aim_vector_io(op, n, k, reps, n_channels=32, org=dev.org, pu=dev.pu)
+
     # RMSNorm of 4096: neighbour banks 2 x 256 banks x 1 burst, EWMUL operands 2 x 128 banks x 2 bursts,
     # result 128 x 2 = 1280 W/R MEM; ISRs: WR_BIAS, MAC_ABK, RD_MAC, 2 EWMUL, 4 x (COPY_BKGB, COPY_GBBK), SYNC, EOC
     norm = low("attn_norm", 4096)
@@ -376,6 +428,7 @@ def test_vector_io_is_cents_norm_rope_and_act_traffic_through_the_banks():
 def test_cxl_pnm_adds_the_bank_side_rows_in_decode_only():
     from attnsim.hwmodels.cxl_controller import NORM_OPS
     from attnsim.mapper.cxl_pnm import softmax_io_rows
+
     tr = _decode(512, tp=8)
     for replicated, q, act in ((True, 4096, 11008), (False, 512, 1376)):
         out, added = softmax_io_rows(tr, replicated=replicated)

@@ -1,5 +1,6 @@
 """CLI comfort: 'did you mean' for unknown keys / names / choices / subcommands, `attnsim list`,
 `attnsim schema` (every shipped config validates against its exported JSON Schema), one number format."""
+
 import json
 from pathlib import Path
 
@@ -27,55 +28,80 @@ def _err(capsys, argv) -> str:
 def test_unknown_config_key_suggests_the_close_key(tmp_path, capsys):
     exp = tmp_path / "x.yaml"
     exp.write_text("name: x\nsystems: [dgx_h100]\nmodels: [llama2-7b]\nscenarios: {chat: {batch_sise: 4}}\n")
-    assert _err(capsys, ["run", str(exp), "--no-write"]) == \
-        f"error: {exp}: scenarios.chat.batch_sise: unknown key (did you mean batch_size?)"
+    assert (
+        _err(capsys, ["run", str(exp), "--no-write"])
+        == f"error: {exp}: scenarios.chat.batch_sise: unknown key (did you mean batch_size?)"
+    )
     # nested schema fields, --set on a built-in file, a hardware family's own schema
     assert _err(capsys, ["run", "--no-write", "--set", "experiment.generation.mod=exact"]).endswith(
-        "generation.mod: unknown key (did you mean mode?)")
+        "generation.mod: unknown key (did you mean mode?)"
+    )
     assert _err(capsys, ["run", "--no-write", "--set", "systems.dgx_h100.devices.gpu.hardwar=h100_sxm"]).endswith(
-        "devices.gpu.hardwar: unknown key (did you mean hardware?)")
-    assert _err(capsys, ["run", "--no-write", "--set", "hardware.h100_sxm.hbm_bandwith_gbps=1"]) == \
-        "error: hardware/h100_sxm.yaml: hbm_bandwith_gbps: unknown key (did you mean hbm_bandwidth_gbps?)"
+        "devices.gpu.hardwar: unknown key (did you mean hardware?)"
+    )
+    assert (
+        _err(capsys, ["run", "--no-write", "--set", "hardware.h100_sxm.hbm_bandwith_gbps=1"])
+        == "error: hardware/h100_sxm.yaml: hbm_bandwith_gbps: unknown key (did you mean hbm_bandwidth_gbps?)"
+    )
     # nothing close: no suggestion
     assert "did you mean" not in _err(capsys, ["run", "--no-write", "--set", "models.llama2-70b.zzzz=1"])
 
 
-@pytest.mark.parametrize("argv, want", [
-    (["run", "--no-write", "--set", "experiment.systems=[dgx_h10]"], "unknown systems config 'dgx_h10' (did you mean dgx_h100?)"),
-    (["run", "attacc_gpt3", "--no-write"], "(did you mean attacc_gpt3_175b?)"),
-    (["run", "--no-write", "--set", "systems.dgx_h10.name=x"], "not part of this experiment (did you mean dgx_h100?)"),
-    (["run", "--no-write", "--set", "modls.x.y=1"], "unknown section 'modls' (did you mean models?)"),
-    (["run", "--no-write", "--set", "experiment.generation.mode=exat"], "got 'exat' (did you mean exact?)"),
-    (["run", "--no-write", "--set", "systems.dgx_h100.mapper.policy=gpu_onyl"], "got 'gpu_onyl' (did you mean gpu_only?)"),
-    (["run", "--no-write", "--set", "systems.attacc_h100.mapper.options={pipelin: true}"],
-     "unknown option(s) pipelin (did you mean pipeline?)"),
-    (["rnu"], "invalid choice: 'rnu' (did you mean run?)"),
-    (["list", "sytems"], "invalid choice: 'sytems' (did you mean systems?)"),
-    (["schema", "hardwre"], "got 'hardwre' (did you mean hardware?)"),
-    (["validate", "--set", "reproductions/attac"], "(did you mean attacc?)"),
-])
+@pytest.mark.parametrize(
+    "argv, want",
+    [
+        (
+            ["run", "--no-write", "--set", "experiment.systems=[dgx_h10]"],
+            "unknown systems config 'dgx_h10' (did you mean dgx_h100?)",
+        ),
+        (["run", "attacc_gpt3", "--no-write"], "(did you mean attacc_gpt3_175b?)"),
+        (
+            ["run", "--no-write", "--set", "systems.dgx_h10.name=x"],
+            "not part of this experiment (did you mean dgx_h100?)",
+        ),
+        (["run", "--no-write", "--set", "modls.x.y=1"], "unknown section 'modls' (did you mean models?)"),
+        (["run", "--no-write", "--set", "experiment.generation.mode=exat"], "got 'exat' (did you mean exact?)"),
+        (
+            ["run", "--no-write", "--set", "systems.dgx_h100.mapper.policy=gpu_onyl"],
+            "got 'gpu_onyl' (did you mean gpu_only?)",
+        ),
+        (
+            ["run", "--no-write", "--set", "systems.attacc_h100.mapper.options={pipelin: true}"],
+            "unknown option(s) pipelin (did you mean pipeline?)",
+        ),
+        (["rnu"], "invalid choice: 'rnu' (did you mean run?)"),
+        (["list", "sytems"], "invalid choice: 'sytems' (did you mean systems?)"),
+        (["schema", "hardwre"], "got 'hardwre' (did you mean hardware?)"),
+        (["validate", "--set", "reproductions/attac"], "(did you mean attacc?)"),
+    ],
+)
 def test_unknown_names_suggest_the_close_name(capsys, argv, want):
     assert want in _err(capsys, argv)
 
 
 def test_unknown_recipe_suggests(tmp_path, capsys):
-    from attnsim.plots import figure
     from attnsim.core.config import ConfigError
+    from attnsim.plots import figure
+
     with pytest.raises(ConfigError, match=r"unknown recipe 'lattency_by_device' \(did you mean latency_by_device\?\)"):
         figure(None, "lattency_by_device")
 
 
 def test_suggestion_helper():
     from attnsim.core.suggest import amend, close_matches, did_you_mean
+
     assert did_you_mean("dgx_h10", ["dgx_a100", "dgx_h100", "dgx_h200"]) == " (did you mean dgx_h100?)"
     assert did_you_mean("qwerty", ["dgx_a100"]) == ""
     assert close_matches("DGX_H100", ["dgx_h100"]) == ["dgx_h100"]  # a case slip
-    assert amend("x: expected one of split, replicated, got 'splt'") == \
-        "x: expected one of split, replicated, got 'splt' (did you mean split?)"
+    assert (
+        amend("x: expected one of split, replicated, got 'splt'")
+        == "x: expected one of split, replicated, got 'splt' (did you mean split?)"
+    )
     assert amend("expected one of 'exact' or 'sampled', got 'sampld'").endswith("(did you mean sampled?)")
 
 
 # ---------------------------------------------------------------- attnsim list
+
 
 @pytest.mark.parametrize("kind", ["systems", "models", "hardware", "experiments", "sweeps", "stacks"])
 def test_list_covers_every_yaml_of_the_kind(capsys, kind):
@@ -93,8 +119,9 @@ def test_list_covers_every_yaml_of_the_kind(capsys, kind):
 
 
 def test_list_recipes_and_reproductions(capsys):
-    from attnsim.studies import reproduce
     from attnsim.plots import RECIPES
+    from attnsim.studies import reproduce
+
     assert main(["list", "recipes", "--json"]) == 0
     assert [r["name"] for r in json.loads(capsys.readouterr().out)] == list(RECIPES)
     assert main(["list", "reproductions", "--json"]) == 0
@@ -102,6 +129,7 @@ def test_list_recipes_and_reproductions(capsys):
 
 
 # ---------------------------------------------------------------- attnsim schema
+
 
 def _yaml(path: Path):
     """A config file as data: the YAML 1.1 safe loader attnsim.core.config.parse_yaml also uses (the C one when
@@ -112,22 +140,47 @@ def _yaml(path: Path):
 def _kind_of(path: Path, data: dict) -> str:
     """The config kind of a file under configs/ (reproduction folders hold several kinds)."""
     folder = path.parent.name
-    fixed = {"experiments": "experiment", "systems": "system", "models": "model", "hardware": "hardware",
-             "sweeps": "sweep", "stacks": "stack"}
+    fixed = {
+        "experiments": "experiment",
+        "systems": "system",
+        "models": "model",
+        "hardware": "hardware",
+        "sweeps": "sweep",
+        "stacks": "stack",
+    }
     if folder in fixed:
         return fixed[folder]
     if path.name == "reference.yaml":
         return "reproduction"
-    return ("hardware" if "kind" in data else "system" if "devices" in data else
-            "experiment" if "scenarios" in data else "model")
+    return (
+        "hardware"
+        if "kind" in data
+        else "system"
+        if "devices" in data
+        else "experiment"
+        if "scenarios" in data
+        else "model"
+    )
 
 
 def test_every_shipped_config_validates_against_its_exported_schema(tmp_path, capsys):
     from attnsim.cli.schema import kinds, schema_doc
+
     assert main(["schema", "--list"]) == 0
     listed = capsys.readouterr().out.split()
-    assert listed == kinds() and {"experiment", "sweep", "system", "hardware", "model", "serving", "reliability",
-                                  "stack", "reproduction", "hardware.gpu", "hardware.pim"} <= set(listed)
+    assert listed == kinds() and {
+        "experiment",
+        "sweep",
+        "system",
+        "hardware",
+        "model",
+        "serving",
+        "reliability",
+        "stack",
+        "reproduction",
+        "hardware.gpu",
+        "hardware.pim",
+    } <= set(listed)
     out = tmp_path / "experiment.json"
     assert main(["schema", "experiment", "-o", str(out)]) == 0 and capsys.readouterr().out == f"schema: {out}\n"
     docs = {kind: schema_doc(kind) for kind in listed}
@@ -135,8 +188,11 @@ def test_every_shipped_config_validates_against_its_exported_schema(tmp_path, ca
     for kind in ("experiment", "hardware"):  # the documents are JSON Schemas (meta-schema check)
         jsonschema.Draft202012Validator.check_schema(docs[kind])
     validators = {kind: jsonschema.Draft202012Validator(d) for kind, d in docs.items()}
-    files = [p for d in ("experiments", "systems", "models", "hardware", "sweeps", "stacks", "reproductions")
-             for p in sorted((CONFIGS / d).rglob("*.yaml"))]
+    files = [
+        p
+        for d in ("experiments", "systems", "models", "hardware", "sweeps", "stacks", "reproductions")
+        for p in sorted((CONFIGS / d).rglob("*.yaml"))
+    ]
     assert len(files) > 100
     for p in files:
         data = _yaml(p)
@@ -149,8 +205,9 @@ def test_every_shipped_config_validates_against_its_exported_schema(tmp_path, ca
     exp = load_yaml(CONFIGS / "experiments" / "serve_paging.yaml")
     assert validators["serving"].is_valid(exp["serving"])
     # and the schemas do refuse: an unknown key, a wrong type, a hardware file of another family
-    assert not validators["experiment"].is_valid({"name": "x", "systems": ["a"], "models": ["b"],
-                                                  "scenarios": {"s": {"batch_sise": 1}}})
+    assert not validators["experiment"].is_valid(
+        {"name": "x", "systems": ["a"], "models": ["b"], "scenarios": {"s": {"batch_sise": 1}}}
+    )
     assert not validators["model"].is_valid(dict(load_yaml(CONFIGS / "models" / "llama2-7b.yaml"), num_layers="many"))
     gpu = load_yaml(CONFIGS / "hardware" / "h100_sxm.yaml")
     assert not validators["hardware.pim"].is_valid(gpu) and not validators["hardware"].is_valid(dict(gpu, kind="link"))
@@ -168,10 +225,22 @@ def test_schema_command_errors(tmp_path, capsys):
 
 # ---------------------------------------------------------------- one number format, aligned tables
 
+
 def test_number_format_and_table_alignment():
     from attnsim.core.report import fmt_num, fmt_pct, table
-    assert [fmt_num(v) for v in (1336.535, 14.4649, 0.47834, 5.0, 1e-5, 2.5e7, 0.0, 9.99996, None, float("nan"))] == \
-        ["1337", "14.46", "0.4783", "5.000", "1.000e-05", "2.500e+07", "0", "10.00", "-", "nan"]
+
+    assert [fmt_num(v) for v in (1336.535, 14.4649, 0.47834, 5.0, 1e-5, 2.5e7, 0.0, 9.99996, None, float("nan"))] == [
+        "1337",
+        "14.46",
+        "0.4783",
+        "5.000",
+        "1.000e-05",
+        "2.500e+07",
+        "0",
+        "10.00",
+        "-",
+        "nan",
+    ]
     assert fmt_num(16) == "16" and fmt_num(1.117, "x") == "1.117x" and fmt_pct(0.2207) == "22.1%"
     text = table([["dgx_h100", "14.46", "1.224x"], ["cxl_pnm", "41.53", "-"]], ["system", "TPOT ms", "vs base"])
     lines = text.splitlines()

@@ -1,5 +1,6 @@
 """Collectives (hwmodels/collectives.py through the link presets): each protocol/algorithm by hand, the
 tuner's minimum, the ring preset bit for bit, monotonicity, busbw bounds, nccl-tests rows, bad options."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
-from attnsim.hwmodels import collectives as C, registry
+from attnsim.hwmodels import collectives as C
+from attnsim.hwmodels import registry
 from attnsim.hwmodels.gpu import load_hardware
 from attnsim.hwmodels.links import LinkModel
 from attnsim.workloads.optrace import OpTrace
@@ -26,7 +29,11 @@ def _with(name: str, **update) -> LinkModel:
 def test_ring_protocols_by_hand():
     link = load_hardware("nvlink3")  # 300 GB/s per direction; nccl block of configs/hardware/nvlink3.yaml
     nc = link.spec.nccl
-    for proto, base, step, frac in (("LL", 1.71, 2.11, 0.064), ("LL128", 24.0, 0.905, 0.208), ("Simple", 22.7, 6.57, 1.0)):
+    for proto, base, step, frac in (
+        ("LL", 1.71, 2.11, 0.064),
+        ("LL128", 24.0, 0.905, 0.208),
+        ("Simple", 22.7, 6.57, 1.0),
+    ):
         for n, s in ((8, 64.0), (4, 1 << 20), (8, 1 << 30)):
             want = (0.0 + base + 2 * (n - 1) * step) * 1e-6 + 2 * (n - 1) / n * s / (300e9 * 0.727 * frac)
             assert C.algo_time_s(nc, 300e9, "allreduce", s, n, "ring", proto) == pytest.approx(want, rel=1e-12)
@@ -37,7 +44,8 @@ def test_ring_protocols_by_hand():
         want = (ll.base_us + (n - 1) * ll.step_us) * 1e-6 + (n - 1) / n * s / (300e9 * 0.727)
         assert C.algo_time_s(nc, 300e9, coll, s, n, "ring", "Simple") == pytest.approx(want, rel=1e-12)
     assert C.algo_time_s(nc, 300e9, "sendrecv", s, n, "ring", "Simple") == pytest.approx(
-        (ll.base_us + ll.step_us) * 1e-6 + s / (300e9 * 0.727), rel=1e-12)
+        (ll.base_us + ll.step_us) * 1e-6 + s / (300e9 * 0.727), rel=1e-12
+    )
 
 
 def test_tree_and_nvls_by_hand():
@@ -48,11 +56,13 @@ def test_tree_and_nvls_by_hand():
     # one-node tree: a chain of 2(n-1) steps at 0.92 of the ring's bandwidth (NCCL tuning model)
     tree = (6.49 + p.base_us + 14 * p.step_us) * 1e-6 + 1.75 * s / (450e9 * 0.8125 * p.bw_fraction * 0.92)
     assert C.algo_time_s(nc, 450e9, "allreduce", s, n, "tree", "LL128") == pytest.approx(tree, rel=1e-12)
-    assert C.algo_time_s(nc, 450e9, "allreduce", s, n, "tree", "LL128") > C.algo_time_s(nc, 450e9, "allreduce", s, n,
-                                                                                        "ring", "LL128")
+    assert C.algo_time_s(nc, 450e9, "allreduce", s, n, "tree", "LL128") > C.algo_time_s(
+        nc, 450e9, "allreduce", s, n, "ring", "LL128"
+    )
     # NVLS: each GPU moves S per direction at 0.61 x 450 GB/s, 25 us + call
     assert C.algo_time_s(nc, 450e9, "allreduce", 1e9, 8, "nvls", "Simple") == pytest.approx(
-        (6.49 + 25.0) * 1e-6 + 1e9 / (450e9 * 0.61), rel=1e-12)
+        (6.49 + 25.0) * 1e-6 + 1e9 / (450e9 * 0.61), rel=1e-12
+    )
     t, c = h.collective("allreduce", np.array([1e3, 1e9]), 8)
     assert list(c) == ["ring/LL128", "nvls/Simple"]  # small: LL128 ring; 1 GB on 8 x H100: NVLS
     assert 1.75 * 1e9 / t[1] / 1e9 == pytest.approx(480, rel=0.03)  # maintainers' ~480 GB/s NVLS busbw
@@ -74,8 +84,12 @@ def test_custom_one_and_two_shot_by_hand():
 
 
 @settings(max_examples=30, deadline=None)
-@given(name=st.sampled_from(NCCL_PRESETS), coll=st.sampled_from(C.COLLECTIVES), n=st.integers(2, 16),
-       sizes=st.lists(st.floats(1.0, 4e9), min_size=2, max_size=12))
+@given(
+    name=st.sampled_from(NCCL_PRESETS),
+    coll=st.sampled_from(C.COLLECTIVES),
+    n=st.integers(2, 16),
+    sizes=st.lists(st.floats(1.0, 4e9), min_size=2, max_size=12),
+)
 def test_tuner_is_the_minimum_and_monotone(name, coll, n, sizes):
     link = load_hardware(name)
     nc, bw = link.spec.nccl, link.peak_bandwidth_bytes_per_s
@@ -91,8 +105,12 @@ def test_tuner_is_the_minimum_and_monotone(name, coll, n, sizes):
 
 
 @settings(max_examples=30, deadline=None)
-@given(name=st.sampled_from(NCCL_PRESETS), coll=st.sampled_from(C.COLLECTIVES), n=st.integers(2, 16),
-       s=st.floats(1.0, 1e11))
+@given(
+    name=st.sampled_from(NCCL_PRESETS),
+    coll=st.sampled_from(C.COLLECTIVES),
+    n=st.integers(2, 16),
+    s=st.floats(1.0, 1e11),
+)
 def test_busbw_never_above_the_link(name, coll, n, s):
     link = load_hardware(name)
     nc, bw = link.spec.nccl, link.peak_bandwidth_bytes_per_s
@@ -110,8 +128,9 @@ def test_ring_preset_is_the_old_formula_bit_for_bit():
     comm = 2.0 * (tp - 1) / tp * tensors
     rows = [dict(op=f"ar{i}", cls="allreduce", count=1, comm_bytes=c) for i, c in enumerate(comm)]
     rows.append(dict(op="x", cls="transfer", count=1, comm_bytes=1e6))
-    tr = OpTrace.from_rows(rows, phase="decode", model="x", tp=tp, query_tokens=np.ones(1), context_lens=np.ones(1),
-                           groups=[])
+    tr = OpTrace.from_rows(
+        rows, phase="decode", model="x", tp=tp, query_tokens=np.ones(1), context_lens=np.ones(1), groups=[]
+    )
     c = link.cost(tr, np.arange(4))
     bw, lat = 300e9 * 0.8, 4.2e-6  # nvlink3.yaml: bandwidth, efficiency, latency_us
     old = np.append(comm / bw + 2.0 * (tp - 1.0) * lat, 1e6 / bw + lat)
@@ -122,8 +141,15 @@ def test_ring_preset_is_the_old_formula_bit_for_bit():
 
 def test_pipeline_transfers_are_nccl_send_recv():
     link = load_hardware("nvlink4")
-    tr = OpTrace.from_rows([dict(op="pp", cls="transfer", count=1, comm_bytes=2e6)], phase="decode", model="x", tp=4,
-                           query_tokens=np.ones(1), context_lens=np.ones(1), groups=[])
+    tr = OpTrace.from_rows(
+        [dict(op="pp", cls="transfer", count=1, comm_bytes=2e6)],
+        phase="decode",
+        model="x",
+        tp=4,
+        query_tokens=np.ones(1),
+        context_lens=np.ones(1),
+        groups=[],
+    )
     assert link.cost(tr, np.arange(1)).time_s[0] == pytest.approx(float(link.collective("sendrecv", 2e6, 2)[0]))
     # GPU <-> PIM copies stay point-to-point DMA (nvlink*_p2p keep the formula)
     assert load_hardware("nvlink3_p2p").spec.allreduce == "ring"
@@ -133,6 +159,7 @@ def test_every_nccl_tests_row_within_15_percent():
     """calibration/nccl_allreduce.csv (copied with sources into configs/validation/nccl.yaml): N1 8 x A100
     NVSwitch, N4 4 x A100 NVLink mesh, N6 4 x H100 NVSwitch (VM), 8 B - 1 GB, and the held-out rows."""
     from attnsim.studies.validate import nccl_rows
+
     rows = nccl_rows()
     cal = [r for r in rows if r.role == "calibration"]
     assert len(cal) == 25 + 25 + 28 and {r.name.split()[0] for r in cal} == {"N1", "N4", "N6"}
@@ -155,10 +182,14 @@ def test_bad_collective_options_are_refused_one_line():
     _bad({"allreduce": "nccl2"}, "allreduce")
     _bad({"nccl": None}, "nccl: expected an nccl block with allreduce: nccl")
     _bad({"allreduce": "custom", "custom_allreduce": None}, "custom_allreduce: expected a custom_allreduce block")
-    _bad({"nccl": {**nc, "protocols": {k: v for k, v in nc["protocols"].items() if k != "LL128"}}},
-         "nccl.protocols: expected the protocols LL, LL128, Simple, missing LL128")
-    _bad({"nccl": {**nc, "protocols": {**nc["protocols"], "LL": {**nc["protocols"]["LL"], "bw_fraction": 1.5}}}},
-         "nccl.protocols.LL.bw_fraction")
+    _bad(
+        {"nccl": {**nc, "protocols": {k: v for k, v in nc["protocols"].items() if k != "LL128"}}},
+        "nccl.protocols: expected the protocols LL, LL128, Simple, missing LL128",
+    )
+    _bad(
+        {"nccl": {**nc, "protocols": {**nc["protocols"], "LL": {**nc["protocols"]["LL"], "bw_fraction": 1.5}}}},
+        "nccl.protocols.LL.bw_fraction",
+    )
     _bad({"nccl": {**nc, "protocols": {**nc["protocols"], "LL256": nc["protocols"]["LL"]}}}, "nccl.protocols")
     _bad({"nccl": {**nc, "bus_efficiency": 0}}, "nccl.bus_efficiency")
     _bad({"nccl": {**nc, "nvls": {"base_us": -1, "bus_efficiency": 0.6}}}, "nccl.nvls.base_us")

@@ -1,12 +1,11 @@
 """Config loading: key-path errors, --set overrides, unknown keys, no partial results."""
-import json
-import shutil
+
 from pathlib import Path
 
 import pytest
 
 from attnsim.cli import main
-from attnsim.core.config import ConfigError, ConfigTree, parse_set
+from attnsim.core.config import ConfigError, parse_set
 from attnsim.sim.experiment import load_experiment
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -41,14 +40,17 @@ def test_system_count_error_names_file_and_key():
     assert str(ei.value) == "systems/dgx_h100.yaml: devices.gpu.count: expected a positive integer, got -2"
 
 
-@pytest.mark.parametrize("item, fragment", [
-    ("nonsense", "expected KEY=VALUE"),
-    ("bogus.x.y=1", "unknown section"),
-    ("models.not-in-run.num_layers=2", "is not part of this experiment"),
-    ("models.llama2-70b.num_layerz=2", "num_layerz: unknown key"),
-    ("hardware.h100_sxm.hbm_bandwidth_gbps=fast", "hbm_bandwidth_gbps"),
-    ("experiment.baseline=dgx_z", "baseline"),
-])
+@pytest.mark.parametrize(
+    "item, fragment",
+    [
+        ("nonsense", "expected KEY=VALUE"),
+        ("bogus.x.y=1", "unknown section"),
+        ("models.not-in-run.num_layers=2", "is not part of this experiment"),
+        ("models.llama2-70b.num_layerz=2", "num_layerz: unknown key"),
+        ("hardware.h100_sxm.hbm_bandwidth_gbps=fast", "hbm_bandwidth_gbps"),
+        ("experiment.baseline=dgx_z", "baseline"),
+    ],
+)
 def test_bad_set_values_give_clear_errors(item, fragment):
     with pytest.raises(ConfigError) as ei:
         load_experiment(None, [item])

@@ -1,24 +1,37 @@
 """Numbers, YAML and JSON rules shared by every reader (issue 10: no non-finite or wrapped numbers)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from attnsim.core.config import (INT_LIMIT, YAML_MAX_VALUES, ConfigError, check_float, check_int, load_yaml,
-                            parse_set, parse_yaml, read_text_file, validate)
-
+from attnsim.core.config import (
+    INT_LIMIT,
+    YAML_MAX_VALUES,
+    ConfigError,
+    check_float,
+    check_int,
+    load_yaml,
+    parse_set,
+    parse_yaml,
+    read_text_file,
+    validate,
+)
 
 # ---------------------------------------------------------------- check_int / check_float
 
-@pytest.mark.parametrize("value, expected", [(5, 5), ("12", 12), ("0x10", 16), (" -3 ", -3), (4.0, 4),
-                                             (INT_LIMIT, INT_LIMIT)])
+
+@pytest.mark.parametrize(
+    "value, expected", [(5, 5), ("12", 12), ("0x10", 16), (" -3 ", -3), (4.0, 4), (INT_LIMIT, INT_LIMIT)]
+)
 def test_check_int_accepts(value, expected):
     assert check_int(value) == expected
 
 
-@pytest.mark.parametrize("value", [2 ** 63, INT_LIMIT + 1, "18446744073709551616", True, 1.5, "1e30",
-                                   "12abc", None, math.inf, "1_000"])
+@pytest.mark.parametrize(
+    "value", [2**63, INT_LIMIT + 1, "18446744073709551616", True, 1.5, "1e30", "12abc", None, math.inf, "1_000"]
+)
 def test_check_int_refuses_with_one_line(value):
     with pytest.raises(ConfigError) as e:
         check_int(value, file="trace.csv", key="line 3")
@@ -33,7 +46,7 @@ def test_check_int_tighter_bounds():
         check_int("256", file="p.s", key="line 2", lo=0, hi=255)
 
 
-@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, "inf", "nan", "1e999", 10 ** 400])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, "inf", "nan", "1e999", 10**400])
 def test_check_float_refuses_non_finite(value):
     with pytest.raises(ConfigError, match=r"^t.csv: arrival_s: expected a finite number, got (-?inf|nan)$"):
         check_float(value, file="t.csv", key="arrival_s")
@@ -46,6 +59,7 @@ def test_check_float_accepts_and_bounds():
 
 
 # ---------------------------------------------------------------- read_text_file
+
 
 def test_read_text_file_non_utf8_names_offset(tmp_path):
     p = tmp_path / "reqs.csv"
@@ -67,6 +81,7 @@ def test_read_text_file_errors_and_bom(tmp_path):
 
 # ---------------------------------------------------------------- YAML rules (parse_yaml / load_yaml / --set)
 
+
 def test_duplicate_keys_refused_with_both_lines():
     with pytest.raises(ConfigError) as e:
         parse_yaml("scenarios:\n  s:\n    batch_size: 16\n    prompt_len: 8\n    batch_size: 1\n", file="exp.yaml")
@@ -74,7 +89,10 @@ def test_duplicate_keys_refused_with_both_lines():
 
 
 def test_merge_keys_still_override():
-    assert parse_yaml("a: &base {x: 1, y: 2}\nb:\n  <<: *base\n  y: 3\n") == {"a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}}
+    assert parse_yaml("a: &base {x: 1, y: 2}\nb:\n  <<: *base\n  y: 3\n") == {
+        "a": {"x": 1, "y": 2},
+        "b": {"x": 1, "y": 3},
+    }
 
 
 def _laughs(levels: int = 9) -> str:
@@ -90,7 +108,7 @@ def test_alias_bomb_refused_with_count_and_limit():
     assert len(text) < 1024
     with pytest.raises(ConfigError) as e:
         parse_yaml(text, file="bomb.yaml")
-    n = sum(9 ** k for k in range(1, 10)) + 9 + 1  # lists + 'lol's + keys + the top mapping, as expanded
+    n = sum(9**k for k in range(1, 10)) + 9 + 1  # lists + 'lol's + keys + the top mapping, as expanded
     assert "bomb.yaml: YAML aliases expand the document to" in str(e.value)
     assert f"the limit is {YAML_MAX_VALUES:,}" in str(e.value)
     count = int(str(e.value).split("to ")[1].split(" values")[0].replace(",", ""))
@@ -101,12 +119,18 @@ def test_small_aliases_are_fine():
     assert parse_yaml(_laughs(3))["c"][0][0] == ["lol"] * 9
 
 
-@pytest.mark.parametrize("text, words", [
-    ("a: [1\n", "f.yaml: line 2: invalid YAML ("),
-    ("a: \x07\n", "f.yaml: line 1: invalid YAML (control character 0x07 not allowed)"),
-    ("[" * 200 + "]" * 200, "f.yaml: line 1: invalid YAML (nested deeper than 64 levels)"),
-    ("a:\n" + "".join(" " * i + "- \n" for i in range(1, 80)), "f.yaml: line 65: invalid YAML (nested deeper than 64"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("a: [1\n", "f.yaml: line 2: invalid YAML ("),
+        ("a: \x07\n", "f.yaml: line 1: invalid YAML (control character 0x07 not allowed)"),
+        ("[" * 200 + "]" * 200, "f.yaml: line 1: invalid YAML (nested deeper than 64 levels)"),
+        (
+            "a:\n" + "".join(" " * i + "- \n" for i in range(1, 80)),
+            "f.yaml: line 65: invalid YAML (nested deeper than 64",
+        ),
+    ],
+)
 def test_yaml_syntax_errors_are_one_line(text, words):
     with pytest.raises(ConfigError) as e:
         parse_yaml(text, file="f.yaml")
@@ -135,20 +159,27 @@ def test_set_values_follow_the_same_rules():
 def test_no_direct_yaml_safe_load_in_the_package():
     """Every YAML read goes through attnsim.core.config.parse_yaml (one loader, one set of rules)."""
     from pathlib import Path
+
     root = Path(__file__).resolve().parent.parent
-    offenders = [str(p.relative_to(root)) for d in ("attnsim", "hwmodels", "workloads", "mapper", "isa")
-                 for p in (root / d).rglob("*.py")
-                 if p.name != "config.py" and ("yaml.safe_load" in p.read_text() or "yaml.load(" in p.read_text())]
+    offenders = [
+        str(p.relative_to(root))
+        for d in ("attnsim", "hwmodels", "workloads", "mapper", "isa")
+        for p in (root / d).rglob("*.py")
+        if p.name != "config.py" and ("yaml.safe_load" in p.read_text() or "yaml.load(" in p.read_text())
+    ]
     assert offenders == []
 
 
 # ---------------------------------------------------------------- schemas: finite floats, bounded ints
 
+
 def _all_schemas():
     import importlib
     import importlib.util
     import pkgutil
+
     from attnsim.core.config import Schema
+
     for top in ("attnsim", "attnsim.hwmodels", "attnsim.workloads", "attnsim.mapper", "attnsim.isa"):
         pkg = importlib.import_module(top)
         for mod in pkgutil.walk_packages(pkg.__path__, top + "."):
@@ -169,8 +200,18 @@ def test_every_schema_refuses_inf_nan():
     schemas = _all_schemas()
     assert len(schemas) > 40
     names = {c.__name__ for c in schemas}
-    assert {"ModelSpec", "Scenario", "SystemSpec", "GPUSpec", "DRAMSpec", "SweepSpec", "ServingSpec",
-            "ReliabilitySpec", "LinkSpec", "PIMSpec"} <= names
+    assert {
+        "ModelSpec",
+        "Scenario",
+        "SystemSpec",
+        "GPUSpec",
+        "DRAMSpec",
+        "SweepSpec",
+        "ServingSpec",
+        "ReliabilitySpec",
+        "LinkSpec",
+        "PIMSpec",
+    } <= names
     for cls in schemas:
         assert cls.model_config.get("allow_inf_nan") is False, cls.__name__
         for name, f in cls.model_fields.items():
@@ -179,16 +220,25 @@ def test_every_schema_refuses_inf_nan():
 
 def test_schema_number_rule_reaches_free_form_sections():
     from attnsim.hwmodels.system import MapperSpec
-    for value, words in [(math.inf, "expected a finite number, got inf"), (math.nan, "expected a finite number, got nan"),
-                         (2 ** 63, "expected an integer in [-2**53, 2**53], got 9223372036854775808")]:
+
+    for value, words in [
+        (math.inf, "expected a finite number, got inf"),
+        (math.nan, "expected a finite number, got nan"),
+        (2**63, "expected an integer in [-2**53, 2**53], got 9223372036854775808"),
+    ]:
         with pytest.raises(ConfigError) as e:
-            validate(MapperSpec, {"policy": "gpu_only", "options": {"split": [1, {"x": value}]}}, file="s.yaml",
-                     prefix="mapper")
+            validate(
+                MapperSpec,
+                {"policy": "gpu_only", "options": {"split": [1, {"x": value}]}},
+                file="s.yaml",
+                prefix="mapper",
+            )
         assert str(e.value) == f"s.yaml: mapper.options.split.1.x: {words}"
 
 
 def test_float_field_refuses_overflowing_string():
     from attnsim.hwmodels.links import LinkSpec
+
     base = {"kind": "link", "name": "l", "bandwidth_gbps": 100, "latency_us": 1.0, "energy_pj_per_bit": 1.0}
     assert validate(LinkSpec, base).latency_us == 1.0
     with pytest.raises(ConfigError, match=r"^l.yaml: latency_us: expected a finite number, got '1e999'$"):
@@ -207,29 +257,55 @@ scenarios:
 
 def _cli(capsys, *argv):
     from attnsim.cli import main
+
     rc = main(list(argv))
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
 
 
-@pytest.mark.parametrize("setting, words", [
-    ("hardware.nvlink3.latency_us=.inf", "hardware/nvlink3.yaml: latency_us: expected a finite number, got inf"),
-    ("hardware.nvlink3.bandwidth_gbps=.nan", "hardware/nvlink3.yaml: bandwidth_gbps: expected a finite number, got nan"),
-    ("hardware.nvlink3.energy_pj_per_bit=1e999",
-     "hardware/nvlink3.yaml: energy_pj_per_bit: expected a finite number, got '1e999'"),
-    ("hardware.a100_80gb_sxm.peak_fp16_tflops=-.inf", "hardware/a100_80gb_sxm.yaml: peak_fp16_tflops: expected a finite number"),
-    ("hardware.a100_80gb_sxm.kernel_overhead_us=.inf", "a100_80gb_sxm.yaml: kernel_overhead_us: expected a finite number, got inf"),
-    ("systems.dgx_a100.mapper.options.x=.inf", "systems/dgx_a100.yaml: mapper.options.x: expected a finite number, got inf"),
-    ("experiment.serving={trace: {rate_per_s: .inf}}", "serving.trace.rate_per_s: expected a finite number, got inf"),
-    ("experiment.seed=9223372036854775808", "seed: expected an integer in [-2**53, 2**53], got 9223372036854775808"),
-    ("scenarios.s.batch_size=1.0e+30", "scenarios.s.batch_size: expected an integer in [-2**53, 2**53], got 1e+30"),
-    ("scenarios.s.batch_size={a: 1, a: 2}", "--set: scenarios.s.batch_size: duplicate key 'a' (first at line 1)"),
-    ("scenarios.s.batch_size=true", "tiny.yaml: scenarios.s.batch_size: expected an integer, got True"),
-    ("scenarios.s.context_lens=[1, true]", "scenarios.s.context_lens.1: expected an integer, got True"),
-    ("hardware.nvlink3.latency_us=false", "hardware/nvlink3.yaml: latency_us: expected a number, got False"),
-    ("systems.dgx_a100.devices.gpu.count.x=1",
-     "--set: systems.dgx_a100.devices.gpu.count: expected a mapping to hold key 'x', got 8"),
-])
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("hardware.nvlink3.latency_us=.inf", "hardware/nvlink3.yaml: latency_us: expected a finite number, got inf"),
+        (
+            "hardware.nvlink3.bandwidth_gbps=.nan",
+            "hardware/nvlink3.yaml: bandwidth_gbps: expected a finite number, got nan",
+        ),
+        (
+            "hardware.nvlink3.energy_pj_per_bit=1e999",
+            "hardware/nvlink3.yaml: energy_pj_per_bit: expected a finite number, got '1e999'",
+        ),
+        (
+            "hardware.a100_80gb_sxm.peak_fp16_tflops=-.inf",
+            "hardware/a100_80gb_sxm.yaml: peak_fp16_tflops: expected a finite number",
+        ),
+        (
+            "hardware.a100_80gb_sxm.kernel_overhead_us=.inf",
+            "a100_80gb_sxm.yaml: kernel_overhead_us: expected a finite number, got inf",
+        ),
+        (
+            "systems.dgx_a100.mapper.options.x=.inf",
+            "systems/dgx_a100.yaml: mapper.options.x: expected a finite number, got inf",
+        ),
+        (
+            "experiment.serving={trace: {rate_per_s: .inf}}",
+            "serving.trace.rate_per_s: expected a finite number, got inf",
+        ),
+        (
+            "experiment.seed=9223372036854775808",
+            "seed: expected an integer in [-2**53, 2**53], got 9223372036854775808",
+        ),
+        ("scenarios.s.batch_size=1.0e+30", "scenarios.s.batch_size: expected an integer in [-2**53, 2**53], got 1e+30"),
+        ("scenarios.s.batch_size={a: 1, a: 2}", "--set: scenarios.s.batch_size: duplicate key 'a' (first at line 1)"),
+        ("scenarios.s.batch_size=true", "tiny.yaml: scenarios.s.batch_size: expected an integer, got True"),
+        ("scenarios.s.context_lens=[1, true]", "scenarios.s.context_lens.1: expected an integer, got True"),
+        ("hardware.nvlink3.latency_us=false", "hardware/nvlink3.yaml: latency_us: expected a number, got False"),
+        (
+            "systems.dgx_a100.devices.gpu.count.x=1",
+            "--set: systems.dgx_a100.devices.gpu.count: expected a mapping to hold key 'x', got 8",
+        ),
+    ],
+)
 def test_run_refuses_bad_numbers(tmp_path, capsys, setting, words):
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
@@ -261,9 +337,12 @@ def test_sweep_alias_bomb_refused(tmp_path, capsys):
 
 # ---------------------------------------------------------------- strict JSON and finite run documents
 
+
 def test_dumps_is_strict():
     import numpy as np
+
     from attnsim.sim.results import dumps
+
     assert dumps({"a": np.float64(1.5), "b": np.int64(2)}) == '{"a": 1.5, "b": 2}'
     for bad in (math.inf, math.nan, np.float32("nan")):
         with pytest.raises(ValueError):
@@ -272,9 +351,15 @@ def test_dumps_is_strict():
 
 def test_finalize_doc_turns_non_finite_ok_runs_into_errors():
     import numpy as np
+
     from attnsim.sim.results import check_finite_doc, dumps, finalize_doc
-    doc = {"status": "ok", "metrics": {"ttft_s": math.inf, "tpot_s": 0.1, "memory": {"gpu": {"used": np.nan}}},
-           "breakdown": {"decode_step": {"time_s": 1.0}}, "_requests": {"tpot_s": np.array([np.nan])}}
+
+    doc = {
+        "status": "ok",
+        "metrics": {"ttft_s": math.inf, "tpot_s": 0.1, "memory": {"gpu": {"used": np.nan}}},
+        "breakdown": {"decode_step": {"time_s": 1.0}},
+        "_requests": {"tpot_s": np.array([np.nan])},
+    }
     assert check_finite_doc(doc) == ["metrics.memory.gpu.used", "metrics.ttft_s"]
     finalize_doc(doc)
     assert doc["status"] == "error"
@@ -291,6 +376,7 @@ def _strict_loads(text):
 
     def refuse(const):
         raise ValueError(f"non-standard JSON constant {const}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -300,9 +386,19 @@ def test_overflowing_metric_gives_error_status_and_strict_json(tmp_path, capsys)
     exp.write_text(TINY)
     # finite in the config (1.7e302 s per ring step of the ring formula), but the run's energy overflows to inf;
     # outside latency_us's plausible range (<= 1e6 us), so the file opts out of that range (allow_out_of_range)
-    rc, out, _ = _cli(capsys, "run", str(exp), "--set", "hardware.nvlink3.allreduce=ring",
-                      "--set", "hardware.nvlink3.latency_us=1.7e+308",
-                      "--set", "hardware.nvlink3.allow_out_of_range=[latency_us]", "--json", "--no-write")
+    rc, out, _ = _cli(
+        capsys,
+        "run",
+        str(exp),
+        "--set",
+        "hardware.nvlink3.allreduce=ring",
+        "--set",
+        "hardware.nvlink3.latency_us=1.7e+308",
+        "--set",
+        "hardware.nvlink3.allow_out_of_range=[latency_us]",
+        "--json",
+        "--no-write",
+    )
     assert rc == 0
     (run,) = _strict_loads(out)["runs"]
     assert run["status"] == "error"
@@ -315,13 +411,23 @@ def test_overflowing_metric_gives_error_status_and_strict_json(tmp_path, capsys)
 
 def test_serving_aggregates_undefined_are_none_not_nan():
     import numpy as np
+
     from attnsim.sim.results import check_finite_doc
     from attnsim.studies.serve.metrics import request_table, summarize
     from attnsim.studies.serve.spec import SLOSpec
+
     one = np.ones(3)
-    req = request_table(arrival=np.zeros(3), prompt=np.full(3, 8), output=np.ones(3, dtype=np.int64),
-                        first_token=one, finish=one, admit=np.zeros(3), energy=one, preemptions=np.zeros(3, np.int64),
-                        prefix_hit=np.zeros(3, np.int64))
+    req = request_table(
+        arrival=np.zeros(3),
+        prompt=np.full(3, 8),
+        output=np.ones(3, dtype=np.int64),
+        first_token=one,
+        finish=one,
+        admit=np.zeros(3),
+        energy=one,
+        preemptions=np.zeros(3, np.int64),
+        prefix_hit=np.zeros(3, np.int64),
+    )
     m = summarize(req, SLOSpec(), total_energy_j=3.0)
     assert m["tpot_mean"] is None and m["tpot_p99"] is None  # one-token outputs: TPOT undefined
     assert m["arrival_rate_per_s"] is None and m["littles_law_rhs"] is None  # all arrive at once
@@ -332,6 +438,7 @@ def test_show_json_is_strict_for_an_old_file_with_infinity(tmp_path, capsys):
     import json
 
     import h5py
+
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
     out = tmp_path / "res"
@@ -348,6 +455,7 @@ def test_show_json_is_strict_for_an_old_file_with_infinity(tmp_path, capsys):
 
 def test_replications_keep_undefined_metrics_undefined():
     from attnsim.studies.serve.replicate import combine
+
     docs = [{"status": "ok", "metrics": {"ttft_mean": t, "tpot_mean": p}} for t, p in ((1.0, None), (3.0, 0.5))]
     m = combine(docs, [0, 1], 0.95, 0)["metrics"]
     assert m["ttft_mean"] == 2.0 and m["tpot_mean"] is None
@@ -356,15 +464,17 @@ def test_replications_keep_undefined_metrics_undefined():
 
 def test_check_numbers_names_the_nested_key():
     from attnsim.core.config import check_numbers
+
     check_numbers({"a": [1, 2.5, {"b": "x"}]}, file="c.json")
     with pytest.raises(ConfigError, match=r"^c.json: cfg.rope_scaling.factor: expected a finite number, got inf$"):
         check_numbers({"rope_scaling": {"factor": math.inf}}, file="c.json", key="cfg")
     with pytest.raises(ConfigError, match=r"^c.json: 0.1: expected an integer in \[-2\*\*53, 2\*\*53\]"):
-        check_numbers([[0, 2 ** 64]], file="c.json")
+        check_numbers([[0, 2**64]], file="c.json")
 
 
 def test_trace_with_non_finite_times_is_refused_before_writing(tmp_path):
     from attnsim.sim.timeline import write_trace
+
     out = tmp_path / "sub" / "t.json"
     with pytest.raises(ConfigError, match=r"t.json: expected finite event times, got inf/NaN"):
         write_trace(out, [{"ph": "X", "name": "x", "ts": 0.0, "dur": math.inf}])
@@ -376,6 +486,7 @@ def test_trace_with_non_finite_times_is_refused_before_writing(tmp_path):
 def test_config_errors_are_one_line_even_for_keys_with_newlines(tmp_path):
     from attnsim.core.config import ConfigError, validate
     from attnsim.sim.experiment import GenerationSpec
+
     with pytest.raises(ConfigError) as exc:
         validate(GenerationSpec, {"mode": "exact", "bad\nkey\r\x1b": 1}, file="g.yaml")
     text = str(exc.value)
@@ -385,5 +496,6 @@ def test_config_errors_are_one_line_even_for_keys_with_newlines(tmp_path):
 
 def test_text_reader_refuses_devices():
     from attnsim.core.config import ConfigError, read_text_file
+
     with pytest.raises(ConfigError, match="regular file"):
         read_text_file("/dev/zero")

@@ -1,5 +1,6 @@
 """CXL-NDP transparent compression (hwmodels/compression.py): the bit-plane coder against hand-derived sizes
 and the entropy bound, and its effect on a CXL-PNM device's bytes, time, energy, capacity and link bytes."""
+
 import numpy as np
 import pytest
 
@@ -84,14 +85,15 @@ def test_ratio_section_rules():
         device(compression={"ratio": 1.5})
     with pytest.raises(ConfigError, match="compression.ratio: expected a number for kv in fp8"):
         C.CompressionSpec().ratio_for("kv", "fp8")
-    with pytest.raises(ConfigError, match="compression"):   # compression applies to CXL-PNM only
+    with pytest.raises(ConfigError, match="compression"):  # compression applies to CXL-PNM only
         device("attacc_hbm3_pim_stack", compression={"ratio": 0.5})
 
 
 def _prefill_row(dev):
     model = load_model("llama2-7b")
-    tr = build_trace(model, Scenario(batch_size=1, prompt_len=16, kv_dtype="bf16", weight_dtype="bf16",
-                                     act_dtype="bf16"), "prefill")
+    tr = build_trace(
+        model, Scenario(batch_size=1, prompt_len=16, kv_dtype="bf16", weight_dtype="bf16", act_dtype="bf16"), "prefill"
+    )
     i = int(np.nonzero(tr["op"] == "mlp_down")[0][0])
     return tr, i
 
@@ -115,7 +117,9 @@ def test_streamed_bytes_time_and_engine_energy_by_hand(ratio, overlap):
     if ratio == 0.5 and overlap:
         assert cost.time_s[0] == pytest.approx(max(t_engine, t_compute))
     assert cost.energy_j["compute"][0] == pytest.approx(wb * 1.4e-12)
-    assert cost.energy_j["dram_read_write"][0] == pytest.approx(base.energy_j["dram_read_write"][0] * (wb * ratio + act) / (wb + act))
+    assert cost.energy_j["dram_read_write"][0] == pytest.approx(
+        base.energy_j["dram_read_write"][0] * (wb * ratio + act) / (wb + act)
+    )
 
 
 def test_decode_gemv_streams_the_stored_bytes():
@@ -130,25 +134,35 @@ def test_decode_gemv_streams_the_stored_bytes():
 
 
 def test_capacity_and_link_bytes_in_the_plan():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
+    from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.trace import kv_cache_bytes, weight_bytes
-    exp = load_experiment("cxl_ndp", sets=["hardware.cxl_ndp_lpddr5x.compression.ratio=0.5",
-                                           "hardware.cxl_ndp_lpddr5x.compression.link=true",
-                                           "hardware.cxl_ndp_lpddr5x.compression.weights=false",
-                                           "models.llama2-70b.num_layers=2"])
+
+    exp = load_experiment(
+        "cxl_ndp",
+        sets=[
+            "hardware.cxl_ndp_lpddr5x.compression.ratio=0.5",
+            "hardware.cxl_ndp_lpddr5x.compression.link=true",
+            "hardware.cxl_ndp_lpddr5x.compression.weights=false",
+            "models.llama2-70b.num_layers=2",
+        ],
+    )
     system = build_system(exp.systems["cxl_ndp"], exp.tree.hardware, exp.tree.file_of)
     model, sc = exp.models["llama2-70b"], exp.scenarios["b8_bf16"]
     ctx = sc.prompt_lens() + sc.output_len
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, ctx),
-          "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=8)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, ctx),
+        "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=8),
+    }
     tr = build_trace(model, sc, "prefill", tp=8)
     plan = get_policy("cxl_pnm")(tr, system, mb, system.spec.mapper.options)
     pnm = next(m for m in plan.memory if m.role == "pnm")
     assert pnm.kv_bytes == pytest.approx(0.5 * mb["kv_per_rank"])
-    plain = get_policy("cxl_pnm")(tr, build_system(exp.systems["cxl_pnm"], exp.tree.hardware, exp.tree.file_of),
-                                  mb, {"prefill_on_gpu": True})
+    plain = get_policy("cxl_pnm")(
+        tr, build_system(exp.systems["cxl_pnm"], exp.tree.hardware, exp.tree.file_of), mb, {"prefill_on_gpu": True}
+    )
     assert pnm.weights_bytes == pytest.approx(next(m for m in plain.memory if m.role == "pnm").weights_bytes)
     link = np.asarray(plan.trace["cls"]) == "transfer"
     kv_written = float(np.sum(np.asarray(tr["kv_write_bytes"]) * np.asarray(tr["count"])))

@@ -1,6 +1,7 @@
 """The documentation site builds with ``mkdocs build --strict`` (a broken link, a missing anchor or a page outside
 the nav fails), its generated pages are current, every section of the former 2,260-line README is reachable from
 its navigation, and README.md stays an entry point whose links, sweep file and notebook block work."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -60,8 +61,14 @@ def test_mkdocs_build_strict(tmp_path):
     # what CI's site build is: the test command runs it (MkDocs' own check of links, anchors and the nav)
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     out = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert (out / "index.html").is_file()
     api = (out / "reference" / "python-api" / "index.html").read_text()
@@ -78,20 +85,28 @@ def test_strict_build_fails_on_a_broken_link(tmp_path):
     (site / "mkdocs.yml").write_text(cfg)
     with open(site / "docs" / "limitations.md", "a") as f:
         f.write("\nSee [the missing page](guide/nope.md) and [a missing anchor](guide/install.md#nope).\n")
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")], cwd=site,
-                       env=dict(os.environ, NO_MKDOCS_2_WARNING="1"), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=site,
+        env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode != 0
     assert "guide/nope.md" in r.stderr and "#nope" in r.stderr
 
 
 def test_generated_pages_are_current():
-    stale = [str(p.relative_to(ROOT)) for p, text in docs_pages.pages().items()
-             if not p.is_file() or p.read_text() != text]
+    stale = [
+        str(p.relative_to(ROOT)) for p, text in docs_pages.pages().items() if not p.is_file() or p.read_text() != text
+    ]
     assert not stale, f"stale generated pages (run python bench/docs_pages.py): {stale}"
 
 
 def test_schema_pages_cover_every_config_kind():
     from attnsim.cli.schema import kinds
+
     nav = _nav_pages(_mkdocs_config()["nav"])
     for k in kinds():
         assert f"reference/schemas/{k}.md" in nav
@@ -102,6 +117,7 @@ def test_schema_pages_cover_every_config_kind():
 
 def test_cli_page_lists_every_subcommand():
     from attnsim.cli import build_parser
+
     (sub,) = docs_pages._subparsers(build_parser())
     text = (DOCS / "reference" / "cli.md").read_text()
     for name in sub.choices:
@@ -111,32 +127,60 @@ def test_cli_page_lists_every_subcommand():
 # The section headings of README.md before it became an entry point (commit 878b7fc, 2,260 lines); each must be a
 # heading of a page in the site's nav or of README.md. Renamed ones map to their new title.
 OLD_README_SECTIONS = [
-    "Assumptions that can flip your verdict", "Usage", "Python API (`docs/api.md`)", "Metrics (definitions)",
-    "Configs", "Trust: every setting takes effect or is refused", "Models", "GPU, NPU and link models",
+    "Assumptions that can flip your verdict",
+    "Usage",
+    "Python API (`docs/api.md`)",
+    "Metrics (definitions)",
+    "Configs",
+    "Trust: every setting takes effect or is refused",
+    "Models",
+    "GPU, NPU and link models",
     "GPU power (`hwmodels/gpu_power.py`, `attnsim validate --set power`)",
     "Collectives (`hwmodels/collectives.py`, `attnsim validate --set nccl`)",
-    "Static power, host servers and software stacks", "Sensitivity to unpublished parameters (`attnsim sensitivity`)",
-    "GPU calibration (`attnsim validate --set gpu`)", "Systems and mapper policies",
+    "Static power, host servers and software stacks",
+    "Sensitivity to unpublished parameters (`attnsim sensitivity`)",
+    "GPU calibration (`attnsim validate --set gpu`)",
+    "Systems and mapper policies",
     "Systems of the field: IANUS, SpecPIM, Sangam, Samsung CXL-PNM, CXL-NDP, KV pools and flash",
-    "Parallelism: tensor (even or not), pipeline, replicas", "Reproductions (`attnsim validate --set reproductions`)",
-    "DRAM bank-timing engine (`hwmodels/dram/`, `attnsim dram`)", "DRAM cross-check against Ramulator 2.1 and DRAMsim3",
-    "PIM command sets (`isa/`) and the PIM device model", "Your own PIM program: `attnsim pim run`",
+    "Parallelism: tensor (even or not), pipeline, replicas",
+    "Reproductions (`attnsim validate --set reproductions`)",
+    "DRAM bank-timing engine (`hwmodels/dram/`, `attnsim dram`)",
+    "DRAM cross-check against Ramulator 2.1 and DRAMsim3",
+    "PIM command sets (`isa/`) and the PIM device model",
+    "Your own PIM program: `attnsim pim run`",
     "PIM mapping (how attention and FC work is laid out on a PIM device)",
     "Reliability-aware KV (`hwmodels/reliability/`)",
-    "Reliability-aware tiering end to end: `attnsim plan`", "Perplexity calibration of the accuracy proxy",
-    "Sweeps, results store, figures", "Sweep files", "Commands", "Exporting: CSV, Parquet, pandas, xarray",
-    "Baselines inside sweeps", "On a cluster (SLURM)", "Tested on a real Slurm", "Running on your cluster",
+    "Reliability-aware tiering end to end: `attnsim plan`",
+    "Perplexity calibration of the accuracy proxy",
+    "Sweeps, results store, figures",
+    "Sweep files",
+    "Commands",
+    "Exporting: CSV, Parquet, pandas, xarray",
+    "Baselines inside sweeps",
+    "On a cluster (SLURM)",
+    "Tested on a real Slurm",
+    "Running on your cluster",
     "Kill safety",
-    "HDF5 layout (`format = attnsim.sweep/1`)", "Figures", "Measured (2-core machine, `python bench/bench_sweep.py`)",
-    "Results of `attnsim run` (HDF5)", "Timeline (Perfetto)", "Serving (request-level simulation)",
-    "Benchmarks (`bench/`, they print figures; no test depends on wall time)", "Layout", "Known limitations"]
-RENAMED = {"Usage": "Running experiments", "Python API (`docs/api.md`)": "Python API reference",
-           "Metrics (definitions)": "Metrics", "Trust: every setting takes effect or is refused":
-           "Every setting takes effect or is refused", "GPU, NPU and link models":
-           "GPU, NPU and link models: power, collectives, calibration", "Sweeps, results store, figures":
-           "Sweeps and clusters",
-           "Benchmarks (`bench/`, they print figures; no test depends on wall time)": "Benchmarks",
-           "Layout": "Code layout"}
+    "HDF5 layout (`format = attnsim.sweep/1`)",
+    "Figures",
+    "Measured (2-core machine, `python bench/bench_sweep.py`)",
+    "Results of `attnsim run` (HDF5)",
+    "Timeline (Perfetto)",
+    "Serving (request-level simulation)",
+    "Benchmarks (`bench/`, they print figures; no test depends on wall time)",
+    "Layout",
+    "Known limitations",
+]
+RENAMED = {
+    "Usage": "Running experiments",
+    "Python API (`docs/api.md`)": "Python API reference",
+    "Metrics (definitions)": "Metrics",
+    "Trust: every setting takes effect or is refused": "Every setting takes effect or is refused",
+    "GPU, NPU and link models": "GPU, NPU and link models: power, collectives, calibration",
+    "Sweeps, results store, figures": "Sweeps and clusters",
+    "Benchmarks (`bench/`, they print figures; no test depends on wall time)": "Benchmarks",
+    "Layout": "Code layout",
+}
 
 
 def test_every_former_readme_section_is_reachable_from_the_nav():
@@ -159,11 +203,21 @@ def test_readme_is_an_entry_point():
     text = README.read_text()
     assert len(text.splitlines()) < 300
     # the two set-up commands stay at the very top (tests/test_packaging.py runs them in sequence)
-    assert text.splitlines()[:5] == ["# attnsim", "", "```bash", "python3 -m pip install . && attnsim run",
-                                     'python3 -m pip install -e ".[test]" && python3 -m pytest -q -n 2']
+    assert text.splitlines()[:5] == [
+        "# attnsim",
+        "",
+        "```bash",
+        "python3 -m pip install . && attnsim run",
+        'python3 -m pip install -e ".[test]" && python3 -m pytest -q -n 2',
+    ]
     heads = _headings(text)
-    for h in ("A first study, end to end", "Metrics", "Config concepts", "Assumptions that can flip your verdict",
-              "Documentation"):
+    for h in (
+        "A first study, end to end",
+        "Metrics",
+        "Config concepts",
+        "Assumptions that can flip your verdict",
+        "Documentation",
+    ):
         assert h in heads
 
 

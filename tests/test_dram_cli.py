@@ -1,4 +1,5 @@
 """`attnsim dram` CLI: JSON keys, trace parsing errors with file:line, overrides."""
+
 import json
 
 import pytest
@@ -14,8 +15,22 @@ def run(capsys, *argv):
 
 
 def test_json_has_the_contract_keys_and_respects_peak(capsys):
-    rc, out, _ = run(capsys, "--device", "lpddr5_6400", "--pattern", "random", "--requests", "3000",
-                     "--write-fraction", "0.3", "--json", "--channels", "2", "--banks", "8")
+    rc, out, _ = run(
+        capsys,
+        "--device",
+        "lpddr5_6400",
+        "--pattern",
+        "random",
+        "--requests",
+        "3000",
+        "--write-fraction",
+        "0.3",
+        "--json",
+        "--channels",
+        "2",
+        "--banks",
+        "8",
+    )
     assert rc == 0
     d = json.loads(out)
     for k in JSON_KEYS:
@@ -40,9 +55,12 @@ def test_trace_and_errors(capsys, tmp_path):
     rc, out, _ = run(capsys, "--device", "hbm2_2000", "--trace", str(t), "--json")
     assert rc == 0 and json.loads(out)["bytes"] == 96
     bad = tmp_path / "bad.trace"
-    for text, what in (("0x0 R\n0x20 X\n", ": line 2: expected R or W"), ("0x0 R\nqq R\n", ": line 2: expected a hex address"),
-                       ("0x0 R 5\n0x20 R 2\n", ": line 2: arrival cycles must not decrease"),
-                       ("0x0 R 1 2\n", ": line 1: expected '<hex address>")):
+    for text, what in (
+        ("0x0 R\n0x20 X\n", ": line 2: expected R or W"),
+        ("0x0 R\nqq R\n", ": line 2: expected a hex address"),
+        ("0x0 R 5\n0x20 R 2\n", ": line 2: arrival cycles must not decrease"),
+        ("0x0 R 1 2\n", ": line 1: expected '<hex address>"),
+    ):
         bad.write_text(text)
         rc, out, err = run(capsys, "--device", "hbm2_2000", "--trace", str(bad))
         assert rc == 2 and what in err and out == ""
@@ -72,18 +90,34 @@ def test_dram_command_imports_only_the_dram_path():
     import sys
 
     from attnsim.cli import build_parser
+
     assert set(build_parser(["dram"])._subparsers._group_actions[0].choices) == {"dram"}
     assert {"dram", "run", "sweep"} <= set(build_parser([])._subparsers._group_actions[0].choices)
-    code = ("import sys; from attnsim.cli import main; "
-            "rc = main(['dram', '--device', 'hbm2_2000', '--requests', '64', '--json']); "
-            "print(rc, sorted(m for m in sys.modules if m.startswith(('attnsim.', 'scipy.linalg', 'h5py', 'pandas', "
-            "'matplotlib')))); import scipy.linalg")  # the BLAS probe left scipy importable
+    code = (
+        "import sys; from attnsim.cli import main; "
+        "rc = main(['dram', '--device', 'hbm2_2000', '--requests', '64', '--json']); "
+        "print(rc, sorted(m for m in sys.modules if m.startswith(('attnsim.', 'scipy.linalg', 'h5py', 'pandas', "
+        "'matplotlib')))); import scipy.linalg"
+    )  # the BLAS probe left scipy importable
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     rc, mods = p.stdout.strip().splitlines()[-1].split(" ", 1)
     assert rc == "0"
-    heavy = [m for m in eval(mods) if not m.startswith(("attnsim.hwmodels.dram", "attnsim.cli", "attnsim.core.config"))
-             and m not in ("attnsim.hwmodels", "attnsim.hwmodels.registry", "attnsim.cli.warmup", "attnsim._version",
-                           "attnsim.core.jitcache", "attnsim.core.fingerprint", "attnsim.core.notices",
-                           "attnsim.core.fileio",  # fileio: the bounded reader of every file (stdlib only)
-                           "attnsim.core", "attnsim.configs")]  # the layer package (a docstring), built-in YAML
+    heavy = [
+        m
+        for m in eval(mods)
+        if not m.startswith(("attnsim.hwmodels.dram", "attnsim.cli", "attnsim.core.config"))
+        and m
+        not in (
+            "attnsim.hwmodels",
+            "attnsim.hwmodels.registry",
+            "attnsim.cli.warmup",
+            "attnsim._version",
+            "attnsim.core.jitcache",
+            "attnsim.core.fingerprint",
+            "attnsim.core.notices",
+            "attnsim.core.fileio",  # fileio: the bounded reader of every file (stdlib only)
+            "attnsim.core",
+            "attnsim.configs",
+        )
+    ]  # the layer package (a docstring), built-in YAML
     assert heavy == []

@@ -1,15 +1,16 @@
 """DRAMsim3's two-level queues (hwmodels/dram/sched_cmdqueue.py, the ``dramsim3`` controller preset): a hand-derived
 small case, and the emitted command stream replaying to the same cycles."""
+
 import dataclasses
 
 import numpy as np
 import pytest
 
-from attnsim.hwmodels.dram import sched_cmdqueue as CQ
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import raw_run, simulate_requests
-from attnsim.hwmodels.dram.engine import timing_vector
 from attnsim.hwmodels.dram import rules as RL
+from attnsim.hwmodels.dram import sched_cmdqueue as CQ
+from attnsim.hwmodels.dram.engine import timing_vector
 from attnsim.hwmodels.dram.streams import MAPPING, dramsim3_spec, make_stream
 
 
@@ -26,10 +27,24 @@ def _with_rules(name, **kw):
 # chrabgbaroco, cmd_queue_size = 2, trans_queue_size = 4 / 3; `dramsim3main <ini> -c 300 -t <the 6 reads at cycle
 # 0>`: its ch_0cmd.trace as (cycle, command, bank); every other field is rank 0, bank group 0.
 _A, _P, _R = "activate", "precharge", "read"
-_TAIL = [(34, _P, 0), (49, _A, 0), (64, _R, 0), (81, _P, 0), (96, _A, 0), (111, _R, 0), (128, _P, 0), (143, _A, 0),
-         (158, _R, 0), (175, _P, 0), (190, _A, 0), (205, _R, 0)]
-DRAMSIM3_CMDS = {4: [(2, _A, 0), (10, _A, 1), (17, _R, 0), (25, _R, 1)] + _TAIL,
-                 3: [(2, _A, 0), (17, _R, 0), (19, _A, 1)] + _TAIL[:1] + [(35, _R, 1)] + _TAIL[1:]}
+_TAIL = [
+    (34, _P, 0),
+    (49, _A, 0),
+    (64, _R, 0),
+    (81, _P, 0),
+    (96, _A, 0),
+    (111, _R, 0),
+    (128, _P, 0),
+    (143, _A, 0),
+    (158, _R, 0),
+    (175, _P, 0),
+    (190, _A, 0),
+    (205, _R, 0),
+]
+DRAMSIM3_CMDS = {
+    4: [(2, _A, 0), (10, _A, 1), (17, _R, 0), (25, _R, 1)] + _TAIL,
+    3: [(2, _A, 0), (17, _R, 0), (19, _A, 1)] + _TAIL[:1] + [(35, _R, 1)] + _TAIL[1:],
+}
 
 
 @pytest.mark.parametrize("read_queue,act1_cycle", [(4, 10), (3, 19)])
@@ -88,8 +103,7 @@ def test_row_hit_limit_lets_a_waiting_miss_close_the_row(nacc, want):
 @pytest.mark.parametrize("std,kind", [("lpddr4", "mixed"), ("hbm2", "mixed"), ("lpddr4", "seq")])
 def test_emitted_commands_replay_to_same_cycles(std, kind):
     spec = dramsim3_spec(std)
-    spec = spec.model_copy(update=dict(controller="dramsim3",
-                                       timing=spec.timing.model_copy(update=dict(nREFI=1200))))
+    spec = spec.model_copy(update=dict(controller="dramsim3", timing=spec.timing.model_copy(update=dict(nREFI=1200))))
     addr, w = make_stream(spec.org, kind, 3000, 2)
     for page in ("open", "closed"):
         r = simulate_requests(spec, addr, w, mapping=MAPPING, refresh="ab", emit=True, page=page)
@@ -104,8 +118,10 @@ def test_rank_switch_and_ppd_timings_refused_outside_the_dramsim3_preset():
     """timing.nRTRS / nPPD only act in the two-level queue kernel: under another preset they are refused."""
     import numpy as np
     import pytest
+
     from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram.controller import simulate_requests
+
     spec = dramsim3_spec("lpddr4")  # nRTRS 1, nPPD 2
     addr = np.arange(64, dtype=np.int64) * 64
     for preset in ("ideal", "ramulator2"):

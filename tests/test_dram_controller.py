@@ -1,11 +1,13 @@
 """Request controller: replay equality, closed-form sequential/strided cycles, monotonicity, errors."""
+
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.cli.dram import device_spec
 from attnsim.core.config import ConfigError
-from attnsim.hwmodels.dram import load_dram_spec, raw_run, run_commands, simulate_requests
+from attnsim.hwmodels.dram import load_dram_spec, raw_run, simulate_requests
 
 
 def one_channel(name):
@@ -13,8 +15,12 @@ def one_channel(name):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), page=st.sampled_from(["open", "closed"]),
-       name=st.sampled_from(["hbm3_6400", "lpddr5_6400", "ddr5_4800"]), mode=st.sampled_from(["ab", "pb"]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    page=st.sampled_from(["open", "closed"]),
+    name=st.sampled_from(["hbm3_6400", "lpddr5_6400", "ddr5_4800"]),
+    mode=st.sampled_from(["ab", "pb"]),
+)
 def test_emitted_commands_replay_to_same_cycles(seed, page, name, mode):
     """The controller's command stream (with its REF records) replays on the engine to the same cycles."""
     spec = load_dram_spec(name)
@@ -85,9 +91,12 @@ def test_random_far_below_sequential_and_closed_page_has_no_conflicts():
     # no request ever finds another row open. The default ClosedCAP cap 4 keeps a row open until its 4th access,
     # which a random stream (< 5 % hits) rarely reaches: its rows then conflict as under open page.
     from attnsim.hwmodels.dram.spec import spec_from_dict
+
     cap1 = spec_from_dict({**spec.model_dump(), "controller_rules": {"closed_cap": 1}})
-    for closed in (simulate_requests(spec, addr, 0, page="closed", controller="ideal"),
-                   simulate_requests(cap1, addr, 0, page="closed")):
+    for closed in (
+        simulate_requests(spec, addr, 0, page="closed", controller="ideal"),
+        simulate_requests(cap1, addr, 0, page="closed"),
+    ):
         assert closed.row_conflicts == 0
     cap4 = simulate_requests(spec, addr, 0, page="closed")
     assert cap4.row_conflicts > 0.9 * rnd.row_conflicts
@@ -101,8 +110,10 @@ def test_more_banks_never_slower_in_order(seed):
     n = 400
     addr = rng.integers(0, 1 << 24, n) * 32
     w = rng.random(n) < 0.2
-    cycles = [simulate_requests(device_spec("hbm3_6400", channels=1, banks=b), addr, w, refresh="none",
-                                queue=1).cycles for b in (2, 4, 8, 16)]
+    cycles = [
+        simulate_requests(device_spec("hbm3_6400", channels=1, banks=b), addr, w, refresh="none", queue=1).cycles
+        for b in (2, 4, 8, 16)
+    ]
     assert all(a >= b for a, b in zip(cycles, cycles[1:])), cycles
 
 
@@ -115,8 +126,10 @@ def test_more_banks_faster_on_average_under_fr_fcfs():
         rng = np.random.default_rng(seed)
         addr = rng.integers(0, 1 << 24, 400) * 32
         w = rng.random(400) < 0.2
-        totals += [simulate_requests(device_spec("hbm3_6400", channels=1, banks=b), addr, w, refresh="none").cycles
-                   for b in (2, 4, 8, 16)]
+        totals += [
+            simulate_requests(device_spec("hbm3_6400", channels=1, banks=b), addr, w, refresh="none").cycles
+            for b in (2, 4, 8, 16)
+        ]
     assert np.all(np.diff(totals) < 0), totals
 
 

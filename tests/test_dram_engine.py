@@ -1,14 +1,15 @@
 """Command engine: hand-derived cycles, PIM closed form, refresh, reference/walk/symmetry equivalence."""
+
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from dram_streams import random_stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
-from attnsim.hwmodels.dram import (F_AP, Op, cmds_from, expand_macros, load_dram_spec, make_cmds, raw_run,
-                                   run_commands)
+from attnsim.hwmodels.dram import F_AP, Op, cmds_from, expand_macros, load_dram_spec, make_cmds, raw_run, run_commands
 from attnsim.hwmodels.dram.kernel import STAT_NAMES
 from attnsim.hwmodels.dram.reference_oracle import reference_run
-from dram_streams import random_stream
 
 HBM3 = load_dram_spec("hbm3_6400")
 
@@ -17,7 +18,7 @@ def test_single_read_latency():
     t = HBM3.timing
     c = cmds_from(op=[Op.RD], pch=0, rank=0, bg=0, bank=0, row=7)
     r = run_commands(HBM3, c, refresh="none")
-    assert r.cycles == t.nRCDRD + t.nCL + t.nBL          # ACT at 0, RD at nRCD, data done
+    assert r.cycles == t.nRCDRD + t.nCL + t.nBL  # ACT at 0, RD at nRCD, data done
     assert (r.row_misses, r.row_hits, r.row_conflicts) == (1, 0, 0)
     assert r.time_s == pytest.approx(r.cycles * 0.625e-9)
 
@@ -62,7 +63,7 @@ def test_allbank_pim_matches_closed_form(name):
     r = run_commands(spec, c, refresh="none", multiplicity=16)
     assert r.cycles == _pim_closed_form(spec, rows, macs)
     banks = spec.banks_per_channel * 16
-    assert r.pim_bytes == rows * macs * banks * 32           # banks x bytes per column per MACAB
+    assert r.pim_bytes == rows * macs * banks * 32  # banks x bytes per column per MACAB
     assert r.counts["bank_acts"] == rows * banks
 
 
@@ -73,7 +74,7 @@ def test_pim_power_constraint_ratio_and_refresh_overhead():
     res = {}
     for s in (pc, npc):
         base = _pim_closed_form(s, rows, macs)
-        r = run_commands(s, c)                                      # with all-bank refresh
+        r = run_commands(s, c)  # with all-bank refresh
         frac = s.timing.nRFC / s.timing.nREFI
         # refresh steals ~nRFC per nREFI (plus re-activation of the interrupted row)
         assert base / (1 - frac) * 0.98 <= r.cycles <= base / (1 - frac) * 1.06
@@ -81,7 +82,7 @@ def test_pim_power_constraint_ratio_and_refresh_overhead():
     t = pc.timing
     expect = (t.nRCDRD + 31 * 6 + t.nRTP + t.nRP) / (t.nRCDRD + 31 * 4 + t.nRTP + t.nRP)
     assert res["hbm3_5200_pim"] / res["hbm3_5200_pim_npc"] == pytest.approx(expect, rel=0.01)
-    assert 1.3 < expect < 1.5   # ideal 6/4 = 1.5 diluted by the ACT/PRE overhead per row
+    assert 1.3 < expect < 1.5  # ideal 6/4 = 1.5 diluted by the ACT/PRE overhead per row
 
 
 def test_perbank_refresh_pulls_in_a_round_for_allbank_commands():
@@ -98,8 +99,8 @@ def test_perbank_refresh_pulls_in_a_round_for_allbank_commands():
     pb = run_commands(spec, c, refresh="pb")
     ab = run_commands(spec, c, refresh="ab")
     base = _pim_closed_form(spec, rows, macs)
-    ng = spec.banks_per_rank                       # one bank per REFpb on HBM3 (nREFI / nREFIpb = 32 > 16)
-    rnd = ng * t.nREFIpb                           # cycles between two refreshes of one bank
+    ng = spec.banks_per_rank  # one bank per REFpb on HBM3 (nREFI / nREFIpb = 32 > 16)
+    rnd = ng * t.nREFIpb  # cycles between two refreshes of one bank
     ranks = spec.org.ranks * spec.org.pseudo_channels
     # the rounds of a rank start at its dues nREFIpb, nREFIpb + rnd, ... up to the stream's end (tail included)
     n_rounds = (pb.cycles - t.nREFIpb) // rnd + 1
@@ -135,7 +136,7 @@ def test_symmetric_channels_equal_full_simulation():
     spec = load_dram_spec("hbm3_5200_pim")
     rng = np.random.default_rng(3)
     one = random_stream(rng, spec, 30, pim=True, channels=1)
-    full = np.repeat(one, 4)            # record j of channel i at position 4 j + i: channels interleaved
+    full = np.repeat(one, 4)  # record j of channel i at position 4 j + i: channels interleaved
     full["ch"] = np.tile(np.arange(4), 30)
     a = run_commands(spec, one, multiplicity=4)
     b = run_commands(spec, full)
@@ -188,9 +189,15 @@ def test_engine_equals_reference_many_streams():
 def test_more_row_hits_never_slower(seed):
     rng = np.random.default_rng(seed)
     n = 30
-    c = cmds_from(op=np.where(rng.random(n) < 0.7, Op.RD, Op.WR).astype(np.uint8), pch=rng.integers(0, 2, n),
-                  rank=rng.integers(0, 2, n), bg=rng.integers(0, 4, n), bank=rng.integers(0, 4, n),
-                  row=rng.integers(0, 4, n), repeat=rng.integers(1, 4, n))
+    c = cmds_from(
+        op=np.where(rng.random(n) < 0.7, Op.RD, Op.WR).astype(np.uint8),
+        pch=rng.integers(0, 2, n),
+        rank=rng.integers(0, 2, n),
+        bg=rng.integers(0, 4, n),
+        bank=rng.integers(0, 4, n),
+        row=rng.integers(0, 4, n),
+        repeat=rng.integers(1, 4, n),
+    )
     # pointwise more hits: on a random subset of banks every access goes to one row, so each access of
     # those banks is a hit (or the first access), while every other bank's accesses are unchanged
     hits = c.copy()
@@ -227,8 +234,9 @@ def test_bad_records_raise_config_error():
 def test_buf_fix_barrier_mode():
     spec = load_dram_spec("gddr6_aim")
     t, p = spec.timing, spec.pim
-    c = cmds_from(op=[Op.BUF, Op.FIX, Op.BARRIER, Op.MODE, Op.FIX], pch=0, repeat=[8, 1, 1, 1, 1],
-                  cycles=[0, 100, 0, 0, 7])
+    c = cmds_from(
+        op=[Op.BUF, Op.FIX, Op.BARRIER, Op.MODE, Op.FIX], pch=0, repeat=[8, 1, 1, 1, 1], cycles=[0, 100, 0, 0, 7]
+    )
     r = run_commands(spec, c, refresh="none")
     unit = max(t.nBL, t.nCCD_S)
     # BUF (8 units) and FIX overlap from cycle 0/0; barrier at 100; mode switch; FIX 7

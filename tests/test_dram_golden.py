@@ -4,11 +4,13 @@ simulator is needed: the streams are regenerated (digest checked) and attnsim ru
 emulates the reference. Streams not yet within 3 % are asserted at their current band (KNOWN_GAPS, one README
 line each), so a change that moves them either way shows up here. Also: the controller rule sets keep the
 engine == plain-Python reference and the fast/heap schedulers == the reference queue scan."""
+
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from dram_streams import random_stream
 
 from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram import load_dram_spec, simulate_requests
@@ -16,7 +18,6 @@ from attnsim.hwmodels.dram.engine import raw_run
 from attnsim.hwmodels.dram.reference_oracle import reference_run
 from attnsim.hwmodels.dram.rules import controller_rules
 from attnsim.hwmodels.dram.streams import MAPPING, dramsim3_spec, make_stream, stream_digest, stream_options
-from dram_streams import random_stream
 
 GOLDEN = Path(__file__).parent / "data" / "dram_golden"
 FILES = {p.stem: json.loads(p.read_text()) for p in sorted(GOLDEN.glob("ramulator2_*.json"))}
@@ -56,8 +57,9 @@ def test_dramsim3_golden(fname, kind):
     assert abs(r.counts["bank_acts"] - s["acts"]) <= max(TOL * s["acts"], 0.01 * n)
     # equal time: column commands issued in DRAMsim3's cycles on the whole stream (no truncated-stream tail; DRAMsim3
     # posts a write as done when it accepts it); the two-level queue kernel emits commands at their issue cycle
-    c = simulate_requests(spec, addr[:n + 2000], w[:n + 2000], mapping=g["mapping"], controller="dramsim3",
-                          refresh="ab", emit=True).commands
+    c = simulate_requests(
+        spec, addr[: n + 2000], w[: n + 2000], mapping=g["mapping"], controller="dramsim3", refresh="ab", emit=True
+    ).commands
     cols = int(np.count_nonzero(np.isin(c["op"], (4, 5)) & (c["arrival"] < s["cycles"])))
     assert abs(cols / s["col_cmds"] - 1) <= 0.01, (cols, s["col_cmds"])  # measured: equal on all 10 streams
     if not spec.timing.separate_row_col_bus:  # DRAMsim3 counts a PRE for a miss in ArbitratePrecharge, also when
@@ -74,14 +76,16 @@ def test_dramsim3_command_trace(std):
     assert g["repository"] == "umd-memsys/DRAMsim3" and g["commit"] and g["command"]
     spec = dramsim3_spec(std)
     addr, w = make_stream(spec.org, "mixed", 60000, 1)
-    r = simulate_requests(spec, addr[:4000], w[:4000], mapping=MAPPING, controller="dramsim3", refresh="ab",
-                          emit=True)
+    r = simulate_requests(spec, addr[:4000], w[:4000], mapping=MAPPING, controller="dramsim3", refresh="ab", emit=True)
     names = {1: "A", 2: "P", 4: "R", 5: "W", 6: "F"}
     got = []
-    for x in r.commands[:len(g["commands"])]:
+    for x in r.commands[: len(g["commands"])]:
         op = int(x["op"])
-        got.append([int(x["arrival"]), names[op], int(x["rank"])] + ([] if op == 6 else [int(x["bg"]), int(x["bank"])])
-                   + ([int(x["row"])] if op == 1 else []))
+        got.append(
+            [int(x["arrival"]), names[op], int(x["rank"])]
+            + ([] if op == 6 else [int(x["bg"]), int(x["bank"])])
+            + ([int(x["row"])] if op == 1 else [])
+        )
     assert got == g["commands"]
 
 
@@ -116,6 +120,7 @@ def test_default_rules_match_ramulator2():
     Ramulator 2.1's simulated time on every stream of every golden file (28 streams: 4 standards x seq, random,
     strided, mixed, fewbanks, closed (ClosedCAP cap 4), norefresh)."""
     from attnsim.hwmodels.dram.rules import DEFAULT_CONTROLLER
+
     assert DEFAULT_CONTROLLER == "ramulator2" and len(CASES) == 28
     worst = 0.0
     for fname, kind in CASES:
@@ -127,7 +132,9 @@ def test_default_rules_match_ramulator2():
         addr, w = make_stream(spec.org, kind, g["requests"], g["seed"])
         r = simulate_requests(spec, addr, w, mapping=g["mapping"], **stream_options(kind))
         d = r.time_s / s["time_s"] - 1
-        assert abs(d) <= TOL, f"{fname} {kind}: default {r.time_s * 1e6:.2f} us vs {s['time_s'] * 1e6:.2f} us ({d:+.2%})"
+        assert abs(d) <= TOL, (
+            f"{fname} {kind}: default {r.time_s * 1e6:.2f} us vs {s['time_s'] * 1e6:.2f} us ({d:+.2%})"
+        )
         worst = max(worst, abs(d))
     # the streams are not trivially equal (docs/validation/dram-crosscheck.md: largest -2.6 %, LPDDR5 no refresh)
     assert worst > 0.01
@@ -159,8 +166,12 @@ def test_rule_sets_schedulers_issue_the_scan_order(name):
         if it % 2:  # sequential runs: row boundaries with queued hits
             addr = (int(rng.integers(0, 1 << 12)) + np.arange(n)) * spec.org.burst_bytes
         w = rng.random(n) < 0.3
-        kw = dict(controller="ramulator2", emit=True, page=("open", "closed")[int(rng.integers(2))],
-                  refresh=("ab", "pb")[it % 3 == 2])
+        kw = dict(
+            controller="ramulator2",
+            emit=True,
+            page=("open", "closed")[int(rng.integers(2))],
+            refresh=("ab", "pb")[it % 3 == 2],
+        )
         b = simulate_requests(spec, addr, w, scheduler="scan", **kw)
         for sched in ("fast", "heap"):
             a = simulate_requests(spec, addr, w, scheduler=sched, **kw)
@@ -171,8 +182,9 @@ def _reopens(c):
     """(ACTs to the row the bank's previous ACT opened, those of them where a REF closed that row before any RD/WR
     to the bank): the command-trace signatures of rules.py pre_holdback and refresh_waits_active."""
     last, served, refd, n, nref = {}, {}, set(), 0, 0
-    for op, b, row in zip(c["op"].tolist(), zip(c["rank"].tolist(), c["bg"].tolist(), c["bank"].tolist()),
-                          c["row"].tolist()):
+    for op, b, row in zip(
+        c["op"].tolist(), zip(c["rank"].tolist(), c["bg"].tolist(), c["bank"].tolist()), c["row"].tolist()
+    ):
         if op == 6:
             refd.update(last)
         elif op == 1:
@@ -188,12 +200,14 @@ def _reopens(c):
 
 @pytest.mark.parametrize("kind", ["seq", "mixed"])
 def test_ramulator2_rules_reproduce_its_command_trace(kind):
-    """Ramulator 2.1's LPDDR5 command trace (tests/data/dram_golden/cmdtrace_ramulator2_lpddr5.json): its FRFCFS closes a
-    row at a row boundary of the sequential stream while hits to it are queued, and they reopen it (pre_holdback
+    """Ramulator 2.1's LPDDR5 command trace (tests/data/dram_golden/cmdtrace_ramulator2_lpddr5.json): its FRFCFS closes
+    a row at a row boundary of the sequential stream while hits to it are queued, and they reopen it (pre_holdback
     False: 1149 reopens, 1933 ACTs; holding the PRE back gives ~1320 ACTs); its refresh waits for requests whose ACT
     issued (refresh_waits_active: no reopen after a REF; without the rule ~240 on the mixed stream)."""
     import dataclasses
+
     from attnsim.hwmodels.dram import rules as RL
+
     g = json.loads((GOLDEN / "cmdtrace_ramulator2_lpddr5.json").read_text())
     assert g["repository"] == "CMU-SAFARI/ramulator2" and g["commit"] and g["command"]
     s = g["streams"][kind]
@@ -223,7 +237,9 @@ def test_write_drain_serves_writes_in_batches():
     from about one per write (one mixed FR-FCFS queue) to a few per drained batch of about 0.8 x 32 - 0.2 x 32
     writes; the same rules with one mixed queue are slower."""
     import dataclasses
+
     from attnsim.hwmodels.dram import rules as RL
+
     spec = device_spec("hbm3_6400", channels=1)
     addr, w = make_stream(spec.org, "mixed", 6000, 1)
     a = simulate_requests(spec, addr, w, mapping=MAPPING, controller="ramulator2", emit=True)
@@ -233,9 +249,11 @@ def test_write_drain_serves_writes_in_batches():
         b = simulate_requests(spec, addr, w, mapping=MAPPING, controller="mixed_test", emit=True)
     finally:
         del RL.PRESETS["mixed_test"]
+
     def switches(r):
         col = r.commands[np.isin(r.commands["op"], (4, 5))]["op"]
         return int(np.count_nonzero(np.diff(col) != 0))
+
     nw = int(np.count_nonzero(w))
     assert switches(b) > 0.5 * nw and switches(a) < 2 * nw / (0.8 * 32 - 0.2 * 32) + 20
     assert a.cycles < b.cycles
@@ -250,6 +268,7 @@ def test_pseudo_channel_scope_slows_random_hbm3_and_is_refused_when_unknown():
     assert b.cycles > 1.3 * a.cycles
     assert controller_rules("ramulator2").queue_per_pseudo_channel(2) == 16
     from attnsim.core.config import ConfigError
+
     with pytest.raises(ConfigError, match="controller: expected one of ramulator2, ideal, dramsim3, got 'gem5'$"):
         simulate_requests(spec, addr, w, controller="gem5")
     # the old name of the optimistic set is refused with its new name
@@ -268,8 +287,10 @@ def test_dramsim3_preset_staggers_refresh_across_ranks():
     R, refi = spec.org.ranks, t.nREFI
     lag = t.nRAS + t.nRP + spec.org.bank_groups * spec.org.banks_per_group  # tRAS / tRTP wait, PREs, tRP
     addr = np.arange(20000) * spec.org.burst_bytes
-    for ctrl, want, slack in (("dramsim3", [(r + 1) * refi // R for r in range(R)], lag),
-                              ("ramulator2", [refi] * R, 1)):
+    for ctrl, want, slack in (
+        ("dramsim3", [(r + 1) * refi // R for r in range(R)], lag),
+        ("ramulator2", [refi] * R, 1),
+    ):
         c = simulate_requests(spec, addr, False, controller=ctrl, emit=True, refresh="ab").commands
         ref = c[c["op"] == 6]
         first = [int(ref[(ref["pch"] == 0) & (ref["rank"] == r)]["arrival"].min()) for r in range(R)]
@@ -294,10 +315,12 @@ def _alt(field, v):
 
 # rule fields a preset refuses to have set (override_error: the rule set would not read them); every other field
 # must change the cycles of a closed-page stream
-REFUSED = {"ramulator2": {"cmd_queue_scope"},
-           # ideal: one mixed queue, no write buffer for the two-level queues of cmd_queue_entries
-           "ideal": {"cmd_queue_scope", "wr_low_watermark", "wr_high_watermark", "cmd_queue_entries"},
-           "dramsim3": {"closed_cap", "wr_low_watermark", "wr_high_watermark", "pre_holdback", "refresh_waits_active"}}
+REFUSED = {
+    "ramulator2": {"cmd_queue_scope"},
+    # ideal: one mixed queue, no write buffer for the two-level queues of cmd_queue_entries
+    "ideal": {"cmd_queue_scope", "wr_low_watermark", "wr_high_watermark", "cmd_queue_entries"},
+    "dramsim3": {"closed_cap", "wr_low_watermark", "wr_high_watermark", "pre_holdback", "refresh_waits_active"},
+}
 
 
 @pytest.mark.parametrize("preset", sorted(REFUSED))
@@ -307,16 +330,20 @@ def test_every_rule_override_takes_effect_or_is_refused(preset):
     older requests to the other row, where the PRE hold-back decides): it changes the cycles, or the spec is
     refused naming the field."""
     import dataclasses
+
     from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram import rules as RL
     from attnsim.hwmodels.dram.spec import spec_from_dict
+
     base = device_spec("hbm3_6400", channels=1)
     streams = [make_stream(base.org, kind, 3000, 1) for kind in ("seq", "mixed")]
     o, rng = base.org, np.random.default_rng(1)
     row, col, bank = rng.integers(0, 2, 3000), rng.integers(0, o.columns, 3000), rng.integers(0, 2, 3000)
     streams.append((((bank * o.rows + row) * o.columns + col) * o.burst_bytes, np.zeros(3000, bool)))  # MAPPING fields
+
     def cycles(spec):
         return [simulate_requests(spec, a, w, mapping=MAPPING, page="closed").cycles for a, w in streams]
+
     d = base.model_dump()
     ref = cycles(spec_from_dict({**d, "controller": preset}))
     refused = set()
@@ -340,8 +367,10 @@ def test_closed_cap_is_a_setting():
     import json
     import subprocess
     import sys
+
     from attnsim.core.config import ConfigError
     from attnsim.hwmodels.dram.spec import spec_from_dict
+
     base = device_spec("hbm3_6400", channels=1)
     addr, w = make_stream(base.org, "seq", 4000, 1)
     one = spec_from_dict({**base.model_dump(), "controller_rules": {"closed_cap": 1}})
@@ -354,14 +383,37 @@ def test_closed_cap_is_a_setting():
         spec_from_dict({**base.model_dump(), "controller": "dramsim3", "controller_rules": {"closed_cap": 1}})
     with pytest.raises(ConfigError, match="controller_rules.closed_capp: unknown key \\(did you mean closed_cap\\?\\)"):
         spec_from_dict({**base.model_dump(), "controller_rules": {"closed_capp": 1}})
+
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "attnsim", "dram", "--device", "hbm3_6400", "--channels", "1",
-                               "--pattern", "sequential", "--requests", "4000", *args], capture_output=True, text=True)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attnsim",
+                "dram",
+                "--device",
+                "hbm3_6400",
+                "--channels",
+                "1",
+                "--pattern",
+                "sequential",
+                "--requests",
+                "4000",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+        )
+
     r1, r4 = (json.loads(cli("--page", "closed", "--closed-cap", str(c), "--json").stdout) for c in (1, 4))
     assert r1["row_hits"] == 0 and r4["row_hits"] > 2000 and r1["cycles"] > r4["cycles"]
-    for args, msg in ((("--closed-cap", "1"), "error: --closed-cap: has no effect with open page"),
-                      (("--page", "closed", "--closed-cap", "1", "--controller", "dramsim3"),
-                       "error: --closed-cap: expected no value under controller dramsim3"),
-                      (("--controller", "attnsim"), "now called ideal")):
+    for args, msg in (
+        (("--closed-cap", "1"), "error: --closed-cap: has no effect with open page"),
+        (
+            ("--page", "closed", "--closed-cap", "1", "--controller", "dramsim3"),
+            "error: --closed-cap: expected no value under controller dramsim3",
+        ),
+        (("--controller", "attnsim"), "now called ideal"),
+    ):
         r = cli(*args)
         assert r.returncode != 0 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -1,10 +1,11 @@
 """DRAM engine on idle gaps (closed-form refresh == walk == reference) and `attnsim dram` on bad input."""
+
 import numpy as np
 import pytest
+from dram_streams import random_stream
 
 from attnsim.hwmodels.dram import Op, cmds_from, load_dram_spec, raw_run, run_commands, simulate_requests
 from attnsim.hwmodels.dram.reference_oracle import reference_run
-from dram_streams import random_stream
 
 
 def _short_refresh(name, **org):
@@ -39,8 +40,11 @@ def test_idle_gap_refresh_closed_form_equals_walk(seed):
             walk = simulate_requests(spec, addr, w, arr, scheduler="scan", idle_skip=False, **kw)
             for sched in ("scan", "fast", "heap"):
                 r = simulate_requests(spec, addr, w, arr, scheduler=sched, **kw)
-                assert (r.cycles, r.counts, r.mean_latency_cycles) == (walk.cycles, walk.counts,
-                                                                        walk.mean_latency_cycles), (sched, mode, page)
+                assert (r.cycles, r.counts, r.mean_latency_cycles) == (
+                    walk.cycles,
+                    walk.counts,
+                    walk.mean_latency_cycles,
+                ), (sched, mode, page)
                 assert r.energy_j == walk.energy_j
                 cyc, _ = raw_run(spec, r.commands, refresh="none")
                 assert int(cyc.max()) == r.cycles
@@ -79,32 +83,41 @@ def test_gap_of_1e15_cycles_counts_every_refresh(mode):
     dues in the run (floor((cycles - first due) / period) + 1 per rank), as the walk would count it."""
     spec = load_dram_spec("hbm3_6400")
     o, t = spec.org, spec.timing
-    gap = 10 ** 15
+    gap = 10**15
     one_ch = o.burst_bytes * o.channels * o.pseudo_channels  # address step that stays on channel 0, pch 0
-    r = simulate_requests(spec, np.array([0, 3, 7]) * one_ch, np.array([0, 0, 1]), np.array([0, gap, 2 * gap]),
-                          refresh=mode)
+    r = simulate_requests(
+        spec, np.array([0, 3, 7]) * one_ch, np.array([0, 0, 1]), np.array([0, gap, 2 * gap]), refresh=mode
+    )
     per = t.nREFIpb if mode == "pb" else t.nREFI
     ranks = o.pseudo_channels * o.ranks  # of the one channel used
     assert r.cycles > 2 * gap
     assert r.refreshes == ranks * ((r.cycles - per) // per + 1)
     assert r.energy_j["dram_refresh"] > 0 and np.isfinite(r.energy_total_j)
-    c = cmds_from(op=[Op.RD, Op.RD, Op.WR], pch=[0, 0, 0], rank=[0, 0, 0], bg=[0, 1, 0], bank=[0, 0, 0],
-                  row=[1, 2, 3], arrival=[0, gap, 2 * gap])
+    c = cmds_from(
+        op=[Op.RD, Op.RD, Op.WR],
+        pch=[0, 0, 0],
+        rank=[0, 0, 0],
+        bg=[0, 1, 0],
+        bank=[0, 0, 0],
+        row=[1, 2, 3],
+        arrival=[0, gap, 2 * gap],
+    )
     e = run_commands(spec, c, refresh=mode)
     assert e.cycles > 2 * gap and e.refreshes == ranks * ((e.cycles - per) // per + 1)
 
 
 def test_emitting_the_refreshes_of_a_huge_gap_is_refused_not_allocated():
     from attnsim.core.config import ConfigError
+
     with pytest.raises(ConfigError, match="emit: the emitted command stream would hold"):
-        simulate_requests("hbm3_6400", np.array([0, 1024]), np.array([0, 0]), np.array([0, 10 ** 15]), emit=True)
+        simulate_requests("hbm3_6400", np.array([0, 1024]), np.array([0, 0]), np.array([0, 10**15]), emit=True)
 
 
 # ---------------------------------------------------------------- `attnsim dram` on bad input
 
 from attnsim.cli import main  # noqa: E402
 
-HUGE = str(2 ** 63)
+HUGE = str(2**63)
 TRACES = {  # name: (trace bytes, substrings of the one error line besides the file name)
     "empty": (b"", ["no requests"]),
     "blank-and-comments": (b"\n  \n# c\n", ["no requests"]),
@@ -145,17 +158,17 @@ def test_bad_trace_is_one_line_naming_file_and_line(capsys, tmp_path, name):
 
 
 OPTIONS = {
-    "banks-2p20": (["--banks", str(2 ** 20)], ["--banks", "[1, 1024]", "4096"]),
+    "banks-2p20": (["--banks", str(2**20)], ["--banks", "[1, 1024]", "4096"]),
     "banks-2p63": (["--banks", HUGE], ["--banks"]),
-    "channels-2p20": (["--channels", str(2 ** 20)], ["--channels", "[1, 4096]"]),
+    "channels-2p20": (["--channels", str(2**20)], ["--channels", "[1, 4096]"]),
     "channels-2p63": (["--channels", HUGE], ["--channels"]),
-    "requests-1e12": (["--requests", str(10 ** 12)], ["--requests", "[1, 33554432]"]),
+    "requests-1e12": (["--requests", str(10**12)], ["--requests", "[1, 33554432]"]),
     "requests-2p63": (["--requests", HUGE], ["--requests"]),
-    "queue-2p40": (["--queue", str(2 ** 40)], ["--queue", "[1, 65536]"]),
+    "queue-2p40": (["--queue", str(2**40)], ["--queue", "[1, 65536]"]),
     "queue-2p63": (["--queue", HUGE], ["--queue"]),
-    "stride-2p70": (["--pattern", "strided", "--stride", str(2 ** 70)], ["--stride", "capacity"]),
+    "stride-2p70": (["--pattern", "strided", "--stride", str(2**70)], ["--stride", "capacity"]),
     "seed-negative": (["--pattern", "random", "--seed", "-1"], ["--seed"]),
-    "seed-2p200": (["--pattern", "random", "--seed", str(2 ** 200)], ["--seed"]),
+    "seed-2p200": (["--pattern", "random", "--seed", str(2**200)], ["--seed"]),
     "refresh-with-no-refresh": (["--refresh", "pb", "--no-refresh"], ["--refresh", "no effect"]),
     "stride-without-strided": (["--stride", "64"], ["--stride", "no effect"]),
     "seed-without-randomness": (["--seed", "3"], ["--seed", "no effect"]),
@@ -176,16 +189,24 @@ def test_pattern_options_with_a_trace_are_refused(capsys, tmp_path):
 
 
 SPEC_MUTATIONS = {  # dotted key: value (each gives one error naming the file and the key)
-    "org.rows": 2 ** 63, "org.channels": 2 ** 20, "org.columns": 2 ** 40, "org.burst_bytes": 2 ** 20,
-    "timing.nRC": 2 ** 60, "timing.nREFI": 2 ** 30, "energy.act_pj": 1e300, "energy.io_pj_per_bit": -1.0,
-    "org.bank_groups": 2 ** 12,
+    "org.rows": 2**63,
+    "org.channels": 2**20,
+    "org.columns": 2**40,
+    "org.burst_bytes": 2**20,
+    "timing.nRC": 2**60,
+    "timing.nREFI": 2**30,
+    "energy.act_pj": 1e300,
+    "energy.io_pj_per_bit": -1.0,
+    "org.bank_groups": 2**12,
 }
 
 
 @pytest.mark.parametrize("key", sorted(SPEC_MUTATIONS))
 def test_spec_values_outside_the_legal_range(capsys, tmp_path, key):
     import yaml
+
     from attnsim.core.config import find_config
+
     d = yaml.safe_load(find_config("hardware", "hbm3_6400").read_text())
     sec, k = key.split(".")
     d[sec][k] = SPEC_MUTATIONS[key]
@@ -198,20 +219,40 @@ def test_spec_values_outside_the_legal_range(capsys, tmp_path, key):
 def test_legal_range_edges_still_run(capsys, tmp_path):
     """The limits refuse only nonsense: the largest --banks and --queue and a 2**53 arrival still run."""
     p = tmp_path / "t.trace"
-    p.write_text(f"0x0 R 0\n0x400 W {2 ** 53}\n")
+    p.write_text(f"0x0 R 0\n0x400 W {2**53}\n")
     assert main(["dram", "--device", "hbm3_6400", "--trace", str(p), "--json"]) == 0
     import json
+
     d = json.loads(capsys.readouterr().out)
-    assert d["cycles"] > 2 ** 53
-    assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--banks", "1024", "--queue", "65536",
-                 "--requests", "2000", "--json"]) == 0
+    assert d["cycles"] > 2**53
+    assert (
+        main(
+            [
+                "dram",
+                "--device",
+                "hbm3_6400",
+                "--channels",
+                "1",
+                "--banks",
+                "1024",
+                "--queue",
+                "65536",
+                "--requests",
+                "2000",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["requests"] == 2000
 
 
 def test_idd_currents_that_give_negative_energy_are_refused(capsys, tmp_path):
     """DRAMsim3's formulas subtract currents: IDD5AB below IDD3N would make every refresh return energy."""
     import yaml
+
     from attnsim.core.config import find_config
+
     d = yaml.safe_load(find_config("hardware", "hbm2_2000").read_text())
     d["energy"]["idd"]["idd5ab_ma"] = 1
     p = tmp_path / "d.yaml"
@@ -225,14 +266,29 @@ def test_bank_state_after_a_gap_equals_the_walk(mode):
     ACT cycles, refresh dues, per-bank refresh pointer) is the walk's, not only the totals."""
     from attnsim.hwmodels.dram import kernel as K
     from attnsim.hwmodels.dram.engine import scratch_for, timing_vector
+
     spec = ENGINE_SPECS["ddr5_4800"]
     c = random_stream(np.random.default_rng(7), spec, 30, channels=2, max_gap=200_000)
     states = []
     for skip in (True, False):
         T = timing_vector(spec, mode, idle_skip=skip)
         S = K.new_state(spec.org.channels, T)
-        K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],
-                     c["cycles"], c["arrival"], T, *S, scratch_for(spec))
+        K.run_kernel(
+            c["op"],
+            c["flags"],
+            c["ch"],
+            c["pch"],
+            c["rank"],
+            c["bg"],
+            c["bank"],
+            c["row"],
+            c["repeat"],
+            c["cycles"],
+            c["arrival"],
+            T,
+            *S,
+            scratch_for(spec),
+        )
         states.append(S)
     for a, b in zip(*states):
         assert np.array_equal(a, b)

@@ -1,8 +1,10 @@
 """Fast FR-FCFS schedulers (flat min-scan, heap) == reference queue scan; steady-state extrapolation error;
 window-period detection."""
+
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.cli.dram import device_spec
 from attnsim.hwmodels.dram import load_dram_spec, simulate_requests
@@ -16,10 +18,15 @@ def _short_refresh(name):
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), name=st.sampled_from(["hbm3_6400", "lpddr5_6400", "ddr5_4800", "hbm2_2000"]),
-       page=st.sampled_from(["open", "closed"]), mode=st.sampled_from(["ab", "pb", "none"]),
-       span_bits=st.sampled_from([8, 14, 22]), gap=st.sampled_from([0, 4, 40]),
-       sched=st.sampled_from(["fast", "heap"]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    name=st.sampled_from(["hbm3_6400", "lpddr5_6400", "ddr5_4800", "hbm2_2000"]),
+    page=st.sampled_from(["open", "closed"]),
+    mode=st.sampled_from(["ab", "pb", "none"]),
+    span_bits=st.sampled_from([8, 14, 22]),
+    gap=st.sampled_from([0, 4, 40]),
+    sched=st.sampled_from(["fast", "heap"]),
+)
 def test_fast_scheduler_issues_exactly_the_scan_order(seed, name, page, mode, span_bits, gap, sched):
     """Same commands in the same order at the same cycles (REF records included), same statistics."""
     spec = _short_refresh(name)
@@ -68,8 +75,12 @@ def test_fast_scheduler_equals_scan_on_long_random_streams_all_channels():
     b = simulate_requests(spec, addr, w, scheduler="scan")
     for sched in ("fast", "heap"):
         a = simulate_requests(spec, addr, w, scheduler=sched)
-        assert (a.cycles, a.row_hits, a.row_misses, a.row_conflicts) == (b.cycles, b.row_hits, b.row_misses,
-                                                                          b.row_conflicts)
+        assert (a.cycles, a.row_hits, a.row_misses, a.row_conflicts) == (
+            b.cycles,
+            b.row_hits,
+            b.row_misses,
+            b.row_conflicts,
+        )
         assert np.array_equal(a.cycles_per_channel, b.cycles_per_channel)
         assert a.energy_j == b.energy_j and a.mean_latency_cycles == b.mean_latency_cycles
 
@@ -79,8 +90,10 @@ def _same_bank_stride(spec):
     return o.burst_bytes * o.pseudo_channels * o.bank_groups * o.columns * o.banks_per_group * o.ranks
 
 
-@pytest.mark.parametrize("name,mode", [("hbm3_6400", "ab"), ("hbm3_6400", "pb"), ("hbm2_2000", "ab"),
-                                       ("lpddr5_6400", "ab"), ("lpddr5_6400", "pb")])
+@pytest.mark.parametrize(
+    "name,mode",
+    [("hbm3_6400", "ab"), ("hbm3_6400", "pb"), ("hbm2_2000", "ab"), ("lpddr5_6400", "ab"), ("lpddr5_6400", "pb")],
+)
 def test_steady_state_extrapolation_error_below_0_1_percent(name, mode):
     """Periodic streams: extrapolating after whole refresh windows stays within 0.1 % of the full simulation
     (cycles, energy, latency), with far fewer requests simulated."""
@@ -111,7 +124,7 @@ def test_extrapolation_only_for_periodic_streams_and_symmetric_channels():
     a = simulate_requests(spec, addr, 0, extrapolate=True)
     b = simulate_requests(spec, addr, 0)
     assert not a.extrapolated and a.cycles == b.cycles
-    seq = np.arange(16 * 250_000, dtype=np.int64) * 32      # all 16 channels, symmetric
+    seq = np.arange(16 * 250_000, dtype=np.int64) * 32  # all 16 channels, symmetric
     full = simulate_requests(spec, seq, 0)
     ext = simulate_requests(spec, seq, 0, extrapolate=True, steady_windows=32)
     assert ext.extrapolated
@@ -121,12 +134,12 @@ def test_extrapolation_only_for_periodic_streams_and_symmetric_channels():
 
 
 def test_steady_region_detects_periods_and_rejects_drift():
-    d = np.tile([73, 73, 74, 74, 74], 8)          # exact period 5 windows
+    d = np.tile([73, 73, 74, 74, 74], 8)  # exact period 5 windows
     s, e, p = steady_region(np.cumsum(d))
     assert p == 5 and (e - s) % 5 == 0
-    jitter = np.cumsum(100 + (np.arange(40) * 7 % 3 == 0))   # no short period, stable rate
+    jitter = np.cumsum(100 + (np.arange(40) * 7 % 3 == 0))  # no short period, stable rate
     assert steady_region(jitter) is not None
-    drift = np.cumsum(np.arange(40) * 10 + 100)              # rate still growing
+    drift = np.cumsum(np.arange(40) * 10 + 100)  # rate still growing
     assert steady_region(drift) is None
     assert steady_region(np.cumsum(np.ones(5, int))) is None  # too few windows
 
@@ -168,6 +181,7 @@ def test_200k_streams_give_the_recorded_cycles_and_commands(case):
     import hashlib
 
     from attnsim.hwmodels.dram.streams import MAPPING, make_stream, stream_options
+
     ctrl, kind = case.split("/")
     spec = device_spec("hbm3_6400", channels=1)
     addr, w = make_stream(spec.org, kind, 200_000, 1)

@@ -1,6 +1,7 @@
 """Exact skip-ahead over recurring controller states (hwmodels/dram/recur.py): on every stream the results with
 skip-ahead equal those of issuing every command (cycles, every statistic, latency, energy), and on periodic
 streams it does skip."""
+
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ def _spec(name, nrefi=None, channels=None):
     """A preset with a shorter refresh interval (so streams recur sooner) and / or another channel count,
     validated like any spec (nRFC < nREFI, ...)."""
     from attnsim.hwmodels.dram.spec import spec_from_dict
+
     d = load_dram_spec(name).model_dump()
     d.pop("timing_ns", None)
     d["org"].pop("transfers_per_ck", None)
@@ -36,8 +38,7 @@ def _both(spec, addr, w, arr=None, **kw):
 
 
 def _seq(spec, n, stride_bursts=1):
-    return (np.arange(n, dtype=np.uint64) * np.uint64(stride_bursts * spec.org.burst_bytes),
-            np.zeros(n, bool))
+    return (np.arange(n, dtype=np.uint64) * np.uint64(stride_bursts * spec.org.burst_bytes), np.zeros(n, bool))
 
 
 # (device, controller, refresh, page, write pattern, stride in bursts, short nREFI, channels)
@@ -140,14 +141,27 @@ def test_cli_reports_skipped_requests_and_no_skip_ahead_gives_the_same_figures(t
     """The bench's sequential HBM3 stream (bench/crosscheck_dram.py --speed) from a .npy trace."""
     from attnsim.hwmodels.dram.streams import MAPPING, make_stream
     from attnsim.hwmodels.dram.traces import write_npy
+
     spec = _spec("hbm3_6400", channels=1)
     addr, w = make_stream(spec.org, "seq", 400_000, 1)
     trace = tmp_path / "seq.npy"
     write_npy(str(trace), addr, w)
     outs = []
     for extra in ([], ["--no-skip-ahead"]):
-        p = _cli("--device", "hbm3_6400", "--channels", "1", "--trace", str(trace), "--mapping", MAPPING,
-                 "--controller", "ramulator2", "--json", *extra)
+        p = _cli(
+            "--device",
+            "hbm3_6400",
+            "--channels",
+            "1",
+            "--trace",
+            str(trace),
+            "--mapping",
+            MAPPING,
+            "--controller",
+            "ramulator2",
+            "--json",
+            *extra,
+        )
         assert p.returncode == 0, p.stderr
         outs.append(json.loads(p.stdout))
     a, b = outs
@@ -156,10 +170,13 @@ def test_cli_reports_skipped_requests_and_no_skip_ahead_gives_the_same_figures(t
         assert a[k] == b[k]
 
 
-@pytest.mark.parametrize("args, word", [
-    (["--pattern", "sequential", "--no-skip-ahead"], "--no-extrapolate"),
-    (["--pattern", "random", "--controller", "dramsim3", "--no-skip-ahead"], "dramsim3"),
-])
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["--pattern", "sequential", "--no-skip-ahead"], "--no-extrapolate"),
+        (["--pattern", "random", "--controller", "dramsim3", "--no-skip-ahead"], "dramsim3"),
+    ],
+)
 def test_cli_refuses_no_skip_ahead_where_it_has_no_effect(args, word):
     p = _cli("--device", "hbm2_2000", "--requests", "1000", *args)
     assert p.returncode == 2 and p.stdout == ""
@@ -191,8 +208,14 @@ def test_skip_ahead_exact_on_random_periodic_streams(seed):
         mapping = mapping.replace("Ra", "")
     addr = np.zeros(uu.shape[0], np.uint64)
     P, R, G, B = o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group
-    fields = {"Pc": (uu % P, P), "Ra": ((uu // (P * G)) % R, R), "Bg": ((uu // P) % G, G),
-              "Ba": (uu // (P * G * R), B), "Ro": (rows, o.rows), "Co": (np.tile(col, reps), o.columns)}
+    fields = {
+        "Pc": (uu % P, P),
+        "Ra": ((uu // (P * G)) % R, R),
+        "Bg": ((uu // P) % G, G),
+        "Ba": (uu // (P * G * R), B),
+        "Ro": (rows, o.rows),
+        "Co": (np.tile(col, reps), o.columns),
+    }
     for f in ("Pc", "Ra", "Bg", "Ba", "Ro", "Co"):
         if f in mapping:
             val, size = fields[f]
@@ -200,9 +223,13 @@ def test_skip_ahead_exact_on_random_periodic_streams(seed):
     addr *= np.uint64(o.burst_bytes)
     gap = int(rng.choice([0, 0, 2, 7]))
     arr = np.arange(addr.shape[0]) * gap if gap else None
-    kw = dict(mapping=mapping, controller=["ideal", "ramulator2"][seed % 2 if seed < 12 else (seed // 4) % 2],
-              refresh=["ab", "pb", "none"][seed % 3], page=["open", "closed"][(seed // 3) % 2],
-              queue=int(rng.choice([4, 16, 32])))
+    kw = dict(
+        mapping=mapping,
+        controller=["ideal", "ramulator2"][seed % 2 if seed < 12 else (seed // 4) % 2],
+        refresh=["ab", "pb", "none"][seed % 3],
+        page=["open", "closed"][(seed // 3) % 2],
+        queue=int(rng.choice([4, 16, 32])),
+    )
     _both(spec, addr, np.tile(wb, reps), arr, **kw)
 
 

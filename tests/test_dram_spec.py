@@ -1,4 +1,5 @@
 """DRAM specs: presets load, derived peak bandwidth by hand, impossible specs rejected with file + key."""
+
 import copy
 
 import pytest
@@ -8,8 +9,17 @@ from attnsim.core.config import ConfigError
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.dram import energy_params, load_dram_spec
 
-PRESETS = ["hbm2_2000", "hbm3_5200_pim", "hbm3_5200_pim_npc", "hbm3_6400", "hbm3e_9600", "lpddr5_6400",
-           "lpddr5x_8533", "gddr6_aim", "ddr5_4800"]
+PRESETS = [
+    "hbm2_2000",
+    "hbm3_5200_pim",
+    "hbm3_5200_pim_npc",
+    "hbm3_6400",
+    "hbm3e_9600",
+    "lpddr5_6400",
+    "lpddr5x_8533",
+    "gddr6_aim",
+    "ddr5_4800",
+]
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -22,14 +32,17 @@ def test_presets_load_and_register(name):
     assert e.act_pj > 0 and e.rd_pj_per_bit > 0 and e.background_w > 0
 
 
-@pytest.mark.parametrize("name,gbps", [
-    ("hbm2_2000", 8 * 2 * 16.0),        # dram_timing.md: 16 GB/s per PC, 8 ch x 2 PC
-    ("hbm3_6400", 16 * 2 * 25.6),       # 25.6 GB/s per PC
-    ("lpddr5_6400", 4 * 12.8),          # x16 12.8 GB/s
-    ("lpddr5x_8533", 4 * 17.07),        # devices.md (a)
-    ("hbm3e_9600", 1228.8),             # devices.md (b)
-    ("ddr5_4800", 38.4),                # devices.md (c) DIMM
-])
+@pytest.mark.parametrize(
+    "name,gbps",
+    [
+        ("hbm2_2000", 8 * 2 * 16.0),  # dram_timing.md: 16 GB/s per PC, 8 ch x 2 PC
+        ("hbm3_6400", 16 * 2 * 25.6),  # 25.6 GB/s per PC
+        ("lpddr5_6400", 4 * 12.8),  # x16 12.8 GB/s
+        ("lpddr5x_8533", 4 * 17.07),  # devices.md (a)
+        ("hbm3e_9600", 1228.8),  # devices.md (b)
+        ("ddr5_4800", 38.4),  # devices.md (c) DIMM
+    ],
+)
 def test_peak_bandwidth_matches_public_figures(name, gbps):
     assert load_dram_spec(name).peak_bandwidth_gbps == pytest.approx(gbps, rel=0.002)
 
@@ -37,8 +50,8 @@ def test_peak_bandwidth_matches_public_figures(name, gbps):
 def test_hbm2_idd_energy_matches_dramsim3_derivation():
     # dram_timing.md §2: DRAMsim3 HBM2 REFab 60.8 nJ at tRFC 260 -> per cycle (250-55) mA x 1.2 V x 1 ns
     e = energy_params(load_dram_spec("hbm2_2000"))
-    assert e.ref_pj == pytest.approx(1.2 * 195 * 350)          # our nRFC = 350
-    assert e.background_w == pytest.approx(0.066)             # 66 mW active
+    assert e.ref_pj == pytest.approx(1.2 * 195 * 350)  # our nRFC = 350
+    assert e.background_w == pytest.approx(0.066)  # 66 mW active
 
 
 def _data(name):
@@ -82,4 +95,5 @@ def test_rejects_unknown_key_and_bad_mapping(tmp_path):
 def test_rejects_missing_energy(tmp_path):
     def m(d):
         d["energy"].pop("idd")
+
     assert "energy.ref_pj" in _bad(tmp_path, m)

@@ -1,5 +1,6 @@
 """simulate_requests(threads=N) / attnsim dram --threads: channel groups in parallel threads give exactly the
 one-thread results; the setting is refused where it cannot take effect."""
+
 import json
 
 import numpy as np
@@ -14,8 +15,18 @@ SPEC = device_spec("hbm3_6400", channels=4)
 
 
 def _fields(r):
-    return (r.cycles, list(r.cycles_per_channel), r.row_hits, r.row_misses, r.row_conflicts, r.mean_latency_cycles,
-            r.skipped_requests, r.skip_jumps, r.extrapolated, {k: float(v) for k, v in r.energy_j.items()})
+    return (
+        r.cycles,
+        list(r.cycles_per_channel),
+        r.row_hits,
+        r.row_misses,
+        r.row_conflicts,
+        r.mean_latency_cycles,
+        r.skipped_requests,
+        r.skip_jumps,
+        r.extrapolated,
+        {k: float(v) for k, v in r.energy_j.items()},
+    )
 
 
 @pytest.mark.parametrize("threads", [2, 3, 4])  # at most the 4 channels of SPEC (check_threads)
@@ -45,6 +56,7 @@ def _recurring_two_channels(n: int = 1_000_000) -> np.ndarray:
     """The cross-check's sequential HBM3 stream (it recurs after 75,776 requests) on each of two channels
     (the channel bit below the column), channel 1 ending 1,000 requests early (no channel symmetry)."""
     from attnsim.hwmodels.dram.streams import make_stream
+
     a = make_stream(device_spec("hbm3_6400", channels=1).org, "seq", n, 0)[0].astype(np.uint64)
     addr = np.empty(2 * n, np.uint64)
     for c in (0, 1):
@@ -69,17 +81,27 @@ def test_threads_with_steady_state_extrapolation_equal_one_thread():
     assert one.extrapolated and _fields(many) == _fields(one)
 
 
-@pytest.mark.parametrize("kw,spec,match", [
-    ({"threads": 0}, SPEC, r"threads: expected an integer in \[1, 1024\], got 0"),
-    ({"threads": 2.0}, SPEC, "threads: expected an integer"),
-    ({"threads": True}, SPEC, "threads: expected an integer"),
-    ({"threads": 2}, device_spec("hbm3_6400", channels=1),
-     r"threads: threads run channels apart: expected at most 1 \(the device's channels\), got 2"),
-    ({"threads": 5}, SPEC, r"threads: threads run channels apart: expected at most 4 \(the device's channels\), got 5"),
-    ({"threads": 2, "scheduler": "heap"}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
-    ({"threads": 2, "emit": True}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
-    ({"threads": 2, "controller": "dramsim3"}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
-])
+@pytest.mark.parametrize(
+    "kw,spec,match",
+    [
+        ({"threads": 0}, SPEC, r"threads: expected an integer in \[1, 1024\], got 0"),
+        ({"threads": 2.0}, SPEC, "threads: expected an integer"),
+        ({"threads": True}, SPEC, "threads: expected an integer"),
+        (
+            {"threads": 2},
+            device_spec("hbm3_6400", channels=1),
+            r"threads: threads run channels apart: expected at most 1 \(the device's channels\), got 2",
+        ),
+        (
+            {"threads": 5},
+            SPEC,
+            r"threads: threads run channels apart: expected at most 4 \(the device's channels\), got 5",
+        ),
+        ({"threads": 2, "scheduler": "heap"}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
+        ({"threads": 2, "emit": True}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
+        ({"threads": 2, "controller": "dramsim3"}, SPEC, "threads: threads > 1 run only in the fast scheduler"),
+    ],
+)
 def test_threads_refused_where_they_cannot_take_effect(kw, spec, match):
     with pytest.raises(ConfigError, match=match):
         simulate_requests(spec, np.arange(64, dtype=np.int64) * 64, False, **kw)
@@ -91,18 +113,38 @@ def test_cli_threads(tmp_path, capsys):
     one = json.loads(capsys.readouterr().out)
     assert main(base + ["--threads", "2"]) == 0
     two = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in one.items() if "wall" not in k and k != "compile_s"} == \
-        {k: v for k, v in two.items() if "wall" not in k and k != "compile_s"}
+    assert {k: v for k, v in one.items() if "wall" not in k and k != "compile_s"} == {
+        k: v for k, v in two.items() if "wall" not in k and k != "compile_s"
+    }
     assert main(["dram", "--device", "hbm3_6400", "--channels", "1", "--threads", "2"]) == 2
-    assert "--threads: threads run channels apart: expected at most 1 (the device's channels), got 2" in \
-        capsys.readouterr().err
+    assert (
+        "--threads: threads run channels apart: expected at most 1 (the device's channels), got 2"
+        in capsys.readouterr().err
+    )
     # the same rule on 8 channels (--threads 64 was accepted and ran 8 threads on main)
     assert main(["dram", "--device", "hbm3_6400", "--channels", "8", "--threads", "64"]) == 2
-    assert "--threads: threads run channels apart: expected at most 8 (the device's channels), got 64" in \
-        capsys.readouterr().err
+    assert (
+        "--threads: threads run channels apart: expected at most 8 (the device's channels), got 64"
+        in capsys.readouterr().err
+    )
     t = tmp_path / "t.trace"
     t.write_text("LD 0x0\n")
-    assert main(["dram", "convert", "--device", "hbm3_6400", "--trace", str(t), "--out", str(tmp_path / "o.npy"),
-                 "--threads", "2"]) == 2
+    assert (
+        main(
+            [
+                "dram",
+                "convert",
+                "--device",
+                "hbm3_6400",
+                "--trace",
+                str(t),
+                "--out",
+                str(tmp_path / "o.npy"),
+                "--threads",
+                "2",
+            ]
+        )
+        == 2
+    )
     assert "--threads: has no effect with 'convert'" in capsys.readouterr().err
     assert not (tmp_path / "o.npy").exists()

@@ -1,4 +1,5 @@
 """timing_ns: + org.transfers_per_ck -> cycle timings with the JEDEC rounding algorithm (hwmodels/dram/timing_ns.py)."""
+
 import pytest
 import yaml
 
@@ -9,8 +10,17 @@ from attnsim.hwmodels.dram.timing_ns import ns_to_cycles
 
 # LPDDR5 16 Gb, JESD209-5 values in ns (tRCD, tRPpb, tRAS, tFAW, tRRD, tRFCab, tRFCpb, tREFI): with tCK 1.25 ns
 # (6400 MT/s, 8 transfers per CK: WCK 4:1, DDR) they round to the cycles of configs/hardware/lpddr5_6400.yaml
-LPDDR5_NS = {"nRCDRD": 18, "nRCDWR": 18, "nRP": 18, "nRAS": 42, "nFAW": 20, "nRRD_S": 5, "nRFC": 280,
-             "nRFCpb": 140, "nREFI": 3906}
+LPDDR5_NS = {
+    "nRCDRD": 18,
+    "nRCDWR": 18,
+    "nRP": 18,
+    "nRAS": 42,
+    "nFAW": 20,
+    "nRRD_S": 5,
+    "nRFC": 280,
+    "nRFCpb": 140,
+    "nREFI": 3906,
+}
 
 
 def _lpddr5(**org):
@@ -24,12 +34,12 @@ def _lpddr5(**org):
 
 
 def test_rounding_algorithm():
-    assert ns_to_cycles(18, 1.25) == 15          # 14.4 -> 15
-    assert ns_to_cycles(3906, 1.25) == 3125      # 3124.8 -> 3125
-    assert ns_to_cycles(12.5, 1.25) == 10        # exact: no extra cycle
-    assert ns_to_cycles(12.48, 1.25) == 10       # 9.984: within the 2.6 % guard band -> 10, not 11
-    assert ns_to_cycles(12.4, 1.25) == 10        # 9.92 -> 10
-    assert ns_to_cycles(12.0, 1.25) == 10        # 9.6 -> 10
+    assert ns_to_cycles(18, 1.25) == 15  # 14.4 -> 15
+    assert ns_to_cycles(3906, 1.25) == 3125  # 3124.8 -> 3125
+    assert ns_to_cycles(12.5, 1.25) == 10  # exact: no extra cycle
+    assert ns_to_cycles(12.48, 1.25) == 10  # 9.984: within the 2.6 % guard band -> 10, not 11
+    assert ns_to_cycles(12.4, 1.25) == 10  # 9.92 -> 10
+    assert ns_to_cycles(12.0, 1.25) == 10  # 9.6 -> 10
 
 
 def test_ns_spec_equals_cycle_preset_and_speed_is_one_value():

@@ -1,4 +1,5 @@
 """attnsim dram --trace in Ramulator / DRAMsim3 / attnsim / .npy formats (hwmodels/dram/traces.py), convert."""
+
 import json
 
 import numpy as np
@@ -27,14 +28,18 @@ def _vectors():
     _, k, row = decode(SPEC, ADDR, MAPPING)
     B, G, R = o.banks_per_group, o.bank_groups, o.ranks
     col = (ADDR.astype(np.int64) // o.burst_bytes) % o.columns
-    return [f"{'W' if w else 'R'} 0,{kk // (B * G * R)},{kk // (B * G) % R},{kk // B % G},{kk % B},{r},{c * 8}"
-            for w, kk, r, c in zip(W, k, row, col)]
+    return [
+        f"{'W' if w else 'R'} 0,{kk // (B * G * R)},{kk // (B * G) % R},{kk // B % G},{kk % B},{r},{c * 8}"
+        for w, kk, r, c in zip(W, k, row, col)
+    ]
 
 
 def test_every_format_gives_the_same_stream(tmp_path):
-    fs = {"attnsim": [f"0x{a:x} {'W' if w else 'R'}" for a, w in zip(ADDR, W)],
-          "ramulator": [f"{'ST' if w else 'LD'} 0x{a:x}" for a, w in zip(ADDR, W)],
-          "dramsim3": [f"0x{a:x} {'WRITE' if w else 'READ'} {i}" for i, (a, w) in enumerate(zip(ADDR, W))]}
+    fs = {
+        "attnsim": [f"0x{a:x} {'W' if w else 'R'}" for a, w in zip(ADDR, W)],
+        "ramulator": [f"{'ST' if w else 'LD'} 0x{a:x}" for a, w in zip(ADDR, W)],
+        "dramsim3": [f"0x{a:x} {'WRITE' if w else 'READ'} {i}" for i, (a, w) in enumerate(zip(ADDR, W))],
+    }
     for fmt, lines in fs.items():
         a, w, t = read_trace_any(_write(tmp_path, fmt + ".trace", lines), SPEC)  # format detected
         assert np.array_equal(a, ADDR) and np.array_equal(w, W), fmt
@@ -57,26 +62,41 @@ def test_convert_to_npy_and_run_equal_text(tmp_path, capsys):
     assert outs[0]["cycles"] == outs[1]["cycles"] > 0 and outs[0]["bytes"] == 300 * 32
 
 
-@pytest.mark.parametrize("fmt,lines,want", [
-    ("ramulator", ["LD 0x0", "XX 0x40"], "line 2: expected 'LD|ST <address>'"),
-    ("ramulator", ["R 0,0,0,0,0,1,8", "R 0,0,0,0,9,1,8"], "line 2: address vector"),
-    ("ramulator", ["R 0,0,0,0,0,1,8", "LD 0x40"], "request 2: mixes address vectors and flat addresses"),
-    ("ramulator", ["# c", "LD 0x40", "W 0,0,0,0,0,1,8"], "request 1: mixes address vectors and flat addresses"),
-    ("ramulator", ["LD 0x40", "W 0,0,0,0,0,1,8", "LD zz"], "line 3: expected a 0x-hex (at most 16 digits) or decimal "
-                                                            "(at most 18 digits) address (ramulator format), got 'LD zz'"),
-    ("ramulator", ["LD 1234567890123456789"], "line 1: expected a 0x-hex (at most 16 digits) or decimal (at most 18"),
-    ("dramsim3", ["0x0 READ 0", "0x40 FETCH 3"], "line 2: expected '<0x hex address> <READ|WRITE> <cycle>'"),
-    ("dramsim3", ["0x0 READ 0", "0x40 RXXX 3"], "(dramsim3 format), got '0x40 RXXX 3'"),  # DRAMsim3: a read
-    ("dramsim3", ["0x0 READ 5", "0x40 READ 3"], "line 2: arrival cycles must not decrease"),
-    ("attnsim", ["0x0 R 1000", "0x40 W"], "line 2: arrival cycles must not decrease (0 < 1000: a line without one "
-                                          "arrives at cycle 0)"),
-    ("ramulator", ["LD 0x40000000000"], "beyond the device capacity"),
-])
+@pytest.mark.parametrize(
+    "fmt,lines,want",
+    [
+        ("ramulator", ["LD 0x0", "XX 0x40"], "line 2: expected 'LD|ST <address>'"),
+        ("ramulator", ["R 0,0,0,0,0,1,8", "R 0,0,0,0,9,1,8"], "line 2: address vector"),
+        ("ramulator", ["R 0,0,0,0,0,1,8", "LD 0x40"], "request 2: mixes address vectors and flat addresses"),
+        ("ramulator", ["# c", "LD 0x40", "W 0,0,0,0,0,1,8"], "request 1: mixes address vectors and flat addresses"),
+        (
+            "ramulator",
+            ["LD 0x40", "W 0,0,0,0,0,1,8", "LD zz"],
+            "line 3: expected a 0x-hex (at most 16 digits) or decimal "
+            "(at most 18 digits) address (ramulator format), got 'LD zz'",
+        ),
+        (
+            "ramulator",
+            ["LD 1234567890123456789"],
+            "line 1: expected a 0x-hex (at most 16 digits) or decimal (at most 18",
+        ),
+        ("dramsim3", ["0x0 READ 0", "0x40 FETCH 3"], "line 2: expected '<0x hex address> <READ|WRITE> <cycle>'"),
+        ("dramsim3", ["0x0 READ 0", "0x40 RXXX 3"], "(dramsim3 format), got '0x40 RXXX 3'"),  # DRAMsim3: a read
+        ("dramsim3", ["0x0 READ 5", "0x40 READ 3"], "line 2: arrival cycles must not decrease"),
+        (
+            "attnsim",
+            ["0x0 R 1000", "0x40 W"],
+            "line 2: arrival cycles must not decrease (0 < 1000: a line without one arrives at cycle 0)",
+        ),
+        ("ramulator", ["LD 0x40000000000"], "beyond the device capacity"),
+    ],
+)
 def test_bad_lines_are_one_error_naming_file_and_line(tmp_path, fmt, lines, want):
     p = _write(tmp_path, "b.trace", lines)
     with pytest.raises(ConfigError) as e:
         if fmt == "attnsim":  # the CLI's reader (the compiled one defers attnsim-format errors to it)
             from attnsim.cli.dram import read_trace
+
             read_trace(p, SPEC.capacity_bytes)
         else:
             read_trace_any(p, SPEC, fmt)
@@ -86,8 +106,16 @@ def test_bad_lines_are_one_error_naming_file_and_line(tmp_path, fmt, lines, want
 def test_dramsim3_command_words_are_its_own(tmp_path):
     """DRAMsim3 reads WRITE, write, P_MEM_WR and BOFF as writes (umd-memsys/DRAMsim3 2981759 common.cc operator>>);
     READ / read / P_MEM_RD are reads (any other word, a read there, is refused here)."""
-    lines = ["0x0 READ 0", "0x40 read 1", "0x80 P_MEM_RD 2", "0xc0 WRITE 3", "0x100 write 4", "0x140 P_MEM_WR 5",
-             "0x180 BOFF 6", "0x1c0 Write 7"]
+    lines = [
+        "0x0 READ 0",
+        "0x40 read 1",
+        "0x80 P_MEM_RD 2",
+        "0xc0 WRITE 3",
+        "0x100 write 4",
+        "0x140 P_MEM_WR 5",
+        "0x180 BOFF 6",
+        "0x1c0 Write 7",
+    ]
     a, w, t = read_trace_any(_write(tmp_path, "t.trace", lines), SPEC, "dramsim3")
     assert w.tolist() == [False, False, False, True, True, True, True, True] and t.tolist() == list(range(8))
 
@@ -104,6 +132,7 @@ def test_npy_of_another_dtype_and_format_without_trace_are_refused(tmp_path, cap
 def _general(data: bytes, fmt: int):
     """The general parser alone (what every line of another shape goes through)."""
     from attnsim.hwmodels.dram.traces import _parse
+
     b = np.frombuffer(data, np.uint8)
     cap = data.count(b"\n") + 1
     out = np.empty(cap, np.uint64), np.empty(cap, np.bool_), np.zeros(cap, np.int64)  # arrivals: zeroed (contract)
@@ -117,21 +146,55 @@ def test_fast_parser_equals_the_general_one_or_defers_to_it():
     canonical files take the fast path. Random files mix canonical lines with odd ones (tabs, CRLF, comments,
     decimal / upper-case / over-long numbers, lax DRAMsim3 words, decreasing cycles, extra tokens)."""
     from attnsim.hwmodels.dram.traces import _HEXVAL, _parse_fast
+
     rng = np.random.default_rng(7)
-    odd = {0: ["0X1F r", "1f W 3", "0x10 R ", "# c", "", "\t0x1 R", "0x1 R\r", "0x1 X", "0x" + "f" * 17 + " R",
-               "0x1 R " + "9" * 19, "0x1 R 1", "g R", "0x1  R", "0x1 RW"],
-           1: ["LD 12", "ST 0X1f", "LD " + "9" * 19, "LD 0x", "LD\t0x1", "LD 0x1 5", "ld 0x1", "LX 0x1", "",
-               "LD 0x1\r", "ST " + "1" * 18, "LD 0x" + "0" * 16],
-           2: ["0x1 read 1", "0x1 RXXX 2", "1 READ 3", "0x1 WRITE", "0x1 WRITE 0", "0x1 READ 99 ", "0x1 READ x"]}
-    canon = {0: lambda a, w, t: f"0x{a:x} {'W' if w else 'R'} {t}", 1: lambda a, w, t: f"{'ST' if w else 'LD'} 0x{a:x}",
-             2: lambda a, w, t: f"0x{a:x} {'WRITE' if w else 'READ'} {t}"}
+    odd = {
+        0: [
+            "0X1F r",
+            "1f W 3",
+            "0x10 R ",
+            "# c",
+            "",
+            "\t0x1 R",
+            "0x1 R\r",
+            "0x1 X",
+            "0x" + "f" * 17 + " R",
+            "0x1 R " + "9" * 19,
+            "0x1 R 1",
+            "g R",
+            "0x1  R",
+            "0x1 RW",
+        ],
+        1: [
+            "LD 12",
+            "ST 0X1f",
+            "LD " + "9" * 19,
+            "LD 0x",
+            "LD\t0x1",
+            "LD 0x1 5",
+            "ld 0x1",
+            "LX 0x1",
+            "",
+            "LD 0x1\r",
+            "ST " + "1" * 18,
+            "LD 0x" + "0" * 16,
+        ],
+        2: ["0x1 read 1", "0x1 RXXX 2", "1 READ 3", "0x1 WRITE", "0x1 WRITE 0", "0x1 READ 99 ", "0x1 READ x"],
+    }
+    canon = {
+        0: lambda a, w, t: f"0x{a:x} {'W' if w else 'R'} {t}",
+        1: lambda a, w, t: f"{'ST' if w else 'LD'} 0x{a:x}",
+        2: lambda a, w, t: f"0x{a:x} {'WRITE' if w else 'READ'} {t}",
+    }
     fast_taken = 0
     for trial in range(300):
         fmt = trial % 3
         n = int(rng.integers(1, 12))
         t = np.sort(rng.integers(0, 50, n))
-        lines = [canon[fmt](int(a), bool(w), int(c)) for a, w, c in
-                 zip(rng.integers(0, 1 << 40, n), rng.integers(0, 2, n), t)]
+        lines = [
+            canon[fmt](int(a), bool(w), int(c))
+            for a, w, c in zip(rng.integers(0, 1 << 40, n), rng.integers(0, 2, n), t)
+        ]
         if trial % 4:  # three of four files get one odd line somewhere
             lines.insert(int(rng.integers(0, n + 1)), odd[fmt][int(rng.integers(len(odd[fmt])))])
         data = ("\n".join(lines) + ("\n" if rng.integers(2) else "")).encode()
@@ -153,6 +216,7 @@ def test_npy_addresses_are_decoded_in_place_with_the_same_results(tmp_path):
     """The .npy trace's addresses stay a view of the mapped file (no copy); the run equals one on a copy."""
     from attnsim.hwmodels.dram.controller import simulate_requests
     from attnsim.hwmodels.dram.traces import write_npy
+
     p = str(tmp_path / "t.npy")
     write_npy(p, ADDR, W)
     a, w, t = read_trace_any(p, SPEC)
@@ -162,13 +226,18 @@ def test_npy_addresses_are_decoded_in_place_with_the_same_results(tmp_path):
     assert k.dtype == row.dtype == np.int32 and np.array_equal(k, k2) and np.array_equal(row, row2)
     r1 = simulate_requests(SPEC, a, w, t, mapping=MAPPING)
     r2 = simulate_requests(SPEC, np.array(a), np.array(w, dtype=np.int64), mapping=MAPPING)  # 0/1 ints, no arrival
-    assert (r1.cycles, r1.row_hits, r1.row_conflicts, r1.mean_latency_cycles) == \
-        (r2.cycles, r2.row_hits, r2.row_conflicts, r2.mean_latency_cycles)
+    assert (r1.cycles, r1.row_hits, r1.row_conflicts, r1.mean_latency_cycles) == (
+        r2.cycles,
+        r2.row_hits,
+        r2.row_conflicts,
+        r2.mean_latency_cycles,
+    )
 
 
 def test_convert_onto_its_own_npy_input_keeps_the_stream(tmp_path, capsys):
     """The .npy input is a view of its file: converting onto the same path must copy before writing."""
     from attnsim.hwmodels.dram.traces import write_npy
+
     p = str(tmp_path / "t.npy")
     write_npy(p, ADDR, W)
     assert main(["dram", "convert", "--device", "hbm3_6400", "--channels", "1", "--trace", p, "--out", p]) == 0
@@ -180,6 +249,7 @@ def test_text_trace_from_a_pipe_and_an_empty_file(tmp_path, capsys):
     """Regular files are mapped; a FIFO is read (it cannot be mapped); an empty file has no requests."""
     import os
     import threading
+
     fifo = str(tmp_path / "fifo")
     os.mkfifo(fifo)
     text = "".join(f"{'ST' if w else 'LD'} 0x{a:x}\n" for a, w in zip(ADDR, W))
@@ -187,6 +257,7 @@ def test_text_trace_from_a_pipe_and_an_empty_file(tmp_path, capsys):
     def feed():
         with open(fifo, "w") as f:
             f.write(text)
+
     th = threading.Thread(target=feed)
     th.start()
     a, w, t = read_trace_any(fifo, SPEC, "ramulator")
@@ -202,6 +273,7 @@ def test_cli_main_leaves_the_collector_as_it_found_it(tmp_path, capsys):
     """main() pauses the cyclic collector during start-up (cli.settle_gc) and restores it, also on an error; an
     in-process call (argv given) freezes nothing (a freeze would keep the caller's uncollected cycles forever)."""
     import gc
+
     assert gc.isenabled()
     frozen = gc.get_freeze_count()
     p = _write(tmp_path, "t.trace", [f"LD 0x{a:x}" for a in ADDR])
@@ -221,6 +293,7 @@ def test_decode_by_channel_is_a_stable_sort_of_decode():
     """decode_by_channel writes each request at its channel-contiguous position: decode's output in the order of a
     stable sort by channel; write flags and arrivals follow (arrivals stay zeros when there are none)."""
     from attnsim.hwmodels.dram.controller import decode_by_channel
+
     spec = device_spec("hbm3_6400", channels=8)
     rng = np.random.default_rng(11)
     addr = (rng.integers(0, spec.capacity_bytes // 32, 5000) * 32).astype(np.uint64)
@@ -239,24 +312,35 @@ def test_the_program_freezes_its_start_up_objects(tmp_path):
     objects leave the collector's generations (gc.freeze) and attnsim dram freezes again at exit."""
     import subprocess
     import sys
+
     p = _write(tmp_path, "t.trace", [f"LD 0x{a:x}" for a in ADDR])
-    code = ("import atexit, gc, sys\n"
-            f"sys.argv = ['attnsim', 'dram', '--device', 'hbm3_6400', '--channels', '1', '--trace', {p!r}, '--json']\n"
-            "from attnsim.cli import main\n"
-            "import attnsim.cli.dram, attnsim.hwmodels.dram.controller, attnsim.hwmodels.dram.traces\n"
-            # numba's lazy registries (their import builds an error message, and colorama registers an atexit)
-            "from numba.core.registry import cpu_target; cpu_target.target_context.refresh()\n"
-            "n0 = atexit._ncallbacks()\n"
-            "rc = main()\n"
-            "print('FROZEN', rc, gc.isenabled(), gc.get_freeze_count() > 1000, atexit._ncallbacks() - n0)\n")
+    code = (
+        "import atexit, gc, sys\n"
+        f"sys.argv = ['attnsim', 'dram', '--device', 'hbm3_6400', '--channels', '1', '--trace', {p!r}, '--json']\n"
+        "from attnsim.cli import main\n"
+        "import attnsim.cli.dram, attnsim.hwmodels.dram.controller, attnsim.hwmodels.dram.traces\n"
+        # numba's lazy registries (their import builds an error message, and colorama registers an atexit)
+        "from numba.core.registry import cpu_target; cpu_target.target_context.refresh()\n"
+        "n0 = atexit._ncallbacks()\n"
+        "rc = main()\n"
+        "print('FROZEN', rc, gc.isenabled(), gc.get_freeze_count() > 1000, atexit._ncallbacks() - n0)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert [ln for ln in out.stdout.splitlines() if ln.startswith("FROZEN")] == ["FROZEN 0 True True 1"]
 
 
-@pytest.mark.parametrize("extra,key", [(["--queue", "8"], "--queue"), (["--page", "closed"], "--page"),
-                                       (["--controller", "ramulator2"], "--controller"), (["--json"], "--json"),
-                                       (["--no-refresh"], "--no-refresh"), (["--no-skip-ahead"], "--no-skip-ahead")])
+@pytest.mark.parametrize(
+    "extra,key",
+    [
+        (["--queue", "8"], "--queue"),
+        (["--page", "closed"], "--page"),
+        (["--controller", "ramulator2"], "--controller"),
+        (["--json"], "--json"),
+        (["--no-refresh"], "--no-refresh"),
+        (["--no-skip-ahead"], "--no-skip-ahead"),
+    ],
+)
 def test_convert_refuses_options_only_a_simulation_reads(tmp_path, capsys, extra, key):
     t = _write(tmp_path, "t.trace", ["LD 0x0"])
     out = tmp_path / "o.npy"

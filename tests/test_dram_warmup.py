@@ -1,11 +1,12 @@
 """`attnsim warmup` covers `attnsim dram`: after cli_dram.warm_all, the CLI's runs dispatch no kernel signature
 that warm_all did not (so none compiles on a node whose image ran `attnsim warmup`)."""
+
 import json
 import subprocess
 import sys
 
 # the kernel signatures every Numba dispatcher of the modules under PREFIX has compiled
-_SIGNATURES = r'''
+_SIGNATURES = r"""
 
 def signatures():
     seen = {}
@@ -15,9 +16,10 @@ def signatures():
                 if isinstance(obj, CPUDispatcher):
                     seen[f"{name}.{attr}"] = {str(s) for s in obj.signatures}
     return seen
-'''
+"""
 
-_SCRIPT = r'''
+_SCRIPT = (
+    r"""
 import io, contextlib, json, os, sys, tempfile
 import numpy as np
 from numba.core.registry import CPUDispatcher
@@ -27,7 +29,9 @@ from attnsim.cli.dram import warm_all, device_spec
 from attnsim.hwmodels.dram.traces import write_npy
 
 PREFIX = "attnsim.hwmodels.dram"
-''' + _SIGNATURES + r'''
+"""
+    + _SIGNATURES
+    + r"""
 
 warm_all()
 before = signatures()
@@ -55,7 +59,8 @@ for r in runs:
 after = signatures()
 new = {k: sorted(v - before.get(k, set())) for k, v in after.items() if v - before.get(k, set())}
 print("WARMUP " + json.dumps({"new": new, "kernels": len(after)}))
-'''
+"""
+)
 
 
 def test_warm_all_covers_every_kernel_signature_of_attnsim_dram():
@@ -66,14 +71,17 @@ def test_warm_all_covers_every_kernel_signature_of_attnsim_dram():
     assert out["new"] == {}, out["new"]
 
 
-_COMMANDS = r'''
+_COMMANDS = (
+    r"""
 import io, contextlib, json, os, sys, tempfile
 from numba.core.registry import CPUDispatcher
 from attnsim.cli import main
 from attnsim.cli.warmup import warm_all
 
 PREFIX = "attnsim.hwmodels"
-''' + _SIGNATURES + r'''
+"""
+    + _SIGNATURES
+    + r"""
 
 warm_all()
 before = signatures()
@@ -92,7 +100,8 @@ for r in runs:
 after = signatures()
 new = {k: sorted(v - before.get(k, set())) for k, v in after.items() if v - before.get(k, set())}
 print("WARMUP " + json.dumps({"new": new, "kernels": len(after)}))
-'''
+"""
+)
 
 
 def test_warmup_covers_every_kernel_of_run_serve_plan_and_pim():

@@ -1,7 +1,8 @@
 """Sampled decode-step integration: weights sum to the step count and are exact for linear costs."""
+
 import numpy as np
-import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.sim.engine import decode_step_weights
 

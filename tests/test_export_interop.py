@@ -1,5 +1,6 @@
 """Interop: Parquet exports and the HDF5 store read by pandas / pyarrow / xarray alone (a subprocess that
 never imports attnsim), units in every column name, per-request serving rows, refusals."""
+
 import json
 import subprocess
 import sys
@@ -9,7 +10,6 @@ import h5py
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from sweep_helpers import write_sweep
 
 from attnsim.cli import main
@@ -32,8 +32,11 @@ serving:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     d = tmp_path_factory.mktemp("ex")
-    sw = load_sweep(write_sweep(d, [{"grid": {"system": ["h100_x1", "dgx_h100"], "scenario.batch_size": [1, 4]}}],
-                                baseline="h100_x1"))
+    sw = load_sweep(
+        write_sweep(
+            d, [{"grid": {"system": ["h100_x1", "dgx_h100"], "scenario.batch_size": [1, 4]}}], baseline="h100_x1"
+        )
+    )
     run_sweep(sw, d / "s.h5", workers=1, progress=False, log=lambda s: None)
     return d / "s.h5"
 
@@ -51,9 +54,13 @@ def test_pandas_alone_reads_the_parquet_export(store, tmp_path, capsys):
     assert main(["export", str(store), "--parquet", "-o", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out
     cols = open_store(store).columns()
-    want = {"system": cols["system"].tolist(), "scenario.batch_size": cols["scenario.batch_size"].tolist(),
-            "tokens_per_s": cols["tokens_per_s"].tolist(), "batch_size_count": cols["batch_size"].tolist(),
-            "vs_baseline.throughput_ratio": [None if np.isnan(v) else v for v in cols["vs_baseline.throughput_ratio"]]}
+    want = {
+        "system": cols["system"].tolist(),
+        "scenario.batch_size": cols["scenario.batch_size"].tolist(),
+        "tokens_per_s": cols["tokens_per_s"].tolist(),
+        "batch_size_count": cols["batch_size"].tolist(),
+        "vs_baseline.throughput_ratio": [None if np.isnan(v) else v for v in cols["vs_baseline.throughput_ratio"]],
+    }
     (tmp_path / "want.json").write_text(json.dumps(want))
     script = textwrap.dedent(f"""
         import json, math, sys
@@ -91,7 +98,11 @@ def test_parquet_holds_finite_numbers_and_nulls_for_missing(store, tmp_path):
         if col.dtype.kind == "f":
             assert np.isfinite(col[~np.isnan(col)]).all()
     st = open_store(store).columns()
-    assert t.column("vs_baseline.throughput_ratio").null_count == int(np.isnan(st["vs_baseline.throughput_ratio"]).sum()) == 2
+    assert (
+        t.column("vs_baseline.throughput_ratio").null_count
+        == int(np.isnan(st["vs_baseline.throughput_ratio"]).sum())
+        == 2
+    )
     meta = t.schema.metadata
     assert meta[b"attnsim.kind"] == b"sweep" and json.loads(meta[b"attnsim.parameters"])[-1] == "scenario.batch_size"
 
@@ -107,8 +118,16 @@ def test_every_exported_quantity_has_a_unit_in_its_name(store, served):
         assert _unitless(t, cols) == [], path
         assert len(cols) == len(t.columns) + len(t.breakdown)  # renamed, none lost
     s = export_columns(load_table(served))
-    assert {"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "latency_p99_s", "slo_attainment_ratio", "requests_count",
-            "throughput_rps", "batch_size_count"} <= set(s)
+    assert {
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "tpot_p50_s",
+        "latency_p99_s",
+        "slo_attainment_ratio",
+        "requests_count",
+        "throughput_rps",
+        "batch_size_count",
+    } <= set(s)
     assert unit_name("ttft_p99_ci_low") == "ttft_p99_s_ci_low" and unit_name("tokens_per_s") == "tokens_per_s"
     assert not has_unit("batch_size") and has_unit("decode_step/time_s_by_op/attn_score")
 

@@ -1,6 +1,7 @@
 """Figures that need no hand work (issue 28 §4): labels reach axis titles and units and unknown keys are refused,
 one column name (ttft_p99_s), one style per op class and per segment, caller-chosen energy components with PIM
 compute never in "Other", the plan front, and recipes over the Python API's results objects and DataFrames."""
+
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -13,20 +14,34 @@ from attnsim.plots.style import OP_CLASS_STYLE, OP_CLASSES, contrast_ratio, labe
 from attnsim.studies.sweep.spec import FigureSpec
 from attnsim.studies.sweep.table import Table, table_from_frame, to_pandas
 
-COMPONENTS = ["dram_read_write", "dram_activate", "dram_io", "dram_background", "dram_refresh", "compute", "sram",
-              "link", "pim_compute"]
+COMPONENTS = [
+    "dram_read_write",
+    "dram_activate",
+    "dram_io",
+    "dram_background",
+    "dram_refresh",
+    "compute",
+    "sram",
+    "link",
+    "pim_compute",
+]
 
 
 def _table():
     """Two systems x batch 1, 4 (hand-made columns as a sweep store holds them); the energy breakdown has 9
     components, pim_compute the smallest (1e-6 J per step) so the top-7 rule would sum it into "other"."""
     n = 4
-    cols = {"system": np.array(["h100_x1", "h100_x1", "attacc_h100", "attacc_h100"], dtype=object),
-            "model": np.array(["m"] * n, dtype=object), "scenario": np.array(["chat"] * n, dtype=object),
-            "status": np.array(["ok"] * n, dtype=object), "batch_size": np.array([1, 4, 1, 4]),
-            "scenario.batch_size": np.array([1, 4, 1, 4]),
-            "tpot_s": np.array([0.010, 0.012, 0.004, 0.005]), "ttft_p99": np.array([0.5, 0.6, 0.3, 0.4]),
-            "decode_tokens_per_s": np.array([100.0, 333.0, 250.0, 800.0])}
+    cols = {
+        "system": np.array(["h100_x1", "h100_x1", "attacc_h100", "attacc_h100"], dtype=object),
+        "model": np.array(["m"] * n, dtype=object),
+        "scenario": np.array(["chat"] * n, dtype=object),
+        "status": np.array(["ok"] * n, dtype=object),
+        "batch_size": np.array([1, 4, 1, 4]),
+        "scenario.batch_size": np.array([1, 4, 1, 4]),
+        "tpot_s": np.array([0.010, 0.012, 0.004, 0.005]),
+        "ttft_p99": np.array([0.5, 0.6, 0.3, 0.4]),
+        "decode_tokens_per_s": np.array([100.0, 333.0, 250.0, 800.0]),
+    }
     bd = {f"decode_step/energy_j_by_component/{c}": np.full(n, 1.0 + i) for i, c in enumerate(COMPONENTS[:-1])}
     bd["decode_step/energy_j_by_component/pim_compute"] = np.full(n, 1e-6)
     return Table(Path("t.h5"), "sweep", {}, cols, bd, ["system", "scenario.batch_size"])
@@ -48,8 +63,16 @@ def test_unknown_label_keys_are_refused_with_a_suggestion():
 
 def test_labels_set_axis_titles_units_and_legend_names():
     t = _table()
-    fig = figure(t, "tpot_vs_batch", labels={"tpot_s": "Time per output token", "unit.tpot_s": "us",
-                                             "batch_size": "Requests in the batch", "h100_x1": "One GPU"})
+    fig = figure(
+        t,
+        "tpot_vs_batch",
+        labels={
+            "tpot_s": "Time per output token",
+            "unit.tpot_s": "us",
+            "batch_size": "Requests in the batch",
+            "h100_x1": "One GPU",
+        },
+    )
     ax = fig.axes[0]
     assert ax.get_ylabel() == "Time per output token (us)"  # main 878b7fc: "TPOT (ms)", the label unused
     assert ax.get_xlabel() == "Requests in the batch"
@@ -86,6 +109,7 @@ def test_one_style_per_op_class_and_per_segment():
     assert len(set(styles)) == len(OP_CLASSES) == 8  # every class apart, by colour and marker
     assert all(contrast_ratio(c) >= 3.0 for c, _ in styles)  # lines/markers >= 3:1 on white (WCAG 2.1)
     from workloads.optrace import OP_CLASSES as TRACE_CLASSES
+
     assert OP_CLASSES == TRACE_CLASSES  # the mapping covers every class a trace has
     # the same component keeps its fill whatever else the figure holds
     a = figure(_table(), "energy_breakdown")
@@ -93,8 +117,10 @@ def test_one_style_per_op_class_and_per_segment():
 
     def fills(fig):
         ax = fig.axes[0]
-        return {lab.get_text(): c[0].get_facecolor() for lab, c in zip(reversed(ax.get_legend().get_texts()),
-                                                                        ax.containers)}
+        return {
+            lab.get_text(): c[0].get_facecolor() for lab, c in zip(reversed(ax.get_legend().get_texts()), ax.containers)
+        }
+
     fa, fb = fills(a), fills(b)
     for name in ("DRAM I/O", "PIM compute"):
         assert fa[name] == fb[name]
@@ -123,12 +149,17 @@ def test_pim_compute_is_never_other_and_components_are_the_callers():
 
 
 def test_plan_front_draws_the_document():
-    doc = {"system": "cxl_pnm", "model": "llama2-70b",
-           "front": [{"rel_attention_error": e, "tpot_s": t, "energy_per_token_j": j}
-                     for e, t, j in ((0.001, 0.021, 3.3), (0.01, 0.020, 3.2), (0.1, 0.019, 3.1))],
-           "plan": {"rel_attention_error": 0.01, "tpot_s": 0.020, "energy_per_token_j": 3.2},
-           "configured": {"rel_attention_error": 0.001, "tpot_s": 0.022, "energy_per_token_j": 3.35},
-           "slos": {"accuracy": {"limit": 0.02}, "tpot_s": {"limit": 0.0215}}}
+    doc = {
+        "system": "cxl_pnm",
+        "model": "llama2-70b",
+        "front": [
+            {"rel_attention_error": e, "tpot_s": t, "energy_per_token_j": j}
+            for e, t, j in ((0.001, 0.021, 3.3), (0.01, 0.020, 3.2), (0.1, 0.019, 3.1))
+        ],
+        "plan": {"rel_attention_error": 0.01, "tpot_s": 0.020, "energy_per_token_j": 3.2},
+        "configured": {"rel_attention_error": 0.001, "tpot_s": 0.022, "energy_per_token_j": 3.35},
+        "slos": {"accuracy": {"limit": 0.02}, "tpot_s": {"limit": 0.0215}},
+    }
     fig = plan_figure(doc)
     tpot, energy = fig.axes[0], fig.axes[1]
     assert tpot.get_ylabel() == "TPOT (ms)" and energy.get_ylabel() == "Energy per token (J/token)"
@@ -136,8 +167,13 @@ def test_plan_front_draws_the_document():
     assert front.get_xdata().tolist() == [0.001, 0.01, 0.1]
     assert front.get_ydata().tolist() == pytest.approx([21.0, 20.0, 19.0])  # s -> ms
     assert energy.get_lines()[0].get_ydata().tolist() == pytest.approx([3.3, 3.2, 3.1])
-    assert [tx.get_text() for tx in fig.legends[0].get_texts()] == \
-        ["Pareto front", "plan", "as run", "accuracy SLO", "SLO"]
+    assert [tx.get_text() for tx in fig.legends[0].get_texts()] == [
+        "Pareto front",
+        "plan",
+        "as run",
+        "accuracy SLO",
+        "SLO",
+    ]
     assert tpot.get_xscale() == "log"  # the errors span 100x
     with pytest.raises(ConfigError):
         plan_figure({"front": []})
@@ -159,9 +195,16 @@ def test_recipes_take_dataframes():
 
 def test_results_plot(tmp_path):
     import attnsim
-    res = attnsim.run({"name": "p", "systems": ["h100_x1"], "models": ["llama2-7b"],
-                       "scenarios": {"chat": {"batch_size": 2, "prompt_len": 256, "output_len": 8}},
-                       "generation": {"mode": "sampled", "samples": 2}})
+
+    res = attnsim.run(
+        {
+            "name": "p",
+            "systems": ["h100_x1"],
+            "models": ["llama2-7b"],
+            "scenarios": {"chat": {"batch_size": 2, "prompt_len": 256, "output_len": 8}},
+            "generation": {"mode": "sampled", "samples": 2},
+        }
+    )
     fig = res.plot("latency_by_device", labels={"gpu": "H100 GPU"})
     assert [tx.get_text() for tx in fig.axes[0].get_legend().get_texts()] == ["H100 GPU"]
     paths = res.plot("pareto", tmp_path / "p.pdf")

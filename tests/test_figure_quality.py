@@ -1,6 +1,7 @@
 """Figures a paper can use unedited: units on the axes, legend entries = the labelled systems, tick labels
 whose text boxes never overlap (measured with the Agg renderer), capacity markers for points that do
 not fit, line colours with WCAG contrast >= 3:1 on white, the bundled font, and the axis options."""
+
 import itertools
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 from matplotlib import font_manager as fm
 from matplotlib.text import Text
+from sweep_helpers import write_sweep
 
 from attnsim.cli import main as cli_main
 from attnsim.core.config import ConfigError
@@ -19,22 +21,29 @@ from attnsim.plots.ticks import fit_ticks
 from attnsim.studies.sweep.executors import run_sweep
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.table import Table, load_table
-from sweep_helpers import write_sweep
 
 SYSTEMS = ["h100_x1", "dgx_h100"]
 SHOWN = [DEFAULT_LABELS[s] for s in SYSTEMS]
 BUNDLED = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 # Llama-2-13B on one H100 (80 GB): 26 GB of weights + 64 x 3080 tokens x 0.82 MB of KV cache does not fit
-BASE = {"name": "q", "systems": ["h100_x1"], "models": ["llama2-13b"],
-        "scenarios": {"chat": {"batch_size": 1, "prompt_len": 512, "output_len": 8}},
-        "generation": {"mode": "sampled", "samples": 2}}
+BASE = {
+    "name": "q",
+    "systems": ["h100_x1"],
+    "models": ["llama2-13b"],
+    "scenarios": {"chat": {"batch_size": 1, "prompt_len": 512, "output_len": 8}},
+    "generation": {"mode": "sampled", "samples": 2},
+}
 
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     d = tmp_path_factory.mktemp("quality")
-    p = write_sweep(d, [{"grid": {"system": SYSTEMS, "scenario.batch_size": [1, 64],
-                                  "scenario.prompt_len": [512, 3072]}}], name="q", base=BASE)
+    p = write_sweep(
+        d,
+        [{"grid": {"system": SYSTEMS, "scenario.batch_size": [1, 64], "scenario.prompt_len": [512, 3072]}}],
+        name="q",
+        base=BASE,
+    )
     s = run_sweep(load_sweep(p), d / "q.h5", workers=1, progress=False, log=lambda m: None)
     assert s.status_counts == {"ok": 7, "does_not_fit": 1}
     return load_table(d / "q.h5")
@@ -50,12 +59,21 @@ CASES = {  # recipe -> (options, expected y label or None for a pattern check, d
     "throughput_vs_context": (dict(where={"batch_size": 64}), "Decode throughput (tokens/s)", True),
     "tpot_vs_context": (dict(where={"batch_size": 1}), "TPOT (ms)", False),
     "line": (dict(x="batch_size", y="ttft_s", where={"prompt_len": 3072}), None, True),
-    "ratio": (dict(x="batch_size", y="decode_tokens_per_s", baseline="dgx_h100", where={"prompt_len": 3072}),
-              "Decode throughput vs DGX H100 (\u00d7)", True),
-    "roofline": (dict(where={"system": "dgx_h100", "batch_size": 64, "prompt_len": 512}),
-                 "Performance (TFLOP/s)", False),
-    "heatmap": (dict(x="scenario.batch_size", y="system", z="tpot_s", where={"prompt_len": 3072}, title="Llama-2-13B"),
-                "System", True),
+    "ratio": (
+        dict(x="batch_size", y="decode_tokens_per_s", baseline="dgx_h100", where={"prompt_len": 3072}),
+        "Decode throughput vs DGX H100 (\u00d7)",
+        True,
+    ),
+    "roofline": (
+        dict(where={"system": "dgx_h100", "batch_size": 64, "prompt_len": 512}),
+        "Performance (TFLOP/s)",
+        False,
+    ),
+    "heatmap": (
+        dict(x="scenario.batch_size", y="system", z="tpot_s", where={"prompt_len": 3072}, title="Llama-2-13B"),
+        "System",
+        True,
+    ),
     # decode-only by default (issue 28): TPOT against the decode energy per token
     "pareto": (dict(), "Decode energy per token (J/token) \u2193", True),
     # throughput and J/token side by side, one legend for both panels
@@ -66,8 +84,10 @@ CASES = {  # recipe -> (options, expected y label or None for a pattern check, d
 
 @pytest.fixture(scope="module")
 def flips_table():
-    """DGX H100 against one H100 (the baseline) with its verdict flips (attnsim.studies.verdict): the tornado's input."""
+    """DGX H100 against one H100 (the baseline) with its verdict flips (attnsim.studies.verdict):
+    the tornado's input."""
     import attnsim
+
     return attnsim.run({**BASE, "systems": SYSTEMS, "baseline": "h100_x1"}, flips=True).table()
 
 
@@ -78,8 +98,11 @@ def test_every_recipe_has_a_quality_case():
 def _tick_boxes(axis, renderer):
     lo, hi = sorted(axis.get_view_interval())
     eps = 1e-9 * (hi - lo)
-    return [t.label1.get_window_extent(renderer) for t in axis.get_major_ticks() + axis.get_minor_ticks()
-            if t.get_visible() and t.label1.get_visible() and t.label1.get_text() and lo - eps <= t.get_loc() <= hi + eps]
+    return [
+        t.label1.get_window_extent(renderer)
+        for t in axis.get_major_ticks() + axis.get_minor_ticks()
+        if t.get_visible() and t.label1.get_visible() and t.label1.get_text() and lo - eps <= t.get_loc() <= hi + eps
+    ]
 
 
 def assert_ticks_apart(fig):
@@ -88,8 +111,9 @@ def assert_ticks_apart(fig):
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for a, b in itertools.combinations(_tick_boxes(axis, r), 2):
-                assert not (a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1), \
+                assert not (a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1), (
                     f"tick labels overlap on {axis.axis_name}: {a} {b}"
+                )
 
 
 def assert_contrast(fig):
@@ -141,10 +165,10 @@ def test_recipe_output_is_paper_ready(table, flips_table, recipe):
     dnf = ["does not fit"] if has_dnf else []
     if recipe == "panels":
         assert fig.axes[1].get_ylabel() == "Decode energy per token (J/token)" and ax.get_legend() is None
-        assert [ln.get_color() for ln in fig.axes[0].get_lines()][:2] == \
-            [ln.get_color() for ln in fig.axes[1].get_lines()][:2]  # one style per system in both panels
-    if recipe in ("throughput_vs_batch", "tpot_vs_batch", "throughput_vs_context", "tpot_vs_context", "line",
-                  "panels"):
+        assert [ln.get_color() for ln in fig.axes[0].get_lines()][:2] == [
+            ln.get_color() for ln in fig.axes[1].get_lines()
+        ][:2]  # one style per system in both panels
+    if recipe in ("throughput_vs_batch", "tpot_vs_batch", "throughput_vs_context", "tpot_vs_context", "line", "panels"):
         assert legend == SHOWN + dnf
     elif recipe == "ratio":
         assert legend == ["DGX H100 (= 1)", "1\u00d7 H100", "does not fit"]
@@ -153,8 +177,12 @@ def test_recipe_output_is_paper_ready(table, flips_table, recipe):
     elif recipe in ("latency_by_op", "latency_by_device", "energy_breakdown"):
         assert legend[-1] == "does not fit" and all(t not in DEFAULT_LABELS for t in legend)  # names are displayed
         ticks = [t.get_text().replace("\n", ", ") for t in ax.get_xticklabels()]
-        assert [t.split(", ")[0] for t in ticks] == [DEFAULT_LABELS[s] for s in table.select(opts["where"]).col("system")]
-    if has_dnf and recipe != "pareto":  # the capacity marker (pareto: no metrics to place it, in the legend): an "x" (no y value) for the point that does not fit
+        assert [t.split(", ")[0] for t in ticks] == [
+            DEFAULT_LABELS[s] for s in table.select(opts["where"]).col("system")
+        ]
+    # the capacity marker (pareto: no metrics to place it, in the legend): an "x" (no y value) for the point that
+    # does not fit
+    if has_dnf and recipe != "pareto":
         xs = [ln for ln in ax.get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
         assert len(xs) == 1
         if recipe != "heatmap":
@@ -180,6 +208,7 @@ def test_line_palette_contrast_hand_values():
 
 def test_crowded_categorical_ticks_are_fitted():
     import matplotlib.pyplot as plt
+
     names = [f"system_{i}, prompt_len={1024 * i}" for i in range(10)]
     fig, ax = plt.subplots(figsize=(3.5, 2.2))
     ax.bar(range(10), np.arange(10) + 1.0)
@@ -194,8 +223,16 @@ def test_crowded_categorical_ticks_are_fitted():
 
 
 def test_user_labels_font_and_axis_options(table, tmp_path):
-    fig = figure(table, "tpot_vs_batch", where={"prompt_len": 512}, labels={"dgx_h100": "H100 node"},
-                 ylim=(0.001, 0.05), logy=True, logx=False, font="serif")
+    fig = figure(
+        table,
+        "tpot_vs_batch",
+        where={"prompt_len": 512},
+        labels={"dgx_h100": "H100 node"},
+        ylim=(0.001, 0.05),
+        logy=True,
+        logx=False,
+        font="serif",
+    )
     ax = fig.axes[0]
     assert _legend(ax) == ["1\u00d7 H100", "H100 node"]
     assert ax.get_ylim() == pytest.approx((1.0, 50.0))  # stored seconds, drawn ms
@@ -231,7 +268,9 @@ def test_ratio_is_metric_over_baseline_and_uses_stored_columns(table):
     st = Table(t.path, t.kind, {**t.attrs, "baseline": "dgx_h100"}, cols, t.breakdown, t.parameters)
     fig = figure(st, "ratio", x="batch_size", y="vs_baseline.decode_throughput_ratio")
     assert fig._ratio["column"] == "vs_baseline.decode_throughput_ratio"
-    assert [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "1\u00d7 H100"][0].get_ydata().tolist() == [2.0] * 2
+    assert [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "1\u00d7 H100"][0].get_ydata().tolist() == [
+        2.0
+    ] * 2
     with pytest.raises(ConfigError, match="needs --baseline SYSTEM"):
         figure(t, "ratio", x="batch_size")
 
@@ -242,8 +281,14 @@ def test_replicate_error_bars_are_mean_and_std(table):
     cols = {k: np.concatenate([v, v]) for k, v in t.columns.items()}
     cols["tpot_s"] = np.concatenate([t.col("tpot_s"), 1.1 * t.col("tpot_s")])
     cols["seed"] = np.array([0] * n + [1] * n)
-    rt = Table(t.path, t.kind, t.attrs, cols, {k: np.concatenate([v, v]) for k, v in t.breakdown.items()},
-               t.parameters + ["seed"])
+    rt = Table(
+        t.path,
+        t.kind,
+        t.attrs,
+        cols,
+        {k: np.concatenate([v, v]) for k, v in t.breakdown.items()},
+        t.parameters + ["seed"],
+    )
     with pytest.raises(ConfigError, match="several rows share"):
         figure(rt, "tpot_vs_batch")
     fig = figure(rt, "tpot_vs_batch", replicate="seed")
@@ -265,8 +310,9 @@ def test_plot_cli_style_options(table, tmp_path, capsys):
     assert err.strip().count("\n") == 0 and "labels.yaml: --labels.h100_x1: expected a non-empty text" in err
     assert cli_main(["plot", str(table.path), "--recipe", "pareto", "--xlim", "3", "-o", str(out)]) == 2
     assert "--xlim: expected two numbers LO,HI" in capsys.readouterr().err
-    assert cli_main(["plot", str(table.path), "--recipe", "tpot_vs_batch", "--logy", "--ylim", "0,1", "-o",
-                     str(out)]) == 2
+    assert (
+        cli_main(["plot", str(table.path), "--recipe", "tpot_vs_batch", "--logy", "--ylim", "0,1", "-o", str(out)]) == 2
+    )
     assert "--ylim: expected LO > 0 on a log axis, got 0" in capsys.readouterr().err
     assert not out.exists()  # (a CLI render with --labels/--font: tests/test_plots.py::test_plot_cli)
 
@@ -274,9 +320,11 @@ def test_plot_cli_style_options(table, tmp_path, capsys):
 def test_sweep_figure_style_keys(tmp_path, capsys):
     base = "name: t\nbase: default\nfigures:\n  - {recipe: %s, out: f.pdf, %s}\n"
     sw = tmp_path / "sw.yaml"
-    for recipe, extra, needle in (("tpot_vs_batch", "xlim: [2, 1]", "xlim: expected finite LO < HI"),
-                                  ("heatmap", "logy: true", "does not use logy"),
-                                  ("tpot_vs_batch", "font: No Such Font", "figures.0.font: expected 'sans'")):
+    for recipe, extra, needle in (
+        ("tpot_vs_batch", "xlim: [2, 1]", "xlim: expected finite LO < HI"),
+        ("heatmap", "logy: true", "does not use logy"),
+        ("tpot_vs_batch", "font: No Such Font", "figures.0.font: expected 'sans'"),
+    ):
         sw.write_text(base % (recipe, extra))
         assert cli_main(["sweep", str(sw), "--out", str(tmp_path / "s.h5"), "--figures"]) == 2
         err = capsys.readouterr().err

@@ -1,17 +1,15 @@
 """The first command's experience: the default experiment compares a GPU, an HBM-PIM and a CXL-PNM system
 fairly, `attnsim run` explains what differs from numbers that are in the results, and a cold Numba
 cache is announced."""
+
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from attnsim.cli import main
-from attnsim.sim.experiment import load_experiment
 from attnsim.core.report import differ_lines
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 
 # the default experiment, shrunk (2 layers, sampled decode) so the test stays well under a second
@@ -39,8 +37,12 @@ def test_default_experiment_compares_gpu_hbm_pim_and_cxl_pnm_fairly():
     assert fam[exp.spec.baseline] == "gpu"
     # one model and one scenario for all systems, and the same GPUs (the comparison is of what is added)
     assert len(exp.spec.models) == 1 and len(exp.spec.scenarios) == 1
-    gpus = {(exp.systems[n].devices[r].hardware, exp.systems[n].devices[r].count) for n in exp.spec.systems
-            for r in exp.systems[n].devices if exp.tree.hardware[exp.systems[n].devices[r].hardware]["kind"] == "gpu"}
+    gpus = {
+        (exp.systems[n].devices[r].hardware, exp.systems[n].devices[r].count)
+        for n in exp.spec.systems
+        for r in exp.systems[n].devices
+        if exp.tree.hardware[exp.systems[n].devices[r].hardware]["kind"] == "gpu"
+    }
     assert len(gpus) == 1, gpus
 
 
@@ -62,7 +64,11 @@ def test_what_differs_lines_are_numbers_of_the_results():
     checked = 0
     current = base
     for ln in lines:
-        m = re.match(rf"(\S+) vs (\S+): decode step {NUM} vs {NUM} ms \({NUM}x (faster|slower)\), TTFT {NUM} vs {NUM} ms, {NUM} vs {NUM} J/token$", ln)
+        m = re.match(
+            rf"(\S+) vs (\S+): decode step {NUM} vs {NUM} ms \({NUM}x (faster|slower)\), "
+            rf"TTFT {NUM} vs {NUM} ms, {NUM} vs {NUM} J/token$",
+            ln,
+        )
         if m:
             d, b = by[m.group(1)], by[m.group(2)]
             current = d
@@ -76,7 +82,7 @@ def test_what_differs_lines_are_numbers_of_the_results():
             continue
         if ln.startswith("  largest changes: "):
             bd, bb = current["breakdown"]["decode_step"], base["breakdown"]["decode_step"]
-            for part in ln[len("  largest changes: "):].split("; "):
+            for part in ln[len("  largest changes: ") :].split("; "):
                 g = re.match(rf"(\S+)( \(in memory\))? {NUM} vs {NUM} ms$", part)
                 ops = ("attn_score", "softmax", "attn_context") if g.group(1) == "attention" else (g.group(1),)
                 assert _close(g.group(3), sum(bd["time_s_by_op"].get(o, 0.0) for o in ops) * 1e3)
@@ -85,7 +91,7 @@ def test_what_differs_lines_are_numbers_of_the_results():
                 checked += 1
         if ln.startswith("  by device: "):
             bd = current["breakdown"]["decode_step"]
-            dev, _, bound = ln[len("  by device: "):].partition("; by bound: ")
+            dev, _, bound = ln[len("  by device: ") :].partition("; by bound: ")
             for table, part in (("time_s_by_device", dev), ("time_s_by_bound", bound)):
                 items = re.findall(rf"(\S+) {NUM} ms", part)
                 assert {k for k, _ in items} == {k for k, v in bd[table].items() if v > 0}
@@ -102,7 +108,9 @@ def test_what_differs_lines_are_numbers_of_the_results():
     assert checked >= 20
     # physical sense of the default comparison: attention on HBM-PIM is faster than on the GPUs, and the
     # by-bound split of every decode step adds up to the step
-    att = lambda d: sum(d["breakdown"]["decode_step"]["time_s_by_op"][o] for o in ("attn_score", "softmax", "attn_context"))
+    att = lambda d: sum(
+        d["breakdown"]["decode_step"]["time_s_by_op"][o] for o in ("attn_score", "softmax", "attn_context")
+    )
     assert att(by["attacc_h100"]) < att(base)
     for d in docs:
         bd = d["breakdown"]["decode_step"]
@@ -113,17 +121,20 @@ def _compile_event(monkeypatch):
     """What Numba broadcasts when it compiles a dispatcher (a cache miss): here for the DRAM engine's entry kernel,
     with this process's first-compile flag reset (its kernels were loaded or compiled by an earlier test)."""
     from numba.core import event
+
     from attnsim.core import jitcache
     from attnsim.hwmodels.dram import kernel
+
     monkeypatch.setattr(jitcache._LISTENER, "said", False)
     with event.trigger_event("numba:compile", data={"dispatcher": kernel.run_kernel, "args": (), "return_type": None}):
         pass
 
 
 def test_run_prints_the_differences_and_a_compile_notice(tmp_path, monkeypatch, capsys):
-    """The compile line (attnsim.core.jitcache): the device layer logs it on a Numba compile event; `attnsim` and the API
-    print it as one stderr line. A real cold compile is tested in test_packaging (wheel) and test_jitcache."""
+    """The compile line (attnsim.core.jitcache): the device layer logs it on a Numba compile event; `attnsim` and the
+    API print it as one stderr line. A real cold compile is tested in test_packaging (wheel) and test_jitcache."""
     from attnsim.core import cache
+
     cache.reset()  # an engine result memoised by an earlier test would mean no kernel dispatch here
     assert main(["run", "--no-write"] + [x for s in SMALL for x in ("--set", s)]) == 0
     cap = capsys.readouterr()
@@ -136,6 +147,7 @@ def test_run_prints_the_differences_and_a_compile_notice(tmp_path, monkeypatch, 
     # a compile of code that is not attnsim's says nothing
     from numba import njit
     from numba.core import event
+
     with event.trigger_event("numba:compile", data={"dispatcher": njit(lambda: 1)}):
         pass
     assert capsys.readouterr().err == ""
@@ -153,8 +165,10 @@ def test_run_prints_the_differences_and_a_compile_notice(tmp_path, monkeypatch, 
 
 def test_the_api_prints_the_compile_notice(monkeypatch, capsys):
     import logging
+
     import attnsim
     from attnsim.core import notices
+
     log = logging.getLogger(notices.LOGGER)
     monkeypatch.setattr(log, "handlers", [])  # as in a fresh interpreter: nobody listens yet
     monkeypatch.setattr(log, "level", logging.NOTSET)
@@ -164,9 +178,14 @@ def test_the_api_prints_the_compile_notice(monkeypatch, capsys):
 
 
 def test_time_by_bound_adds_up_to_the_step_under_pipeline_parallelism():
-    sets = ["experiment.systems=[dgx_a100]", "experiment.models=[llama2-7b]", "experiment.baseline=null",
-            "experiment.scenarios={s: {batch_size: 8, prompt_len: 64, output_len: 3}}",
-            "experiment.generation={mode: exact}", "systems.dgx_a100.parallelism={tp: 2, pp: 4}"]
+    sets = [
+        "experiment.systems=[dgx_a100]",
+        "experiment.models=[llama2-7b]",
+        "experiment.baseline=null",
+        "experiment.scenarios={s: {batch_size: 8, prompt_len: 64, output_len: 3}}",
+        "experiment.generation={mode: exact}",
+        "systems.dgx_a100.parallelism={tp: 2, pp: 4}",
+    ]
     d = run_experiment(load_experiment(None, sets))[0]
     for phase in ("prefill", "decode_step"):
         bd = d["breakdown"][phase]

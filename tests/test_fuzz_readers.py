@@ -3,10 +3,10 @@ config.json, request traces, DRAM traces and specs, asm, disasm, sweep files and
 a result or one clean one-line ConfigError, never another exception. The harnesses live in
 tests/bad_inputs/harness.py; ``python bench/fuzz.py`` runs them for a given time. Under CI (CI=true, see
 conftest.py) the examples are derandomized."""
-import pytest
-from hypothesis import HealthCheck, given, settings
 
+import pytest
 from bad_inputs.harness import HARNESSES
+from hypothesis import HealthCheck, given, settings
 
 EXAMPLES = {"config": 25, "store": 25, "sweep": 30}  # the slow ones (files + full validation per example)
 DEFAULT_EXAMPLES = 60
@@ -16,8 +16,11 @@ DEFAULT_EXAMPLES = 60
 def test_reader_gives_a_result_or_a_clean_error(name):
     h = HARNESSES[name]
 
-    @settings(max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES), deadline=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
     @given(h.strategy)
     def run(example):
         f = h.check(example)
@@ -28,8 +31,9 @@ def test_reader_gives_a_result_or_a_clean_error(name):
 
 def test_the_harness_reports_a_crash_and_passes_a_clean_error():
     """The harness itself: a reader that raises KeyError is a failure, one that raises ConfigError is not."""
-    from attnsim.core.config import ConfigError
     from bad_inputs.harness import Harness
+
+    from attnsim.core.config import ConfigError
 
     def crash(x):
         raise KeyError(x)

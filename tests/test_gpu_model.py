@@ -1,4 +1,5 @@
 """GPU model: calibration against published kernel timings, hand-derived numbers, physical limits."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
 from attnsim.hwmodels import registry
@@ -27,14 +29,31 @@ def gpu(name: str) -> GPUModel:
 
 
 def trace(rows):
-    return OpTrace.from_rows(rows, phase="decode", model="test", tp=1, query_tokens=np.ones(1, np.int64),
-                             context_lens=np.ones(1, np.int64), groups=[])
+    return OpTrace.from_rows(
+        rows,
+        phase="decode",
+        model="test",
+        tp=1,
+        query_tokens=np.ones(1, np.int64),
+        context_lens=np.ones(1, np.int64),
+        groups=[],
+    )
 
 
 def mm_row(m, k, n, op="mm", count=1, batch=1):
     """fp16 (m x k) @ (k x n): weights k*n*2 B, activations in + out."""
-    return dict(op=op, cls="matmul", count=count, m=m, n=n, k=k, batch=batch, flops=2.0 * m * n * k * batch,
-                weight_bytes=2.0 * k * n * batch, act_bytes=2.0 * m * (k + n) * batch)
+    return dict(
+        op=op,
+        cls="matmul",
+        count=count,
+        m=m,
+        n=n,
+        k=k,
+        batch=batch,
+        flops=2.0 * m * n * k * batch,
+        weight_bytes=2.0 * k * n * batch,
+        act_bytes=2.0 * m * (k + n) * batch,
+    )
 
 
 def cost_rows(model, rows):
@@ -43,6 +62,7 @@ def cost_rows(model, rows):
 
 
 # ------------------------------------------------------------------ calibration (vidur, gpu_calibration.md §4.1)
+
 
 def _vidur_errors(gpu_key):
     """(keys, per-op relative errors, per-(model, tokens) errors of the sum of the 4 linears)."""
@@ -84,6 +104,7 @@ def test_vidur_linear_ops_within_15_percent(gpu_key):
 
 # ------------------------------------------------------------------ cross-checks (gpu_calibration.md §4.2)
 
+
 def test_llmcompass_a100_matmul_loose():
     """LLMCompass' PyTorch (eager) A100 GEMMs (not used in the fit): the model must stay conservative (never
     > 10 % faster); within 25 % for K = N >= 4096 (large GEMMs at 86-94 % of peak, compute_eta 0.89 x the
@@ -107,14 +128,27 @@ def _gpt3_layer(phase):
     m = b * q
     kv = 2.0 * b * ctx * heads * hd
     scores = 2.0 * b * heads * q * ctx
-    attn = dict(m=q, n=b * ctx, k=hd, batch=heads, flops=2.0 * q * b * ctx * hd * heads, kv_read_bytes=kv,
-                act_bytes=2.0 * m * heads * hd + scores, count=1)
-    return [mm_row(m, d, d // 4, "qkv", count=3), dict(op="qk", cls="attn_score", **attn),
-            dict(op="softmax", cls="softmax", count=1, flops=2.5 * scores, act_bytes=2 * scores),
-            dict(op="av", cls="attn_context", **attn), mm_row(m, d // 4, d, "out"), mm_row(m, d, d, "w1"),
-            dict(op="gelu", cls="elementwise", count=1, flops=8.0 * m * d, act_bytes=4.0 * m * d),
-            mm_row(m, d, d, "w2"),
-            dict(op="layernorm", cls="elementwise", count=2, flops=8.0 * m * d, act_bytes=4.0 * m * d)]
+    attn = dict(
+        m=q,
+        n=b * ctx,
+        k=hd,
+        batch=heads,
+        flops=2.0 * q * b * ctx * hd * heads,
+        kv_read_bytes=kv,
+        act_bytes=2.0 * m * heads * hd + scores,
+        count=1,
+    )
+    return [
+        mm_row(m, d, d // 4, "qkv", count=3),
+        dict(op="qk", cls="attn_score", **attn),
+        dict(op="softmax", cls="softmax", count=1, flops=2.5 * scores, act_bytes=2 * scores),
+        dict(op="av", cls="attn_context", **attn),
+        mm_row(m, d // 4, d, "out"),
+        mm_row(m, d, d, "w1"),
+        dict(op="gelu", cls="elementwise", count=1, flops=8.0 * m * d, act_bytes=4.0 * m * d),
+        mm_row(m, d, d, "w2"),
+        dict(op="layernorm", cls="elementwise", count=2, flops=8.0 * m * d, act_bytes=4.0 * m * d),
+    ]
 
 
 @pytest.mark.parametrize("phase,key,limit", [("decode", "decode_us", 0.15), ("prefill", "prefill_ms", 0.15)])
@@ -139,11 +173,16 @@ def test_gpt3_layer_breakdown_eager(phase, key, limit):
 
 # ------------------------------------------------------------------ hand-derived numbers
 
+
 def test_presets_match_datasheets():
     # devices.md (d) and pim_dram.md b.1
     gib80 = 85.9e9  # "80 GB" parts hold 80 GiB = 85.9e9 B (preset comments)
-    expect = {"a100_80gb_sxm": (312e12, 2039e9, gib80), "a100_hbm3": (312e12, 3352e9, gib80),
-              "h100_sxm": (989.4e12, 3350e9, gib80), "h200_sxm": (989.4e12, 4800e9, 141e9)}
+    expect = {
+        "a100_80gb_sxm": (312e12, 2039e9, gib80),
+        "a100_hbm3": (312e12, 3352e9, gib80),
+        "h100_sxm": (989.4e12, 3350e9, gib80),
+        "h200_sxm": (989.4e12, 4800e9, 141e9),
+    }
     for name, (flops, bw, cap) in expect.items():
         g = gpu(name)
         assert isinstance(g, DeviceModel)
@@ -219,8 +258,10 @@ def test_energy_hand_computed():
 
 def test_allreduce_not_costed_and_overheads():
     g = gpu("a100_80gb_sxm")
-    rows = [dict(op="ar", cls="allreduce", count=1, comm_bytes=1e6),
-            dict(op="add", cls="elementwise", count=1, act_bytes=3 * 2 * 4096.0)]
+    rows = [
+        dict(op="ar", cls="allreduce", count=1, comm_bytes=1e6),
+        dict(op="add", cls="elementwise", count=1, act_bytes=3 * 2 * 4096.0),
+    ]
     c = cost_rows(g, rows)
     assert c.time_s[0] == 0 and c.bound[0] == "link" and c.energy_total_j()[0] == 0
     # a 1-token residual add is a launch: ~2 us (vidur §4.1) fused, +45 us eager (LLMCompass §4.2)
@@ -233,8 +274,17 @@ def test_allreduce_not_costed_and_overheads():
 def test_attention_fused_vs_unfused_bandwidth():
     g = gpu("a100_80gb_sxm")
     kv = 151e6
-    row = dict(op="qk", cls="attn_score", count=1, m=1, n=24576, k=128, batch=24, flops=2.0 * 24576 * 128 * 24,
-               kv_read_bytes=kv)
+    row = dict(
+        op="qk",
+        cls="attn_score",
+        count=1,
+        m=1,
+        n=24576,
+        k=128,
+        batch=24,
+        flops=2.0 * 24576 * 128 * 24,
+        kv_read_bytes=kv,
+    )
     fused = cost_rows(g, [row]).time_s[0]
     eager = cost_rows(GPUModel(g.spec.model_copy(update={"software_stack": "eager"})), [row]).time_s[0]
     # the 1.5 GFLOP of compute (~10 us at 45-60 % of peak) adds < 0.5 % through the smooth max (p ~ 2)
@@ -249,6 +299,7 @@ def test_fused_decode_attention_is_one_call_with_fixed_cost():
     measured); the scores never reach HBM and the softmax row costs nothing of its own. Eager: three kernels,
     scores through HBM."""
     from attnsim.studies.validate import decode_attention_row_dicts
+
     g = gpu("h100_sxm")
     rows = decode_attention_row_dicts(16, 4000, 32, 32)
     c = cost_rows(g, rows)
@@ -274,8 +325,18 @@ def test_prefill_attention_stays_compute_bound_on_h100():
     g = gpu("h100_sxm")
     q = ctx = 2048
     pairs = q * (q + 1) // 2
-    row = dict(op="qk", cls="attn_score", count=1, m=q, n=ctx, k=128, batch=32, flops=2.0 * 32 * pairs * 128,
-               kv_read_bytes=2.0 * ctx * 32 * 128, act_bytes=2.0 * (q * 32 * 128 + 32 * pairs))
+    row = dict(
+        op="qk",
+        cls="attn_score",
+        count=1,
+        m=q,
+        n=ctx,
+        k=128,
+        batch=32,
+        flops=2.0 * 32 * pairs * 128,
+        kv_read_bytes=2.0 * ctx * 32 * 128,
+        act_bytes=2.0 * (q * 32 * 128 + 32 * pairs),
+    )
     t = cost_rows(g, [row]).time_s[0]
     assert cost_rows(g, [row]).bound[0] == "compute"
     tc = row["flops"] / (989.4e12 * g.spec.attn_compute_eta_fused)
@@ -284,6 +345,7 @@ def test_prefill_attention_stays_compute_bound_on_h100():
 
 
 # ------------------------------------------------------------------ config errors
+
 
 def test_bad_config_raises_config_error():
     data = yaml.safe_load((Path(__file__).parent.parent / "configs" / "hardware" / "a100_80gb_sxm.yaml").read_text())
@@ -316,9 +378,14 @@ def test_matmul_never_beats_peak(name, m, n, k, batch):
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(ALL_PRESETS), q=st.integers(1, 4096), ctx=st.integers(1, 1 << 20),
-       heads=st.integers(1, 128), cls=st.sampled_from(["attn_score", "attn_context"]),
-       eager=st.booleans())
+@given(
+    name=st.sampled_from(ALL_PRESETS),
+    q=st.integers(1, 4096),
+    ctx=st.integers(1, 1 << 20),
+    heads=st.integers(1, 128),
+    cls=st.sampled_from(["attn_score", "attn_context"]),
+    eager=st.booleans(),
+)
 def test_attention_never_beats_peak(name, q, ctx, heads, cls, eager):
     g = gpu(name)
     if eager:
@@ -327,16 +394,34 @@ def test_attention_never_beats_peak(name, q, ctx, heads, cls, eager):
     flops = 2.0 * q * ctx * 128 * heads
     # act_bytes as the trace writes them: query (or output) + the unfused score matrix (heads x q x ctx)
     qo, scores = 2.0 * q * heads * 128, 2.0 * heads * q * ctx
-    c = cost_rows(g, [dict(op="a", cls=cls, count=1, m=q, n=ctx, k=128, batch=heads, flops=flops,
-                           kv_read_bytes=kv, act_bytes=qo + scores)])
+    c = cost_rows(
+        g,
+        [
+            dict(
+                op="a",
+                cls=cls,
+                count=1,
+                m=q,
+                n=ctx,
+                k=128,
+                batch=heads,
+                flops=flops,
+                kv_read_bytes=kv,
+                act_bytes=qo + scores,
+            )
+        ],
+    )
     t = c.time_s[0]
     moved = kv + qo + (scores if eager else 0.0)  # a fused (flash) kernel keeps the scores on chip
     assert flops / t <= g.peak_flops and moved / t <= g.peak_bandwidth_bytes_per_s
 
 
 @settings(max_examples=30, deadline=None)
-@given(name=st.sampled_from(ALL_PRESETS), n=st.integers(8, 64).map(lambda x: x * 256),
-       k=st.integers(8, 64).map(lambda x: x * 256))
+@given(
+    name=st.sampled_from(ALL_PRESETS),
+    n=st.integers(8, 64).map(lambda x: x * 256),
+    k=st.integers(8, 64).map(lambda x: x * 256),
+)
 def test_gemv_flat_until_ridge_then_grows(name, n, k):
     g = gpu(name)
     ridge = g.peak_flops / g.peak_bandwidth_bytes_per_s  # FLOP/B; an fp16 GEMM with M rows has ~M FLOP/B
@@ -356,8 +441,12 @@ def test_gemv_flat_until_ridge_then_grows(name, n, k):
 
 
 @settings(max_examples=30, deadline=None)
-@given(name=st.sampled_from(ALL_PRESETS), m=st.integers(2048, 16384), n=st.integers(2048, 16384),
-       k=st.integers(2048, 16384))
+@given(
+    name=st.sampled_from(ALL_PRESETS),
+    m=st.integers(2048, 16384),
+    n=st.integers(2048, 16384),
+    k=st.integers(2048, 16384),
+)
 def test_prefill_matmul_is_compute_bound(name, m, n, k):
     c = cost_rows(gpu(name), [mm_row(m, k, n)])
     assert c.bound[0] == "compute"
@@ -368,12 +457,14 @@ def test_fused_softmax_is_free_only_beside_its_attention():
     the same device; a softmax placed on the GPU while its attention runs elsewhere (a PIM / NPU device) is an
     ordinary bytes-bound kernel: launch + its bytes at the curve's bandwidth."""
     from attnsim.studies.validate import decode_attention_row_dicts
+
     g = gpu("h100_sxm")
     rows = [dict(r, layer_group=0) for r in decode_attention_row_dicts(16, 4000, 32, 32)]
     sm = rows[1]
     alone = cost_rows(g, [sm])
-    assert alone.time_s[0] == pytest.approx(g.spec.kernel_overhead_us * 1e-6 + float(g.memory_time_s(sm["act_bytes"])),
-                                            rel=1e-9)
+    assert alone.time_s[0] == pytest.approx(
+        g.spec.kernel_overhead_us * 1e-6 + float(g.memory_time_s(sm["act_bytes"])), rel=1e-9
+    )
     assert alone.bytes_by_level["hbm"][0] == sm["act_bytes"]
     other = cost_rows(g, [rows[0], dict(sm, layer_group=1)])  # another layer group's attention only
     assert other.time_s[1] == pytest.approx(alone.time_s[0], rel=1e-12)

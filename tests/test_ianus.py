@@ -1,5 +1,6 @@
 """IANUS (mapper/ianus.py, hwmodels/pim_scheduling.py): PIM / normal access exclusion on a unified
 NPU-PIM memory, PIM access scheduling, and the per-op placement rule, against hand-derived numbers."""
+
 from __future__ import annotations
 
 import functools
@@ -8,15 +9,20 @@ import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import cost_rows, cost_step
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.pim_scheduling import group_time_s, normal_access_s
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import get_policy
+from attnsim.sim.engine import cost_rows, cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
-EXP = {"name": "t", "systems": ["ianus"], "models": ["gpt2"], "generation": {"mode": "sampled", "samples": 2},
-       "scenarios": {"s": {"batch_size": 1, "prompt_len": 32, "output_len": 4}}}
+EXP = {
+    "name": "t",
+    "systems": ["ianus"],
+    "models": ["gpt2"],
+    "generation": {"mode": "sampled", "samples": 2},
+    "scenarios": {"s": {"batch_size": 1, "prompt_len": 32, "output_len": 4}},
+}
 
 
 def test_two_op_program_by_hand():
@@ -41,15 +47,21 @@ def _setup(options: tuple = ()):
     spec = exp.systems["ianus"]
     system = build_system(spec, exp.tree.hardware, exp.tree.file_of)
     model, sc = exp.models["gpt2"], exp.scenarios["s"]
-    mb = {"weights": weight_bytes(model), "kv": kv_cache_bytes(model, sc, 64),
-          "kv_per_rank": kv_cache_bytes(model, sc, 64)}
+    mb = {
+        "weights": weight_bytes(model),
+        "kv": kv_cache_bytes(model, sc, 64),
+        "kv_per_rank": kv_cache_bytes(model, sc, 64),
+    }
     return exp, system, model, sc, mb, spec.mapper.options
 
 
 def _plan(options=(), phase="decode", q=1):
     exp, system, model, sc, mb, opts = _setup(tuple(options))
-    tr = build_trace(model, sc, phase, context_lens=np.array([40]), query_tokens=np.array([q])) \
-        if phase == "decode" else build_trace(model, sc, "prefill")
+    tr = (
+        build_trace(model, sc, phase, context_lens=np.array([40]), query_tokens=np.array([q]))
+        if phase == "decode"
+        else build_trace(model, sc, "prefill")
+    )
     return get_policy("ianus")(tr, system, mb, opts), system
 
 
@@ -99,7 +111,7 @@ def test_engine_applies_the_schedule_by_hand():
     assert t_naive == pytest.approx(row.sum(), rel=1e-12)
     assert want < t_naive
     free, _ = _plan((("exclusion", "false"),))
-    assert cost_step(free, system).time_s < want   # the exclusion costs time
+    assert cost_step(free, system).time_s < want  # the exclusion costs time
 
 
 def test_options_refused():
@@ -115,6 +127,7 @@ def test_ianus_gpt2_beats_a100_at_batch_1():
     """A whole generation: IANUS's decode is faster than one A100's on GPT-2 (PIM's internal
     bandwidth on the GEMVs), and slower without the PIM (the NPU alone on 512 GB/s GDDR6)."""
     from attnsim.sim.runner import run_experiment
+
     exp = load_experiment({**EXP, "systems": ["ianus", "ianus_npu_only", "ianus_a100"], "baseline": "ianus_a100"})
     docs = {d["system"]: d for d in run_experiment(exp)}
     assert all(d["status"] == "ok" for d in docs.values())

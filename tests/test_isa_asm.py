@@ -1,4 +1,5 @@
 """Assembler errors with line numbers, example programs, CRF execution semantics and the CLI."""
+
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,7 @@ from attnsim.isa.base import assemble, assemble_file, decode, encode
 from attnsim.isa.fimdram import column_commands, execute_trace, gemv_kernel
 
 DATA = Path(__file__).parent / "data" / "isa"
-EXAMPLES = {"attacc": "attacc_score.s", "fimdram": "fimdram_gemv.s", "aim": "aim_gemv.s",
-            "cxl_pnm": "cxl_pnm_attn.s"}
+EXAMPLES = {"attacc": "attacc_score.s", "fimdram": "fimdram_gemv.s", "aim": "aim_gemv.s", "cxl_pnm": "cxl_pnm_attn.s"}
 
 
 def err(isa, text):
@@ -20,28 +20,31 @@ def err(isa, text):
     return str(exc.value)
 
 
-@pytest.mark.parametrize("isa,text,line,words", [
-    ("attacc", "WRGB 0, 8\n\nFROB 1\n", 3, ["unknown opcode", "FROB"]),
-    ("attacc", "ACTAB 0, 70000\n", 1, ["row", "[0, 65535]", "70000"]),
-    ("attacc", "; c\nMACAB 0, 0, 0\n", 2, ["repeat", "[1, 4095]"]),
-    ("attacc", "ACTAB 0\n", 1, ["missing operand row"]),
-    ("attacc", "PREA 0, 1\n", 1, ["too many operands"]),
-    ("attacc", "ACTAB 0, row=1, row=2\n", 1, ["given twice"]),
-    ("attacc", "ACTAB 0, zz\n", 1, ["expected an integer", "zz"]),
-    ("attacc", "ACTAB ch=0, 3\n", 1, ["positional operand"]),
-    ("attacc", "ACTAB 0, bank=3\n", 1, ["unknown operand 'bank'"]),
-    ("fimdram", "MAC SRF_A[0], EVEN_BANK, GRF_A[0]\nEXIT\n", 1, ["dst", "GRF_A, GRF_B", "SRF_A"]),
-    ("fimdram", "FILL GRF_A[0], GRF_B[1]\nEXIT\n", 1, ["src0", "EVEN_BANK, ODD_BANK"]),
-    ("fimdram", "NOP\nJUMP 3, 2\nEXIT\n", 2, ["jump out of range"]),
-    ("fimdram", "JUMP nowhere, 2\nEXIT\n", 1, ["undefined label"]),
-    ("fimdram", "NOP\nMAC GRF_B[0], EVEN_BANK, GRF_A[0]\n", 2, ["missing EXIT"]),
-    ("fimdram", "NOP\n" * 33 + "EXIT\n", 33, ["34 instructions", "limit is 32"]),
-    ("aim", "WR_GB 64, 0\nEOC\n", 1, ["ch_mask", "[1, 4294967295]"]),
-    ("aim", "MAC_ABK 65, 1, 0\nEOC\n", 1, ["opsize", "[1, 64]"]),
-    ("aim", "SYNC\n", 1, ["missing EOC"]),
-    ("cxl_pnm", "GEMV 1, 0, 0, 0, 128\n", 1, ["rows"]),
-    ("cxl_pnm", "LOAD_VEC 0, 0, 128, FP64\n", 1, ["dtype", "FP64"]),
-])
+@pytest.mark.parametrize(
+    "isa,text,line,words",
+    [
+        ("attacc", "WRGB 0, 8\n\nFROB 1\n", 3, ["unknown opcode", "FROB"]),
+        ("attacc", "ACTAB 0, 70000\n", 1, ["row", "[0, 65535]", "70000"]),
+        ("attacc", "; c\nMACAB 0, 0, 0\n", 2, ["repeat", "[1, 4095]"]),
+        ("attacc", "ACTAB 0\n", 1, ["missing operand row"]),
+        ("attacc", "PREA 0, 1\n", 1, ["too many operands"]),
+        ("attacc", "ACTAB 0, row=1, row=2\n", 1, ["given twice"]),
+        ("attacc", "ACTAB 0, zz\n", 1, ["expected an integer", "zz"]),
+        ("attacc", "ACTAB ch=0, 3\n", 1, ["positional operand"]),
+        ("attacc", "ACTAB 0, bank=3\n", 1, ["unknown operand 'bank'"]),
+        ("fimdram", "MAC SRF_A[0], EVEN_BANK, GRF_A[0]\nEXIT\n", 1, ["dst", "GRF_A, GRF_B", "SRF_A"]),
+        ("fimdram", "FILL GRF_A[0], GRF_B[1]\nEXIT\n", 1, ["src0", "EVEN_BANK, ODD_BANK"]),
+        ("fimdram", "NOP\nJUMP 3, 2\nEXIT\n", 2, ["jump out of range"]),
+        ("fimdram", "JUMP nowhere, 2\nEXIT\n", 1, ["undefined label"]),
+        ("fimdram", "NOP\nMAC GRF_B[0], EVEN_BANK, GRF_A[0]\n", 2, ["missing EXIT"]),
+        ("fimdram", "NOP\n" * 33 + "EXIT\n", 33, ["34 instructions", "limit is 32"]),
+        ("aim", "WR_GB 64, 0\nEOC\n", 1, ["ch_mask", "[1, 4294967295]"]),
+        ("aim", "MAC_ABK 65, 1, 0\nEOC\n", 1, ["opsize", "[1, 64]"]),
+        ("aim", "SYNC\n", 1, ["missing EOC"]),
+        ("cxl_pnm", "GEMV 1, 0, 0, 0, 128\n", 1, ["rows"]),
+        ("cxl_pnm", "LOAD_VEC 0, 0, 128, FP64\n", 1, ["dtype", "FP64"]),
+    ],
+)
 def test_malformed_programs_name_the_line(isa, text, line, words):
     msg = err(isa, text)
     assert msg.startswith(f"prog.s: line {line}: "), msg

@@ -1,7 +1,9 @@
 """ISA tables: encoder/decoder and assembler/disassembler round trips on random legal programs."""
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
 from attnsim.isa import ISA_NAMES, get_isa

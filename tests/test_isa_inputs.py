@@ -1,16 +1,20 @@
 """`attnsim asm` / `attnsim disasm` on bad input: exit 2, one line naming the file and line/word, no output."""
+
 import pytest
 
 from attnsim.cli import main
 
-HUGE = 2 ** 63
+HUGE = 2**63
 ASM = {  # name: (isa, source bytes, substrings of the one error line besides the file name)
     "operand-2p63": ("attacc", f"ACTAB 0, {HUGE}\n".encode(), ["line 1", "operand row", "[0, 65535]"]),
     "operand-hex-2p64": ("attacc", b"ACTAB 0x10000000000000000, 0\n", ["line 1", "operand ch", "[0, 31]"]),
     "operand-negative-2p63": ("fimdram", f"JUMP -{HUGE}, 3\nEXIT\n".encode(), ["line 1", "operand offset"]),
     "operand-5000-digits": ("attacc", b"ACTAB 0, " + b"9" * 5000 + b"\n", ["line 1", "expected an integer", "..."]),
-    "index-2p63": ("fimdram", f"MAC GRF_B[{HUGE}], EVEN_BANK, GRF_A[0]\nEXIT\n".encode(),
-                   ["line 1", "expected an integer in"]),
+    "index-2p63": (
+        "fimdram",
+        f"MAC GRF_B[{HUGE}], EVEN_BANK, GRF_A[0]\nEXIT\n".encode(),
+        ["line 1", "expected an integer in"],
+    ),
     "named-operand-2p63": ("attacc", f"ACTAB ch=0, row={HUGE}\n".encode(), ["line 1", "operand row"]),
     "non-utf8": ("attacc", b"ACTAB 0, 0\nPREA \xff\n", ["not UTF-8", "byte offset 16"]),
     "empty": ("attacc", b"", ["no instructions"]),
@@ -46,11 +50,14 @@ def test_in_range_operands_still_assemble(capsys, tmp_path):
     assert (tmp_path / "p.bin").stat().st_size == 16
 
 
-@pytest.mark.parametrize("name,data,want", [
-    ("empty", b"", ["empty file"]),
-    ("truncated", b"\x00" * 12, ["not a multiple"]),
-    ("unknown-opcode", b"\xff" * 8, ["word 0", "unknown opcode"]),
-])
+@pytest.mark.parametrize(
+    "name,data,want",
+    [
+        ("empty", b"", ["empty file"]),
+        ("truncated", b"\x00" * 12, ["not a multiple"]),
+        ("unknown-opcode", b"\xff" * 8, ["word 0", "unknown opcode"]),
+    ],
+)
 def test_bad_disasm_input(capsys, tmp_path, name, data, want):
     p = tmp_path / "p.bin"
     p.write_bytes(data)

@@ -2,6 +2,7 @@
 that a cached kernel inlines recompiles it instead of running stale machine code), kept outside the package
 ($NUMBA_CACHE_DIR, else $ATTNSIM_CACHE_DIR/kernels/<install>, else the user cache folder), and announced once
 per process when a kernel compiles."""
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,14 @@ from pathlib import Path
 from attnsim.core import jitcache
 from attnsim.core.fingerprint import digest_sources, folder_sources
 
-_KERNEL = textwrap.dedent('''
+_KERNEL = textwrap.dedent("""
     from numba import njit
     from . import helper
 
     @njit(cache=True)
     def kernel():
         return helper.rule() + helper.K
-''')
+""")
 
 
 def _make_package(root: Path, k: int, stamped: bool) -> Path:
@@ -30,19 +31,29 @@ def _make_package(root: Path, k: int, stamped: bool) -> Path:
     install = "from attnsim.core import jitcache\njitcache.install(__import__('pathlib').Path(__file__).parent)\n"
     (pkg / "__init__.py").write_text(install if stamped else "")
     (pkg / "helper.py").write_text(
-        f"from numba import njit\nK = {k}\n\n@njit(inline='always')\ndef rule():\n    return 10 * K\n")
+        f"from numba import njit\nK = {k}\n\n@njit(inline='always')\ndef rule():\n    return 10 * K\n"
+    )
     (pkg / "kern.py").write_text(_KERNEL)
     return pkg
 
 
 def _run(root: Path, numba_dir: bool = True, **env) -> dict:
-    code = ("import json, kpkg.kern as m; from attnsim.core import notices; notices.to_stderr(); v = m.kernel(); "
-            "print(json.dumps({'value': int(v), 'hits': sum(m.kernel.stats.cache_hits.values()), "
-            "'locator': type(m.kernel._cache._impl._locator).__name__, "
-            "'path': m.kernel._cache._impl._locator.get_cache_path()}))")
+    code = (
+        "import json, kpkg.kern as m; from attnsim.core import notices; notices.to_stderr(); v = m.kernel(); "
+        "print(json.dumps({'value': int(v), 'hits': sum(m.kernel.stats.cache_hits.values()), "
+        "'locator': type(m.kernel._cache._impl._locator).__name__, "
+        "'path': m.kernel._cache._impl._locator.get_cache_path()}))"
+    )
     base = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "ATTNSIM_CACHE_DIR")}
-    env = dict(base, HOME=str(root / "home"), XDG_CACHE_HOME=str(root / "xdg"), **env, PYTHONPATH=os.pathsep.join(
-        [str(root), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        base,
+        HOME=str(root / "home"),
+        XDG_CACHE_HOME=str(root / "xdg"),
+        **env,
+        PYTHONPATH=os.pathsep.join(
+            [str(root), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
     if numba_dir:
         env["NUMBA_CACHE_DIR"] = str(root / "nbcache")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -85,6 +96,7 @@ def test_folder_stamp_follows_every_py_file_and_only_those(tmp_path):
 
 def test_the_dram_scheduler_kernel_is_stamped_by_its_folder():
     from hwmodels.dram import sched_flat as flat
+
     locator = flat.ctrl_kernel_flat._cache._impl._locator
     assert type(locator) is jitcache.KernelCacheLocator
     folder = Path(flat.__file__).resolve().parent
@@ -98,6 +110,7 @@ def test_files_outside_the_installed_roots_keep_numbas_locators(tmp_path):
     # Numba's __pycache__-beside-the-source locator still serves other code, never attnsim's kernels
     assert jitcache._NotInPackage.from_function(lambda: 1, str(outside)) is not None
     from hwmodels.dram import sched_flat as flat
+
     assert jitcache._NotInPackage.from_function(flat.ctrl_kernel_flat.py_func, flat.__file__) is None
 
 

@@ -5,6 +5,7 @@ statement, lazy ones inside functions and ``if TYPE_CHECKING:`` blocks included.
 An AST walk rather than import-linter: it needs no extra dependency, it reads the folders mapped by pyproject's
 package-dir (``hwmodels/`` is ``attnsim.hwmodels``) without installing anything, and it counts the imports
 inside functions, which is where this project's upward imports and cycles hid (issue 28)."""
+
 from __future__ import annotations
 
 import ast
@@ -57,6 +58,7 @@ def layer_of(name: str) -> int | None:
 
 def import_edges(mods: dict[str, Path]) -> dict[str, dict[str, int]]:
     """module -> {imported attnsim module: line}, every import statement (lazy ones included)."""
+
     def resolve(name):
         while name and name not in mods:
             name = name.rpartition(".")[0]
@@ -99,9 +101,12 @@ def test_every_module_has_a_layer():
 def test_no_import_runs_up_a_layer():
     mods = modules()
     edges = import_edges(mods)
-    up = [f"{mods[m].relative_to(ROOT)}:{line}: {m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
-          for m, out in sorted(edges.items()) for t, line in sorted(out.items())
-          if layer_of(m) is not None and layer_of(t) is not None and layer_of(t) > layer_of(m)]
+    up = [
+        f"{mods[m].relative_to(ROOT)}:{line}: {m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+        for m, out in sorted(edges.items())
+        for t, line in sorted(out.items())
+        if layer_of(m) is not None and layer_of(t) is not None and layer_of(t) > layer_of(m)
+    ]
     assert not up, "imports that run up a layer:\n" + "\n".join(up)
 
 

@@ -1,4 +1,5 @@
 """Link model: hand-computed ring all-reduce, latency-only transfers, monotonicity, presets."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
 from attnsim.hwmodels import registry
@@ -24,8 +26,14 @@ def ring(name: str) -> LinkModel:
 
 def test_presets_per_direction_bandwidth_and_energy():
     # per direction = half the bidirectional datasheet figure (devices.md (d)); PCIe/CXL per pim_dram.md/cxl md
-    expect = {"nvlink3": (300e9, 1.3), "nvlink4": (450e9, 1.3), "pcie4_x16": (32e9, 4.4),
-              "pcie5_x16": (64e9, 4.4), "cxl2_x16": (64e9, 4.4), "cxl3_x16": (128e9, 4.4)}
+    expect = {
+        "nvlink3": (300e9, 1.3),
+        "nvlink4": (450e9, 1.3),
+        "pcie4_x16": (32e9, 4.4),
+        "pcie5_x16": (64e9, 4.4),
+        "cxl2_x16": (64e9, 4.4),
+        "cxl3_x16": (128e9, 4.4),
+    }
     for name, (bw, pj) in expect.items():
         link = load_hardware(name)
         assert isinstance(link, LinkModel) and link.kind == "link"
@@ -73,10 +81,18 @@ def test_cost_of_trace_allreduce_rows_matches_formula(mode):
     link = LinkModel(load_hardware("nvlink4").spec.model_copy(update={"allreduce": mode}))
     tp, tensor = 8, 4096 * 8192 * 2.0
     comm = 2.0 * (tp - 1) / tp * tensor  # what workloads/trace.py puts in comm_bytes
-    t = OpTrace.from_rows([dict(op="ar", cls="allreduce", count=80, comm_bytes=comm),
-                           dict(op="mm", cls="matmul", count=1, m=1, n=1, k=1)],
-                          phase="decode", model="x", tp=tp, query_tokens=np.ones(1), context_lens=np.ones(1),
-                          groups=[])
+    t = OpTrace.from_rows(
+        [
+            dict(op="ar", cls="allreduce", count=80, comm_bytes=comm),
+            dict(op="mm", cls="matmul", count=1, m=1, n=1, k=1),
+        ],
+        phase="decode",
+        model="x",
+        tp=tp,
+        query_tokens=np.ones(1),
+        context_lens=np.ones(1),
+        groups=[],
+    )
     c = link.cost(t, np.arange(2))
     assert c.time_s[0] == pytest.approx(link.allreduce_time_s(tensor, tp))
     assert c.energy_j["link"][0] == pytest.approx(link.allreduce_energy_j(tensor, tp))
@@ -94,6 +110,7 @@ def test_bad_link_config():
 
 def test_tree_allreduce_latency_grows_logarithmically():
     from attnsim.hwmodels.links import LinkModel, LinkSpec
+
     ring = LinkModel(LinkSpec(name="r", bandwidth_gbps=100, latency_us=2.0, energy_pj_per_bit=1.0))
     tree = LinkModel(LinkSpec(name="t", bandwidth_gbps=100, latency_us=2.0, energy_pj_per_bit=1.0, allreduce="tree"))
     for n, ring_steps, tree_steps in ((2, 2, 2), (8, 14, 6), (16, 30, 8)):

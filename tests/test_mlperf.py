@@ -1,13 +1,14 @@
 """MLPerf Inference serving validation data (configs/validation/mlperf.yaml, attnsim.studies.mlperf): the rows and the
 submission settings load and take effect; the Offline steady-state throughput on a hand-built request table;
 the GPT-J model preset. (The rows themselves run in `attnsim validate --set mlperf`: minutes, not a unit test.)"""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from attnsim.studies import mlperf
 from attnsim.cli import main
+from attnsim.studies import mlperf
 from attnsim.studies.serve.run import load_serving_experiment
 from attnsim.workloads.trace import param_count
 from attnsim.workloads.zoo import load_model
@@ -19,8 +20,10 @@ def test_rows_name_their_summary_and_the_rounds_their_commit():
     assert {r.benchmark for r in spec.rows} == {"llama2-70b", "gptj", "mixtral-8x7b"}
     assert all(len(c.commit) == 40 for c in spec.rounds.values())
     assert all(r.role == "validation" for r in spec.rows) and spec.tolerance == 0.10
-    assert mlperf.summary_path(spec.rows[0]) == ("closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/llama2-70b-99.9/"
-                                                 "Offline/performance/run_1/mlperf_log_summary.txt")
+    assert mlperf.summary_path(spec.rows[0]) == (
+        "closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/llama2-70b-99.9/"
+        "Offline/performance/run_1/mlperf_log_summary.txt"
+    )
     # -99 and -99.9 of a round are the same FP8 run (identical summaries), so their references are equal
     by = {}
     for r in spec.rows:
@@ -28,14 +31,20 @@ def test_rows_name_their_summary_and_the_rounds_their_commit():
     assert all(len(v) == 1 for v in by.values())
 
 
-@pytest.mark.parametrize("bench,tp,replicas,batch", [("llama2-70b", 2, 4, {"Offline": 896, "Server": 1024}),
-                                                     ("gptj", 1, 8, {"Offline": 192, "Server": 256}),
-                                                     ("mixtral-8x7b", 1, 8, {"Offline": 896, "Server": 896})])
+@pytest.mark.parametrize(
+    "bench,tp,replicas,batch",
+    [
+        ("llama2-70b", 2, 4, {"Offline": 896, "Server": 1024}),
+        ("gptj", 1, 8, {"Offline": 192, "Server": 256}),
+        ("mixtral-8x7b", 1, 8, {"Offline": 896, "Server": 896}),
+    ],
+)
 def test_submission_settings_take_effect(bench, tp, replicas, batch):
     b = mlperf.load().benchmarks[bench]
     for scenario in ("Offline", "Server"):
-        exp, sv = load_serving_experiment(mlperf.CONFIG_ROOT / "validation" / b.experiment,
-                                          mlperf.scenario_sets(b, scenario, requests=10))
+        exp, sv = load_serving_experiment(
+            mlperf.CONFIG_ROOT / "validation" / b.experiment, mlperf.scenario_sets(b, scenario, requests=10)
+        )
         sysm = exp.systems["dgx_h100"]
         assert (sysm.parallelism.tp, sysm.parallelism.replicas, sysm.software) == (tp, replicas, "trtllm")
         (sc,) = exp.scenarios.values()
@@ -47,9 +56,14 @@ def test_submission_settings_take_effect(bench, tp, replicas, batch):
 
 def test_steady_tokens_per_s_by_hand():
     # three requests, all arriving at 0; the third is admitted last at t = 4 s (the queue empties then)
-    req = {"arrival_s": np.zeros(3), "queue_s": np.array([0.0, 0.0, 4.0]),
-           "ttft_s": np.array([1.0, 1.0, 5.0]), "latency_s": np.array([3.0, 9.0, 8.0]),
-           "tpot_s": np.array([0.5, 0.5, 0.5]), "output_tokens": np.array([5, 17, 7])}
+    req = {
+        "arrival_s": np.zeros(3),
+        "queue_s": np.array([0.0, 0.0, 4.0]),
+        "ttft_s": np.array([1.0, 1.0, 5.0]),
+        "latency_s": np.array([3.0, 9.0, 8.0]),
+        "tpot_s": np.array([0.5, 0.5, 0.5]),
+        "output_tokens": np.array([5, 17, 7]),
+    }
     tok_s, t_end = mlperf.steady_tokens_per_s(req)
     # by t = 4: request 0 finished (5 tokens); request 1 has its first token at 1 s + (4 - 1) / 0.5 = 6 more = 7;
     # request 2 (first token at 5 s) none: 12 tokens in 4 s

@@ -4,6 +4,7 @@ Published numbers: shared/reference/models.md §1 (dims, derived KV sizes per to
 the task brief's published model sizes (Llama-2 paper arXiv 2307.09288: 7B / 70B; GPT-3 paper
 arXiv 2005.14165 Table 2.1: 175.0B; Mixtral paper arXiv 2401.04088: 46.7B total).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,19 @@ from attnsim.workloads.zoo import list_models, load_model
 
 HF_DIR = Path(__file__).parent / "data" / "hf_configs"
 HF_TO_ZOO = {
-    "Llama-2-7b-hf.json": "llama2-7b", "Llama-2-13b-hf.json": "llama2-13b", "Llama-2-70b-hf.json": "llama2-70b",
-    "Meta-Llama-3-8B.json": "llama3-8b", "Meta-Llama-3-70B.json": "llama3-70b",
-    "Llama-3.1-405B.json": "llama3.1-405b", "Mistral-7B-v0.1.json": "mistral-7b",
-    "Mixtral-8x7B-v0.1.json": "mixtral-8x7b", "gpt3-175b.json": "gpt3-175b", "opt-66b.json": "opt-66b",
-    "gemma-2-9b.json": "gemma2-9b", "DeepSeek-V2-Lite.json": "deepseek-v2-lite", "Qwen2.5-7B.json": "qwen2.5-7b",
+    "Llama-2-7b-hf.json": "llama2-7b",
+    "Llama-2-13b-hf.json": "llama2-13b",
+    "Llama-2-70b-hf.json": "llama2-70b",
+    "Meta-Llama-3-8B.json": "llama3-8b",
+    "Meta-Llama-3-70B.json": "llama3-70b",
+    "Llama-3.1-405B.json": "llama3.1-405b",
+    "Mistral-7B-v0.1.json": "mistral-7b",
+    "Mixtral-8x7B-v0.1.json": "mixtral-8x7b",
+    "gpt3-175b.json": "gpt3-175b",
+    "opt-66b.json": "opt-66b",
+    "gemma-2-9b.json": "gemma2-9b",
+    "DeepSeek-V2-Lite.json": "deepseek-v2-lite",
+    "Qwen2.5-7B.json": "qwen2.5-7b",
 }
 ZOO = sorted(HF_TO_ZOO.values())
 
@@ -56,12 +65,15 @@ def test_load_model_accepts_paths(tmp_path):
     js = load_model(str(HF_DIR / "Llama-2-7b-hf.json"))
     assert js.num_layers == 32 and js.name == "Llama-2-7b-hf"
     y = tmp_path / "tiny.yaml"
-    y.write_text("name: tiny\nnum_layers: 2\nhidden_size: 64\nnum_heads: 4\nnum_kv_heads: 2\nhead_dim: 16\n"
-                 "intermediate_size: 128\nvocab_size: 100\n")
+    y.write_text(
+        "name: tiny\nnum_layers: 2\nhidden_size: 64\nnum_heads: 4\nnum_kv_heads: 2\nhead_dim: 16\n"
+        "intermediate_size: 128\nvocab_size: 100\n"
+    )
     assert load_model(str(y)).num_kv_heads == 2
 
 
 # ------------------------------------------------------------------ published sizes
+
 
 def test_llama2_7b_param_count_by_hand():
     h, inter, L, V = 4096, 11008, 32, 32000
@@ -69,9 +81,15 @@ def test_llama2_7b_param_count_by_hand():
     assert param_count(load_model("llama2-7b")) == L * per_layer + 2 * V * h + h
 
 
-@pytest.mark.parametrize("name,published", [
-    ("llama2-7b", 6.74e9), ("llama2-70b", 6.9e10), ("gpt3-175b", 1.75e11), ("mixtral-8x7b", 4.67e10),
-])
+@pytest.mark.parametrize(
+    "name,published",
+    [
+        ("llama2-7b", 6.74e9),
+        ("llama2-70b", 6.9e10),
+        ("gpt3-175b", 1.75e11),
+        ("mixtral-8x7b", 4.67e10),
+    ],
+)
 def test_param_count_matches_published(name, published):
     assert param_count(load_model(name)) == pytest.approx(published, rel=0.02)
 
@@ -83,11 +101,23 @@ def test_weight_bytes_scale_with_dtype():
     assert weight_bytes(m) == weight_bytes(m, "fp16")  # published dtype float16
 
 
-@pytest.mark.parametrize("name,kib", [  # reference/models.md §1 "Derived KV-cache size per token" (16-bit)
-    ("llama2-7b", 512), ("llama2-13b", 800), ("llama2-70b", 320), ("llama3-8b", 128), ("llama3-70b", 320),
-    ("llama3.1-405b", 504), ("mistral-7b", 128), ("mixtral-8x7b", 128), ("opt-66b", 2304),
-    ("gemma2-9b", 336), ("qwen2.5-7b", 56), ("gpt3-175b", 4608),
-])
+@pytest.mark.parametrize(
+    "name,kib",
+    [  # reference/models.md §1 "Derived KV-cache size per token" (16-bit)
+        ("llama2-7b", 512),
+        ("llama2-13b", 800),
+        ("llama2-70b", 320),
+        ("llama3-8b", 128),
+        ("llama3-70b", 320),
+        ("llama3.1-405b", 504),
+        ("mistral-7b", 128),
+        ("mixtral-8x7b", 128),
+        ("opt-66b", 2304),
+        ("gemma2-9b", 336),
+        ("qwen2.5-7b", 56),
+        ("gpt3-175b", 4608),
+    ],
+)
 def test_kv_bytes_per_token_match_reference_table(name, kib):
     assert kv_cache_bytes(load_model(name), Scenario(kv_dtype="fp16"), 1) == kib * 1024
 
@@ -118,24 +148,32 @@ def test_model_structure_flags():
 
 # ------------------------------------------------------------------ bad configs
 
+
 def _write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
     return p
 
 
-BASE = ("name: bad\nnum_layers: 2\nhidden_size: 64\nnum_heads: 4\nhead_dim: 16\nintermediate_size: 128\n"
-        "vocab_size: 100\n")
+BASE = (
+    "name: bad\nnum_layers: 2\nhidden_size: 64\nnum_heads: 4\nhead_dim: 16\nintermediate_size: 128\nvocab_size: 100\n"
+)
 
 
-@pytest.mark.parametrize("extra,key,words", [
-    ("num_kv_heads: 3\n", "num_kv_heads", "multiple"),
-    ("num_kv_heads: 4\nlayer_pattern: [local]\n", "layer_pattern", "sliding_window"),
-    ("num_kv_heads: 4\nmoe: {num_experts: 4, experts_per_token: 6, expert_intermediate_size: 8}\n",
-     "moe.experts_per_token", "exceeds"),
-    ("num_kv_heads: 4\nwidth: 3\n", "width", "unknown key"),
-    ("num_kv_heads: -1\n", "num_kv_heads", "positive"),
-])
+@pytest.mark.parametrize(
+    "extra,key,words",
+    [
+        ("num_kv_heads: 3\n", "num_kv_heads", "multiple"),
+        ("num_kv_heads: 4\nlayer_pattern: [local]\n", "layer_pattern", "sliding_window"),
+        (
+            "num_kv_heads: 4\nmoe: {num_experts: 4, experts_per_token: 6, expert_intermediate_size: 8}\n",
+            "moe.experts_per_token",
+            "exceeds",
+        ),
+        ("num_kv_heads: 4\nwidth: 3\n", "width", "unknown key"),
+        ("num_kv_heads: -1\n", "num_kv_heads", "positive"),
+    ],
+)
 def test_bad_yaml_names_file_and_key(tmp_path, extra, key, words):
     p = _write(tmp_path, "bad.yaml", BASE + extra)
     with pytest.raises(ConfigError) as ei:
@@ -154,7 +192,8 @@ def test_hf_missing_fields_named(tmp_path):
     with pytest.raises(ConfigError) as ei:
         model_from_hf_config(p)
     assert str(ei.value).endswith(
-        "config.json: hidden_size, num_hidden_layers: missing required field(s) for architecture LlamaForCausalLM")
+        "config.json: hidden_size, num_hidden_layers: missing required field(s) for architecture LlamaForCausalLM"
+    )
     assert "foo" in ei.value.file
 
 
@@ -190,5 +229,13 @@ def test_unknown_zoo_name_lists_available():
 
 def test_modelspec_schema_direct():
     with pytest.raises(Exception):
-        ModelSpec(name="x", num_layers=1, hidden_size=8, num_heads=3, num_kv_heads=2, head_dim=4,
-                  intermediate_size=8, vocab_size=10)
+        ModelSpec(
+            name="x",
+            num_layers=1,
+            hidden_size=8,
+            num_heads=3,
+            num_kv_heads=2,
+            head_dim=4,
+            intermediate_size=8,
+            vocab_size=10,
+        )

@@ -2,6 +2,7 @@
 
 Qwen3 technical report / model cards: Qwen3-8B 8.2 B, Qwen3-14B 14.8 B, Qwen3-32B 32.8 B parameters (untied
 embeddings, 151,936-token vocabulary); ML.ENERGY lists them as 8 / 14 / 32 B (nominal)."""
+
 from __future__ import annotations
 
 import pytest

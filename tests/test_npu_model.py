@@ -1,4 +1,5 @@
 """NPU systolic-array model: hand-computed cycles, utilisation <= 1, never above peak."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim.core.config import ConfigError
 from attnsim.hwmodels import registry
@@ -23,8 +25,9 @@ def one_array(dataflow="weight_stationary"):
 
 
 def trace(rows):
-    return OpTrace.from_rows(rows, phase="decode", model="x", tp=1, query_tokens=np.ones(1), context_lens=np.ones(1),
-                             groups=[])
+    return OpTrace.from_rows(
+        rows, phase="decode", model="x", tp=1, query_tokens=np.ones(1), context_lens=np.ones(1), groups=[]
+    )
 
 
 def test_preset_numbers():
@@ -59,8 +62,18 @@ def test_cost_compute_vs_memory_bound_and_energy():
     # prefill GEMM: M=8192, K=N=4096, bytes 2*(4096^2 + 8192*8192) = 167.8 MB -> 193 us at 0.85 x 1024 GB/s;
     # compute: 32*32 = 1024 tiles / 8 arrays = 128 rounds x (8192 + 256) cycles = 1.081 ms -> compute-bound
     m, k, n = 8192, 4096, 4096
-    row = dict(op="mm", cls="matmul", count=1, m=m, n=n, k=k, batch=1, flops=2.0 * m * n * k,
-               weight_bytes=2.0 * k * n, act_bytes=2.0 * m * (k + n))
+    row = dict(
+        op="mm",
+        cls="matmul",
+        count=1,
+        m=m,
+        n=n,
+        k=k,
+        batch=1,
+        flops=2.0 * m * n * k,
+        weight_bytes=2.0 * k * n,
+        act_bytes=2.0 * m * (k + n),
+    )
     # decode GEMV: M=1 -> 1024 tiles/8 = 128 rounds x 257 cycles = 32.9 us; weights 33.6 MB -> 38.5 us: memory
     gemv = dict(row, m=1, flops=2.0 * n * k, act_bytes=2.0 * (k + n))
     c = NPU.cost(trace([row, gemv, dict(op="ar", cls="allreduce", count=1, comm_bytes=1e6)]), np.arange(3))
@@ -75,17 +88,28 @@ def test_cost_compute_vs_memory_bound_and_energy():
 
 
 @settings(max_examples=60, deadline=None)
-@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000), batch=st.integers(1, 64),
-       arrays=st.integers(1, 16), os_=st.booleans(), cls=st.sampled_from(["matmul", "attn_score", "attn_context"]))
+@given(
+    m=st.integers(1, 20000),
+    n=st.integers(1, 20000),
+    k=st.integers(1, 20000),
+    batch=st.integers(1, 64),
+    arrays=st.integers(1, 16),
+    os_=st.booleans(),
+    cls=st.sampled_from(["matmul", "attn_score", "attn_context"]),
+)
 def test_utilisation_and_peaks(m, n, k, batch, arrays, os_, cls):
-    npu = NPUModel(NPU.spec.model_copy(update={"num_arrays": arrays,
-                                               "dataflow": "output_stationary" if os_ else "weight_stationary"}))
+    npu = NPUModel(
+        NPU.spec.model_copy(
+            update={"num_arrays": arrays, "dataflow": "output_stationary" if os_ else "weight_stationary"}
+        )
+    )
     u = npu.utilisation(m, n, k, batch)[0]
     assert 0 < u <= 1
     flops = 2.0 * m * n * k * batch
     nbytes = 2.0 * (k * n + m * (k + n)) * batch
-    c = npu.cost(trace([dict(op="x", cls=cls, count=1, m=m, n=n, k=k, batch=batch, flops=flops, act_bytes=nbytes)]),
-                 np.arange(1))
+    c = npu.cost(
+        trace([dict(op="x", cls=cls, count=1, m=m, n=n, k=k, batch=batch, flops=flops, act_bytes=nbytes)]), np.arange(1)
+    )
     t = c.time_s[0]
     assert flops / t <= npu.peak_flops * (1 + 1e-9)
     assert nbytes / t <= npu.peak_bandwidth_bytes_per_s * (1 + 1e-9)

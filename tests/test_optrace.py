@@ -3,6 +3,7 @@
 Dims from configs/models/*.yaml (reference/models.md §1). Hand formulas are written out here
 independently of workloads/trace.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,14 @@ from hypothesis import strategies as st
 from attnsim.core.config import ConfigError
 from attnsim.workloads.optrace import OP_CLASSES
 from attnsim.workloads.scenario import Scenario
-from attnsim.workloads.trace import (attention_pairs, build_trace, expected_experts, kv_tokens_read,
-                                     layer_groups, param_count)
+from attnsim.workloads.trace import (
+    attention_pairs,
+    build_trace,
+    expected_experts,
+    kv_tokens_read,
+    layer_groups,
+    param_count,
+)
 from attnsim.workloads.zoo import load_model
 
 FP16 = dict(kv_dtype="fp16", weight_dtype="fp16", act_dtype="fp16")
@@ -35,6 +42,7 @@ def tot(tr, col, ops=None, cls=None):
 
 
 # ------------------------------------------------------------------ hand calculations
+
 
 def test_llama2_7b_decode_by_hand():
     m = load_model("llama2-7b")
@@ -92,8 +100,16 @@ def test_prefill_causal_triangle():
 
 def test_every_zoo_model_reads_each_weight_once_in_decode():
     """Independent paths: param_count (formulas) vs the trace rows (shapes), batch 1 decode."""
-    for name in ("llama2-13b", "llama3-8b", "mistral-7b", "mixtral-8x7b", "opt-66b", "gemma2-9b",
-                 "deepseek-v2-lite", "qwen2.5-7b"):
+    for name in (
+        "llama2-13b",
+        "llama3-8b",
+        "mistral-7b",
+        "mixtral-8x7b",
+        "opt-66b",
+        "gemma2-9b",
+        "deepseek-v2-lite",
+        "qwen2.5-7b",
+    ):
         m = load_model(name)
         tr = build_trace(m, Scenario(batch_size=1, prompt_len=100, **FP16), "decode")
         h = m.hidden_size
@@ -102,8 +118,13 @@ def test_every_zoo_model_reads_each_weight_once_in_decode():
             expect -= m.max_position_embeddings * h
         if m.moe is not None:  # one token touches top-k of the routed experts
             e = m.moe
-            expect -= ((m.num_layers - e.first_dense_layers) * (e.num_experts - e.experts_per_token)
-                       * 3 * h * e.expert_intermediate_size)
+            expect -= (
+                (m.num_layers - e.first_dense_layers)
+                * (e.num_experts - e.experts_per_token)
+                * 3
+                * h
+                * e.expert_intermediate_size
+            )
         emb = tot(tr, "weight_bytes", ops=["embedding"])
         assert tot(tr, "weight_bytes") - emb == pytest.approx(2 * expect, rel=1e-12), name
 
@@ -150,13 +171,25 @@ def test_deepseek_mla_trace():
 
 # ------------------------------------------------------------------ tensor parallelism
 
-SHARDED = ("qkv_proj", "rope", "attn_score", "softmax", "attn_context", "out_proj", "mlp_up", "mlp_act",
-           "mlp_down", "lm_head", "moe_expert_up", "moe_act", "moe_expert_down")
+SHARDED = (
+    "qkv_proj",
+    "rope",
+    "attn_score",
+    "softmax",
+    "attn_context",
+    "out_proj",
+    "mlp_up",
+    "mlp_act",
+    "mlp_down",
+    "lm_head",
+    "moe_expert_up",
+    "moe_act",
+    "moe_expert_down",
+)
 REPLICATED = ("attn_norm", "ffn_norm", "attn_residual", "ffn_residual", "embedding", "final_norm", "moe_router")
 
 
-@pytest.mark.parametrize("name,tp", [("llama2-70b", 2), ("llama2-70b", 8), ("mixtral-8x7b", 4),
-                                     ("llama2-7b", 4)])
+@pytest.mark.parametrize("name,tp", [("llama2-70b", 2), ("llama2-70b", 8), ("mixtral-8x7b", 4), ("llama2-7b", 4)])
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_tp_conserves_sharded_totals(name, tp, phase):
     m = load_model(name)
@@ -188,8 +221,11 @@ def test_kv_heads_replicated_when_fewer_than_tp():
 def test_bad_tp_and_inputs():
     m = load_model("llama2-7b")
     sc = Scenario(**FP16)
-    with pytest.raises(ConfigError, match="parallelism.tp: expected at most num_heads = 32 ranks for model "
-                                          "llama2-7b .a rank would hold no attention heads., got 33"):
+    with pytest.raises(
+        ConfigError,
+        match="parallelism.tp: expected at most num_heads = 32 ranks for model "
+        "llama2-7b .a rank would hold no attention heads., got 33",
+    ):
         build_trace(m, sc, "decode", tp=33)
     with pytest.raises(ConfigError, match="phase"):
         build_trace(m, sc, "training")
@@ -200,6 +236,7 @@ def test_bad_tp_and_inputs():
 
 
 # ------------------------------------------------------------------ KV shrinking
+
 
 def test_gqa_and_mqa_shrink_kv_reads_not_flops():
     mha = load_model("llama2-70b").model_copy(update={"num_kv_heads": 64})
@@ -217,14 +254,16 @@ def test_gqa_and_mqa_shrink_kv_reads_not_flops():
 def test_quantised_kv_shrinks_bytes(dtype, ratio):
     m = load_model("llama3-8b")
     base = build_trace(m, Scenario(batch_size=4, prompt_len=500, **FP16), "decode")
-    q = build_trace(m, Scenario(batch_size=4, prompt_len=500, kv_dtype=dtype, weight_dtype="fp16",
-                                act_dtype="fp16"), "decode")
+    q = build_trace(
+        m, Scenario(batch_size=4, prompt_len=500, kv_dtype=dtype, weight_dtype="fp16", act_dtype="fp16"), "decode"
+    )
     for col in ("kv_read_bytes", "kv_write_bytes"):
         assert q.total(col) == ratio * base.total(col)
     assert q.total("weight_bytes") == base.total("weight_bytes")
 
 
 # ------------------------------------------------------------------ sliding windows
+
 
 def test_mistral_window_caps_reads_at_4096():
     mis, l3 = load_model("mistral-7b"), load_model("llama3-8b")  # same attention dims, l3 global
@@ -236,13 +275,13 @@ def test_mistral_window_caps_reads_at_4096():
     assert 2 * tot(tm, "kv_read_bytes") == tot(tl, "kv_read_bytes")
     short = Scenario(batch_size=1, prompt_len=1000, **FP16)  # below the window nothing changes
     assert build_trace(mis, short, "decode").total("kv_read_bytes") == build_trace(l3, short, "decode").total(
-        "kv_read_bytes")
+        "kv_read_bytes"
+    )
 
 
 def test_gemma2_mixes_local_and_global():
     g = load_model("gemma2-9b")
-    assert [(x.attention, x.num_layers, x.window) for x in layer_groups(g)] == [("local", 21, 4096),
-                                                                                 ("global", 21, 0)]
+    assert [(x.attention, x.num_layers, x.window) for x in layer_groups(g)] == [("local", 21, 4096), ("global", 21, 0)]
     tr = build_trace(g, Scenario(batch_size=1, prompt_len=8191, **FP16), "decode")
     s = rows(tr, "attn_score")
     assert sorted(tr["n"][s]) == [4096, 8192]
@@ -270,8 +309,10 @@ def _uniq_slow(c, q, w):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 300), st.integers(0, 299)), min_size=1, max_size=4),
-       st.sampled_from([0, 1, 7, 64, 500]))
+@given(
+    st.lists(st.tuples(st.integers(1, 300), st.integers(0, 299)), min_size=1, max_size=4),
+    st.sampled_from([0, 1, 7, 64, 500]),
+)
 def test_attention_counts_match_slow_reference(reqs, w):
     c = np.array([a for a, _ in reqs])
     q = np.array([max(1, min(a, b)) for a, b in reqs])
@@ -291,10 +332,18 @@ def test_chunked_prefill_halves_add_up():
 
 
 def test_meta_fields():
-    tr = build_trace(load_model("qwen2.5-7b"), Scenario(batch_size=2, prompt_len=64, kv_dtype="int4"),
-                     "decode", tp=2)
-    for k in ("heads_per_rank", "kv_heads_per_rank", "head_dim", "kv_bytes_per_token_per_layer", "kv_dtype",
-              "weight_dtype", "act_dtype", "hidden_size", "num_layers"):
+    tr = build_trace(load_model("qwen2.5-7b"), Scenario(batch_size=2, prompt_len=64, kv_dtype="int4"), "decode", tp=2)
+    for k in (
+        "heads_per_rank",
+        "kv_heads_per_rank",
+        "head_dim",
+        "kv_bytes_per_token_per_layer",
+        "kv_dtype",
+        "weight_dtype",
+        "act_dtype",
+        "hidden_size",
+        "num_layers",
+    ):
         assert k in tr.meta
     assert tr.meta["kv_bytes_per_token_per_layer"] == 2 * 2 * 128 * 0.5
     assert list(tr.context_lens) == [65, 65] and list(tr.query_tokens) == [1, 1]
@@ -304,8 +353,19 @@ def test_deepseek_tp_splits_heads_and_experts_but_replicates_latent():
     m = load_model("deepseek-v2-lite")
     sc = Scenario(batch_size=2, prompt_len=300, **FP16)
     one, two = build_trace(m, sc, "decode"), build_trace(m, sc, "decode", tp=2)
-    for op in ("mla_q_absorb", "mla_v_up", "attn_score", "attn_context", "out_proj", "moe_expert_up",
-               "moe_expert_down", "moe_shared_up", "moe_shared_down", "mlp_up", "mlp_down"):
+    for op in (
+        "mla_q_absorb",
+        "mla_v_up",
+        "attn_score",
+        "attn_context",
+        "out_proj",
+        "moe_expert_up",
+        "moe_expert_down",
+        "moe_shared_up",
+        "moe_shared_down",
+        "mlp_up",
+        "mlp_down",
+    ):
         assert 2 * tot(two, "flops", ops=[op]) == pytest.approx(tot(one, "flops", ops=[op]), rel=1e-12), op
     # the latent cache is shared by all heads: every rank reads all of it
     assert tot(two, "kv_read_bytes") == tot(one, "kv_read_bytes")

@@ -1,5 +1,6 @@
 """`attnsim run --trace` and every plot recipe on every built-in system; output-path checks; names;
 broken pipes; file modes."""
+
 import json
 from pathlib import Path
 
@@ -10,8 +11,13 @@ from attnsim.cli import main
 
 SYSTEMS = sorted(p.stem for p in (Path(__file__).parent.parent / "configs" / "systems").glob("*.yaml"))
 RECIPE_ARGS = {  # recipe -> extra arguments for a file with one run per system
-    "latency_by_op": [], "latency_by_device": [], "energy_breakdown": [],
-    "throughput_vs_batch": [], "tpot_vs_batch": [], "throughput_vs_context": [], "tpot_vs_context": [],
+    "latency_by_op": [],
+    "latency_by_device": [],
+    "energy_breakdown": [],
+    "throughput_vs_batch": [],
+    "tpot_vs_batch": [],
+    "throughput_vs_context": [],
+    "tpot_vs_context": [],
     "line": ["--x", "batch_size", "--y", "ttft_s"],
     "heatmap": ["--x", "batch_size", "--y", "system", "--z", "tpot_s"],
     "pareto": [],
@@ -24,10 +30,14 @@ def every_system(tmp_path_factory):
     """One small run per built-in system (one decode step, so the trace's decode step is the TPOT)."""
     d = tmp_path_factory.mktemp("every")
     exp = d / "every.yaml"
-    exp.write_text(f"name: every\nsystems: [{', '.join(SYSTEMS)}]\nmodels: [llama2-7b]\n"
-                   "scenarios:\n  tiny: {batch_size: 2, prompt_len: 64, output_len: 2}\n")
-    assert main(["run", str(exp), "--out", str(d / "res"), "--trace", str(d / "trace.json"), "--no-figures",
-                 "--json"]) == 0
+    exp.write_text(
+        f"name: every\nsystems: [{', '.join(SYSTEMS)}]\nmodels: [llama2-7b]\n"
+        "scenarios:\n  tiny: {batch_size: 2, prompt_len: 64, output_len: 2}\n"
+    )
+    assert (
+        main(["run", str(exp), "--out", str(d / "res"), "--trace", str(d / "trace.json"), "--no-figures", "--json"])
+        == 0
+    )
     return d
 
 
@@ -43,8 +53,10 @@ def test_every_system_runs_ok(every_system, capsys):
     assert set(small) <= {"ianus", "ianus_naive", "ianus_npu_only"}, small
     if small:
         exp = every_system / "small.yaml"
-        exp.write_text(f"name: small\nsystems: [{', '.join(small)}]\nmodels: [gpt2-xl]\n"
-                       "scenarios:\n  tiny: {batch_size: 2, prompt_len: 64, output_len: 2}\n")
+        exp.write_text(
+            f"name: small\nsystems: [{', '.join(small)}]\nmodels: [gpt2-xl]\n"
+            "scenarios:\n  tiny: {batch_size: 2, prompt_len: 64, output_len: 2}\n"
+        )
         assert main(["run", str(exp), "--out", str(every_system / "small"), "--no-figures", "--json"]) == 0
         small_runs = json.loads(capsys.readouterr().out)["runs"]
         assert [r["status"] for r in small_runs] == ["ok"] * len(small), [r.get("error") for r in small_runs]
@@ -70,9 +82,12 @@ def test_trace_every_system(every_system, capsys):
             durs = np.array([e["dur"] for e in ops])
             assert np.all(np.isfinite(durs)) and np.all(durs >= 0), name
             assert durs.sum() * 1e-6 == pytest.approx(m["ttft_s"] + m["tpot_s"], rel=1e-6), name
-            assert set(tracks.values()) == {"steps"} | set(bd["prefill"]["time_s_by_device"]) | \
-                set(bd["decode_step"]["time_s_by_device"]), name
-            assert {e["name"] for e in ops} == set(bd["prefill"]["time_s_by_op"]) | set(bd["decode_step"]["time_s_by_op"])
+            assert set(tracks.values()) == {"steps"} | set(bd["prefill"]["time_s_by_device"]) | set(
+                bd["decode_step"]["time_s_by_device"]
+            ), name
+            assert {e["name"] for e in ops} == set(bd["prefill"]["time_s_by_op"]) | set(
+                bd["decode_step"]["time_s_by_op"]
+            )
             continue
         durs = np.array([e["dur"] for e in xs])
         assert len(xs) > 0 and np.all(np.isfinite(durs)) and np.all(durs >= 0), name
@@ -107,8 +122,10 @@ def test_recipe_over_every_system(every_system, recipe):
 def test_recipe_content_names_every_system(every_system):
     from attnsim.plots import figure
     from attnsim.studies.sweep.table import load_table
+
     t = load_table(every_system / "res" / "results.h5")
     from attnsim.plots.labels import display
+
     fig = figure(t, "pareto")
     labels = fig.axes[0].get_legend_handles_labels()[1]
     ok = [s for s, st in zip(t.col("system"), t.col("status")) if st == "ok"]
@@ -129,9 +146,11 @@ def test_roofline_every_system(every_system):
     ops of every system (what the recipe draws), and the figure itself for a representative set (drawing
     and tick fitting cost ~1 s per figure)."""
     import matplotlib.pyplot as plt
+
     from attnsim.plots import figure
     from attnsim.plots.recipes import placed_ops
     from attnsim.studies.sweep.table import load_table
+
     t = load_table(every_system / "res" / "results.h5")
     ok = [s for s, st in zip(t.col("system"), t.col("status")) if st == "ok"]
     assert len(ok) >= len(SYSTEMS) - 3  # test_every_system_runs_ok: only IANUS may not hold Llama-2-7B
@@ -148,16 +167,40 @@ def test_roofline_every_system(every_system):
             assert len(d["ops"]) == len(d["flops"]) == len(d["time_s"]) > 0, system
             assert np.all(d["time_s"] >= 0) and np.all(np.isfinite(d["flops"])), system
     out = every_system / "roofline_attacc.png"
-    assert main(["plot", str(every_system / "res" / "results.h5"), "--recipe", "roofline", "--where",
-                 "system=attacc", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                str(every_system / "res" / "results.h5"),
+                "--recipe",
+                "roofline",
+                "--where",
+                "system=attacc",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert out.stat().st_size > 1000 and out.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
 
 
 # ---------------------------------------------------------------- output paths, checked before any work
 
-TINY = ["--set", "experiment.systems=[dgx_h100]", "--set", "experiment.baseline=null",
-        "--set", "experiment.models=[llama2-7b]", "--set", "scenarios.chat.batch_size=1",
-        "--set", "scenarios.chat.prompt_len=16", "--set", "scenarios.chat.output_len=2"]
+TINY = [
+    "--set",
+    "experiment.systems=[dgx_h100]",
+    "--set",
+    "experiment.baseline=null",
+    "--set",
+    "experiment.models=[llama2-7b]",
+    "--set",
+    "scenarios.chat.batch_size=1",
+    "--set",
+    "scenarios.chat.prompt_len=16",
+    "--set",
+    "scenarios.chat.output_len=2",
+]
 
 
 def _files(root: Path) -> set:
@@ -190,23 +233,27 @@ def work(tmp_path, monkeypatch):
     (tmp_path / "rodir").chmod(0o755)
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--out", "afile"], ["afile", "--out", "expected a directory"]),
-    (["--out", "afile/sub"], ["afile/sub", "--out", "is a file"]),
-    (["--out", "rodir/sub"], ["rodir/sub", "read-only"]),
-    (["--trace", "adir"], ["adir", "--trace", "expected a file path, got a directory"]),
-    (["--trace", "afile/t.json"], ["afile/t.json", "'afile' is a file"]),
-    (["--trace", "ro.json"], ["ro.json", "--trace", "read-only file"]),
-    (["--trace", "rodir/t.json"], ["rodir/t.json", "read-only"]),
-    (["--out", "res", "--trace", "res/results.h5"], ["res/results.h5", "--trace", "output is the input"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--out", "afile"], ["afile", "--out", "expected a directory"]),
+        (["--out", "afile/sub"], ["afile/sub", "--out", "is a file"]),
+        (["--out", "rodir/sub"], ["rodir/sub", "read-only"]),
+        (["--trace", "adir"], ["adir", "--trace", "expected a file path, got a directory"]),
+        (["--trace", "afile/t.json"], ["afile/t.json", "'afile' is a file"]),
+        (["--trace", "ro.json"], ["ro.json", "--trace", "read-only file"]),
+        (["--trace", "rodir/t.json"], ["rodir/t.json", "read-only"]),
+        (["--out", "res", "--trace", "res/results.h5"], ["res/results.h5", "--trace", "output is the input"]),
+    ],
+)
 def test_run_output_paths_refused_before_work(work, capsys, args, needles):
     _refused(capsys, work, ["run", *TINY, *args], *needles)
 
 
 def test_run_output_folders_created_files_need_their_folder(work, capsys):
-    _refused(capsys, work, ["run", *TINY, "--no-write", "--trace", "missing/dir/t.json"], "missing/dir",
-             "does not exist")
+    _refused(
+        capsys, work, ["run", *TINY, "--no-write", "--trace", "missing/dir/t.json"], "missing/dir", "does not exist"
+    )
     (work / "deep").mkdir()
     assert main(["run", *TINY, "--out", "new/res", "--trace", "deep/t.json"]) == 0
     assert (work / "new/res/results.h5").stat().st_size > 0 and (work / "new/res/energy_breakdown.pdf").exists()
@@ -215,13 +262,17 @@ def test_run_output_folders_created_files_need_their_folder(work, capsys):
 
 def test_serve_output_paths(work, capsys):
     exp = work / "s.yaml"
-    exp.write_text("name: s\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios:\n  c: {prompt_len: 32, output_len: 2}\n"
-                   "serving:\n  trace: {num_requests: 3, rate_per_s: 50, seed: 1}\n")
+    exp.write_text(
+        "name: s\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios:\n  c: {prompt_len: 32, output_len: 2}\n"
+        "serving:\n  trace: {num_requests: 3, rate_per_s: 50, seed: 1}\n"
+    )
     _refused(capsys, work, ["serve", str(exp), "--out", "afile"], "afile", "expected a directory")
     _refused(capsys, work, ["serve", str(exp), "--csv", "adir"], "adir", "--csv", "got a directory")
     _refused(capsys, work, ["serve", str(exp), "--csv", str(exp)], "--csv", "output is the input")
     _refused(capsys, work, ["serve", str(exp), "--no-write", "--csv", "rodir/r.csv"], "rodir/r.csv", "read-only")
-    _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "adir"], "--figure", "got a directory")
+    _refused(
+        capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "adir"], "--figure", "got a directory"
+    )
     _refused(capsys, work, ["serve", str(exp), "--slo-vs-load", "1,2", "--figure", "afile/f.pdf"], "'afile' is a file")
     _refused(capsys, work, ["serve", str(exp), "--csv", "missing/dir/r.csv"], "missing/dir", "does not exist")
     _refused(capsys, work, ["serve", str(exp), "--figure", "f.pdf"], "--figure", "--slo-vs-load")
@@ -236,26 +287,33 @@ def test_serve_output_paths(work, capsys):
 def store(tmp_path_factory):
     d = tmp_path_factory.mktemp("store")
     sw = d / "sw.yaml"
-    sw.write_text("name: tiny\nbase: default\nset:\n  experiment.generation.mode: sampled\n"
-                  "  experiment.generation.samples: 2\n  scenarios.chat.output_len: 3\n  scenarios.chat.prompt_len: 32\n"
-                  "parameters:\n  - grid:\n      system: [h100_x1]\n      model: [llama2-7b]\n"
-                  "      scenario.batch_size: [1, 2]\n"
-                  "figures:\n  - {recipe: tpot_vs_batch, out: figs/t.pdf}\n")
-    assert main(["sweep", str(sw), "--out", str(d / "st.h5"), "--no-progress", "--workers", "1",
-                 "--cache", "off"]) == 0
+    sw.write_text(
+        "name: tiny\nbase: default\nset:\n  experiment.generation.mode: sampled\n"
+        "  experiment.generation.samples: 2\n  scenarios.chat.output_len: 3\n  scenarios.chat.prompt_len: 32\n"
+        "parameters:\n  - grid:\n      system: [h100_x1]\n      model: [llama2-7b]\n"
+        "      scenario.batch_size: [1, 2]\n"
+        "figures:\n  - {recipe: tpot_vs_batch, out: figs/t.pdf}\n"
+    )
+    assert main(["sweep", str(sw), "--out", str(d / "st.h5"), "--no-progress", "--workers", "1", "--cache", "off"]) == 0
     return d / "st.h5"
 
 
 def test_sweep_merge_export_plot_output_paths(work, store, capsys):
     import shutil
+
     st = work / "st.h5"
     shutil.copy(store, st)
     sw = work / "sw.yaml"
     sw.write_text((store.parent / "sw.yaml").read_text())
     _refused(capsys, work, ["sweep", str(sw), "--out", "adir"], "adir", "--out", "got a directory")
     _refused(capsys, work, ["sweep", str(sw), "--out", str(sw)], "--out", "output is the input")
-    _refused(capsys, work, ["sweep", str(sw), "--out", "x.h5", "--figures", "--fig-dir", "afile"], "--fig-dir",
-             "expected a directory")
+    _refused(
+        capsys,
+        work,
+        ["sweep", str(sw), "--out", "x.h5", "--figures", "--fig-dir", "afile"],
+        "--fig-dir",
+        "expected a directory",
+    )
     _refused(capsys, work, ["merge", "st.h5", "-o", "st.h5"], "-o", "output is the input")
     _refused(capsys, work, ["merge", "st.h5", "-o", "adir"], "adir", "got a directory")
     _refused(capsys, work, ["merge", "st.h5", "-o", "missing/m.h5"], "'missing'", "does not exist")
@@ -271,10 +329,14 @@ def test_sweep_merge_export_plot_output_paths(work, store, capsys):
     _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "ro.png"], "ro.png", "read-only")
     _refused(capsys, work, ["plot", "st.h5", "--all", "--fig-dir", "afile"], "afile", "--fig-dir")
     (work / "adir" / "f.pdf").mkdir()  # the PNG's sibling is a folder: refused before the PNG is drawn
-    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "adir/f.png"], "adir/f.pdf",
-             "got a directory")
-    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "f.pdf", "--fig-dir", "figs"], "--fig-dir",
-             "only applies with --all")
+    _refused(capsys, work, ["plot", "st.h5", "--recipe", "pareto", "-o", "adir/f.png"], "adir/f.pdf", "got a directory")
+    _refused(
+        capsys,
+        work,
+        ["plot", "st.h5", "--recipe", "pareto", "-o", "f.pdf", "--fig-dir", "figs"],
+        "--fig-dir",
+        "only applies with --all",
+    )
     _refused(capsys, work, ["plot", "st.h5", "--all", "-o", "f.pdf"], "--all")
     _refused(capsys, work, ["sweep", str(sw), "--out", "x.h5", "--fig-dir", "figs"], "--fig-dir", "--figures")
     assert main(["plot", "st.h5", "--all", "--fig-dir", "figs"]) == 0
@@ -297,8 +359,10 @@ def test_asm_never_overwrites_its_source(work, capsys):
 
 # ---------------------------------------------------------------- modes, names, pipes
 
+
 def test_written_files_honour_the_umask(work, capsys):
     import os
+
     old = os.umask(0o022)
     try:
         assert main(["run", *TINY, "--out", "res", "--trace", "t.json"]) == 0
@@ -318,8 +382,10 @@ def test_written_files_honour_the_umask(work, capsys):
 @pytest.mark.parametrize("name", ["../../x", "/tmp/abs", "a/b", ".hidden", "..", "x\\y", " lead"])
 def test_traversal_names_refused(work, capsys, name):
     exp = work / "e.yaml"
-    exp.write_text(f"name: {json.dumps(name)}\nsystems: [dgx_h100]\nmodels: [llama2-7b]\n"
-                   "scenarios:\n  c: {batch_size: 1, prompt_len: 16, output_len: 2}\n")
+    exp.write_text(
+        f"name: {json.dumps(name)}\nsystems: [dgx_h100]\nmodels: [llama2-7b]\n"
+        "scenarios:\n  c: {batch_size: 1, prompt_len: 16, output_len: 2}\n"
+    )
     _refused(capsys, work, ["run", str(exp)], "e.yaml", "name", "plain name", repr(name))
     _refused(capsys, work, ["run", *TINY, "--set", f"experiment.name={json.dumps(name)}"], "name", "plain name")
     exp.write_text(exp.read_text().replace("batch_size: 1, ", "") + "serving:\n  trace: {num_requests: 2, seed: 1}\n")
@@ -331,6 +397,7 @@ def test_traversal_names_refused(work, capsys, name):
 
 def test_plain_names_accepted():
     from attnsim.core.outputs import check_name
+
     for n in ("default", "my run 2", "café", "a.b-c+d_e", "x" * 128):
         assert check_name(n) == n
     with pytest.raises(Exception):
@@ -343,6 +410,7 @@ def test_sweep_figure_paths_stay_inside(work, store, capsys):
 
     import h5py
     import yaml
+
     sw = work / "sw.yaml"
     for bad in ("../evil.pdf", "/tmp/evil.pdf", "a/../../evil.pdf"):
         sw.write_text((store.parent / "sw.yaml").read_text().replace("figs/t.pdf", bad))
@@ -359,9 +427,11 @@ def test_sweep_figure_paths_stay_inside(work, store, capsys):
 
 def test_plot_list_needs_no_file(capsys):
     from attnsim.plots import RECIPES
+
     assert main(["plot", "--list"]) == 0
     listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
     from attnsim.core.plot_options import DOC_RECIPES  # serve results and plan documents (plan_front)
+
     assert set(RECIPES) | set(DOC_RECIPES) == set(listed)
     assert main(["plot", "--recipe", "pareto", "-o", "x.pdf"]) == 2
     assert "needs a results file" in capsys.readouterr().err
@@ -369,15 +439,22 @@ def test_plot_list_needs_no_file(capsys):
 
 def test_latency_cdf_recipe(work, capsys):
     exp = work / "s.yaml"
-    exp.write_text("name: s\nsystems: [h100_x1, dgx_h100]\nmodels: [llama2-7b]\nscenarios:\n"
-                   "  c: {prompt_len: 32, output_len: 2}\nserving:\n  trace: {num_requests: 4, rate_per_s: 50, seed: 1}\n")
+    exp.write_text(
+        "name: s\nsystems: [h100_x1, dgx_h100]\nmodels: [llama2-7b]\nscenarios:\n"
+        "  c: {prompt_len: 32, output_len: 2}\nserving:\n  trace: {num_requests: 4, rate_per_s: 50, seed: 1}\n"
+    )
     assert main(["serve", str(exp), "--out", "res"]) == 0
     assert main(["plot", "res/results.h5", "--recipe", "latency_cdf", "-o", "cdf.png"]) == 0
     assert (work / "cdf.png").stat().st_size > 1000 and (work / "cdf.pdf").read_bytes()[:4] == b"%PDF"
     capsys.readouterr()
     _refused(capsys, work, ["plot", "nothere.h5", "--recipe", "latency_cdf", "-o", "c2.png"], "nothere.h5", "not found")
-    _refused(capsys, work, ["plot", "res/results.h5", "--recipe", "latency_cdf", "--where", "system=h100_x1", "-o",
-                            "c2.png"], "--recipe", "does not use --where")
+    _refused(
+        capsys,
+        work,
+        ["plot", "res/results.h5", "--recipe", "latency_cdf", "--where", "system=h100_x1", "-o", "c2.png"],
+        "--recipe",
+        "does not use --where",
+    )
     _refused(capsys, work, ["plot", str(exp), "--recipe", "latency_cdf", "-o", "c2.png"], "s.yaml", "HDF5")
 
 
@@ -385,9 +462,13 @@ def test_broken_pipe_is_quiet(every_system):
     """`attnsim show ... | head -1`: no BrokenPipeError traceback, exit 141 (128 + SIGPIPE)."""
     import subprocess
     import sys
-    code = ("import sys; from attnsim.cli import main; sys.exit(main(sys.argv[1:]))")
-    p = subprocess.Popen([sys.executable, "-c", code, "show", str(every_system / "res" / "results.h5"), "--json",
-                          "--breakdown"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    code = "import sys; from attnsim.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, "show", str(every_system / "res" / "results.h5"), "--json", "--breakdown"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.readline()
     p.stdout.close()  # the reader goes away, like `head -1`
     err = p.stderr.read().decode()
@@ -400,6 +481,7 @@ def test_keyboard_interrupt_one_line(monkeypatch, capsys):
 
     def boom(args):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(cr, "show_cmd", boom)
     assert main(["show", "x.h5"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
@@ -409,8 +491,10 @@ def test_request_trace_not_utf8(work, capsys):
     bad = work / "req.csv"
     bad.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n0,\xff\xfe,3\n")
     exp = work / "s.yaml"
-    exp.write_text(f"name: s\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios:\n  c: {{prompt_len: 32, output_len: 2}}\n"
-                   f"serving:\n  trace: {{file: {bad}}}\n")
+    exp.write_text(
+        f"name: s\nsystems: [h100_x1]\nmodels: [llama2-7b]\nscenarios:\n  c: {{prompt_len: 32, output_len: 2}}\n"
+        f"serving:\n  trace: {{file: {bad}}}\n"
+    )
     _refused(capsys, work, ["serve", str(exp), "--out", "res"], "req.csv", "not UTF-8", "0xff")
     bad.write_bytes(b'{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 3}\n\x80\n')
     jl = bad.rename(work / "req.jsonl")
@@ -419,26 +503,39 @@ def test_request_trace_not_utf8(work, capsys):
 
 
 def test_recipe_options_table_matches_recipes():
-    from attnsim.plots import RECIPES
     from attnsim.core.plot_options import DOC_RECIPES, RECIPE_OPTIONS
+    from attnsim.plots import RECIPES
+
     assert set(RECIPE_OPTIONS) == set(RECIPES) | set(DOC_RECIPES)
 
 
-@pytest.mark.parametrize("recipe, args, unused", [
-    ("latency_by_op", ["--x", "batch_size"], "--x"), ("roofline", ["--hue", "model"], "--hue"),
-    ("line", ["--x", "batch_size", "--y", "tpot_s", "--z", "ttft_s"], "--z"),
-    ("energy_breakdown", ["--z", "tpot_s"], "--z")])
+@pytest.mark.parametrize(
+    "recipe, args, unused",
+    [
+        ("latency_by_op", ["--x", "batch_size"], "--x"),
+        ("roofline", ["--hue", "model"], "--hue"),
+        ("line", ["--x", "batch_size", "--y", "tpot_s", "--z", "ttft_s"], "--z"),
+        ("energy_breakdown", ["--z", "tpot_s"], "--z"),
+    ],
+)
 def test_options_a_recipe_does_not_read_are_refused(every_system, capsys, recipe, args, unused):
     out = every_system / "unused.pdf"
-    _refused(capsys, every_system, ["plot", str(every_system / "res" / "results.h5"), "--recipe", recipe, *args,
-                                    "-o", str(out)], "--recipe", f"does not use {unused}")
+    _refused(
+        capsys,
+        every_system,
+        ["plot", str(every_system / "res" / "results.h5"), "--recipe", recipe, *args, "-o", str(out)],
+        "--recipe",
+        f"does not use {unused}",
+    )
 
 
 def test_sweep_figures_checked_on_load(work, capsys):
     sw = work / "sw.yaml"
     base = "name: t\nbase: default\nfigures:\n  - {recipe: %s, out: f.pdf%s}\n"
-    for recipe, extra, needle in (("nope", "", "unknown recipe 'nope'"),
-                                  ("latency_by_device", ", hue: model", "does not use hue"),
-                                  ("latency_cdf", "", "serve results")):
+    for recipe, extra, needle in (
+        ("nope", "", "unknown recipe 'nope'"),
+        ("latency_by_device", ", hue: model", "does not use hue"),
+        ("latency_cdf", "", "serve results"),
+    ):
         sw.write_text(base % (recipe, extra))
         _refused(capsys, work, ["sweep", str(sw), "--out", "s.h5"], "sw.yaml", "figures.0", needle)

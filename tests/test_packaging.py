@@ -1,5 +1,6 @@
 """The built wheel holds every module and config of the tree, and each module imports from it; installed, it
 writes nothing into its own folder, and README's two install commands work one after the other in one venv."""
+
 import os
 import subprocess
 import sys
@@ -9,8 +10,14 @@ from pathlib import Path
 import numba
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"attnsim": "attnsim", "hwmodels": "attnsim/hwmodels", "isa": "attnsim/isa",
-           "workloads": "attnsim/workloads", "mapper": "attnsim/mapper", "configs": "attnsim/configs"}
+FOLDERS = {
+    "attnsim": "attnsim",
+    "hwmodels": "attnsim/hwmodels",
+    "isa": "attnsim/isa",
+    "workloads": "attnsim/workloads",
+    "mapper": "attnsim/mapper",
+    "configs": "attnsim/configs",
+}
 
 
 def _tree_files():
@@ -25,8 +32,22 @@ def _tree_files():
 
 
 def _build_wheel(tmp_path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
     return next((tmp_path / "dist").glob("attnsim-*.whl"))
 
 
@@ -38,19 +59,26 @@ def test_wheel_contains_every_module_and_imports(tmp_path):
     assert not missing, f"modules/configs missing from the wheel: {missing}"
     # install the wheel alone into a folder and import every module from there (not from the checkout)
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True)
-    modules = sorted(k[:-3].replace("/", ".").removesuffix(".__init__") for k in expected if k.endswith(".py")
-                     and not k.endswith("__main__.py"))
-    code = ("import importlib, sys\n"
-            # drop the editable-install finder of the checkout so the wheel's copy is imported
-            "sys.meta_path = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')\n"
-            "                 and '__editable__' not in getattr(type(f), '__module__', '')]\n"
-            f"mods = {modules!r}\n"
-            "for m in mods:\n"
-            "    mod = importlib.import_module(m)\n"
-            f"    assert mod.__file__.startswith({str(target)!r}), (m, mod.__file__)\n"
-            "from attnsim.configs import CONFIG_ROOT\n"
-            "assert (CONFIG_ROOT / 'experiments' / 'default.yaml').is_file()\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True
+    )
+    modules = sorted(
+        k[:-3].replace("/", ".").removesuffix(".__init__")
+        for k in expected
+        if k.endswith(".py") and not k.endswith("__main__.py")
+    )
+    code = (
+        "import importlib, sys\n"
+        # drop the editable-install finder of the checkout so the wheel's copy is imported
+        "sys.meta_path = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')\n"
+        "                 and '__editable__' not in getattr(type(f), '__module__', '')]\n"
+        f"mods = {modules!r}\n"
+        "for m in mods:\n"
+        "    mod = importlib.import_module(m)\n"
+        f"    assert mod.__file__.startswith({str(target)!r}), (m, mod.__file__)\n"
+        "from attnsim.configs import CONFIG_ROOT\n"
+        "assert (CONFIG_ROOT / 'experiments' / 'default.yaml').is_file()\n"
+    )
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env)
 
@@ -73,22 +101,37 @@ def test_readme_install_then_editable_install_in_one_venv(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # the dependencies (numba, numpy, ...) from this environment, after the venv's own packages; .pth files of
     # that folder (this checkout's editable finder) are not processed for a folder named in a .pth file
     (site / "deps.pth").write_text(str(Path(numba.__file__).resolve().parents[1]) + "\n")
     cache = tmp_path / "cache"
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "ATTNSIM_CACHE_DIR": str(cache),
-           "PYTHONDONTWRITEBYTECODE": "1"}  # then any new file under site-packages is attnsim's doing
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "ATTNSIM_CACHE_DIR": str(cache),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }  # then any new file under site-packages is attnsim's doing
 
     def pip(*args):
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", *args],
-                       check=True, cwd=tmp_path, env={**os.environ, "PIP_NO_INPUT": "1"})
+        subprocess.run(
+            [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", *args],
+            check=True,
+            cwd=tmp_path,
+            env={**os.environ, "PIP_NO_INPUT": "1"},
+        )
 
     def attnsim(*args):
-        return subprocess.run([str(venv / "bin" / "attnsim"), *args], capture_output=True, text=True, cwd=tmp_path,
-                              env=env, timeout=300)
+        return subprocess.run(
+            [str(venv / "bin" / "attnsim"), *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+        )
 
     (tmp_path / "p.s").write_text(_PROGRAM)
     run = ("pim", "run", "p.s", "--device", "attacc_hbm3_pim_stack")
@@ -107,8 +150,14 @@ def test_readme_install_then_editable_install_in_one_venv(tmp_path):
     pip("--no-build-isolation", "-e", str(ROOT))
     version = attnsim("--version")
     assert version.returncode == 0 and version.stdout.startswith("attnsim "), version.stderr[-3000:]
-    where = subprocess.run([str(py), "-c", "import attnsim; print(attnsim.__file__)"], capture_output=True,
-                           text=True, env=env, cwd=tmp_path, check=True).stdout.strip()
+    where = subprocess.run(
+        [str(py), "-c", "import attnsim; print(attnsim.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
+    ).stdout.strip()
     assert Path(where).resolve() == ROOT / "attnsim" / "__init__.py"
     assert not (site / "attnsim").exists()  # the uninstall left no folder behind to shadow the checkout
     second = attnsim(*run)

@@ -1,5 +1,6 @@
 """KV-error -> perplexity calibration: the numpy LM's backprop, zero-error identity, and a re-run of the
 saved calibration (configs/calibration/kv_error_ppl.yaml, bench/calibrate_perplexity.py)."""
+
 import os
 import subprocess
 import sys
@@ -39,15 +40,15 @@ def test_zero_errors_give_zero_change():
     rng = np.random.default_rng(1)
     X, Y = rng.integers(0, 20, (4, 32)), rng.integers(0, 20, (4, 32))
     lg, c = P.forward(p, X, 2)
-    lg2, c2 = P.forward(p, X, 2, kv=(c["k"], c["v"]))         # the cache read back unchanged
+    lg2, c2 = P.forward(p, X, 2, kv=(c["k"], c["v"]))  # the cache read back unchanged
     assert P.perplexity(lg2, Y) == P.perplexity(lg, Y) and P.rel_attention_error(c["O"], c2["O"]) == 0.0
     k1, v1 = P.corrupt_cache(c["k"], c["v"], "int8", 0.0, seed=0)
     k2, v2 = P.corrupt_cache(c["k"], c["v"], "int8", 0.0, seed=7)  # BER 0: the seed changes nothing
     assert np.array_equal(k1, k2) and np.array_equal(v1, v2)
     kb, vb = P.corrupt_cache(c["k"], c["v"], "int8", 1e-2, seed=0)
-    assert not np.array_equal(kb, k1)                            # and a BER > 0 does flip bits
+    assert not np.array_equal(kb, k1)  # and a BER > 0 does flip bits
     lg_nan = lg.copy()
-    lg_nan[0, 0] = np.nan                                        # a lost position costs log(vocab)
+    lg_nan[0, 0] = np.nan  # a lost position costs log(vocab)
     assert np.isfinite(P.perplexity(lg_nan, Y)) and P.perplexity(lg_nan, Y) != P.perplexity(lg, Y)
 
 
@@ -55,8 +56,13 @@ def test_zero_errors_give_zero_change():
 def rerun(tmp_path_factory):
     out = tmp_path_factory.mktemp("ppl") / "kv_error_ppl.yaml"
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(ROOT / "bench" / "calibrate_perplexity.py"), "--out", str(out)],
-                   check=True, env=env, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "calibrate_perplexity.py"), "--out", str(out)],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
     return yaml.safe_load(out.read_text())
 
 
@@ -84,14 +90,14 @@ def test_calibration_is_physical(rerun):
         pts.sort(key=lambda p: p["ber"])
         inc = [p["ppl_increase"] for p in pts]
         err = [p["rel_attention_error"] for p in pts]
-        assert all(a < b for a, b in zip(inc, inc[1:])), (fmt, inc)   # perplexity rises with BER (seed mean)
+        assert all(a < b for a, b in zip(inc, inc[1:])), (fmt, inc)  # perplexity rises with BER (seed mean)
         assert all(a < b for a, b in zip(err, err[1:])), (fmt, err)
-        assert inc[-1] > 0.1                                          # BER 1e-3 without ECC hurts every format
+        assert inc[-1] > 0.1  # BER 1e-3 without ECC hurts every format
     # quantization alone: fewer bits, larger proxy error (bf16 < fp8; int8 < int4)
     q = {f: pts[0]["rel_attention_error"] for f, pts in by_fmt.items()}
     assert q["bf16"] < q["fp8_e4m3"] and q["int8"] < q["int4"]
     f = rerun["fit"]
-    assert f["s_bit"] > 10 * f["s_quant"] >= 0    # sparse bit errors cost far more NLL than diffuse error
+    assert f["s_bit"] > 10 * f["s_quant"] >= 0  # sparse bit errors cost far more NLL than diffuse error
     w_q, w_b = P.error_weights(0.01, f)
     assert w_b == pytest.approx(f["s_bit_upper"] / np.log1p(0.01))
     # every measured point inside the converted budget keeps its perplexity increase within 1 %

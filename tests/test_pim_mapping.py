@@ -1,6 +1,7 @@
 """PIM mapping search (hwmodels/pim_mapping.py): pinned = the plain lowering, auto = the best candidate,
 the merge of split items by hand, all channels busy at batch 1, the mapping in the run document and
 timeline, and pins a device cannot run refused."""
+
 import json
 
 import numpy as np
@@ -49,12 +50,26 @@ def test_pinned_mapping_is_the_plain_lowering(gqa_trace):
         for j, i in enumerate(rows):
             tokens, k, group, eb = dev._items(tr, int(i))
             phase = {"attn_score": "score", "softmax": "softmax", "attn_context": "context"}[str(tr["cls"][i])]
-            low = lower_attention("attacc", phase, tokens, dhead=k, group=group, elem_bytes=eb, n_channels=dev.channels,
-                                  org=dev.org, pu=dev.pu, partition=get_partition(part, cpi))
+            low = lower_attention(
+                "attacc",
+                phase,
+                tokens,
+                dhead=k,
+                group=group,
+                elem_bytes=eb,
+                n_channels=dev.channels,
+                org=dev.org,
+                pu=dev.pu,
+                partition=get_partition(part, cpi),
+            )
             t = dev.run(low)[0] + c.mapping[j]["merge_s"]
             assert c.time_s[j] == t
-            assert c.mapping[j] == {"partition": part, "channels_per_item": cpi, "channels_used": low.channels_used,
-                                    "merge_s": c.mapping[j]["merge_s"]}
+            assert c.mapping[j] == {
+                "partition": part,
+                "channels_per_item": cpi,
+                "channels_used": low.channels_used,
+                "merge_s": c.mapping[j]["merge_s"],
+            }
             assert (c.mapping[j]["merge_s"] > 0) == (cpi > 1 and phase == "context")
 
 
@@ -68,8 +83,11 @@ def test_auto_is_the_best_pinned_candidate(gqa_trace):
     n_items = len(auto._items(tr, int(rows[0]))[0])
     cands = auto._cpi_candidates(n_items)
     assert cands == [1, 2, 4, 8, 16]  # 16 items on 80 channels; 5 would fill them evenly but cross stacks
-    brute = {(p, s): total(device("attacc_hbm3_pim_5stack", partition=p, channels_per_item=s), tr, rows)[0]
-             for p in ISA_PARTITIONS["attacc"] for s in cands}
+    brute = {
+        (p, s): total(device("attacc_hbm3_pim_5stack", partition=p, channels_per_item=s), tr, rows)[0]
+        for p in ISA_PARTITIONS["attacc"]
+        for s in cands
+    }
     assert t_auto == pytest.approx(min(brute.values()), rel=1e-12)
     assert all(t_auto <= t * (1 + 1e-12) for t in brute.values())
     assert t_auto < brute[("attacc_bank", 1)]  # 16 of 80 channels busy without a split
@@ -77,9 +95,9 @@ def test_auto_is_the_best_pinned_candidate(gqa_trace):
 
 
 def test_candidates_stop_at_an_even_fill():
-    assert cpi_candidates(16, 80, 16) == [1, 2, 4, 5]     # 16 x 5 = 80: one slice per channel
+    assert cpi_candidates(16, 80, 16) == [1, 2, 4, 5]  # 16 x 5 = 80: one slice per channel
     assert cpi_candidates(2, 32, 32) == [1, 2, 4, 8, 16]  # CENT batch 1, 2 KV heads per device
-    assert cpi_candidates(100, 16, 16) == [1, 2, 4]       # 100 x 4 = 400 = 25 per channel
+    assert cpi_candidates(100, 16, 16) == [1, 2, 4]  # 100 x 4 = 400 = 25 per channel
     assert cpi_candidates(3, 1, 1) == [1]
     assert cpi_candidates(16, 80, 16, divides=16) == [1, 2, 4, 8, 16]  # AttAcc: slices inside one stack
 
@@ -88,15 +106,19 @@ def test_two_way_merge_by_hand():
     # item 0: 100 tokens -> 2 slices; item 1: 1 token -> 1 slice (no merge); 8 query heads, dhead 128, fp16
     m = merge_cost([100, 1], 2, group=8, dhead=128, acc_bytes=2, isa="attacc", elems_per_s=1e9, bus_bytes_per_s=1e9)
     assert m.partials == 2 * 8
-    assert m.bytes == 16 * (128 + 2) * 2        # o (dhead), m, l per partial and query head
-    assert m.elements == 16 * 130               # exp-rescale + add of o and l, and the max
-    assert m.bus_bytes == 0.0                   # AttAcc: m, l made on the buffer die, o moved by MVSB
+    assert m.bytes == 16 * (128 + 2) * 2  # o (dhead), m, l per partial and query head
+    assert m.elements == 16 * 130  # exp-rescale + add of o and l, and the max
+    assert m.bus_bytes == 0.0  # AttAcc: m, l made on the buffer die, o moved by MVSB
     assert m.time_s == pytest.approx(2080 / 1e9)
     a = merge_cost([100, 1], 2, group=8, dhead=128, acc_bytes=2, isa="aim", elems_per_s=1e9, bus_bytes_per_s=1e8)
-    assert a.bus_bytes == 16 * 2 * 2            # AiM: m, l leave the channel's AF unit for the controller
+    assert a.bus_bytes == 16 * 2 * 2  # AiM: m, l leave the channel's AF unit for the controller
     assert a.time_s == pytest.approx(2080 / 1e9 + 64 / 1e8)
-    assert merge_cost([100, 1], 1, group=8, dhead=128, acc_bytes=2, isa="attacc", elems_per_s=1e9,
-                      bus_bytes_per_s=1e9).time_s == 0.0
+    assert (
+        merge_cost(
+            [100, 1], 1, group=8, dhead=128, acc_bytes=2, isa="attacc", elems_per_s=1e9, bus_bytes_per_s=1e9
+        ).time_s
+        == 0.0
+    )
 
 
 def test_device_merge_runs_on_the_buffer_die():
@@ -127,9 +149,17 @@ def test_batch_one_on_a_32_channel_device_uses_every_channel():
 def test_mapping_in_run_document_and_timeline():
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
-    exp = load_experiment(None, ["experiment.systems=[cxl_aim]", "experiment.models=[llama2-7b]", "experiment.baseline=null",
-                                 "experiment.scenarios={s: {batch_size: 1, prompt_len: 1024, output_len: 3}}",
-                                 "models.llama2-7b.num_layers=2"])
+
+    exp = load_experiment(
+        None,
+        [
+            "experiment.systems=[cxl_aim]",
+            "experiment.models=[llama2-7b]",
+            "experiment.baseline=null",
+            "experiment.scenarios={s: {batch_size: 1, prompt_len: 1024, output_len: 3}}",
+            "models.llama2-7b.num_layers=2",
+        ],
+    )
     events: list = []
     doc = run_experiment(exp, timeline=events)[0]
     assert doc["status"] == "ok", doc.get("error")
@@ -169,11 +199,26 @@ def test_refused_pins():
 
 def test_refused_pin_on_the_command_line(capsys):
     from attnsim.cli import main
-    rc = main(["run", "default", "--no-write", "--set", "experiment.systems=[cxl_aim]", "--set", "experiment.baseline=null",
-               "--set", "hardware.cxl_aim_device.partition=attacc_bank"])
+
+    rc = main(
+        [
+            "run",
+            "default",
+            "--no-write",
+            "--set",
+            "experiment.systems=[cxl_aim]",
+            "--set",
+            "experiment.baseline=null",
+            "--set",
+            "hardware.cxl_aim_device.partition=attacc_bank",
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "partition: expected auto or a partition isa aim can run (aim_bank), got 'attacc_bank'" in err[0]
+    assert (
+        len(err) == 1
+        and "partition: expected auto or a partition isa aim can run (aim_bank), got 'attacc_bank'" in err[0]
+    )
 
 
 def test_partition_lower_bound_is_a_bound(gqa_trace):
@@ -210,12 +255,14 @@ def test_pruned_search_equals_exhaustive(case, monkeypatch):
     """The bound-ordered search (candidates that cannot beat the best simulated time are not lowered) picks
     the mapping and costs of simulating every candidate, with no more lowerings."""
     from attnsim.hwmodels.pim import PIMDevice
+
     monkeypatch.setenv("ATTNSIM_CACHE_DIR", "off")  # every cost() searches (no step answered by the memo)
     tr, rows, over = _search_case(*case)
     lowered = []
     orig = PIMDevice._lowered_cost
-    monkeypatch.setattr(PIMDevice, "_lowered_cost",
-                        lambda self, *a: lowered.append(self.exhaustive_search) or orig(self, *a))
+    monkeypatch.setattr(
+        PIMDevice, "_lowered_cost", lambda self, *a: lowered.append(self.exhaustive_search) or orig(self, *a)
+    )
     fast = device(case[0], **over)
     full = device(case[0], **over)
     full.exhaustive_search = True
@@ -244,12 +291,29 @@ def test_printed_mapping_is_the_one_used(capsys):
     the printed channels_per_item reproduces the run exactly, and it is not AttAcc's 1 here (8 items, 80
     channels: llama2-7b at TP 8 has 4 KV heads per rank, batch 2)."""
     import json as _json
+
     from attnsim.cli import main
     from attnsim.core.report import mapping_text
-    args = ["run", "default", "--no-write", "--set", "experiment.systems=[attacc_h100]", "--set",
-            "experiment.baseline=null", "--set", "experiment.models=[llama2-7b]", "--set",
-            "scenarios.chat.batch_size=2", "--set", "scenarios.chat.prompt_len=512", "--set",
-            "scenarios.chat.output_len=4", "--set", "hardware.attacc_hbm3_pim_5stack.channels_per_item=auto"]
+
+    args = [
+        "run",
+        "default",
+        "--no-write",
+        "--set",
+        "experiment.systems=[attacc_h100]",
+        "--set",
+        "experiment.baseline=null",
+        "--set",
+        "experiment.models=[llama2-7b]",
+        "--set",
+        "scenarios.chat.batch_size=2",
+        "--set",
+        "scenarios.chat.prompt_len=512",
+        "--set",
+        "scenarios.chat.output_len=4",
+        "--set",
+        "hardware.attacc_hbm3_pim_5stack.channels_per_item=auto",
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert main(args + ["--json"]) == 0

@@ -1,5 +1,6 @@
 """PIM device model on the DRAM engine: closed-form all-bank throughput, power-constraint ratio,
 attention costs against physical limits, and clear errors."""
+
 import numpy as np
 import pytest
 
@@ -20,6 +21,7 @@ def device(name, **over):
 
 def allbank_stream(rows, macs_per_row):
     from attnsim.hwmodels.dram.engine import make_cmds
+
     cmds = make_cmds(3 * rows)
     cmds["op"][0::3] = ENGINE_CODES["ACTAB"]
     cmds["row"][0::3] = np.arange(rows) % 1024
@@ -32,6 +34,7 @@ def allbank_stream(rows, macs_per_row):
 
 def test_engine_op_codes_match_the_lowering_table():
     from attnsim.hwmodels.dram.engine import Op
+
     for name, code in ENGINE_CODES.items():
         assert int(Op[name]) == code
 
@@ -39,6 +42,7 @@ def test_engine_op_codes_match_the_lowering_table():
 @pytest.mark.parametrize("name", ["attacc_hbm3_pim_stack", "attacc_hbm3_pim_npc_stack"])
 def test_allbank_throughput_matches_closed_form(name):
     from attnsim.hwmodels.dram.engine import run_commands
+
     dev = device(name)
     d = dev.dram
     rows = 3000  # ~ 0.7 M cycles: > 100 refresh intervals
@@ -51,13 +55,16 @@ def test_allbank_throughput_matches_closed_form(name):
 
 def test_power_constrained_preset_is_slower_by_the_ccdab_ratio():
     from attnsim.hwmodels.dram.engine import run_commands
+
     pc, npc = device("attacc_hbm3_pim_stack"), device("attacc_hbm3_pim_npc_stack")
     assert pc.dram.pim.nCCDAB == 6 and npc.dram.pim.nCCDAB == 4  # pim_dram.md b.1
     macs = 256  # long MAC streams per row (e.g. 8 GQA query passes over 32 columns)
     t_pc = run_commands(pc.dram, allbank_stream(400, macs)).time_s
     t_npc = run_commands(npc.dram, allbank_stream(400, macs)).time_s
-    cf = allbank_closed_form(pc.dram, 32, macs)["row_period_cycles"] / allbank_closed_form(npc.dram, 32, macs)[
-        "row_period_cycles"]
+    cf = (
+        allbank_closed_form(pc.dram, 32, macs)["row_period_cycles"]
+        / allbank_closed_form(npc.dram, 32, macs)["row_period_cycles"]
+    )
     assert 1.4 < t_pc / t_npc < 1.5  # -> 6/4 = 1.5 as rows get longer; ACT/PRE overhead shrinks it
     assert t_pc / t_npc == pytest.approx(cf, rel=0.03)
 
@@ -107,7 +114,9 @@ def test_other_devices_cost_attention_within_their_bandwidth(name):
     tr = build_trace(model, Scenario(batch_size=4, prompt_len=1024), "decode")
     dev = device(name)
     rows = attn_rows(tr)
-    if name == "neupims_hbm2_pim":  # NeuPIMs: softmax on the NPU (isa newton refuses it, tests/test_neupims_faithful.py)
+    if (
+        name == "neupims_hbm2_pim"
+    ):  # NeuPIMs: softmax on the NPU (isa newton refuses it, tests/test_neupims_faithful.py)
         rows = rows[tr["cls"][rows] != "softmax"]
     cost = dev.cost(tr, rows)
     assert np.all(cost.time_s > 0)
@@ -135,6 +144,7 @@ def test_cxl_pnm_device_has_its_published_bandwidth_and_capacity():
     once made it a 4.4 TB/s device."""
     from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
+
     dev = registry.build(load_yaml(find_config("hardware", "cxl_pnm_lpddr5x")), file="cxl_pnm_lpddr5x")
     assert dev.channels == 64
     assert dev.peak_bandwidth_bytes_per_s == pytest.approx(64 * 8533e6 * 2, rel=1e-4)  # x16 at 8533 MT/s: 17.07 GB/s

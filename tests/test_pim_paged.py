@@ -1,10 +1,11 @@
 """Paged KV on PIM: small blocks break row-buffer locality in the banks, simulated by the DRAM engine."""
+
 import numpy as np
 import pytest
 
 from attnsim.core.config import find_config, load_yaml
-from attnsim.sim.experiment import GenerationSpec
 from attnsim.hwmodels.registry import build
+from attnsim.sim.experiment import GenerationSpec
 from attnsim.sim.runner import simulate_generation
 from attnsim.studies.serve.run import quick_pool
 from attnsim.workloads.scenario import Scenario
@@ -34,14 +35,22 @@ def test_small_blocks_cost_extra_activations_large_blocks_equal_contiguous():
     assert b16.flops.sum() == cont.flops.sum()
 
 
-@pytest.mark.parametrize("layout, block, slower", [("contiguous", 16, False), ("paged", 256, False), ("paged", 16, True)])
+@pytest.mark.parametrize(
+    "layout, block, slower", [("contiguous", 16, False), ("paged", 256, False), ("paged", 16, True)]
+)
 def test_serving_layout_reaches_the_pim_cost(layout, block, slower):
     scen = {"prompt_len": 1024, "output_len": 4, "batch_size": 1}
-    pool, _, _ = quick_pool(system="attacc", model="gpt3-175b", scenario=scen,
-                            serving={"kv": {"layout": layout, "block_tokens": block}})
-    ref_pool, _, _ = quick_pool(system="attacc", model="gpt3-175b", scenario=scen,
-                                serving={"kv": {"layout": "contiguous"}})
+    pool, _, _ = quick_pool(
+        system="attacc", model="gpt3-175b", scenario=scen, serving={"kv": {"layout": layout, "block_tokens": block}}
+    )
+    ref_pool, _, _ = quick_pool(
+        system="attacc", model="gpt3-175b", scenario=scen, serving={"kv": {"layout": "contiguous"}}
+    )
     spec = GenerationSpec(mode="exact")
-    t = simulate_generation(pool.system, pool.model, pool.sc, spec)["breakdown"]["decode_step"]["time_s_by_device"]["pim"]
-    t0 = simulate_generation(ref_pool.system, ref_pool.model, ref_pool.sc, spec)["breakdown"]["decode_step"]["time_s_by_device"]["pim"]
+    t = simulate_generation(pool.system, pool.model, pool.sc, spec)["breakdown"]["decode_step"]["time_s_by_device"][
+        "pim"
+    ]
+    t0 = simulate_generation(ref_pool.system, ref_pool.model, ref_pool.sc, spec)["breakdown"]["decode_step"][
+        "time_s_by_device"
+    ]["pim"]
     assert (t > 1.5 * t0) if slower else (t == pytest.approx(t0, rel=1e-12))

@@ -1,4 +1,5 @@
 """attnsim.pim.run / `attnsim pim run`: a user's PIM program on a device, against hand-derived numbers."""
+
 import json
 
 import pytest
@@ -56,6 +57,7 @@ def test_long_program_pays_refresh_and_channels_run_in_parallel():
     assert t.nREFI < 40 * 232
     # 400 rows: the all-bank stream rate, refresh included, within 1 % of the closed form (pim_dram.md; 334 GB/s)
     from attnsim.hwmodels.pim import allbank_closed_form
+
     long = run(groups(400, 32), STACK)
     o = dev.dram.org
     rate = 400 * 32 * o.pseudo_channels * o.ranks * o.bank_groups * o.banks_per_group * o.burst_bytes / long.time_s
@@ -91,11 +93,12 @@ def test_cli_text_and_binary_agree_and_bad_input_is_one_line(tmp_path, capsys):
     assert "act_pre" in out and f"{docs[0]['cycles']} cycles" in out
     bad = tmp_path / "bad.s"
     bad.write_text("ACTAB 0, 1\nMAC_ABK 8, 0x1, 5\n")  # an AiM instruction in an AttAcc program
-    cases = [([str(bad), "--device", STACK], f"{bad}: line 2: unknown opcode 'MAC_ABK' for ISA attacc"),
-             ([str(src), "--device", "h100_sxm"], "--device: expected a hardware config of kind pim"),
-             ([str(src), "--device", STACK, "--isa", "aim"], "expected a program for isa attacc"),
-             ([str(tmp_path / "p.bin"), "--device", "aim_gddr6_channel"], "p.bin: word"),
-             ]
+    cases = [
+        ([str(bad), "--device", STACK], f"{bad}: line 2: unknown opcode 'MAC_ABK' for ISA attacc"),
+        ([str(src), "--device", "h100_sxm"], "--device: expected a hardware config of kind pim"),
+        ([str(src), "--device", STACK, "--isa", "aim"], "expected a program for isa attacc"),
+        ([str(tmp_path / "p.bin"), "--device", "aim_gddr6_channel"], "p.bin: word"),
+    ]
     out_json = tmp_path / "o.json"
     for args, msg in cases:
         assert main(["pim", "run", *args, "-o", str(out_json)]) == 2

@@ -6,27 +6,32 @@ runs k of a uniform model's L layers is (the layer ops' time of a pp = 1 run) x 
 embedding (first stage) or final norm + LM head (last stage). The pp = 1 runs below use the batch of
 one micro-batch, one decode step (output_len 2, exact) so that every number is one step's.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
+from attnsim.hwmodels.system import build_system
+from attnsim.mapper.base import get_policy
 from attnsim.sim.engine import cost_step
 from attnsim.sim.experiment import load_experiment
-from attnsim.mapper.base import get_policy
 from attnsim.sim.pipeline import Layout, flow_shop, pipeline_step
 from attnsim.sim.runner import run_experiment
-from attnsim.hwmodels.system import build_system
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 NON_LAYER = ("embedding", "final_norm", "lm_head")
 
 
 def _sets(system, model="llama2-7b", batch=8, prompt=64, out=2, par=None, extra=()):
-    s = [f"experiment.systems=[{system}]", f"experiment.models=[{model}]", "experiment.baseline=null",
-         f"experiment.scenarios={{s: {{batch_size: {batch}, prompt_len: {prompt}, output_len: {out}}}}}",
-         "experiment.generation={mode: exact}"]
+    s = [
+        f"experiment.systems=[{system}]",
+        f"experiment.models=[{model}]",
+        "experiment.baseline=null",
+        f"experiment.scenarios={{s: {{batch_size: {batch}, prompt_len: {prompt}, output_len: {out}}}}}",
+        "experiment.generation={mode: exact}",
+    ]
     if par is not None:
         s.append(f"systems.{system}.parallelism={par}")
     return s + list(extra)
@@ -58,14 +63,17 @@ def _stage_times(doc1, phase, stages, L):
 
 def _link_time(nbytes, hw="nvlink3"):
     from attnsim.core.config import find_config, load_yaml
+
     spec = load_yaml(find_config("hardware", hw))
     if spec.get("allreduce") not in ("nccl", "custom"):  # the formula: latency + bytes / achieved bandwidth
         return spec["latency_us"] * 1e-6 + nbytes / (spec["bandwidth_gbps"] * 1e9 * spec.get("efficiency", 1.0))
     # NCCL send/recv (hwmodels/collectives.py): one step, the fastest protocol
     nc = spec["nccl"]
     bw = spec["bandwidth_gbps"] * 1e9 * nc["bus_efficiency"]
-    return min((nc["call_us"] + p["base_us"] + p["step_us"]) * 1e-6 + nbytes / (bw * p["bw_fraction"])
-               for p in nc["protocols"].values())
+    return min(
+        (nc["call_us"] + p["base_us"] + p["step_us"]) * 1e-6 + nbytes / (bw * p["bw_fraction"])
+        for p in nc["protocols"].values()
+    )
 
 
 @pytest.mark.parametrize("pp,tp,stages", [(2, 4, [16, 16]), (4, 2, [8, 8, 8, 8]), (4, 2, [4, 12, 8, 8])])
@@ -101,8 +109,9 @@ def test_gpu_pipeline_matches_hand_calculation(pp, tp, stages):
     assert sum(bd["time_s_by_device"].values()) == pytest.approx(bd["time_s"], rel=1e-9)
     assert sum(bd["time_s_by_op"].values()) == pytest.approx(bd["time_s"], rel=1e-9)
     # energy: dynamic energy of every micro-batch and stage (= M x the pp = 1 micro-batch run's layers)
-    assert bd["energy_j_by_op"]["mlp_up"] == pytest.approx(M * ref["breakdown"]["decode_step"]["energy_j_by_op"]["mlp_up"],
-                                                           rel=1e-9)
+    assert bd["energy_j_by_op"]["mlp_up"] == pytest.approx(
+        M * ref["breakdown"]["decode_step"]["energy_j_by_op"]["mlp_up"], rel=1e-9
+    )
 
 
 def test_microbatches_fill_the_pipeline():
@@ -119,8 +128,10 @@ def test_microbatches_fill_the_pipeline():
     assert bubble[0] > bubble[1] > bubble[2] >= 0.0
     # a fixed batch of memory-bound decodes: the chain of one micro-batch binds below pp, so splitting
     # the batch does not raise throughput (each request still gets one token per chain)
-    fixed = [run("dgx_a100", batch=8, par=f"{{tp: 2, pp: 4, microbatches: {m}}}")["metrics"]["decode_tokens_per_s"]
-             for m in (1, 2)]
+    fixed = [
+        run("dgx_a100", batch=8, par=f"{{tp: 2, pp: 4, microbatches: {m}}}")["metrics"]["decode_tokens_per_s"]
+        for m in (1, 2)
+    ]
     assert fixed[1] == pytest.approx(fixed[0], rel=0.05)
 
 
@@ -137,8 +148,10 @@ def test_stages_per_device_sum_their_loads():
 
 
 def test_named_pp_link_carries_the_activations():
-    extra = ["systems.dgx_a100.links={nvlink: {hardware: nvlink3, connects: [gpu, gpu]}, "
-             "slow: {hardware: pcie5_x16, connects: [gpu, gpu]}}"]
+    extra = [
+        "systems.dgx_a100.links={nvlink: {hardware: nvlink3, connects: [gpu, gpu]}, "
+        "slow: {hardware: pcie5_x16, connects: [gpu, gpu]}}"
+    ]
     B = 8
     doc = run("dgx_a100", batch=B, par="{tp: 4, pp: 2, pp_link: slow}", extra=extra, also=("offload_host",))
     fast = run("dgx_a100", batch=B, par="{tp: 4, pp: 2}", extra=extra, also=("offload_host",))
@@ -148,6 +161,7 @@ def test_named_pp_link_carries_the_activations():
     assert fast["pipeline"]["decode_transfer_time_s"] == pytest.approx(2 * sum(default), rel=1e-9)  # the pool's link
     # link energy: 2 micro-batches x (activations + token ids) x tp ranks x pJ/bit
     from attnsim.core.config import find_config, load_yaml
+
     pj = load_yaml(find_config("hardware", "pcie5_x16"))["energy_pj_per_bit"]
     e = 2 * (B // 2 * 4096 * 2.0 / 4 + B // 2 * 4) * 4 * 8 * pj * 1e-12
     assert doc["breakdown"]["decode_step"]["energy_j_by_device"]["link:slow"] == pytest.approx(e, rel=1e-9)
@@ -155,21 +169,46 @@ def test_named_pp_link_carries_the_activations():
 
 def test_capacity_per_stage():
     """Llama-2-70B (~138 GB) does not fit one 80 GB H100; two pipeline stages of 40 layers do."""
-    one = run("dgx_h100", model="llama2-70b", batch=1, prompt=32,
-              par="{tp: 1, pp: 1}", extra=["systems.dgx_h100.devices.gpu.count=1"])
-    two = run("dgx_h100", model="llama2-70b", batch=1, prompt=32,
-              par="{tp: 1, pp: 2}", extra=["systems.dgx_h100.devices.gpu.count=2"])
+    one = run(
+        "dgx_h100",
+        model="llama2-70b",
+        batch=1,
+        prompt=32,
+        par="{tp: 1, pp: 1}",
+        extra=["systems.dgx_h100.devices.gpu.count=1"],
+    )
+    two = run(
+        "dgx_h100",
+        model="llama2-70b",
+        batch=1,
+        prompt=32,
+        par="{tp: 1, pp: 2}",
+        extra=["systems.dgx_h100.devices.gpu.count=2"],
+    )
     assert one["status"] == "does_not_fit"
     assert two["status"] == "ok"
     groups = two["metrics"]["memory"]["gpu"]["per_device_group"]
     assert len(groups) == 2 and all(g["used_fraction"] < 1 for g in groups)
-    four = run("dgx_h100", model="llama2-70b", batch=1, prompt=32,
-               par="{tp: 1, pp: 4, stages_per_device: 2}", extra=["systems.dgx_h100.devices.gpu.count=2"])
-    assert four["status"] == "ok"   # two stages per GPU hold what one stage of 40 layers held
+    four = run(
+        "dgx_h100",
+        model="llama2-70b",
+        batch=1,
+        prompt=32,
+        par="{tp: 1, pp: 4, stages_per_device: 2}",
+        extra=["systems.dgx_h100.devices.gpu.count=2"],
+    )
+    assert four["status"] == "ok"  # two stages per GPU hold what one stage of 40 layers held
     assert four["metrics"]["memory"]["gpu"]["per_device_group"][0]["weights_gb"] == pytest.approx(
-        groups[0]["weights_gb"], rel=1e-9)
-    big = run("dgx_h100", model="llama2-70b", batch=1, prompt=32,
-              par="{tp: 1, pp: 2, layers_per_stage: [70, 10]}", extra=["systems.dgx_h100.devices.gpu.count=2"])
+        groups[0]["weights_gb"], rel=1e-9
+    )
+    big = run(
+        "dgx_h100",
+        model="llama2-70b",
+        batch=1,
+        prompt=32,
+        par="{tp: 1, pp: 2, layers_per_stage: [70, 10]}",
+        extra=["systems.dgx_h100.devices.gpu.count=2"],
+    )
     assert big["status"] == "does_not_fit" and "pipeline device group 0" in big["error"]
 
 
@@ -181,12 +220,14 @@ def test_memory_per_stage_sums_to_the_total():
     kv = sum(s["memory"]["gpu"]["kv_gb"] for s in st)
     assert w == pytest.approx(one["metrics"]["memory"]["gpu"]["weights_gb"], rel=1e-12)
     assert kv == pytest.approx(one["metrics"]["memory"]["gpu"]["kv_gb"], rel=1e-12)
-    assert st[1]["memory"]["gpu"]["kv_gb"] == pytest.approx(kv * 9 / 32, rel=1e-12)   # uniform layers
+    assert st[1]["memory"]["gpu"]["kv_gb"] == pytest.approx(kv * 9 / 32, rel=1e-12)  # uniform layers
 
 
 def test_one_stage_pipeline_is_cost_step_bit_for_bit():
     """The pipeline machinery with one stage and one micro-batch gives the plain step's numbers."""
-    exp = load_experiment("default", _sets("dgx_a100", batch=4) + ["experiment.systems=[dgx_a100, cxl_pnm, tiered_attacc, offload_host]"])
+    exp = load_experiment(
+        "default", _sets("dgx_a100", batch=4) + ["experiment.systems=[dgx_a100, cxl_pnm, tiered_attacc, offload_host]"]
+    )
     model = exp.models["llama2-7b"]
     sc = exp.scenarios["s"]
     for name, spec in exp.systems.items():
@@ -194,16 +235,27 @@ def test_one_stage_pipeline_is_cost_step_bit_for_bit():
         policy = get_policy(spec.mapper.policy)
         tp = spec.parallelism.tp
         ctx = sc.prompt_lens() + 1
-        mb = {"weights": weight_bytes(model), "kv": kv_cache_bytes(model, sc, ctx),
-              "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=tp)}
+        mb = {
+            "weights": weight_bytes(model),
+            "kv": kv_cache_bytes(model, sc, ctx),
+            "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=tp),
+        }
 
         def place(c, q, phase="decode"):
-            return policy(build_trace(model, sc.model_copy(update={"batch_size": len(c)}), phase, tp=tp,
-                                      context_lens=c, query_tokens=q), system, mb, spec.mapper.options)
+            return policy(
+                build_trace(
+                    model, sc.model_copy(update={"batch_size": len(c)}), phase, tp=tp, context_lens=c, query_tokens=q
+                ),
+                system,
+                mb,
+                spec.mapper.options,
+            )
+
         layout = Layout([(0, model.num_layers)], [0], "auto", None, tp)
         for phase, c, q in (("decode", ctx, np.ones_like(ctx)), ("prefill", ctx - 1, ctx - 1)):
-            got = pipeline_step(system, model, layout, c, q, lambda a, b, **_: place(a, b, phase),
-                                lambda p: cost_step(p, system)).result
+            got = pipeline_step(
+                system, model, layout, c, q, lambda a, b, **_: place(a, b, phase), lambda p: cost_step(p, system)
+            ).result
             want = cost_step(place(c, q, phase), system)
             assert got.time_s == want.time_s, name
             assert got.energy_j == want.energy_j, name
@@ -244,19 +296,24 @@ def test_cxl_pnm_host_gpu_prefill_under_pp_is_refused():
     assert e.value.key == "devices.gpu.count" and "pp = 2" in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("sets,key", [
-    ("{tp: 1, pp: 64}", "parallelism.pp"),
-    ("{tp: 4, pp: 2, layers_per_stage: [10, 10]}", "parallelism.layers_per_stage"),
-    ("{tp: 2, pp: 4, stages_per_device: 3}", "parallelism.stages_per_device"),
-    ("{tp: 4, pp: 2, pp_link: nope}", "parallelism.pp_link"),
-    ("{tp: 8, pp_link: nvlink}", "parallelism.pp_link"),
-    ("{tp: 4, pp: 4}", "devices.gpu.count"),
-    ("{tp: 4, pp: 2, microbatches: 0}", "parallelism.microbatches"),
-])
+@pytest.mark.parametrize(
+    "sets,key",
+    [
+        ("{tp: 1, pp: 64}", "parallelism.pp"),
+        ("{tp: 4, pp: 2, layers_per_stage: [10, 10]}", "parallelism.layers_per_stage"),
+        ("{tp: 2, pp: 4, stages_per_device: 3}", "parallelism.stages_per_device"),
+        ("{tp: 4, pp: 2, pp_link: nope}", "parallelism.pp_link"),
+        ("{tp: 8, pp_link: nvlink}", "parallelism.pp_link"),
+        ("{tp: 4, pp: 4}", "devices.gpu.count"),
+        ("{tp: 4, pp: 2, microbatches: 0}", "parallelism.microbatches"),
+    ],
+)
 def test_bad_pipeline_settings_are_refused(sets, key):
     with pytest.raises(ConfigError) as e:
-        exp = load_experiment("default", _sets("dgx_a100", par=sets, extra=(
-            ["systems.dgx_a100.devices.gpu.count=64"] if "64" in sets else [])))
+        exp = load_experiment(
+            "default",
+            _sets("dgx_a100", par=sets, extra=(["systems.dgx_a100.devices.gpu.count=64"] if "64" in sets else [])),
+        )
         run_experiment(exp)
     msg = str(e.value)
     assert key in msg and "\n" not in msg
@@ -269,18 +326,27 @@ def test_serve_pipeline_equals_run():
     from attnsim.sim.runner import simulate_generation
     from attnsim.studies.serve.run import quick_pool
     from attnsim.studies.serve.scheduler import simulate_pool
+
     P, O = 64, 6
-    pool, _, _ = quick_pool("dgx_a100", "llama2-7b", {"prompt_len": P, "output_len": O, "batch_size": 4},
-                            serving={"memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}},
-                            sets=["systems.dgx_a100.parallelism={tp: 4, pp: 2}"])
+    pool, _, _ = quick_pool(
+        "dgx_a100",
+        "llama2-7b",
+        {"prompt_len": P, "output_len": O, "batch_size": 4},
+        serving={"memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}},
+        sets=["systems.dgx_a100.parallelism={tp: 4, pp: 2}"],
+    )
     r = simulate_pool(pool, np.zeros(4), np.full(4, P), np.full(4, O))
     ref = simulate_generation(pool.system, pool.model, pool.sc, GenerationSpec(mode="exact"))
     assert r.first_token_s == pytest.approx(np.full(4, ref["metrics"]["ttft_s"]), rel=1e-12)
     tpot = (r.finish_s - r.first_token_s) / (O - 1)
     assert tpot == pytest.approx(np.full(4, ref["metrics"]["tpot_s"]), rel=1e-12)
     # the KV capacity of a replica counts both device groups' free memory (each holds half the layers)
-    one, _, _ = quick_pool("dgx_a100", "llama2-7b", {"prompt_len": P, "output_len": O},
-                           sets=["systems.dgx_a100.parallelism={tp: 4}", "systems.dgx_a100.devices.gpu.count=4"])
+    one, _, _ = quick_pool(
+        "dgx_a100",
+        "llama2-7b",
+        {"prompt_len": P, "output_len": O},
+        sets=["systems.dgx_a100.parallelism={tp: 4}", "systems.dgx_a100.devices.gpu.count=4"],
+    )
     cap2 = pool.coster.kv_capacity_per_rank_bytes(0.9)[0]
     cap1 = one.coster.kv_capacity_per_rank_bytes(0.9)[0]
     w = one.coster.weights / 4
@@ -299,8 +365,12 @@ def test_attacc_pipeline_conserves_pim_work():
     # one PIM layout for both (channels_per_item pinned): with the search, the items of a micro-batch on free
     # channels may pick another split than the whole batch does, which is different PIM work, not the same split
     a = run("attacc", batch=8, par="{tp: 4, pp: 2}", extra=[PIN_LAYOUT])
-    b = run("attacc", batch=8, par="{tp: 4}", extra=["systems.attacc.devices.gpu.count=4",
-                                                     "systems.attacc.devices.pim.count=4", PIN_LAYOUT])
+    b = run(
+        "attacc",
+        batch=8,
+        par="{tp: 4}",
+        extra=["systems.attacc.devices.gpu.count=4", "systems.attacc.devices.pim.count=4", PIN_LAYOUT],
+    )
     assert a["status"] == b["status"] == "ok"
     ea, eb = (d["breakdown"]["decode_step"]["energy_j_by_device"] for d in (a, b))
     assert ea["pim"] == pytest.approx(eb["pim"], rel=1e-9)
@@ -319,7 +389,7 @@ def test_subbatch_pipelining_inside_a_stage():
     assert on["status"] == off["status"] == "ok"
     assert on["metrics"]["tpot_s"] != off["metrics"]["tpot_s"]
     e_on, e_off = (d["breakdown"]["decode_step"]["energy_j_by_device"]["pim"] for d in (on, off))
-    assert e_on == pytest.approx(e_off, rel=1e-9)   # the same PIM work, overlapped differently
+    assert e_on == pytest.approx(e_off, rel=1e-9)  # the same PIM work, overlapped differently
 
 
 def test_timeline_shows_stages_per_device_group():
@@ -327,9 +397,9 @@ def test_timeline_shows_stages_per_device_group():
     events: list = []
     doc = run_experiment(exp, timeline=events)[0]
     pre = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
-    assert len(pre) == 4 * 4   # 4 micro-batches x 4 stages
+    assert len(pre) == 4 * 4  # 4 micro-batches x 4 stages
     assert max(e["ts"] + e["dur"] for e in pre) * 1e-6 == pytest.approx(doc["metrics"]["ttft_s"], rel=1e-9)
-    for tid in {e["tid"] for e in pre}:   # a device group runs one (micro-batch, stage) at a time
+    for tid in {e["tid"] for e in pre}:  # a device group runs one (micro-batch, stage) at a time
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in pre if e["tid"] == tid)
         assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:]))
 
@@ -347,8 +417,11 @@ def test_pp_tp_replicas_compose():
 
 def test_paired_pim_pool_count_follows_the_pipeline():
     with pytest.raises(ConfigError) as e:
-        run_experiment(load_experiment("default", _sets("attacc", par="{tp: 4, pp: 2}", extra=[
-            "systems.attacc.devices.pim.count=4"])))
+        run_experiment(
+            load_experiment(
+                "default", _sets("attacc", par="{tp: 4, pp: 2}", extra=["systems.attacc.devices.pim.count=4"])
+            )
+        )
     msg = str(e.value)
     assert "devices.pim.count" in msg and "tp x pp / stages_per_device x replicas = 4 x 2 / 1 x 1 = 8" in msg
 
@@ -357,13 +430,27 @@ def test_stage_memory_of_sliding_window_and_tied_embeddings():
     """Gemma-2-9B (21 local layers keeping 4,096 tokens, 21 global; tied embeddings): a stage of one local
     layer holds 4096 / (21 x (4096 + ctx)) of the KV; the last stage holds a copy of the embedding matrix."""
     P, O = 8000, 2
-    one = run("dgx_a100", model="gemma2-9b", batch=2, prompt=P, out=O, par="{tp: 1}",
-              extra=["systems.dgx_a100.devices.gpu.count=1"])
-    d = run("dgx_a100", model="gemma2-9b", batch=2, prompt=P, out=O, par="{tp: 1, pp: 2, layers_per_stage: [1, 41]}",
-            extra=["systems.dgx_a100.devices.gpu.count=2"])
+    one = run(
+        "dgx_a100",
+        model="gemma2-9b",
+        batch=2,
+        prompt=P,
+        out=O,
+        par="{tp: 1}",
+        extra=["systems.dgx_a100.devices.gpu.count=1"],
+    )
+    d = run(
+        "dgx_a100",
+        model="gemma2-9b",
+        batch=2,
+        prompt=P,
+        out=O,
+        par="{tp: 1, pp: 2, layers_per_stage: [1, 41]}",
+        extra=["systems.dgx_a100.devices.gpu.count=2"],
+    )
     kv = one["metrics"]["memory"]["gpu"]["kv_gb"]
     st = d["pipeline"]["stages"]
     assert st[0]["memory"]["gpu"]["kv_gb"] == pytest.approx(kv * 4096 / (21 * (4096 + P + O)), rel=1e-12)
     assert sum(s["memory"]["gpu"]["kv_gb"] for s in st) == pytest.approx(kv, rel=1e-12)
     w = sum(s["memory"]["gpu"]["weights_gb"] for s in st) - one["metrics"]["memory"]["gpu"]["weights_gb"]
-    assert w == pytest.approx(256000 * 3584 * 2 / 1e9, rel=1e-12)   # vocab x hidden x bf16
+    assert w == pytest.approx(256000 * 3584 * 2 / 1e9, rel=1e-12)  # vocab x hidden x bf16

@@ -1,5 +1,6 @@
 """attnsim plan: a plan on the shipped plan_tiering experiment meets both SLOs (re-measured by fault
 injection), a tighter accuracy SLO buys more protection, infeasible SLOs and bad flags fail cleanly."""
+
 import dataclasses
 import json
 import math
@@ -7,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from attnsim.studies import plan as P
 from attnsim.cli import main
 from attnsim.hwmodels.reliability.accuracy import quant_error
 from attnsim.hwmodels.reliability.perplexity import load_calibration
 from attnsim.hwmodels.reliability.planner import Option
+from attnsim.studies import plan as P
 
 FAST = ["experiment.generation.samples=2", "scenarios.decode.prompt_len=1024", "scenarios.decode.output_len=16"]
 
@@ -32,7 +33,7 @@ def test_plan_meets_both_slos_and_survives_fault_injection(st, plans):
     assert d["slo_met"] and d["slos"]["accuracy"]["met"] and d["slos"]["tpot_s"]["met"]
     assert p["rel_attention_error"] <= 0.01 * (1 + 1e-9) and p["tpot_s"] <= st.tpot_s
     assert p["eps_quant"] + p["eps_bit"] == pytest.approx(p["rel_attention_error"])
-    for t in st.tiers:                                    # capacities (shared by the batch) hold
+    for t in st.tiers:  # capacities (shared by the batch) hold
         assert p["tier_bytes"][t.name] <= t.capacity_bytes * (1 + 1e-9)
     # the table covers every token of every layer group once
     for g in range(len(st.layer_groups)):
@@ -98,34 +99,44 @@ def test_two_models_two_entries_two_hand_computed_numbers(st):
         assert p["ppl_increase_predicted"] == pytest.approx(hand, rel=1e-9)
         got[s.model] = (p["eps_quant"], p["eps_bit"], p["ppl_increase_predicted"])
     (q2, b2, ppl2), (q3, b3, ppl3) = got["llama2-70b"], got["llama3-70b"]
-    assert (q2, b2) == (q3, b3) and ppl3 > 3 * ppl2 > 0     # same plan; slopes 0.0527 / 0.0127 = 4.1x
+    assert (q2, b2) == (q3, b3) and ppl3 > 3 * ppl2 > 0  # same plan; slopes 0.0527 / 0.0127 = 4.1x
 
 
 def test_plan_prints_the_source_of_every_accuracy_number(st, monkeypatch, capsys):
-    monkeypatch.setattr(P, "setup", lambda *a, **k: st)           # no second timing run
+    monkeypatch.setattr(P, "setup", lambda *a, **k: st)  # no second timing run
     assert main(["plan", "plan_tiering", "--accuracy-slo", "0.05", "--front-points", "2"]) == 0
     out = capsys.readouterr().out
     assert "accuracy sources:\n  error: attnsim L0 proxy: relative attention error" in out
-    assert "perplexity" not in out                               # no perplexity figure, no perplexity source
+    assert "perplexity" not in out  # no perplexity figure, no perplexity source
     assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2"]) == 0
     out = capsys.readouterr().out
     plan_line = next(ln for ln in out.splitlines() if ln.startswith("plan:"))
-    assert "perplexity +" in plan_line and "(calibrated on Llama-2-70B; bit-error part extrapolated from the toy " \
-        "model)" in plan_line
+    assert (
+        "perplexity +" in plan_line
+        and "(calibrated on Llama-2-70B; bit-error part extrapolated from the toy model)" in plan_line
+    )
     src = next(ln for ln in out.splitlines() if ln.startswith("  perplexity: "))
-    for needle in ("calibration/kv_ppl_models.yaml entry kvquant-llama2-70b: Llama-2-70B",
-                   "published Wikitext-2 perplexity, KV cache alone quantized",
-                   "KVQuant (arXiv 2401.18079) Appendix O Table 18",
-                   "covers llama2-70b at 1040 tokens (matched by model",
-                   "bit-error part: extrapolated from TOY MODEL"):
+    for needle in (
+        "calibration/kv_ppl_models.yaml entry kvquant-llama2-70b: Llama-2-70B",
+        "published Wikitext-2 perplexity, KV cache alone quantized",
+        "KVQuant (arXiv 2401.18079) Appendix O Table 18",
+        "covers llama2-70b at 1040 tokens (matched by model",
+        "bit-error part: extrapolated from TOY MODEL",
+    ):
         assert needle in src, needle
     assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["accuracy_sources"]["ppl_increase_predicted"] == src.removeprefix("  perplexity: ")
     assert doc["accuracy_sources"]["rel_attention_error"].startswith("attnsim L0 proxy")
     c = doc["calibration"]
-    assert (c["entry"], c["model"], c["covered"], c["toy"], c["plan_model"], c["plan_context_tokens"]) == \
-        ("kvquant-llama2-70b", "Llama-2-70B", True, False, "llama2-70b", 1040)       # 1024 + 16 tokens (FAST)
+    assert (c["entry"], c["model"], c["covered"], c["toy"], c["plan_model"], c["plan_context_tokens"]) == (
+        "kvquant-llama2-70b",
+        "Llama-2-70B",
+        True,
+        False,
+        "llama2-70b",
+        1040,
+    )  # 1024 + 16 tokens (FAST)
 
 
 def test_uncovered_model_is_refused_unless_allowed(st, monkeypatch, capsys, tmp_path):
@@ -139,27 +150,44 @@ def test_uncovered_model_is_refused_unless_allowed(st, monkeypatch, capsys, tmp_
     assert main(argv) == 2
     cap = capsys.readouterr()
     err = cap.err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --max-ppl-increase: expected a model the perplexity "
-                                               "calibration covers, got llama3-70b: llama3-70b at 32768 tokens")
+    assert len(err) == 1 and err[0].startswith(
+        "error: --max-ppl-increase: expected a model the perplexity "
+        "calibration covers, got llama3-70b: llama3-70b at 32768 tokens"
+    )
     assert "llama2-70b" in err[0] and "llama3-*" in err[0] and cap.out == "" and not out.exists()
     assert main(argv + ["--allow-uncalibrated"]) == 0
     text = capsys.readouterr().out
     assert "perplexity +" in text and "(extrapolated from Llama-3-70B (measured at 8192 tokens, plan at 32768)" in text
     doc = json.loads(out.read_text())
-    assert doc["calibration"]["covered"] is False and "does NOT cover llama3-70b" in \
-        doc["accuracy_sources"]["ppl_increase_predicted"]
+    assert (
+        doc["calibration"]["covered"] is False
+        and "does NOT cover llama3-70b" in doc["accuracy_sources"]["ppl_increase_predicted"]
+    )
     monkeypatch.setattr(P, "setup", lambda *a, **k: dataclasses.replace(st, model="qwen3-8b"))
     assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2"]) == 2
     assert "got qwen3-8b: no entry covers qwen3-8b (family qwen3)" in capsys.readouterr().err
-    assert main(["plan", "plan_tiering", "--max-ppl-increase", "0.01", "--front-points", "2", "--json",
-                 "--allow-uncalibrated"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "plan_tiering",
+                "--max-ppl-increase",
+                "0.01",
+                "--front-points",
+                "2",
+                "--json",
+                "--allow-uncalibrated",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["calibration"]["toy"] is True and doc["calibration"]["label"].startswith("extrapolated from TOY MODEL")
     assert "entry toy-char-level (TOY MODEL)" in doc["accuracy_sources"]["ppl_increase_predicted"]
 
 
 def test_infeasible_slos_name_the_slo(st, monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(P, "setup", lambda *a, **k: st)           # no second timing run
+    monkeypatch.setattr(P, "setup", lambda *a, **k: st)  # no second timing run
     out = tmp_path / "plan.json"
     assert main(["plan", "plan_tiering", "--accuracy-slo", "1e-6", "--front-points", "2", "-o", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -176,19 +204,24 @@ def test_infeasible_slos_name_the_slo(st, monkeypatch, capsys, tmp_path):
     assert "SLO --max-ppl-increase 0.01:" in text and "-> met" in text and "perplexity +" in text
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--formats", "int3"], "error: --formats: expected comma-separated formats"),
-    (["--accuracy-slo", "-1"], "argument --accuracy-slo: expected a number"),
-    (["--calibration", "x.yaml"], "error: --calibration: --calibration is used only with --max-ppl-increase"),
-    (["--allow-uncalibrated"],
-     "error: --allow-uncalibrated: --allow-uncalibrated is used only with --max-ppl-increase"),
-    (["--tpot-slo-s", "1", "--latency-slo-s", "1"], "not allowed with argument"),
-    (["--layer-groups", "999"], "error: --layer-groups: expected at most 80 layer groups"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--formats", "int3"], "error: --formats: expected comma-separated formats"),
+        (["--accuracy-slo", "-1"], "argument --accuracy-slo: expected a number"),
+        (["--calibration", "x.yaml"], "error: --calibration: --calibration is used only with --max-ppl-increase"),
+        (
+            ["--allow-uncalibrated"],
+            "error: --allow-uncalibrated: --allow-uncalibrated is used only with --max-ppl-increase",
+        ),
+        (["--tpot-slo-s", "1", "--latency-slo-s", "1"], "not allowed with argument"),
+        (["--layer-groups", "999"], "error: --layer-groups: expected at most 80 layer groups"),
+    ],
+)
 def test_bad_flags_fail_in_one_line(argv, needle, capsys):
     try:
         rc = main(["plan", "plan_tiering", *argv])
-    except SystemExit as exc:     # argparse usage errors (attnsim.cli.OneLineParser)
+    except SystemExit as exc:  # argparse usage errors (attnsim.cli.OneLineParser)
         rc = exc.code
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -200,6 +233,7 @@ def test_kv_read_time_is_part_of_the_step_and_tiers_aggregate_their_devices(st, 
     cannot exceed the TPOT; the tier's per-device bandwidth and capacity are aggregated over the devices of
     the roles mapped to it (plan_tiering: 8 CXL-PNM devices, 8 H100s)."""
     from attnsim.sim.experiment import load_experiment
+
     exp = load_experiment("plan_tiering", FAST)
     system = exp.systems[st.system]
     per_device = {t.name: t for t in st.spec.tier_specs()}
@@ -219,5 +253,6 @@ def test_verified_plan_meets_the_accuracy_slo_by_fault_injection(st):
     assert 1 <= p["verify_rounds"] <= 3 and s["limit"] == 0.01 and s["planned_limit"] <= 0.01
     assert s["value"] == p["verified_rel_attention_error"] <= 0.01 and s["met"] and d["slo_met"]
     from attnsim.hwmodels.reliability.planner import Option
+
     again = P.verify_by_injection(st, [Option(**o) for o in p["options"]], seeds=(0, 1))
     assert again == pytest.approx(p["verified_rel_attention_error"])  # same seeds, same flips

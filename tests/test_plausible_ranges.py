@@ -3,14 +3,23 @@ is refused with one line naming the file, key and range unless the file lists th
 ``allow_out_of_range:`` (noted in the run documents); runs whose headline metrics leave plausible bounds are
 flagged ``implausible``; the unchecked arithmetic of issue 31 is a one-line error. Each example of the issue is
 accepted (or crashes) on the main branch before this change."""
+
 from __future__ import annotations
 
 import copy
 
 import pytest
 
-from attnsim.core.config import (CONFIG_ROOT, ConfigError, Plausible, Schema, _number_kind, load_yaml, plausible_range,
-                            validate)
+from attnsim.core.config import (
+    CONFIG_ROOT,
+    ConfigError,
+    Plausible,
+    Schema,
+    _number_kind,
+    load_yaml,
+    plausible_range,
+    validate,
+)
 from attnsim.hwmodels import registry
 
 
@@ -31,25 +40,32 @@ def _refused(fn, *words):
 # ---------------------------------------------------------------- the issue's examples, each refused
 
 
-@pytest.mark.parametrize("name, path, value, words", [
-    # a link of 1e-300 GB/s gave TTFT 1.8e303 ms on main; _gbps range [1e-3, 1e6] (a 1 MB/s link to 1 PB/s)
-    ("nvlink3", ["bandwidth_gbps"], 1e-300,
-     ["nvlink3.yaml: bandwidth_gbps: expected a number in [0.001, 1e+06]", "GB/s"]),
-    # NAND page of 1e-300 KiB; _kb range [0.5, 1024] (a 512 B sector to 1 MiB, ONFI pages are 2-16 KiB)
-    ("nand_tlc_ssd", ["page_kb"], 1e-300, ["page_kb: expected a number in [0.5, 1024]", "ONFI"]),
-    # retention of 1e12 days (RBER clipped to 0.5, TPOT x3.6 on main); _days range [0, 3650] (JESD218)
-    ("nand_tlc_ssd", ["retention_days"], 1e12, ["retention_days: expected a number in [0, 3650]", "JESD218"]),
-    # P/E cycles of 1e15 overflowed 10 ** (pe / rated) on main; FlashSpec range [0, 1e6] (SLC ~1e5 rated)
-    ("nand_tlc_ssd", ["pe_cycles"], 1e15, ["pe_cycles: expected a number in [0, 1e+06]"]),
-    # a systolic array of 2^53 rows (TTFT 560 years on main); array side <= 2^16 (TPUs: 128-256)
-    ("sangam_chiplet", ["systolic", "rows"], 2 ** 53, ["systolic.rows: expected a number in [1, 65536]", "TPU"]),
-    # sram_mb 1e-300 had no effect on main; _mb range [1e-3, 1e6]
-    ("sangam_chiplet", ["systolic", "sram_mb"], 1e-300, ["systolic.sram_mb: expected a number in [0.001, 1e+06]"]),
-    # a compression ratio of 1e-300 stored 13 GB of weights in ~0 bytes; CompressionSpec range [0.01, 64]
-    ("cxl_ndp_lpddr5x", ["compression", "ratio"], 1e-300, ["compression.ratio: expected a number in [0.01, 64]"]),
-    # split-K of 1.6e10 asked numpy for 119 GiB on main; GPUSpec range [1, 1024]
-    ("a100_80gb_sxm", ["max_split_k"], 16_000_000_000, ["max_split_k: expected a number in [1, 1024]"]),
-])
+@pytest.mark.parametrize(
+    "name, path, value, words",
+    [
+        # a link of 1e-300 GB/s gave TTFT 1.8e303 ms on main; _gbps range [1e-3, 1e6] (a 1 MB/s link to 1 PB/s)
+        (
+            "nvlink3",
+            ["bandwidth_gbps"],
+            1e-300,
+            ["nvlink3.yaml: bandwidth_gbps: expected a number in [0.001, 1e+06]", "GB/s"],
+        ),
+        # NAND page of 1e-300 KiB; _kb range [0.5, 1024] (a 512 B sector to 1 MiB, ONFI pages are 2-16 KiB)
+        ("nand_tlc_ssd", ["page_kb"], 1e-300, ["page_kb: expected a number in [0.5, 1024]", "ONFI"]),
+        # retention of 1e12 days (RBER clipped to 0.5, TPOT x3.6 on main); _days range [0, 3650] (JESD218)
+        ("nand_tlc_ssd", ["retention_days"], 1e12, ["retention_days: expected a number in [0, 3650]", "JESD218"]),
+        # P/E cycles of 1e15 overflowed 10 ** (pe / rated) on main; FlashSpec range [0, 1e6] (SLC ~1e5 rated)
+        ("nand_tlc_ssd", ["pe_cycles"], 1e15, ["pe_cycles: expected a number in [0, 1e+06]"]),
+        # a systolic array of 2^53 rows (TTFT 560 years on main); array side <= 2^16 (TPUs: 128-256)
+        ("sangam_chiplet", ["systolic", "rows"], 2**53, ["systolic.rows: expected a number in [1, 65536]", "TPU"]),
+        # sram_mb 1e-300 had no effect on main; _mb range [1e-3, 1e6]
+        ("sangam_chiplet", ["systolic", "sram_mb"], 1e-300, ["systolic.sram_mb: expected a number in [0.001, 1e+06]"]),
+        # a compression ratio of 1e-300 stored 13 GB of weights in ~0 bytes; CompressionSpec range [0.01, 64]
+        ("cxl_ndp_lpddr5x", ["compression", "ratio"], 1e-300, ["compression.ratio: expected a number in [0.01, 64]"]),
+        # split-K of 1.6e10 asked numpy for 119 GiB on main; GPUSpec range [1, 1024]
+        ("a100_80gb_sxm", ["max_split_k"], 16_000_000_000, ["max_split_k: expected a number in [1, 1024]"]),
+    ],
+)
 def test_issue_examples_refused_with_the_range(name, path, value, words):
     hw = _hw(name)
     node = hw
@@ -62,18 +78,27 @@ def test_issue_examples_refused_with_the_range(name, path, value, words):
 
 def test_a_billion_replicas_refused():
     from attnsim.hwmodels.system import SystemSpec
+
     d = load_yaml(CONFIG_ROOT / "systems" / "dgx_a100.yaml")
-    d["parallelism"] = {"tp": 8, "replicas": 10 ** 9}
+    d["parallelism"] = {"tp": 8, "replicas": 10**9}
     # ParallelismSpec range [1, 2^20]: bounded by the devices of a system (the largest clusters ~2e5 GPUs)
-    _refused(lambda: validate(SystemSpec, d, file="systems/dgx_a100.yaml"),
-             "systems/dgx_a100.yaml: parallelism.replicas: expected a number in [1, 1048576]", "got 1000000000")
+    _refused(
+        lambda: validate(SystemSpec, d, file="systems/dgx_a100.yaml"),
+        "systems/dgx_a100.yaml: parallelism.replicas: expected a number in [1, 1048576]",
+        "got 1000000000",
+    )
 
 
 def test_gamma_cv_and_rate_refused():
     from attnsim.studies.serve.requests import TraceSpec
+
     # cv 1e-300 divided by zero on main (shape k = 1 / cv^2 = inf); range [0.01, 100]
-    _refused(lambda: validate(TraceSpec, {"rate_per_s": 2.0, "arrival": "gamma", "cv": 1e-300}, file="e.yaml",
-                              prefix="serving.trace"), "e.yaml: serving.trace.cv: expected a number in [0.01, 100]")
+    _refused(
+        lambda: validate(
+            TraceSpec, {"rate_per_s": 2.0, "arrival": "gamma", "cv": 1e-300}, file="e.yaml", prefix="serving.trace"
+        ),
+        "e.yaml: serving.trace.cv: expected a number in [0.01, 100]",
+    )
     # rate_per_s is a rate, not seconds: its own range [1e-6, 1e7] requests/s
     _refused(lambda: validate(TraceSpec, {"rate_per_s": 1e12}), "rate_per_s: expected a number in [1e-06, 1e+07]")
     assert validate(TraceSpec, {"rate_per_s": 1e5}).rate_per_s == 1e5
@@ -81,11 +106,15 @@ def test_gamma_cv_and_rate_refused():
 
 def test_nan_in_a_plan_calibration_file_refused(tmp_path):
     import yaml
+
     from attnsim.hwmodels.reliability.perplexity import calibration_path, load_calibration
+
     doc = load_yaml(calibration_path())
-    for key, value, words in [("s_bit", float("nan"), "fit.s_bit: expected a finite number, got nan"),
-                              ("s_quant", -1.0, "fit.s_quant: expected a number in [0, 10000], got -1.0"),
-                              ("s_quant_upper", None, "fit.s_quant_upper: expected a number, got None")]:
+    for key, value, words in [
+        ("s_bit", float("nan"), "fit.s_bit: expected a finite number, got nan"),
+        ("s_quant", -1.0, "fit.s_quant: expected a number in [0, 10000], got -1.0"),
+        ("s_quant_upper", None, "fit.s_quant_upper: expected a number, got None"),
+    ]:
         bad = copy.deepcopy(doc)
         bad["fit"][key] = value
         p = tmp_path / f"{key}.yaml"
@@ -107,11 +136,14 @@ def test_allow_out_of_range_accepts_the_named_key_only():
     assert registry.build(hw, "n.yaml").spec.bandwidth_gbps == 1e-4
 
 
-@pytest.mark.parametrize("value, words", [
-    (["bandwidth"], "n.yaml: allow_out_of_range: expected a number field of this file (bandwidth_gbps"),
-    ("bandwidth_gbps", "n.yaml: allow_out_of_range: expected a list of dotted keys, got 'bandwidth_gbps'"),
-    ([1], "allow_out_of_range: expected a list of dotted keys, got [1]"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        (["bandwidth"], "n.yaml: allow_out_of_range: expected a number field of this file (bandwidth_gbps"),
+        ("bandwidth_gbps", "n.yaml: allow_out_of_range: expected a list of dotted keys, got 'bandwidth_gbps'"),
+        ([1], "allow_out_of_range: expected a list of dotted keys, got [1]"),
+    ],
+)
 def test_allow_out_of_range_refuses_unknown_keys(value, words):
     hw = _hw("nvlink3")
     hw["allow_out_of_range"] = value
@@ -129,6 +161,7 @@ scenarios:
 def _run(tmp_path, *sets):
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
     return run_experiment(load_experiment(exp, list(sets)))
@@ -137,8 +170,9 @@ def _run(tmp_path, *sets):
 def test_opt_out_noted_in_the_run_document_and_implausible_flagged(tmp_path):
     with pytest.raises(ConfigError, match="nvlink3.yaml: bandwidth_gbps: expected a number in"):
         _run(tmp_path, "hardware.nvlink3.bandwidth_gbps=1e-9")
-    (doc,) = _run(tmp_path, "hardware.nvlink3.bandwidth_gbps=1e-9",
-                  "hardware.nvlink3.allow_out_of_range=[bandwidth_gbps]")
+    (doc,) = _run(
+        tmp_path, "hardware.nvlink3.bandwidth_gbps=1e-9", "hardware.nvlink3.allow_out_of_range=[bandwidth_gbps]"
+    )
     assert any(n.startswith("hardware/nvlink3.yaml: allow_out_of_range: [bandwidth_gbps]") for n in doc["notes"])
     # 1 GB/s of tensor-parallel all-reduce traffic at 1e-9 GB/s is ~1e9 s: far beyond a day per token
     assert doc["status"] == "implausible"
@@ -150,18 +184,29 @@ def test_opt_out_noted_in_the_run_document_and_implausible_flagged(tmp_path):
 
 def test_experiment_file_opt_out(tmp_path):
     from attnsim.sim.experiment import load_experiment
+
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY + "allow_out_of_range: [scenarios.s.nope]\n")
-    _refused(lambda: load_experiment(exp), "tiny.yaml: allow_out_of_range: expected a number field of this file",
-             "'scenarios.s.nope'")
+    _refused(
+        lambda: load_experiment(exp),
+        "tiny.yaml: allow_out_of_range: expected a number field of this file",
+        "'scenarios.s.nope'",
+    )
     exp.write_text(TINY + "allow_out_of_range: [scenarios.s.output_len]\n")
     assert load_experiment(exp).scenarios["s"].output_len == 4
 
 
 def test_implausible_reasons_hand_made_metrics():
     from attnsim.sim.results import finalize_doc, implausible_reasons
-    ok = {"ttft_s": 0.1, "tpot_s": 0.02, "energy_per_token_j": 1.5, "fits": True,
-          "memory": {"gpu": {"used_fraction": 0.5}}, "bandwidth": {"gpu:hbm": {"utilization": 0.8}}}
+
+    ok = {
+        "ttft_s": 0.1,
+        "tpot_s": 0.02,
+        "energy_per_token_j": 1.5,
+        "fits": True,
+        "memory": {"gpu": {"used_fraction": 0.5}},
+        "bandwidth": {"gpu:hbm": {"utilization": 0.8}},
+    }
     assert implausible_reasons(ok) == []
     assert implausible_reasons({**ok, "tpot_s": 86401.0})  # a token slower than a day (86,400 s)
     assert implausible_reasons({**ok, "energy_per_token_j": -1.0})  # negative energy
@@ -178,10 +223,12 @@ def test_implausible_reasons_hand_made_metrics():
 def _schemas():
     import importlib
     import pkgutil
+
     import attnsim
     import attnsim.hwmodels
     import attnsim.mapper
     import attnsim.workloads
+
     registry.kinds()
     for pkg in (attnsim, attnsim.hwmodels, attnsim.workloads, attnsim.mapper):
         for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
@@ -209,9 +256,10 @@ def test_every_number_field_has_a_plausible_range_with_a_reason():
 
 
 def test_built_in_configs_load_within_their_ranges():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import SystemSpec
+    from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.model import ModelSpec
+
     n = 0
     for p in sorted((CONFIG_ROOT / "hardware").glob("*.yaml")):
         hw = load_yaml(p)
@@ -230,8 +278,11 @@ def test_built_in_configs_load_within_their_ranges():
 def test_a_sensitivity_range_beyond_the_plausible_range_is_refused():
     hw = _hw("sangam_chiplet")
     hw["ranges"]["systolic.sram_mb"] = {"low": 1e-9, "high": 256, "source": "assumption: test"}
-    _refused(lambda: registry.check_ranges(hw, "s.yaml"), "s.yaml: ranges.systolic.sram_mb.low: expected a legal "
-             "value of systolic.sram_mb, got 1e-09 (expected a number in [0.001, 1e+06]")
+    _refused(
+        lambda: registry.check_ranges(hw, "s.yaml"),
+        "s.yaml: ranges.systolic.sram_mb.low: expected a legal "
+        "value of systolic.sram_mb, got 1e-09 (expected a number in [0.001, 1e+06]",
+    )
 
 
 # ---------------------------------------------------------------- unchecked arithmetic
@@ -240,12 +291,15 @@ def test_a_sensitivity_range_beyond_the_plausible_range_is_refused():
 def test_cxl_pnm_without_a_peak_is_refused():
     hw = _hw("cxl_pnm_lpddr5x")
     hw["pu"] = {}  # divided by zero on main: fl / self.peak_flops with peak 0
-    _refused(lambda: registry.build(hw, "hardware/cxl_pnm_lpddr5x.yaml"),
-             "hardware/cxl_pnm_lpddr5x.yaml: pu.tflops: expected a number > 0")
+    _refused(
+        lambda: registry.build(hw, "hardware/cxl_pnm_lpddr5x.yaml"),
+        "hardware/cxl_pnm_lpddr5x.yaml: pu.tflops: expected a number > 0",
+    )
 
 
 def test_nand_rber_does_not_overflow():
     from attnsim.hwmodels.flash import PE_RATED, RBER_FRESH, nand_rber
+
     assert nand_rber(1e15, 0.0) == 0.5  # OverflowError on main (10 ** (1e15 / 3000))
     assert nand_rber(1e15, 1e12) == 0.5
     # below the clamp, the closed form: RBER_FRESH x 10^(pe / rated) x (1 + days / 365)
@@ -254,6 +308,7 @@ def test_nand_rber_does_not_overflow():
 
 def test_a_deeply_nested_config_json_is_one_line(tmp_path):
     from attnsim.workloads.hf import model_from_hf_config
+
     p = tmp_path / "config.json"
     p.write_text("[" * 100_000 + "]" * 100_000)  # RecursionError on main
     _refused(lambda: model_from_hf_config(p), "config.json: invalid JSON (nested too deeply)")
@@ -262,6 +317,7 @@ def test_a_deeply_nested_config_json_is_one_line(tmp_path):
 def test_the_ranges_page_is_current():
     import importlib.util
     from pathlib import Path
+
     path = Path(__file__).resolve().parent.parent / "bench" / "ranges_table.py"
     spec = importlib.util.spec_from_file_location("ranges_table", path)
     mod = importlib.util.module_from_spec(spec)

@@ -1,6 +1,8 @@
 """Figure recipes rendered from real (tiny) sweeps and run files; content checked via matplotlib objects."""
+
 import numpy as np
 import pytest
+from sweep_helpers import write_sweep
 
 from attnsim.cli import main as cli_main
 from attnsim.core.config import ConfigError
@@ -11,7 +13,6 @@ from attnsim.plots.style import LINE_COLOURS, WIDTH_IN
 from attnsim.studies.sweep.executors import run_sweep
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.table import load_table
-from sweep_helpers import write_sweep
 
 SYSTEMS = ["h100_x1", "dgx_h100"]
 SHOWN = ["1\u00d7 H100", "DGX H100"]  # their built-in display labels (attnsim.plots.labels)
@@ -22,8 +23,9 @@ PROMPTS = [256, 1024]
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     d = tmp_path_factory.mktemp("plots")
-    p = write_sweep(d, [{"grid": {"system": SYSTEMS, "scenario.batch_size": BATCHES, "scenario.prompt_len": PROMPTS}}],
-                    name="plots")
+    p = write_sweep(
+        d, [{"grid": {"system": SYSTEMS, "scenario.batch_size": BATCHES, "scenario.prompt_len": PROMPTS}}], name="plots"
+    )
     out = d / "plots.h5"
     s = run_sweep(load_sweep(p), out, workers=1, progress=False, log=lambda m: None)
     assert s.status_counts == {"ok": 12}
@@ -69,11 +71,14 @@ def test_throughput_vs_context(table):
     assert fig.get_figwidth() == pytest.approx(WIDTH_IN["double"])
 
 
-@pytest.mark.parametrize("recipe, prefix, per_token", [
-    ("latency_by_op", "decode_step/time_s_by_op/", False),
-    ("latency_by_device", "decode_step/time_s_by_device/", False),
-    ("energy_breakdown", "decode_step/energy_j_by_component/", True),
-])
+@pytest.mark.parametrize(
+    "recipe, prefix, per_token",
+    [
+        ("latency_by_op", "decode_step/time_s_by_op/", False),
+        ("latency_by_device", "decode_step/time_s_by_device/", False),
+        ("energy_breakdown", "decode_step/energy_j_by_component/", True),
+    ],
+)
 def test_stacked_bars_sum_to_the_step_totals(table, recipe, prefix, per_token):
     where = {"prompt_len": 1024, "batch_size": 4}
     t = table.select(where)
@@ -89,18 +94,20 @@ def test_stacked_bars_sum_to_the_step_totals(table, recipe, prefix, per_token):
     np.testing.assert_allclose(heights, total * factor, rtol=1e-9)
     unit = {1.0: "", 1e3: "m", 1e6: "\u00b5", 1e9: "n"}[factor] + ("J/token" if per_token else "s")
     assert ax.get_ylabel().endswith(f"({unit})")
-    names = {k[len(prefix):] for k in t.breakdown if k.startswith(prefix) and np.nansum(t.breakdown[k]) > 0}
+    names = {k[len(prefix) :] for k in t.breakdown if k.startswith(prefix) and np.nansum(t.breakdown[k]) > 0}
     if recipe == "energy_breakdown":  # static energy is drawn per device ("static: gpu", ...)
         sp = "decode_step/static_energy_j_by_device/"
-        names = (names - {"static"}) | {f"static: {k[len(sp):]}" for k in t.breakdown
-                                        if k.startswith(sp) and np.nansum(t.breakdown[k]) > 0}
+        names = (names - {"static"}) | {
+            f"static: {k[len(sp) :]}" for k in t.breakdown if k.startswith(sp) and np.nansum(t.breakdown[k]) > 0
+        }
     labels = {c.get_label() for c in conts}
     assert labels <= {display(n) for n in names} | {"Other"} and len(labels) == min(len(names), 8)
 
 
 def test_heatmap_cells_are_the_metric(table):
-    fig = figure(table, "heatmap", x="scenario.batch_size", y="scenario.prompt_len", z="tpot_s",
-                 where={"system": "h100_x1"})
+    fig = figure(
+        table, "heatmap", x="scenario.batch_size", y="scenario.prompt_len", z="tpot_s", where={"system": "h100_x1"}
+    )
     ax = fig.axes[0]
     img = ax.get_images()[0].get_array()
     assert img.shape == (len(PROMPTS), len(BATCHES))
@@ -116,8 +123,11 @@ def test_pareto_front_is_exactly_the_non_dominated_points(table):
     fig = figure(table, "pareto", x="tpot_s", y="energy_per_token_j")
     ax = fig.axes[0]
     xs, ys = table.col("tpot_s"), table.col("energy_per_token_j")
-    brute = [i for i in range(len(xs)) if not any(xs[j] <= xs[i] and ys[j] <= ys[i] and (xs[j] < xs[i] or ys[j] < ys[i])
-                                                  for j in range(len(xs)))]
+    brute = [
+        i
+        for i in range(len(xs))
+        if not any(xs[j] <= xs[i] and ys[j] <= ys[i] and (xs[j] < xs[i] or ys[j] < ys[i]) for j in range(len(xs)))
+    ]
     assert sorted(fig._pareto_front.tolist()) == sorted(brute)
     front = [l for l in ax.get_lines() if l.get_label() == "Pareto front"][0]
     assert len(front.get_xdata()) == len(brute)
@@ -135,7 +145,7 @@ def test_pareto_front_hand_example():
 def test_roofline_ops_lie_under_the_roof(table):
     fig = figure(table, "roofline", where={"system": "h100_x1", "batch_size": 16, "prompt_len": 1024})
     info = fig._roofline
-    (role, d), = info["devices"].items()
+    ((role, d),) = info["devices"].items()
     ax = fig.axes[0]
     roof = [l for l in ax.get_lines() if l.get_label() == "roof"][0]
     assert max(roof.get_ydata()) == pytest.approx(d["peak_flops"] / 1e12)
@@ -156,10 +166,17 @@ def test_render_writes_pdf_and_png(table, tmp_path):
 
 def test_recipes_work_on_attnsim_run_results(tmp_path):
     import yaml
-    exp = {"name": "r", "systems": SYSTEMS, "models": ["llama2-7b"],
-           "scenarios": {"b1": {"batch_size": 1, "prompt_len": 256, "output_len": 4},
-                         "b8": {"batch_size": 8, "prompt_len": 256, "output_len": 4}},
-           "generation": {"mode": "sampled", "samples": 2}}
+
+    exp = {
+        "name": "r",
+        "systems": SYSTEMS,
+        "models": ["llama2-7b"],
+        "scenarios": {
+            "b1": {"batch_size": 1, "prompt_len": 256, "output_len": 4},
+            "b8": {"batch_size": 8, "prompt_len": 256, "output_len": 4},
+        },
+        "generation": {"mode": "sampled", "samples": 2},
+    }
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(exp))
     assert cli_main(["run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "res")]) == 0
     t = load_table(tmp_path / "res" / "results.h5")
@@ -174,9 +191,33 @@ def test_recipes_work_on_attnsim_run_results(tmp_path):
 def test_plot_cli(store, tmp_path, capsys):
     out = tmp_path / "c.png"
     (tmp_path / "l.yaml").write_text("dgx_h100: Eight GPUs\n")
-    assert cli_main(["plot", str(store), "--recipe", "heatmap", "--x", "scenario.batch_size", "--y",
-                     "scenario.prompt_len", "--z", "decode_tokens_per_s", "--where", "system=dgx_h100", "-o", str(out),
-                     "--labels", str(tmp_path / "l.yaml"), "--font", "serif", "--title", "dgx_h100"]) == 0
+    assert (
+        cli_main(
+            [
+                "plot",
+                str(store),
+                "--recipe",
+                "heatmap",
+                "--x",
+                "scenario.batch_size",
+                "--y",
+                "scenario.prompt_len",
+                "--z",
+                "decode_tokens_per_s",
+                "--where",
+                "system=dgx_h100",
+                "-o",
+                str(out),
+                "--labels",
+                str(tmp_path / "l.yaml"),
+                "--font",
+                "serif",
+                "--title",
+                "dgx_h100",
+            ]
+        )
+        == 0
+    )
     assert out.exists() and out.with_suffix(".pdf").exists()
     assert cli_main(["plot", str(store), "--recipe", "nope", "-o", str(out)]) == 2
     assert "unknown recipe 'nope'" in capsys.readouterr().err

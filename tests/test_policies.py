@@ -1,12 +1,12 @@
 """Mapper policies: placement never changes the model's work, breakdowns explain totals, capacity."""
-import numpy as np
+
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import cost_step
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.system import build_system
 from attnsim.mapper.base import CapacityError, get_policy, model_totals
+from attnsim.sim.engine import cost_step
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
@@ -14,9 +14,18 @@ SYSTEMS = ["a100_hbm3_x8", "attacc", "attacc_opt", "tiered_attacc", "cxl_pnm", "
 
 
 def _exp(systems, model="llama2-7b", batch=4, extra=()):
-    return load_experiment(None, [f"experiment.systems={systems}", "experiment.baseline=null",
-                                  f"experiment.models=[{model}]", f"scenarios.chat.batch_size={batch}",
-                                  "scenarios.chat.prompt_len=512", "scenarios.chat.output_len=4", *extra])
+    return load_experiment(
+        None,
+        [
+            f"experiment.systems={systems}",
+            "experiment.baseline=null",
+            f"experiment.models=[{model}]",
+            f"scenarios.chat.batch_size={batch}",
+            "scenarios.chat.prompt_len=512",
+            "scenarios.chat.output_len=4",
+            *extra,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +37,11 @@ def built():
 def _plan(system, model, sc, phase, options=None):
     tp = system.spec.parallelism.tp
     tr = build_trace(model, sc, phase, tp=tp)
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 1),
-          "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 1, tp=tp)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 1),
+        "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 1, tp=tp),
+    }
     pol = get_policy(system.spec.mapper.policy)
     return tr, pol(tr, system, mb, options if options is not None else system.spec.mapper.options)
 
@@ -56,7 +68,9 @@ def test_each_policy_breakdown_sums_to_total():
             bd = d["breakdown"][phase]
             for table in ("time_s_by_op", "time_s_by_device"):
                 assert sum(bd[table].values()) == pytest.approx(bd["time_s"], rel=1e-3), (d["system"], phase, table)
-            assert sum(bd["energy_j_by_op"].values()) == pytest.approx(bd["energy_j"] - bd["energy_j_by_component"]["static"], rel=1e-3)
+            assert sum(bd["energy_j_by_op"].values()) == pytest.approx(
+                bd["energy_j"] - bd["energy_j_by_component"]["static"], rel=1e-3
+            )
             assert sum(bd["energy_j_by_component"].values()) == pytest.approx(bd["energy_j"], rel=1e-3)
 
 
@@ -108,10 +122,13 @@ def test_offload_decode_is_bound_by_the_link(built):
 def test_pipelined_step_period_is_max_of_device_and_chain_totals(built):
     """AttAcc pipelining: per layer max(sum over sub-batches per device, sum over devices per sub-batch)."""
     from attnsim.sim.engine import cost_rows, cost_step_pipelined
+
     exp, systems = built
     model, sc = exp.models["llama2-7b"], exp.scenarios["chat"]
     sysm = systems["attacc_opt"]
-    subs = [_plan(sysm, model, sc.model_copy(update={"batch_size": 2}), "decode", {"pipeline": False})[1] for _ in range(2)]
+    subs = [
+        _plan(sysm, model, sc.model_copy(update={"batch_size": 2}), "decode", {"pipeline": False})[1] for _ in range(2)
+    ]
     piped = cost_step_pipelined(subs, sysm)
     t = cost_rows(subs[0], sysm)[0]
     layer = subs[0].trace["layer_group"] >= 0
@@ -122,8 +139,10 @@ def test_pipelined_step_period_is_max_of_device_and_chain_totals(built):
 
 
 def test_throughput_rises_with_batch_until_capacity_and_limit_is_reported():
-    exp = load_experiment("attacc_gpt3_175b", ["experiment.systems=[attacc]", "experiment.baseline=null",
-                                                "experiment.generation.samples=2"])
+    exp = load_experiment(
+        "attacc_gpt3_175b",
+        ["experiment.systems=[attacc]", "experiment.baseline=null", "experiment.generation.samples=2"],
+    )
     docs = sorted(run_experiment(exp), key=lambda d: d["scenario"]["batch_size"])
     ok = [d for d in docs if d["status"] == "ok"]
     thr = [d["metrics"]["decode_tokens_per_s"] for d in ok]

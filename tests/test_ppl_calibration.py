@@ -1,6 +1,7 @@
 """Per-model perplexity calibration (configs/calibration/kv_ppl_models.yaml, ppl_calibration.py): entry choice
 by model, family and context; refusal of uncovered models; slopes equal to hand computations from the
 published numbers; the toy entry labelled; bad files refused with file and key."""
+
 import math
 
 import pytest
@@ -12,8 +13,14 @@ from attnsim.hwmodels.reliability.perplexity import load_calibration, ppl_increa
 
 # KVQuant (Hooper et al., NeurIPS'24, arXiv 2401.18079) Appendix O Table 18, Wikitext-2 perplexity, fp16 baseline
 # and ATOM-4bit KV (uniform, group 64): (baseline, ATOM-4bit, measured sequence length)
-KVQUANT = {"llama2-7b": (5.12, 5.32, 4096), "llama2-13b": (4.57, 4.71, 4096), "llama2-70b": (3.12, 3.16, 4096),
-           "llama3-8b": (5.54, 5.78, 8192), "llama3-70b": (2.59, 2.73, 8192), "mistral-7b": (4.76, 4.82, 8192)}
+KVQUANT = {
+    "llama2-7b": (5.12, 5.32, 4096),
+    "llama2-13b": (4.57, 4.71, 4096),
+    "llama2-70b": (3.12, 3.16, 4096),
+    "llama3-8b": (5.54, 5.78, 8192),
+    "llama3-70b": (2.59, 2.73, 8192),
+    "mistral-7b": (4.76, 4.82, 8192),
+}
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +31,7 @@ def table():
 @pytest.mark.parametrize("model", sorted(KVQUANT))
 def test_published_entry_slopes_are_the_hand_computation(table, model):
     base, ppl, ctx = KVQUANT[model]
-    r = C.resolve(table, model, ctx)                     # measured sequence length: covered
+    r = C.resolve(table, model, ctx)  # measured sequence length: covered
     assert r["covered"] and r["matched_by"] == "model" and not r["toy"] and "Table 18" in r["source"]
     # one point: s_quant = ln(ppl / base) / (attnsim's int4 proxy error at group 32)
     s_q = math.log(ppl / base) / quant_error("int4", 32)
@@ -48,9 +55,9 @@ def test_models_with_different_entries_get_different_slopes(table):
 def test_family_then_context_decide_coverage(table):
     assert C.family_of("llama3-70b") == "llama3" and C.family_of("llama3.1-405b") == "llama3.1"
     assert C.family_of("mixtral-8x7b") == "mixtral" and C.family_of("gpt2") == "gpt2"
-    r = C.resolve(table, "llama2-34b", 2048)               # no exact entry: the family's (llama2-7b, +3.9 %)
+    r = C.resolve(table, "llama2-34b", 2048)  # no exact entry: the family's (llama2-7b, +3.9 %)
     assert r["covered"] and r["matched_by"] == "family" and r["entry"] == "kvquant-llama2-7b"
-    assert C.resolve(table, "llama2-70b", 4096)["covered"]   # context = the measured 4096-token windows
+    assert C.resolve(table, "llama2-70b", 4096)["covered"]  # context = the measured 4096-token windows
     with pytest.raises(ConfigError) as exc:
         C.resolve(table, "llama2-70b", 4097)
     msg = str(exc.value)
@@ -61,7 +68,7 @@ def test_family_then_context_decide_coverage(table):
 
 
 def test_allow_uncalibrated_extrapolates_and_labels(table):
-    r = C.resolve(table, "llama3-70b", 32768, allow_uncalibrated=True)   # its own entry, beyond 8192 tokens
+    r = C.resolve(table, "llama3-70b", 32768, allow_uncalibrated=True)  # its own entry, beyond 8192 tokens
     assert not r["covered"] and r["entry"] == "kvquant-llama3-70b"
     assert r["label"].startswith("extrapolated from Llama-3-70B (measured at 8192 tokens, plan at 32768)")
     assert "does NOT cover" in r["coverage"]
@@ -79,7 +86,8 @@ def test_the_toy_entry_covers_nothing(table):
 
 def test_a_single_curve_file_covers_no_model():
     from attnsim.hwmodels.reliability.perplexity import calibration_path
-    t = C.load_table(calibration_path())                  # bench/calibrate_perplexity.py output
+
+    t = C.load_table(calibration_path())  # bench/calibrate_perplexity.py output
     with pytest.raises(ConfigError, match="covered: none"):
         C.resolve(t, "llama2-70b", 1000)
     r = C.resolve(t, "llama2-70b", 1000, allow_uncalibrated=True)
@@ -87,13 +95,18 @@ def test_a_single_curve_file_covers_no_model():
     assert r["fit"]["s_bit"] == load_calibration()["fit"]["s_bit"]
 
 
-@pytest.mark.parametrize("edit, key", [
-    (("models: [llama2-13b]\n  families: []", "models: [llama2-13b]\n  families: [llama2]"),
-     "entries[2].families"),                                                           # llama2 claimed twice
-    (("bit_errors: {from: toy-char-level}", "bit_errors: {from: nobody}"), "entries[1].bit_errors.from"),
-    (("fallback: toy-char-level", "fallback: nobody"), "fallback"),
-    (("format: int4", "format: int3"), "entries[1].quantization.points[0].format"),
-])
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (
+            ("models: [llama2-13b]\n  families: []", "models: [llama2-13b]\n  families: [llama2]"),
+            "entries[2].families",
+        ),  # llama2 claimed twice
+        (("bit_errors: {from: toy-char-level}", "bit_errors: {from: nobody}"), "entries[1].bit_errors.from"),
+        (("fallback: toy-char-level", "fallback: nobody"), "fallback"),
+        (("format: int4", "format: int3"), "entries[1].quantization.points[0].format"),
+    ],
+)
 def test_bad_tables_name_file_and_key(tmp_path, edit, key):
     text = C.default_path().read_text()
     old, new = edit

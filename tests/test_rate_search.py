@@ -1,11 +1,11 @@
-"""``attnsim serve --max-rate-under-slo`` (attnsim.studies.rate_search): the bisection brackets a monotone threshold, and on
-a single-server queue with a fixed service time (M/D/1) it finds the rate the queueing formula gives."""
+"""``attnsim serve --max-rate-under-slo`` (attnsim.studies.rate_search): the bisection brackets a monotone threshold,
+and on a single-server queue with a fixed service time (M/D/1) it finds the rate the queueing formula gives."""
+
 from __future__ import annotations
 
 import json
 import math
 
-import numpy as np
 import pytest
 
 from attnsim.cli import main
@@ -49,8 +49,14 @@ def test_bisection_reports_an_open_bracket():
 
 
 def test_probe_verdict_and_confidence():
-    m = {"ttft_p99": 1.0, "tpot_p99": 0.1, "ttft_p99_ci_low": 0.9, "ttft_p99_ci_high": 1.1,
-         "tpot_p99_ci_low": 0.09, "tpot_p99_ci_high": 0.11}
+    m = {
+        "ttft_p99": 1.0,
+        "tpot_p99": 0.1,
+        "ttft_p99_ci_low": 0.9,
+        "ttft_p99_ci_high": 1.1,
+        "tpot_p99_ci_low": 0.09,
+        "tpot_p99_ci_high": 0.11,
+    }
     lim = {"ttft_p99": 1.05, "tpot_p99": 0.2}
     p = probe_from_doc({"status": "ok", "metrics": m}, 3.0, lim)
     assert p.ok and not p.decided  # mean below the limit, the interval straddles it
@@ -67,8 +73,10 @@ def _md1_wait_cdf(t: float, lam: float, d: float) -> float:
         P(W <= t) = (1 - rho) sum_{k=0}^{floor(t/d)} [lam (k d - t)]^k / k! exp(-lam (k d - t)).
     (At t < d only k = 0 remains: (1 - rho) exp(lam t), the probability that the work found on arrival is <= t.)"""
     rho = lam * d
-    return (1 - rho) * sum((lam * (k * d - t)) ** k / math.factorial(k) * math.exp(-lam * (k * d - t))
-                           for k in range(int(math.floor(t / d)) + 1))
+    return (1 - rho) * sum(
+        (lam * (k * d - t)) ** k / math.factorial(k) * math.exp(-lam * (k * d - t))
+        for k in range(int(math.floor(t / d)) + 1)
+    )
 
 
 def _md1_rate_for_p99_wait(w99: float, d: float) -> float:
@@ -83,8 +91,11 @@ def _md1_rate_for_p99_wait(w99: float, d: float) -> float:
 def test_md1_known_answer(tmp_path):
     exp = tmp_path / "md1.yaml"
     exp.write_text(MD1)
-    (alone,) = serve_experiment(*load_serving_experiment(exp, ["experiment.serving.trace.num_requests=3",
-                                                               "experiment.serving.trace.rate_per_s=0.01"]))
+    (alone,) = serve_experiment(
+        *load_serving_experiment(
+            exp, ["experiment.serving.trace.num_requests=3", "experiment.serving.trace.rate_per_s=0.01"]
+        )
+    )
     # requests 100 s apart never queue: TTFT = the prefill, latency = the whole service time D
     prefill_s, d = float(alone["metrics"]["ttft_p50"]), float(alone["metrics"]["latency_p50"])
     assert alone["metrics"]["ttft_p99"] == pytest.approx(prefill_s, rel=1e-9)
@@ -95,8 +106,12 @@ def test_md1_known_answer(tmp_path):
     assert _md1_wait_cdf(0.0, 0.5 / d, d) == pytest.approx(0.5)
     assert 0.55 < lam_star * d < 0.57
     n = 20000
-    (s,) = max_rate_under_slo(exp, [f"experiment.serving.trace.num_requests={n}",
-                                    f"experiment.serving.slo.ttft_s={prefill_s + w99}"], start=1.0, rel_tol=0.01)
+    (s,) = max_rate_under_slo(
+        exp,
+        [f"experiment.serving.trace.num_requests={n}", f"experiment.serving.slo.ttft_s={prefill_s + w99}"],
+        start=1.0,
+        rel_tol=0.01,
+    )
     lo, hi = s.bracket_per_s
     assert s.rate_per_s == lo and hi - lo <= 0.01 * lo
     # The empirical p99 of 20,000 correlated waits scatters around the formula's: at lam_star, dP(W <= 4D)/d lam
@@ -110,8 +125,18 @@ def test_md1_known_answer(tmp_path):
 def test_cli_text_and_json(tmp_path, capsys):
     exp = tmp_path / "md1.yaml"
     exp.write_text(MD1)
-    args = ["serve", str(exp), "--set", "experiment.serving.trace.num_requests=300", "--set",
-            "experiment.serving.slo.ttft_s=0.1", "--max-rate-under-slo", "5", "--rate-tolerance", "0.1"]
+    args = [
+        "serve",
+        str(exp),
+        "--set",
+        "experiment.serving.trace.num_requests=300",
+        "--set",
+        "experiment.serving.slo.ttft_s=0.1",
+        "--max-rate-under-slo",
+        "5",
+        "--rate-tolerance",
+        "0.1",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "h100_x1 / llama3-8b / fixed: max rate" in out and "p99 TTFT <= 100 ms" in out and "bracket" in out
@@ -128,13 +153,16 @@ def test_cli_text_and_json(tmp_path, capsys):
     assert isinstance(s["decided"], bool) and len(s["probes"]) >= 2
 
 
-@pytest.mark.parametrize("extra,key", [
-    (["--rate-tolerance", "0.1"], "--rate-tolerance"),                       # only with the search
-    (["--max-rate-under-slo", "fast"], "--max-rate-under-slo"),               # not a number
-    (["--max-rate-under-slo", "-2"], "--max-rate-under-slo"),                 # not positive
-    (["--max-rate-under-slo", "--rate-tolerance", "1.5"], "--rate-tolerance"),  # outside (0, 1)
-    (["--max-rate-under-slo", "--csv", "x.csv"], "--max-rate-under-slo"),     # writes no results
-])
+@pytest.mark.parametrize(
+    "extra,key",
+    [
+        (["--rate-tolerance", "0.1"], "--rate-tolerance"),  # only with the search
+        (["--max-rate-under-slo", "fast"], "--max-rate-under-slo"),  # not a number
+        (["--max-rate-under-slo", "-2"], "--max-rate-under-slo"),  # not positive
+        (["--max-rate-under-slo", "--rate-tolerance", "1.5"], "--rate-tolerance"),  # outside (0, 1)
+        (["--max-rate-under-slo", "--csv", "x.csv"], "--max-rate-under-slo"),  # writes no results
+    ],
+)
 def test_cli_refusals(tmp_path, capsys, extra, key):
     exp = tmp_path / "md1.yaml"
     exp.write_text(MD1)

@@ -1,5 +1,6 @@
 """The simulated numbers in README.md and the docs site are what the code produces today (bench/readme_numbers.py
 generates them, wherever a block sits: README.md or any docs/**/*.md)."""
+
 from __future__ import annotations
 
 import importlib.util

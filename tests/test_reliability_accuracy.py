@@ -1,4 +1,5 @@
 """Accuracy proxy: published qualitative findings on synthetic q/K/V (cxl_reliability.md §5(6))."""
+
 import numpy as np
 import pytest
 
@@ -15,9 +16,9 @@ def qkv():
 
 def test_synthetic_has_sinks_and_heavy_tail(qkv):
     _, a = A.attention(qkv["q"], qkv["k"], qkv["v"])
-    assert np.allclose(a[:, 0], 0.3, atol=1e-3)                  # sink mass
+    assert np.allclose(a[:, 0], 0.3, atol=1e-3)  # sink mass
     top = np.sort(a[:, 1:], axis=1)[:, ::-1]
-    assert np.all(top[:, :10].sum(axis=1) > 5 * 0.7 * 10 / 255)   # top 10 tokens: > 5x a uniform share
+    assert np.all(top[:, :10].sum(axis=1) > 5 * 0.7 * 10 / 255)  # top 10 tokens: > 5x a uniform share
 
 
 def test_attention_metrics_by_hand():
@@ -32,9 +33,13 @@ def test_attention_metrics_by_hand():
 
 
 def test_k_exponent_msb_dominates_and_low_mantissa_is_free(qkv):
-    spec = lambda f: [StreamSpec(fields=(f,), p_flip=2e-4)]      # noqa: E731
-    err = {f: np.mean([A.evaluate(qkv, "bf16", spec(f), (), seed=s, reference="stored")["rel_err_clipped"]
-                       for s in range(3)]) for f in ("exp_msb", "exp_other", "sign", "mantissa")}
+    spec = lambda f: [StreamSpec(fields=(f,), p_flip=2e-4)]  # noqa: E731
+    err = {
+        f: np.mean(
+            [A.evaluate(qkv, "bf16", spec(f), (), seed=s, reference="stored")["rel_err_clipped"] for s in range(3)]
+        )
+        for f in ("exp_msb", "exp_other", "sign", "mantissa")
+    }
     assert err["exp_msb"] > 0.2
     assert err["exp_msb"] > 20 * max(err["sign"], err["mantissa"])
     assert err["mantissa"] < 0.02 * err["exp_msb"]
@@ -45,7 +50,7 @@ def test_k_exponent_msb_dominates_and_low_mantissa_is_free(qkv):
     idx = rng.choice(w.planes["data"].words.size, 100, replace=False)
     w.planes["data"].words[idx] ^= (1 << rng.integers(0, 4, size=100)).astype(np.uint16)
     m = A.metrics(qkv["q"], A.unstore(enc, 4), qkv["v"], A.unstore(w, 4), qkv["v"])
-    assert m["rel_err"] < 0.1 * A.quant_error("bf16")   # a tenth of bf16 rounding itself
+    assert m["rel_err"] < 0.1 * A.quant_error("bf16")  # a tenth of bf16 rounding itself
     sens = A.field_sensitivity("bf16", "k")
     assert sens["exp_msb"] > 100 * sens["mantissa"] and sens["exp_msb"] > sens["exp_other"] > sens["mantissa"]
 
@@ -55,9 +60,10 @@ def test_quantized_kv_at_ber_1e2_protected_vs_unprotected(qkv, fmt):
     def run(ecc):
         s = [StreamSpec(ecc=ecc, p_flip=1e-2)]
         return np.mean([A.evaluate(qkv, fmt, s, s, seed=k, reference="stored")["rel_err_clipped"] for k in range(4)])
+
     bare, hamming = run("none"), run("secded_8_4")
-    assert bare > 0.9                      # every head's output is lost
-    assert hamming < 0.2 * bare            # Hamming-protected KV keeps most heads intact
+    assert bare > 0.9  # every head's output is lost
+    assert hamming < 0.2 * bare  # Hamming-protected KV keeps most heads intact
 
 
 def test_field_fit_rates_for_seconds_are_negligible(qkv):
@@ -80,7 +86,7 @@ def test_kivi_quantization_error_ordering():
 
 def test_load_qkv_roundtrip_and_errors(tmp_path, qkv):
     p = tmp_path / "kv.npz"
-    np.savez(p, q=qkv["q"][None], k=qkv["k"][None], v=qkv["v"][None])   # extra layer dim
+    np.savez(p, q=qkv["q"][None], k=qkv["k"][None], v=qkv["v"][None])  # extra layer dim
     got = A.load_qkv(p)
     assert np.array_equal(got["k"], qkv["k"]) and got["q"].shape == (4, 64)
     bad = tmp_path / "bad.npz"

@@ -1,4 +1,5 @@
 """ECC closed forms vs Monte Carlo (real decoders), and hand-derived facts about the codes."""
+
 from itertools import combinations
 from math import comb
 
@@ -9,10 +10,19 @@ from attnsim.hwmodels.reliability import ecc
 from attnsim.hwmodels.reliability.inject import monte_carlo_outcomes
 
 
-@pytest.mark.parametrize("name,p,n", [
-    ("none", 3e-3, 20000), ("secded", 3e-3, 40000), ("secded", 1e-2, 40000), ("secded_8_4", 2e-2, 100000),
-    ("ondie_sec", 1e-2, 20000), ("chipkill", 1e-2, 20000), ("hbm3_ondie", 3e-3, 20000), ("rs2", 1e-2, 1500),
-])
+@pytest.mark.parametrize(
+    "name,p,n",
+    [
+        ("none", 3e-3, 20000),
+        ("secded", 3e-3, 40000),
+        ("secded", 1e-2, 40000),
+        ("secded_8_4", 2e-2, 100000),
+        ("ondie_sec", 1e-2, 20000),
+        ("chipkill", 1e-2, 20000),
+        ("hbm3_ondie", 3e-3, 20000),
+        ("rs2", 1e-2, 1500),
+    ],
+)
 def test_monte_carlo_matches_closed_form(name, p, n):
     cf = ecc.get_scheme(name).outcome(p)
     mc = monte_carlo_outcomes(name, p, n, seed=7)
@@ -34,8 +44,8 @@ def test_secded_weight_classes_by_brute_force():
     cols = ecc.hamming_columns("secded_hsiao_72_64")
     assert np.all([bin(int(c)).count("1") % 2 == 1 for c in cols])  # Hsiao: odd-weight columns
     frac = ecc._weight_fractions("secded_hsiao_72_64", True)
-    assert tuple(frac[1][:3]) == (1.0, 0.0, 0.0)   # single errors corrected
-    assert tuple(frac[2][:3]) == (0.0, 1.0, 0.0)   # double errors detected
+    assert tuple(frac[1][:3]) == (1.0, 0.0, 0.0)  # single errors corrected
+    assert tuple(frac[2][:3]) == (0.0, 1.0, 0.0)  # double errors detected
     colset = set(int(c) for c in cols)
     mis = sum(1 for a, b, c in combinations(cols.tolist(), 3) if (a ^ b ^ c) in colset)
     assert frac[3][2] == pytest.approx(mis / comb(72, 3))

@@ -1,10 +1,17 @@
 """Bit-exact injection: zero rates, seeding, geometric sampling, retention direction, fields, faults."""
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from attnsim.hwmodels.reliability import formats as F
-from attnsim.hwmodels.reliability.inject import StreamSpec, fault_positions, inject, inject_plane_stream, sample_positions
+from attnsim.hwmodels.reliability.inject import (
+    StreamSpec,
+    fault_positions,
+    inject,
+    inject_plane_stream,
+    sample_positions,
+)
 
 
 def _x(seed=0, T=64, d=32):
@@ -40,7 +47,7 @@ def test_geometric_sampling_distribution():
     assert np.all(pos >= 0) and np.all(pos < n)
     hist = np.bincount(pos * 10 // n, minlength=10)
     assert stats.chisquare(hist).pvalue > 1e-4
-    for s in range(20):   # strictly increasing, no duplicates
+    for s in range(20):  # strictly increasing, no duplicates
         q = sample_positions(n, 0.3, s)
         assert np.all(np.diff(q) > 0)
 
@@ -50,13 +57,13 @@ def test_retention_flips_are_one_directional():
     fob = F.float_field_of_bit("fp16")
     w = ones.copy()
     inject_plane_stream(w, 16, fob, StreamSpec(p_retention=0.05, true_cell_fraction=1.0), seed=1)
-    assert np.all((w & ~ones) == 0) and np.any(w != ones)       # only 1 -> 0
+    assert np.all((w & ~ones) == 0) and np.any(w != ones)  # only 1 -> 0
     z = np.zeros(4096, dtype=np.uint16)
     inject_plane_stream(z, 16, fob, StreamSpec(p_retention=0.05, true_cell_fraction=1.0), seed=1)
-    assert np.all(z == 0)                                       # true cells holding 0 never flip
+    assert np.all(z == 0)  # true cells holding 0 never flip
     z = np.zeros(4096, dtype=np.uint16)
     inject_plane_stream(z, 16, fob, StreamSpec(p_retention=0.05, true_cell_fraction=0.0), seed=1)
-    assert np.any(z != 0)                                       # anti cells: 0 -> 1
+    assert np.any(z != 0)  # anti cells: 0 -> 1
 
 
 def test_field_selective_streams_and_counters():
@@ -75,8 +82,8 @@ def test_chip_fault_chipkill_vs_secded():
     pos = fault_positions("chip", data_bits // 128 * 144, rng, bus_bits=144, device_width=4)
     w = np.zeros(data_bits // 8, dtype=np.uint8)
     raw, sil, due, st = inject_plane_stream(w, 8, fob, StreamSpec(("code_low", "code_msb"), "chipkill"), 0, pos)
-    assert st[1] > 0 and st[3] == 0 and st[4] == 0 and np.all(w == 0)   # every codeword corrected
+    assert st[1] > 0 and st[3] == 0 and st[4] == 0 and np.all(w == 0)  # every codeword corrected
     pos = fault_positions("chip", data_bits // 64 * 72, np.random.default_rng(0), bus_bits=72, device_width=4)
     w = np.zeros(data_bits // 8, dtype=np.uint8)
     raw, sil, due, st = inject_plane_stream(w, 8, fob, StreamSpec(("code_low", "code_msb"), "secded"), 0, pos)
-    assert st[3] + st[4] > 0                                            # x4 chip: SECDED fails some words
+    assert st[3] + st[4] > 0  # x4 chip: SECDED fails some words

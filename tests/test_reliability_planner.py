@@ -1,4 +1,5 @@
 """Error model curves, refresh scaling, the tiering planner and the reliability config section."""
+
 import numpy as np
 import pytest
 
@@ -12,7 +13,7 @@ def test_refresh_power_scale():
     assert refresh_power_scale(64) == 1.0
     assert refresh_power_scale(1000) == pytest.approx(0.064)
     assert refresh_power_scale(32) == pytest.approx(2.0)
-    assert refresh_power_scale(32, temp_c=90) == pytest.approx(1.0)   # JEDEC 32 ms above 85 C
+    assert refresh_power_scale(32, temp_c=90) == pytest.approx(1.0)  # JEDEC 32 ms above 85 C
     with pytest.raises(ValueError):
         refresh_power_scale(0)
 
@@ -36,14 +37,22 @@ def test_fault_flips_scale():
     one_h = m.fault_flips(8e9, 3600)
     assert one_h == pytest.approx(2 * m.fault_flips(8e9, 1800))
     chip = [f for f in m.fault_modes if f.name == "chip"][0]
-    assert one_h > chip.fit_per_device / 1e9 * 8e9 * 0.5   # at least the chip-fault share
+    assert one_h > chip.fit_per_device / 1e9 * 8e9 * 0.5  # at least the chip-fault share
 
 
 def _tiers(hbm_cap=4e6, relax=(64.0, 1000.0, 20000.0)):
     # HBM3E-class: H200 4.8 TB/s (cxl_reliability.md §2), 28.72 pJ/B off-chip (pim_dram.md, FGDRAM)
     hbm = TierSpec("hbm", 1 / 4.8e12, 28.72e-12, 1.45e-11, hbm_cap, RawErrorModel(), ecc_options=("hbm3_ondie",))
-    cxl = TierSpec("cxl", 1 / 1.1e12, 32e-12, 1.45e-11, 1e12, RawErrorModel(), ecc_options=("none", "secded"),
-                   refresh_options_ms=relax)
+    cxl = TierSpec(
+        "cxl",
+        1 / 1.1e12,
+        32e-12,
+        1.45e-11,
+        1e12,
+        RawErrorModel(),
+        ecc_options=("none", "secded"),
+        refresh_options_ms=relax,
+    )
     return [hbm, cxl]
 
 
@@ -55,7 +64,7 @@ def test_planner_respects_budget_and_capacity():
         assert pl.tier_bytes["hbm"] <= 1e6
     loose = Planner(_tiers(hbm_cap=1e6), budget=0.2, residency_s=10.0).plan(blocks)
     tight = Planner(_tiers(hbm_cap=1e6), budget=0.005, residency_s=10.0).plan(blocks)
-    assert loose.objective < tight.objective            # a looser budget never costs more
+    assert loose.objective < tight.objective  # a looser budget never costs more
 
 
 def test_planner_relaxes_mantissa_refresh_only_when_budget_allows():
@@ -65,7 +74,9 @@ def test_planner_relaxes_mantissa_refresh_only_when_budget_allows():
     base = Planner(cxl, budget=1.0, **kw)
     M = base._matrices(blocks)
     opts = base.options
-    strict = [i for i, o in enumerate(opts) if o.refresh_low_ms == 64 and o.refresh_high_ms == 64 and o.ecc_high == "secded"]
+    strict = [
+        i for i, o in enumerate(opts) if o.refresh_low_ms == 64 and o.refresh_high_ms == 64 and o.ecc_high == "secded"
+    ]
     eps_strict = min(M["eps"][:, i].sum() for i in strict)
     loose = Planner(cxl, budget=eps_strict * 1.5 + 1e-3, **kw).plan(blocks)
     assert any(o.refresh_low_ms > 64 for o in loose.options)
@@ -83,19 +94,31 @@ def test_replan_follows_importance_drift():
     masses = np.array([b.attention_mass for b in blocks])
     masses *= 0.4 / (masses.sum() - masses[3])
     masses[3] = 0.6
-    drifted = [KVBlock(b.layer, b.head_group, b.token_start, b.token_end, b.n_heads, b.head_dim,
-                       b.context_tokens, m) for b, m in zip(blocks, masses)]
+    drifted = [
+        KVBlock(b.layer, b.head_group, b.token_start, b.token_end, b.n_heads, b.head_dim, b.context_tokens, m)
+        for b, m in zip(blocks, masses)
+    ]
     stale = P._matrices(drifted)["eps"][np.arange(len(blocks)), first.choice].sum()
-    assert stale > 0.02                        # the old plan breaks the budget after the drift
+    assert stale > 0.02  # the old plan breaks the budget after the drift
     second = P.replan(drifted, first)
     assert second.feasible and second.eps <= 0.02 and second.tier_bytes["hbm"] <= 3e5
     assert second.migrations == int(np.sum(second.choice != first.choice)) and second.migrations > 0
 
 
 SPEC = {
-    "temperature_c": 45, "kv_format": "bf16", "accuracy_slo": {"max_rel_attention_error": 0.05},
-    "tiers": {"cxl": {"read_gbps": 1100, "read_pj_per_byte": 32, "refresh_mw_per_gb": 14.5, "capacity_gb": 512,
-                      "ecc": {"high": "secded", "low": "none"}, "refresh_ms": {"low": 1000}}},
+    "temperature_c": 45,
+    "kv_format": "bf16",
+    "accuracy_slo": {"max_rel_attention_error": 0.05},
+    "tiers": {
+        "cxl": {
+            "read_gbps": 1100,
+            "read_pj_per_byte": 32,
+            "refresh_mw_per_gb": 14.5,
+            "capacity_gb": 512,
+            "ecc": {"high": "secded", "low": "none"},
+            "refresh_ms": {"low": 1000},
+        }
+    },
 }
 
 
@@ -110,11 +133,19 @@ def test_spec_parses_and_reports_key_paths():
 
 
 def test_expected_errors_field_rates_vs_relaxed_refresh():
-    fp = {"cxl": 64 * 2 * 8 * 128 * 4096 * 2.0}    # 64 layers x 8 KV heads x 4096 tokens, bf16
+    fp = {"cxl": 64 * 2 * 8 * 128 * 4096 * 2.0}  # 64 layers x 8 KV heads x 4096 tokens, bf16
     s = ReliabilitySpec.load({**SPEC, "tiers": {"cxl": {**SPEC["tiers"]["cxl"], "refresh_ms": {}}}})
     field = expected_errors(fp, 5.0, s, kv_heads_total=512)
-    assert field["accuracy_proxy"] - expected_errors(fp, 5.0, s.model_copy(update={}), kv_heads_total=512)["accuracy_proxy"] == 0
+    assert (
+        field["accuracy_proxy"]
+        - expected_errors(fp, 5.0, s.model_copy(update={}), kv_heads_total=512)["accuracy_proxy"]
+        == 0
+    )
     assert field["silent_errors_per_token"] < 1e-3 and field["slo_met"]
-    relaxed = expected_errors(fp, 5.0, ReliabilitySpec.load({**SPEC, "tiers": {"cxl": {**SPEC["tiers"]["cxl"],
-                              "refresh_ms": {"low": 20000}}}}), kv_heads_total=512)
+    relaxed = expected_errors(
+        fp,
+        5.0,
+        ReliabilitySpec.load({**SPEC, "tiers": {"cxl": {**SPEC["tiers"]["cxl"], "refresh_ms": {"low": 20000}}}}),
+        kv_heads_total=512,
+    )
     assert relaxed["silent_errors_per_token"] > 1e3 * max(field["silent_errors_per_token"], 1e-9)

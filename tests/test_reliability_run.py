@@ -1,4 +1,5 @@
 """attnsim run with a reliability section: errors, accuracy proxy, SLO, and refresh's two effects."""
+
 import json
 
 import pytest
@@ -8,10 +9,22 @@ from attnsim.core.config import ConfigError
 from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 
-FAST = ["experiment.generation.samples=2", "scenarios.jedec.output_len=16", "scenarios.relaxed_1s.output_len=16",
-        "scenarios.relaxed_20s.output_len=16"]
-REL_KEYS = {"storage_plan", "silent_errors_per_token", "detected_errors_per_token", "accuracy_proxy", "slo_met",
-            "kv_residency_s", "refresh_interval_ms", "due_recompute_time_per_token_s"}
+FAST = [
+    "experiment.generation.samples=2",
+    "scenarios.jedec.output_len=16",
+    "scenarios.relaxed_1s.output_len=16",
+    "scenarios.relaxed_20s.output_len=16",
+]
+REL_KEYS = {
+    "storage_plan",
+    "silent_errors_per_token",
+    "detected_errors_per_token",
+    "accuracy_proxy",
+    "slo_met",
+    "kv_residency_s",
+    "refresh_interval_ms",
+    "due_recompute_time_per_token_s",
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +52,15 @@ def test_relaxed_refresh_saves_refresh_energy_and_raises_errors(docs):
 def test_zero_error_rates_equal_error_free_simulation_bit_for_bit():
     # soft-error rate 0 and refresh at the JEDEC 64 ms (retention BER 0 there): every error rate is zero;
     # no ECC, so the storage itself has no overhead either
-    zero = ["reliability.tiers.cxl.errors.lambda_soft_per_bit_h=0", "reliability.tiers.hbm.errors.lambda_soft_per_bit_h=0",
-            "reliability.tiers.cxl.ecc.high=none"]
-    sets = ["experiment.scenarios={s: {batch_size: 1, prompt_len: 1024, output_len: 8, kv_dtype: bf16}}",
-            "experiment.generation.samples=2"]
+    zero = [
+        "reliability.tiers.cxl.errors.lambda_soft_per_bit_h=0",
+        "reliability.tiers.hbm.errors.lambda_soft_per_bit_h=0",
+        "reliability.tiers.cxl.ecc.high=none",
+    ]
+    sets = [
+        "experiment.scenarios={s: {batch_size: 1, prompt_len: 1024, output_len: 8, kv_dtype: bf16}}",
+        "experiment.generation.samples=2",
+    ]
     with_rel = run_experiment(load_experiment("reliability_tiering", sets + [f"experiment.{z}" for z in zero]))[0]
     without = run_experiment(load_experiment("reliability_tiering", sets + ["experiment.reliability=null"]))[0]
     assert with_rel["metrics"]["silent_errors_per_token"] == 0.0
@@ -63,16 +81,24 @@ def test_bad_reliability_config_names_key():
 
 def test_inline_ecc_costs_bandwidth_capacity_and_energy():
     """Two-level RS (REACH) inline in the CXL tier: KV traffic x 1/0.79, 4.9 pJ/B decode energy."""
-    sets = ["experiment.scenarios={s: {batch_size: 4, prompt_len: 2048, output_len: 8, kv_dtype: bf16}}",
-            "experiment.generation.samples=2"]
-    plain = run_experiment(load_experiment("reliability_tiering", sets + ["experiment.reliability.tiers.cxl.ecc={high: none, low: none}"]))[0]
-    rs = run_experiment(load_experiment("reliability_tiering", sets + ["experiment.reliability.tiers.cxl.ecc={high: rs2, low: rs2}"]))[0]
+    sets = [
+        "experiment.scenarios={s: {batch_size: 4, prompt_len: 2048, output_len: 8, kv_dtype: bf16}}",
+        "experiment.generation.samples=2",
+    ]
+    plain = run_experiment(
+        load_experiment("reliability_tiering", sets + ["experiment.reliability.tiers.cxl.ecc={high: none, low: none}"])
+    )[0]
+    rs = run_experiment(
+        load_experiment("reliability_tiering", sets + ["experiment.reliability.tiers.cxl.ecc={high: rs2, low: rs2}"])
+    )[0]
     bd0, bd1 = plain["breakdown"]["decode_step"], rs["breakdown"]["decode_step"]
     assert bd0["energy_j_by_component"]["ecc"] == 0.0 and bd1["energy_j_by_component"]["ecc"] > 0
     # more KV bytes to stream (the PNM attention may stay compute-bound, so time does not shrink)
     assert bd1["time_s_by_op"]["attn_score"] >= bd0["time_s_by_op"]["attn_score"]
     assert bd1["energy_j_by_op"]["attn_score"] > 1.2 * bd0["energy_j_by_op"]["attn_score"]
-    assert bd1["time_s_by_op"]["qkv_proj"] == bd0["time_s_by_op"]["qkv_proj"]      # weights untouched
+    assert bd1["time_s_by_op"]["qkv_proj"] == bd0["time_s_by_op"]["qkv_proj"]  # weights untouched
     kv0 = plain["metrics"]["memory"]["pnm"]["kv_gb"]
     assert rs["metrics"]["memory"]["pnm"]["kv_gb"] == pytest.approx(kv0 * (288 * 34 / (256 * 32)), rel=1e-9)
-    assert sum(bd1["energy_j_by_op"].values()) == pytest.approx(bd1["energy_j"] - bd1["energy_j_by_component"]["static"], rel=1e-9)
+    assert sum(bd1["energy_j_by_op"].values()) == pytest.approx(
+        bd1["energy_j"] - bd1["energy_j_by_component"]["static"], rel=1e-9
+    )

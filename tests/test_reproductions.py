@@ -1,6 +1,7 @@
 """configs/reproductions/: the loader's checks, a synthetic reproduction end to end, figures, the
 migrated AttAcc set (same numbers as the old configs/validation/attacc.yaml path) and every built-in
 folder loading."""
+
 import json
 import re
 from pathlib import Path
@@ -8,24 +9,51 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnsim.studies import reproduce, validate
 from attnsim.cli import main
 from attnsim.core.config import ConfigError, get_dotted
+from attnsim.studies import reproduce, validate
 
-EXPERIMENT = {"name": "toy_repro", "systems": ["dgx_a100", "dgx_h100"], "models": ["llama2-7b"],
-              "scenarios": {"s1": {"batch_size": 1, "prompt_len": 64, "output_len": 4},
-                            "s4": {"batch_size": 4, "prompt_len": 64, "output_len": 4}},
-              "baseline": "dgx_a100"}
-ROWS = [{"name": "h100/a100 decode throughput, batch 1", "experiment": "e",
-         "select": {"system": "dgx_h100", "batch_size": 1}, "metric": "vs_baseline.decode_throughput_ratio",
-         "reference": 1.5, "tolerance": 0.6, "role": "calibration"},
-        {"name": "h100 TPOT, batch 4 [ms]", "experiment": "e", "select": {"system": "dgx_h100", "scenario": "s4"},
-         "metric": "metrics.tpot_s", "scale": 1000.0, "reference": 5.0, "tolerance": 0.95, "role": "validation",
-         "source": "hand-written"}]
-REFERENCE = {"system": "toy", "title": "Toy reproduction", "source": "tests/test_reproductions.py",
-             "paper": [{"claim": "H100 decodes faster", "value": 2.0, "note": "a made-up headline"}],
-             "experiments": {"e": "exp.yaml"}, "figure": {"recipe": "reproduction", "out": "toy.pdf"},
-             "rows": ROWS}
+EXPERIMENT = {
+    "name": "toy_repro",
+    "systems": ["dgx_a100", "dgx_h100"],
+    "models": ["llama2-7b"],
+    "scenarios": {
+        "s1": {"batch_size": 1, "prompt_len": 64, "output_len": 4},
+        "s4": {"batch_size": 4, "prompt_len": 64, "output_len": 4},
+    },
+    "baseline": "dgx_a100",
+}
+ROWS = [
+    {
+        "name": "h100/a100 decode throughput, batch 1",
+        "experiment": "e",
+        "select": {"system": "dgx_h100", "batch_size": 1},
+        "metric": "vs_baseline.decode_throughput_ratio",
+        "reference": 1.5,
+        "tolerance": 0.6,
+        "role": "calibration",
+    },
+    {
+        "name": "h100 TPOT, batch 4 [ms]",
+        "experiment": "e",
+        "select": {"system": "dgx_h100", "scenario": "s4"},
+        "metric": "metrics.tpot_s",
+        "scale": 1000.0,
+        "reference": 5.0,
+        "tolerance": 0.95,
+        "role": "validation",
+        "source": "hand-written",
+    },
+]
+REFERENCE = {
+    "system": "toy",
+    "title": "Toy reproduction",
+    "source": "tests/test_reproductions.py",
+    "paper": [{"claim": "H100 decodes faster", "value": 2.0, "note": "a made-up headline"}],
+    "experiments": {"e": "exp.yaml"},
+    "figure": {"recipe": "reproduction", "out": "toy.pdf"},
+    "rows": ROWS,
+}
 
 
 def _write(root: Path, ref: dict, exp: dict = EXPERIMENT, name: str = "toy") -> Path:
@@ -46,16 +74,24 @@ def _docs():
     """The toy experiment run directly (not through the reproduction loader)."""
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
-    return {(d["system"], d["scenario"]["name"]): d for d in run_experiment(load_experiment(
-        str(reproduce.find("toy") / "exp.yaml")))}
+
+    return {
+        (d["system"], d["scenario"]["name"]): d
+        for d in run_experiment(load_experiment(str(reproduce.find("toy") / "exp.yaml")))
+    }
 
 
 def test_synthetic_reproduction_end_to_end(toy, capsys):
     assert main(["validate", "--set", "reproductions/toy"]) == 0
     out = capsys.readouterr().out
     cal, val = out.index("calibration rows (in-sample"), out.index("validation rows (held out")
-    assert cal < out.index("1 of 1 calibration rows within tolerance") < val < out.index(
-        "1 of 1 validation rows within tolerance") < out.index("paper headlines")
+    assert (
+        cal
+        < out.index("1 of 1 calibration rows within tolerance")
+        < val
+        < out.index("1 of 1 validation rows within tolerance")
+        < out.index("paper headlines")
+    )
     assert "H100 decodes faster" in out and "a made-up headline" in out and "Toy reproduction" in out
     # the calibration row is printed in its section only
     assert out[cal:val].count("h100/a100 decode throughput") == 1 and "h100 TPOT" not in out[cal:val]
@@ -66,7 +102,12 @@ def test_synthetic_reproduction_end_to_end(toy, capsys):
     assert a["measured"] == docs["dgx_h100", "s1"]["vs_baseline"]["decode_throughput_ratio"]
     assert b["measured"] == pytest.approx(1000.0 * docs["dgx_h100", "s4"]["metrics"]["tpot_s"], rel=1e-12)
     assert (a["role"], b["role"], a["set"], a["system"], b["source"]) == (
-        "calibration", "validation", "reproductions/toy", "toy", "hand-written")
+        "calibration",
+        "validation",
+        "reproductions/toy",
+        "toy",
+        "hand-written",
+    )
     assert b["error"] == pytest.approx(b["measured"] / 5.0 - 1)
 
 
@@ -119,32 +160,90 @@ BAD = [  # changes, key named, words in the message
     ({"figure": {"recipe": "reproduction", "out": "/tmp/x.pdf"}}, "figure.out", "relative"),
     ({"rows": []}, "rows", ""),
     ({"source": KeyError}, "source", ""),
-    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"experiment.baseline": None}}]},
-     "assumptions.0.set", "section one of models, systems, hardware, scenarios"),
-    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm": 1}}]},
-     "assumptions.0.set", "<section>.<name>.<key>"),
+    (
+        {"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"experiment.baseline": None}}]},
+        "assumptions.0.set",
+        "section one of models, systems, hardware, scenarios",
+    ),
+    (
+        {"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm": 1}}]},
+        "assumptions.0.set",
+        "<section>.<name>.<key>",
+    ),
     ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {}}]}, "assumptions.0.set", ""),
-    ({"assumptions": [{"name": "a", "title": "t", "set": {"hardware.h100_sxm.tdp_w": 600}}]},
-     "assumptions.0.source", ""),
-    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 600}},
-                      {"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 700}}]},
-     "assumptions.1.name", "once"),
-    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h900.tdp_w": 600}}]},
-     "assumptions.0.set.hardware.h900", "not part of this experiment"),
-    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": -5}}]},
-     "assumptions.0.set.hardware.h100_sxm.tdp_w", "expected a positive number, got -5"),
-    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 600},
-                       "experiments": ["nope"]}]}, "assumptions.0.experiments.0", "one of the experiments (e)"),
-    ({"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 600},
-                       "experiments": ["e", "e"]}]}, "assumptions.0.experiments.1", "each label once"),
+    (
+        {"assumptions": [{"name": "a", "title": "t", "set": {"hardware.h100_sxm.tdp_w": 600}}]},
+        "assumptions.0.source",
+        "",
+    ),
+    (
+        {
+            "assumptions": [
+                {"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 600}},
+                {"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": 700}},
+            ]
+        },
+        "assumptions.1.name",
+        "once",
+    ),
+    (
+        {"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h900.tdp_w": 600}}]},
+        "assumptions.0.set.hardware.h900",
+        "not part of this experiment",
+    ),
+    (
+        {"assumptions": [{"name": "a", "title": "t", "source": "s", "set": {"hardware.h100_sxm.tdp_w": -5}}]},
+        "assumptions.0.set.hardware.h100_sxm.tdp_w",
+        "expected a positive number, got -5",
+    ),
+    (
+        {
+            "assumptions": [
+                {
+                    "name": "a",
+                    "title": "t",
+                    "source": "s",
+                    "set": {"hardware.h100_sxm.tdp_w": 600},
+                    "experiments": ["nope"],
+                }
+            ]
+        },
+        "assumptions.0.experiments.0",
+        "one of the experiments (e)",
+    ),
+    (
+        {
+            "assumptions": [
+                {
+                    "name": "a",
+                    "title": "t",
+                    "source": "s",
+                    "set": {"hardware.h100_sxm.tdp_w": 600},
+                    "experiments": ["e", "e"],
+                }
+            ]
+        },
+        "assumptions.0.experiments.1",
+        "each label once",
+    ),
 ]
 
 
 # two assumptions on the toy experiment, in removal order: a slower H100 link-free GPU (bandwidth) and its TDP
-ASSUMPTIONS = [{"name": "slow_hbm", "title": "the artefact's H100 streams HBM at 2 TB/s", "source": "made up",
-                "set": {"hardware.h100_sxm.hbm_bandwidth_gbps": 2000}},
-               {"name": "a100_fast", "title": "the artefact's A100 at 2 TB/s", "source": "made up",
-                "set": {"hardware.a100_80gb_sxm.hbm_bandwidth_gbps": 2000, "scenarios.s4.output_len": 8}}]
+ASSUMPTIONS = [
+    {
+        "name": "slow_hbm",
+        "title": "the artefact's H100 streams HBM at 2 TB/s",
+        "source": "made up",
+        "set": {"hardware.h100_sxm.hbm_bandwidth_gbps": 2000},
+    },
+    {
+        "name": "a100_fast",
+        "title": "the artefact's A100 at 2 TB/s",
+        "source": "made up",
+        "set": {"hardware.a100_80gb_sxm.hbm_bandwidth_gbps": 2000, "scenarios.s4.output_len": 8},
+    },
+]
 
 
 def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path, monkeypatch, capsys):
@@ -152,18 +251,29 @@ def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path,
     the experiment with the assumptions not yet removed given as --set; the last bar = the plain experiment."""
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
     folder = _write(tmp_path, dict(REFERENCE, assumptions=ASSUMPTIONS))
     wf = reproduce.waterfall(folder)
     assert wf.labels == ["artefact", "all assumptions", "- slow_hbm", "defaults"]
-    sets = [["hardware.h100_sxm.hbm_bandwidth_gbps=2000", "hardware.a100_80gb_sxm.hbm_bandwidth_gbps=2000",
-             "scenarios.s4.output_len=8"], ["hardware.a100_80gb_sxm.hbm_bandwidth_gbps=2000",
-                                            "scenarios.s4.output_len=8"], []]
+    sets = [
+        [
+            "hardware.h100_sxm.hbm_bandwidth_gbps=2000",
+            "hardware.a100_80gb_sxm.hbm_bandwidth_gbps=2000",
+            "scenarios.s4.output_len=8",
+        ],
+        ["hardware.a100_80gb_sxm.hbm_bandwidth_gbps=2000", "scenarios.s4.output_len=8"],
+        [],
+    ]
     for step, pin in zip(wf.steps, sets):
-        docs = {(d["system"], d["scenario"]["name"]): d
-                for d in run_experiment(load_experiment(str(folder / "exp.yaml"), pin))}
-        want = [docs[("dgx_h100", "s1")]["vs_baseline"]["decode_throughput_ratio"],
-                docs[("dgx_h100", "s4")]["metrics"]["tpot_s"] * 1000.0]
+        docs = {
+            (d["system"], d["scenario"]["name"]): d
+            for d in run_experiment(load_experiment(str(folder / "exp.yaml"), pin))
+        }
+        want = [
+            docs[("dgx_h100", "s1")]["vs_baseline"]["decode_throughput_ratio"],
+            docs[("dgx_h100", "s4")]["metrics"]["tpot_s"] * 1000.0,
+        ]
         assert step["values"] == pytest.approx(want, rel=1e-12)
     assert [wf.bars(i)[0] for i in range(2)] == [1.5, 5.0]  # the artefact's numbers (REFERENCE rows)
     # validate compares the all-assumptions step
@@ -178,8 +288,11 @@ def test_waterfall_steps_are_plain_runs_with_the_remaining_assumptions(tmp_path,
     out = capsys.readouterr().out
     assert "all assumptions" in out and "- slow_hbm" in out and "defaults" in out and "made up" in out
     # the paper's headlines (not compared) are printed under the waterfall, with their notes
-    assert out.index("- slow_hbm") < out.index("paper headlines (printed, not compared") < out.index(
-        "H100 decodes faster: 2.000\n    a made-up headline")
+    assert (
+        out.index("- slow_hbm")
+        < out.index("paper headlines (printed, not compared")
+        < out.index("H100 decodes faster: 2.000\n    a made-up headline")
+    )
     assert main(["validate", "--explain", "toy", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)[0]
     assert [a["name"] for a in doc["assumptions"]] == ["slow_hbm", "a100_fast"]
@@ -193,37 +306,53 @@ def test_assumption_applies_to_its_experiment_labels_only(tmp_path, monkeypatch)
     (the other's runs are reused: their sets did not change) and gives the same numbers as plain runs."""
     from attnsim.sim import runner
     from attnsim.sim.experiment import load_experiment
+
     monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
     rows = [dict(ROWS[1], name="TPOT as is [ms]"), dict(ROWS[1], name="TPOT, slow H100 [ms]", experiment="slow")]
     scoped = [dict(ASSUMPTIONS[0], experiments=["slow"])]
-    folder = _write(tmp_path, dict(REFERENCE, experiments={"e": "exp.yaml", "slow": "exp.yaml"}, rows=rows,
-                                   assumptions=scoped))
+    folder = _write(
+        tmp_path, dict(REFERENCE, experiments={"e": "exp.yaml", "slow": "exp.yaml"}, rows=rows, assumptions=scoped)
+    )
     plain = {}
     for pin in ([], ["hardware.h100_sxm.hbm_bandwidth_gbps=2000"]):
-        d, = [d for d in runner.run_experiment(load_experiment(str(folder / "exp.yaml"), pin))
-              if (d["system"], d["scenario"]["name"]) == ("dgx_h100", "s4")]
+        (d,) = [
+            d
+            for d in runner.run_experiment(load_experiment(str(folder / "exp.yaml"), pin))
+            if (d["system"], d["scenario"]["name"]) == ("dgx_h100", "s4")
+        ]
         plain[bool(pin)] = d["metrics"]["tpot_s"] * 1000.0
     assert plain[True] > plain[False]  # 2 TB/s instead of the H100's 3.35 TB/s: a slower decode step
     got = [r.measured for r in reproduce.run_rows(reproduce.load(folder))]
     assert got == pytest.approx([plain[False], plain[True]], rel=1e-12)
     calls = []
     real = runner.run_experiment
-    monkeypatch.setattr(runner, "run_experiment",
-                        lambda exp, *a, **k: calls.append(exp.spec.name) or real(exp, *a, **k))
+    monkeypatch.setattr(
+        runner, "run_experiment", lambda exp, *a, **k: calls.append(exp.spec.name) or real(exp, *a, **k)
+    )
     wf = reproduce.waterfall(folder)
-    assert [s["values"] for s in wf.steps] == [pytest.approx([plain[False], plain[True]], rel=1e-12),
-                                               pytest.approx([plain[False], plain[False]], rel=1e-12)]
+    assert [s["values"] for s in wf.steps] == [
+        pytest.approx([plain[False], plain[True]], rel=1e-12),
+        pytest.approx([plain[False], plain[False]], rel=1e-12),
+    ]
     assert len(calls) == 3  # step 1: labels e and slow; step 2 (defaults): slow only, e's sets are unchanged
 
 
 def test_explain_prints_an_assumptions_labels_and_a_long_list_by_its_length(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
     scoped = [dict(ASSUMPTIONS[0], experiments=["slow"])]
-    _write(tmp_path, dict(REFERENCE, experiments={"e": "exp.yaml", "slow": "exp.yaml"},
-                          rows=[ROWS[1], dict(ROWS[1], name="slow", experiment="slow")], assumptions=scoped))
+    _write(
+        tmp_path,
+        dict(
+            REFERENCE,
+            experiments={"e": "exp.yaml", "slow": "exp.yaml"},
+            rows=[ROWS[1], dict(ROWS[1], name="slow", experiment="slow")],
+            assumptions=scoped,
+        ),
+    )
     assert main(["validate", "--explain", "toy"]) == 0
     assert "    experiments: slow\n" in capsys.readouterr().out
     from attnsim.cli.validate import _fmt_set
+
     assert _fmt_set(list(range(512))) == "[0, 1, 2, 3, ... (512 values)]" and _fmt_set([1, 2]) == "[1, 2]"
 
 
@@ -232,6 +361,7 @@ def test_no_builtin_reproduction_copies_a_config():
     experiment files only (no kind:, no devices:, no model keys), and those experiments name built-in systems and
     models, not files beside them."""
     from attnsim.core.config import CONFIG_ROOT, load_yaml
+
     folders = [p for p in (CONFIG_ROOT / "reproductions").iterdir() if (p / "reference.yaml").is_file()]
     assert {"attacc", "cent", "neupims"} <= {p.name for p in folders}
     for folder in folders:
@@ -258,17 +388,23 @@ def test_cent_and_neupims_assumptions():
     assert len(rb) == 4 and {r.select["system"] for r in rb} == {"neupims_naive"}
     applied = {a.name for a in neupims.assumptions if not a.experiments or rb[0].experiment in a.experiments}
     assert applied == {"npu_issue_port", "trace_placement_clb0", "one_layer", "tp4_rank_no_allreduce"}
-    assert by["npu_issue_port"].set == {"hardware.neupims_hbm2_pim.npu_issue_per_ns": 1.0,
-                                        "hardware.neupims_hbm2_pim.comp_instructions": "per_comp"}
+    assert by["npu_issue_port"].set == {
+        "hardware.neupims_hbm2_pim.npu_issue_per_ns": 1.0,
+        "hardware.neupims_hbm2_pim.comp_instructions": "per_comp",
+    }
     # the artefact's n_tp 4 (gpt3-7B.json): each built-in NeuPIMs system as one rank of 4 NPU + PIM pairs
-    assert by["tp4_rank_no_allreduce"].set == {f"systems.{s}.{k}": 4 for s in ("neupims", "neupims_sb_off",
-                                               "neupims_naive") for k in ("parallelism.tp", "devices.npu.count",
-                                                                          "devices.pim.count")}
+    assert by["tp4_rank_no_allreduce"].set == {
+        f"systems.{s}.{k}": 4
+        for s in ("neupims", "neupims_sb_off", "neupims_naive")
+        for k in ("parallelism.tp", "devices.npu.count", "devices.pim.count")
+    }
     cent = reproduce.read_spec(reproduce.find("cent"))
-    one, = cent.assumptions
-    assert one.experiments == ["blocks"] and one.set == {"systems.cxl_aim.devices.pnm.count": 1,
-                                                         "systems.cxl_aim.devices.ctrl.count": 1,
-                                                         "systems.cxl_aim.parallelism.tp": 1}
+    (one,) = cent.assumptions
+    assert one.experiments == ["blocks"] and one.set == {
+        "systems.cxl_aim.devices.pnm.count": 1,
+        "systems.cxl_aim.devices.ctrl.count": 1,
+        "systems.cxl_aim.parallelism.tp": 1,
+    }
     assert cent.experiments["paper"] == "cent_llama2_7b"
 
 
@@ -279,6 +415,7 @@ def test_waterfall_figure(tmp_path, monkeypatch):
     assert main(["validate", "--explain", "toy", "--figures", str(figs)]) == 0
     assert (figs / "toy_waterfall.pdf").stat().st_size > 0 and (figs / "toy_waterfall.png").stat().st_size > 0
     from attnsim.plots.recipes import waterfall
+
     wf = reproduce.waterfall(reproduce.find("toy"))
     fig = waterfall(wf, rows=[ROWS[1]["name"]])
     ax = fig.axes[0]
@@ -304,8 +441,15 @@ def test_loader_errors_name_file_and_key(tmp_path, changes, key, words):
     assert msg.startswith(f"{e.value.file}: {key}: ") and words in msg, msg
 
 
-@pytest.mark.parametrize("metric,words", [("metrics.nope", "dotted path"), ("metrics.memory", "finite number"),
-                                          ("system", "finite number"), ("vs_baseline.baseline", "finite number")])
+@pytest.mark.parametrize(
+    "metric,words",
+    [
+        ("metrics.nope", "dotted path"),
+        ("metrics.memory", "finite number"),
+        ("system", "finite number"),
+        ("vs_baseline.baseline", "finite number"),
+    ],
+)
 def test_metric_path_must_hold_a_number(tmp_path, metric, words):
     rep = reproduce.load(_bad(tmp_path, rows__1__metric=metric))
     with pytest.raises(ConfigError) as e:
@@ -344,9 +488,13 @@ def test_figure_written_and_bad_paths_refused(toy, tmp_path, capsys):
 
 def test_figure_recipe_draws_each_row_on_its_band():
     import matplotlib.pyplot as plt
+
     from attnsim.plots.recipes import reproduction
-    rows = [validate.Row("s", "a", 1.2, 1.0, 0.25, role="calibration"),
-            validate.Row("s", "b", 3.0, 2.0, 0.1, role="validation")]
+
+    rows = [
+        validate.Row("s", "a", 1.2, 1.0, 0.25, role="calibration"),
+        validate.Row("s", "b", 3.0, 2.0, 0.1, role="validation"),
+    ]
     fig = reproduction(rows)
     ax = fig.axes[0]
     bands = [(p.get_x(), p.get_width()) for p in ax.patches]
@@ -359,28 +507,38 @@ def test_figure_recipe_draws_each_row_on_its_band():
 
 def test_attacc_rows_read_the_builtin_experiment_under_the_named_assumptions():
     """--set attacc (the old name) reads the built-in attacc_gpt3_175b experiment with the folder's assumptions
-    (AttAcc's NVLink fit, per-access GPU energy, one head per channel, no capacity check) applied as plain --set overrides: every row
-    equals that run's metric (x scale), and the folder holds no copied hardware or system file."""
+    (AttAcc's NVLink fit, per-access GPU energy, one head per channel, no capacity check) applied as plain --set
+    overrides: every row equals that run's metric (x scale), and the folder holds no copied hardware or system file."""
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     folder = next(p for p in reproduce.folders() if p.name == "attacc")
     spec = reproduce.read_spec(folder)
-    assert [a.name for a in spec.assumptions] == ["nvlink_allreduce_fit", "gpu_energy_per_access", "one_head_per_channel",
-                                                  "capacity_unchecked"]
+    assert [a.name for a in spec.assumptions] == [
+        "nvlink_allreduce_fit",
+        "gpu_energy_per_access",
+        "one_head_per_channel",
+        "capacity_unchecked",
+    ]
     assert sorted(p.name for p in folder.iterdir()) == ["reference.yaml"]
-    pin = ["hardware.nvlink3.allreduce=ring", "hardware.nvlink3.latency_us=3.03",  # get_nvlink_time: 6.06 us / 2
-           "hardware.nvlink3.efficiency=0.74074074",  # 2 / 0.009 ns/B = 222.2 GB/s = 300 GB/s x 0.7407
-           "hardware.a100_hbm3.sm_active_power_w=0", "hardware.a100_hbm3.compute_pj_per_flop=0.16",  # 0.32 pJ/MAC
-           "hardware.a100_hbm3.hbm_capacity_gb=1000",
-           "hardware.attacc_hbm3_pim_5stack.channels_per_item=1"]  # the artefact's trace generator: a head per channel
+    pin = [
+        "hardware.nvlink3.allreduce=ring",
+        "hardware.nvlink3.latency_us=3.03",  # get_nvlink_time: 6.06 us / 2
+        "hardware.nvlink3.efficiency=0.74074074",  # 2 / 0.009 ns/B = 222.2 GB/s = 300 GB/s x 0.7407
+        "hardware.a100_hbm3.sm_active_power_w=0",
+        "hardware.a100_hbm3.compute_pj_per_flop=0.16",  # 0.32 pJ/MAC
+        "hardware.a100_hbm3.hbm_capacity_gb=1000",
+        "hardware.attacc_hbm3_pim_5stack.channels_per_item=1",
+    ]  # the artefact's trace generator: a head per channel
     assert sorted(reproduce.assumption_sets(spec)) == sorted(
-        s.replace("=ring", '="ring"') for s in pin)  # values as JSON (YAML) text
+        s.replace("=ring", '="ring"') for s in pin
+    )  # values as JSON (YAML) text
     docs = run_experiment(load_experiment("attacc_gpt3_175b", pin))
     rows = {r.name: r for r in validate.run(["attacc"])}
     checked = 0
     for row in spec.rows:
         sel = dict(row.select)
-        d, = [d for d in docs if d["system"] == sel["system"] and d["scenario"]["batch_size"] == sel["batch_size"]]
+        (d,) = [d for d in docs if d["system"] == sel["system"] and d["scenario"]["batch_size"] == sel["batch_size"]]
         r = rows[row.name]
         assert (r.set, r.system, r.published, r.tolerance) == ("attacc", "attacc", row.reference, row.tolerance)
         assert r.measured == pytest.approx(float(get_dotted(d, row.metric.split("."))) * (row.scale or 1.0), rel=1e-12)
@@ -401,7 +559,6 @@ def test_every_builtin_reproduction_loads():
     assert len(outs) == len(set(outs))
 
 
-
 # attacc is run by tests/test_validate.py and test_attacc_rows_read_the_builtin_experiment; one test per other
 # folder, so the folders run in parallel under xdist
 RUN_FOLDERS = [p for p in reproduce.folders() if p.name != "attacc"]
@@ -416,6 +573,7 @@ def test_every_builtin_reproduction_runs(folder):
     """Each folder's rows read a number from a completed run (metric paths, selected runs that fit); whether
     they are within tolerance is each reproduction's own test (tests/test_validate.py for AttAcc)."""
     import math
+
     rep = reproduce.load(folder)
     rows = reproduce.run_rows(rep)
     assert [r.name for r in rows] == [r.name for r in rep.spec.rows]
@@ -437,6 +595,7 @@ def test_bad_yaml_scalar_is_a_clean_error(tmp_path, escape):
 def test_serving_experiment_refused(tmp_path):
     """Rows read static-batch runs: an experiment's serving section would be ignored, so it is refused."""
     from attnsim.core.config import find_config, load_yaml
+
     serving = load_yaml(find_config("experiments", "serve_paging"))["serving"]
     folder = _write(tmp_path, REFERENCE, exp=dict(EXPERIMENT, serving=serving))
     with pytest.raises(ConfigError) as e:
@@ -446,16 +605,28 @@ def test_serving_experiment_refused(tmp_path):
 
 NOOP = {  # every reference.yaml field, changed to another legal value, changes what validate prints or writes
     "system": None,  # must equal the folder name (tests above); a renamed folder is another reproduction
-    "title": "Another title", "source": "another source",
-    "paper__0__claim": "another claim", "paper__0__value": "3x", "paper__0__note": "another note",
-    "experiments": {"e": "exp2.yaml"}, "figure__recipe": None,  # one recipe so far
-    "figure__out": "other.pdf", "rows__0__name": "renamed", "rows__0__experiment": None,  # one experiment label
-    "rows__0__select": {"system": "dgx_h100", "batch_size": 4}, "rows__1__metric": "metrics.ttft_s",
-    "rows__1__scale": 1.0, "rows__1__reference": 6.0, "rows__1__tolerance": 0.5, "rows__0__role": "validation",
+    "title": "Another title",
+    "source": "another source",
+    "paper__0__claim": "another claim",
+    "paper__0__value": "3x",
+    "paper__0__note": "another note",
+    "experiments": {"e": "exp2.yaml"},
+    "figure__recipe": None,  # one recipe so far
+    "figure__out": "other.pdf",
+    "rows__0__name": "renamed",
+    "rows__0__experiment": None,  # one experiment label
+    "rows__0__select": {"system": "dgx_h100", "batch_size": 4},
+    "rows__1__metric": "metrics.ttft_s",
+    "rows__1__scale": 1.0,
+    "rows__1__reference": 6.0,
+    "rows__1__tolerance": 0.5,
+    "rows__0__role": "validation",
     "rows__1__source": "another row source",
     # an assumption changes the rows validate compares (its own fields: the --explain test above prints name,
     # title and source, and each step's values follow its set)
-    "assumptions": [{"name": "slow_hbm", "title": "t", "source": "s", "set": {"hardware.h100_sxm.hbm_bandwidth_gbps": 2000}}],
+    "assumptions": [
+        {"name": "slow_hbm", "title": "t", "source": "s", "set": {"hardware.h100_sxm.hbm_bandwidth_gbps": 2000}}
+    ],
 }
 
 
@@ -480,15 +651,20 @@ def test_every_reference_field_takes_effect(tmp_path, monkeypatch, capsys, path)
 
 def test_noop_table_covers_every_field():
     fields = set()
-    for prefix, cls in (("", reproduce.ReferenceSpec), ("paper__0__", reproduce.PaperClaim),
-                        ("figure__", reproduce.FigureSpec), ("rows__0__", reproduce.RowSpec)):
+    for prefix, cls in (
+        ("", reproduce.ReferenceSpec),
+        ("paper__0__", reproduce.PaperClaim),
+        ("figure__", reproduce.FigureSpec),
+        ("rows__0__", reproduce.RowSpec),
+    ):
         fields |= {prefix + f for f in cls.model_fields if not (prefix == "" and f in ("paper", "figure", "rows"))}
-    covered = {k if not k.startswith("rows__1__") else "rows__0__" + k[len("rows__1__"):] for k in NOOP}
+    covered = {k if not k.startswith("rows__1__") else "rows__0__" + k[len("rows__1__") :] for k in NOOP}
     assert fields == covered
 
 
 # ------------------------------------------------------------------------------------------------
 # attnsim run of a built-in experiment that a reproduction folder names prints the two ends of its waterfall
+
 
 def _run_json(capsys, name, *sets):
     args = ["run", name, "--no-write", "--no-figures", "--json"] + [x for s in sets for x in ("--set", s)]
@@ -498,8 +674,11 @@ def _run_json(capsys, name, *sets):
 
 def _doc_value(runs, row):
     """The row's metric x scale in the one run document its select matches (the rows' own rule)."""
-    hits = [d for d in runs if reproduce._matches((d["system"], d["model"], d["scenario"]["name"], d["scenario"]),
-                                                  row.select)]
+    hits = [
+        d
+        for d in runs
+        if reproduce._matches((d["system"], d["model"], d["scenario"]["name"], d["scenario"]), row.select)
+    ]
     assert len(hits) == 1
     return reproduce._number(hits[0], row.metric, "test", "metric") * row.scale
 
@@ -523,14 +702,17 @@ def test_run_prints_the_attacc_waterfall_ends(capsys):
     assert main(["run", "attacc_gpt3_175b", "--no-write", "--no-figures", "--set", sets[0]]) == 0
     out = capsys.readouterr().out
     e = got["dgx-attacc/TP16 decode throughput, batch 16"]
-    line = (f"dgx-attacc/TP16 decode throughput, batch 16: artefact 1.400; attnsim defaults "
-            f"{validate_fmt(e['value'])} (attnsim validate --explain attacc explains the gap)")
+    line = (
+        f"dgx-attacc/TP16 decode throughput, batch 16: artefact 1.400; attnsim defaults "
+        f"{validate_fmt(e['value'])} (attnsim validate --explain attacc explains the gap)"
+    )
     assert line in out and out.index("reproductions of this experiment") < out.index("what differs and why")
     assert "attacc paper (not compared): performance vs a same-capacity GPU system" in out
 
 
 def validate_fmt(v):
     from attnsim.core.report import fmt_num
+
     return fmt_num(v)
 
 
@@ -539,6 +721,7 @@ def test_run_ends_label_a_set_and_a_status(capsys):
     whose run did not complete shows the run's status; an experiment no folder names prints no section."""
     from attnsim.core.config import find_config
     from attnsim.core.report import reproduction_lines
+
     doc = _run_json(capsys, "samsung_cxl_pnm", "hardware.samsung_cxl_pnm.units=8")
     bw = next(e for e in doc["reproductions"] if e["row"] == "CXL-PNM device memory bandwidth [GB/s]")
     assert bw["defaults"] is False and bw["value"] == pytest.approx(8 * 68.2666, rel=1e-4)  # 8 x64 LPDDR5X-8533
@@ -552,16 +735,23 @@ def test_run_ends_label_a_set_and_a_status(capsys):
     assert main(["run", "samsung_cxl_pnm", "--no-write", "--no-figures"]) == 0
     out = capsys.readouterr().out
     # 16 x64 LPDDR5X-8533 packages x 68.27 GB/s = 1092 GB/s (samsung_cxl_pnm.yaml) vs the abstract's 1.1 TB/s
-    assert ("CXL-PNM device memory bandwidth [GB/s]: artefact 1100; attnsim defaults 1092 (attnsim validate "
-            "--explain samsung_cxl_pnm explains the gap)") in out
+    assert (
+        "CXL-PNM device memory bandwidth [GB/s]: artefact 1100; attnsim defaults 1092 (attnsim validate "
+        "--explain samsung_cxl_pnm explains the gap)"
+    ) in out
     assert "samsung_cxl_pnm paper (not compared): performance gain (Samsung's summary" in out and "over 4.4x" in out
     assert reproduce.run_ends(find_config("experiments", "default"), doc["runs"]) == []
 
 
 # The folders of the papers' built-in experiments (attacc, cent and neupims are tested above and in
 # tests/test_validate.py): rows pass, and the waterfall's last step is a plain run of the built-in experiment
-PAPER_FOLDERS = {"ianus": "ianus_gpt2", "specpim": "specpim", "sangam": "sangam_vs_h100",
-                 "samsung_cxl_pnm": "samsung_cxl_pnm", "cxl_ndp": "cxl_ndp"}
+PAPER_FOLDERS = {
+    "ianus": "ianus_gpt2",
+    "specpim": "specpim",
+    "sangam": "sangam_vs_h100",
+    "samsung_cxl_pnm": "samsung_cxl_pnm",
+    "cxl_ndp": "cxl_ndp",
+}
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_FOLDERS))
@@ -572,6 +762,7 @@ def test_paper_folder_rows_pass_and_waterfall_ends_at_a_plain_run(name):
     from attnsim.core.config import find_config
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     folder = reproduce.find(name)
     spec = reproduce.read_spec(folder)
     assert list(spec.experiments.values()) == [PAPER_FOLDERS[name]]  # the built-in paper-named experiment
@@ -583,8 +774,12 @@ def test_paper_folder_rows_pass_and_waterfall_ends_at_a_plain_run(name):
     exp = load_experiment(PAPER_FOLDERS[name])
     systems = sorted({r.select.get("system") for r in spec.rows} | {exp.spec.baseline})
     models = sorted({m for _, m, _ in reproduce.load(folder).runs})
-    plain = run_experiment(load_experiment(PAPER_FOLDERS[name], [f"experiment.systems=[{','.join(systems)}]",
-                                                                 f"experiment.models=[{','.join(models)}]"]))
+    plain = run_experiment(
+        load_experiment(
+            PAPER_FOLDERS[name],
+            [f"experiment.systems=[{','.join(systems)}]", f"experiment.models=[{','.join(models)}]"],
+        )
+    )
     ends = reproduce.run_ends(find_config("experiments", PAPER_FOLDERS[name]), plain)
     assert [e["row"] for e in ends] == [r.name for r in spec.rows]
     assert wf.steps[-1]["label"] == "defaults"

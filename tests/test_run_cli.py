@@ -1,4 +1,5 @@
 """attnsim run / show end to end on the built-in configs (GPU systems)."""
+
 import json
 
 import h5py
@@ -30,7 +31,13 @@ def test_run_json_contract_and_show_roundtrip(tmp_path, capsys):
             assert key in r["metrics"]
         for phase in ("prefill", "decode_step"):
             bd = r["breakdown"][phase]
-            for table in ("time_s_by_op", "time_s_by_device", "energy_j_by_op", "energy_j_by_device", "energy_j_by_component"):
+            for table in (
+                "time_s_by_op",
+                "time_s_by_device",
+                "energy_j_by_op",
+                "energy_j_by_device",
+                "energy_j_by_component",
+            ):
                 assert bd[table]
             # each breakdown explains its total (within 0.1 %)
             assert np.isclose(sum(bd["time_s_by_op"].values()), bd["time_s"], rtol=1e-3)
@@ -42,7 +49,9 @@ def test_run_json_contract_and_show_roundtrip(tmp_path, capsys):
         vb = r["vs_baseline"]
         assert vb["baseline"] == "dgx_a100"
         assert np.isclose(vb["throughput_ratio"], r["metrics"]["tokens_per_s"] / base["metrics"]["tokens_per_s"])
-        assert np.isclose(vb["energy_efficiency_ratio"], base["metrics"]["energy_per_token_j"] / r["metrics"]["energy_per_token_j"])
+        assert np.isclose(
+            vb["energy_efficiency_ratio"], base["metrics"]["energy_per_token_j"] / r["metrics"]["energy_per_token_j"]
+        )
     h5 = out / "results.h5"
     for fig in ("latency_by_device", "energy_breakdown"):  # summary figures beside the results
         assert (out / f"{fig}.pdf").read_bytes()[:4] == b"%PDF" and (out / f"{fig}.png").stat().st_size > 1000
@@ -55,8 +64,20 @@ def test_run_json_contract_and_show_roundtrip(tmp_path, capsys):
 
 
 def test_same_config_same_bytes(tmp_path, capsys):
-    a = _run_json(capsys, "--no-write", *SMALL, "--set", "scenarios.chat.context_lens={dist: lognormal, mean: 1500, std: 400, seed: 7}")
-    b = _run_json(capsys, "--no-write", *SMALL, "--set", "scenarios.chat.context_lens={dist: lognormal, mean: 1500, std: 400, seed: 7}")
+    a = _run_json(
+        capsys,
+        "--no-write",
+        *SMALL,
+        "--set",
+        "scenarios.chat.context_lens={dist: lognormal, mean: 1500, std: 400, seed: 7}",
+    )
+    b = _run_json(
+        capsys,
+        "--no-write",
+        *SMALL,
+        "--set",
+        "scenarios.chat.context_lens={dist: lognormal, mean: 1500, std: 400, seed: 7}",
+    )
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
@@ -75,15 +96,17 @@ def test_metric_definitions_hold():
 def test_sampled_generation_matches_exact_within_half_percent():
     sets = ["experiment.systems=[dgx_h100]", "experiment.baseline=null", "scenarios.chat.output_len=256"]
     exact = run_experiment(load_experiment(None, sets))[0]["metrics"]
-    sampled = run_experiment(load_experiment(None, sets + ["experiment.generation.mode=sampled",
-                                                           "experiment.generation.samples=5"]))[0]["metrics"]
+    sampled = run_experiment(
+        load_experiment(None, sets + ["experiment.generation.mode=sampled", "experiment.generation.samples=5"])
+    )[0]["metrics"]
     for k in ("tpot_s", "tokens_per_s", "energy_per_token_j"):
         assert abs(sampled[k] / exact[k] - 1) < 5e-3, k
 
 
 def test_capacity_overflow_is_reported_not_run(capsys):
-    doc = _run_json(capsys, "--no-write", *SMALL, "--set", "experiment.systems=[h100_x1]",
-                    "--set", "experiment.baseline=null")
+    doc = _run_json(
+        capsys, "--no-write", *SMALL, "--set", "experiment.systems=[h100_x1]", "--set", "experiment.baseline=null"
+    )
     (r,) = doc["runs"]
     assert r["status"] == "does_not_fit"
     assert "exceed its capacity" in r["error"] and "GB" in r["error"]
@@ -91,8 +114,22 @@ def test_capacity_overflow_is_reported_not_run(capsys):
 
 def test_trace_file_has_one_track_per_device(tmp_path, capsys):
     tr = tmp_path / "t.json"
-    assert main(["run", "--no-write", "--trace", str(tr), *SMALL, "--set", "experiment.systems=[dgx_h100]",
-                 "--set", "experiment.baseline=null"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--no-write",
+                "--trace",
+                str(tr),
+                *SMALL,
+                "--set",
+                "experiment.systems=[dgx_h100]",
+                "--set",
+                "experiment.baseline=null",
+            ]
+        )
+        == 0
+    )
     ev = json.loads(tr.read_text())["traceEvents"]
     tracks = {e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
     assert {"gpu", "link"} <= tracks
@@ -105,8 +142,14 @@ def test_trace_file_has_one_track_per_device(tmp_path, capsys):
 @pytest.mark.parametrize("batch", [1, 4, 16])
 def test_decode_is_memory_bound_and_flat_until_ridge(batch):
     """Decode TPOT barely moves from batch 1 to 16 (weight streaming dominates), prefill is compute-bound."""
-    sets = ["experiment.systems=[dgx_h100]", "experiment.baseline=null", "scenarios.chat.prompt_len=128",
-            "experiment.generation.mode=sampled", "experiment.generation.samples=2", "scenarios.chat.output_len=3"]
+    sets = [
+        "experiment.systems=[dgx_h100]",
+        "experiment.baseline=null",
+        "scenarios.chat.prompt_len=128",
+        "experiment.generation.mode=sampled",
+        "experiment.generation.samples=2",
+        "scenarios.chat.output_len=3",
+    ]
     m1 = run_experiment(load_experiment(None, sets + ["scenarios.chat.batch_size=1"]))[0]["metrics"]
     mb = run_experiment(load_experiment(None, sets + [f"scenarios.chat.batch_size={batch}"]))[0]["metrics"]
     assert mb["tpot_s"] / m1["tpot_s"] < 1.25
@@ -115,10 +158,14 @@ def test_decode_is_memory_bound_and_flat_until_ridge(batch):
 
 def test_usage_errors_are_one_line_and_numeric_options_are_bounded(capsys):
     from attnsim.cli import main
-    for argv, needle in ((["sweep"], "required: sweep"), (["bogus"], "invalid choice"),
-                         (["sweep", "example", "--workers", "0"], "--workers"),
-                         (["sweep", "example", "--checkpoint-s", "nan"], "finite"),
-                         (["sweep", "example", "--checkpoint-s", "-5"], "--checkpoint-s")):
+
+    for argv, needle in (
+        (["sweep"], "required: sweep"),
+        (["bogus"], "invalid choice"),
+        (["sweep", "example", "--workers", "0"], "--workers"),
+        (["sweep", "example", "--checkpoint-s", "nan"], "finite"),
+        (["sweep", "example", "--checkpoint-s", "-5"], "--checkpoint-s"),
+    ):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2

@@ -1,5 +1,6 @@
 """Samsung CXL-PNM preset (Park et al., HPCA'24): hand-derived bandwidth, capacity, peak and idle power,
 and the GPU-free platform's plan (prefill and decode on the controller accelerators)."""
+
 import numpy as np
 import pytest
 
@@ -39,16 +40,20 @@ def test_prefill_row_is_a_roofline_over_the_device():
 
 
 def test_platform_runs_everything_on_the_pnm_devices():
-    from attnsim.sim.experiment import load_experiment
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
+    from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.trace import kv_cache_bytes, weight_bytes
+
     exp = load_experiment("samsung_cxl_pnm", sets=["models.opt-66b.num_layers=2"])
     system = build_system(exp.systems["samsung_cxl_pnm"], exp.tree.hardware, exp.tree.file_of)
     model, sc = exp.models["opt-66b"], exp.scenarios["b32"]
     ctx = sc.prompt_lens() + sc.output_len
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, ctx),
-          "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=8)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, ctx),
+        "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=8),
+    }
     for phase in ("prefill", "decode"):
         plan = get_policy("cxl_pnm")(build_trace(model, sc, phase, tp=8), system, mb, {})
         assert set(plan.device) <= {"pnm", "link"}

@@ -1,5 +1,6 @@
 """Sangam-style chiplet CXL-PIM (hwmodels/systolic.py on the CXL-PNM path): systolic tile cycles and
 utilisation by hand, the SRAM re-read rule, and the device's use of both."""
+
 import numpy as np
 import pytest
 
@@ -31,7 +32,7 @@ def test_tile_cycles_and_utilisation_by_hand():
     assert S.utilisation(npu_like, 256, 256, 256) == pytest.approx(0.5)
     # decode GEMV (M = 16 requests) is weight-load bound: util -> M / rows = 1/8 for many tiles
     # 4096 x 4096: 32 x 32 = 1024 tiles x 128 cycles + 256 -> 16 x 4096^2 / (16384 x 131328)
-    assert S.utilisation(ONE, 16, 4096, 4096) == pytest.approx(16 * 4096 ** 2 / (16384 * 131328))
+    assert S.utilisation(ONE, 16, 4096, 4096) == pytest.approx(16 * 4096**2 / (16384 * 131328))
     assert S.utilisation(ONE, 16, 4096, 4096) < 16 / 128
     # tiles spread over arrays: 16 arrays run the 1024 tiles in ceil(1024 / 16) = 64 rounds
     sixteen = ONE.model_copy(update={"arrays": 16})
@@ -43,7 +44,7 @@ def test_sram_rereads_by_hand():
     assert S.input_rereads(ONE, 4e6, 100_000) == 0.0
     # 10 MB of inputs, N = 4096 outputs, one array of 128 columns: 32 passes -> 31 extra reads
     assert S.input_rereads(ONE, 10e6, 4096) == pytest.approx(31 * 10e6)
-    sixteen = ONE.model_copy(update={"arrays": 16})   # 16 x 128 = 2048 columns per pass: 2 passes
+    sixteen = ONE.model_copy(update={"arrays": 16})  # 16 x 128 = 2048 columns per pass: 2 passes
     assert S.input_rereads(sixteen, 10e6, 4096) == pytest.approx(10e6)
 
 
@@ -52,7 +53,7 @@ def test_preset_peak_and_refusals():
     assert d.peak_flops == pytest.approx(2 * 16 * 128 * 128 * 1e9)
     assert d.peak_bandwidth_bytes_per_s == pytest.approx(8 * 819.2e9)
     assert d.capacity_bytes == pytest.approx(128e9)
-    with pytest.raises(ConfigError, match="pu.tflops"):   # one compute model: the arrays set the peak
+    with pytest.raises(ConfigError, match="pu.tflops"):  # one compute model: the arrays set the peak
         device(pu={"tflops": 16})
     hw = load_yaml(find_config("hardware", "attacc_hbm3_pim_stack"))
     hw["systolic"] = dict(arrays=1, rows=8, cols=8, clock_mhz=1000, sram_mb=1)
@@ -69,7 +70,7 @@ def test_prefill_gemm_costs_the_tiles_and_the_rereads():
     small = device(systolic=dict(arrays=16, rows=128, cols=128, clock_mhz=1000, sram_mb=1))
     big = device(systolic=dict(arrays=16, rows=128, cols=128, clock_mhz=1000, sram_mb=1000))
     act, wb = float(c["act_bytes"][i]), float(c["weight_bytes"][i])
-    assert act > 1e6   # inputs of 4 x 1024 tokens x 4096 do not fit 1 MB
+    assert act > 1e6  # inputs of 4 x 1024 tokens x 4096 do not fit 1 MB
     passes = -(-n // (16 * 128))
     a, b = small.cost(tr, [i]), big.cost(tr, [i])
     assert a.bytes_by_level["dram_bank"][0] == pytest.approx(wb + act * passes)

@@ -1,4 +1,5 @@
 """Scenario: per-request lengths (lists and seeded distributions) and validation errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,11 +30,14 @@ def test_list_length_mismatch_names_file_and_key():
     assert "3 entries, expected batch_size = 4" in str(ei.value)
 
 
-@pytest.mark.parametrize("dist", [
-    {"dist": "uniform", "low": 10, "high": 5000},
-    {"dist": "normal", "mean": 1000.0, "std": 300.0},
-    {"dist": "lognormal", "mean": 1000.0, "std": 800.0},
-])
+@pytest.mark.parametrize(
+    "dist",
+    [
+        {"dist": "uniform", "low": 10, "high": 5000},
+        {"dist": "normal", "mean": 1000.0, "std": 300.0},
+        {"dist": "lognormal", "mean": 1000.0, "std": 800.0},
+    ],
+)
 def test_distribution_deterministic_per_seed(dist):
     a = _sc(batch_size=64, context_lens={**dist, "seed": 3}).prompt_lens()
     b = _sc(batch_size=64, context_lens={**dist, "seed": 3}).prompt_lens()

@@ -1,24 +1,32 @@
 """attnsim sensitivity: ranges: blocks in hardware configs, OAT / Morris over them, the table, the
 flip summary, the tornado figure and the CLI's refusals."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-from attnsim.studies import sensitivity
 from attnsim.cli import main
 from attnsim.core.config import CONFIG_ROOT, ConfigError, available, find_config, load_yaml
 from attnsim.hwmodels import registry
+from attnsim.studies import sensitivity
 
 GPU = "a100_80gb_sxm"
-RANGES = (f"hardware.{GPU}.ranges={{idle_power_w: {{low: 40, high: 90, source: 'assumption: test'}}, "
-          "hbm_bandwidth_gbps: {low: 1500, high: 2500, source: 'assumption: test'}}")
-SETS = ["experiment.systems=[dgx_a100, dgx_h100]", "experiment.baseline=dgx_a100", "experiment.models=[llama2-7b]",
-        "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 6}}",
-        "experiment.generation={mode: sampled, samples: 3}", "models.llama2-7b.num_layers=2", RANGES]
+RANGES = (
+    f"hardware.{GPU}.ranges={{idle_power_w: {{low: 40, high: 90, source: 'assumption: test'}}, "
+    "hbm_bandwidth_gbps: {low: 1500, high: 2500, source: 'assumption: test'}}"
+)
+SETS = [
+    "experiment.systems=[dgx_a100, dgx_h100]",
+    "experiment.baseline=dgx_a100",
+    "experiment.models=[llama2-7b]",
+    "experiment.scenarios={s: {batch_size: 2, prompt_len: 64, output_len: 6}}",
+    "experiment.generation={mode: sampled, samples: 3}",
+    "models.llama2-7b.num_layers=2",
+    RANGES,
+]
 IDLE, BW = f"{GPU}.idle_power_w", f"{GPU}.hbm_bandwidth_gbps"
 A100 = "dgx_a100/llama2-7b/s"
 
@@ -27,18 +35,29 @@ def _gpu() -> dict:
     return load_yaml(find_config("hardware", GPU))
 
 
-@pytest.mark.parametrize("ranges,key,msg", [
-    ({"bogus_w": {"low": 1, "high": 2, "source": "x"}}, "ranges.bogus_w", "expected a number field of kind gpu ("),
-    ({"software_stack": {"low": 1, "high": 2, "source": "x"}}, "ranges.software_stack", "expected a number field"),
-    ({"idle_power_w": {"low": 500, "high": 600, "source": "x"}}, "ranges.idle_power_w", "expected low <= idle_power_w ("),
-    ({"idle_power_w": {"low": 40, "high": 90}}, "ranges.idle_power_w.source", "missing required key"),
-    ({"idle_power_w": {"low": 40, "high": 90, "source": ""}}, "ranges.idle_power_w.source", ""),
-    ({"idle_power_w": {"low": 90, "high": 40, "source": "x"}}, "ranges.idle_power_w", "expected low <= high"),
-    ({"idle_power_w": {"low": 40, "high": 90, "source": "x", "mid": 3}}, "ranges.idle_power_w.mid", "unknown key"),
-    ({"mem_eta_max": {"low": 0.5, "high": 1.5, "source": "x"}}, "ranges.mem_eta_max.high", "expected a legal value"),
-    ({"idle_power_w": {"low": 40, "high": float("inf"), "source": "x"}}, "ranges.idle_power_w.high", "finite"),
-    ([1, 2], "ranges", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "ranges,key,msg",
+    [
+        ({"bogus_w": {"low": 1, "high": 2, "source": "x"}}, "ranges.bogus_w", "expected a number field of kind gpu ("),
+        ({"software_stack": {"low": 1, "high": 2, "source": "x"}}, "ranges.software_stack", "expected a number field"),
+        (
+            {"idle_power_w": {"low": 500, "high": 600, "source": "x"}},
+            "ranges.idle_power_w",
+            "expected low <= idle_power_w (",
+        ),
+        ({"idle_power_w": {"low": 40, "high": 90}}, "ranges.idle_power_w.source", "missing required key"),
+        ({"idle_power_w": {"low": 40, "high": 90, "source": ""}}, "ranges.idle_power_w.source", ""),
+        ({"idle_power_w": {"low": 90, "high": 40, "source": "x"}}, "ranges.idle_power_w", "expected low <= high"),
+        ({"idle_power_w": {"low": 40, "high": 90, "source": "x", "mid": 3}}, "ranges.idle_power_w.mid", "unknown key"),
+        (
+            {"mem_eta_max": {"low": 0.5, "high": 1.5, "source": "x"}},
+            "ranges.mem_eta_max.high",
+            "expected a legal value",
+        ),
+        ({"idle_power_w": {"low": 40, "high": float("inf"), "source": "x"}}, "ranges.idle_power_w.high", "finite"),
+        ([1, 2], "ranges", "expected a mapping"),
+    ],
+)
 def test_ranges_refused_one_line(ranges, key, msg):
     with pytest.raises(ConfigError) as e:
         registry.check_ranges({**_gpu(), "ranges": ranges}, "x.yaml")
@@ -71,7 +90,9 @@ def test_file_range_checked_when_loaded(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
     assert main(["run", "default", "--no-write"] + [f"--set={s}" for s in SETS[:-1]]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: {tmp_path / 'hardware' / GPU}.yaml: ranges.idle_power_w: expected low <= idle_power_w (")
+    assert err.startswith(
+        f"error: {tmp_path / 'hardware' / GPU}.yaml: ranges.idle_power_w: expected low <= idle_power_w ("
+    )
     assert "\n" not in err
 
 
@@ -85,7 +106,7 @@ def _row(doc, param, out):
 
 
 def test_oat_swings(oat_doc):
-    assert oat_doc["evaluations"] == 5   # base + low/high of two parameters
+    assert oat_doc["evaluations"] == 5  # base + low/high of two parameters
     assert [p["name"] for p in oat_doc["parameters"]] == [IDLE, BW]
     # idle power cannot change a time; it must raise the energy per token (static power x time)
     for m in ("tpot_s", "ttft_s", "tokens_per_s"):
@@ -105,11 +126,28 @@ def test_oat_swings(oat_doc):
 def test_flip_detection_constructed():
     assert sensitivity.flips(1.1, [0.9, 1.2, None]) == [0.9]
     assert sensitivity.flips(0.8, [0.9, 1.3]) == [1.3]
-    assert sensitivity.flips(1.0, [0.5, 2.0]) == []      # a tie is no verdict to flip
-    doc = {"method": "oat", "parameters": [{"name": "p", "low": 1, "base": 2, "high": 3}, {"name": "q", "low": 1, "base": 2, "high": 3}],
-           "rows": [{"parameter": "p", "output": "r:vs_baseline.energy_efficiency_ratio", "low": 0.9, "base": 1.05, "high": 1.2},
-                    {"parameter": "q", "output": "r:vs_baseline.energy_efficiency_ratio", "low": 1.01, "base": 1.05, "high": 1.2},
-                    {"parameter": "p", "output": "r:energy_per_token_j", "low": 0.5, "base": 1.5, "high": 2.0}]}
+    assert sensitivity.flips(1.0, [0.5, 2.0]) == []  # a tie is no verdict to flip
+    doc = {
+        "method": "oat",
+        "parameters": [{"name": "p", "low": 1, "base": 2, "high": 3}, {"name": "q", "low": 1, "base": 2, "high": 3}],
+        "rows": [
+            {
+                "parameter": "p",
+                "output": "r:vs_baseline.energy_efficiency_ratio",
+                "low": 0.9,
+                "base": 1.05,
+                "high": 1.2,
+            },
+            {
+                "parameter": "q",
+                "output": "r:vs_baseline.energy_efficiency_ratio",
+                "low": 1.01,
+                "base": 1.05,
+                "high": 1.2,
+            },
+            {"parameter": "p", "output": "r:energy_per_token_j", "low": 0.5, "base": 1.5, "high": 2.0},
+        ],
+    }
     lines = sensitivity.flip_lines(doc)
     assert lines == ["p could flip r:vs_baseline.energy_efficiency_ratio across 1.0: 0.9 at 1, 1.05 at 2, 1.2 at 3"]
 
@@ -117,8 +155,11 @@ def test_flip_detection_constructed():
 def test_oat_table_and_flip_summary(oat_doc):
     text = sensitivity.table(oat_doc)
     assert f"{A100}:tpot_s" in text and BW in text
-    crossing = [r for r in oat_doc["rows"] if "vs_baseline" in r["output"]
-                and sensitivity.flips(r["base"], [r["low"], r["high"]])]
+    crossing = [
+        r
+        for r in oat_doc["rows"]
+        if "vs_baseline" in r["output"] and sensitivity.flips(r["base"], [r["low"], r["high"]])
+    ]
     assert len(oat_doc["flips"]) == len(crossing)
     for line in oat_doc["flips"]:
         assert line in text and "across 1.0" in line
@@ -126,16 +167,16 @@ def test_oat_table_and_flip_summary(oat_doc):
 
 def test_morris_small_sample():
     doc = sensitivity.run("default", SETS, [BW, IDLE], method="morris", samples=2)
-    assert doc["evaluations"] == 1 + 2 * 3   # base + trajectories x (parameters + 1)
+    assert doc["evaluations"] == 1 + 2 * 3  # base + trajectories x (parameters + 1)
     r = next(r for r in doc["rows"] if r["parameter"] == IDLE and r["output"] == f"{A100}:tpot_s")
     assert r["mu_star"] == 0.0
     r = next(r for r in doc["rows"] if r["parameter"] == BW and r["output"] == f"{A100}:tpot_s")
-    assert r["mu_star"] > 0 and r["mu"] < 0   # elementary effect of bandwidth on TPOT: negative
+    assert r["mu_star"] > 0 and r["mu"] < 0  # elementary effect of bandwidth on TPOT: negative
     assert "mu_star" in sensitivity.table(doc)
     doc = sensitivity.run("default", SETS, [IDLE], method="sobol", samples=2)
-    assert doc["evaluations"] == 1 + 2 * (1 + 2)   # base + N x (parameters + 2), first-order and total only
+    assert doc["evaluations"] == 1 + 2 * (1 + 2)  # base + N x (parameters + 2), first-order and total only
     r = next(r for r in doc["rows"] if r["output"] == f"{A100}:tpot_s")
-    assert r["ST"] == 0.0 and r["S1"] == 0.0 and r["sample_min"] == r["sample_max"]   # idle power moves no time
+    assert r["ST"] == 0.0 and r["S1"] == 0.0 and r["sample_min"] == r["sample_max"]  # idle power moves no time
 
 
 def test_cli_writes_json_and_tornado(tmp_path, capsys):
@@ -153,6 +194,7 @@ def test_cli_writes_json_and_tornado(tmp_path, capsys):
 def test_tornado_recipe(oat_doc):
     from attnsim.plots.recipes import tornado
     from attnsim.plots.style import paper_style
+
     with paper_style():
         fig = tornado(oat_doc, "dgx_h100/llama2-7b/s:vs_baseline.energy_efficiency_ratio")
     ax = fig.axes[0]
@@ -162,23 +204,38 @@ def test_tornado_recipe(oat_doc):
     with pytest.raises(ConfigError, match="--figure-output"):
         tornado(oat_doc, "nope:tpot_s")
     # a run that did not complete at the base point (no base value) still draws
-    doc = {"method": "oat", "base": {"r:tpot_s": None},
-           "rows": [{"parameter": "p", "output": "r:tpot_s", "low": None, "base": None, "high": 2.0, "swing": None,
-                     "relative_swing": None}]}
+    doc = {
+        "method": "oat",
+        "base": {"r:tpot_s": None},
+        "rows": [
+            {
+                "parameter": "p",
+                "output": "r:tpot_s",
+                "low": None,
+                "base": None,
+                "high": 2.0,
+                "swing": None,
+                "relative_swing": None,
+            }
+        ],
+    }
     with paper_style():
         assert "base -" in tornado(doc, "r:tpot_s").axes[0].get_xlabel()
 
 
-@pytest.mark.parametrize("extra,msg", [
-    (["--params", "bogus.x"], "error: --params: unknown parameter 'bogus.x' (known: "),
-    (["--params", ","], "error: --params: expected comma-separated parameter names"),
-    (["--samples", "4"], "error: --samples: not used with --method oat"),
-    (["--samples", "0"], "error: attnsim sensitivity: argument --samples"),
-    (["--method", "fast"], "error: attnsim sensitivity: argument --method: invalid choice"),
-    (["--method", "sobol", "--samples", "3"], "error: --samples: expected a power of 2 for sobol, got 3"),
-    (["--no-write", "--out", "x"], "error: --out: --no-write writes no results folder"),
-    (["--figure-output", "nope"], "error: --figure-output: expected one of"),
-])
+@pytest.mark.parametrize(
+    "extra,msg",
+    [
+        (["--params", "bogus.x"], "error: --params: unknown parameter 'bogus.x' (known: "),
+        (["--params", ","], "error: --params: expected comma-separated parameter names"),
+        (["--samples", "4"], "error: --samples: not used with --method oat"),
+        (["--samples", "0"], "error: attnsim sensitivity: argument --samples"),
+        (["--method", "fast"], "error: attnsim sensitivity: argument --method: invalid choice"),
+        (["--method", "sobol", "--samples", "3"], "error: --samples: expected a power of 2 for sobol, got 3"),
+        (["--no-write", "--out", "x"], "error: --out: --no-write writes no results folder"),
+        (["--figure-output", "nope"], "error: --figure-output: expected one of"),
+    ],
+)
 def test_bad_flags_refused(extra, msg, tmp_path, capsys):
     out = tmp_path / "o"
     args = ["sensitivity", "default"] + [f"--set={s}" for s in SETS] + extra
@@ -191,8 +248,8 @@ def test_bad_flags_refused(extra, msg, tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(msg) and "\n" not in err, err
-    if "unknown parameter" in msg:   # the known names are listed
-        assert IDLE in err and BW in err and f"{GPU}.attn_mem_eta_fused" not in err   # --set replaced the file's ranges
+    if "unknown parameter" in msg:  # the known names are listed
+        assert IDLE in err and BW in err and f"{GPU}.attn_mem_eta_fused" not in err  # --set replaced the file's ranges
     assert not out.exists() or not any(out.iterdir())
 
 

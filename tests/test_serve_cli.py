@@ -1,4 +1,5 @@
 """``attnsim serve``: summary, --json, HDF5 /requests table, CSV export, errors."""
+
 import json
 
 import h5py
@@ -67,7 +68,9 @@ def test_bad_serving_key(tmp_path, capsys):
 
 
 def test_unservable_run_reports_why(tmp_path, capsys):
-    p = _write(tmp_path, "num_requests: 40, rate_per_s: 20, seed: 2, prompt: {dist: fixed, mean: 600000}")  # beyond llama3-8b's 8192 positions: allowed here
+    p = _write(
+        tmp_path, "num_requests: 40, rate_per_s: 20, seed: 2, prompt: {dist: fixed, mean: 600000}"
+    )  # beyond llama3-8b's 8192 positions: allowed here
     assert main(["serve", str(p), "--json", "--no-write", "--set", "scenarios.chat.beyond_max_position=allow"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert runs[0]["status"] == "cannot_serve" and "cannot be served" in runs[0]["error"]

@@ -1,4 +1,5 @@
 """Iteration costing: the memo (bucketed, interpolated) against exact per-iteration costing."""
+
 import numpy as np
 import pytest
 
@@ -73,9 +74,17 @@ def test_pim_lowering_memos_change_nothing(monkeypatch):
     from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
     from attnsim.studies.serve.scheduler import simulate_pool
 
-    tr = synthetic_trace(TraceSpec(num_requests=12, rate_per_s=20.0, seed=1,
-                                   prompt={"dist": "uniform", "low": 64, "high": 512},
-                                   output={"dist": "uniform", "low": 4, "high": 24}), 1, 1)
+    tr = synthetic_trace(
+        TraceSpec(
+            num_requests=12,
+            rate_per_s=20.0,
+            seed=1,
+            prompt={"dist": "uniform", "low": 64, "high": 512},
+            output={"dist": "uniform", "low": 4, "high": 24},
+        ),
+        1,
+        1,
+    )
 
     def run():
         pool, _, _ = quick_pool(system="attacc", model="gpt3-7b", scenario={"prompt_len": 512, "output_len": 32})

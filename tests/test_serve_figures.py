@@ -1,4 +1,5 @@
 """Serving figures through the CLI: latency CDFs from a serve results file, SLO attainment vs load."""
+
 import h5py
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ def _labels(tmp_path):
     p.write_text("h100_x1: One H100\n")
     return p
 
+
 SMALL = ["--set", "experiment.serving.trace.num_requests=30"]
 
 
@@ -25,12 +27,27 @@ def test_latency_cdf_from_serve_results(tmp_path, capsys):
     capsys.readouterr()
     assert main(["plot", str(out / "results.h5"), "--recipe", "latency_cdf", "-o", str(tmp_path / "cdf.pdf")]) == 0
     assert (tmp_path / "cdf.pdf").read_bytes()[:4] == b"%PDF" and (tmp_path / "cdf.png").stat().st_size > 1000
-    assert main(["plot", str(out / "results.h5"), "--recipe", "latency_ccdf", "--labels", str(_labels(tmp_path)),
-                 "-o", str(tmp_path / "ccdf.png")]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                str(out / "results.h5"),
+                "--recipe",
+                "latency_ccdf",
+                "--labels",
+                str(_labels(tmp_path)),
+                "-o",
+                str(tmp_path / "ccdf.png"),
+            ]
+        )
+        == 0
+    )
     # the CCDF's content: P(X > x) steps down to 1/n on log y (log x), the SLOs of the run as vertical lines
-    from attnsim.studies.sweep.store import read_results
-    from attnsim.plots.serve import cdf_figure, read_slos
     from test_figure_quality import assert_contrast, assert_font, assert_ticks_apart
+
+    from attnsim.plots.serve import cdf_figure, read_slos
+    from attnsim.studies.sweep.store import read_results
+
     slos = read_slos(out / "results.h5")
     m = read_results(out / "results.h5")[1][0]["metrics"]
     assert slos == {"ttft_s": [m["slo_ttft_s"]], "tpot_s": [m["slo_tpot_s"]]}

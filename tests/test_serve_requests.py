@@ -1,4 +1,5 @@
 """Request traces: seeded synthetic arrivals/lengths and user files with line-numbered errors."""
+
 import numpy as np
 import pytest
 
@@ -11,9 +12,14 @@ def _spec(**kw):
 
 
 def test_same_seed_same_trace_and_other_seed_differs():
-    s = _spec(num_requests=500, rate_per_s=3.0, prompt={"dist": "lognormal", "mean": 700, "std": 300},
-              output={"dist": "uniform", "low": 10, "high": 90}, prefix={"num_prefixes": 3, "tokens": 64, "fraction": 0.5},
-              seed=4)
+    s = _spec(
+        num_requests=500,
+        rate_per_s=3.0,
+        prompt={"dist": "lognormal", "mean": 700, "std": 300},
+        output={"dist": "uniform", "low": 10, "high": 90},
+        prefix={"num_prefixes": 3, "tokens": 64, "fraction": 0.5},
+        seed=4,
+    )
     a, b = synthetic_trace(s, 1, 1), synthetic_trace(s, 1, 1)
     for f in ("arrival_s", "prompt_tokens", "output_tokens", "prefix_id", "prefix_tokens"):
         assert np.array_equal(getattr(a, f), getattr(b, f))
@@ -61,20 +67,29 @@ def test_csv_and_jsonl_files(tmp_path):
     assert list(t.arrival_s) == [0.1, 0.5] and list(t.prompt_tokens) == [200, 100]
     assert list(t.prefix_id) == [3, -1] and list(t.prefix_tokens) == [64, 0]
     j = tmp_path / "r.jsonl"
-    j.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n\n{"arrival_s": 1, "prompt_tokens": 6, '
-                 '"output_tokens": 3, "prefix_id": 0, "prefix_tokens": 4}\n')
+    j.write_text(
+        '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n\n{"arrival_s": 1, "prompt_tokens": 6, '
+        '"output_tokens": 3, "prefix_id": 0, "prefix_tokens": 4}\n'
+    )
     t = read_trace_file(j)
     assert list(t.prefix_tokens) == [0, 4]
 
 
-@pytest.mark.parametrize("body,line,words", [
-    ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,abc,5\n", "line 3", "prompt_tokens: expected a number"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,10,0\n", "line 2", "output_tokens: expected an integer >= 1"),
-    ("arrival_s,prompt_tokens,output_tokens\n-1,10,3\n", "line 2", "arrival_s"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,10.5,3\n", "line 2", "expected an integer"),
-    ("arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,3,1,20\n", "line 2", "exceed prompt_tokens"),
-    ("arrival_s,prompt_tokens,colour\n0,10,3\n", "line 2", "unknown column"),
-])
+@pytest.mark.parametrize(
+    "body,line,words",
+    [
+        ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,abc,5\n", "line 3", "prompt_tokens: expected a number"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,10,0\n", "line 2", "output_tokens: expected an integer >= 1"),
+        ("arrival_s,prompt_tokens,output_tokens\n-1,10,3\n", "line 2", "arrival_s"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,10.5,3\n", "line 2", "expected an integer"),
+        (
+            "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,3,1,20\n",
+            "line 2",
+            "exceed prompt_tokens",
+        ),
+        ("arrival_s,prompt_tokens,colour\n0,10,3\n", "line 2", "unknown column"),
+    ],
+)
 def test_bad_rows_name_the_line(tmp_path, body, line, words):
     p = tmp_path / "bad.csv"
     p.write_text(body)

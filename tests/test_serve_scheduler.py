@@ -1,5 +1,6 @@
 """Continuous batching: the must-hold checks (serve == run for one request, Little's law,
 capacity never exceeded, unservable traces explained, determinism) and hand-derived cases."""
+
 import numpy as np
 import pytest
 
@@ -16,15 +17,22 @@ def _serve(pool, arrival, prompt, output, **kw):
     return simulate_pool(pool, np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), **kw)
 
 
-@pytest.mark.parametrize("system,model,memo,rel", [
-    ("h100_x1", "llama3-8b", EXACT["memo"], 1e-12),
-    ("h100_x1", "llama3-8b", {}, 1e-2),            # default grid: within one tile step (costing.py)
-    ("attacc", "gpt3-175b", EXACT["memo"], 1e-12),  # GPU + HBM-PIM (attacc policy, DRAM engine)
-])
+@pytest.mark.parametrize(
+    "system,model,memo,rel",
+    [
+        ("h100_x1", "llama3-8b", EXACT["memo"], 1e-12),
+        ("h100_x1", "llama3-8b", {}, 1e-2),  # default grid: within one tile step (costing.py)
+        ("attacc", "gpt3-175b", EXACT["memo"], 1e-12),  # GPU + HBM-PIM (attacc policy, DRAM engine)
+    ],
+)
 def test_one_request_serve_equals_run(system, model, memo, rel):
     P, O = 700, 40
-    pool, _, sv = quick_pool(system=system, model=model, scenario={"prompt_len": P, "output_len": O, "batch_size": 1},
-                             serving={"memo": memo, "scheduler": {"max_tokens_per_iter": 4096}})
+    pool, _, sv = quick_pool(
+        system=system,
+        model=model,
+        scenario={"prompt_len": P, "output_len": O, "batch_size": 1},
+        serving={"memo": memo, "scheduler": {"max_tokens_per_iter": 4096}},
+    )
     r = _serve(pool, [0.0], [P], [O])
     ref = simulate_generation(pool.system, pool.model, pool.sc, GenerationSpec(mode="exact"))["metrics"]
     ttft = r.first_token_s[0]
@@ -59,13 +67,31 @@ def test_chunked_prefill_splits_long_prompt():
 
 def _load_run(rate, n=1500, seed=0, **serving):
     from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
+
     pool, _, sv = quick_pool(serving=serving)
-    tr = synthetic_trace(TraceSpec(num_requests=n, rate_per_s=rate, seed=seed,
-                                   prompt={"dist": "lognormal", "mean": 600, "std": 300, "high": 3000},
-                                   output={"dist": "lognormal", "mean": 120, "std": 80, "high": 600}), 1, 1)
+    tr = synthetic_trace(
+        TraceSpec(
+            num_requests=n,
+            rate_per_s=rate,
+            seed=seed,
+            prompt={"dist": "lognormal", "mean": 600, "std": 300, "high": 3000},
+            output={"dist": "lognormal", "mean": 120, "std": 80, "high": 600},
+        ),
+        1,
+        1,
+    )
     r = simulate_pool(pool, tr.arrival_s, tr.prompt_tokens, tr.output_tokens)
-    req = request_table(tr.arrival_s, tr.prompt_tokens, tr.output_tokens, r.first_token_s, r.finish_s, r.admit_s,
-                        r.energy_j, r.preemptions, r.prefix_hit_tokens)
+    req = request_table(
+        tr.arrival_s,
+        tr.prompt_tokens,
+        tr.output_tokens,
+        r.first_token_s,
+        r.finish_s,
+        r.admit_s,
+        r.energy_j,
+        r.preemptions,
+        r.prefix_hit_tokens,
+    )
     return pool, tr, r, req, sv
 
 

@@ -1,5 +1,6 @@
 """Technique families: paged KV allocator and layout locality, prefix caching, KV eviction /
 selection budgets, prefill/decode disaggregation."""
+
 import numpy as np
 import pytest
 
@@ -44,11 +45,15 @@ def test_contiguous_reservation_limits_concurrency():
     tr = dict(arrival_s=np.zeros(n), prompt=np.full(n, 1000), output=np.r_[np.full(n - 1, 50), 2000])
     out = {}
     for layout in ("paged", "contiguous"):
-        pool, _, _ = quick_pool(model="llama2-13b", serving={"kv": {"layout": layout}, "scheduler": {"memory_fraction": 0.5}})
+        pool, _, _ = quick_pool(
+            model="llama2-13b", serving={"kv": {"layout": layout}, "scheduler": {"memory_fraction": 0.5}}
+        )
         r = simulate_pool(pool, tr["arrival_s"], tr["prompt"], tr["output"])
         out[layout] = r
     # hand count: contiguous holds floor(blocks / ceil((1000 + 2000) / 16)) requests at once
-    pool, _, _ = quick_pool(model="llama2-13b", serving={"kv": {"layout": "contiguous"}, "scheduler": {"memory_fraction": 0.5}})
+    pool, _, _ = quick_pool(
+        model="llama2-13b", serving={"kv": {"layout": "contiguous"}, "scheduler": {"memory_fraction": 0.5}}
+    )
     per_req = -(-3000 // 16)
     assert out["contiguous"].stats["max_batch"] <= pool.total_blocks // per_req
     assert out["paged"].stats["max_batch"] > 2 * out["contiguous"].stats["max_batch"]
@@ -85,7 +90,9 @@ def test_kv_policy_token_counts():
     q = KVPolicy(validate(KVPolicySpec, {"kind": "quest", "budget_tokens": 512, "page_tokens": 16}), L)
     assert list(q.retained_tokens([4000], [4000])) == [4000]
     assert list(q.read_tokens([4000], [4000])) == [512 + 250]
-    qd = KVPolicy(validate(KVPolicySpec, {"kind": "quest", "budget_tokens": 512, "page_tokens": 16, "dense_layers": 2}), L)
+    qd = KVPolicy(
+        validate(KVPolicySpec, {"kind": "quest", "budget_tokens": 512, "page_tokens": 16, "dense_layers": 2}), L
+    )
     assert list(qd.read_tokens([4000], [4000])) == [int(np.ceil(2 / 40 * 4000 + 38 / 40 * 762))]
 
 
@@ -123,7 +130,7 @@ def test_transfer_schedule_hand_derived():
     link = _Link()
     ready = np.array([1.0, 1.0])
     last = np.array([0.4, 0.4])
-    kv = np.array([2e8, 2e8])   # 0.2 s + 1 ms each on one link
+    kv = np.array([2e8, 2e8])  # 0.2 s + 1 ms each on one link
     a, e = transfer_schedule(ready, last, kv, link, 1, 4, overlap=False)
     assert a[0] == pytest.approx(1.201) and a[1] == pytest.approx(1.402)
     a, _ = transfer_schedule(ready, last, kv, link, 1, 4, overlap=True)
@@ -138,9 +145,9 @@ def test_disaggregation_end_to_end():
     the link; decode steps as on the decode pool alone."""
     P, O = 800, 6
     pool, exp, sv = quick_pool(serving={"memo": EXACT})
-    from attnsim.studies.serve.run import _link, load_serving_experiment
     from attnsim.core.config import find_config, load_yaml
     from attnsim.hwmodels import registry
+
     link = registry.build(load_yaml(find_config("hardware", "nvlink4")))
     tr = RequestTrace.from_arrays([0.0], [P], [O])
     d = validate(DisaggSpec, {"prefill": "h100_x1", "decode": "h100_x1", "link": "nvlink4", "layerwise_overlap": False})
@@ -148,6 +155,7 @@ def test_disaggregation_end_to_end():
     c = pool.coster
     t_pre = c.exact([P], [P]).time_s
     from attnsim.workloads.trace import kv_cache_bytes
+
     t_x = float(link.transfer_time_s(kv_cache_bytes(pool.model, pool.sc, [P])))
     assert out["first_token_s"][0] == pytest.approx(t_pre, rel=1e-12)
     assert out["kv_arrival_s"][0] == pytest.approx(t_pre + t_x, rel=1e-12)

@@ -1,5 +1,6 @@
 """`attnsim serve --trace`: iteration tracks that span the makespan and add up to the run's tokens and
 energy, per-request async slices with the run's TTFT, disaggregation's two pools and KV transfers, CLI."""
+
 import json
 
 import numpy as np
@@ -24,6 +25,7 @@ serving:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from attnsim.studies.serve.run import _systems, load_serving_experiment, serve_experiment
+
     p = tmp_path_factory.mktemp("st") / "exp.yaml"
     p.write_text(EXP)
     exp, serving = load_serving_experiment(str(p), [])
@@ -101,7 +103,9 @@ def test_disaggregation_has_both_pools_and_kv_transfers(served):
     assert all(e >= b for b, e in spans)
     mean = np.mean([(e - b) * 1e-6 for b, e in spans])
     assert mean == pytest.approx(doc["metrics"]["kv_transfer_s_mean"], rel=1e-9)
-    flight = [e["args"]["value"] for e in ev if e["pid"] == procs["requests"] and e.get("name") == "KV transfers in flight"]
+    flight = [
+        e["args"]["value"] for e in ev if e["pid"] == procs["requests"] and e.get("name") == "KV transfers in flight"
+    ]
     assert flight[-1] == 0 and min(flight) >= 0 and max(flight) >= 1
 
 
@@ -114,12 +118,18 @@ def test_cli_trace_requests_and_errors(served, tmp_path, capsys):
     outer = [e for e in ev if e["ph"] == "b" and e["name"].startswith("request ")]
     assert len(outer) == 2 * 5  # two runs, the first 5 requests of each
     capsys.readouterr()
-    for extra, msg in ((["--trace-requests", "5"], "error: --trace-requests: only applies with --trace"),
-                       (["--trace", str(tmp_path / "u.json"), "--trace-requests", "-2"],
-                        "error: --trace-requests: expected an integer in [0, 1048576], got -2"),
-                       (["--trace", str(tmp_path)], f"error: {tmp_path}: --trace: expected a file path, got a directory"),
-                       (["--trace", str(tmp_path / "u.json"), "--slo-vs-load", "1,2"],
-                        "error: --slo-vs-load: --slo-vs-load draws one figure and writes no results; drop --trace")):
+    for extra, msg in (
+        (["--trace-requests", "5"], "error: --trace-requests: only applies with --trace"),
+        (
+            ["--trace", str(tmp_path / "u.json"), "--trace-requests", "-2"],
+            "error: --trace-requests: expected an integer in [0, 1048576], got -2",
+        ),
+        (["--trace", str(tmp_path)], f"error: {tmp_path}: --trace: expected a file path, got a directory"),
+        (
+            ["--trace", str(tmp_path / "u.json"), "--slo-vs-load", "1,2"],
+            "error: --slo-vs-load: --slo-vs-load draws one figure and writes no results; drop --trace",
+        ),
+    ):
         assert main(["serve", str(p), "--no-write", *extra]) == 2
         assert capsys.readouterr().err.strip() == msg
         assert not (tmp_path / "u.json").exists()

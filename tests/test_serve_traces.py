@@ -1,5 +1,7 @@
-"""Request trace readers (attnsim/studies/serve/traces.py) on excerpts of the public datasets (tests/data/traces/README.md),
-their windows and scales, one-line errors for bad rows, and Mooncake hash ids driving the prefix cache."""
+"""Request trace readers (attnsim/studies/serve/traces.py) on excerpts of the public datasets
+(tests/data/traces/README.md), their windows and scales, one-line errors for bad rows, and Mooncake hash ids driving the
+prefix cache."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -34,18 +36,21 @@ def test_azure_2023_excerpt_as_shipped():
     assert facts == {"format": "azure", "rows_read": 300, "requests": 300, "skipped_failed": 0}
     assert list(tr.prompt_tokens[:3]) == [374, 396, 879] and list(tr.output_tokens[:3]) == [44, 109, 55]
     assert tr.arrival_s[0] == 0.0
-    assert tr.arrival_s[1] == pytest.approx(50.9951690 - 46.6805900, abs=1e-6)   # 4.314579 s
+    assert tr.arrival_s[1] == pytest.approx(50.9951690 - 46.6805900, abs=1e-6)  # 4.314579 s
     t, p, o = _oracle_azure(AZ23)
     assert np.allclose(tr.arrival_s, t, atol=2e-6)  # the oracle drops the 7th fractional digit (<= 1e-6 s)
     assert (tr.prompt_tokens == p).all() and (tr.output_tokens == o).all()
     assert (tr.prefix_id == -1).all()
 
 
-@pytest.mark.parametrize("name,first,second,prompts", [
-    # the first rows of the one-week 2024 files as the dataset's notebook prints them (README in tests/data/traces)
-    ("azure_code_2024_head5.csv", 0.009930, 0.017335, [2162, 2399, 76, 2376, 7670]),
-    ("azure_conv_2024_head5.csv", 0.001163, 0.041683, [1452, 584, 862, 1569, 617]),
-])
+@pytest.mark.parametrize(
+    "name,first,second,prompts",
+    [
+        # the first rows of the one-week 2024 files as the dataset's notebook prints them (README in tests/data/traces)
+        ("azure_code_2024_head5.csv", 0.009930, 0.017335, [2162, 2399, 76, 2376, 7670]),
+        ("azure_conv_2024_head5.csv", 0.001163, 0.041683, [1452, 584, 862, 1569, 617]),
+    ],
+)
 def test_azure_2024_timestamps_with_offset(name, first, second, prompts):
     tr, _ = read_trace(DATA / name, "azure")
     assert tr.arrival_s[1] == pytest.approx(second - first, abs=1e-6)
@@ -66,8 +71,8 @@ def test_window_and_time_scale():
     tr, facts = read_trace(AZ23, "azure", time_scale=0.5, start_s=10.0, duration_s=20.0)
     want = t[(t >= 10.0) & (t < 30.0)]
     assert facts["requests"] == len(want) > 0 and facts["rows_read"] == 300
-    assert np.allclose(tr.arrival_s, (want - 10.0) * 0.5, atol=2e-6)   # (trace time - start) x scale
-    assert tr.arrival_s.max() < 10.0                                     # 20 s window x 0.5
+    assert np.allclose(tr.arrival_s, (want - 10.0) * 0.5, atol=2e-6)  # (trace time - start) x scale
+    assert tr.arrival_s.max() < 10.0  # 20 s window x 0.5
     with pytest.raises(ConfigError, match="start_s: expected requests in the window"):
         read_trace(AZ23, "azure", start_s=1e6)
 
@@ -85,14 +90,16 @@ def test_mooncake_readme_example_shares_twelve_blocks(tmp_path):
     # kvcache-ai/Mooncake FAST25-release/README.md "Trace Format": the two sample requests share their first
     # 12 hash ids, i.e. 12 x 512 = 6144 tokens of prefix KV
     f = tmp_path / "m.jsonl"
-    f.write_text('{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": '
-                 '[46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2353, 2354]}\n'
-                 '{"timestamp": 30535, "input_length": 6472, "output_length": 26, "hash_ids": '
-                 '[46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2366]}\n')
+    f.write_text(
+        '{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": '
+        "[46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2353, 2354]}\n"
+        '{"timestamp": 30535, "input_length": 6472, "output_length": 26, "hash_ids": '
+        "[46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2366]}\n"
+    )
     tr, facts = read_trace(f, "mooncake")
-    assert list(tr.arrival_s) == [0.0, pytest.approx(3.053)]         # ms: (30535 - 27482) / 1000
+    assert list(tr.arrival_s) == [0.0, pytest.approx(3.053)]  # ms: (30535 - 27482) / 1000
     assert list(tr.prefix_id) == [57, 57] and list(tr.prefix_tokens) == [6144, 6144]
-    assert facts["ideal_reuse_tokens"] == 6144                          # the second request reuses 12 blocks
+    assert facts["ideal_reuse_tokens"] == 6144  # the second request reuses 12 blocks
 
 
 def test_mooncake_excerpt_drives_prefix_caching():
@@ -103,7 +110,7 @@ def test_mooncake_excerpt_drives_prefix_caching():
     rows = [json.loads(ln) for ln in MOON.read_text().splitlines()]
     assert all(r["hash_ids"][0] == 0 for r in rows)
     assert (tr.prefix_id >= 0).all()
-    big = tr.prompt_tokens + tr.output_tokens <= 8192   # llama3-8b's 8192 positions
+    big = tr.prompt_tokens + tr.output_tokens <= 8192  # llama3-8b's 8192 positions
     tr = tr.subset(np.nonzero(big)[0])
     hits = {}
     for on in (True, False):
@@ -118,39 +125,80 @@ def test_burstgpt_columns_and_failed_rows(tmp_path, caplog):
     # HPMLL/BurstGPT README "Schema" column names; Response tokens 0 = a failed request (skipped, counted)
     caplog.set_level("INFO", logger="attnsim.traces")
     f = tmp_path / "b.csv"
-    f.write_text("Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                 "5,s1,1.2,ChatGPT,472,18,490,Conversation log\n"
-                 "9,s1,0.0,ChatGPT,1087,0,1087,Conversation log\n"
-                 "12,,3.5,GPT-4,20,300,320,API log\n")
+    f.write_text(
+        "Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,s1,1.2,ChatGPT,472,18,490,Conversation log\n"
+        "9,s1,0.0,ChatGPT,1087,0,1087,Conversation log\n"
+        "12,,3.5,GPT-4,20,300,320,API log\n"
+    )
     tr, facts = read_trace(f, "burstgpt")
     assert facts["skipped_failed"] == 1 and facts["requests"] == 2
     assert list(tr.arrival_s) == [0.0, 7.0] and list(tr.prompt_tokens) == [472, 20]
     assert list(tr.output_tokens) == [18, 300]
-    assert "1 of 3 rows skipped: failed requests" in caplog.text   # the user hears about the dropped row
+    assert "1 of 3 rows skipped: failed requests" in caplog.text  # the user hears about the dropped row
 
 
-@pytest.mark.parametrize("fmt,body,where,words", [
-    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\nyesterday,3,4\n",
-     "line 3, column TIMESTAMP", "expected a time like"),
-    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,-4\n",
-     "line 2, column GeneratedTokens", "expected a value in [1,"),
-    ("azure", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,374\n", "line 1, column GeneratedTokens",
-     "expected a azure header"),
-    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374\n", "line 2",
-     "expected 3 values"),
-    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,abc,3,4,API log\n",
-     "line 2, column Request tokens", "expected a number, got 'abc'"),
-    ("mooncake", '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
-                 '{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, 3]}\n',
-     "line 2, column hash_ids", "at most ceil(input_length / 512) = 2 hash ids, got 3"),
-    ("mooncake", '{"timestamp": 0, "input_length": 6, "output_length": 5}\n', "line 1, column hash_ids",
-     "expected a mooncake row"),
-    ("mooncake", '{"timestamp": 0, "input_length": 6, "output_length": 5, "hash_ids": [1]}\n{"timestamp": 1,\n',
-     "line 2", "invalid JSON"),
-    ("mooncake", '{"timestamp": 9, "input_length": 6, "output_length": 5, "hash_ids": [1]}\n'
-                 '{"timestamp": 1, "input_length": 6, "output_length": 5, "hash_ids": [1]}\n',
-     "line 2", "at or after the first row's time"),
-])
+@pytest.mark.parametrize(
+    "fmt,body,where,words",
+    [
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\nyesterday,3,4\n",
+            "line 3, column TIMESTAMP",
+            "expected a time like",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,-4\n",
+            "line 2, column GeneratedTokens",
+            "expected a value in [1,",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,374\n",
+            "line 1, column GeneratedTokens",
+            "expected a azure header",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374\n",
+            "line 2",
+            "expected 3 values",
+        ),
+        (
+            "burstgpt",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,abc,3,4,API log\n",
+            "line 2, column Request tokens",
+            "expected a number, got 'abc'",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+            '{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, 3]}\n',
+            "line 2, column hash_ids",
+            "at most ceil(input_length / 512) = 2 hash ids, got 3",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 6, "output_length": 5}\n',
+            "line 1, column hash_ids",
+            "expected a mooncake row",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 6, "output_length": 5, "hash_ids": [1]}\n{"timestamp": 1,\n',
+            "line 2",
+            "invalid JSON",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 9, "input_length": 6, "output_length": 5, "hash_ids": [1]}\n'
+            '{"timestamp": 1, "input_length": 6, "output_length": 5, "hash_ids": [1]}\n',
+            "line 2",
+            "at or after the first row's time",
+        ),
+    ],
+)
 def test_bad_row_one_line_error(tmp_path, fmt, body, where, words):
     f = tmp_path / f"bad.{fmt}"
     f.write_text(body)
@@ -162,8 +210,9 @@ def test_bad_row_one_line_error(tmp_path, fmt, body, where, words):
 
 def test_bad_line_quote_is_bounded(tmp_path):
     f = tmp_path / "long.csv"
-    f.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                 f"5,ChatGPT,x{'y' * 5000},3,4,API log\n")
+    f.write_text(
+        f"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,x{'y' * 5000},3,4,API log\n"
+    )
     with pytest.raises(ConfigError) as e:
         read_trace(f, "burstgpt")
     assert len(str(e.value)) < len(str(f)) + 300 and "..." in str(e.value)
@@ -172,7 +221,7 @@ def test_bad_line_quote_is_bounded(tmp_path):
 def test_size_checked_before_reading(tmp_path, monkeypatch):
     monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 100)
     with pytest.raises(ConfigError, match=r"expected a trace file of at most 100 bytes .* got 11187"):
-        read_trace(AZ23, "azure")   # 11187 bytes: the excerpt's size on disk
+        read_trace(AZ23, "azure")  # 11187 bytes: the excerpt's size on disk
     with pytest.raises(ConfigError, match="expected a readable trace file"):
         read_trace(tmp_path / "missing.csv", "azure")
 
@@ -181,7 +230,7 @@ def test_not_utf8_names_the_line(tmp_path):
     f = tmp_path / "b.csv"
     f.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3\xff,4\n")
     with pytest.raises(ConfigError, match=r"b.csv: line 2: not UTF-8 text: invalid byte 0xff at byte offset 64"):
-        read_trace(f, "azure")   # offset: 40-byte header line + 24 bytes before 0xff
+        read_trace(f, "azure")  # offset: 40-byte header line + 24 bytes before 0xff
 
 
 def test_mooncake_hash_ids_drive_the_kv_pool(tmp_path):
@@ -189,11 +238,17 @@ def test_mooncake_hash_ids_drive_the_kv_pool(tmp_path):
     (configs/experiments/kv_pool.yaml; requests go round-robin: one per instance): the second instance misses
     locally and fetches the 4 x 512 = 2048 prefix tokens the first one published."""
     from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
+
     f = tmp_path / "m.jsonl"
-    f.write_text('{"timestamp": 0, "input_length": 2100, "output_length": 8, "hash_ids": [1, 2, 3, 4, 5]}\n'
-                 '{"timestamp": 5000, "input_length": 2200, "output_length": 8, "hash_ids": [1, 2, 3, 4, 6]}\n')
-    sets = ["experiment.systems=[mooncake_h100_x2]", "experiment.serving.kv_pool.systems=[mooncake_h100_x2]",
-            f"experiment.serving.trace={{file: {f}, format: mooncake}}"]
+    f.write_text(
+        '{"timestamp": 0, "input_length": 2100, "output_length": 8, "hash_ids": [1, 2, 3, 4, 5]}\n'
+        '{"timestamp": 5000, "input_length": 2200, "output_length": 8, "hash_ids": [1, 2, 3, 4, 6]}\n'
+    )
+    sets = [
+        "experiment.systems=[mooncake_h100_x2]",
+        "experiment.serving.kv_pool.systems=[mooncake_h100_x2]",
+        f"experiment.serving.trace={{file: {f}, format: mooncake}}",
+    ]
     exp, sv = load_serving_experiment("kv_pool", sets)
     doc = serve_experiment(exp, sv)[0]
     kp = doc["serving"]["kv_pool"]
@@ -205,22 +260,38 @@ def test_replay_experiment_serves_a_window_of_the_shipped_trace(capsys):
     """serve_azure_conv from the built-in configs: its shipped 1-in-10 Azure file, first 120 s, on dgx_h100."""
     from attnsim.cli import main
     from attnsim.core.config import find_config
+
     shipped = find_config("experiments", "serve_azure_conv").parent / "traces" / "azure_conv_2023_1in10.csv"
     t, p, _ = _oracle_azure(shipped)
-    assert len(t) == 1937   # every 10th of the 19,366 requests (tests/data/traces/README.md)
-    rc = main(["serve", "serve_azure_conv", "--set", "experiment.systems=[dgx_h100]", "--set",
-               "experiment.serving.trace.duration_s=120", "--json", "--no-write"])
+    assert len(t) == 1937  # every 10th of the 19,366 requests (tests/data/traces/README.md)
+    rc = main(
+        [
+            "serve",
+            "serve_azure_conv",
+            "--set",
+            "experiment.systems=[dgx_h100]",
+            "--set",
+            "experiment.serving.trace.duration_s=120",
+            "--json",
+            "--no-write",
+        ]
+    )
     assert rc == 0
     run = json.loads(capsys.readouterr().out)["runs"][0]
     assert run["status"] == "ok" and run["metrics"]["requests"] == int((t < 120).sum())
 
 
-@pytest.mark.parametrize("fmt,head", [
-    ("azure", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"),
-    ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                 b"5,ChatGPT,472,18,490,API log\n"),
-    ("mooncake", b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'),
-])
+@pytest.mark.parametrize(
+    "fmt,head",
+    [
+        ("azure", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"),
+        (
+            "burstgpt",
+            b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,API log\n",
+        ),
+        ("mooncake", b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'),
+    ],
+)
 def test_any_bytes_give_a_trace_or_one_config_error(tmp_path, fmt, head):
     """A valid head followed by arbitrary bytes: a trace, or one ConfigError on one line (never another exception)."""
     from hypothesis import HealthCheck, given, settings
@@ -235,4 +306,5 @@ def test_any_bytes_give_a_trace_or_one_config_error(tmp_path, fmt, head):
             read_trace(f, fmt)
         except ConfigError as e:
             assert "\n" not in str(e) and str(e).startswith(str(f))
+
     check()

@@ -9,6 +9,7 @@ The cluster's packages are installed by .ci/run (``tests/slurm/cluster.sh instal
 fixture installs them itself when root and fails with the install command otherwise. Jobs run the
 Python of this test process and share one Numba cache, warmed by the local run.
 """
+
 import os
 import shutil
 import socket
@@ -20,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from sweep_helpers import TINY_EXPERIMENT
 
 from attnsim.studies.sweep.table import load_table
-from sweep_helpers import TINY_EXPERIMENT
 
 SCRIPT = Path(__file__).parent / "slurm" / "cluster.sh"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue")
@@ -39,8 +40,9 @@ def _free_port() -> int:
 def _sh(cmd, env, timeout=120, cwd=None) -> str:
     r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if r.returncode:
-        pytest.fail(f"{' '.join(map(str, cmd))} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-2000:]}",
-                    pytrace=False)
+        pytest.fail(
+            f"{' '.join(map(str, cmd))} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-2000:]}", pytrace=False
+        )
     return r.stdout
 
 
@@ -54,14 +56,25 @@ def slurm(tmp_path_factory):
     """Environment of a running private cluster (SLURM_CONF, ...); stopped at the end of the session."""
     if not _have_slurm():
         if os.geteuid() != 0:
-            pytest.fail("slurm-wlm and munge are missing: install them with `sudo tests/slurm/cluster.sh install` "
-                        "(apt-get install -y slurm-wlm munge)", pytrace=False)
+            pytest.fail(
+                "slurm-wlm and munge are missing: install them with `sudo tests/slurm/cluster.sh install` "
+                "(apt-get install -y slurm-wlm munge)",
+                pytrace=False,
+            )
         _sh([str(SCRIPT), "install"], os.environ, timeout=600)
     root = os.environ.get("ATTNSIM_SLURM_ROOT")  # .ci/run's trap stops every cluster under it
-    state = (Path(root) / f"slurm-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}" if root
-             else tmp_path_factory.mktemp("slurm"))
-    env = {**os.environ, "ATTNSIM_SLURM_DIR": str(state), "ATTNSIM_SLURM_CTLD_PORT": str(_free_port()),
-           "ATTNSIM_SLURM_D_PORT": str(_free_port()), "SLURM_CONF": str(state / "etc" / "slurm.conf")}
+    state = (
+        Path(root) / f"slurm-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+        if root
+        else tmp_path_factory.mktemp("slurm")
+    )
+    env = {
+        **os.environ,
+        "ATTNSIM_SLURM_DIR": str(state),
+        "ATTNSIM_SLURM_CTLD_PORT": str(_free_port()),
+        "ATTNSIM_SLURM_D_PORT": str(_free_port()),
+        "SLURM_CONF": str(state / "etc" / "slurm.conf"),
+    }
     if state.exists():  # a cluster of an earlier session under ATTNSIM_SLURM_ROOT: stopped, then started afresh
         subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(state)
@@ -79,17 +92,36 @@ def sweep_dir(slurm, tmp_path_factory):
     d = tmp_path_factory.mktemp("sweep")
     numba = os.environ.get("NUMBA_CACHE_DIR") or str(d / "numba-cache")
     (d / "tiny.yaml").write_text(yaml.safe_dump(TINY_EXPERIMENT))
-    sweep = {"name": "tiny4", "base": "tiny.yaml",
-             "parameters": [{"grid": {"scenario.batch_size": [1, 2], "scenario.output_len": [4, 8]}}],
-             # a shell line before an #SBATCH line in `extra`: the directive must still reach sbatch
-             "slurm": {"shards": 2, "cpus_per_task": 1, "time": "00:05:00", "mem": "1G",
-                       "extra": ["export ATTNSIM_TEST_MARK=1", f"#SBATCH --output={d}/array/logs/extra_%a.log"]},
-             # one worker process, no nanny: a second process costs ~8 s of imports on a loaded 2-core machine
-             "dask": {"jobqueue": {"kind": "slurm", "jobs": 1, "cores": 1, "memory": "2GB", "walltime": "00:05:00",
-                                   "options": {"job_name": "attnsim-dask", "nanny": False,
-                                               "log_directory": str(d / "dask-logs"),
-                                               "local_directory": str(d / "dask-tmp"),
-                                               "job_script_prologue": [f"export NUMBA_CACHE_DIR={numba}"]}}}}
+    sweep = {
+        "name": "tiny4",
+        "base": "tiny.yaml",
+        "parameters": [{"grid": {"scenario.batch_size": [1, 2], "scenario.output_len": [4, 8]}}],
+        # a shell line before an #SBATCH line in `extra`: the directive must still reach sbatch
+        "slurm": {
+            "shards": 2,
+            "cpus_per_task": 1,
+            "time": "00:05:00",
+            "mem": "1G",
+            "extra": ["export ATTNSIM_TEST_MARK=1", f"#SBATCH --output={d}/array/logs/extra_%a.log"],
+        },
+        # one worker process, no nanny: a second process costs ~8 s of imports on a loaded 2-core machine
+        "dask": {
+            "jobqueue": {
+                "kind": "slurm",
+                "jobs": 1,
+                "cores": 1,
+                "memory": "2GB",
+                "walltime": "00:05:00",
+                "options": {
+                    "job_name": "attnsim-dask",
+                    "nanny": False,
+                    "log_directory": str(d / "dask-logs"),
+                    "local_directory": str(d / "dask-tmp"),
+                    "job_script_prologue": [f"export NUMBA_CACHE_DIR={numba}"],
+                },
+            }
+        },
+    }
     (d / "tiny4.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
     env = {**slurm, "NUMBA_CACHE_DIR": numba}
     if sys.prefix != sys.base_prefix:  # jobs activate the venv of this process (emit_sbatch reads VIRTUAL_ENV)
@@ -97,8 +129,22 @@ def sweep_dir(slurm, tmp_path_factory):
     else:
         env.pop("VIRTUAL_ENV", None)
     t0 = time.perf_counter()
-    _sh([sys.executable, "-m", "attnsim", "sweep", "tiny4.yaml", "--out", "local/s.h5", "--workers", "1",
-         "--no-progress"], env, cwd=d)  # also compiles the Numba kernels once into the shared cache
+    _sh(
+        [
+            sys.executable,
+            "-m",
+            "attnsim",
+            "sweep",
+            "tiny4.yaml",
+            "--out",
+            "local/s.h5",
+            "--workers",
+            "1",
+            "--no-progress",
+        ],
+        env,
+        cwd=d,
+    )  # also compiles the Numba kernels once into the shared cache
     print(f"local run: {time.perf_counter() - t0:.1f} s")
     return d, env
 
@@ -140,8 +186,9 @@ def _wait_jobs(env, names: set, count: int, what: str, logs: Path) -> list[dict]
             return done
         time.sleep(0.5)
     tails = "; ".join(f"{p.name}: {p.read_text()[-300:]!r}" for p in sorted(logs.glob("*"))[:4])
-    pytest.fail(f"{what}: not finished after {WAIT_S} s (queued: {queued}, finished: {done}; logs: {tails})",
-                pytrace=False)
+    pytest.fail(
+        f"{what}: not finished after {WAIT_S} s (queued: {queued}, finished: {done}; logs: {tails})", pytrace=False
+    )
 
 
 def _processes_naming(text: str, wait_s: float) -> list[str]:
@@ -166,15 +213,30 @@ def test_sbatch_array_and_merge_job_equal_local_run(sweep_dir):
     d, env = sweep_dir
     t0 = time.perf_counter()
     (d / "array").mkdir()
-    _sh([sys.executable, "-m", "attnsim", "sweep", "tiny4.yaml", "--out", "array/s.h5", "--emit-sbatch",
-         "array/job.sh", "--merge-after"], env, cwd=d)
+    _sh(
+        [
+            sys.executable,
+            "-m",
+            "attnsim",
+            "sweep",
+            "tiny4.yaml",
+            "--out",
+            "array/s.h5",
+            "--emit-sbatch",
+            "array/job.sh",
+            "--merge-after",
+        ],
+        env,
+        cwd=d,
+    )
     script = (d / "array" / "job.sh").read_text()
     assert "#SBATCH --array=0-1" in script and f"export NUMBA_CACHE_DIR={env['NUMBA_CACHE_DIR']}" in script
     assert '--shard "$SLURM_ARRAY_TASK_ID/2"' in script  # re-submitting task 1 alone resumes shard 1 of 2
     assert str(Path(sys.executable).name) in script and ("VIRTUAL_ENV" not in env or env["VIRTUAL_ENV"] in script)
     array_id = _sh(["sbatch", "--parsable", "array/job.sh"], env, cwd=d).strip().split(";")[0]
-    jobs = _wait_jobs(env, {"attnsim-tiny4", "attnsim-tiny4-merge"}, 3, f"array job {array_id} + merge",
-                      d / "array" / "logs")
+    jobs = _wait_jobs(
+        env, {"attnsim-tiny4", "attnsim-tiny4-merge"}, 3, f"array job {array_id} + merge", d / "array" / "logs"
+    )
     print(f"sbatch array (2 tasks) + merge job: {time.perf_counter() - t0:.1f} s")
     assert sorted(j["Name"] for j in jobs) == ["attnsim-tiny4", "attnsim-tiny4", "attnsim-tiny4-merge"]
     assert {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
@@ -194,10 +256,26 @@ def test_sbatch_array_and_merge_job_equal_local_run(sweep_dir):
 
 def test_dask_jobqueue_slurmcluster_equals_local_run(sweep_dir):
     import dask_jobqueue  # noqa: F401 - in the test extra: a missing one fails here
+
     d, env = sweep_dir
     t0 = time.perf_counter()
-    out = _sh([sys.executable, "-m", "attnsim", "sweep", "tiny4.yaml", "--executor", "dask", "--out", "dask/s.h5",
-               "--no-progress"], env, cwd=d, timeout=WAIT_S)
+    out = _sh(
+        [
+            sys.executable,
+            "-m",
+            "attnsim",
+            "sweep",
+            "tiny4.yaml",
+            "--executor",
+            "dask",
+            "--out",
+            "dask/s.h5",
+            "--no-progress",
+        ],
+        env,
+        cwd=d,
+        timeout=WAIT_S,
+    )
     print(f"dask-jobqueue SLURMCluster sweep: {time.perf_counter() - t0:.1f} s")
     assert "4 simulated" in out
     jobs = _wait_jobs(env, {"attnsim-dask"}, 1, "dask worker job", d / "dask-logs")
@@ -216,9 +294,11 @@ def test_scancel_kills_a_job_step_that_ignores_sigterm(slurm, tmp_path):
     env = slurm
     marker = f"attnsim-stray-{os.getpid()}-{time.monotonic_ns()}"
     job = tmp_path / "stray.sh"
-    job.write_text(f"#!/bin/bash\n#SBATCH --job-name=attnsim-stray\n#SBATCH --output={tmp_path}/stray.out\n"
-                   f"{sys.executable} -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                   f"print(\"ready\", flush=True); time.sleep(600)' {marker}\n")
+    job.write_text(
+        f"#!/bin/bash\n#SBATCH --job-name=attnsim-stray\n#SBATCH --output={tmp_path}/stray.out\n"
+        f"{sys.executable} -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f'print("ready", flush=True); time.sleep(600)\' {marker}\n'
+    )
     jid = _sh(["sbatch", "--parsable", str(job)], env, cwd=tmp_path).strip()
     t0 = time.monotonic()
     while not _processes_naming(marker, wait_s=0):
@@ -245,6 +325,7 @@ def test_dask_window_counts_jobqueue_workers_before_they_join():
 
         def nthreads(self):
             return {f"tcp://w{i}": 1 for i in range(self.joined)}
+
     jq = DaskJobqueue(jobs=10, cores=8)
     assert dask_window(Client(0), 2, None, jq) == 4 * 80 + 4
     assert dask_window(Client(96), 2, None, jq) == 4 * 96 + 4  # more threads joined than asked (adaptive)
@@ -258,13 +339,15 @@ def test_store_on_a_file_system_without_flock_is_refused_in_one_line(tmp_path, m
     import errno
     import fcntl
 
+    from sweep_helpers import write_sweep
+
     from attnsim.core.config import ConfigError
     from attnsim.studies.sweep.executors import run_sweep
     from attnsim.studies.sweep.spec import load_sweep
-    from sweep_helpers import write_sweep
 
     def no_flock(fd, op):
         raise OSError(errno.ENOSYS, "Function not implemented")
+
     monkeypatch.setattr(fcntl, "flock", no_flock)
     sw = load_sweep(write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1]}}]))
     with pytest.raises(ConfigError) as err:

@@ -1,5 +1,6 @@
 """Software-stack presets (system key ``software``, hwmodels/stack.py): host costs once per step and
 per request, in attnsim run and attnsim serve; ``none`` changes nothing."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.experiment import GenerationSpec, load_experiment
 from attnsim.hwmodels.system import build_system
+from attnsim.sim.experiment import GenerationSpec, load_experiment
 from attnsim.sim.runner import run_experiment, simulate_generation
 from attnsim.studies.serve.run import quick_pool
 from attnsim.studies.serve.scheduler import simulate_pool
@@ -27,9 +28,18 @@ def stack_file(tmp_path_factory):
 
 
 def _exp(system, *sets):
-    return load_experiment(None, [f"experiment.systems=[{system}]", "experiment.baseline=null",
-                                  "experiment.models=[llama2-7b]", "models.llama2-7b.num_layers=2", SCEN,
-                                  "experiment.generation={mode: exact}", *sets])
+    return load_experiment(
+        None,
+        [
+            f"experiment.systems=[{system}]",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-7b]",
+            "models.llama2-7b.num_layers=2",
+            SCEN,
+            "experiment.generation={mode: exact}",
+            *sets,
+        ],
+    )
 
 
 def _doc(system, *sets):
@@ -61,7 +71,8 @@ def test_costs_added_exactly_once_per_step_and_request(system, stack_file):
     exp = _exp(system)
     static_w = build_system(exp.systems[system], exp.tree.hardware, exp.tree.file_of).static_power_w()
     assert pre["energy_j"] - base["breakdown"]["prefill"]["energy_j"] == pytest.approx(
-        static_w * (step_s + REQ * 1e-6), rel=1e-9)
+        static_w * (step_s + REQ * 1e-6), rel=1e-9
+    )
 
 
 def test_none_is_todays_result_bit_for_bit(tmp_path):
@@ -102,8 +113,7 @@ def test_serve_one_request_includes_the_costs(stack_file):
     assert runs["hand"][1] == pytest.approx(ref["tpot_s"], rel=1e-9)
 
 
-@pytest.mark.parametrize("value,expect", [("nosuch", "unknown stacks config 'nosuch'"),
-                                          ("{a: 1}", "software")])
+@pytest.mark.parametrize("value,expect", [("nosuch", "unknown stacks config 'nosuch'"), ("{a: 1}", "software")])
 def test_bad_software_is_refused_in_one_line(value, expect):
     with pytest.raises(ConfigError) as e:
         run_experiment(_exp("h100_x1", f"systems.h100_x1.software={value}"))
@@ -121,6 +131,7 @@ def test_bad_stack_field_is_refused_in_one_line(tmp_path):
 
 def test_builtin_presets_load():
     from attnsim.hwmodels.stack import load_stack
+
     for name, kernels in (("vllm", "fused"), ("trtllm", "fused"), ("eager", "eager")):
         s = load_stack(name)
         assert s.name == name and s.kernels == kernels and s.step_us > 0 and s.request_us > 0
@@ -130,6 +141,7 @@ def test_builtin_presets_load():
 def test_every_stack_field_acts_or_only_names(tmp_path):
     """The no-silent-no-op rule for StackSpec (presets are not in the config tree the walk covers)."""
     from attnsim.hwmodels.stack import StackSpec
+
     cosmetic = {"kind", "name", "description", "source"}
     changed = {"kernels": "eager", "step_us": 10.0, "request_step_us": 10.0, "request_us": 10.0, "sampling": "greedy"}
     # custom_allreduce acts only on NVLink tensor parallelism: test_custom_allreduce_is_the_links_custom_mode;
@@ -154,17 +166,20 @@ def test_custom_allreduce_is_the_links_custom_mode(tmp_path):
     def ar_s(*sets):
         b = _doc("dgx_h100", *sets)["breakdown"]["decode_step"]["time_s_by_op"]
         return sum(v for k, v in b.items() if k.endswith("allreduce"))
+
     base = ar_s(f"systems.dgx_h100.software={off}")
     custom = ar_s(f"systems.dgx_h100.software={on}")
-    assert custom == pytest.approx(ar_s(f"systems.dgx_h100.software={off}", "hardware.nvlink4.allreduce=custom"), rel=1e-12)
+    assert custom == pytest.approx(
+        ar_s(f"systems.dgx_h100.software={off}", "hardware.nvlink4.allreduce=custom"), rel=1e-12
+    )
     assert 0 < custom < base  # decode-sized messages: one-/two-shot beats NCCL's latency floor
-
 
 
 def test_async_scheduling_exposes_only_host_beyond_the_step(tmp_path):
     """async_scheduling: a step's host time overlaps its device time, only max(0, host - device) is on the
     critical path (hand numbers: a 10 s host step exposes 10 s - the device step; 123 us is hidden)."""
     from attnsim.hwmodels.stack import exposed_host_s, load_stack
+
     dev = {}
     for name, step_us, asyn in (("serial", STEP, "false"), ("hidden", STEP, "true"), ("long", 1e7, "true")):
         f = tmp_path / f"{name}.yaml"
@@ -173,7 +188,8 @@ def test_async_scheduling_exposes_only_host_beyond_the_step(tmp_path):
         f.write_text(f"kind: stack\nname: {name}\nstep_us: {step_us}\nasync_scheduling: {asyn}\n{allow}")
         dev[name] = _doc("h100_x1", f"systems.h100_x1.software={f}")["breakdown"]["decode_step"]
         assert exposed_host_s(load_stack(str(f)), step_us * 1e-6, 1e-3) == (
-            max(0.0, step_us * 1e-6 - 1e-3) if asyn == "true" else step_us * 1e-6)
+            max(0.0, step_us * 1e-6 - 1e-3) if asyn == "true" else step_us * 1e-6
+        )
     gpu = dev["serial"]["time_s_by_device"]["gpu"]
     assert dev["serial"]["time_s_by_op"]["host_overhead"] == pytest.approx(STEP * 1e-6, rel=1e-12)
     assert "host_overhead" not in dev["hidden"]["time_s_by_op"] and dev["hidden"]["time_s"] == pytest.approx(gpu)
@@ -186,6 +202,7 @@ def test_sampler_op_bytes_and_order(tmp_path):
     request); a bytes-bound GPU op, so greedy < FlashInfer sort-free < sort-based top-p in time; its energy is
     dynamic (not idle host time)."""
     from attnsim.hwmodels.stack import SAMPLERS
+
     vocab = 32000  # llama2-7b
     t, e = {}, {}
     for method in ("none", "greedy", "top_p_flashinfer", "top_p_sort"):
@@ -196,11 +213,13 @@ def test_sampler_op_bytes_and_order(tmp_path):
     assert t["none"] == 0.0 and 0 < t["greedy"] < t["top_p_flashinfer"] < t["top_p_sort"]
     assert all(e[m] > 0 for m in ("greedy", "top_p_flashinfer", "top_p_sort"))
     from attnsim.hwmodels.gpu import load_hardware
+    from attnsim.workloads.scenario import Scenario
     from attnsim.workloads.trace import build_trace
     from attnsim.workloads.zoo import load_model
-    from attnsim.workloads.scenario import Scenario
-    tr = build_trace(load_model("llama2-7b"), Scenario(batch_size=B, prompt_len=P), "decode", tp=2,
-                     sampler=SAMPLERS["top_p_sort"])
+
+    tr = build_trace(
+        load_model("llama2-7b"), Scenario(batch_size=B, prompt_len=P), "decode", tp=2, sampler=SAMPLERS["top_p_sort"]
+    )
     assert list(tr["op"][-2:]) == ["lm_head", "sampler"]
     assert tr["act_bytes"][-1] == B * vocab * SAMPLERS["top_p_sort"][0]  # full vocabulary on every TP rank
     # bytes-bound: the GPU's streaming time of those bytes + one kernel launch
@@ -231,10 +250,13 @@ def test_async_scheduling_first_step_is_exposed(stack_file, tmp_path):
     step before it, so its host time is on the critical path in full (as without async: same TTFT), while a
     decode step's shorter host time is hidden."""
     f = tmp_path / "async.yaml"
-    f.write_text(f"kind: stack\nname: hand_async\nstep_us: {STEP}\nrequest_step_us: {PER_REQ}\nrequest_us: {REQ}\n"
-                 "async_scheduling: true\n")
+    f.write_text(
+        f"kind: stack\nname: hand_async\nstep_us: {STEP}\nrequest_step_us: {PER_REQ}\nrequest_us: {REQ}\n"
+        "async_scheduling: true\n"
+    )
     serial, asyn = (_doc("h100_x1", f"systems.h100_x1.software={s}") for s in (stack_file, f))
     assert asyn["metrics"]["ttft_s"] == pytest.approx(serial["metrics"]["ttft_s"], rel=1e-12)
     assert asyn["breakdown"]["prefill"]["time_s_by_op"]["host_overhead"] == pytest.approx(
-        (STEP + PER_REQ * B) * 1e-6, rel=1e-12)
+        (STEP + PER_REQ * B) * 1e-6, rel=1e-12
+    )
     assert "host_overhead" not in asyn["breakdown"]["decode_step"]["time_s_by_op"]

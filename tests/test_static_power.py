@@ -1,21 +1,31 @@
 """Static power by device and component; host GPUs of a CXL-PNM system free in number."""
+
 from __future__ import annotations
 
 import pytest
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.experiment import load_experiment
 from attnsim.hwmodels.dram.spec import energy_params
 from attnsim.hwmodels.system import build_system
+from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 
 SCEN = "experiment.scenarios={s: {batch_size: 2, prompt_len: 32, output_len: 3}}"
 
 
 def _exp(system: str, *sets: str):
-    return load_experiment(None, [f"experiment.systems=[{system}]", "experiment.baseline=null",
-                                  "experiment.models=[llama2-7b]", "models.llama2-7b.num_layers=2", SCEN,
-                                  "experiment.generation={mode: exact}", *sets])
+    return load_experiment(
+        None,
+        [
+            f"experiment.systems=[{system}]",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-7b]",
+            "models.llama2-7b.num_layers=2",
+            SCEN,
+            "experiment.generation={mode: exact}",
+            *sets,
+        ],
+    )
 
 
 def _system(exp, name):
@@ -30,8 +40,15 @@ def test_parts_by_device_sum_to_the_total_and_name_the_right_devices():
     # PNM device: DRAM background (every channel) + the four parts of configs/hardware/cxl_pnm_lpddr5x.yaml
     pnm = system.pools["pnm"].model
     bg = energy_params(pnm.dram).background_w * pnm.channels
-    assert by["pnm"] == pytest.approx({"dram_background": 8 * bg, "pim_logic": 8 * 5.0, "buffers": 8 * 1.0,
-                                       "memory_controllers": 8 * 3.2, "cxl": 8 * 4.0})
+    assert by["pnm"] == pytest.approx(
+        {
+            "dram_background": 8 * bg,
+            "pim_logic": 8 * 5.0,
+            "buffers": 8 * 1.0,
+            "memory_controllers": 8 * 3.2,
+            "cxl": 8 * 4.0,
+        }
+    )
     assert by["link:cxl"] == {"ports": 8 * 4.0}  # switch: 4 W per x16 port, one port per PNM device
     assert set(by["gpu"]) == {"idle"}  # GPUs: one idle number (hwmodels/gpu.py)
     total = sum(sum(p.values()) for p in by.values())
@@ -60,8 +77,9 @@ def test_breakdowns_split_static_by_device_with_the_same_total():
 def test_pipeline_breakdowns_split_static_too():
     doc = run_experiment(_exp("cent_pp2_tp4"))[0]
     b = doc["breakdown"]["decode_step"]
-    assert sum(b["static_energy_j_by_device"].values()) == pytest.approx(b["energy_j_by_component"]["static"],
-                                                                         rel=1e-12)
+    assert sum(b["static_energy_j_by_device"].values()) == pytest.approx(
+        b["energy_j_by_component"]["static"], rel=1e-12
+    )
     assert b["static_energy_j_by_device"]["ctrl"] == pytest.approx(8 * 0.02465 * b["time_s"], rel=1e-12)
 
 
@@ -95,13 +113,18 @@ def test_host_gpu_count_is_free():
     kv2 = two["breakdown"]["prefill"]["time_s_by_op"]["pim_write_kv"]
     kv8 = base["breakdown"]["prefill"]["time_s_by_op"]["pim_write_kv"]
     assert kv2 > kv8
-    assert two["breakdown"]["decode_step"]["time_s"] == pytest.approx(base["breakdown"]["decode_step"]["time_s"],
-                                                                      rel=1e-12)
+    assert two["breakdown"]["decode_step"]["time_s"] == pytest.approx(
+        base["breakdown"]["decode_step"]["time_s"], rel=1e-12
+    )
 
 
 def test_host_gpu_count_must_divide_into_replicas():
-    exp = _exp("cxl_pnm", "systems.cxl_pnm.devices.gpu.count=3", "systems.cxl_pnm.devices.pnm.count=16",
-               "systems.cxl_pnm.parallelism.replicas=2")
+    exp = _exp(
+        "cxl_pnm",
+        "systems.cxl_pnm.devices.gpu.count=3",
+        "systems.cxl_pnm.devices.pnm.count=16",
+        "systems.cxl_pnm.parallelism.replicas=2",
+    )
     with pytest.raises(ConfigError) as e:
         run_experiment(exp)
     msg = str(e.value)

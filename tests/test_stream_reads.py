@@ -1,12 +1,13 @@
 """Near-memory sequential read stream (isa/lower.py stream_reads, engine F_IL records): reaches the request-level
 sequential efficiency of the same spec, stays within the refresh bound, and its closed form equals the walk."""
+
 import numpy as np
 import pytest
 
-from attnsim.core.config import ConfigError
-from attnsim.hwmodels.dram import kernel as K
-from attnsim.hwmodels.dram import F_AP, F_IL, Op, load_dram_spec, make_cmds, raw_run, run_commands, simulate_requests
 from attnsim.cli.dram import device_spec
+from attnsim.core.config import ConfigError
+from attnsim.hwmodels.dram import F_AP, F_IL, Op, load_dram_spec, make_cmds, raw_run, run_commands, simulate_requests
+from attnsim.hwmodels.dram import kernel as K
 from attnsim.isa.lower import ENGINE_FLAGS, Org, stream_reads
 
 
@@ -60,11 +61,11 @@ def test_interleaved_record_equals_fine_grained_records():
     pos = [(p % P, p // P) for p in range(P * G)]
     fine = make_cmds(P * G + n)
     fine["rank"], fine["bank"], fine["row"] = 1, 2, 7
-    fine["op"][:P * G] = Op.ACT
-    fine["op"][P * G:] = Op.RD
+    fine["op"][: P * G] = Op.ACT
+    fine["op"][P * G :] = Op.RD
     fine["pch"] = [pc for pc, _ in pos] + [pos[j % (P * G)][0] for j in range(n)]
     fine["bg"] = [g for _, g in pos] + [pos[j % (P * G)][1] for j in range(n)]
-    fine["flags"][P * G:][np.arange(n) >= n - P * G] = F_AP
+    fine["flags"][P * G :][np.arange(n) >= n - P * G] = F_AP
     a, b = run_commands(spec, il, refresh="none"), run_commands(spec, fine, refresh="none")
     assert a.cycles == b.cycles and a.bytes == b.bytes == n * 32
     assert a.counts["bank_acts"] == b.counts["bank_acts"] == P * G
@@ -96,6 +97,7 @@ def test_interleaved_stream_equals_slow_reference(refresh):
     hundred cycles so that re-opening after a refresh is exercised (shortened nREFI: a test spec)."""
     from attnsim.hwmodels.dram.reference_oracle import reference_run
     from attnsim.hwmodels.dram.spec import spec_from_dict
+
     d = load_dram_spec("lpddr5x_8533").model_dump()
     d["org"]["channels"] = 1
     d["timing"].update(nREFI=700, nRFC=90, nREFIpb=88, nRFCpb=40)

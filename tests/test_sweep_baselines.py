@@ -1,10 +1,10 @@
 """vs_baseline columns of sweep stores (attnsim.studies.sweep.baselines): hand-computed quotients of the stored
 metrics, marked missing values, shards + merge, unfolded journal records, the same ratios as attnsim run."""
+
 import h5py
 import numpy as np
 import pytest
 import yaml
-
 from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
 from attnsim.core.config import ConfigError
@@ -81,8 +81,11 @@ def test_shards_lack_partners_and_the_merge_has_them(stores, tmp_path):
     assert n == 4
     full, merged = open_store(d / "full.h5").columns(), open_store(tmp_path / "merged.h5").columns()
     for k in [k for k in full if k.startswith("vs_baseline.")]:
-        assert full[k].tolist() == pytest.approx(merged[k].tolist(), nan_ok=True) if full[k].dtype.kind == "f" \
-            else full[k].tolist() == merged[k].tolist(), k
+        assert (
+            full[k].tolist() == pytest.approx(merged[k].tolist(), nan_ok=True)
+            if full[k].dtype.kind == "f"
+            else full[k].tolist() == merged[k].tolist()
+        ), k
 
 
 def test_unfolded_journal_records_get_ratios_when_read(stores, tmp_path):
@@ -105,8 +108,13 @@ def test_unfolded_journal_records_get_ratios_when_read(stores, tmp_path):
 def test_same_ratios_as_attnsim_run(stores, tmp_path):
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
-    exp = dict(TINY_EXPERIMENT, systems=["h100_x1", "dgx_h100"], baseline="h100_x1",
-               scenarios={"chat": {"batch_size": 1, "prompt_len": 256, "output_len": 8}})
+
+    exp = dict(
+        TINY_EXPERIMENT,
+        systems=["h100_x1", "dgx_h100"],
+        baseline="h100_x1",
+        scenarios={"chat": {"batch_size": 1, "prompt_len": 256, "output_len": 8}},
+    )
     (tmp_path / "e.yaml").write_text(yaml.safe_dump(exp))
     docs = run_experiment(load_experiment(str(tmp_path / "e.yaml")))
     run = [doc for doc in docs if doc["system"] == "dgx_h100"][0]
@@ -116,6 +124,7 @@ def test_same_ratios_as_attnsim_run(stores, tmp_path):
         assert c["vs_baseline." + name][p] == pytest.approx(run["vs_baseline"][name], rel=1e-12), name
     # a run results file's table (and so its exports) carries the same columns, from the documents
     from attnsim.studies.sweep.table import table_from_docs
+
     t = table_from_docs(tmp_path / "r.h5", {}, docs)
     assert t.columns["vs_baseline.status"].tolist() == ["is_baseline", "ok"]
     assert t.columns["vs_baseline.throughput_ratio"][1] == run["vs_baseline"]["throughput_ratio"]

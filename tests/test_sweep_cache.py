@@ -1,4 +1,5 @@
 """The sub-result cache: canonical keys, disk sharing across processes, hit counting."""
+
 import multiprocessing as mp
 
 import numpy as np
@@ -19,6 +20,7 @@ def test_keys_are_canonical_and_type_aware():
 
 def _worker(d, q):
     import os
+
     os.environ[cache.ENV] = d
     cache.reset()
     calls = []

@@ -1,16 +1,18 @@
 """A real small sweep on a dask LocalCluster gives the same store as the local executor."""
+
 import os
+
+from sweep_helpers import write_sweep
+from test_sweep_store import _same_points
 
 from attnsim.studies.sweep.executors import run_sweep
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.store import open_store
-from sweep_helpers import write_sweep
-from test_sweep_store import _same_points
-
 
 
 def test_dask_localcluster_sweep_equals_local(tmp_path):
     import dask.distributed  # noqa: F401 - fails loudly if the [dask] extra is missing
+
     p = write_sweep(tmp_path, [{"grid": {"model": ["llama2-7b", "mistral-7b"], "scenario.batch_size": [1, 4]}}])
     sw = load_sweep(p)
     s = run_sweep(sw, tmp_path / "dask.h5", executor="dask", workers=2, progress=False, log=lambda m: None)

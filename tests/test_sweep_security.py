@@ -1,19 +1,18 @@
 """Security of sweeps: cache entries are data and authenticated; --emit-sbatch quotes every user string."""
+
 import json
 import os
 import pickle
 import sqlite3
 import stat
 import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sweep_helpers import write_sweep
 
 from attnsim.core import cache
-from sweep_helpers import write_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,8 +51,8 @@ def test_a_planted_pickle_is_never_executed(disk, tmp_path):
     payload = pickle.dumps(_Shell(f"touch {marker}"))
     p = _entry(disk, key)
     p.parent.mkdir(parents=True)
-    p.write_bytes(payload)                          # where the entry lives now
-    p.with_suffix(".pkl").write_bytes(payload)      # where the old format kept it
+    p.write_bytes(payload)  # where the entry lives now
+    p.with_suffix(".pkl").write_bytes(payload)  # where the old format kept it
     calls = []
     assert _compute(key, 2.5, calls) == 2.5 and calls == [1]  # rejected -> recomputed
     assert not marker.exists()
@@ -71,7 +70,7 @@ def test_a_tampered_valid_looking_entry_is_rejected(disk):
     mac, payload = p.read_bytes().split(b"\n", 1)
     fmt, enc = json.loads(payload)
     assert enc[1][0] == ["f", (1.5e-3).hex()]
-    enc[1][0] = ["f", (1.0e-3).hex()]               # a "faster" device: edit the value, keep the MAC
+    enc[1][0] = ["f", (1.0e-3).hex()]  # a "faster" device: edit the value, keep the MAC
     p.write_bytes(mac + b"\n" + json.dumps([fmt, enc]).encode())
     cache.reset()
     assert _compute(key, value, calls) == value and len(calls) == 2
@@ -89,8 +88,21 @@ def test_a_tampered_valid_looking_entry_is_rejected(disk):
 
 
 def test_values_round_trip_as_data(disk):
-    vals = [None, True, 3, 2 ** 70, -0.0, float("inf"), "s", b"\x00b", [1, (2, 3)], {"a": 1, (1, "x"): 2.0},
-            np.arange(6, dtype=np.int32).reshape(2, 3), np.float64(0.1), np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")])]
+    vals = [
+        None,
+        True,
+        3,
+        2**70,
+        -0.0,
+        float("inf"),
+        "s",
+        b"\x00b",
+        [1, (2, 3)],
+        {"a": 1, (1, "x"): 2.0},
+        np.arange(6, dtype=np.int32).reshape(2, 3),
+        np.float64(0.1),
+        np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]),
+    ]
     for i, v in enumerate(vals):
         cache.cached(("sec.rt", i), lambda v=v: v)
     cache.reset()
@@ -127,6 +139,7 @@ def test_a_key_file_that_is_not_private_refuses_the_cache(disk):
 def test_a_full_or_read_only_cache_degrades_with_one_warning(disk, monkeypatch):
     def full(self, k, value):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(cache.DirStore, "put", full)
     calls = []
     with pytest.warns(RuntimeWarning, match="not writable") as rec:
@@ -139,10 +152,18 @@ def test_a_full_or_read_only_cache_degrades_with_one_warning(disk, monkeypatch):
     blocker.write_text("")
     from attnsim.studies.sweep.executors import run_sweep
     from attnsim.studies.sweep.spec import load_sweep
+
     logs = []
     p = write_sweep(disk.parent / "sw", [{"grid": {"scenario.batch_size": [1, 2]}}])
-    s = run_sweep(load_sweep(p), disk.parent / "s.h5", workers=1, progress=False, log=logs.append,
-                  point_fn="sweep_helpers:cached_point", cache_dir=blocker / "cache")
+    s = run_sweep(
+        load_sweep(p),
+        disk.parent / "s.h5",
+        workers=1,
+        progress=False,
+        log=logs.append,
+        point_fn="sweep_helpers:cached_point",
+        cache_dir=blocker / "cache",
+    )
     assert s.status_counts == {"ok": 2}
     assert len([m for m in logs if "sub-result cache" in m and "continuing without it" in m]) == 1
 
@@ -164,6 +185,7 @@ def _sqlite_worker(loc, q):
 
 def test_sqlite_one_file_cache(tmp_path, monkeypatch):
     import multiprocessing as mp
+
     db = tmp_path / "c.sqlite"
     monkeypatch.setenv(cache.ENV, str(db))
     cache.reset()
@@ -174,7 +196,10 @@ def test_sqlite_one_file_cache(tmp_path, monkeypatch):
         p.start()
         assert q.get(timeout=60) == (expect_miss, [7.0] * 3)
         p.join()
-    assert sorted(x.name for x in tmp_path.iterdir() if not x.name.startswith("c.sqlite-")) == ["c.sqlite", "c.sqlite.key"]
+    assert sorted(x.name for x in tmp_path.iterdir() if not x.name.startswith("c.sqlite-")) == [
+        "c.sqlite",
+        "c.sqlite.key",
+    ]
     with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         k = cache.cache_key(("sec.sqlite", 1))
@@ -190,33 +215,56 @@ def test_sqlite_one_file_cache(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- --emit-sbatch
 
+
 def test_emit_sbatch_quotes_every_user_string(tmp_path, monkeypatch):
     """The emitted script parses (bash -n); running its array tasks (fake Slurm env, fake sbatch) keeps
     an injected ';touch X' inside the value, paths with spaces stay one argument, and the merge job
     submitted with --merge-after merges the shards."""
     from attnsim.cli import main
     from attnsim.studies.sweep.store import open_store
+
     work = tmp_path / "my dir"
     p = write_sweep(work, [{"grid": {"scenario.batch_size": [1, 2]}}], slurm={"shards": 2, "cpus_per_task": 1})
     monkeypatch.chdir(work)
     out = work / "res ults" / "o.h5"
     evil = "a;touch X $(touch Y) `touch Z`"
     script = work / "job.sh"
-    assert main(["sweep", str(p), "--out", str(out), "--set", f"experiment.description={evil}",
-                 "--emit-sbatch", str(script), "--merge-after"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(p),
+                "--out",
+                str(out),
+                "--set",
+                f"experiment.description={evil}",
+                "--emit-sbatch",
+                str(script),
+                "--merge-after",
+            ]
+        )
+        == 0
+    )
     text = script.read_text()
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    assert "#SBATCH --output=\"" in text and "_%A_%a.log" in text and (out.parent / "logs").is_dir()
+    assert '#SBATCH --output="' in text and "_%A_%a.log" in text and (out.parent / "logs").is_dir()
     assert "NUMBA_CACHE_DIR=" in text
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "sbatch").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_SBATCH_ARGS"\necho 4242\n')
     (fake / "sbatch").chmod(0o755)
     for i in range(2):
-        env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": str(i),
-               "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_JOB_ID": "77",
-               "SLURM_CPUS_PER_TASK": "1", "FAKE_SBATCH_ARGS": str(tmp_path / f"sbatch{i}.txt"),
-               "PYTHONPATH": str(ROOT / "tests")}
+        env = {
+            **os.environ,
+            "PATH": f"{fake}:{os.environ['PATH']}",
+            "SLURM_ARRAY_TASK_ID": str(i),
+            "SLURM_ARRAY_TASK_MIN": "0",
+            "SLURM_ARRAY_TASK_COUNT": "2",
+            "SLURM_ARRAY_JOB_ID": "77",
+            "SLURM_CPUS_PER_TASK": "1",
+            "FAKE_SBATCH_ARGS": str(tmp_path / f"sbatch{i}.txt"),
+            "PYTHONPATH": str(ROOT / "tests"),
+        }
         r = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
     for name in "XYZ":
@@ -227,14 +275,19 @@ def test_emit_sbatch_quotes_every_user_string(tmp_path, monkeypatch):
     wrap = args[args.index("--wrap") + 1]
     assert subprocess.run(["sh", "-c", wrap], cwd=tmp_path).returncode == 0
     import yaml
+
     st = open_store(out)
     assert len(st) == 2 and yaml.safe_load(st.attrs["base_config"])["experiment"]["description"] == evil
 
 
 def test_emit_sbatch_dry_run_and_jobqueue(tmp_path, monkeypatch, capsys):
     from attnsim.cli import main
-    p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2]}}],
-                    dask={"jobqueue": {"cores": 2, "options": {"job_script_prologue": ["export MARK=1"]}}})
+
+    p = write_sweep(
+        tmp_path,
+        [{"grid": {"scenario.batch_size": [1, 2]}}],
+        dask={"jobqueue": {"cores": 2, "options": {"job_script_prologue": ["export MARK=1"]}}},
+    )
     target = tmp_path / "job.sh"
     assert main(["sweep", str(p), "--emit-sbatch", str(target), "--dry-run"]) == 0
     assert "#SBATCH --array=0-3" in capsys.readouterr().out and not target.exists()

@@ -1,12 +1,13 @@
 """Sweep files: expansion (grid, zip, ranges, seeded random), implicit axes, keys, validation errors."""
+
 import itertools
 
 import numpy as np
 import pytest
+from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
 from attnsim.core.config import ConfigError
 from attnsim.studies.sweep.spec import RangeSpec, config_key, load_sweep
-from sweep_helpers import TINY_EXPERIMENT, write_sweep
 
 
 def _load(tmp_path, parameters, **extra):
@@ -25,8 +26,13 @@ def test_grid_is_the_cross_product_in_row_major_order(tmp_path):
 
 
 def test_zip_pairs_elementwise_and_blocks_cross(tmp_path):
-    sw = _load(tmp_path, [{"zip": {"scenario.batch_size": [1, 8], "scenario.output_len": [4, 6]}},
-                          {"grid": {"scenario.prompt_len": [64, 128, 512]}}])
+    sw = _load(
+        tmp_path,
+        [
+            {"zip": {"scenario.batch_size": [1, 8], "scenario.output_len": [4, 6]}},
+            {"grid": {"scenario.prompt_len": [64, 128, 512]}},
+        ],
+    )
     assert sw.n_points == 6
     pairs = {(p["scenario.batch_size"], p["scenario.output_len"]) for _, p in sw.iter_params()}
     assert pairs == {(1, 4), (8, 6)}
@@ -37,13 +43,16 @@ def test_zip_of_unequal_lengths_is_an_error_naming_the_block(tmp_path):
         _load(tmp_path, [{"zip": {"scenario.batch_size": [1, 2], "scenario.output_len": [4]}}])
 
 
-@pytest.mark.parametrize("spec, expect", [
-    ({"start": 512, "stop": 4096, "factor": 2}, [512, 1024, 2048, 4096]),
-    ({"start": 1, "stop": 10, "step": 3}, [1, 4, 7, 10]),
-    ({"start": 1, "stop": 9, "step": 3}, [1, 4, 7]),
-    ({"start": 1, "stop": 1000, "num": 4, "scale": "log"}, [1, 10, 100, 1000]),
-    ({"start": 0.5, "stop": 1.0, "num": 3}, [0.5, 0.75, 1.0]),
-])
+@pytest.mark.parametrize(
+    "spec, expect",
+    [
+        ({"start": 512, "stop": 4096, "factor": 2}, [512, 1024, 2048, 4096]),
+        ({"start": 1, "stop": 10, "step": 3}, [1, 4, 7, 10]),
+        ({"start": 1, "stop": 9, "step": 3}, [1, 4, 7]),
+        ({"start": 1, "stop": 1000, "num": 4, "scale": "log"}, [1, 10, 100, 1000]),
+        ({"start": 0.5, "stop": 1.0, "num": 3}, [0.5, 0.75, 1.0]),
+    ],
+)
 def test_ranges_are_inclusive_and_keep_integers(tmp_path, spec, expect):
     sw = _load(tmp_path, [{"grid": {"scenario.prompt_len": spec}}])
     vals = [p["scenario.prompt_len"] for _, p in sw.iter_params()]
@@ -52,14 +61,24 @@ def test_ranges_are_inclusive_and_keep_integers(tmp_path, spec, expect):
 
 
 def test_bad_range_is_rejected_with_key_path(tmp_path):
-    with pytest.raises(ConfigError, match=r"parameters\.0\.grid\.scenario\.prompt_len.*exactly one of step, num, factor"):
+    with pytest.raises(
+        ConfigError, match=r"parameters\.0\.grid\.scenario\.prompt_len.*exactly one of step, num, factor"
+    ):
         _load(tmp_path, [{"grid": {"scenario.prompt_len": {"start": 1, "stop": 8}}}])
 
 
 def test_random_samples_are_seeded_and_within_bounds(tmp_path):
-    blk = {"random": {"samples": 50, "seed": 7, "params": {
-        "scenario.batch_size": {"randint": [1, 4]}, "scenario.prompt_len": {"loguniform": [100, 1000]},
-        "scenario.kv_dtype": {"choice": ["fp16", "fp8"]}}}}
+    blk = {
+        "random": {
+            "samples": 50,
+            "seed": 7,
+            "params": {
+                "scenario.batch_size": {"randint": [1, 4]},
+                "scenario.prompt_len": {"loguniform": [100, 1000]},
+                "scenario.kv_dtype": {"choice": ["fp16", "fp8"]},
+            },
+        }
+    }
     a = [p for _, p in _load(tmp_path / "a", [blk]).iter_params()]
     b = [p for _, p in _load(tmp_path / "b", [blk]).iter_params()]
     assert a == b and len(a) == 50
@@ -72,8 +91,9 @@ def test_random_samples_are_seeded_and_within_bounds(tmp_path):
 
 
 def test_shorthands_load_configs_outside_the_base_and_cross_implicitly(tmp_path):
-    base = dict(TINY_EXPERIMENT, scenarios={"a": {"batch_size": 1, "output_len": 4},
-                                            "b": {"batch_size": 2, "output_len": 4}})
+    base = dict(
+        TINY_EXPERIMENT, scenarios={"a": {"batch_size": 1, "output_len": 4}, "b": {"batch_size": 2, "output_len": 4}}
+    )
     sw = load_sweep(write_sweep(tmp_path, [{"grid": {"model": ["llama2-7b", "mistral-7b"]}}], base=base))
     assert sw.n_points == 4  # 2 models x implicit scenario axis (a, b); implicit system axis of 1
     pts = [sw.resolve(i) for i in range(sw.n_points)]
@@ -103,14 +123,17 @@ def test_invalid_point_is_reported_with_its_error(tmp_path):
     assert "scenarios.chat.batch_size" in errs[1] and "positive" in errs[1]
 
 
-@pytest.mark.parametrize("params, match", [
-    ([{"grid": {"models.nope.num_layers": [1]}}], r"parameters\.models\.nope\.num_layers.*have: llama2-7b"),
-    ([{"grid": {"bogus.x": [1]}}], r"unknown section 'bogus'"),
-    ([{"grid": {"system": ["no_such_system"]}}], r"unknown systems config 'no_such_system'"),
-    ([{"grid": {"scenario": ["zzz"]}}], r"scenario 'zzz' is not one of the base"),
-    ([{"grid": {"scenario.batch_size": [1]}}, {"grid": {"scenario.batch_size": [2]}}], r"more than one block"),
-    ([{"grid": {"a": [1]}, "zip": {"b": [1]}}], r"parameters\.0: .*exactly one of grid, zip, random"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ([{"grid": {"models.nope.num_layers": [1]}}], r"parameters\.models\.nope\.num_layers.*have: llama2-7b"),
+        ([{"grid": {"bogus.x": [1]}}], r"unknown section 'bogus'"),
+        ([{"grid": {"system": ["no_such_system"]}}], r"unknown systems config 'no_such_system'"),
+        ([{"grid": {"scenario": ["zzz"]}}], r"scenario 'zzz' is not one of the base"),
+        ([{"grid": {"scenario.batch_size": [1]}}, {"grid": {"scenario.batch_size": [2]}}], r"more than one block"),
+        ([{"grid": {"a": [1]}, "zip": {"b": [1]}}], r"parameters\.0: .*exactly one of grid, zip, random"),
+    ],
+)
 def test_spec_errors_name_file_and_key(tmp_path, params, match):
     with pytest.raises(ConfigError, match=match) as ei:
         _load(tmp_path, params)

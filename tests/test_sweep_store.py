@@ -1,4 +1,5 @@
 """The sweep store: resume, SIGKILL safety (real sweep process), shards + merge, CSV, failures, cache."""
+
 import csv
 import json
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from sweep_helpers import read_store_rows, write_sweep
 
 from attnsim.core.config import ConfigError
 from attnsim.studies.sweep.executors import parse_shard, run_sweep, shard_path
@@ -18,7 +20,6 @@ from attnsim.studies.sweep.merge import merge_stores
 from attnsim.studies.sweep.spec import load_sweep
 from attnsim.studies.sweep.store import StoreWriter, journal_dir, make_record, open_store, read_journal
 from attnsim.studies.sweep.table import load_table, write_csv
-from sweep_helpers import read_store_rows, write_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_KW = dict(workers=1, progress=False, log=lambda s: None)
@@ -26,8 +27,9 @@ VOLATILE = {"elapsed_s", "finished_unix_s", "worker"}
 
 
 def _grid(tmp_path, n=6, name="t", **extra):
-    return write_sweep(tmp_path, [{"grid": {"scenario.batch_size": {"start": 1, "stop": n, "step": 1}}}],
-                       name=name, **extra)
+    return write_sweep(
+        tmp_path, [{"grid": {"scenario.batch_size": {"start": 1, "stop": n, "step": 1}}}], name=name, **extra
+    )
 
 
 def _same_points(a, b):
@@ -75,8 +77,15 @@ def test_store_columns_match_the_run_documents(tmp_path):
         assert np.isclose(st.breakdown()["decode_step/time_s"][j], d["breakdown"]["decode_step"]["time_s"])
         assert json.loads(json.dumps(st.resolved(j)))["scenarios"]["chat"]["batch_size"] == j + 1
     with h5py.File(out) as f:
-        for a in ("attnsim_version", "git_revision", "created_utc", "updated_utc", "sweep_definition",
-                  "base_config", "sweep_id"):
+        for a in (
+            "attnsim_version",
+            "git_revision",
+            "created_utc",
+            "updated_utc",
+            "sweep_definition",
+            "base_config",
+            "sweep_id",
+        ):
             assert f.attrs[a]
         assert f.attrs["n_points_total"] == 3
     # physical limit: more requests per step cannot make a step faster
@@ -84,8 +93,18 @@ def test_store_columns_match_the_run_documents(tmp_path):
 
 
 def test_invalid_and_duplicate_points(tmp_path):
-    p = write_sweep(tmp_path, [{"grid": {"model": ["llama2-7b", "mistral-7b"], "models.mistral-7b.num_layers": [16, 32],
-                                         }}, {"grid": {"scenario.batch_size": [1, -2]}}])
+    p = write_sweep(
+        tmp_path,
+        [
+            {
+                "grid": {
+                    "model": ["llama2-7b", "mistral-7b"],
+                    "models.mistral-7b.num_layers": [16, 32],
+                }
+            },
+            {"grid": {"scenario.batch_size": [1, -2]}},
+        ],
+    )
     sw = load_sweep(p)
     assert sw.n_points == 8
     s = run_sweep(sw, tmp_path / "s.h5", **RUN_KW)
@@ -119,8 +138,20 @@ def _kill_when(proc, out, n_min, timeout=60):
 def test_sigkill_mid_sweep_then_resume_loses_and_duplicates_nothing(tmp_path):
     p = _grid(tmp_path, 90)
     out = tmp_path / "k.h5"
-    cmd = [sys.executable, "-m", "attnsim", "sweep", str(p), "--out", str(out), "--workers", "1", "--no-progress",
-           "--checkpoint-s", "0.15"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnsim",
+        "sweep",
+        str(p),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--checkpoint-s",
+        "0.15",
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
     seen = {}
     for n_min in (8, 30):  # two kills, the second into a resumed run; checkpoints fold every 0.15 s
@@ -144,8 +175,14 @@ def test_sigkill_mid_sweep_then_resume_loses_and_duplicates_nothing(tmp_path):
 
 
 def _fake_record(i):
-    doc = {"system": "s", "model": "m", "scenario": {"name": "c", "batch_size": i}, "status": "ok",
-           "metrics": {"x_s": float(i)}, "breakdown": {"decode_step": {"time_s": float(i), "time_s_by_op": {"a": 1.0}}}}
+    doc = {
+        "system": "s",
+        "model": "m",
+        "scenario": {"name": "c", "batch_size": i},
+        "status": "ok",
+        "metrics": {"x_s": float(i)},
+        "breakdown": {"decode_step": {"time_s": float(i), "time_s_by_op": {"a": 1.0}}},
+    }
     return make_record(i, f"k{i:05d}", {"p": i}, doc, "{}")
 
 
@@ -251,15 +288,19 @@ def test_export_csv_matches_the_store(tmp_path):
     assert len(rows) == 3
     assert [int(r["scenario.batch_size"]) for r in rows] == [1, 2, 3]
     assert [float(r["tpot_s"]) for r in rows] == t.col("tpot_s").tolist()
-    assert "decode_step/time_s_by_op/attn_score" in rows[0] or any(k.startswith("decode_step/time_s_by_op/") for k in rows[0])
+    assert "decode_step/time_s_by_op/attn_score" in rows[0] or any(
+        k.startswith("decode_step/time_s_by_op/") for k in rows[0]
+    )
 
 
 def test_cache_hit_rate_is_reported(tmp_path):
     from attnsim.core import cache
+
     cache.reset()
     p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2, 3, 4]}}])
-    s = run_sweep(load_sweep(p), tmp_path / "c.h5", point_fn="sweep_helpers:cached_point",
-                  cache_dir=tmp_path / "cache", **RUN_KW)
+    s = run_sweep(
+        load_sweep(p), tmp_path / "c.h5", point_fn="sweep_helpers:cached_point", cache_dir=tmp_path / "cache", **RUN_KW
+    )
     # one model: the first point misses, the other three hit
     assert (s.cache_hits, s.cache_misses) == (3, 1)
     assert "hit rate 75.0%" in s.text()
@@ -270,6 +311,7 @@ def test_cache_hit_rate_is_reported(tmp_path):
 
 def test_cli_sweep_emit_sbatch_merge_export(tmp_path, capsys):
     from attnsim.cli import main
+
     p = _grid(tmp_path, 4, slurm={"shards": 2, "cpus_per_task": 3, "partition": "gpu"})
     out = tmp_path / "c.h5"
     assert main(["sweep", str(p), "--emit-sbatch", "--out", str(out)]) == 0
@@ -281,7 +323,10 @@ def test_cli_sweep_emit_sbatch_merge_export(tmp_path, capsys):
         env = {"SLURM_ARRAY_TASK_ID": str(i), "SLURM_ARRAY_TASK_COUNT": "2"}
         os.environ.update(env)
         try:
-            assert main(["sweep", str(p), "--executor", "slurm", "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+            assert (
+                main(["sweep", str(p), "--executor", "slurm", "--out", str(out), "--workers", "1", "--no-progress"])
+                == 0
+            )
         finally:
             for k in env:
                 os.environ.pop(k)

@@ -2,10 +2,9 @@
 ``set:`` goes through attnsim run's --set path, everything is checked before any file is created, baselines
 pair over hardware keys the baseline does not use, Ctrl-C says what is kept, mistyped options and files get a
 suggestion."""
+
 import numpy as np
 import pytest
-import yaml
-
 from sweep_helpers import write_sweep
 
 from attnsim.cli import main
@@ -88,11 +87,14 @@ def test_ctrl_c_says_what_is_kept_and_how_to_resume(tmp_path, capsys, monkeypatc
         it = run_local(tasks, workers)
         yield next(it)
         raise KeyboardInterrupt
+
     monkeypatch.setattr(executors, "_run_local", one_then_ctrl_c)
     assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--no-progress"]) == 130
     # main 878b7fc printed only "interrupted"
-    assert capsys.readouterr().err.strip().splitlines()[-1] == \
-        f"interrupted: 1 point kept in {out}; run the same command to resume"
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == f"interrupted: 1 point kept in {out}; run the same command to resume"
+    )
     assert len(open_store(out)) == 1
     monkeypatch.setattr(executors, "_run_local", run_local)
     assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
@@ -114,16 +116,24 @@ def test_mistyped_option_and_file_get_a_suggestion(tmp_path, capsys):
 def test_baseline_pairs_over_hardware_keys_it_does_not_use():
     """Columns as a store holds them after dedup: the baseline h100_x1 does not use nvlink4, so its points under
     bandwidth 450 and 900 are one config, stored once (with the first value, 450)."""
-    cols = {"key": np.array(["b", "p450", "p900"], dtype=object),
-            "system": np.array(["h100_x1", "dgx_h100", "dgx_h100"], dtype=object),
-            "model": np.array(["m"] * 3, dtype=object), "scenario": np.array(["chat"] * 3, dtype=object),
-            "status": np.array(["ok"] * 3, dtype=object), "hardware.nvlink4.bandwidth_gbps": np.array([450, 450, 900]),
-            "tokens_per_s": np.array([100.0, 400.0, 500.0]), "tpot_s": np.array([0.01, 0.004, 0.002]),
-            "energy_per_token_j": np.array([2.0, 1.0, 4.0])}
+    cols = {
+        "key": np.array(["b", "p450", "p900"], dtype=object),
+        "system": np.array(["h100_x1", "dgx_h100", "dgx_h100"], dtype=object),
+        "model": np.array(["m"] * 3, dtype=object),
+        "scenario": np.array(["chat"] * 3, dtype=object),
+        "status": np.array(["ok"] * 3, dtype=object),
+        "hardware.nvlink4.bandwidth_gbps": np.array([450, 450, 900]),
+        "tokens_per_s": np.array([100.0, 400.0, 500.0]),
+        "tpot_s": np.array([0.01, 0.004, 0.002]),
+        "energy_per_token_j": np.array([2.0, 1.0, 4.0]),
+    }
     params = ["system", "hardware.nvlink4.bandwidth_gbps"]
     # main 878b7fc (no blind keys): the 900 point finds no partner
-    assert baseline_columns(cols, params, "h100_x1")["vs_baseline.status"].tolist() == \
-        ["is_baseline", "ok", "baseline_missing"]
+    assert baseline_columns(cols, params, "h100_x1")["vs_baseline.status"].tolist() == [
+        "is_baseline",
+        "ok",
+        "baseline_missing",
+    ]
     out = baseline_columns(cols, params, "h100_x1", {"hardware.nvlink4.bandwidth_gbps"})
     assert out["vs_baseline.status"].tolist() == ["is_baseline", "ok", "ok"]
     assert out["vs_baseline.throughput_ratio"][2] == 500.0 / 100.0  # tokens_per_s over the baseline's

@@ -1,13 +1,14 @@
 """Sweep stores that cannot be wedged, misread or raced: odd grid values, damaged files, short journal
 writes, two writers, sweep sizes, all-invalid sweeps, --retry-failed, code versions, file modes."""
+
 import json
 import os
 import tracemalloc
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from sweep_helpers import write_sweep
 
 import attnsim
 from attnsim.cli import main
@@ -18,12 +19,12 @@ from attnsim.studies.sweep.merge import merge_stores
 from attnsim.studies.sweep.spec import MAX_POINTS, load_sweep
 from attnsim.studies.sweep.store import StoreWriter, journal_dir, lock_path, make_record, open_store, read_journal
 from attnsim.studies.sweep.table import load_table
-from sweep_helpers import write_sweep
 
 RUN_KW = dict(workers=1, progress=False, log=lambda s: None)
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def fake_point(tree_dict, files):
     """A fast point function (no simulation); fails for the batch size in $ATTNSIM_TEST_FAIL_BATCH."""
@@ -31,15 +32,29 @@ def fake_point(tree_dict, files):
     sc = tree_dict["scenarios"][name]
     if str(sc["batch_size"]) == os.environ.get("ATTNSIM_TEST_FAIL_BATCH"):
         raise RuntimeError("flaky worker")
-    return {"system": next(iter(tree_dict["systems"])), "model": next(iter(tree_dict["models"])),
-            "scenario": {"name": name, **sc}, "status": "ok",
-            "metrics": {"ttft_s": 0.01, "tpot_s": 1e-3 * sc["batch_size"], "tokens_per_s": 1e3 / sc["batch_size"],
-                        "energy_per_token_j": 0.1}}
+    return {
+        "system": next(iter(tree_dict["systems"])),
+        "model": next(iter(tree_dict["models"])),
+        "scenario": {"name": name, **sc},
+        "status": "ok",
+        "metrics": {
+            "ttft_s": 0.01,
+            "tpot_s": 1e-3 * sc["batch_size"],
+            "tokens_per_s": 1e3 / sc["batch_size"],
+            "energy_per_token_j": 0.1,
+        },
+    }
 
 
 def _record(i, **params):
-    doc = {"system": "s", "model": "m", "scenario": {"name": "c", "batch_size": i}, "status": "ok",
-           "metrics": {"x_s": float(i)}, "breakdown": {"decode_step": {"time_s": float(i)}}}
+    doc = {
+        "system": "s",
+        "model": "m",
+        "scenario": {"name": "c", "batch_size": i},
+        "status": "ok",
+        "metrics": {"x_s": float(i)},
+        "breakdown": {"decode_step": {"time_s": float(i)}},
+    }
     return make_record(i, f"k{i:05d}", params or {"p": i}, doc, "{}")
 
 
@@ -61,6 +76,7 @@ def _one_line_error(capsys, *names):
 
 # ---------------------------------------------------------------- folds never fail
 
+
 def test_non_integer_grid_value_is_an_invalid_point_and_the_store_stays_usable(tmp_path, capsys):
     p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, "two"]}}])
     out = tmp_path / "s.h5"
@@ -77,10 +93,16 @@ def test_non_integer_grid_value_is_an_invalid_point_and_the_store_stays_usable(t
 
 def test_mixed_kinds_in_a_column_widen_it_and_journal_reads_equal_folded_reads(tmp_path):
     out = tmp_path / "m.h5"
-    odd = [_record(0, p=1), _record(1, p=2.5), _record(2, p="x"), _record(3, p=2 ** 70), _record(4, p=[1, 2]),
-           _record(5, p=None)]
+    odd = [
+        _record(0, p=1),
+        _record(1, p=2.5),
+        _record(2, p="x"),
+        _record(3, p=2**70),
+        _record(4, p=[1, 2]),
+        _record(5, p=None),
+    ]
     odd[1]["doc"]["scenario"].update(batch_size="many", prompt_len=[3], output_len=1e300)
-    odd[2]["doc"]["metrics"].update(x_s=2 ** 2000, y_s="fast")
+    odd[2]["doc"]["metrics"].update(x_s=2**2000, y_s="fast")
     odd[3]["doc"]["breakdown"] = {"decode_step": {"time_s": {"nested": 1.0}}, "": {".": 2.0}}
     with StoreWriter(out, {"sweep_id": "fake"}, {"p": "i8"}, checkpoint_s=1e9) as w:
         w.append(odd[0])
@@ -89,13 +111,14 @@ def test_mixed_kinds_in_a_column_widen_it_and_journal_reads_equal_folded_reads(t
             w.append(r)
         unfolded = open_store(out).columns()  # HDF5 rows + journal records
     folded = open_store(out).columns()
-    assert folded["p"].tolist() == unfolded["p"].tolist() == ["1", "2.5", "x", str(2 ** 70), "[1, 2]", ""]
+    assert folded["p"].tolist() == unfolded["p"].tolist() == ["1", "2.5", "x", str(2**70), "[1, 2]", ""]
     assert folded["batch_size"].tolist() == [0, -1, 2, 3, 4, 5]
     assert np.isnan(folded["prompt_len"][1]) and folded["output_len"][1] == -1 and np.isnan(folded["x_s"][2])
     assert [d["scenario"]["batch_size"] for d in open_store(out).iter_docs()][1] == "many"  # the document keeps it
 
 
 # ---------------------------------------------------------------- damaged stores
+
 
 def _damage(kind, path):
     if kind == "only_format":
@@ -115,24 +138,45 @@ def _damage(kind, path):
         jd = journal_dir(path)
         jd.mkdir()
         good = json.dumps(_record(7)) + "\n"
-        bad = {"journal_no_key": json.dumps({k: v for k, v in _record(8).items() if k != "key"}) + "\n",
-               "journal_truncated": good[:40] + "\n", "journal_not_utf8": b"\xff\xfe{}\n".decode("latin-1"),
-               "journal_doc_no_system": json.dumps(dict(_record(8), doc={"status": "ok"})) + "\n"}[kind]
+        bad = {
+            "journal_no_key": json.dumps({k: v for k, v in _record(8).items() if k != "key"}) + "\n",
+            "journal_truncated": good[:40] + "\n",
+            "journal_not_utf8": b"\xff\xfe{}\n".decode("latin-1"),
+            "journal_doc_no_system": json.dumps(dict(_record(8), doc={"status": "ok"})) + "\n",
+        }[kind]
         (jd / "seg-h-1-000001.jsonl").write_bytes((good + bad + good).encode("latin-1"))
-    return {"only_format": "sweep_id", "short_column": "/points/x_s", "no_docs": "/docs",
-            "bad_parameters": "parameters"}.get(kind, "line 2")
+    return {
+        "only_format": "sweep_id",
+        "short_column": "/points/x_s",
+        "no_docs": "/docs",
+        "bad_parameters": "parameters",
+    }.get(kind, "line 2")
 
 
-@pytest.mark.parametrize("kind", ["only_format", "short_column", "no_docs", "bad_parameters", "journal_no_key",
-                                  "journal_truncated", "journal_not_utf8", "journal_doc_no_system"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "only_format",
+        "short_column",
+        "no_docs",
+        "bad_parameters",
+        "journal_no_key",
+        "journal_truncated",
+        "journal_not_utf8",
+        "journal_doc_no_system",
+    ],
+)
 def test_damaged_store_is_a_one_line_error_for_every_reader(tmp_path, capsys, kind):
     path = _fake_store(tmp_path / "d.h5")
     where = _damage(kind, path)
     shown = path if not kind.startswith("journal") else "seg-h-1-000001.jsonl"
     outs = {"export": tmp_path / "d.csv", "plot": tmp_path / "d.png", "merge": tmp_path / "m.h5"}
-    for argv in (["show", str(path)], ["export", str(path), "--csv", "-o", str(outs["export"])],
-                 ["plot", str(path), "--recipe", "line", "--x", "p", "--y", "x_s", "-o", str(outs["plot"])],
-                 ["merge", str(path), "-o", str(outs["merge"])]):
+    for argv in (
+        ["show", str(path)],
+        ["export", str(path), "--csv", "-o", str(outs["export"])],
+        ["plot", str(path), "--recipe", "line", "--x", "p", "--y", "x_s", "-o", str(outs["plot"])],
+        ["merge", str(path), "-o", str(outs["merge"])],
+    ):
         assert main(argv) == 2, argv
         _one_line_error(capsys, shown, where)
     assert not any(p.exists() for p in outs.values())
@@ -168,7 +212,7 @@ def test_plot_all_names_a_missing_sweep_definition(tmp_path, capsys):
 def test_damaged_hdf5_bytes_are_a_one_line_error(tmp_path, capsys):
     path = _fake_store(tmp_path / "d.h5")
     data = bytearray(path.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 64] = b"\xa5" * 64
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\xa5" * 64
     path.write_bytes(bytes(data[: len(data) * 3 // 4]))
     for argv in (["show", str(path)], ["export", str(path), "--csv", "-o", str(tmp_path / "d.csv")]):
         assert main(argv) == 2
@@ -187,6 +231,7 @@ def test_torn_last_journal_line_is_still_dropped_silently(tmp_path):
 
 # ---------------------------------------------------------------- journal writes and the lock
 
+
 def test_short_journal_writes_are_completed_and_a_zero_write_raises(tmp_path, monkeypatch):
     real = os.write
     out = tmp_path / "w.h5"
@@ -198,6 +243,7 @@ def test_short_journal_writes_are_completed_and_a_zero_write_raises(tmp_path, mo
             calls.append(len(data))
             return real(fd, bytes(data[:7]))
         return real(fd, data)
+
     monkeypatch.setattr(store_mod.os, "write", short)
     for i in range(3):
         w.append(_record(i))
@@ -233,6 +279,7 @@ def test_two_writers_never_hold_the_lock_together(tmp_path, monkeypatch):
             a.close()
             held["c"] = StoreWriter(out, {"sweep_id": "fake"}, {"p": "i8"})
         return real(fd, op)
+
     monkeypatch.setattr(store_mod.fcntl, "flock", racing_flock)
     with pytest.raises(ConfigError, match="lock held"):
         StoreWriter(out, {"sweep_id": "fake"}, {"p": "i8"})
@@ -245,12 +292,16 @@ def test_two_writers_never_hold_the_lock_together(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- sizes
 
-@pytest.mark.parametrize("values, count", [
-    ({"start": 1, "stop": 4096, "factor": 1.0000001}, "83,177,666"),
-    ({"start": 1, "stop": 2, "step": 1e-9}, "1,000,000,000"),
-    ({"start": 1, "stop": 2, "num": 10 ** 9}, "1,000,000,000"),
-    ({"start": 1e-300, "stop": 1e300, "factor": 1.0000000000000002}, "an unbounded number"),
-])
+
+@pytest.mark.parametrize(
+    "values, count",
+    [
+        ({"start": 1, "stop": 4096, "factor": 1.0000001}, "83,177,666"),
+        ({"start": 1, "stop": 2, "step": 1e-9}, "1,000,000,000"),
+        ({"start": 1, "stop": 2, "num": 10**9}, "1,000,000,000"),
+        ({"start": 1e-300, "stop": 1e300, "factor": 1.0000000000000002}, "an unbounded number"),
+    ],
+)
 def test_huge_ranges_are_refused_with_the_count_before_allocation(tmp_path, values, count):
     p = write_sweep(tmp_path, [{"grid": {"scenario.prompt_len": values}}])
     tracemalloc.start()
@@ -265,33 +316,51 @@ def test_huge_ranges_are_refused_with_the_count_before_allocation(tmp_path, valu
 
 
 def test_huge_grids_and_samples_are_refused_with_the_count(tmp_path, capsys):
-    grid = {"scenario.batch_size": {"start": 1, "stop": 10000, "step": 1},
-            "scenario.output_len": {"start": 1, "stop": 1000, "step": 1}}
+    grid = {
+        "scenario.batch_size": {"start": 1, "stop": 10000, "step": 1},
+        "scenario.output_len": {"start": 1, "stop": 1000, "step": 1},
+    }
     p = write_sweep(tmp_path / "g", [{"grid": grid}])
     assert main(["sweep", str(p), "--out", str(tmp_path / "g.h5")]) == 2
     _one_line_error(capsys, "parameters.0.grid", "got 10,000,000", f"{MAX_POINTS:,}")
     assert not (tmp_path / "g.h5").exists()
-    two = [{"grid": {"scenario.batch_size": list(range(1, 2001))}}, {"grid": {"scenario.output_len": list(range(1, 1001))}}]
+    two = [
+        {"grid": {"scenario.batch_size": list(range(1, 2001))}},
+        {"grid": {"scenario.output_len": list(range(1, 1001))}},
+    ]
     with pytest.raises(ConfigError, match="parameters: .*got 2,000,000"):
         load_sweep(write_sweep(tmp_path / "b", two))
-    rnd = [{"random": {"samples": 10 ** 9, "params": {"scenario.prompt_len": {"uniform": [1, 2]}}}}]
+    rnd = [{"random": {"samples": 10**9, "params": {"scenario.prompt_len": {"uniform": [1, 2]}}}}]
     with pytest.raises(ConfigError, match="parameters.0.random.samples: .*got 1,000,000,000"):
         load_sweep(write_sweep(tmp_path / "r", rnd))
 
 
 # ---------------------------------------------------------------- all invalid, retry, versions
 
+
 def test_set_that_invalidates_every_point_exits_non_zero_and_writes_nothing(tmp_path, capsys, monkeypatch):
     p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2]}}])
     out = tmp_path / "s.h5"
-    argv = ["sweep", str(p), "--out", str(out), "--workers", "1", "--no-progress", "--point-fn", "test_sweep_trust:fake_point"]
+    argv = [
+        "sweep",
+        str(p),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--point-fn",
+        "test_sweep_trust:fake_point",
+    ]
     assert main(argv + ["--set", "scenarios.chat.output_len=-1"]) == 2
     _one_line_error(capsys, "expected at least one valid point, got 2 invalid of 2", "output_len")
     assert not out.exists() and not journal_dir(out).exists() and not lock_path(out).exists()
     # the fixed sweep then runs into the same path (no stale store of another sweep_id in the way)
     monkeypatch.setenv("ATTNSIM_TEST_FAIL_BATCH", "1")
     p1 = write_sweep(tmp_path / "one", [{"grid": {"scenario.batch_size": [1]}}])
-    assert main(["sweep", str(p1), "--out", str(out), "--no-progress", "--point-fn", "test_sweep_trust:fake_point"]) == 3
+    assert (
+        main(["sweep", str(p1), "--out", str(out), "--no-progress", "--point-fn", "test_sweep_trust:fake_point"]) == 3
+    )
     assert "expected at least one ok point, got 1 failed" in capsys.readouterr().err
     assert open_store(out).columns()["status"].tolist() == ["error"]
 
@@ -321,8 +390,11 @@ def test_version_is_recorded_and_mismatches_are_refused_unless_allowed(tmp_path,
     with h5py.File(a) as f:
         assert f.attrs["attnsim_version"] == attnsim.__version__ and f.attrs["git_revision"] != "unknown"
     old = {"attnsim_version": "0.0.1"}
-    with pytest.raises(ConfigError, match=r"expected a store written by this attnsim \(0\.0\.1\), got one written by "
-                                          r".*--allow-version-mismatch"):
+    with pytest.raises(
+        ConfigError,
+        match=r"expected a store written by this attnsim \(0\.0\.1\), got one written by "
+        r".*--allow-version-mismatch",
+    ):
         StoreWriter(a, {"sweep_id": "fake", **old}, {"p": "i8"})
     with StoreWriter(a, {"sweep_id": "fake", **old}, {"p": "i8"}, allow_version_mismatch=True) as w:
         w.append(_record(5))
@@ -340,6 +412,7 @@ def test_version_is_recorded_and_mismatches_are_refused_unless_allowed(tmp_path,
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
 def test_store_files_honour_the_umask(tmp_path, umask, mode):
     from attnsim.studies.sweep.table import write_csv
+
     old = os.umask(umask)
     try:
         path = _fake_store(tmp_path / "u.h5")
@@ -353,13 +426,17 @@ def test_store_files_honour_the_umask(tmp_path, umask, mode):
 
 def test_custom_point_functions_obey_the_finite_number_rule(tmp_path):
     import json
+
     from sweep_helpers import write_sweep
+
     from attnsim.studies.sweep.executors import run_sweep
     from attnsim.studies.sweep.spec import load_sweep
     from attnsim.studies.sweep.store import open_store
+
     p = write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2]}}])
-    run_sweep(load_sweep(p), tmp_path / "inf.h5", point_fn="sweep_helpers:infinite_point", progress=False,
-              log=lambda m: None)
+    run_sweep(
+        load_sweep(p), tmp_path / "inf.h5", point_fn="sweep_helpers:infinite_point", progress=False, log=lambda m: None
+    )
     st = open_store(tmp_path / "inf.h5")
     assert list(st.columns()["status"]) == ["error", "error"]
     for doc in st.iter_docs():

@@ -1,9 +1,9 @@
 """`attnsim run --trace`: every decode step on one time axis; per-event bytes, energy, bandwidth and bound
 that add up to the run document's numbers; counters; the file's validity; --trace-steps."""
+
 import json
 import re
 
-import numpy as np
 import pytest
 
 from attnsim.cli import main
@@ -11,14 +11,20 @@ from attnsim.sim.experiment import load_experiment
 from attnsim.sim.runner import run_experiment
 from attnsim.sim.timeline import check_events, drawn_steps
 
-BASE = ["experiment.systems=[h100_x1]", "experiment.models=[llama2-7b]", "experiment.baseline=null",
-        "models.llama2-7b.num_layers=2"]
+BASE = [
+    "experiment.systems=[h100_x1]",
+    "experiment.models=[llama2-7b]",
+    "experiment.baseline=null",
+    "models.llama2-7b.num_layers=2",
+]
 
 
 def _run(output_len, mode="sampled", samples=9, trace_steps=None, system="h100_x1"):
-    sets = BASE + [f"experiment.systems=[{system}]",
-                   f"experiment.scenarios={{s: {{batch_size: 4, prompt_len: 512, output_len: {output_len}}}}}",
-                   f"experiment.generation={{mode: {mode}" + (f", samples: {samples}}}" if mode == "sampled" else "}")]
+    sets = BASE + [
+        f"experiment.systems=[{system}]",
+        f"experiment.scenarios={{s: {{batch_size: 4, prompt_len: 512, output_len: {output_len}}}}}",
+        f"experiment.generation={{mode: {mode}" + (f", samples: {samples}}}" if mode == "sampled" else "}"),
+    ]
     events: list = []
     doc = run_experiment(load_experiment(None, sets), timeline=events, trace_steps=trace_steps)[0]
     assert doc["status"] == "ok", doc.get("error")
@@ -53,16 +59,19 @@ def test_sampled_run_every_step_on_one_time_axis_and_sums():
     ops = [e for e in ev if e["ph"] == "X" and e["tid"] != 1]
     t_pre = steps[0]["dur"]
     pre = [e for e in ops if e["ts"] < t_pre - 1e-9]
-    assert sum(e["args"]["energy_j"] + e["args"]["static_energy_j"] for e in pre) == \
-        pytest.approx(bd["prefill"]["energy_j"], rel=1e-9)
+    assert sum(e["args"]["energy_j"] + e["args"]["static_energy_j"] for e in pre) == pytest.approx(
+        bd["prefill"]["energy_j"], rel=1e-9
+    )
     dec_ops = [e for e in ops if e["ts"] >= t_pre - 1e-9]
     spans = [e for e in steps if "steps" in e["name"]]
-    e_dec = sum(e["args"]["energy_j"] + e["args"]["static_energy_j"] for e in dec_ops) + \
-        sum(e["args"]["energy_j"] for e in spans)
+    e_dec = sum(e["args"]["energy_j"] + e["args"]["static_energy_j"] for e in dec_ops) + sum(
+        e["args"]["energy_j"] for e in spans
+    )
     assert e_dec == pytest.approx(bd["decode_step"]["energy_j"] * n, rel=1e-9)
     # bytes: the mean decode step's achieved bandwidth x TPOT x steps
-    b_dec = sum(e["args"].get("memory_bytes", {}).get("hbm", 0.0) for e in dec_ops) + \
-        sum(e["args"]["bytes_by_device"]["gpu:hbm"] for e in spans)
+    b_dec = sum(e["args"].get("memory_bytes", {}).get("hbm", 0.0) for e in dec_ops) + sum(
+        e["args"]["bytes_by_device"]["gpu:hbm"] for e in spans
+    )
     bw = m["bandwidth"]["gpu:hbm"]
     assert b_dec == pytest.approx(bw["achieved_gbps"] * 1e9 * m["tpot_s"] * n, rel=1e-9)
     # every op event: a bound, and an achieved bandwidth within the device's peak (physical limit)
@@ -71,15 +80,18 @@ def test_sampled_run_every_step_on_one_time_axis_and_sums():
     assert {"compute", "memory"} <= {e["args"]["bound"] for e in gpu}  # the prefill's GEMMs, decode's reads
     rates = [e["args"]["achieved_gbps"]["hbm"] for e in gpu if "achieved_gbps" in e["args"]]
     assert rates and max(rates) <= bw["peak_gbps"] * (1 + 1e-9)
+
     # counters: the power tracks integrate to the run's energy, the bandwidth track to its bytes
     def integral(name):
         c = sorted((e["ts"], e["args"]["value"]) for e in ev if e["ph"] == "C" and e["name"] == name)
         return sum((b[0] - a[0]) * 1e-6 * a[1] for a, b in zip(c, c[1:]))
+
     power = {e["name"] for e in ev if e["ph"] == "C" and e["name"].endswith("power (W)")}
     assert "gpu power (W)" in power
     assert sum(integral(p) for p in power) == pytest.approx(bd["prefill"]["energy_j"] + e_dec, rel=1e-9)
     assert integral("gpu hbm bandwidth (GB/s)") * 1e9 == pytest.approx(
-        b_dec + sum(e["args"].get("memory_bytes", {}).get("hbm", 0.0) for e in pre), rel=1e-9)
+        b_dec + sum(e["args"].get("memory_bytes", {}).get("hbm", 0.0) for e in pre), rel=1e-9
+    )
 
 
 def test_interpolated_spans_follow_the_sampled_steps():
@@ -93,7 +105,9 @@ def test_interpolated_spans_follow_the_sampled_steps():
         if "interpolated" in e["name"]:
             lo, hi = (int(x) for x in re.search(r"(\d+)\.\.(\d+)", e["name"]).groups())
             lo, hi = lo - 1, hi + 1
-            want = sum((1 - (j - lo) / (hi - lo)) * drawn[lo] + (j - lo) / (hi - lo) * drawn[hi] for j in range(lo + 1, hi))
+            want = sum(
+                (1 - (j - lo) / (hi - lo)) * drawn[lo] + (j - lo) / (hi - lo) * drawn[hi] for j in range(lo + 1, hi)
+            )
             assert e["dur"] == pytest.approx(want, rel=1e-9) and e["args"]["interpolated_steps"] == hi - lo - 1
 
 
@@ -106,31 +120,49 @@ def test_exact_mode_cap_draws_first_and_last_step():
 
 
 def test_check_events_catches_broken_timelines():
-    ok = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0.0, "dur": 10.0},
-          {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 2.0, "dur": 3.0}]  # nested
+    ok = [
+        {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0.0, "dur": 10.0},
+        {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 2.0, "dur": 3.0},
+    ]  # nested
     check_events(ok)
-    for bad, msg in ((ok + [{"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 8.0, "dur": 5.0}], "overlaps"),
-                     ([{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0.0, "dur": -1.0}], "negative"),
-                     ([{"ph": "C", "name": "w", "pid": 1, "ts": 0.0, "args": {"value": float("nan")}}], "non-finite"),
-                     ([{"ph": "b", "name": "r", "cat": "q", "id": 1, "ts": 0.0}], "never ends")):
+    for bad, msg in (
+        (ok + [{"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 8.0, "dur": 5.0}], "overlaps"),
+        ([{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0.0, "dur": -1.0}], "negative"),
+        ([{"ph": "C", "name": "w", "pid": 1, "ts": 0.0, "args": {"value": float("nan")}}], "non-finite"),
+        ([{"ph": "b", "name": "r", "cat": "q", "id": 1, "ts": 0.0}], "never ends"),
+    ):
         with pytest.raises(ValueError, match=msg):
             check_events(bad)
 
 
 def test_cli_trace_steps(tmp_path, capsys):
     tr = tmp_path / "t.json"
-    args = ["run", "--no-write", "--no-figures", *sum((["--set", s] for s in BASE), []), "--set",
-            "experiment.scenarios={s: {batch_size: 1, prompt_len: 64, output_len: 6}}",
-            "--set", "experiment.generation={mode: exact}"]
+    args = [
+        "run",
+        "--no-write",
+        "--no-figures",
+        *sum((["--set", s] for s in BASE), []),
+        "--set",
+        "experiment.scenarios={s: {batch_size: 1, prompt_len: 64, output_len: 6}}",
+        "--set",
+        "experiment.generation={mode: exact}",
+    ]
     assert main(args + ["--trace", str(tr), "--trace-steps", "1"]) == 0
     ev = json.loads(tr.read_text())["traceEvents"]
     check_events(ev)
-    assert [e["name"] for e in ev if e["ph"] == "X" and e["tid"] == 1] == \
-        ["prefill", "decode step 1", "decode steps 2..5 (costed, not drawn)"]
+    assert [e["name"] for e in ev if e["ph"] == "X" and e["tid"] == 1] == [
+        "prefill",
+        "decode step 1",
+        "decode steps 2..5 (costed, not drawn)",
+    ]
     capsys.readouterr()
-    for extra, msg in ((["--trace-steps", "3"], "error: --trace-steps: only applies with --trace"),
-                       (["--trace", str(tmp_path / "u.json"), "--trace-steps", "-1"],
-                        "error: --trace-steps: expected an integer in [0, 4096], got -1")):
+    for extra, msg in (
+        (["--trace-steps", "3"], "error: --trace-steps: only applies with --trace"),
+        (
+            ["--trace", str(tmp_path / "u.json"), "--trace-steps", "-1"],
+            "error: --trace-steps: expected an integer in [0, 4096], got -1",
+        ),
+    ):
         assert main(args + extra) == 2
         err = capsys.readouterr().err.strip()
         assert err == msg and not (tmp_path / "u.json").exists()

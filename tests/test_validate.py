@@ -1,10 +1,9 @@
 """attnsim validate: the bundled validation set passes; a row outside tolerance makes the exit non-zero."""
+
 import json
 
-import pytest
-
-from attnsim.studies import validate
 from attnsim.cli import main
+from attnsim.studies import validate
 
 
 def test_attacc_reproduction_and_limits_within_tolerance(capsys):
@@ -16,8 +15,9 @@ def test_attacc_reproduction_and_limits_within_tolerance(capsys):
     assert sum(r["set"] == "limits" for r in rows) >= 10
     # AttAcc: no attnsim parameter was set from its rows; limits are physical bounds
     assert {r["role"] for r in rows if r["set"] == "limits"} == {"limit"}
-    assert all(r["role"] in ("validation", "calibration") and r["system"] == "attacc"
-               for r in rows if r["set"] == "attacc")
+    assert all(
+        r["role"] in ("validation", "calibration") and r["system"] == "attacc" for r in rows if r["set"] == "attacc"
+    )
 
 
 def test_gpu_calibration_rows_within_stated_tolerance(capsys):
@@ -29,8 +29,9 @@ def test_gpu_calibration_rows_within_stated_tolerance(capsys):
     assert len(fit) == 2 * (9 + 6) * 5 + 2 and all("tok [us]" in r["name"] for r in fit if r not in attn)
     held = [r for r in rows if r["role"] == "validation"]  # LLMCompass: 10 GEMMs with K >= 1024, decode + prefill
     # layer; H100 decode attention kernels: FA3 ctx 2,000, FA2 x 4, ONNX Runtime x 5
-    assert len(held) == 12 + 10 and all(any(s in r["name"] for s in ("LLMCompass", "GPT-3 layer", "decode attention"))
-                                        for r in held)
+    assert len(held) == 12 + 10 and all(
+        any(s in r["name"] for s in ("LLMCompass", "GPT-3 layer", "decode attention")) for r in held
+    )
     assert len(rows) == len(fit) + len(held)
     assert rc == 0, [r["name"] for r in rows if not r["ok"]]
 
@@ -42,15 +43,29 @@ def test_row_outside_tolerance_fails_the_command(monkeypatch, capsys):
 
 
 def test_sections_by_role_and_unknown_set(monkeypatch, capsys):
-    rows = [validate.Row("fake", "fit row", 1.0, 1.0, 0.1, role="calibration"),
-            validate.Row("fake", "held-out row", 1.3, 1.0, 0.1, role="validation"),
-            validate.Row("fake", "bound row", 0.5, 1.0, 0.0, check="upper_bound", role="limit")]
+    rows = [
+        validate.Row("fake", "fit row", 1.0, 1.0, 0.1, role="calibration"),
+        validate.Row("fake", "held-out row", 1.3, 1.0, 0.1, role="validation"),
+        validate.Row("fake", "bound row", 0.5, 1.0, 0.0, check="upper_bound", role="limit"),
+    ]
     monkeypatch.setattr(validate, "SETS", {"fake": lambda: rows})
     assert main(["validate"]) == 1
     out = capsys.readouterr().out
-    parts = [out.index(s) for s in ("calibration rows", "fit row", "1 of 1 calibration", "validation rows",
-                                    "held-out row", "0 of 1 validation rows within tolerance; 1 outside",
-                                    "limit rows", "bound row", "1 of 1 limit", "2 of 3 rows within tolerance")]
+    parts = [
+        out.index(s)
+        for s in (
+            "calibration rows",
+            "fit row",
+            "1 of 1 calibration",
+            "validation rows",
+            "held-out row",
+            "0 of 1 validation rows within tolerance; 1 outside",
+            "limit rows",
+            "bound row",
+            "1 of 1 limit",
+            "2 of 3 rows within tolerance",
+        )
+    ]
     assert parts == sorted(parts)
     assert main(["validate", "--set", "nope"]) == 2
     assert "reproductions/NAME" in capsys.readouterr().err

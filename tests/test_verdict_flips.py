@@ -2,19 +2,19 @@
 parameters move a run's throughput ratio against its baseline across 1.0 or by more than 10 % within their
 ranges (each end checked against a plain run with that value set via --set), the verdict line of attnsim
 run, its JSON section, the sweep store column, the Python API and the tornado recipe."""
+
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import yaml
 
 import attnsim
-from attnsim.studies import verdict
 from attnsim.cli import main
 from attnsim.core.config import ConfigError, find_config, load_yaml
 from attnsim.hwmodels import registry
+from attnsim.studies import verdict
 from attnsim.studies.sensitivity import Param
 
 # A case built to flip: DGX H100 against the DGX A100 baseline on a 2-layer Llama-2-7B (fast). The H100's
@@ -25,16 +25,29 @@ from attnsim.studies.sensitivity import Param
 #   (-15 %): moves by more than 10 %, stays above 1;
 # - mem_eta_max down to 0.7 (file 0.862): ratio ~1.30 (-7 %): robust;
 # - idle_power_w 60-150 W: static power enters energy, not time: the throughput ratio does not move at all.
-EXP = {"name": "flip", "systems": ["dgx_a100", "dgx_h100"], "baseline": "dgx_a100", "models": ["llama2-7b"],
-       "scenarios": {"s": {"batch_size": 2, "prompt_len": 64, "output_len": 6}},
-       "generation": {"mode": "sampled", "samples": 3}}
-H100_RANGES = {"hbm_bandwidth_gbps": {"low": 500, "high": 3350, "source": "assumption: test"},
-               "kernel_overhead_us": {"low": 1, "high": 3, "source": "assumption: test"},
-               "mem_eta_max": {"low": 0.7, "high": 0.862, "source": "assumption: test"},
-               "idle_power_w": {"low": 60, "high": 150, "source": "assumption: test"}}
-SETS = {"models.llama2-7b.num_layers": 2, "hardware.h100_sxm.ranges": H100_RANGES,
-        "hardware.a100_80gb_sxm.ranges": {}, "hardware.nvlink3.ranges": {}, "hardware.nvlink4.ranges": {},
-        "hardware.nvlink3.choices": {}, "hardware.nvlink4.choices": {}}
+EXP = {
+    "name": "flip",
+    "systems": ["dgx_a100", "dgx_h100"],
+    "baseline": "dgx_a100",
+    "models": ["llama2-7b"],
+    "scenarios": {"s": {"batch_size": 2, "prompt_len": 64, "output_len": 6}},
+    "generation": {"mode": "sampled", "samples": 3},
+}
+H100_RANGES = {
+    "hbm_bandwidth_gbps": {"low": 500, "high": 3350, "source": "assumption: test"},
+    "kernel_overhead_us": {"low": 1, "high": 3, "source": "assumption: test"},
+    "mem_eta_max": {"low": 0.7, "high": 0.862, "source": "assumption: test"},
+    "idle_power_w": {"low": 60, "high": 150, "source": "assumption: test"},
+}
+SETS = {
+    "models.llama2-7b.num_layers": 2,
+    "hardware.h100_sxm.ranges": H100_RANGES,
+    "hardware.a100_80gb_sxm.ranges": {},
+    "hardware.nvlink3.ranges": {},
+    "hardware.nvlink4.ranges": {},
+    "hardware.nvlink3.choices": {},
+    "hardware.nvlink4.choices": {},
+}
 BW, KERNEL, ETA, IDLE = (f"hardware.h100_sxm.{k}" for k in H100_RANGES)
 
 
@@ -57,19 +70,26 @@ def _row(sec, name):
 
 # ---------------------------------------------------------------- evidence tags
 
+
 def _gpu() -> dict:
     return load_yaml(find_config("hardware", "h100_sxm"))
 
 
-@pytest.mark.parametrize("evidence,key,msg", [
-    ({"tdp_w": {"tag": "guessed", "source": "x"}}, "evidence.tdp_w.tag", "expected one of measured, datasheet, "
-                                                                           "artefact, assumed, got 'guessed'"),
-    ({"bogus_w": {"tag": "measured", "source": "x"}}, "evidence.bogus_w", "expected a field of kind gpu ("),
-    ({"tdp_w": {"tag": "datasheet"}}, "evidence.tdp_w.source", "missing required key"),
-    ({"tdp_w": {"tag": "assumed", "source": "x"}}, "evidence.tdp_w", "expected a ranges: entry for an assumed"),
-    ({"tdp_w": {"tag": "datasheet", "source": "x", "low": 1}}, "evidence.tdp_w.low", "unknown key"),
-    (["tdp_w"], "evidence", "expected a mapping of field -> {tag, source}"),
-])
+@pytest.mark.parametrize(
+    "evidence,key,msg",
+    [
+        (
+            {"tdp_w": {"tag": "guessed", "source": "x"}},
+            "evidence.tdp_w.tag",
+            "expected one of measured, datasheet, artefact, assumed, got 'guessed'",
+        ),
+        ({"bogus_w": {"tag": "measured", "source": "x"}}, "evidence.bogus_w", "expected a field of kind gpu ("),
+        ({"tdp_w": {"tag": "datasheet"}}, "evidence.tdp_w.source", "missing required key"),
+        ({"tdp_w": {"tag": "assumed", "source": "x"}}, "evidence.tdp_w", "expected a ranges: entry for an assumed"),
+        ({"tdp_w": {"tag": "datasheet", "source": "x", "low": 1}}, "evidence.tdp_w.low", "unknown key"),
+        (["tdp_w"], "evidence", "expected a mapping of field -> {tag, source}"),
+    ],
+)
 def test_bad_evidence_refused_one_line(evidence, key, msg):
     with pytest.raises(ConfigError) as e:
         registry.validate_hardware({**_gpu(), "evidence": evidence}, "x.yaml")
@@ -85,8 +105,13 @@ def test_bad_evidence_refused_by_attnsim_run(tmp_path, capsys):
 
 
 def test_evidence_tags_ranges_are_assumed_and_retagging_excludes():
-    hw = {**_gpu(), "evidence": {"tdp_w": {"tag": "datasheet", "source": "NVIDIA H100 datasheet"},
-                                 "attn_call_us": {"tag": "measured", "source": "calibration/README.md"}}}
+    hw = {
+        **_gpu(),
+        "evidence": {
+            "tdp_w": {"tag": "datasheet", "source": "NVIDIA H100 datasheet"},
+            "attn_call_us": {"tag": "measured", "source": "calibration/README.md"},
+        },
+    }
     tags = registry.evidence_tags(hw, "x.yaml")
     ranged = set(_gpu()["ranges"])
     assert {k for k, t in tags.items() if t.tag == "assumed"} == ranged - {"attn_call_us"}
@@ -95,6 +120,7 @@ def test_evidence_tags_ranges_are_assumed_and_retagging_excludes():
     assert registry.build(hw).spec == registry.build(_gpu()).spec
     # a ranged parameter tagged measured is not varied by the verdict flips
     from attnsim.sim.experiment import load_experiment
+
     exp = load_experiment("default", ["hardware.h100_sxm.evidence={attn_call_us: {tag: measured, source: x}}"])
     names = {p.name for p in verdict.assumed_params(exp.tree, ["h100_sxm"])}
     assert names == {f"h100_sxm.{k}" for k in ranged - {"attn_call_us"}}
@@ -107,22 +133,31 @@ def test_evidence_tags_ranges_are_assumed_and_retagging_excludes():
 
 # ---------------------------------------------------------------- the rule (no simulation)
 
+
 def test_flip_and_ten_percent_rule_by_hand():
     """pair_flips on memoised values: point 110 tok/s over baseline 100 tok/s = ratio 1.1 by default."""
     runs = verdict.Runs()
-    a = Param("gpu", "a", 1.0, 2.0, 3.0, "assumption: t", "g.yaml", False)    # the compared system's hardware
-    b = Param("link", "b", 1.0, 2.0, 3.0, "assumption: t", "l.yaml", True)    # the baseline's hardware
-    c = Param("both", "c", 1.0, 2.0, 3.0, "assumption: t", "c.yaml", False)   # used by both
+    a = Param("gpu", "a", 1.0, 2.0, 3.0, "assumption: t", "g.yaml", False)  # the compared system's hardware
+    b = Param("link", "b", 1.0, 2.0, 3.0, "assumption: t", "l.yaml", True)  # the baseline's hardware
+    c = Param("both", "c", 1.0, 2.0, 3.0, "assumption: t", "c.yaml", False)  # used by both
     P, B = ("P",), ("B",)
-    runs.memo.update({(P, None): 110.0, (B, None): 100.0,
-                      (P, a.override(1.0)): 100.0,    # 100/100 = 1.0: on 1.0 (no side), 9.1 % off 1.1: neither
-                      (P, a.override(3.0)): 122.0,    # 1.22 = 1.1 x 1.109: moves 10.9 % > 10 %, no flip
-                      (B, b.override(1)): 112.0,      # 110/112 = 0.982: flips (and moves 10.7 %)
-                      (B, b.override(3)): 100.0,
-                      (P, c.override(1.0)): 90.0, (B, c.override(1.0)): 90.0,   # 1.0 again: neither
-                      (P, c.override(3.0)): None, (B, c.override(3.0)): 100.0})  # the point fails at high
+    runs.memo.update(
+        {
+            (P, None): 110.0,
+            (B, None): 100.0,
+            (P, a.override(1.0)): 100.0,  # 100/100 = 1.0: on 1.0 (no side), 9.1 % off 1.1: neither
+            (P, a.override(3.0)): 122.0,  # 1.22 = 1.1 x 1.109: moves 10.9 % > 10 %, no flip
+            (B, b.override(1)): 112.0,  # 110/112 = 0.982: flips (and moves 10.7 %)
+            (B, b.override(3)): 100.0,
+            (P, c.override(1.0)): 90.0,
+            (B, c.override(1.0)): 90.0,  # 1.0 again: neither
+            (P, c.override(3.0)): None,
+            (B, c.override(3.0)): 100.0,
+        }
+    )  # the point fails at high
     runs.errors[(P, c.override(3.0))] = "does_not_fit"
     from attnsim.core.config import ConfigTree
+
     base_tree = ConfigTree(experiment={}, systems={"base": {}})  # names the baseline system (the memo holds its values)
     sec = verdict.pair_flips(runs, (P, None), (B, base_tree), [a, b, c], {"gpu", "both"}, {"link", "both"})
     assert sec["ratio_base"] == pytest.approx(1.1) and sec["parameters_checked"] == 3 and sec["baseline"] == "base"
@@ -134,28 +169,41 @@ def test_flip_and_ten_percent_rule_by_hand():
     assert rc["errors"] == {"high": "does_not_fit"}
     assert runs.reruns == 0  # every value came from the memo
     from attnsim.core.report import verdict_line
+
     line = verdict_line({"system": "p", "verdict_flips": sec})
-    assert line == ("verdict: p 1.100x faster than base (throughput ratio 1.100x); robust to 1 of 3 assumed "
-                    "parameters; flips with hardware.link.b in [1, 3] (0.9821x-1.100x); moves >10 % with hardware.gpu.a in [1, 3] "
-                    "(1.000x-1.220x); does not complete with hardware.both.c at high")
+    assert line == (
+        "verdict: p 1.100x faster than base (throughput ratio 1.100x); robust to 1 of 3 assumed "
+        "parameters; flips with hardware.link.b in [1, 3] (0.9821x-1.100x); moves >10 % with hardware.gpu.a in [1, 3] "
+        "(1.000x-1.220x); does not complete with hardware.both.c at high"
+    )
 
 
 # ---------------------------------------------------------------- categorical choices
+
 
 def _nvlink4() -> dict:
     return load_yaml(find_config("hardware", "nvlink4"))
 
 
-@pytest.mark.parametrize("choices,key,msg", [
-    ({"bogus": {"values": [1], "source": "x"}}, "choices.bogus", "expected a field of kind link ("),
-    ({"allreduce": {"values": ["nccl"], "source": "x"}}, "choices.allreduce.values.0",
-     "expected a value other than the file's own ('nccl'), got 'nccl'"),
-    ({"allreduce": {"values": ["ring", "bogus"], "source": "x"}}, "choices.allreduce.values.1",
-     "expected a legal value of allreduce, got 'bogus'"),
-    ({"allreduce": {"values": [], "source": "x"}}, "choices.allreduce.values", ""),
-    ({"allreduce": {"values": ["ring"]}}, "choices.allreduce.source", "missing required key"),
-    (["allreduce"], "choices", "expected a mapping of field -> {values, source}"),
-])
+@pytest.mark.parametrize(
+    "choices,key,msg",
+    [
+        ({"bogus": {"values": [1], "source": "x"}}, "choices.bogus", "expected a field of kind link ("),
+        (
+            {"allreduce": {"values": ["nccl"], "source": "x"}},
+            "choices.allreduce.values.0",
+            "expected a value other than the file's own ('nccl'), got 'nccl'",
+        ),
+        (
+            {"allreduce": {"values": ["ring", "bogus"], "source": "x"}},
+            "choices.allreduce.values.1",
+            "expected a legal value of allreduce, got 'bogus'",
+        ),
+        ({"allreduce": {"values": [], "source": "x"}}, "choices.allreduce.values", ""),
+        ({"allreduce": {"values": ["ring"]}}, "choices.allreduce.source", "missing required key"),
+        (["allreduce"], "choices", "expected a mapping of field -> {values, source}"),
+    ],
+)
 def test_bad_choices_refused_one_line(choices, key, msg):
     with pytest.raises(ConfigError) as e:
         registry.split_choices({**_nvlink4(), "choices": choices}, "x.yaml")
@@ -166,14 +214,18 @@ def test_bad_choices_refused_one_line(choices, key, msg):
 def test_shipped_choices_are_legal_alternatives():
     """Every built-in choices: block names legal values other than the file's own (checked at load too)."""
     from pathlib import Path
+
     n = 0
     for f in sorted(Path(find_config("hardware", "nvlink4")).parent.glob("*.yaml")):
         n += len(registry.split_choices(load_yaml(f), f.name))
-    assert n >= 8   # 6 AttAcc PIM presets (channels_per_item) + NVLink 3 and 4 (allreduce)
+    assert n >= 8  # 6 AttAcc PIM presets (channels_per_item) + NVLink 3 and 4 (allreduce)
 
 
-CHOICES = {**SETS, "hardware.h100_sxm.ranges": {},
-           "hardware.nvlink4.choices": {"allreduce": {"values": ["ring", "custom"], "source": "assumption: test"}}}
+CHOICES = {
+    **SETS,
+    "hardware.h100_sxm.ranges": {},
+    "hardware.nvlink4.choices": {"allreduce": {"values": ["ring", "custom"], "source": "assumption: test"}},
+}
 
 
 def test_choice_alternatives_match_plain_runs():
@@ -181,6 +233,7 @@ def test_choice_alternatives_match_plain_runs():
     --set; low / high are the alternatives with the lowest / highest ratio; the A100 baseline (NVLink 3) is
     not re-run with NVLink 4's values."""
     from attnsim.core.report import _span
+
     res = attnsim.run(EXP, CHOICES, flips=True)
     sec = _section(res)
     assert sec["parameters_checked"] == 1
@@ -203,6 +256,7 @@ def test_choice_alternatives_match_plain_runs():
 
 # ---------------------------------------------------------------- a case built to flip
 
+
 def test_flip_case_matches_plain_runs(flipped):
     sec = _section(flipped)
     r0 = sec["ratio_base"]
@@ -213,15 +267,17 @@ def test_flip_case_matches_plain_runs(flipped):
     for r in sec["parameters"]:
         for end in ("low", "high"):
             plain = attnsim.run(EXP, {**SETS, r["parameter"]: r[end]})
-            assert r[f"ratio_{end}"] == pytest.approx(plain[1]["vs_baseline"]["throughput_ratio"], rel=1e-12), \
-                (r["parameter"], end)
+            assert r[f"ratio_{end}"] == pytest.approx(plain[1]["vs_baseline"]["throughput_ratio"], rel=1e-12), (
+                r["parameter"],
+                end,
+            )
         # the rule, from the plain values: across 1.0, or more than 10 % from the default ratio
         ends = (r["ratio_low"], r["ratio_high"])
         assert r["flips"] == any((e - 1) * (r0 - 1) < 0 for e in ends)
         assert r["moves_over_10pct"] == any(abs(e / r0 - 1) > 0.10 for e in ends)
     bw, kernel, eta, idle = (_row(sec, n) for n in (BW, KERNEL, ETA, IDLE))
-    assert r0 > 1 and bw["flips"] and bw["ratio_low"] < 1            # 500 GB/s H100s lose to the A100s
-    assert bw["ratio_high"] == r0                                      # 3350 is the file's value
+    assert r0 > 1 and bw["flips"] and bw["ratio_low"] < 1  # 500 GB/s H100s lose to the A100s
+    assert bw["ratio_high"] == r0  # 3350 is the file's value
     assert kernel["moves_over_10pct"] and not kernel["flips"]
     assert not eta["flips"] and not eta["moves_over_10pct"]
     assert idle["ratio_low"] == idle["ratio_high"] == r0 and not idle["flips"] and not idle["moves_over_10pct"]
@@ -248,8 +304,11 @@ def test_run_prints_verdict_line_and_json(tmp_path, capsys, flipped):
     line = next(ln.strip() for ln in out.splitlines() if ln.strip().startswith("verdict:"))
     bw = _row(sec, BW)
     assert line.startswith("verdict: dgx_h100 ") and " faster than dgx_a100 (throughput ratio " in line
-    assert "; robust to 2 of 4 assumed parameters; flips with hardware.h100_sxm.hbm_bandwidth_gbps in [500, 3350] (" \
-        in line and "; moves >10 % with hardware.h100_sxm.kernel_overhead_us in [1, 3] (" in line
+    assert (
+        "; robust to 2 of 4 assumed parameters; flips with hardware.h100_sxm.hbm_bandwidth_gbps in [500, 3350] ("
+        in line
+        and "; moves >10 % with hardware.h100_sxm.kernel_overhead_us in [1, 3] (" in line
+    )
     assert f"({bw['ratio_low']:.4f}x-" in line
     cost = next(ln for ln in out.splitlines() if ln.startswith("verdict flips: "))
     assert cost.startswith("verdict flips: 4 assumed parameters") and "re-runs" in cost
@@ -280,6 +339,7 @@ def test_default_experiment_prints_verdicts(capsys):
     doc = json.loads(capsys.readouterr().out)
     from attnsim.sim.experiment import load_experiment
     from attnsim.studies.sweep.spec import hardware_refs
+
     tree = load_experiment("default").tree
     for r in doc["runs"]:
         if r["system"] == "dgx_h100":
@@ -294,14 +354,18 @@ def test_default_experiment_prints_verdicts(capsys):
 
 # ---------------------------------------------------------------- sweeps
 
+
 def test_sweep_store_column(tmp_path, flipped):
     from sweep_helpers import write_sweep
+
     from attnsim.studies.sweep.executors import run_sweep
     from attnsim.studies.sweep.spec import load_sweep
     from attnsim.studies.sweep.store import open_store
+
     base = {k: v for k, v in EXP.items() if k != "baseline"}
-    p = write_sweep(tmp_path, [{"grid": {"system": ["dgx_a100", "dgx_h100"]}}], base=base, baseline="dgx_a100",
-                    set=SETS)
+    p = write_sweep(
+        tmp_path, [{"grid": {"system": ["dgx_a100", "dgx_h100"]}}], base=base, baseline="dgx_a100", set=SETS
+    )
     kw = dict(workers=1, progress=False, log=lambda s: None)
     run_sweep(load_sweep(p), tmp_path / "f.h5", flips=True, **kw)
     c = open_store(tmp_path / "f.h5").columns()
@@ -327,8 +391,10 @@ def test_sweep_store_column(tmp_path, flipped):
 
 # ---------------------------------------------------------------- tornado
 
+
 def test_tornado_recipe(flipped, tmp_path):
     from attnsim.plots import figure, render
+
     t = flipped.table()
     fig = figure(t, "tornado")
     ax = fig.axes[0]
@@ -346,6 +412,7 @@ def test_tornado_recipe(flipped, tmp_path):
     assert "h100_sxm.hbm_bandwidth_gbps *" in labels and labels[-1] == "h100_sxm.hbm_bandwidth_gbps *"  # widest on top
     assert ax.get_xlabel() == "Throughput vs DGX A100 (\u00d7)"
     import matplotlib.pyplot as plt
+
     plt.close(fig)
     assert render(t, "tornado", tmp_path / "t.pdf")[0].stat().st_size > 0
     with pytest.raises(ConfigError, match="expected one run with verdict flips"):

@@ -9,6 +9,7 @@ absent are the class defaults (e.g. ``num_key_value_heads`` = heads, GPT-2 ``n_i
 published fp32 Gemma-2 weights are served in bf16, reference/models.md §1); a missing
 ``torch_dtype`` maps to fp16.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,19 @@ ARCHITECTURES = {
     "Gemma2ForCausalLM": ("llama", _LLAMA_FIELDS),
     "OPTForCausalLM": ("opt", ("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "vocab_size")),
     "GPT2LMHeadModel": ("gpt2", ("n_embd", "n_layer", "n_head", "vocab_size")),
-    "DeepseekV2ForCausalLM": ("deepseek", _LLAMA_FIELDS + (
-        "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-        "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")),
+    "DeepseekV2ForCausalLM": (
+        "deepseek",
+        _LLAMA_FIELDS
+        + (
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "n_routed_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+        ),
+    ),
 }
 
 
@@ -48,8 +59,12 @@ def _head_dim(cfg: dict, hidden, heads, file: str, keys: tuple[str, str]):
     if cfg.get("head_dim") is not None:
         return cfg["head_dim"]
     if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
-        raise ConfigError(f"expected {keys[0]} divisible by {keys[1]} ({heads}; head_dim = {keys[0]} / {keys[1]}), or "
-                          f"head_dim given explicitly, got {hidden}", file=file, key=keys[0])
+        raise ConfigError(
+            f"expected {keys[0]} divisible by {keys[1]} ({heads}; head_dim = {keys[0]} / {keys[1]}), or "
+            f"head_dim given explicitly, got {hidden}",
+            file=file,
+            key=keys[0],
+        )
     return _div(hidden, heads)
 
 
@@ -74,13 +89,18 @@ def _llama_like(arch: str, cfg: dict, file: str) -> dict:
     heads = cfg["num_attention_heads"]
     hidden = cfg["hidden_size"]
     d = {
-        "num_layers": cfg["num_hidden_layers"], "hidden_size": hidden, "num_heads": heads,
+        "num_layers": cfg["num_hidden_layers"],
+        "hidden_size": hidden,
+        "num_heads": heads,
         "num_kv_heads": cfg.get("num_key_value_heads") or heads,
         "head_dim": _head_dim(cfg, hidden, heads, file, ("hidden_size", "num_attention_heads")),
-        "intermediate_size": cfg["intermediate_size"], "ffn_gated": True,
+        "intermediate_size": cfg["intermediate_size"],
+        "ffn_gated": True,
         "activation": cfg.get("hidden_activation") or cfg.get("hidden_act", "silu"),
-        "norm": "rmsnorm", "vocab_size": cfg["vocab_size"],
-        "max_position_embeddings": cfg.get("max_position_embeddings", 4096), "position": "rope",
+        "norm": "rmsnorm",
+        "vocab_size": cfg["vocab_size"],
+        "max_position_embeddings": cfg.get("max_position_embeddings", 4096),
+        "position": "rope",
         "rope_scaling": _rope_scaling(cfg),
         "tie_word_embeddings": cfg.get("tie_word_embeddings", arch == "Gemma2ForCausalLM"),
     }
@@ -89,8 +109,11 @@ def _llama_like(arch: str, cfg: dict, file: str) -> dict:
         if cfg.get("use_sliding_window"):
             mwl = cfg.get("max_window_layers", d["num_layers"])
             if isinstance(mwl, int) and isinstance(d["num_layers"], int) and mwl < d["num_layers"]:
-                raise ConfigError("use_sliding_window with max_window_layers < num_hidden_layers (mixed layers) is not supported",
-                                  file=file, key="use_sliding_window")
+                raise ConfigError(
+                    "use_sliding_window with max_window_layers < num_hidden_layers (mixed layers) is not supported",
+                    file=file,
+                    key="use_sliding_window",
+                )
     elif arch in ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"):
         if cfg.get("attention_bias") and cfg.get("mlp_bias"):
             d["bias"] = True
@@ -104,8 +127,11 @@ def _llama_like(arch: str, cfg: dict, file: str) -> dict:
         d["sliding_window"] = cfg.get("sliding_window", 4096)
         d["layer_pattern"] = ["local", "global"]
     if arch == "MixtralForCausalLM":
-        d["moe"] = {"num_experts": cfg["num_local_experts"], "experts_per_token": cfg["num_experts_per_tok"],
-                    "expert_intermediate_size": cfg["intermediate_size"]}
+        d["moe"] = {
+            "num_experts": cfg["num_local_experts"],
+            "experts_per_token": cfg["num_experts_per_tok"],
+            "expert_intermediate_size": cfg["intermediate_size"],
+        }
     return d
 
 
@@ -129,28 +155,46 @@ def _deepseek(cfg: dict, file: str) -> dict:
         raise ConfigError("only moe_layer_freq 1 is supported", file=file, key="moe_layer_freq")
     nope, rope = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
     d["head_dim"] = nope + rope if isinstance(nope, int) and isinstance(rope, int) else nope  # q/k head dim
-    d["mla"] = {"kv_lora_rank": cfg["kv_lora_rank"], "q_lora_rank": cfg.get("q_lora_rank"),
-                "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": cfg["v_head_dim"]}
-    d["moe"] = {"num_experts": cfg["n_routed_experts"], "experts_per_token": cfg["num_experts_per_tok"],
-                "expert_intermediate_size": cfg["moe_intermediate_size"],
-                "num_shared_experts": cfg.get("n_shared_experts") or 0,
-                "first_dense_layers": cfg.get("first_k_dense_replace", 0)}
+    d["mla"] = {
+        "kv_lora_rank": cfg["kv_lora_rank"],
+        "q_lora_rank": cfg.get("q_lora_rank"),
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": cfg["v_head_dim"],
+    }
+    d["moe"] = {
+        "num_experts": cfg["n_routed_experts"],
+        "experts_per_token": cfg["num_experts_per_tok"],
+        "expert_intermediate_size": cfg["moe_intermediate_size"],
+        "num_shared_experts": cfg.get("n_shared_experts") or 0,
+        "first_dense_layers": cfg.get("first_k_dense_replace", 0),
+    }
     return d
 
 
 def _opt(cfg: dict, file: str) -> dict:
     proj = cfg.get("word_embed_proj_dim", cfg["hidden_size"])
     if proj != cfg["hidden_size"]:
-        raise ConfigError(f"word_embed_proj_dim != hidden_size ({cfg['hidden_size']}) is not supported, got {proj!r}",
-                          file=file, key="word_embed_proj_dim")
+        raise ConfigError(
+            f"word_embed_proj_dim != hidden_size ({cfg['hidden_size']}) is not supported, got {proj!r}",
+            file=file,
+            key="word_embed_proj_dim",
+        )
     heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     return {
-        "num_layers": cfg["num_hidden_layers"], "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads,
+        "num_layers": cfg["num_hidden_layers"],
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": heads,
         "head_dim": _head_dim(cfg, hidden, heads, file, ("hidden_size", "num_attention_heads")),
-        "intermediate_size": cfg["ffn_dim"], "ffn_gated": False,
-        "activation": cfg.get("activation_function", "relu"), "norm": "layernorm",
-        "vocab_size": cfg["vocab_size"], "max_position_embeddings": cfg.get("max_position_embeddings", 2048),
-        "position": "learned", "tie_word_embeddings": cfg.get("tie_word_embeddings", True),
+        "intermediate_size": cfg["ffn_dim"],
+        "ffn_gated": False,
+        "activation": cfg.get("activation_function", "relu"),
+        "norm": "layernorm",
+        "vocab_size": cfg["vocab_size"],
+        "max_position_embeddings": cfg.get("max_position_embeddings", 2048),
+        "position": "learned",
+        "tie_word_embeddings": cfg.get("tie_word_embeddings", True),
         "bias": cfg.get("enable_bias", True),
     }
 
@@ -158,12 +202,20 @@ def _opt(cfg: dict, file: str) -> dict:
 def _gpt2(cfg: dict, file: str) -> dict:
     heads, hidden = cfg["n_head"], cfg["n_embd"]
     return {
-        "num_layers": cfg["n_layer"], "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads,
+        "num_layers": cfg["n_layer"],
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": heads,
         "head_dim": _head_dim(cfg, hidden, heads, file, ("n_embd", "n_head")),
         "intermediate_size": cfg.get("n_inner") or _div(4 * hidden, 1),  # GPT2Config: None -> 4 x n_embd
-        "ffn_gated": False, "activation": cfg.get("activation_function", "gelu_new"), "norm": "layernorm",
-        "vocab_size": cfg["vocab_size"], "max_position_embeddings": cfg.get("n_positions", 1024),
-        "position": "learned", "tie_word_embeddings": cfg.get("tie_word_embeddings", True), "bias": True,
+        "ffn_gated": False,
+        "activation": cfg.get("activation_function", "gelu_new"),
+        "norm": "layernorm",
+        "vocab_size": cfg["vocab_size"],
+        "max_position_embeddings": cfg.get("n_positions", 1024),
+        "position": "learned",
+        "tie_word_embeddings": cfg.get("tie_word_embeddings", True),
+        "bias": True,
     }
 
 
@@ -189,16 +241,19 @@ def model_from_hf_config(path: str | os.PathLike) -> ModelSpec:
         raise ConfigError(f"expected a JSON object at the top level, got {type(cfg).__name__}", file=file)
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs:
-        raise ConfigError(f"missing required field (supported: {', '.join(ARCHITECTURES)})", file=file, key="architectures")
+        raise ConfigError(
+            f"missing required field (supported: {', '.join(ARCHITECTURES)})", file=file, key="architectures"
+        )
     arch = archs[0]
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise ConfigError(f"unknown architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})", file=file, key="architectures")
+        raise ConfigError(
+            f"unknown architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})", file=file, key="architectures"
+        )
     family, required = ARCHITECTURES[arch]
     missing = [f for f in required if cfg.get(f) is None]
     if missing:
         raise ConfigError(f"missing required field(s) for architecture {arch}", file=file, key=", ".join(missing))
     builder = _BUILDERS[family]
     data = _llama_like(arch, cfg, file) if builder is None else builder(cfg, file)
-    data.update(name=_name(path, cfg), architecture=arch, dtype=_dtype(cfg, file),
-                source=f"HF config.json {file}")
+    data.update(name=_name(path, cfg), architecture=arch, dtype=_dtype(cfg, file), source=f"HF config.json {file}")
     return validate(ModelSpec, data, file=file)

@@ -4,6 +4,7 @@ Each limit is far above any real model or workload, and low enough that the arra
 bounds stay small (int64 per-request arrays: 8 bytes x the limit). A value beyond one is refused as
 ``<file>: <key>: expected a value <= <limit>, got <value>``.
 """
+
 from __future__ import annotations
 
 #: Layers of one model. The deepest published decoder LLMs have ~126 layers (Llama-3.1-405B: 126,

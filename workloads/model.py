@@ -1,4 +1,5 @@
 """ModelSpec: the dimensions of one LLM, as data (configs/models/*.yaml or a HF config.json)."""
+
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -9,18 +10,47 @@ from attnsim.core.config import Plausible, Schema
 from attnsim.workloads.limits import MAX_LAYERS, MAX_TOKENS
 
 DTYPE_BYTES = {
-    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
-    "int8": 1.0, "int4": 0.5, "int2": 0.25,
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "int2": 0.25,
 }
 #: Activations the FLOP count knows (HF ``hidden_act`` / ``activation_function`` names, transformers.activations
 #: ACT2FN; counted by workloads.trace.activation_flops: relu* 1, gelu* 9, the others as silu 4).
-KNOWN_ACTIVATIONS = ("relu", "relu2", "relu6", "leaky_relu", "silu", "swish", "quick_gelu", "gelu", "gelu_new",
-                     "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "gelu_python")
+KNOWN_ACTIVATIONS = (
+    "relu",
+    "relu2",
+    "relu6",
+    "leaky_relu",
+    "silu",
+    "swish",
+    "quick_gelu",
+    "gelu",
+    "gelu_new",
+    "gelu_fast",
+    "gelu_pytorch_tanh",
+    "gelu_accurate",
+    "gelu_python",
+)
 #: Decoder architectures whose structure attnsim models (HF ``architectures[0]``; workloads.hf maps their
 #: config.json, configs/models/ holds the others' dimensions).
-KNOWN_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
-                       "Qwen3ForCausalLM", "Gemma2ForCausalLM", "OPTForCausalLM", "GPT2LMHeadModel",
-                       "DeepseekV2ForCausalLM", "GPTJForCausalLM")  # GPT-J: attention and MLP in parallel, same ops
+KNOWN_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "MixtralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Gemma2ForCausalLM",
+    "OPTForCausalLM",
+    "GPT2LMHeadModel",
+    "DeepseekV2ForCausalLM",
+    "GPTJForCausalLM",
+)  # GPT-J: attention and MLP in parallel, same ops
 DType = Literal["fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2"]
 
 
@@ -119,7 +149,8 @@ class ModelSpec(Schema):
     sliding_window: Optional[PositiveInt] = None
     layer_pattern: list[Literal["global", "local"]] = Field(
         default_factory=lambda: ["global"],
-        description="attention type per layer, repeated cyclically; 'local' layers read at most sliding_window tokens")
+        description="attention type per layer, repeated cyclically; 'local' layers read at most sliding_window tokens",
+    )
     moe: Optional[MoESpec] = None
     mla: Optional[MLASpec] = None
     source: str = ""

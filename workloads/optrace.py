@@ -35,21 +35,45 @@ flops_share     float64 uneven tensor parallelism: sum over the tp ranks of this
 bytes_share     float64 the same for the row's bytes (weight + act + KV + comm)
 =============== ======= ==========================================================
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-COLUMNS = ("op", "cls", "layer_group", "count", "m", "n", "k", "batch", "flops", "weight_bytes",
-           "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes", "flops_share", "bytes_share")
+COLUMNS = (
+    "op",
+    "cls",
+    "layer_group",
+    "count",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "flops",
+    "weight_bytes",
+    "act_bytes",
+    "kv_read_bytes",
+    "kv_write_bytes",
+    "comm_bytes",
+    "flops_share",
+    "bytes_share",
+)
 #: columns whose missing value is not 0
 DEFAULTS = {"flops_share": 1.0, "bytes_share": 1.0}
 INT_COLUMNS = ("layer_group", "count", "m", "n", "k", "batch")
-FLOAT_COLUMNS = ("flops", "weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes",
-                 "flops_share", "bytes_share")
-OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding",
-              "transfer")
+FLOAT_COLUMNS = (
+    "flops",
+    "weight_bytes",
+    "act_bytes",
+    "kv_read_bytes",
+    "kv_write_bytes",
+    "comm_bytes",
+    "flops_share",
+    "bytes_share",
+)
+OP_CLASSES = ("matmul", "attn_score", "attn_context", "softmax", "elementwise", "allreduce", "embedding", "transfer")
 
 
 @dataclass

@@ -1,4 +1,5 @@
 """Scenario: what is being served in one run (batch, lengths, dtypes)."""
+
 from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
@@ -6,7 +7,7 @@ from typing import Annotated, Literal, Optional, Union
 import numpy as np
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from attnsim.core.config import not_physical, Plausible, Schema
+from attnsim.core.config import Plausible, Schema, not_physical
 from attnsim.workloads.limits import MAX_BATCH, MAX_TOKENS
 from attnsim.workloads.model import DType
 from attnsim.workloads.speculative import SpeculativeSpec
@@ -51,9 +52,9 @@ def _lens_kind(v) -> str:
 # A list or a distribution, chosen by the input's type so that errors come from that branch only.
 # The tags start with "function-", which attnsim.core.config drops from error key paths.
 LengthsSpec = Annotated[
-    Union[Annotated[list[Tokens], Tag("function-list")],
-          Annotated[LengthDistribution, Tag("function-distribution")]],
-    Discriminator(_lens_kind)]
+    Union[Annotated[list[Tokens], Tag("function-list")], Annotated[LengthDistribution, Tag("function-distribution")]],
+    Discriminator(_lens_kind),
+]
 
 
 class Scenario(Schema):
@@ -73,8 +74,10 @@ class Scenario(Schema):
     context_lens: Optional[LengthsSpec] = None
     output_len: Tokens = 128
     beyond_max_position: Literal["refuse", "allow"] = Field(
-        "refuse", description="prompt + output beyond the model's max_position_embeddings: refuse the run, "
-        "or allow it (extrapolation; the run document's notes say so)")
+        "refuse",
+        description="prompt + output beyond the model's max_position_embeddings: refuse the run, "
+        "or allow it (extrapolation; the run document's notes say so)",
+    )
     kv_dtype: DType = "fp16"
     weight_dtype: Optional[DType] = Field(None, description="storage dtype of the weights (default: the model's dtype)")
     act_dtype: DType = "fp16"
@@ -106,8 +109,8 @@ class Scenario(Schema):
         elif c.dist == "normal":
             x = rng.normal(c.mean, c.std, size=n)
         else:  # lognormal with the given arithmetic mean and std
-            var = c.std ** 2
-            sigma2 = np.log1p(var / c.mean ** 2)
+            var = c.std**2
+            sigma2 = np.log1p(var / c.mean**2)
             mu = np.log(c.mean) - sigma2 / 2
             x = rng.lognormal(mu, np.sqrt(sigma2), size=n)
         # clip in floating point before the integer cast (a huge draw must not wrap around int64)
@@ -125,10 +128,14 @@ def context_window(model, sc: Scenario, need: int | None = None) -> tuple[bool, 
     rs, limit = model.rope_scaling, model.max_positions
     base = (rs.original_max_position_embeddings or model.max_position_embeddings) if rs else limit
     if need > limit:
-        return (sc.beyond_max_position == "allow",
-                f"prompt + output = {need} tokens exceed model {model.name}'s {limit} positions "
-                f"(beyond_max_position: allow): positions are extrapolated; costs are modelled, quality is not")
+        return (
+            sc.beyond_max_position == "allow",
+            f"prompt + output = {need} tokens exceed model {model.name}'s {limit} positions "
+            f"(beyond_max_position: allow): positions are extrapolated; costs are modelled, quality is not",
+        )
     if need > base:
-        return True, (f"prompt + output = {need} tokens > {base} original positions: rope_scaling {rs.type} "
-                      f"x{rs.factor:g} applied (model {model.name} used up to {limit} positions)")
+        return True, (
+            f"prompt + output = {need} tokens > {base} original positions: rope_scaling {rs.type} "
+            f"x{rs.factor:g} applied (model {model.name} used up to {limit} positions)"
+        )
     return True, None

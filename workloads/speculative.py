@@ -13,6 +13,7 @@ between 1 (alpha = 0: only the target's own token) and gamma + 1. attnsim uses t
 prefill (the prefill gives the first token), and the serving simulator advances each request by E
 tokens per iteration (attnsim.studies.serve).
 """
+
 from __future__ import annotations
 
 from pydantic import Field
@@ -28,8 +29,12 @@ class SpeculativeSpec(Schema):
     plausible = {"acceptance_rate": Plausible(0, 1, "a probability")}
 
     draft_model: str = Field(description="the draft model: a model config name (configs/models) or a path")
-    draft_tokens: int = Field(4, gt=0, le=MAX_DRAFT_TOKENS, description="gamma: tokens the draft proposes per target step")
-    acceptance_rate: float = Field(0.8, ge=0, le=1, description="alpha: probability that the target accepts a draft token")
+    draft_tokens: int = Field(
+        4, gt=0, le=MAX_DRAFT_TOKENS, description="gamma: tokens the draft proposes per target step"
+    )
+    acceptance_rate: float = Field(
+        0.8, ge=0, le=1, description="alpha: probability that the target accepts a draft token"
+    )
 
 
 def expected_tokens(gamma: int, alpha: float) -> float:
@@ -42,17 +47,23 @@ def expected_tokens(gamma: int, alpha: float) -> float:
 def load_draft(spec: SpeculativeSpec, file: str | None = None, key: str = "speculative.draft_model"):
     """The draft's ModelSpec (workloads.zoo.load_model); a missing / bad model is a ConfigError at ``key``."""
     from attnsim.workloads.zoo import load_model
+
     try:
         return load_model(spec.draft_model)
     except ConfigError as e:
-        raise ConfigError(f"expected a model config name or path ({e}), got {spec.draft_model!r}",
-                          file=file, key=key) from None
+        raise ConfigError(
+            f"expected a model config name or path ({e}), got {spec.draft_model!r}", file=file, key=key
+        ) from None
 
 
 def check_pair(target, spec: SpeculativeSpec, file: str | None = None, key: str = "speculative") -> None:
     """The draft must share the target's vocabulary (its tokens are the target's); returns the draft's ModelSpec."""
     draft = load_draft(spec, file, f"{key}.draft_model")
     if draft.vocab_size != target.vocab_size:
-        raise ConfigError(f"expected a draft with the target's vocabulary ({target.name}: {target.vocab_size} "
-                          f"tokens), got {draft.name} with {draft.vocab_size}", file=file, key=f"{key}.draft_model")
+        raise ConfigError(
+            f"expected a draft with the target's vocabulary ({target.name}: {target.vocab_size} "
+            f"tokens), got {draft.name} with {draft.vocab_size}",
+            file=file,
+            key=f"{key}.draft_model",
+        )
     return draft

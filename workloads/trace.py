@@ -48,9 +48,9 @@ Modelling choices (each documented where it is made):
   serving stack's sampler (``sampler=``), a ``sampler`` row follows it: the stack's HBM bytes and FLOPs
   per vocabulary entry of each sampled token (full vocabulary: the logits are gathered on every rank).
 """
+
 from __future__ import annotations
 
-import math
 import numpy as np
 
 from attnsim.core.config import ConfigError
@@ -61,13 +61,13 @@ from attnsim.workloads.scenario import Scenario
 # FLOPs per element of elementwise ops, counting each primitive (add, mul, max, exp, tanh,
 # rsqrt, div) as one FLOP. These are counting conventions derived from the formulas:
 NORM_FLOPS = {
-    "rmsnorm": 4,    # x^2, sum, x * rsqrt(mean), * gamma
+    "rmsnorm": 4,  # x^2, sum, x * rsqrt(mean), * gamma
     "layernorm": 7,  # sum, x - mean, ^2, sum, * rsqrt(var), * gamma, + beta
 }
-ROPE_FLOPS = 3       # x * cos + rotate(x) * sin: 2 mul + 1 add
-SOFTMAX_FLOPS = 5    # max, x - max, exp, sum, divide
-RESIDUAL_FLOPS = 1   # one add
-GATE_FLOPS = 1       # act(gate) * up
+ROPE_FLOPS = 3  # x * cos + rotate(x) * sin: 2 mul + 1 add
+SOFTMAX_FLOPS = 5  # max, x - max, exp, sum, divide
+RESIDUAL_FLOPS = 1  # one add
+GATE_FLOPS = 1  # act(gate) * up
 
 
 def activation_flops(name: str) -> int:
@@ -84,6 +84,7 @@ def activation_flops(name: str) -> int:
 
 # ---------------------------------------------------------------- sizes
 
+
 def param_count(model: ModelSpec) -> int:
     """Total parameters: layers (attention, norms, FFN/MoE, biases), embeddings, lm_head."""
     h, L, H, Hkv, d = model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.head_dim
@@ -92,8 +93,13 @@ def param_count(model: ModelSpec) -> int:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q = h * H * qk if a.q_lora_rank is None else h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * H * qk
-        attn = (q + h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
-                + a.kv_lora_rank * H * (a.qk_nope_head_dim + a.v_head_dim) + H * a.v_head_dim * h)
+        attn = (
+            q
+            + h * (a.kv_lora_rank + a.qk_rope_head_dim)
+            + a.kv_lora_rank
+            + a.kv_lora_rank * H * (a.qk_nope_head_dim + a.v_head_dim)
+            + H * a.v_head_dim * h
+        )
     else:
         attn = h * (H + 2 * Hkv) * d + H * d * h
         if model.bias or model.qkv_bias:
@@ -168,8 +174,15 @@ def tp_shards(model: ModelSpec, tp: int) -> dict:
         dims["moe.expert_intermediate_size"] = (ei, _split(ei, tp))
     v = model.vocab_size
     dims["vocab_size"] = (v, np.full(tp, -(-v // tp)))  # padded: every rank computes ceil(V / tp) rows
-    return {k: {"total": int(t), "largest": int(s.max()), "smallest": int(s.min()),
-                "padding": tp * float(s.max()) / t - 1.0} for k, (t, s) in dims.items()}
+    return {
+        k: {
+            "total": int(t),
+            "largest": int(s.max()),
+            "smallest": int(s.min()),
+            "padding": tp * float(s.max()) / t - 1.0,
+        }
+        for k, (t, s) in dims.items()
+    }
 
 
 def _even(model: ModelSpec, name: str, entry: dict, tp: int) -> bool:
@@ -214,8 +227,11 @@ def weight_bytes_per_rank(model: ModelSpec, dtype: str | None, tp: int) -> float
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        per_head = (h * qk if a.q_lora_rank is None else a.q_lora_rank * qk) \
-            + a.kv_lora_rank * (a.qk_nope_head_dim + a.v_head_dim) + a.v_head_dim * h
+        per_head = (
+            (h * qk if a.q_lora_rank is None else a.q_lora_rank * qk)
+            + a.kv_lora_rank * (a.qk_nope_head_dim + a.v_head_dim)
+            + a.v_head_dim * h
+        )
         attn_sharded, attn_total = hr * per_head, H * per_head
     else:
         bias = 1 if (model.bias or model.qkv_bias) else 0
@@ -265,6 +281,7 @@ def kv_cache_bytes(model: ModelSpec, scenario: Scenario, tokens, tp: int = 1) ->
 
 # ---------------------------------------------------------------- groups and attention counts
 
+
 def layer_groups(model: ModelSpec) -> list[LayerGroup]:
     """Distinct (attention type, MoE) combinations with their layer counts, in first-seen order."""
     first_dense = 0 if model.moe is None else model.moe.first_dense_layers
@@ -272,9 +289,16 @@ def layer_groups(model: ModelSpec) -> list[LayerGroup]:
     for i, kind in enumerate(model.layer_kinds()):
         key = (kind, model.moe is not None and i >= first_dense)
         counts[key] = counts.get(key, 0) + 1
-    return [LayerGroup(name=f"{kind}_{'moe' if moe else 'dense'}", num_layers=n, attention=kind,
-                       window=(model.sliding_window or 0) if kind == "local" else 0, moe=moe)
-            for (kind, moe), n in counts.items()]
+    return [
+        LayerGroup(
+            name=f"{kind}_{'moe' if moe else 'dense'}",
+            num_layers=n,
+            attention=kind,
+            window=(model.sliding_window or 0) if kind == "local" else 0,
+            moe=moe,
+        )
+        for (kind, moe), n in counts.items()
+    ]
 
 
 def _tri(n: np.ndarray, w: int) -> np.ndarray:
@@ -312,6 +336,7 @@ def expected_experts(tokens: int, num_experts: int, top_k: int) -> float:
 
 # ---------------------------------------------------------------- trace
 
+
 def check_tp(model: ModelSpec, tp: int, file: str | None = None) -> None:
     """tp must be a positive integer no larger than any split dimension (no rank without heads);
     ``file``: the system file named in the error."""
@@ -324,8 +349,11 @@ def check_tp(model: ModelSpec, tp: int, file: str | None = None) -> None:
         dims.append(("moe.expert_intermediate_size", model.moe.expert_intermediate_size, "expert FFN columns"))
     for name, n, what in dims:
         if tp > n:
-            raise ConfigError(f"expected at most {name} = {n} ranks for model {model.name} (a rank would hold "
-                              f"no {what}), got {tp}", file=file, key="parallelism.tp")
+            raise ConfigError(
+                f"expected at most {name} = {n} ranks for model {model.name} (a rank would hold no {what}), got {tp}",
+                file=file,
+                key="parallelism.tp",
+            )
 
 
 def _lengths(scenario: Scenario, phase: str, context_lens, query_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -346,13 +374,16 @@ def _lengths(scenario: Scenario, phase: str, context_lens, query_tokens) -> tupl
         if q is None:
             q = c.copy()
     if c.ndim != 1 or q.shape != c.shape:
-        raise ConfigError(f"query_tokens ({q.shape}) and context_lens ({c.shape}) must be 1-D arrays of one length",
-                          key="query_tokens")
+        raise ConfigError(
+            f"query_tokens ({q.shape}) and context_lens ({c.shape}) must be 1-D arrays of one length",
+            key="query_tokens",
+        )
     if len(c) == 0 or q.min() < 1:
         raise ConfigError("expected at least one request with >= 1 query token", key="query_tokens")
     if np.any(c < q):
-        raise ConfigError("context_lens must be >= query_tokens (the context includes this step's tokens)",
-                          key="context_lens")
+        raise ConfigError(
+            "context_lens must be >= query_tokens (the context includes this step's tokens)", key="context_lens"
+        )
     return c, q
 
 
@@ -372,19 +403,44 @@ class _Rows:
         wb = batch if weight_batch is None else weight_batch
         rows_total = m * batch if tokens_m is None else tokens_m
         flops = 2.0 * rows_total * n * k + (rows_total * n if bias else 0.0)
-        self.add(op=op, cls="matmul", layer_group=group, count=count, m=m, n=n, k=k, batch=batch, flops=flops,
-                 weight_bytes=wb * (k * n + (n if bias else 0)) * self.w,
-                 act_bytes=rows_total * (k + n) * self.a)
+        self.add(
+            op=op,
+            cls="matmul",
+            layer_group=group,
+            count=count,
+            m=m,
+            n=n,
+            k=k,
+            batch=batch,
+            flops=flops,
+            weight_bytes=wb * (k * n + (n if bias else 0)) * self.w,
+            act_bytes=rows_total * (k + n) * self.a,
+        )
 
     def elementwise(self, op, group, count, elements, flops_per, reads=1, writes=1, weights=0, m=0, n=0):
-        self.add(op=op, cls="elementwise", layer_group=group, count=count, m=m, n=n, batch=1,
-                 flops=float(elements) * flops_per, weight_bytes=weights * self.w,
-                 act_bytes=float(elements) * (reads + writes) * self.a)
+        self.add(
+            op=op,
+            cls="elementwise",
+            layer_group=group,
+            count=count,
+            m=m,
+            n=n,
+            batch=1,
+            flops=float(elements) * flops_per,
+            weight_bytes=weights * self.w,
+            act_bytes=float(elements) * (reads + writes) * self.a,
+        )
 
 
-def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
-                context_lens: np.ndarray | None = None, query_tokens: np.ndarray | None = None,
-                sampler: tuple | None = None) -> OpTrace:
+def build_trace(
+    model: ModelSpec,
+    scenario: Scenario,
+    phase: str,
+    tp: int = 1,
+    context_lens: np.ndarray | None = None,
+    query_tokens: np.ndarray | None = None,
+    sampler: tuple | None = None,
+) -> OpTrace:
     """One step of ``model`` on one of ``tp`` ranks (see the module docstring for the rows).
 
     decode: each request processes query_tokens (default 1) token(s) and attends to context_lens
@@ -398,9 +454,28 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
     c, q = _lengths(scenario, phase, context_lens, query_tokens)
     if not _uneven(model, tp):  # every rank alike
         kv = 1 if model.mla is not None or model.num_kv_heads < tp else model.num_kv_heads // tp
-        return _trace(model, phase, tp, c, q, *_step_rows(model, scenario, phase, tp, (
-            model.num_heads // tp, kv, model.intermediate_size // tp,
-            model.moe.expert_intermediate_size // tp if model.moe else 0), c, q, sampler))
+        return _trace(
+            model,
+            phase,
+            tp,
+            c,
+            q,
+            *_step_rows(
+                model,
+                scenario,
+                phase,
+                tp,
+                (
+                    model.num_heads // tp,
+                    kv,
+                    model.intermediate_size // tp,
+                    model.moe.expert_intermediate_size // tp if model.moe else 0,
+                ),
+                c,
+                q,
+                sampler,
+            ),
+        )
     shards = _rank_shards(model, tp)
     largest = tuple(int(x) for x in shards.max(axis=0))
     rows, meta = _step_rows(model, scenario, phase, tp, largest, c, q, sampler)
@@ -420,8 +495,16 @@ def build_trace(model: ModelSpec, scenario: Scenario, phase: str, tp: int = 1,
 
 
 def _trace(model, phase, tp, c, q, rows, meta) -> OpTrace:
-    return OpTrace.from_rows(rows, phase=phase, model=model.name, tp=int(tp), query_tokens=q, context_lens=c,
-                             groups=layer_groups(model), meta=meta)
+    return OpTrace.from_rows(
+        rows,
+        phase=phase,
+        model=model.name,
+        tp=int(tp),
+        query_tokens=q,
+        context_lens=c,
+        groups=layer_groups(model),
+        meta=meta,
+    )
 
 
 def _rank_shards(model: ModelSpec, tp: int) -> np.ndarray:
@@ -429,14 +512,21 @@ def _rank_shards(model: ModelSpec, tp: int) -> np.ndarray:
     (0 for a width the model does not have)."""
     zero = np.zeros(tp, dtype=np.int64)
     dense = model.moe is None or model.moe.first_dense_layers > 0
-    return np.stack([_split(model.num_heads, tp), kv_heads_by_rank(model, tp),
-                     _split(model.intermediate_size, tp) if dense else zero,
-                     _split(model.moe.expert_intermediate_size, tp) if model.moe else zero], axis=1)
+    return np.stack(
+        [
+            _split(model.num_heads, tp),
+            kv_heads_by_rank(model, tp),
+            _split(model.intermediate_size, tp) if dense else zero,
+            _split(model.moe.expert_intermediate_size, tp) if model.moe else zero,
+        ],
+        axis=1,
+    )
 
 
 def _row_bytes(r: dict) -> float:
-    return float(sum(r.get(k, 0.0) for k in ("weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes",
-                                               "comm_bytes")))
+    return float(
+        sum(r.get(k, 0.0) for k in ("weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes"))
+    )
 
 
 def _uneven_meta(model: ModelSpec, tp: int) -> dict:
@@ -444,12 +534,22 @@ def _uneven_meta(model: ModelSpec, tp: int) -> dict:
     GQA group of the largest shard (query heads sharing one KV head, for PIM items)."""
     w = weight_bytes(model)
     g = model.num_heads // (model.num_kv_heads if model.mla is None else 1)
-    return {"weights_per_rank_fraction": weight_bytes_per_rank(model, None, tp) / w if w else 1.0 / tp,
-            "query_heads_per_kv_head": min(g, int(_split(model.num_heads, tp).max()))}
+    return {
+        "weights_per_rank_fraction": weight_bytes_per_rank(model, None, tp) / w if w else 1.0 / tp,
+        "query_heads_per_kv_head": min(g, int(_split(model.num_heads, tp).max())),
+    }
 
 
-def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard: tuple, c: np.ndarray,
-               q: np.ndarray, sampler: tuple | None = None) -> tuple[list[dict], dict]:
+def _step_rows(
+    model: ModelSpec,
+    scenario: Scenario,
+    phase: str,
+    tp: int,
+    shard: tuple,
+    c: np.ndarray,
+    q: np.ndarray,
+    sampler: tuple | None = None,
+) -> tuple[list[dict], dict]:
     """Rows and meta of one rank holding ``shard`` = (query heads, KV heads, FFN columns, expert FFN columns)."""
     B, T = len(c), int(q.sum())
     w_dtype = scenario.weight_dtype or model.dtype
@@ -459,9 +559,9 @@ def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard:
     mla = model.mla
     if mla is not None:
         d_qk = mla.kv_lora_rank + mla.qk_rope_head_dim  # absorbed score dim
-        d_ctx = mla.kv_lora_rank                        # context accumulated in latent space
+        d_ctx = mla.kv_lora_rank  # context accumulated in latent space
         kv_tok = (mla.kv_lora_rank + mla.qk_rope_head_dim) * kd
-        k_tok, v_tok = kv_tok, 0.0                      # latent counted once, on attn_score
+        k_tok, v_tok = kv_tok, 0.0  # latent counted once, on attn_score
         o_in = H * mla.v_head_dim
     else:
         d_qk = d_ctx = model.head_dim
@@ -487,11 +587,27 @@ def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard:
             # q projection (or q down-projection) fused with the kv down-projection kv_a
             R.matmul("qkv_proj", gi, n, T, q_out + mla.kv_lora_rank + mla.qk_rope_head_dim, h)
             if mla.q_lora_rank is not None:
-                R.elementwise("q_norm", gi, n, T * mla.q_lora_rank, NORM_FLOPS["rmsnorm"], weights=mla.q_lora_rank,
-                              m=T, n=mla.q_lora_rank)
+                R.elementwise(
+                    "q_norm",
+                    gi,
+                    n,
+                    T * mla.q_lora_rank,
+                    NORM_FLOPS["rmsnorm"],
+                    weights=mla.q_lora_rank,
+                    m=T,
+                    n=mla.q_lora_rank,
+                )
                 R.matmul("q_up", gi, n, T, H * qk, mla.q_lora_rank)
-            R.elementwise("kv_norm", gi, n, T * mla.kv_lora_rank, NORM_FLOPS["rmsnorm"], weights=mla.kv_lora_rank,
-                          m=T, n=mla.kv_lora_rank)
+            R.elementwise(
+                "kv_norm",
+                gi,
+                n,
+                T * mla.kv_lora_rank,
+                NORM_FLOPS["rmsnorm"],
+                weights=mla.kv_lora_rank,
+                m=T,
+                n=mla.kv_lora_rank,
+            )
             R.matmul("mla_q_absorb", gi, n, T, mla.kv_lora_rank, mla.qk_nope_head_dim, batch=H)
         if model.position == "rope":
             if mla is None:
@@ -501,14 +617,46 @@ def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard:
             R.elementwise("rope", gi, n, el, ROPE_FLOPS)
         pairs = attention_pairs(c, q, g.window)
         uniq = kv_tokens_read(c, q, g.window)
-        R.add(op="attn_score", cls="attn_score", layer_group=gi, count=n, m=m_attn, n=uniq, k=d_qk, batch=H,
-              flops=2.0 * H * pairs * d_qk, act_bytes=(T * H * d_qk + H * pairs) * ad,
-              kv_read_bytes=uniq * k_tok, kv_write_bytes=T * k_tok)
-        R.add(op="softmax", cls="softmax", layer_group=gi, count=n, m=m_attn, n=uniq, k=0, batch=H,
-              flops=float(SOFTMAX_FLOPS * H * pairs), act_bytes=2.0 * H * pairs * ad)
-        R.add(op="attn_context", cls="attn_context", layer_group=gi, count=n, m=m_attn, n=uniq, k=d_ctx, batch=H,
-              flops=2.0 * H * pairs * d_ctx, act_bytes=(H * pairs + T * H * d_ctx) * ad,
-              kv_read_bytes=uniq * v_tok, kv_write_bytes=T * v_tok)
+        R.add(
+            op="attn_score",
+            cls="attn_score",
+            layer_group=gi,
+            count=n,
+            m=m_attn,
+            n=uniq,
+            k=d_qk,
+            batch=H,
+            flops=2.0 * H * pairs * d_qk,
+            act_bytes=(T * H * d_qk + H * pairs) * ad,
+            kv_read_bytes=uniq * k_tok,
+            kv_write_bytes=T * k_tok,
+        )
+        R.add(
+            op="softmax",
+            cls="softmax",
+            layer_group=gi,
+            count=n,
+            m=m_attn,
+            n=uniq,
+            k=0,
+            batch=H,
+            flops=float(SOFTMAX_FLOPS * H * pairs),
+            act_bytes=2.0 * H * pairs * ad,
+        )
+        R.add(
+            op="attn_context",
+            cls="attn_context",
+            layer_group=gi,
+            count=n,
+            m=m_attn,
+            n=uniq,
+            k=d_ctx,
+            batch=H,
+            flops=2.0 * H * pairs * d_ctx,
+            act_bytes=(H * pairs + T * H * d_ctx) * ad,
+            kv_read_bytes=uniq * v_tok,
+            kv_write_bytes=T * v_tok,
+        )
         if mla is not None:
             R.matmul("mla_v_up", gi, n, T, mla.v_head_dim, mla.kv_lora_rank, batch=H)
         R.matmul("out_proj", gi, n, T, h, o_in, bias=model.bias)
@@ -521,8 +669,16 @@ def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard:
             inter = inter_rank
             up = inter * (2 if model.ffn_gated else 1)
             R.matmul("mlp_up", gi, n, T, up, h, bias=model.bias)
-            R.elementwise("mlp_act", gi, n, T * inter, act_f + (GATE_FLOPS if model.ffn_gated else 0),
-                          reads=2 if model.ffn_gated else 1, m=T, n=inter)
+            R.elementwise(
+                "mlp_act",
+                gi,
+                n,
+                T * inter,
+                act_f + (GATE_FLOPS if model.ffn_gated else 0),
+                reads=2 if model.ffn_gated else 1,
+                m=T,
+                n=inter,
+            )
             R.matmul("mlp_down", gi, n, T, h, inter, bias=model.bias)
         else:
             e = model.moe
@@ -547,26 +703,55 @@ def _step_rows(model: ModelSpec, scenario: Scenario, phase: str, tp: int, shard:
 
     # once per step
     learned = model.position == "learned"
-    R.add(op="embedding", cls="embedding", layer_group=-1, count=1, m=T, n=h, batch=1,
-          flops=float(T * h) if learned else 0.0,  # learned: token + position embedding add
-          weight_bytes=T * h * wd * (2 if learned else 1), act_bytes=T * h * ad)
+    R.add(
+        op="embedding",
+        cls="embedding",
+        layer_group=-1,
+        count=1,
+        m=T,
+        n=h,
+        batch=1,
+        flops=float(T * h) if learned else 0.0,  # learned: token + position embedding add
+        weight_bytes=T * h * wd * (2 if learned else 1),
+        act_bytes=T * h * ad,
+    )
     R.elementwise("final_norm", -1, 1, T * h, nf, weights=norm_w, m=T, n=h)
     last = B if phase == "prefill" else T
     R.matmul("lm_head", -1, 1, last, -(-model.vocab_size // tp), h)
     if sampler is not None:  # every rank samples the gathered full-vocabulary logits (attnsim.hwmodels.stack)
         logits = float(last) * model.vocab_size
-        R.add(op="sampler", cls="elementwise", layer_group=-1, count=1, m=last, n=model.vocab_size, batch=1,
-              flops=logits * sampler[1], act_bytes=logits * sampler[0])
+        R.add(
+            op="sampler",
+            cls="elementwise",
+            layer_group=-1,
+            count=1,
+            m=last,
+            n=model.vocab_size,
+            batch=1,
+            flops=logits * sampler[1],
+            act_bytes=logits * sampler[0],
+        )
 
     meta = {
-        "heads_per_rank": H, "kv_heads_per_rank": Hkv, "head_dim": model.head_dim,
-        "attn_score_dim": d_qk, "attn_context_dim": d_ctx,
+        "heads_per_rank": H,
+        "kv_heads_per_rank": Hkv,
+        "head_dim": model.head_dim,
+        "attn_score_dim": d_qk,
+        "attn_context_dim": d_ctx,
         "kv_bytes_per_token_per_layer": kv_tok,
-        "weight_dtype": w_dtype, "act_dtype": scenario.act_dtype, "kv_dtype": scenario.kv_dtype,
-        "hidden_size": h, "num_layers": model.num_layers, "num_heads": model.num_heads,
-        "num_kv_heads": model.num_kv_heads, "intermediate_size": model.intermediate_size,
-        "vocab_size": model.vocab_size, "mla": mla is not None, "moe": model.moe is not None,
-        "batch_size": B, "tokens": T, **moe_meta,
+        "weight_dtype": w_dtype,
+        "act_dtype": scenario.act_dtype,
+        "kv_dtype": scenario.kv_dtype,
+        "hidden_size": h,
+        "num_layers": model.num_layers,
+        "num_heads": model.num_heads,
+        "num_kv_heads": model.num_kv_heads,
+        "intermediate_size": model.intermediate_size,
+        "vocab_size": model.vocab_size,
+        "mla": mla is not None,
+        "moe": model.moe is not None,
+        "batch_size": B,
+        "tokens": T,
+        **moe_meta,
     }
     return R.rows, meta
-

@@ -3,6 +3,7 @@
 Built-in models live in ``configs/models/<name>.yaml`` (dims and sources in each file);
 ``$ATTNSIM_CONFIG_PATH/models/`` is searched first (see ``attnsim.core.config.search_dirs``).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,6 +25,7 @@ def load_model(ref: str | os.PathLike) -> ModelSpec:
     ref = str(ref)
     if ref.endswith(".json"):
         from attnsim.workloads.hf import model_from_hf_config
+
         return model_from_hf_config(find_config("models", ref))
     path = find_config("models", ref)
     return validate(ModelSpec, load_yaml(path), file=display_path(path))

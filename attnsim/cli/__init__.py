@@ -3,6 +3,7 @@
 Every command turns bad input into one line ``error: <file>: <key>: <what>`` on
 stderr and exit status 2, and writes no result file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,10 +16,20 @@ import sys
 # <= 0.15 s CPU). attnsim.core.config (numpy, pydantic, yaml: ~90 ms) is imported by the commands that need it.
 
 # modules that add subcommands: each has register(subparsers)
-_COMMAND_MODULES = ("attnsim.cli.run", "attnsim.cli.dram", "attnsim.cli.isa", "attnsim.cli.sweep", "attnsim.cli.serve",
-                    "attnsim.cli.validate", "attnsim.cli.sensitivity", "attnsim.cli.pim", "attnsim.cli.listing",
-                    "attnsim.cli.schema", "attnsim.cli.warmup",
-                    "attnsim.cli.plan")
+_COMMAND_MODULES = (
+    "attnsim.cli.run",
+    "attnsim.cli.dram",
+    "attnsim.cli.isa",
+    "attnsim.cli.sweep",
+    "attnsim.cli.serve",
+    "attnsim.cli.validate",
+    "attnsim.cli.sensitivity",
+    "attnsim.cli.pim",
+    "attnsim.cli.listing",
+    "attnsim.cli.schema",
+    "attnsim.cli.warmup",
+    "attnsim.cli.plan",
+)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -27,11 +38,16 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):  # noqa: D401 - argparse API
         import re
+
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:  # a mistyped subcommand or choice: 'did you mean' (attnsim.core.suggest)
             from attnsim.core.suggest import did_you_mean
-            message = message[:m.end(1) + 1] + did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2))) + \
-                message[m.end(1) + 1:]
+
+            message = (
+                message[: m.end(1) + 1]
+                + did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+                + message[m.end(1) + 1 :]
+            )
         print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
@@ -39,6 +55,7 @@ class OneLineParser(argparse.ArgumentParser):
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (bounded like every integer, attnsim.core.config.check_int)."""
     from attnsim.core.config import INT_LIMIT, ConfigError, check_int
+
     try:
         return check_int(text, lo=1, hi=INT_LIMIT)
     except ConfigError as exc:
@@ -47,6 +64,7 @@ def positive_int(text: str) -> int:
 
 def _positive_float(text: str, what: str) -> float:
     from attnsim.core.config import ConfigError, check_float
+
     try:
         v = check_float(text, lo=0.0)
     except ConfigError as exc:
@@ -73,9 +91,13 @@ _ONLY = {"dram": ("attnsim.cli.dram",)}
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every command, or only ``_ONLY[argv[0]]``'s when argv starts with such a command."""
-    p = OneLineParser(prog="attnsim", description="Cycle-approximate simulator of LLM inference "
-                                "on memory-centric hardware (GPU/NPU, HBM-PIM, CXL-PNM).")
+    p = OneLineParser(
+        prog="attnsim",
+        description="Cycle-approximate simulator of LLM inference "
+        "on memory-centric hardware (GPU/NPU, HBM-PIM, CXL-PNM).",
+    )
     from attnsim import __version__
+
     p.add_argument("--version", action="version", version=f"attnsim {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _ONLY.get(argv[0], _COMMAND_MODULES) if argv else _COMMAND_MODULES:
@@ -97,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     argv_list = sys.argv[1:] if argv is None else list(argv)
     if argv_list[:1] == ["--version"]:  # what argparse's version action prints, without registering every command
         from attnsim import __version__
+
         print(f"attnsim {__version__}")
         return 0
     collecting = gc.isenabled()
@@ -111,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         from attnsim.core import notices
+
         notices.to_stderr()  # e.g. 'compiling Numba kernels ...' (attnsim.core.jitcache)
         try:
             rc = args.func(args)
@@ -138,6 +162,7 @@ def unknown_arguments(parser: argparse.ArgumentParser, args, extra: list[str]) -
     """Refuse ``extra`` (arguments no option takes) like ``parse_args`` does, naming the closest option of
     the command for each mistyped one (``--sett`` -> ``--set``)."""
     from attnsim.core.suggest import did_you_mean
+
     sub = parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and getattr(args, "command", None) in action.choices:
@@ -167,6 +192,7 @@ def skip_final_collection() -> None:
     interpreter's final collection (which atexit precedes) does not traverse the run's objects (~0.13 s)."""
     if _process_entry:
         import atexit
+
         atexit.register(gc.freeze)
 
 

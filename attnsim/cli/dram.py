@@ -1,8 +1,7 @@
 """``attnsim dram``: run a DRAM device spec on a synthetic pattern or a request trace."""
+
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import re
 import time
@@ -14,57 +13,109 @@ from attnsim.core.config import INT_LIMIT, ConfigError, check_int
 _MAX_LINE_BYTES = 4096  # a request line is "<hex address> <R|W> [<arrival cycle>]": under 64 B plus a comment
 MAX_REQUESTS = 1 << 25  # pattern length / trace requests: about 80 B of memory per request in the engine
 PATTERN_DEFAULTS = {"requests": 100_000, "stride": 4096, "write_fraction": 0.0, "seed": 0}
-JSON_KEYS = ("cycles", "clock_domain", "tck_s", "time_s", "bytes", "bandwidth_gbps", "peak_bandwidth_gbps",
-             "row_hits", "row_misses", "row_conflicts", "refresh_time_s", "energy_j", "sim_wall_s", "compile_s")
+JSON_KEYS = (
+    "cycles",
+    "clock_domain",
+    "tck_s",
+    "time_s",
+    "bytes",
+    "bandwidth_gbps",
+    "peak_bandwidth_gbps",
+    "row_hits",
+    "row_misses",
+    "row_conflicts",
+    "refresh_time_s",
+    "energy_j",
+    "sim_wall_s",
+    "compile_s",
+)
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("dram", help="time a request stream on a DRAM device (bank-level engine)",
-                              description="Run a DRAM preset (name) or spec (YAML) on a synthetic pattern or a "
-                                          "trace (one request a line: <hex address> <R|W> [<arrival cycle>]; "
-                                          "arrival cycles non-decreasing, in [0, 2**53]; idle gaps cost no "
-                                          "simulation time).")
+    p = subparsers.add_parser(
+        "dram",
+        help="time a request stream on a DRAM device (bank-level engine)",
+        description="Run a DRAM preset (name) or spec (YAML) on a synthetic pattern or a "
+        "trace (one request a line: <hex address> <R|W> [<arrival cycle>]; "
+        "arrival cycles non-decreasing, in [0, 2**53]; idle gaps cost no "
+        "simulation time).",
+    )
     p.add_argument("--device", required=True, help="preset name (e.g. hbm3_6400) or path to a kind: dram YAML")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pattern", choices=("sequential", "random", "strided"), default="sequential")
-    src.add_argument("--trace", help="request trace file (attnsim text, Ramulator LD/ST or R/W address vectors, "
-                                     "DRAMsim3 '<hex> READ|WRITE <cycle>', or .npy from 'attnsim dram convert')")
-    p.add_argument("action", nargs="?", choices=("convert",),
-                   help="convert: write --trace as the binary .npy trace form to --out (nothing is simulated)")
+    src.add_argument(
+        "--trace",
+        help="request trace file (attnsim text, Ramulator LD/ST or R/W address vectors, "
+        "DRAMsim3 '<hex> READ|WRITE <cycle>', or .npy from 'attnsim dram convert')",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("convert",),
+        help="convert: write --trace as the binary .npy trace form to --out (nothing is simulated)",
+    )
     p.add_argument("--out", help="output .npy of 'attnsim dram convert'")
-    p.add_argument("--trace-format", choices=("auto", "attnsim", "ramulator", "dramsim3", "npy"),
-                   help="trace format (default auto: .npy by name, else by the first request line)")
-    p.add_argument("--requests", type=int, help=f"number of requests of the pattern (default "
-                                                 f"{PATTERN_DEFAULTS['requests']}, at most {MAX_REQUESTS})")
+    p.add_argument(
+        "--trace-format",
+        choices=("auto", "attnsim", "ramulator", "dramsim3", "npy"),
+        help="trace format (default auto: .npy by name, else by the first request line)",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        help=f"number of requests of the pattern (default {PATTERN_DEFAULTS['requests']}, at most {MAX_REQUESTS})",
+    )
     p.add_argument("--stride", type=int, help="bytes between requests (strided pattern; default 4096)")
     p.add_argument("--channels", type=int, help="override the number of channels")
     p.add_argument("--banks", type=int, help="override banks per rank (bank groups x banks per group)")
-    p.add_argument("--write-fraction", type=float,
-                   help="probability that a request of the pattern is a write (default 0)")
+    p.add_argument(
+        "--write-fraction", type=float, help="probability that a request of the pattern is a write (default 0)"
+    )
     p.add_argument("--no-refresh", action="store_true", help="disable refresh")
     p.add_argument("--refresh", choices=("ab", "pb"), help="all-bank (default of the preset) or per-bank refresh")
     p.add_argument("--seed", type=int, help="random pattern / write choice seed (default 0)")
     p.add_argument("--mapping", help="address mapping, fields MSB..LSB from Ro Ra Bg Ba Co Pc Ch (e.g. RoBaBgCoCh)")
     p.add_argument("--page", choices=("open", "closed"), help="row policy (default open)")
-    p.add_argument("--queue", type=int, help="controller queue entries per pseudo-channel (default: the "
-                                             "controller preset's: ramulator2 32 per channel, ideal and dramsim3 32 "
-                                             "per pseudo-channel)")
-    p.add_argument("--controller", metavar="{ramulator2,ideal,dramsim3}",  # checked by rules.controller_rules
-                   help="controller rule set (default: the spec's controller: key, else ramulator2, within 3 %% of "
-                        "Ramulator 2.1 on every recorded stream; ideal: the optimistic end, formerly 'attnsim'; "
-                        "dramsim3): scope of the nRRD_S/tFAW window and of read/write turnarounds, queues, page "
-                        "closing (hwmodels/dram/rules.py)")
-    p.add_argument("--closed-cap", type=int, metavar="N",
-                   help="with --page closed: close a row after N column accesses since its ACT (Ramulator's "
-                        "ClosedCAP cap; 0: after the last queued hit; default the preset's: ramulator2 4, ideal 0)")
-    p.add_argument("--no-extrapolate", action="store_true",
-                   help="simulate periodic patterns (sequential, strided) in full instead of extrapolating the "
-                        "steady state over whole refresh windows")
-    p.add_argument("--no-skip-ahead", action="store_true",
-                   help="issue every command instead of jumping over exactly recurring controller states "
-                        "(identical results; hwmodels/dram/recur.py)")
-    p.add_argument("--threads", type=int, help="threads over groups of channels (default 1; at most the device's "
-                                               "channels; channels are independent: identical results)")
+    p.add_argument(
+        "--queue",
+        type=int,
+        help="controller queue entries per pseudo-channel (default: the "
+        "controller preset's: ramulator2 32 per channel, ideal and dramsim3 32 "
+        "per pseudo-channel)",
+    )
+    p.add_argument(
+        "--controller",
+        metavar="{ramulator2,ideal,dramsim3}",  # checked by rules.controller_rules
+        help="controller rule set (default: the spec's controller: key, else ramulator2, within 3 %% of "
+        "Ramulator 2.1 on every recorded stream; ideal: the optimistic end, formerly 'attnsim'; "
+        "dramsim3): scope of the nRRD_S/tFAW window and of read/write turnarounds, queues, page "
+        "closing (hwmodels/dram/rules.py)",
+    )
+    p.add_argument(
+        "--closed-cap",
+        type=int,
+        metavar="N",
+        help="with --page closed: close a row after N column accesses since its ACT (Ramulator's "
+        "ClosedCAP cap; 0: after the last queued hit; default the preset's: ramulator2 4, ideal 0)",
+    )
+    p.add_argument(
+        "--no-extrapolate",
+        action="store_true",
+        help="simulate periodic patterns (sequential, strided) in full instead of extrapolating the "
+        "steady state over whole refresh windows",
+    )
+    p.add_argument(
+        "--no-skip-ahead",
+        action="store_true",
+        help="issue every command instead of jumping over exactly recurring controller states "
+        "(identical results; hwmodels/dram/recur.py)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="threads over groups of channels (default 1; at most the device's "
+        "channels; channels are independent: identical results)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_dram)
 
@@ -75,6 +126,7 @@ _HEX = re.compile(r"^(0[xX])?[0-9a-fA-F]{1,16}$")
 def device_spec(ref: str, channels: int | None = None, banks: int | None = None):
     """Load a spec and apply --channels/--banks overrides (re-validated, within the spec's legal range)."""
     from attnsim.hwmodels.dram.spec import MAX_BANKS_PER_CHANNEL, load_dram_spec, spec_from_dict
+
     spec = load_dram_spec(ref)
     if channels is None and banks is None:
         return spec
@@ -85,8 +137,11 @@ def device_spec(ref: str, channels: int | None = None, banks: int | None = None)
     if banks is not None:
         top = MAX_BANKS_PER_CHANNEL // (spec.org.pseudo_channels * spec.org.ranks)
         if not 1 <= banks <= top or banks & (banks - 1):
-            raise ConfigError(f"expected a power of two in [1, {top}] (banks per channel = pseudo-channels x ranks "
-                              f"x banks <= {MAX_BANKS_PER_CHANNEL}), got {banks}", key="--banks")
+            raise ConfigError(
+                f"expected a power of two in [1, {top}] (banks per channel = pseudo-channels x ranks "
+                f"x banks <= {MAX_BANKS_PER_CHANNEL}), got {banks}",
+                key="--banks",
+            )
         bpg = min(d["org"]["banks_per_group"], banks)
         d["org"]["banks_per_group"] = bpg
         d["org"]["bank_groups"] = banks // bpg
@@ -97,6 +152,7 @@ def with_closed_cap(spec, args):
     """The spec with --closed-cap N set over its controller rules (refused with open page, and under a rule set that
     does not read it: rules.override_error)."""
     from attnsim.hwmodels.dram.rules import RuleOverrides, controller_rules, given_overrides, override_error
+
     if (args.page or "open") != "closed":
         raise ConfigError("has no effect with open page (add --page closed)", key="--closed-cap")
     check_int(args.closed_cap, key="--closed-cap", lo=0, hi=1 << 24)
@@ -124,8 +180,10 @@ def pattern(spec, kind: str, n: int, stride: int, write_fraction: float, seed: i
         addr = rng.integers(0, cap // bb, n, dtype=np.int64) * bb
     else:
         if not 0 < stride <= cap or stride % bb:
-            raise ConfigError(f"expected a positive multiple of the burst size ({bb} B) up to the capacity ({cap} B), "
-                              f"got {stride}", key="--stride")
+            raise ConfigError(
+                f"expected a positive multiple of the burst size ({bb} B) up to the capacity ({cap} B), got {stride}",
+                key="--stride",
+            )
         addr = (np.arange(n, dtype=np.uint64) * np.uint64(stride)) % np.uint64(cap)
     w = rng.random(n) < write_fraction if write_fraction > 0 else np.zeros(n, bool)
     return addr.astype(np.int64), w
@@ -138,6 +196,7 @@ def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = 
     outside [0, max_arrival] or decreasing (refused, not sorted: a decreasing trace is usually two traces
     concatenated), more than MAX_REQUESTS requests, non-UTF-8 bytes (byte offset)."""
     from attnsim.core.fileio import InputRefused, input_limit_bytes, open_regular, quote_prefix
+
     limit = 64 * MAX_REQUESTS
     try:
         kind = "data" if input_limit_bytes("data") < limit else None
@@ -155,17 +214,21 @@ def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = 
             if not raw:
                 break
             if no > 4 * MAX_REQUESTS:
-                raise ConfigError(f"trace has more than {4 * MAX_REQUESTS} lines, the limit ({MAX_REQUESTS} requests)",
-                                  file=path)
+                raise ConfigError(
+                    f"trace has more than {4 * MAX_REQUESTS} lines, the limit ({MAX_REQUESTS} requests)", file=path
+                )
             where = f"line {no}"
             if len(raw) > _MAX_LINE_BYTES:
-                raise ConfigError(f"line longer than {_MAX_LINE_BYTES} B, starting {quote_prefix(raw)}", file=path,
-                                  key=where)
+                raise ConfigError(
+                    f"line longer than {_MAX_LINE_BYTES} B, starting {quote_prefix(raw)}", file=path, key=where
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset "
-                                  f"{offset + exc.start}", file=path) from None
+                raise ConfigError(
+                    f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset {offset + exc.start}",
+                    file=path,
+                ) from None
             if no == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             offset += len(raw)
@@ -174,15 +237,20 @@ def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = 
                 continue
             parts = s.split()
             if len(parts) not in (2, 3):
-                raise ConfigError(f"expected '<hex address> <R|W> [<arrival cycle>]', got {quote_prefix(s)}",
-                                  file=path, key=where)
+                raise ConfigError(
+                    f"expected '<hex address> <R|W> [<arrival cycle>]', got {quote_prefix(s)}", file=path, key=where
+                )
             if not _HEX.match(parts[0]):
-                raise ConfigError(f"expected a hex address of at most 64 bits, got {quote_prefix(parts[0], 40)}",
-                                  file=path, key=where)
+                raise ConfigError(
+                    f"expected a hex address of at most 64 bits, got {quote_prefix(parts[0], 40)}", file=path, key=where
+                )
             a = int(parts[0], 16)
             if top is not None and a > top:
-                raise ConfigError(f"address 0x{a:x} beyond the device capacity ({capacity_bytes} B: at most 0x{top:x})",
-                                  file=path, key=where)
+                raise ConfigError(
+                    f"address 0x{a:x} beyond the device capacity ({capacity_bytes} B: at most 0x{top:x})",
+                    file=path,
+                    key=where,
+                )
             rw = parts[1].upper()
             if rw not in ("R", "W"):
                 raise ConfigError(f"expected R or W, got {quote_prefix(parts[1], 40)}", file=path, key=where)
@@ -190,9 +258,12 @@ def read_trace(path: str, capacity_bytes: int | None = None, max_arrival: int = 
             if len(parts) == 3:
                 t = check_int(parts[2], file=path, key=f"{where}: arrival cycle", lo=0, hi=max_arrival)
             if t < last:
-                raise ConfigError(f"arrival cycles must not decrease ({t} < {last}"
-                                  f"{'' if len(parts) == 3 else ': a line without one arrives at cycle 0'})",
-                                  file=path, key=where)
+                raise ConfigError(
+                    f"arrival cycles must not decrease ({t} < {last}"
+                    f"{'' if len(parts) == 3 else ': a line without one arrives at cycle 0'})",
+                    file=path,
+                    key=where,
+                )
             last = t
             if len(addrs) >= MAX_REQUESTS:
                 raise ConfigError(f"trace has more than {MAX_REQUESTS} requests (the limit)", file=path, key=where)
@@ -213,16 +284,24 @@ def _refuse_ignored(args) -> None:
     given = [k for k in PATTERN_DEFAULTS if getattr(args, k, None) is not None]
     if args.trace and given:
         raise ConfigError("pattern option has no effect with --trace", key="--" + given[0].replace("_", "-"))
-    if (getattr(args, "seed", None) is not None and not args.trace and args.pattern != "random"
-            and not getattr(args, "write_fraction", None)):
+    if (
+        getattr(args, "seed", None) is not None
+        and not args.trace
+        and args.pattern != "random"
+        and not getattr(args, "write_fraction", None)
+    ):
         raise ConfigError(f"--seed has no effect on --pattern {args.pattern} without --write-fraction", key="--seed")
     if getattr(args, "no_skip_ahead", False):
         if not args.trace and args.pattern != "random" and not getattr(args, "no_extrapolate", False):
-            raise ConfigError(f"--no-skip-ahead has no effect on --pattern {args.pattern} while it is extrapolated "
-                              "(add --no-extrapolate)", key="--no-skip-ahead")
+            raise ConfigError(
+                f"--no-skip-ahead has no effect on --pattern {args.pattern} while it is extrapolated "
+                "(add --no-extrapolate)",
+                key="--no-skip-ahead",
+            )
     if getattr(args, "stride", None) is not None and args.pattern != "strided":
-        raise ConfigError(f"--stride has no effect with --pattern {args.pattern} (use --pattern strided)",
-                          key="--stride")
+        raise ConfigError(
+            f"--stride has no effect with --pattern {args.pattern} (use --pattern strided)", key="--stride"
+        )
 
 
 def _check_before_compile(spec, args) -> None:
@@ -230,6 +309,7 @@ def _check_before_compile(spec, args) -> None:
     Numba cache takes about a minute: a bad flag must not wait for it)."""
     from attnsim.hwmodels.dram.rules import controller_rules, refuse_unread_by_stream
     from attnsim.hwmodels.dram.spec import parse_mapping
+
     if args.mapping is not None:
         try:
             parse_mapping(args.mapping, spec.org)
@@ -240,10 +320,14 @@ def _check_before_compile(spec, args) -> None:
     refuse_unread_by_stream(spec, args.page or "open", refresh, args.queue, file=args.device)
     if getattr(args, "threads", None) is not None:
         from attnsim.hwmodels.dram.controller import check_threads
+
         check_threads(args.threads, spec.org.channels, "fast", False, rules, key="--threads")
     if getattr(args, "no_skip_ahead", False) and rules.cmd_queue_entries:
-        raise ConfigError("--no-skip-ahead has no effect under the dramsim3 controller preset (its two-level queues "
-                          "issue every command)", key="--no-skip-ahead")
+        raise ConfigError(
+            "--no-skip-ahead has no effect under the dramsim3 controller preset (its two-level queues "
+            "issue every command)",
+            key="--no-skip-ahead",
+        )
 
 
 def warm_up(spec) -> float:
@@ -251,6 +335,7 @@ def warm_up(spec) -> float:
     variant for a .npy trace's address field (a read-only strided view of the mapped records)."""
     from attnsim.hwmodels.dram.controller import decode_by_channel, simulate_requests
     from attnsim.hwmodels.dram.traces import TRACE_DTYPE
+
     t0 = time.perf_counter()
     spec = spec.model_copy(update=dict(controller_rules=None))  # the same kernels, whatever the overrides read
     simulate_requests(spec, np.arange(8, dtype=np.int64) * spec.org.burst_bytes, np.arange(8) % 2 == 1)
@@ -266,16 +351,21 @@ def warm_all(device: str = "hbm3_6400") -> None:
     preset's two-level queues, steady-state extrapolation (patterns), the trace parsers (the fast one and the
     general one). Not the heap scheduler (only beyond 2**30 requests or 2048 banks per channel)."""
     import tempfile
+
     from attnsim.hwmodels.dram.controller import simulate_requests
     from attnsim.hwmodels.dram.traces import read_trace_any
+
     for channels in (1, 2):
         spec = device_spec(device, channels)
         warm_up(spec)
         simulate_requests(spec, np.arange(8, dtype=np.int64) * spec.org.burst_bytes, False, controller="dramsim3")
     spec = device_spec(device, 1)
     simulate_requests(spec, np.arange(4096, dtype=np.int64) * spec.org.burst_bytes, False, extrapolate=True)
-    lines = {"ramulator": "LD 0x0\nST 0x40\n", "dramsim3": "0x0 READ 0\n0x40 WRITE 3\n",
-             "attnsim": "# general parser\n0x0 R\n0x40 W 2\n"}
+    lines = {
+        "ramulator": "LD 0x0\nST 0x40\n",
+        "dramsim3": "0x0 READ 0\n0x40 WRITE 3\n",
+        "attnsim": "# general parser\n0x0 R\n0x40 W 2\n",
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for fmt, text in lines.items():
             path = os.path.join(tmp, fmt + ".trace")
@@ -285,9 +375,8 @@ def warm_all(device: str = "hbm3_6400") -> None:
 
 
 def simulate(args) -> dict:
-    from attnsim.hwmodels.dram.controller import simulate_requests
-    from attnsim.hwmodels.dram.controller import MAX_QUEUE
-    from attnsim.hwmodels.dram.kernel import max_cycle
+    from attnsim.hwmodels.dram.controller import MAX_QUEUE, simulate_requests
+
     spec = device_spec(args.device, args.channels, args.banks)
     if args.queue is not None:
         check_int(args.queue, key="--queue", lo=1, hi=MAX_QUEUE)
@@ -306,22 +395,45 @@ def simulate(args) -> dict:
     compile_s = warm_up(spec)
     refresh = "none" if args.no_refresh else (args.refresh or spec.default_refresh)
     extrapolate = not args.trace and not getattr(args, "no_extrapolate", False)
-    r = simulate_requests(spec, addr, w, arr, mapping=args.mapping, page=args.page or "open", queue=args.queue,
-                          refresh=refresh, extrapolate=extrapolate, controller=getattr(args, "controller", None),
-                          skip_ahead=False if getattr(args, "no_skip_ahead", False) else None,
-                          threads=getattr(args, "threads", None) or 1)
+    r = simulate_requests(
+        spec,
+        addr,
+        w,
+        arr,
+        mapping=args.mapping,
+        page=args.page or "open",
+        queue=args.queue,
+        refresh=refresh,
+        extrapolate=extrapolate,
+        controller=getattr(args, "controller", None),
+        skip_ahead=False if getattr(args, "no_skip_ahead", False) else None,
+        threads=getattr(args, "threads", None) or 1,
+    )
     out = {
-        "device": spec.name, "requests": int(r.requests), "cycles": int(r.cycles), "clock_domain": r.clock_domain,
-        "tck_s": r.tck_s, "time_s": r.time_s, "bytes": int(r.bytes), "bandwidth_gbps": r.bandwidth_gbps,
-        "peak_bandwidth_gbps": r.peak_bandwidth_gbps, "row_hits": r.row_hits, "row_misses": r.row_misses,
-        "row_conflicts": r.row_conflicts, "refresh_time_s": r.refresh_time_s, "energy_j": r.energy_j,
+        "device": spec.name,
+        "requests": int(r.requests),
+        "cycles": int(r.cycles),
+        "clock_domain": r.clock_domain,
+        "tck_s": r.tck_s,
+        "time_s": r.time_s,
+        "bytes": int(r.bytes),
+        "bandwidth_gbps": r.bandwidth_gbps,
+        "peak_bandwidth_gbps": r.peak_bandwidth_gbps,
+        "row_hits": r.row_hits,
+        "row_misses": r.row_misses,
+        "row_conflicts": r.row_conflicts,
+        "refresh_time_s": r.refresh_time_s,
+        "energy_j": r.energy_j,
         "energy_pj_per_bit": r.energy_total_j / (8 * r.bytes) * 1e12 if r.bytes else 0.0,
-        "mean_latency_cycles": r.mean_latency_cycles, "sim_wall_s": r.sim_wall_s, "compile_s": compile_s,
+        "mean_latency_cycles": r.mean_latency_cycles,
+        "sim_wall_s": r.sim_wall_s,
+        "compile_s": compile_s,
         # steady-state extrapolation (periodic patterns; --no-extrapolate to simulate in full)
         "extrapolated": bool(r.extrapolated),
         "steady": ({k: v for k, v in r.steady.items() if k != "channels"} if r.extrapolated else None),
         # exact skip-ahead over recurring controller states (--no-skip-ahead to issue every command)
-        "skipped_requests": int(r.skipped_requests), "skip_jumps": int(r.skip_jumps),
+        "skipped_requests": int(r.skipped_requests),
+        "skip_jumps": int(r.skip_jumps),
     }
     out["energy_j"] = {k: float(v) for k, v in out["energy_j"].items()}
     for k, v in out.items():
@@ -335,9 +447,11 @@ def load_trace(args, spec):
     parser refuses go through read_trace, which accepts them or names the problem."""
     from attnsim.hwmodels.dram.kernel import max_cycle
     from attnsim.hwmodels.dram.traces import detect_format, read_trace_any
+
     fmt = args.trace_format or "auto"
     if fmt == "auto":
         from attnsim.core.fileio import InputRefused, read_head
+
         try:
             fmt = detect_format(args.trace, read_head(args.trace, 4096))
         except InputRefused:
@@ -355,13 +469,24 @@ def load_trace(args, spec):
 
 
 # options that only a simulation reads (refused by convert)
-_SIMULATION_ONLY = ("queue", "page", "controller", "closed_cap", "no_refresh", "refresh", "no_extrapolate",
-                    "no_skip_ahead", "threads", "json")
+_SIMULATION_ONLY = (
+    "queue",
+    "page",
+    "controller",
+    "closed_cap",
+    "no_refresh",
+    "refresh",
+    "no_extrapolate",
+    "no_skip_ahead",
+    "threads",
+    "json",
+)
 
 
 def convert(args) -> int:
     """attnsim dram convert --device D --trace IN --out OUT.npy: the binary trace form (traces.TRACE_DTYPE)."""
     from attnsim.hwmodels.dram.traces import write_npy
+
     if not args.trace or not args.out:
         raise ConfigError("convert needs --trace IN and --out OUT.npy", key="--out" if args.trace else "--trace")
     if not args.out.endswith(".npy"):
@@ -375,8 +500,10 @@ def convert(args) -> int:
     addr, w, arr = load_trace(args, spec)
     parse_s = time.perf_counter() - t0
     write_npy(args.out, np.array(addr), w, arr)  # a copy: a .npy input is a view of its file, which --out may be
-    print(f"{args.out}: {addr.shape[0]} requests (parsed in {parse_s:.3f} s, "
-          f"{addr.shape[0] / max(parse_s, 1e-9) / 1e6:.1f} M lines/s)")
+    print(
+        f"{args.out}: {addr.shape[0]} requests (parsed in {parse_s:.3f} s, "
+        f"{addr.shape[0] / max(parse_s, 1e-9) / 1e6:.1f} M lines/s)"
+    )
     return 0
 
 
@@ -386,6 +513,7 @@ def _skip_blas_probe() -> None:
     'absent' for this process only (numba then uses its own loop for np.dot-based inner products, the same
     results); later imports of scipy work as usual."""
     import sys
+
     if "numba.np.arraymath" in sys.modules or "scipy.linalg.cython_blas" in sys.modules:
         return
     sys.modules["scipy.linalg.cython_blas"] = None  # import -> ImportError
@@ -403,12 +531,15 @@ def _json_default(o):
 
 def run_dram(args) -> int:
     import gc
+
     from attnsim.cli import settle_gc, skip_final_collection
+
     collecting = gc.isenabled()
     gc.disable()
     _skip_blas_probe()
     import attnsim.hwmodels.dram.controller  # noqa: F401 - the engine's modules (numba), collector paused
     import attnsim.hwmodels.dram.traces  # noqa: F401
+
     settle_gc(collecting)
     skip_final_collection()  # stdout is flushed by cli.main, np.save closes its file: no buffered file is left
     if args.action == "convert":
@@ -418,26 +549,47 @@ def run_dram(args) -> int:
     out = simulate(args)
     if args.json:  # strict JSON as attnsim.sim.results.dumps, without its imports (h5py, ~0.2 s)
         import json
+
         print(json.dumps(out, default=_json_default, allow_nan=False))
         return 0
-    rows = [("device", out["device"]), ("requests", out["requests"]),
-            ("cycles", f"{out['cycles']} ({out['clock_domain']})"), ("time", f"{out['time_s'] * 1e6:.3f} us"),
-            ("bytes", out["bytes"]),
-            ("bandwidth", f"{out['bandwidth_gbps']:.2f} GB/s of {out['peak_bandwidth_gbps']:.2f} "
-                          f"({100 * out['bandwidth_gbps'] / out['peak_bandwidth_gbps']:.1f} %)"),
-            ("row hits / misses / conflicts", f"{out['row_hits']} / {out['row_misses']} / {out['row_conflicts']}"),
-            ("refresh time", f"{out['refresh_time_s'] * 1e6:.3f} us"),
-            ("mean latency", f"{out['mean_latency_cycles']:.1f} cycles"),
-            ("energy", f"{sum(out['energy_j'].values()) * 1e6:.3f} uJ ({out['energy_pj_per_bit']:.2f} pJ/bit)")]
+    rows = [
+        ("device", out["device"]),
+        ("requests", out["requests"]),
+        ("cycles", f"{out['cycles']} ({out['clock_domain']})"),
+        ("time", f"{out['time_s'] * 1e6:.3f} us"),
+        ("bytes", out["bytes"]),
+        (
+            "bandwidth",
+            f"{out['bandwidth_gbps']:.2f} GB/s of {out['peak_bandwidth_gbps']:.2f} "
+            f"({100 * out['bandwidth_gbps'] / out['peak_bandwidth_gbps']:.1f} %)",
+        ),
+        ("row hits / misses / conflicts", f"{out['row_hits']} / {out['row_misses']} / {out['row_conflicts']}"),
+        ("refresh time", f"{out['refresh_time_s'] * 1e6:.3f} us"),
+        ("mean latency", f"{out['mean_latency_cycles']:.1f} cycles"),
+        ("energy", f"{sum(out['energy_j'].values()) * 1e6:.3f} uJ ({out['energy_pj_per_bit']:.2f} pJ/bit)"),
+    ]
     rows += [(f"  {k}", f"{v * 1e6:.3f} uJ") for k, v in out["energy_j"].items()]
     if out["extrapolated"]:
         st = out["steady"]
-        rows.append(("steady state", f"extrapolated after {st['windows']} refresh windows "
-                                     f"({st['simulated_requests']} requests per channel simulated)"))
+        rows.append(
+            (
+                "steady state",
+                f"extrapolated after {st['windows']} refresh windows "
+                f"({st['simulated_requests']} requests per channel simulated)",
+            )
+        )
     if out["skipped_requests"]:
-        rows.append(("skip-ahead", f"{out['skipped_requests']} requests in {out['skip_jumps']} jumps over recurring "
-                                   "controller states (exact)"))
-    rows += [("sim wall (compile excluded)", f"{out['sim_wall_s']:.3f} s"), ("compile / cache load", f"{out['compile_s']:.2f} s")]
+        rows.append(
+            (
+                "skip-ahead",
+                f"{out['skipped_requests']} requests in {out['skip_jumps']} jumps over recurring "
+                "controller states (exact)",
+            )
+        )
+    rows += [
+        ("sim wall (compile excluded)", f"{out['sim_wall_s']:.3f} s"),
+        ("compile / cache load", f"{out['compile_s']:.2f} s"),
+    ]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")

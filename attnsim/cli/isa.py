@@ -7,6 +7,7 @@
 Errors (unknown opcode, bad operand, jump out of range, ...) print ``<file>: line N: ...`` and
 exit with status 2; no output file is written then.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,13 +15,14 @@ import sys
 from pathlib import Path
 
 from attnsim.core.config import ConfigError
+from attnsim.core.outputs import check_output
 from attnsim.isa import ISA_NAMES, get_isa
 from attnsim.isa.base import assemble_file, decode_file, describe, disassemble, encode
-from attnsim.core.outputs import check_output
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
     from attnsim.core.fileio import atomic_path
+
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(data)
 
@@ -29,8 +31,9 @@ def run_asm(args) -> int:
     isa = get_isa(args.isa)
     if args.list:
         if args.file or args.output:
-            raise ConfigError("has no effect with --list (it only prints the opcode table)",
-                              key="FILE" if args.file else "-o")
+            raise ConfigError(
+                "has no effect with --list (it only prints the opcode table)", key="FILE" if args.file else "-o"
+            )
         print(describe(isa))
         return 0
     if not args.file:

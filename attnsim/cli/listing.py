@@ -1,4 +1,5 @@
 """``attnsim list KIND``: the built-in (and ``$ATTNSIM_CONFIG_PATH``) configs of one kind, one line each."""
+
 from __future__ import annotations
 
 # kind -> config folder (attnsim.core.config.search_dirs); recipes and reproductions are not YAML folders
@@ -8,10 +9,13 @@ _WIDTH = 110  # descriptions are cut to this many characters (the full text is i
 
 
 def register(sub) -> None:
-    p = sub.add_parser("list", help="list the systems, models, hardware, experiments, ... attnsim knows",
-                       description="One line per config of KIND: its name and a short description (the file's "
-                       "description key, else its first comment line). --json: a list of {name, description, "
-                       "file} (hardware also kind).")
+    p = sub.add_parser(
+        "list",
+        help="list the systems, models, hardware, experiments, ... attnsim knows",
+        description="One line per config of KIND: its name and a short description (the file's "
+        "description key, else its first comment line). --json: a list of {name, description, "
+        "file} (hardware also kind).",
+    )
     p.add_argument("kind", choices=KINDS, help="what to list")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.set_defaults(func=list_cmd)
@@ -35,26 +39,30 @@ def _short(text: str) -> str:
     depth = 0
     for i, ch in enumerate(text[:_WIDTH]):  # the first '. ' outside parentheses ends the sentence
         depth += (ch in "([") - (ch in ")]")
-        if ch == "." and depth <= 0 and text[i + 1:i + 2] == " ":
-            text = text[:i + 1]
+        if ch == "." and depth <= 0 and text[i + 1 : i + 2] == " ":
+            text = text[: i + 1]
             break
-    return text if len(text) <= _WIDTH else text[:_WIDTH - 3].rstrip() + "..."
+    return text if len(text) <= _WIDTH else text[: _WIDTH - 3].rstrip() + "..."
 
 
 def entries(kind: str) -> list[dict]:
     """``[{name, description, file}]`` (sorted by name) for one kind of :data:`KINDS`."""
     from attnsim.core.config import ConfigError, display_path, find_config, parse_yaml, read_text_file
+
     if kind == "recipes":
         from attnsim.plots import RECIPES
+
         return [{"name": n, "description": _short((f.__doc__ or "").strip()), "file": None} for n, f in RECIPES.items()]
     if kind == "reproductions":
         from attnsim.studies import reproduce
+
         out = []
         for folder in reproduce.folders():
             spec = reproduce.read_spec(folder)
             out.append({"name": folder.name, "description": _short(spec.title), "file": display_path(folder)})
         return out
     from attnsim.core.config import available
+
     out = []
     for name in available(kind):
         path = find_config(kind, name)
@@ -77,9 +85,11 @@ def entries(kind: str) -> list[dict]:
 
 def list_cmd(args) -> int:
     from attnsim.core.report import table
+
     rows = entries(args.kind)
     if args.json:
         from attnsim.sim.results import dumps
+
         print(dumps(rows, indent=1))
         return 0
     if args.kind == "hardware":

@@ -6,6 +6,7 @@ experiment sections serving and reliability, hardware (any family: one of the ``
 schemas, chosen by the file's ``kind:``) and ``hardware.<kind>`` for one family. The JSON Schema checks
 structure, types and ranges; attnsim's own checks (cross-references, physical limits) still apply.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,14 +25,18 @@ SCHEMAS = {
 }
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # a file's allow_out_of_range: list (attnsim.core.config.ALLOW_KEY)
-ALLOW_PROPERTY = {"type": "array", "items": {"type": "string"},
-                  "description": "dotted keys of this file whose values may leave their plausible ranges "
-                                 "(docs/reference/ranges.md); noted in the run documents"}
+ALLOW_PROPERTY = {
+    "type": "array",
+    "items": {"type": "string"},
+    "description": "dotted keys of this file whose values may leave their plausible ranges "
+    "(docs/reference/ranges.md); noted in the run documents",
+}
 
 
 def kinds() -> list[str]:
     """Every exportable kind: SCHEMAS, ``hardware`` and ``hardware.<kind>`` per hardware family."""
     from attnsim.hwmodels import registry
+
     return list(SCHEMAS) + ["hardware"] + [f"hardware.{k}" for k in registry.kinds()]
 
 
@@ -43,6 +48,7 @@ def _hardware_defs(names: list[str]) -> tuple[dict, dict]:
     from attnsim.core.config import ALLOW_KEY
     from attnsim.hwmodels import registry
     from attnsim.hwmodels.registry import CHOICES_KEY, EVIDENCE_KEY, EVIDENCE_TAGS, RANGES_KEY
+
     classes = [registry.schema_for(k) for k in names]
     refs, top = models_json_schema([(c, "validation") for c in classes], ref_template="#/$defs/{model}")
     defs = top.get("$defs", {})
@@ -52,12 +58,20 @@ def _hardware_defs(names: list[str]) -> tuple[dict, dict]:
         d = defs[ref.rsplit("/", 1)[1]]
         d.setdefault("properties", {})["kind"] = {"const": k, "description": "hardware family"}
         d["required"] = sorted(set(d.get("required", [])) | {"kind"})
-        d["properties"][RANGES_KEY] = {"type": "object", "description": "legal ranges of number fields "
-                                       "(attnsim sensitivity): {field: {low, high, source}}"}
-        d["properties"][EVIDENCE_KEY] = {"type": "object", "description": "evidence of values: {field: {tag, source}}, "
-                                         f"tag one of {', '.join(EVIDENCE_TAGS)} (assumed needs a ranges entry)"}
-        d["properties"][CHOICES_KEY] = {"type": "object", "description": "other plausible values of categorical "
-                                        "fields (verdict flips re-run each): {field: {values, source}}"}
+        d["properties"][RANGES_KEY] = {
+            "type": "object",
+            "description": "legal ranges of number fields (attnsim sensitivity): {field: {low, high, source}}",
+        }
+        d["properties"][EVIDENCE_KEY] = {
+            "type": "object",
+            "description": "evidence of values: {field: {tag, source}}, "
+            f"tag one of {', '.join(EVIDENCE_TAGS)} (assumed needs a ranges entry)",
+        }
+        d["properties"][CHOICES_KEY] = {
+            "type": "object",
+            "description": "other plausible values of categorical "
+            "fields (verdict flips re-run each): {field: {values, source}}",
+        }
         d["properties"][ALLOW_KEY] = ALLOW_PROPERTY
         out[k] = {"$ref": ref}
     return out, defs
@@ -68,10 +82,11 @@ def _experiment_schema() -> dict:
     scenarios (workloads.scenario.Scenario), serving (ServingSpec), reliability (ReliabilitySpec)."""
     from pydantic.json_schema import models_json_schema
 
-    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
+    from attnsim.sim.experiment import ExperimentSpec
     from attnsim.studies.serve.spec import ServingSpec
     from attnsim.workloads.scenario import Scenario
+
     classes = (ExperimentSpec, Scenario, ServingSpec, ReliabilitySpec)
     refs, top = models_json_schema([(c, "validation") for c in classes], ref_template="#/$defs/{model}")
     defs = top["$defs"]
@@ -88,6 +103,7 @@ def schema_doc(kind: str) -> dict:
     """The JSON Schema document of one kind of :func:`kinds` (ConfigError for another name)."""
     from attnsim.core.config import ALLOW_KEY, ConfigError
     from attnsim.core.suggest import did_you_mean
+
     names = kinds()
     if kind not in names:
         raise ConfigError(f"expected one of {', '.join(names)}, got {kind!r}{did_you_mean(kind, names)}", file="schema")
@@ -98,6 +114,7 @@ def schema_doc(kind: str) -> dict:
         doc = getattr(importlib.import_module(mod), cls).model_json_schema()
     else:
         from attnsim.hwmodels import registry
+
         fams = registry.kinds() if kind == "hardware" else [kind.split(".", 1)[1]]
         refs, defs = _hardware_defs(fams)
         doc = {"$defs": defs, **(next(iter(refs.values())) if kind != "hardware" else {"oneOf": list(refs.values())})}
@@ -116,10 +133,13 @@ def _finite(node):
 
 
 def register(sub) -> None:
-    p = sub.add_parser("schema", help="print the JSON Schema of a config kind (editor completion)",
-                       description="Print (or write with -o) the JSON Schema of a config kind: experiment, sweep, "
-                       "system, model, hardware, hardware.<kind>, serving, reliability, stack, reproduction. "
-                       "--list: the kinds.")
+    p = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a config kind (editor completion)",
+        description="Print (or write with -o) the JSON Schema of a config kind: experiment, sweep, "
+        "system, model, hardware, hardware.<kind>, serving, reliability, stack, reproduction. "
+        "--list: the kinds.",
+    )
     p.add_argument("kind", nargs="?", default=None, help="config kind (see --list)")
     p.add_argument("--list", action="store_true", help="list the kinds")
     p.add_argument("-o", "--output", default=None, metavar="FILE.json", help="write the schema to FILE.json")
@@ -129,6 +149,7 @@ def register(sub) -> None:
 def schema_cmd(args) -> int:
     from attnsim.core.config import ConfigError
     from attnsim.sim.results import dumps
+
     if args.list:
         if args.kind or args.output:
             raise ConfigError("expected --list alone, got a kind or -o as well", file="--list")
@@ -139,12 +160,14 @@ def schema_cmd(args) -> int:
     out = None
     if args.output is not None:  # checked before any work (attnsim.core.outputs): an existing folder, writable
         from attnsim.core.outputs import check_output
+
         out = check_output(args.output, "-o")
     text = dumps(schema_doc(args.kind), indent=1) + "\n"
     if out is None:
         print(text, end="")
         return 0
     from attnsim.core.fileio import atomic_path
+
     with atomic_path(out) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)

@@ -1,5 +1,6 @@
 """``attnsim sensitivity``: how headline metrics and vs_baseline ratios move over the documented ranges of
 unpublished hardware parameters (attnsim.studies.sensitivity)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,33 +14,55 @@ FIGURE = "tornado.pdf"
 def register(sub) -> None:
     from attnsim.cli import positive_int
     from attnsim.studies.sensitivity import METHODS
-    r = sub.add_parser("sensitivity", help="vary unpublished hardware parameters over their documented ranges",
-                       description="Run the experiment with each ranged hardware parameter (a hardware config's "
-                       "ranges: block) at its low and high end (oat, a tornado) or sampled jointly (morris, sobol: "
-                       "needs SALib, pip install 'attnsim[sensitivity]'); prints per headline metric and "
-                       "vs_baseline ratio the effect of each parameter and which parameters could move a ratio "
-                       "across 1.0. Writes results/<experiment>/sensitivity.json and tornado.pdf/.png.")
+
+    r = sub.add_parser(
+        "sensitivity",
+        help="vary unpublished hardware parameters over their documented ranges",
+        description="Run the experiment with each ranged hardware parameter (a hardware config's "
+        "ranges: block) at its low and high end (oat, a tornado) or sampled jointly (morris, sobol: "
+        "needs SALib, pip install 'attnsim[sensitivity]'); prints per headline metric and "
+        "vs_baseline ratio the effect of each parameter and which parameters could move a ratio "
+        "across 1.0. Writes results/<experiment>/sensitivity.json and tornado.pdf/.png.",
+    )
     r.add_argument("experiment", help="experiment YAML path or built-in name")
-    r.add_argument("--params", default=None, metavar="NAME,...",
-                   help="comma-separated parameters <hardware>.<key> (default: every ranged parameter)")
+    r.add_argument(
+        "--params",
+        default=None,
+        metavar="NAME,...",
+        help="comma-separated parameters <hardware>.<key> (default: every ranged parameter)",
+    )
     r.add_argument("--method", default="oat", choices=METHODS, help="oat (default), morris or sobol")
-    r.add_argument("--samples", type=positive_int, default=None,
-                   help="morris: trajectories (default 4); sobol: base samples, a power of 2 (default 8)")
-    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value before the analysis (repeatable)")
+    r.add_argument(
+        "--samples",
+        type=positive_int,
+        default=None,
+        help="morris: trajectories (default 4); sobol: base samples, a power of 2 (default 8)",
+    )
+    r.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value before the analysis (repeatable)",
+    )
     r.add_argument("--out", default=None, help=f"results folder (default results/<experiment>/): {RESULT}, {FIGURE}")
     r.add_argument("--no-write", action="store_true", help="write no file (print only)")
-    r.add_argument("--figure-output", default=None, metavar="RUN:METRIC",
-                   help="output the tornado draws, e.g. cxl_pnm/llama2-7b/chat:vs_baseline.energy_efficiency_ratio "
-                        "(default: the first energy_efficiency_ratio, else the first energy_per_token_j)")
+    r.add_argument(
+        "--figure-output",
+        default=None,
+        metavar="RUN:METRIC",
+        help="output the tornado draws, e.g. cxl_pnm/llama2-7b/chat:vs_baseline.energy_efficiency_ratio "
+        "(default: the first energy_efficiency_ratio, else the first energy_per_token_j)",
+    )
     r.add_argument("--json", action="store_true", help="print the result document as JSON")
     r.set_defaults(func=sensitivity_cmd)
 
 
 def _plan(args, name: str):
     """(result path, figure paths) checked before any simulation; (None, []) with --no-write."""
-    from attnsim.core.outputs import check_output
-    from attnsim.core.outputs import figure_paths
+    from attnsim.core.outputs import check_output, figure_paths
+
     if args.no_write:
         if args.out:
             raise ConfigError("--no-write writes no results folder; drop one of --out and --no-write", file="--out")
@@ -52,9 +75,10 @@ def _plan(args, name: str):
 
 
 def sensitivity_cmd(args) -> int:
-    from attnsim.studies import sensitivity
     from attnsim.sim.experiment import load_tree
     from attnsim.sim.results import dumps
+    from attnsim.studies import sensitivity
+
     names = None
     if args.params is not None:
         names = [n.strip() for n in args.params.split(",") if n.strip()]
@@ -62,6 +86,7 @@ def sensitivity_cmd(args) -> int:
             raise ConfigError(f"expected comma-separated parameter names, got {args.params!r}", file="--params")
     tree, _ = load_tree(args.experiment, args.sets)
     from attnsim.core.outputs import check_name
+
     name = check_name(str(tree.experiment.get("name")), "experiment name", file=tree.file_of("experiment"))
     path, figs = _plan(args, name)
     doc = sensitivity.run(args.experiment, args.sets, names, args.method, args.samples)
@@ -70,9 +95,11 @@ def sensitivity_cmd(args) -> int:
         raise ConfigError(f"expected one of {', '.join(doc['base'])}, got {output!r}", file="--figure-output")
     if path is not None:
         import matplotlib.pyplot as plt
+
         from attnsim.core.fileio import atomic_path
         from attnsim.plots.recipes import tornado
         from attnsim.plots.style import paper_style, save
+
         with paper_style():
             fig = tornado(doc, output)
             try:

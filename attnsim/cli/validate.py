@@ -1,4 +1,5 @@
 """``attnsim validate``: measured vs published for the bundled validation set, by role."""
+
 from __future__ import annotations
 
 from attnsim.core.report import fmt_num, table  # the one table formatter (attnsim.core.report)
@@ -11,22 +12,38 @@ SECTIONS = {  # role -> heading
 
 
 def register(sub) -> None:
-    v = sub.add_parser("validate", help="run the bundled validation set (GPU calibration, reproductions, limits)",
-                       description="Prints attnsim vs the reference with the error of each row, calibration "
-                       "(in-sample), validation (held-out) and limit rows in separate sections; exit status 1 "
-                       "if any row is outside its stated tolerance.")
-    v.add_argument("--set", dest="sets", action="append", metavar="SET",
-                   help="only these sets (repeatable; default all): gpu, reproductions (every folder of "
-                   "configs/reproductions/), reproductions/NAME (one), nccl, power, mlperf (MLPerf Inference DGX-H100 "
-                   "serving rows; minutes), mlperf/BENCHMARK (one), limits; attacc = reproductions/attacc")
+    v = sub.add_parser(
+        "validate",
+        help="run the bundled validation set (GPU calibration, reproductions, limits)",
+        description="Prints attnsim vs the reference with the error of each row, calibration "
+        "(in-sample), validation (held-out) and limit rows in separate sections; exit status 1 "
+        "if any row is outside its stated tolerance.",
+    )
+    v.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        metavar="SET",
+        help="only these sets (repeatable; default all): gpu, reproductions (every folder of "
+        "configs/reproductions/), reproductions/NAME (one), nccl, power, mlperf (MLPerf Inference DGX-H100 "
+        "serving rows; minutes), mlperf/BENCHMARK (one), limits; attacc = reproductions/attacc",
+    )
     v.add_argument("--json", action="store_true", help="print the rows as JSON (each with its role)")
-    v.add_argument("--figures", metavar="DIR",
-                   help="write each selected reproduction's figure (its reference.yaml figure: out) into DIR; with "
-                   "--explain its waterfall figure, <name>_waterfall.pdf")
-    v.add_argument("--explain", nargs="?", const="", metavar="FOLDER",
-                   help="for each row of a reproduction (FOLDER, e.g. attacc; default: those --set selects, else all), "
-                   "the waterfall from the artefact's number to attnsim's defaults: attnsim with every assumption of "
-                   "its reference.yaml, then with them removed one at a time in the listed order")
+    v.add_argument(
+        "--figures",
+        metavar="DIR",
+        help="write each selected reproduction's figure (its reference.yaml figure: out) into DIR; with "
+        "--explain its waterfall figure, <name>_waterfall.pdf",
+    )
+    v.add_argument(
+        "--explain",
+        nargs="?",
+        const="",
+        metavar="FOLDER",
+        help="for each row of a reproduction (FOLDER, e.g. attacc; default: those --set selects, else all), "
+        "the waterfall from the artefact's number to attnsim's defaults: attnsim with every assumption of "
+        "its reference.yaml, then with them removed one at a time in the listed order",
+    )
     v.set_defaults(func=validate_cmd)
 
 
@@ -34,11 +51,12 @@ def _figure_plan(args) -> dict:
     """reproduction name -> (spec, output paths), checked before anything runs."""
     if not args.figures:
         return {}
-    from attnsim.studies import reproduce
     from attnsim.core.config import ConfigError
     from attnsim.core.outputs import check_output, inside
     from attnsim.plots.style import figure_paths
+    from attnsim.studies import reproduce
     from attnsim.studies.validate import reproductions_in
+
     check_output(args.figures, "--figures", kind="dir")
     plan = {}
     for name in reproductions_in(args.sets):
@@ -48,11 +66,12 @@ def _figure_plan(args) -> dict:
             out = inside(args.figures, spec.figure.out, "figure.out", file=str(folder / reproduce.REFERENCE))
             plan[name] = (spec, figure_paths(out, "--figures", create=True))
     if not plan:  # the option would do nothing
-        raise ConfigError("expected --set choosing a reproduction whose reference.yaml has a figure, got "
-                          f"{', '.join(args.sets or ['(all)'])}", file="--figures")
+        raise ConfigError(
+            "expected --set choosing a reproduction whose reference.yaml has a figure, got "
+            f"{', '.join(args.sets or ['(all)'])}",
+            file="--figures",
+        )
     return plan
-
-
 
 
 def _print(rows, specs) -> None:
@@ -60,24 +79,44 @@ def _print(rows, specs) -> None:
         part = [r for r in rows if r.role == role]
         if not part:
             continue
-        body = [[r.set, r.system, r.name, role, fmt_num(r.published), fmt_num(r.measured),
-                 f"{r.error:+.1%}" if r.check == "relative" else "-",
-                 f"±{r.tolerance:.0%}" if r.check == "relative" else f"<= {r.published:g}",
-                 "ok" if r.ok else "FAIL"] for r in part]
+        body = [
+            [
+                r.set,
+                r.system,
+                r.name,
+                role,
+                fmt_num(r.published),
+                fmt_num(r.measured),
+                f"{r.error:+.1%}" if r.check == "relative" else "-",
+                f"±{r.tolerance:.0%}" if r.check == "relative" else f"<= {r.published:g}",
+                "ok" if r.ok else "FAIL",
+            ]
+            for r in part
+        ]
         bad = sum(not r.ok for r in part)
         print(f"{heading}\n")
         print(table(body, ["set", "system", "row", "role", "reference", "attnsim", "error", "tolerance", "ok"], 4))
-        print(f"\n{len(part) - bad} of {len(part)} {role} rows within tolerance" + (f"; {bad} outside" if bad else "")
-              + "\n")
+        print(
+            f"\n{len(part) - bad} of {len(part)} {role} rows within tolerance"
+            + (f"; {bad} outside" if bad else "")
+            + "\n"
+        )
     if specs:
         print("reproductions (the artefacts the reference numbers come from)\n")
-        print(table([[name, spec.title, spec.source] for name, spec in specs.items()], ["system", "title", "source"],
-                    ) + "\n")
+        print(
+            table(
+                [[name, spec.title, spec.source] for name, spec in specs.items()],
+                ["system", "title", "source"],
+            )
+            + "\n"
+        )
     claims = [(name, spec, c) for name, spec in specs.items() for c in spec.paper]
     if claims:
         print("paper headlines (printed beside; the rows compare the artefacts' numbers)\n")
-        body = [[name, c.claim, fmt_num(c.value) if isinstance(c.value, float) else c.value, c.note]
-                for name, spec, c in claims]
+        body = [
+            [name, c.claim, fmt_num(c.value) if isinstance(c.value, float) else c.value, c.note]
+            for name, spec, c in claims
+        ]
         print(table(body, ["system", "claim", "value", "note"]) + "\n")
     bad = sum(not r.ok for r in rows)
     print(f"{len(rows) - bad} of {len(rows)} rows within tolerance" + (f"; {bad} outside" if bad else ""))
@@ -85,8 +124,10 @@ def _print(rows, specs) -> None:
 
 def _figure(rows, out, spec) -> None:
     import matplotlib.pyplot as plt
+
     from attnsim.plots.recipes import reproduction
     from attnsim.plots.style import paper_style, save
+
     with paper_style():
         fig = reproduction(rows, title=spec.title)
         try:
@@ -119,8 +160,10 @@ def print_waterfall(wf) -> None:
             only = f"\n    experiments: {', '.join(a.experiments)}" if a.experiments else ""
             print(f"  {a.name}: {a.title}\n    set: {sets}{only}\n    source: {a.source}")
     else:
-        print("\nno assumptions: attnsim's defaults run as they are (reference.yaml says which of the artefact's "
-              "conditions could not be expressed)")
+        print(
+            "\nno assumptions: attnsim's defaults run as they are (reference.yaml says which of the artefact's "
+            "conditions could not be expressed)"
+        )
     if wf.paper:
         print("\npaper headlines (printed, not compared; the note says what attnsim gives and why):")
         for c in wf.paper:
@@ -131,16 +174,21 @@ def print_waterfall(wf) -> None:
 def _explain(args) -> int:
     from attnsim.studies import reproduce
     from attnsim.studies.validate import reproductions_in
+
     names = [args.explain] if args.explain else reproductions_in(args.sets or ["reproductions"])
     folders = [reproduce.find(n, flag="--explain") for n in names]
     out = None
     if args.figures:
         from attnsim.core.outputs import check_output
         from attnsim.plots.style import figure_paths
+
         check_output(args.figures, "--figures", kind="dir")
         from pathlib import Path
-        out = {f.name: figure_paths(Path(args.figures) / f"{f.name}_waterfall.pdf", "--figures", create=True)[0]
-               for f in folders}
+
+        out = {
+            f.name: figure_paths(Path(args.figures) / f"{f.name}_waterfall.pdf", "--figures", create=True)[0]
+            for f in folders
+        }
     for f in folders:  # every folder is loaded and checked at every step before anything runs
         spec = reproduce.read_spec(f)
         for k in range(len(spec.assumptions) + 1):
@@ -148,6 +196,7 @@ def _explain(args) -> int:
     wfs = [reproduce.waterfall(f) for f in folders]
     if args.json:
         from attnsim.sim.results import dumps
+
         print(dumps([w.as_dict() for w in wfs], indent=1))
     else:
         for w in wfs:
@@ -155,8 +204,10 @@ def _explain(args) -> int:
     for w in wfs:
         if out is not None:
             import matplotlib.pyplot as plt
+
             from attnsim.plots.recipes import waterfall
             from attnsim.plots.style import paper_style, save
+
             with paper_style():
                 fig = waterfall(w, rows=list(range(min(12, len(w.rows)))), title=w.title)
                 try:
@@ -168,14 +219,17 @@ def _explain(args) -> int:
 
 def validate_cmd(args) -> int:
     from attnsim.studies import reproduce
+
     if args.explain is not None:
         return _explain(args)
     from attnsim.studies.validate import ALIASES, reproductions_in, run
+
     plan = _figure_plan(args)
     specs = {name: reproduce.read_spec(reproduce.find(name)) for name in reproductions_in(args.sets)}
     rows = run(args.sets)
     if args.json:
         from attnsim.sim.results import dumps
+
         print(dumps([r.as_dict() for r in rows], indent=1))
     else:
         _print(rows, specs)

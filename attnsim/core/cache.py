@@ -39,6 +39,7 @@ A cache written by one user is not trusted by another.
 Hit/miss counters are per thread; ``stats()`` returns the calling thread's, each sweep point returns
 its delta and the sweep driver sums them into the hit rate it reports.
 """
+
 from __future__ import annotations
 
 import base64
@@ -64,7 +65,7 @@ from attnsim.core.fingerprint import digest_sources
 ENV = "ATTNSIM_CACHE_DIR"
 _MEMO_MAX = 4096
 _MAX_ENTRY_BYTES = 64 << 20  # an entry larger than this is rejected unread (none comes close)
-_FORMAT = 1                  # entry format (bump if the encoding changes)
+_FORMAT = 1  # entry format (bump if the encoding changes)
 _KEY_BYTES = 32
 _SETUP_TRIES = 200  # x 50 ms: connection set-up retries on an immediate 'database is locked' (SqliteStore._conn)
 # the folders of the attnsim packages (pyproject [tool.setuptools.package-dir]): their .py files are the code
@@ -72,8 +73,8 @@ _PACKAGES = ("attnsim", "attnsim.hwmodels", "attnsim.isa", "attnsim.workloads", 
 
 _lock = threading.RLock()
 _memo: "OrderedDict[str, Any]" = OrderedDict()
-_backends: dict[str, Any] = {}   # location string -> backend, or None once refused
-_tls = threading.local()         # per-thread hit/miss counters
+_backends: dict[str, Any] = {}  # location string -> backend, or None once refused
+_tls = threading.local()  # per-thread hit/miss counters
 _fingerprint: Optional[str] = None
 
 
@@ -82,6 +83,7 @@ class CacheUnusable(Exception):
 
 
 # ---------------------------------------------------------------- keys
+
 
 def _feed(h, obj) -> None:
     """Feed a canonical, type-tagged encoding of ``obj`` into hash ``h``."""
@@ -136,6 +138,7 @@ def code_fingerprint() -> str:
     global _fingerprint
     if _fingerprint is None:
         import importlib.util
+
         files: dict[str, tuple[str, Path]] = {}  # resolved path -> (name in the hash, path)
         for pkg in _PACKAGES:
             spec = importlib.util.find_spec(pkg)
@@ -156,14 +159,19 @@ def cache_key(key_parts) -> str:
 
 # ---------------------------------------------------------------- values (data only)
 
+
 def encode_value(v) -> Any:
     """A JSON-able, type-tagged form of a cacheable value (``TypeError`` for anything else)."""
     if isinstance(v, (np.ndarray, np.generic)):  # first: np.float64 is also a float
         a = np.asarray(v)
         if a.dtype.hasobject:
             raise TypeError("cached numpy values need a non-object dtype")
-        return ["a" if isinstance(v, np.ndarray) else "g", np.lib.format.dtype_to_descr(a.dtype), list(a.shape),
-                base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()]
+        return [
+            "a" if isinstance(v, np.ndarray) else "g",
+            np.lib.format.dtype_to_descr(a.dtype),
+            list(a.shape),
+            base64.b64encode(np.ascontiguousarray(a).tobytes()).decode(),
+        ]
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, int):
@@ -217,6 +225,7 @@ def decode_value(e) -> Any:
 
 # ---------------------------------------------------------------- authenticated storage
 
+
 def _load_key(path: Path, create: bool) -> bytes:
     """The HMAC key at ``path`` (created 0600 if missing); refuses a key file that is not ours alone."""
     if create and not path.exists():
@@ -240,8 +249,10 @@ def _load_key(path: Path, create: bool) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            raise CacheUnusable(f"its key file {path} is not a private file of this user (mode 0600 expected); "
-                                "entries cannot be trusted")
+            raise CacheUnusable(
+                f"its key file {path} is not a private file of this user (mode 0600 expected); "
+                "entries cannot be trusted"
+            )
         text = os.read(fd, 4 * _KEY_BYTES)
     finally:
         os.close(fd)
@@ -338,8 +349,10 @@ class SqliteStore(_Store):
                 try:
                     c.execute("PRAGMA journal_mode=WAL")
                     c.execute("PRAGMA synchronous=NORMAL")
-                    c.execute("CREATE TABLE IF NOT EXISTS entries (k TEXT PRIMARY KEY, mac TEXT NOT NULL, "
-                              "payload BLOB NOT NULL)")
+                    c.execute(
+                        "CREATE TABLE IF NOT EXISTS entries (k TEXT PRIMARY KEY, mac TEXT NOT NULL, "
+                        "payload BLOB NOT NULL)"
+                    )
                     break
                 except sqlite3.OperationalError as exc:
                     # SQLite answers "locked" at once, without its busy timeout, while another connection
@@ -380,7 +393,7 @@ def open_location(loc: str):
     """The store for a location string (folder, ``sqlite:PATH`` or ``*.sqlite``); raises CacheUnusable."""
     try:
         if _is_sqlite(loc):
-            path = Path(loc[len("sqlite:"):] if loc.startswith("sqlite:") else loc).absolute()
+            path = Path(loc[len("sqlite:") :] if loc.startswith("sqlite:") else loc).absolute()
             if path.exists() and not path.is_file():  # a FIFO would stall sqlite3.connect
                 raise CacheUnusable("not a regular file")
             return SqliteStore(path)
@@ -405,8 +418,9 @@ def _warn_once(loc: str, why: str) -> None:
         if loc in _warned:
             return
         _warned.add(loc)
-    warnings.warn(f"sub-result cache {loc}: {why} (further bad entries are skipped silently)", RuntimeWarning,
-                  stacklevel=3)
+    warnings.warn(
+        f"sub-result cache {loc}: {why} (further bad entries are skipped silently)", RuntimeWarning, stacklevel=3
+    )
 
 
 def _backend(loc: str):
@@ -438,6 +452,7 @@ def check_location(loc: str) -> Optional[str]:
 
 
 # ---------------------------------------------------------------- the API
+
 
 def cache_dir() -> Optional[str]:
     """The configured disk location, or None (memo only / off)."""

@@ -11,6 +11,7 @@ The resolved tree has five top-level sections, each a mapping of name -> dict:
 ``scenarios``. ``--set a.b.c=v`` overrides address that tree with dotted keys
 and are validated the same way as files.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,6 +32,7 @@ try:  # installed package
     from attnsim.configs import CONFIG_ROOT
 except ImportError:  # pragma: no cover - running from an odd layout
     import attnsim as _pkg  # the package's folder, whichever layer folder this module lives in
+
     CONFIG_ROOT = Path(_pkg.__file__).resolve().parent.parent / "configs"
 
 CONFIG_KINDS = ("hardware", "models", "systems", "experiments", "sweeps")
@@ -48,6 +50,7 @@ class ConfigError(ValueError):
         self.key = key
         if "expected one of" in str(message):  # a near miss of a choice gets 'did you mean' (attnsim.core.suggest)
             from attnsim.core.suggest import amend
+
             message = amend(str(message))
         self.message = message
         parts = [p for p in (self.file, key) if p]
@@ -76,7 +79,7 @@ def _one_line(text: str) -> str:
 
 # ---------------------------------------------------------------- numbers
 
-INT_LIMIT = 2 ** 53
+INT_LIMIT = 2**53
 """Largest magnitude of any integer attnsim accepts from a config, trace or program (2**53 =
 9007199254740992: exact as a float64, far inside int64, so no reader can wrap or overflow)."""
 
@@ -84,11 +87,13 @@ INT_LIMIT = 2 ** 53
 def _int_expected(lo: int, hi: int) -> str:
     def name(v):
         return "2**53" if v == INT_LIMIT else "-2**53" if v == -INT_LIMIT else str(v)
+
     return f"expected an integer in [{name(lo)}, {name(hi)}]"
 
 
-def check_int(value: Any, file: str | os.PathLike | None = None, key: str | None = None,
-              lo: int = -INT_LIMIT, hi: int = INT_LIMIT) -> int:
+def check_int(
+    value: Any, file: str | os.PathLike | None = None, key: str | None = None, lo: int = -INT_LIMIT, hi: int = INT_LIMIT
+) -> int:
     """Return ``value`` as a Python int in ``[lo, hi]``, else raise ConfigError.
 
     The one integer rule for every reader (configs, request traces, DRAM traces, asm operands):
@@ -122,8 +127,13 @@ def check_int(value: Any, file: str | os.PathLike | None = None, key: str | None
     return v
 
 
-def check_float(value: Any, file: str | os.PathLike | None = None, key: str | None = None,
-                lo: float = -math.inf, hi: float = math.inf) -> float:
+def check_float(
+    value: Any,
+    file: str | os.PathLike | None = None,
+    key: str | None = None,
+    lo: float = -math.inf,
+    hi: float = math.inf,
+) -> float:
     """Return ``value`` as a finite float in ``[lo, hi]``, else raise ConfigError.
 
     Accepts real numbers (not booleans) and numeric strings; ``inf``/``nan`` (and values such as
@@ -133,7 +143,7 @@ def check_float(value: Any, file: str | os.PathLike | None = None, key: str | No
     if isinstance(v, bool):
         v = None
     elif isinstance(v, numbers.Real):
-        v = float(v) if not isinstance(v, numbers.Integral) or abs(v) <= 2 ** 1023 else math.inf
+        v = float(v) if not isinstance(v, numbers.Integral) or abs(v) <= 2**1023 else math.inf
     elif isinstance(v, (str, bytes)):
         try:
             v = float(v)
@@ -164,7 +174,11 @@ def number_problem(value: Any) -> str | None:
     if isinstance(value, float):
         return None if math.isfinite(value) else f"expected a finite number, got {value}"
     if isinstance(value, numbers.Integral):
-        return None if -INT_LIMIT <= value <= INT_LIMIT else f"{_int_expected(-INT_LIMIT, INT_LIMIT)}, got {_short_repr(value)}"
+        return (
+            None
+            if -INT_LIMIT <= value <= INT_LIMIT
+            else f"{_int_expected(-INT_LIMIT, INT_LIMIT)}, got {_short_repr(value)}"
+        )
     if isinstance(value, numbers.Real):  # numpy floats
         return None if math.isfinite(float(value)) else f"expected a finite number, got {float(value)}"
     return None
@@ -280,8 +294,15 @@ def not_physical(why: str) -> Plausible:
 #: magnitude beyond any device of 2026, so every real configuration fits, and a value such as 1e-300 GB/s or
 #: 1e12 days that no hardware has is refused.
 UNIT_RANGES: tuple[tuple[str, Plausible], ...] = (
-    ("_pj_per_bit", Plausible(0, 1e4, "pJ/bit: DRAM access ~1-20 pJ/bit, off-package SerDes ~5-10 pJ/bit "
-                                      "(Horowitz ISSCC 2014; O'Connor MICRO 2017); 1e4 is 1000x that")),
+    (
+        "_pj_per_bit",
+        Plausible(
+            0,
+            1e4,
+            "pJ/bit: DRAM access ~1-20 pJ/bit, off-package SerDes ~5-10 pJ/bit "
+            "(Horowitz ISSCC 2014; O'Connor MICRO 2017); 1e4 is 1000x that",
+        ),
+    ),
     ("_pj_per_byte", Plausible(0, 1e5, "pJ/byte: 8x the per-bit bound (flash reads ~100-1000 pJ/byte)")),
     ("_pj_per_op", Plausible(0, 1e5, "pJ/op: an fp32 op ~4 pJ at 45 nm (Horowitz ISSCC 2014); 1e5 is 10^4x")),
     ("_pj_per_mac", Plausible(0, 1e5, "pJ/MAC: an fp32 MAC ~5 pJ at 45 nm (Horowitz ISSCC 2014); 1e5 is 10^4x")),
@@ -289,41 +310,89 @@ UNIT_RANGES: tuple[tuple[str, Plausible], ...] = (
     ("_pj_per_command", Plausible(0, 1e7, "pJ per DRAM command (a 32 B column at <= 1e4 pJ/bit is 2.6e6)")),
     ("_pj_per_cycle", Plausible(0, 1e7, "pJ per core cycle: a 10 W core at 1 GHz is 1e4 pJ; 1e7 is 1000x")),
     ("_pj_per_instruction", Plausible(0, 1e7, "pJ per instruction fetch (a few pJ per byte of instruction)")),
-    ("_pj", Plausible(0, 1e9, "pJ per event: an all-bank DRAM refresh is ~1e5 pJ (IDD5 x VDD x tRFC, JESD79); "
-                              "1e9 (1 mJ) is 10^4x")),
+    (
+        "_pj",
+        Plausible(
+            0, 1e9, "pJ per event: an all-bank DRAM refresh is ~1e5 pJ (IDD5 x VDD x tRFC, JESD79); 1e9 (1 mJ) is 10^4x"
+        ),
+    ),
     ("_mw_per_gb", Plausible(0, 1e5, "mW/GB of refresh power: DRAM ~10-100 mW/GB (JESD79 IDD5); 1e5 = 100 W/GB")),
     ("_w_per_socket", Plausible(0, 1e4, "W per CPU socket: server CPUs idle at 50-150 W, TDP <= 500 W")),
     ("_w", Plausible(0, 1e5, "W: one device, link or host; a GB200 NVL72 rack draws ~120 kW, one component less")),
     ("_ma", Plausible(0, 1e5, "mA: JEDEC IDD currents are 10-1000 mA per device (JESD79-4/5, JESD235)")),
-    ("_tflops", Plausible(1e-6, 1e5, "TFLOP/s: B200 dense fp8 is 4.5 PFLOP/s (NVIDIA 2024); 1e5 is 20x, 1e-6 "
-                                     "is a 1 MFLOP/s microcontroller")),
+    (
+        "_tflops",
+        Plausible(
+            1e-6,
+            1e5,
+            "TFLOP/s: B200 dense fp8 is 4.5 PFLOP/s (NVIDIA 2024); 1e5 is 20x, 1e-6 is a 1 MFLOP/s microcontroller",
+        ),
+    ),
     ("_gbps_per_unit", Plausible(1e-3, 1e6, "GB/s per unit: 1 MB/s to 1 PB/s")),
-    ("_gbps", Plausible(1e-3, 1e6, "GB/s: from a 1 MB/s serial link to 1 PB/s, above a whole GB200 NVL72 rack's "
-                                   "HBM (576 TB/s, NVIDIA 2024)")),
+    (
+        "_gbps",
+        Plausible(
+            1e-3,
+            1e6,
+            "GB/s: from a 1 MB/s serial link to 1 PB/s, above a whole GB200 NVL72 rack's HBM (576 TB/s, NVIDIA 2024)",
+        ),
+    ),
     ("_per_ns", Plausible(1e-6, 1e3, "per ns: a command stream of 1 per ms to 1000 per ns (1 THz)")),
     ("_mtps", Plausible(1, 1e5, "MT/s per pin: DDR-200 to 100 GT/s (HBM4 ~8-10 GT/s, GDDR7 32-48 GT/s)")),
     ("_ghz", Plausible(1e-3, 100, "GHz: 1 MHz to 100 GHz (2026 logic clocks <= ~6 GHz)")),
     ("_mhz", Plausible(1, 1e5, "MHz: 1 MHz to 100 GHz (2026 logic clocks <= ~6 GHz)")),
     ("_gb_per_unit", Plausible(1e-6, 1e6, "GB per unit: 1 KB to 1 PB")),
-    ("_gb", Plausible(1e-6, 1e7, "GB: 1 KB to 10 PB (a single device or pool; the largest CXL/flash pools are "
-                                 "~100 TB)")),
+    (
+        "_gb",
+        Plausible(1e-6, 1e7, "GB: 1 KB to 10 PB (a single device or pool; the largest CXL/flash pools are ~100 TB)"),
+    ),
     ("_mb", Plausible(1e-3, 1e6, "MB: 1 KB to 1 TB (the largest on-chip SRAM, Cerebras WSE-3, is 44 GB)")),
     ("_kb", Plausible(0.5, 1024, "KiB: a 512 B sector to 1 MiB (NAND pages are 2-16 KiB, ONFI 4/5)")),
-    ("_bytes", Plausible(1, 2 ** 50, "bytes: 1 B to 1 PiB")),
+    ("_bytes", Plausible(1, 2**50, "bytes: 1 B to 1 PiB")),
     ("_ns", Plausible(1e-3, 1e6, "ns: 1 ps to 1 ms (DRAM tCK 0.1-2.5 ns, JESD79/235)")),
-    ("_us", Plausible(0, 1e6, "us: a per-operation latency or overhead of at most 1 s (NAND tPROG ~1-3 ms, "
-                              "kernel launches ~5 us, RPCs ~10-100 us)")),
-    ("_ms", Plausible(1e-3, 1e8, "ms: 1 us to ~1 day (DRAM refresh windows are 32-64 ms, JESD79; relaxed "
-                                 "refresh studies go to hours)")),
-    ("_days", Plausible(0, 3650, "days: 10 years, the longest NAND retention rating (JESD218: client 1 year, "
-                                 "enterprise 3 months at 30-40 C)")),
+    (
+        "_us",
+        Plausible(
+            0,
+            1e6,
+            "us: a per-operation latency or overhead of at most 1 s (NAND tPROG ~1-3 ms, "
+            "kernel launches ~5 us, RPCs ~10-100 us)",
+        ),
+    ),
+    (
+        "_ms",
+        Plausible(
+            1e-3,
+            1e8,
+            "ms: 1 us to ~1 day (DRAM refresh windows are 32-64 ms, JESD79; relaxed refresh studies go to hours)",
+        ),
+    ),
+    (
+        "_days",
+        Plausible(
+            0,
+            3650,
+            "days: 10 years, the longest NAND retention rating (JESD218: client 1 year, "
+            "enterprise 3 months at 30-40 C)",
+        ),
+    ),
     ("_s", Plausible(0, 86400 * 365, "s: at most a year")),
     ("_h", Plausible(0, 1e6, "hours: at most ~114 years")),
-    ("_c", Plausible(-55, 150, "degrees C: -55 to 150, the JEDEC extended / automotive junction range "
-                               "(JESD22-A104, AEC-Q100 grade 0)")),
+    (
+        "_c",
+        Plausible(
+            -55,
+            150,
+            "degrees C: -55 to 150, the JEDEC extended / automotive junction range (JESD22-A104, AEC-Q100 grade 0)",
+        ),
+    ),
     ("_v", Plausible(0.1, 15, "V: supply voltages of DRAM and logic are 0.5-1.5 V (JESD79/209); 15 V is 10x")),
-    ("_tokens", Plausible(0, 1 << 24, "tokens: at most 2^24 (workloads.limits.MAX_TOKENS, above the longest "
-                                      "published context, 10 M)")),
+    (
+        "_tokens",
+        Plausible(
+            0, 1 << 24, "tokens: at most 2^24 (workloads.limits.MAX_TOKENS, above the longest published context, 10 M)"
+        ),
+    ),
     ("_cycles", Plausible(0, 1 << 24, "clock cycles: at most 2^24 (~16 ms at 1 GHz; dram.spec.MAX_TIMING_CYCLES)")),
     ("fraction", Plausible(0, 1, "a fraction")),
     ("efficiency", Plausible(0, 1, "an efficiency (achieved / peak)")),
@@ -333,8 +402,12 @@ UNIT_RANGES: tuple[tuple[str, Plausible], ...] = (
 
 #: Plausible count of hardware units in one device or system (channels, cores, SMs, dies, links): real parts have
 #: <= ~10^4 (H100: 132 SMs; SSDs: 8-16 channels); 2^20 is 100x.
-HARDWARE_COUNT = Plausible(1, 1 << 20, "units of hardware in one device or system (channels, cores, SMs, dies): "
-                                       "real parts have <= ~10^4 (H100: 132 SMs; SSDs: 8-16 channels); 2^20 is 100x")
+HARDWARE_COUNT = Plausible(
+    1,
+    1 << 20,
+    "units of hardware in one device or system (channels, cores, SMs, dies): "
+    "real parts have <= ~10^4 (H100: 132 SMs; SSDs: 8-16 channels); 2^20 is 100x",
+)
 #: Plausible side of a systolic array: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x.
 ARRAY_SIDE = Plausible(1, 1 << 16, "systolic array side: 128-256 in TPUs (Jouppi ISCA 2017/2023); 2^16 is 256x")
 
@@ -393,8 +466,11 @@ def _nested_schemas(ann) -> list:
 
 def _allow_list(value: Any, file, prefix: str) -> list[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
-        raise ConfigError(f"expected a list of dotted keys, got {_short_repr(value)}", file=file,
-                          key=_dotted([p for p in (prefix, ALLOW_KEY) if p]))
+        raise ConfigError(
+            f"expected a list of dotted keys, got {_short_repr(value)}",
+            file=file,
+            key=_dotted([p for p in (prefix, ALLOW_KEY) if p]),
+        )
     return list(value)
 
 
@@ -410,18 +486,22 @@ def allow_notes(tree: "ConfigTree") -> list[str]:
     ``<file>: allow_out_of_range: [k1, k2] (values accepted outside their plausible ranges)``."""
     out = []
     sections = [("experiment", None, tree.experiment)] + [
-        (sec, name, d) for sec in ("models", "systems", "hardware") for name, d in getattr(tree, sec).items()]
+        (sec, name, d) for sec in ("models", "systems", "hardware") for name, d in getattr(tree, sec).items()
+    ]
     for sec, name, d in sections:
         keys = d.get(ALLOW_KEY) if isinstance(d, Mapping) else None
         if keys:
             f = tree.file_of(sec, name) if name is not None else tree.file_of(sec)
-            out.append(f"{f}: {ALLOW_KEY}: [{', '.join(map(str, keys))}] (values accepted outside their plausible "
-                       f"ranges, docs/reference/ranges.md)")
+            out.append(
+                f"{f}: {ALLOW_KEY}: [{', '.join(map(str, keys))}] (values accepted outside their plausible "
+                f"ranges, docs/reference/ranges.md)"
+            )
     return out
 
 
-def check_plausible(model: BaseModel, file: str | os.PathLike | None = None, prefix: str = "",
-                    allow: Iterable[str] = ()) -> list[str]:
+def check_plausible(
+    model: BaseModel, file: str | os.PathLike | None = None, prefix: str = "", allow: Iterable[str] = ()
+) -> list[str]:
     """Refuse the first number of ``model`` (nested schemas included) outside its plausible range, unless its
     dotted key (``prefix`` + path, list indices left out) is in ``allow``; returns the allowed keys whose value is
     outside (for the run document's notes). The error: ``<file>: <key>: expected a number in [lo, hi] (<reason>;
@@ -437,16 +517,28 @@ def check_plausible(model: BaseModel, file: str | os.PathLike | None = None, pre
             if _number_kind(f.annotation):
                 p = plausible_range(type(m), name)
                 values = v if isinstance(v, (list, tuple)) else [v]
-                bad = next((x for x in values if p is not None and isinstance(x, numbers.Real)
-                            and not isinstance(x, bool) and not p.low <= x <= p.high), None)
+                bad = next(
+                    (
+                        x
+                        for x in values
+                        if p is not None
+                        and isinstance(x, numbers.Real)
+                        and not isinstance(x, bool)
+                        and not p.low <= x <= p.high
+                    ),
+                    None,
+                )
                 if bad is not None:
                     dotted = _dotted(key)
                     if dotted in allow:
                         used.append(f"{dotted} = {bad:g} outside {p.text()}")
                         continue
-                    raise ConfigError(f"expected a number in {p.text()} (plausible range: {p.reason}; list the key "
-                                      f"under {ALLOW_KEY}: to use it anyway), got {_short_repr(bad)}",
-                                      file=file, key=dotted)
+                    raise ConfigError(
+                        f"expected a number in {p.text()} (plausible range: {p.reason}; list the key "
+                        f"under {ALLOW_KEY}: to use it anyway), got {_short_repr(bad)}",
+                        file=file,
+                        key=dotted,
+                    )
             else:
                 stack.extend(_models_in(v, key))
     return used
@@ -455,8 +547,9 @@ def check_plausible(model: BaseModel, file: str | os.PathLike | None = None, pre
 class Schema(BaseModel):
     """Base of every config schema: unknown keys rejected, values immutable, numbers sane.
 
-    Numbers: true/false is refused where a number is expected; every float field refuses inf/NaN (``allow_inf_nan=False``: "expected a finite number,
-    got inf"), and after validation every int anywhere in the model's own fields (free-form
+    Numbers: true/false is refused where a number is expected; every float field refuses inf/NaN
+    (``allow_inf_nan=False``: "expected a finite number, got inf"), and after validation every int anywhere in the
+    model's own fields (free-form
     ``dict[str, Any]`` sections included; nested Schemas check themselves) must be within
     ±:data:`INT_LIMIT`, and every float in a free-form section must be finite.
     """
@@ -473,7 +566,9 @@ class Schema(BaseModel):
         for name in fields:
             if name in self.model_fields_set:
                 alias = type(self).model_fields[name].alias or name
-                raise PydanticCustomError("config_unused", "{msg}", {"msg": f"not used {reason}; remove it", "path": alias})
+                raise PydanticCustomError(
+                    "config_unused", "{msg}", {"msg": f"not used {reason}; remove it", "path": alias}
+                )
 
     @model_validator(mode="before")
     @classmethod
@@ -491,7 +586,9 @@ class Schema(BaseModel):
                 if kind.startswith("list") and isinstance(v, (list, tuple)):
                     for i, x in enumerate(v):
                         if isinstance(x, bool):
-                            raise PydanticCustomError("config_number", "{msg}", {"msg": f"{want}, got {x}", "path": f"{key}.{i}"})
+                            raise PydanticCustomError(
+                                "config_number", "{msg}", {"msg": f"{want}, got {x}", "path": f"{key}.{i}"}
+                            )
         return data
 
     @model_validator(mode="after")
@@ -507,6 +604,7 @@ class Schema(BaseModel):
 
 # ---------------------------------------------------------------- file helpers
 
+
 def display_path(path: Path) -> str:
     """Short name for messages: ``systems/dgx_a100.yaml`` for built-ins, else the path."""
     path = Path(path)
@@ -516,8 +614,9 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def read_text_file(path: str | os.PathLike, file: str | None = None, kind: str = "data",
-                   limit_bytes: int | None = None) -> str:
+def read_text_file(
+    path: str | os.PathLike, file: str | None = None, kind: str = "data", limit_bytes: int | None = None
+) -> str:
     """Read a UTF-8 text file (a leading BOM is dropped); every failure is one ConfigError.
 
     The shared reader for configs, request traces, DRAM traces and asm sources. ``file`` is the
@@ -532,15 +631,18 @@ def read_text_file(path: str | os.PathLike, file: str | None = None, kind: str =
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset {exc.start}",
-                          file=name) from None
+        raise ConfigError(
+            f"not UTF-8 text: invalid byte 0x{raw[exc.start]:02x} at byte offset {exc.start}", file=name
+        ) from None
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def read_bytes_file(path: str | os.PathLike, file: str | None = None, kind: str = "data",
-                    limit_bytes: int | None = None) -> bytes:
+def read_bytes_file(
+    path: str | os.PathLike, file: str | None = None, kind: str = "data", limit_bytes: int | None = None
+) -> bytes:
     """The bytes of a regular file within its size limit (attnsim.core.fileio.read_regular); one ConfigError."""
     from attnsim.core.fileio import InputRefused, read_regular
+
     name = file if file is not None else display_path(Path(path))
     try:
         return read_regular(path, kind=kind, limit_bytes=limit_bytes)
@@ -590,12 +692,14 @@ class _DuplicateKey(Exception):
 def _expanded_size(root, limit: int) -> int:
     """Number of values in the node graph once aliases are expanded (exact, memoised per node).
     Raises _RecursiveAlias for an anchor used inside itself (the graph has a cycle)."""
+
     def children(n):
         if isinstance(n, yaml.SequenceNode):
             return n.value
         if isinstance(n, yaml.MappingNode):
             return [x for kv in n.value for x in kv]
         return ()
+
     size: dict[int, int] = {}  # -1 while a node's children are being counted (it is on the current path)
     stack = [(root, False)]
     while stack:  # post-order without recursion
@@ -628,8 +732,11 @@ def _check_depth(text: str, file: str | None, loader=None) -> None:
         if isinstance(ev, yaml.CollectionStartEvent):
             depth += 1
             if depth > YAML_MAX_DEPTH:
-                raise ConfigError(f"invalid YAML (nested deeper than {YAML_MAX_DEPTH} levels)", file=file,
-                                  key=f"line {ev.start_mark.line + 1}")
+                raise ConfigError(
+                    f"invalid YAML (nested deeper than {YAML_MAX_DEPTH} levels)",
+                    file=file,
+                    key=f"line {ev.start_mark.line + 1}",
+                )
         elif isinstance(ev, yaml.CollectionEndEvent):
             depth -= 1
 
@@ -665,18 +772,21 @@ def _parse_yaml(text: str, file: str | None, loader_class):
             return None
         n = _expanded_size(node, YAML_MAX_VALUES)
         if n > YAML_MAX_VALUES:
-            raise ConfigError(f"YAML aliases expand the document to {n:,} values; the limit is {YAML_MAX_VALUES:,}",
-                              file=file)
+            raise ConfigError(
+                f"YAML aliases expand the document to {n:,} values; the limit is {YAML_MAX_VALUES:,}", file=file
+            )
         return loader.construct_document(node)
     except _DuplicateKey as exc:
-        raise ConfigError(f"duplicate key {exc.key!r} (first at line {exc.first})", file=file,
-                          key=f"line {exc.line}") from None
+        raise ConfigError(
+            f"duplicate key {exc.key!r} (first at line {exc.first})", file=file, key=f"line {exc.line}"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is None and isinstance(exc, yaml.reader.ReaderError):
             line = text.count("\n", 0, exc.position) + 1
-            raise ConfigError(f"invalid YAML (control character {exc.character:#04x} not allowed)", file=file,
-                              key=f"line {line}") from None
+            raise ConfigError(
+                f"invalid YAML (control character {exc.character:#04x} not allowed)", file=file, key=f"line {line}"
+            ) from None
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
         raise ConfigError(f"invalid YAML ({getattr(exc, 'problem', None) or exc})", file=file, key=where) from None
     except _RecursiveAlias:
@@ -745,6 +855,7 @@ def find_config(kind: str, ref: str, relative_to: Path | None = None) -> Path:
         if _is_file(p):
             return p
     from attnsim.core.suggest import did_you_mean
+
     names = ", ".join(available(kind)) or "none"
     raise ConfigError(f"unknown {kind} config '{ref}'{did_you_mean(ref, available(kind))} (available: {names})")
 
@@ -753,9 +864,13 @@ def _file_hint(p: Path, kind: str) -> str:
     """``" (did you mean X?)"``: the closest config file in the folder of a missing ``p``, else the closest
     built-in name of ``kind`` (e.g. ``exmple.yaml`` -> ``example``), else ``""``."""
     from attnsim.core.suggest import close_matches
+
     try:
-        here = sorted(str(p.parent / f.name) if str(p.parent) not in ("", ".") else f.name
-                      for f in p.parent.iterdir() if f.suffix in (".yaml", ".yml", ".json") and f.is_file())[:10_000]
+        here = sorted(
+            str(p.parent / f.name) if str(p.parent) not in ("", ".") else f.name
+            for f in p.parent.iterdir()
+            if f.suffix in (".yaml", ".yml", ".json") and f.is_file()
+        )[:10_000]
     except OSError:
         here = []
     found = close_matches(str(p), here, n=1) or close_matches(p.stem, available(kind), n=1)
@@ -763,6 +878,7 @@ def _file_hint(p: Path, kind: str) -> str:
 
 
 # ---------------------------------------------------------------- validation
+
 
 def _describe_expected(err: dict) -> str:
     t = err.get("type", "")
@@ -848,8 +964,9 @@ def known_keys(schema, loc) -> list[str]:
     return sorted({f.alias or n for m in models for n, f in m.model_fields.items()})
 
 
-def validation_error_to_config_error(exc: ValidationError, file: str | None, prefix: str = "",
-                                     schema=None) -> ConfigError:
+def validation_error_to_config_error(
+    exc: ValidationError, file: str | None, prefix: str = "", schema=None
+) -> ConfigError:
     """Turn the first pydantic error into a ConfigError with a dotted key path (an unknown key gets a
     'did you mean' from the keys ``schema`` accepts there)."""
     try:
@@ -858,9 +975,12 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
         try:
             err = exc.errors(include_url=False, include_input=False)[0]
         except UnicodeEncodeError:
-            return ConfigError("expected UTF-8 text, got a string with an undecodable character (a lone "
-                               "surrogate, e.g. a non-UTF-8 byte in a command-line argument)", file=file,
-                               key=prefix or None)
+            return ConfigError(
+                "expected UTF-8 text, got a string with an undecodable character (a lone "
+                "surrogate, e.g. a non-UTF-8 byte in a command-line argument)",
+                file=file,
+                key=prefix or None,
+            )
     loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
     if err.get("type") in ("config_number", "config_unused"):  # Schema's own checks: message complete, sub-path in ctx
         key = ".".join(([prefix] if prefix else []) + loc + [err["ctx"]["path"]])
@@ -875,12 +995,18 @@ def validation_error_to_config_error(exc: ValidationError, file: str | None, pre
         msg = f"{msg}, got {value!r}"
     if err.get("type") == "extra_forbidden" and schema is not None and loc:
         from attnsim.core.suggest import did_you_mean
+
         msg += did_you_mean(loc[-1], known_keys(schema, err["loc"]))
     return ConfigError(msg, file=file, key=key)
 
 
-def validate(schema: type[BaseModel], data: Mapping, file: str | None = None, prefix: str = "",
-             allow: Iterable[str] | None = None):
+def validate(
+    schema: type[BaseModel],
+    data: Mapping,
+    file: str | None = None,
+    prefix: str = "",
+    allow: Iterable[str] | None = None,
+):
     """Validate ``data`` with ``schema``, numbers within their plausible ranges (:func:`check_plausible`); raise
     ConfigError naming file and key path. ``allow``: the dotted keys (``prefix`` included) of the file's
     ``allow_out_of_range:`` list; by default the list at the top of ``data`` (keys without a prefix)."""
@@ -897,13 +1023,15 @@ def validate(schema: type[BaseModel], data: Mapping, file: str | None = None, pr
         for k in own:
             if k not in known:
                 near = ", ".join(list(known)[:6])
-                raise ConfigError(f"expected a number field of this file ({near}, ...), got {k!r}", file=file,
-                                  key=ALLOW_KEY)
+                raise ConfigError(
+                    f"expected a number field of this file ({near}, ...), got {k!r}", file=file, key=ALLOW_KEY
+                )
     check_plausible(model, file, prefix, list(allow or ()) + own)
     return model
 
 
 # ---------------------------------------------------------------- overrides
+
 
 def parse_set(item: str) -> tuple[list[str], Any]:
     """Parse ``a.b.c=value`` (value as YAML by :func:`parse_yaml`: numbers, booleans, lists; text
@@ -966,13 +1094,18 @@ def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False,
             except (ValueError, IndexError):
                 raise ConfigError(f"no list element {part!r}", file="--set", key=where(i + 1)) from None
         if not isinstance(node, dict):
-            raise ConfigError(f"expected a mapping to hold key {part!r}, got {_short_repr(node)}", file="--set",
-                              key=where(i))
+            raise ConfigError(
+                f"expected a mapping to hold key {part!r}, got {_short_repr(node)}", file="--set", key=where(i)
+            )
         if part not in node:
             if not create:
                 from attnsim.core.suggest import did_you_mean
-                raise ConfigError(f"unknown key{did_you_mean(part, node)} (known: {', '.join(map(str, node)) or 'none'})",
-                                  file="--set", key=where(i + 1))
+
+                raise ConfigError(
+                    f"unknown key{did_you_mean(part, node)} (known: {', '.join(map(str, node)) or 'none'})",
+                    file="--set",
+                    key=where(i + 1),
+                )
             node[part] = {}
         node = node[part]
     last = path[-1]
@@ -984,8 +1117,9 @@ def set_dotted(tree: dict, path: list[str], value: Any, *, create: bool = False,
     elif isinstance(node, dict):
         node[last] = value
     else:
-        raise ConfigError(f"expected a mapping to hold key {last!r}, got {_short_repr(node)}", file="--set",
-                          key=where(len(path) - 1))
+        raise ConfigError(
+            f"expected a mapping to hold key {last!r}, got {_short_repr(node)}", file="--set", key=where(len(path) - 1)
+        )
 
 
 def get_dotted(tree: Mapping, path: Iterable[str]) -> Any:
@@ -1031,8 +1165,13 @@ class ConfigTree:
             section = path[0]
             if section not in SECTIONS:
                 from attnsim.core.suggest import did_you_mean
-                raise ConfigError(f"unknown section {section!r}{did_you_mean(section, SECTIONS)} (expected one of "
-                                  f"{', '.join(SECTIONS)})", file="--set", key=".".join(path))
+
+                raise ConfigError(
+                    f"unknown section {section!r}{did_you_mean(section, SECTIONS)} (expected one of "
+                    f"{', '.join(SECTIONS)})",
+                    file="--set",
+                    key=".".join(path),
+                )
             if section == "experiment":
                 if len(path) < 2:
                     raise ConfigError("expected experiment.<key>=VALUE", file="--set", key=section)
@@ -1043,8 +1182,12 @@ class ConfigTree:
                 raise ConfigError(f"expected {section}.<name>.<key>=VALUE", file="--set", key=".".join(path))
             if path[1] not in table:
                 from attnsim.core.suggest import did_you_mean
-                raise ConfigError(f"{section} '{path[1]}' is not part of this experiment{did_you_mean(path[1], table)} "
-                                  f"(have: {', '.join(table) or 'none'})",
-                                  file="--set", key=".".join(path[:2]))
+
+                raise ConfigError(
+                    f"{section} '{path[1]}' is not part of this experiment{did_you_mean(path[1], table)} "
+                    f"(have: {', '.join(table) or 'none'})",
+                    file="--set",
+                    key=".".join(path[:2]),
+                )
             set_dotted(table[path[1]], path[2:], value, create=True, prefix=path[:2])
         return self

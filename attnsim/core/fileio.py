@@ -5,6 +5,7 @@ it, and on success it is fsync'ed and renamed over ``path`` (readers never see a
 exception it is removed. ``tempfile.mkstemp`` creates files with mode 0600, which hides results from
 collaborators: the temporary file gets ``0666 & ~umask`` (0644 by default), like ``open(path, "w")``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,8 +70,11 @@ def atomic_path(path: str | Path, suffix: str = "", fsync: bool = True) -> Itera
 MiB = 1 << 20
 INPUT_LIMITS = {
     # kind: (default bytes, environment variable that overrides it in MiB, what it covers)
-    "document": (16 * MiB, "ATTNSIM_MAX_DOCUMENT_MB",
-                 "YAML / JSON documents: configs, HF config.json, sweep files, calibrations, references"),
+    "document": (
+        16 * MiB,
+        "ATTNSIM_MAX_DOCUMENT_MB",
+        "YAML / JSON documents: configs, HF config.json, sweep files, calibrations, references",
+    ),
     "data": (2048 * MiB, "ATTNSIM_MAX_DATA_MB", "traces, assembly sources and binaries"),
 }
 """Largest input file of each kind, checked with fstat before a byte is read. Evidence: the largest built-in
@@ -106,12 +110,22 @@ def input_limit_bytes(kind: str) -> int:
     return int(mb * MiB)
 
 
-_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_FILE_TYPES = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-def open_regular(path: str | os.PathLike, limit_bytes: int, follow_symlinks: bool = True,
-                 kind: str | None = None, allow_fifo: bool = False) -> tuple[int, int]:
+def open_regular(
+    path: str | os.PathLike,
+    limit_bytes: int,
+    follow_symlinks: bool = True,
+    kind: str | None = None,
+    allow_fifo: bool = False,
+) -> tuple[int, int]:
     """``(fd, size)`` of a regular file of at most ``limit_bytes``, opened read-only and non-blocking (a FIFO
     planted where a file was expected cannot stall the open), checked with fstat before anything is read;
     ``follow_symlinks=False`` refuses a symbolic link (O_NOFOLLOW). ``allow_fifo``: a pipe the user names
@@ -146,8 +160,9 @@ def open_regular(path: str | os.PathLike, limit_bytes: int, follow_symlinks: boo
             return fd, -1
         if not stat.S_ISREG(st.st_mode):
             what = next((name for test, name in _FILE_TYPES if test(st.st_mode)), "not a regular file")
-            raise InputRefused("expected a file, got a directory" if what == "a directory"
-                               else f"expected a regular file, got {what}")
+            raise InputRefused(
+                "expected a file, got a directory" if what == "a directory" else f"expected a regular file, got {what}"
+            )
         if st.st_size > limit_bytes:
             raise InputRefused(_too_large(st.st_size, limit_bytes, kind))
     except BaseException:
@@ -161,8 +176,9 @@ def _too_large(size: int, limit_bytes: int, kind: str | None) -> str:
     return f"file of {size} B: larger than the {limit_bytes} B limit{how}"
 
 
-def read_regular(path: str | os.PathLike, kind: str = "document", limit_bytes: int | None = None,
-                 follow_symlinks: bool = True) -> bytes:
+def read_regular(
+    path: str | os.PathLike, kind: str = "document", limit_bytes: int | None = None, follow_symlinks: bool = True
+) -> bytes:
     """The bytes of a regular file, refused (:class:`InputRefused`) before reading when over the limit of
     ``kind`` (or the lower ``limit_bytes``); at most limit + 1 bytes are read (a file that grows is refused)."""
     limit = input_limit_bytes(kind)

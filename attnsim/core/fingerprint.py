@@ -1,5 +1,6 @@
 """SHA-256 fingerprints of source files: the one digest behind every "is this the code it was made by" check
 (the sweep sub-result cache's code version, sweep/cache.py; the stamp of compiled Numba kernels, jitcache.py)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -15,8 +15,9 @@ of every source under an installed root (``hwmodels/``) are cached in the first 
 each other's index files. A folder of 2.-4. is used only if it and its folders up to ``kernels/`` (4.:
 ``attnsim-<uid>``) are ours and not writable by group or others (Numba's cache files are pickles: whoever can
 write them runs code as the reader); a refused one is skipped with one warning. Where none can be written,
-Numba's own user-wide folder; never ``__pycache__`` beside the source (``_NotInPackage``). The location is chosen once per process (``kernel_dir``); a sweep that points
-``ATTNSIM_CACHE_DIR`` at its own sub-result folder for its workers hands them its choice (``PIN_ENV``), so
+Numba's own user-wide folder; never ``__pycache__`` beside the source (``_NotInPackage``). The location is chosen once
+per process (``kernel_dir``); a sweep that points ``ATTNSIM_CACHE_DIR`` at its own sub-result folder for its workers
+hands them its choice (``PIN_ENV``), so
 the kernels do not move.
 
 Stamp. Numba stamps a cached function with a hash of its own file only, but attnsim's kernels inline functions
@@ -30,6 +31,7 @@ Notice. The first compile of one of these kernels in a process (a cache miss: Nu
 event) is logged once on the ``attnsim.kernels`` logger at INFO; the CLI and the Python API print it to
 stderr (attnsim.core.notices), so the device models that trigger it import nothing of the application.
 """
+
 from __future__ import annotations
 
 import functools
@@ -69,6 +71,7 @@ def install_tag() -> str:
     a checkout's changes with every commit (setuptools-scm) and would leave a folder behind per re-install; a
     changed source recompiles through the stamp anyway."""
     import attnsim  # the package folder (not this module's: it may live in a layer subfolder)
+
     where = os.path.dirname(os.path.abspath(attnsim.__file__))
     return hashlib.sha256(where.encode()).hexdigest()[:12]
 
@@ -93,6 +96,7 @@ def candidate_dirs() -> list[tuple[Path, Path]]:
     folder of it that must be private, the folder): ``kernels/`` in a folder of the user's choice, which may be
     shared; ``attnsim-<uid>`` in the temp folder."""
     import platformdirs
+
     tag, out = install_tag(), []
     if os.environ.get(PIN_ENV):
         out.append((Path(os.environ[PIN_ENV]), Path(os.environ[PIN_ENV])))
@@ -113,7 +117,7 @@ def kernel_dir() -> Path | None:
     for guard, d in candidate_dirs():
         rel = d.relative_to(guard).parts
         why = None
-        for level in [guard] + [guard.joinpath(*rel[:i + 1]) for i in range(len(rel))]:
+        for level in [guard] + [guard.joinpath(*rel[: i + 1]) for i in range(len(rel))]:
             why = why or _private_dir(level)  # each from the guard down: nobody else can swap one of them
         if why is None:
             return d
@@ -200,8 +204,14 @@ class _FirstCompile(event.Listener):
                 self.groups.add(group)
         if first:
             lo, hi = COLD_COMPILE_S
-            LOG.info("compiling Numba kernels into %s (once per install and cache location; a first run takes "
-                     "~%d-%d s more; `attnsim warmup` compiles them all ahead): %s", cache_location(), lo, hi, group)
+            LOG.info(
+                "compiling Numba kernels into %s (once per install and cache location; a first run takes "
+                "~%d-%d s more; `attnsim warmup` compiles them all ahead): %s",
+                cache_location(),
+                lo,
+                hi,
+                group,
+            )
         elif new:
             LOG.info("compiling Numba kernels: %s", group)
 

@@ -5,6 +5,7 @@ kernels ...") on loggers under ``attnsim`` and import nothing of the application
 Python API turn those records into stderr lines with :func:`to_stderr`. A program that configures logging
 itself sees the same records on its own handlers (they propagate as usual).
 """
+
 from __future__ import annotations
 
 import logging

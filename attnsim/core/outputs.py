@@ -21,6 +21,7 @@ letters, digits, ``_ . + -`` and inner spaces, at most 128 characters, not start
 space, no path separators, so ``../../x`` or ``/tmp/x`` cannot leave ``results/``.
 :data:`RelativePath` / :func:`inside` keep a figure path (``figures[].out``) inside its folder.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,13 @@ def _same(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def check_output(path: str | os.PathLike, flag: str, kind: Literal["file", "dir"] = "file",
-                 inputs: Iterable[str | os.PathLike] = (), create: bool = False) -> Path:
+def check_output(
+    path: str | os.PathLike,
+    flag: str,
+    kind: Literal["file", "dir"] = "file",
+    inputs: Iterable[str | os.PathLike] = (),
+    create: bool = False,
+) -> Path:
     """Refuse an output path that cannot be written as ``kind`` (see the module docstring); returns it."""
     if not isinstance(path, (str, os.PathLike)):  # the Python API: save(5), sweep(out=None)
         raise ConfigError(f"expected a path, got {type(path).__name__}", file=flag)
@@ -155,6 +161,7 @@ def figure_paths(out: str | Path, flag: str = "-o", inputs=(), create: bool = Fa
     can be written (:func:`check_output`); call it before rendering. Here, not in attnsim.plots, so
     commands check their figure paths without importing matplotlib."""
     from attnsim.core.config import ConfigError
+
     check_output(out, flag, inputs=inputs, create=create)  # as given: a trailing '/' means a folder
     out = Path(out)
     suffix = out.suffix.lower()
@@ -167,15 +174,21 @@ def figure_paths(out: str | Path, flag: str = "-o", inputs=(), create: bool = Fa
 
 # ---------------------------------------------------------------- stored strings on a terminal / in a spreadsheet
 
+
 def terminal_text(text: str) -> str:
     """``text`` with control and format characters (ESC sequences, BEL, backspace, carriage return, C1 controls,
     bidi overrides; Unicode categories Cc/Cf) written as backslash escapes; newlines and tabs kept. A results
     file received from someone else cannot recolour, retitle or rewrite the terminal it is shown on."""
     import unicodedata
+
     if text.isprintable():
         return text
-    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf")
-                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return "".join(
+        ch
+        if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf")
+        else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
 
 
 class TerminalSafe:

@@ -3,6 +3,7 @@
 An option a recipe does not read is refused rather than silently ignored, both on the command line
 (``attnsim plot --recipe latency_by_op --x ...``) and in a sweep file's ``figures:`` block.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -15,7 +16,10 @@ RECIPE_OPTIONS = {
     "latency_by_device": ("y", "logy", "ylim", "components"),
     "energy_breakdown": ("y", "logy", "ylim", "components"),  # components: the segments drawn
     "panels": _LINE,  # y: the panels' metrics, comma-separated
-    "throughput_vs_batch": _LINE, "tpot_vs_batch": _LINE, "throughput_vs_context": _LINE, "tpot_vs_context": _LINE,
+    "throughput_vs_batch": _LINE,
+    "tpot_vs_batch": _LINE,
+    "throughput_vs_context": _LINE,
+    "tpot_vs_context": _LINE,
     "line": _LINE,
     "ratio": ("x", "y", "hue", "baseline", "logx", "logy", "xlim", "ylim"),
     "roofline": ("y", "xlim", "ylim"),
@@ -39,14 +43,31 @@ def accepted(recipe: str) -> tuple:
 
 def figure_options(spec) -> dict:
     """The keyword options of :func:`attnsim.plots.render` held by a sweep file's figure entry."""
-    names = ("x", "y", "hue", "z", "where", "width", "title", "labels", "logx", "logy", "xlim", "ylim", "font",
-             "baseline", "replicate", "components")
+    names = (
+        "x",
+        "y",
+        "hue",
+        "z",
+        "where",
+        "width",
+        "title",
+        "labels",
+        "logx",
+        "logy",
+        "xlim",
+        "ylim",
+        "font",
+        "baseline",
+        "replicate",
+        "components",
+    )
     return {n: getattr(spec, n) for n in names}
 
 
 def check_limits(value, file: Optional[str], key: str):
     """(lo, hi) floats with lo < hi, or a ConfigError."""
     import math
+
     if value is None:
         return None
     if isinstance(value, str):
@@ -65,9 +86,15 @@ def recipe_problem(recipe: str, given: dict, prefix: str = "") -> Optional[str]:
     option names are written with ``prefix`` (``--`` on the command line)."""
     if recipe not in RECIPE_OPTIONS:
         from attnsim.core.suggest import did_you_mean
-        return f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPE_OPTIONS)} (available: {', '.join(RECIPE_OPTIONS)})"
-    unused = [k for k, v in given.items() if v is not None and not (isinstance(v, (dict, list)) and not v)
-              and k not in accepted(recipe)]
+
+        return (
+            f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPE_OPTIONS)} (available: {', '.join(RECIPE_OPTIONS)})"
+        )
+    unused = [
+        k
+        for k, v in given.items()
+        if v is not None and not (isinstance(v, (dict, list)) and not v) and k not in accepted(recipe)
+    ]
     if unused:
         uses = ", ".join(prefix + k for k in RECIPE_OPTIONS[recipe] + COMMON[:2])
         return f"the {recipe} recipe does not use {', '.join(prefix + k for k in unused)} (it uses: {uses})"

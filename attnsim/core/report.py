@@ -5,6 +5,7 @@ scientific (``1.235e+06``); integers as they are; units live in the column heade
 (ratios carry ``x``, shares ``%``). ``table`` left-aligns text columns and right-aligns columns whose
 cells are all numbers (or empty), so the same kind of value looks the same in every command.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,10 @@ def table(rows: list[list], header: list[str], numeric: int | None = None) -> st
     rows = [[str(x) for x in r] for r in rows]
     header = [str(h) for h in header]
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    right = [(numeric is not None and i >= numeric) or (bool(rows) and all(_is_numeric(r[i]) for r in rows))
-             for i in range(len(header))]
+    right = [
+        (numeric is not None and i >= numeric) or (bool(rows) and all(_is_numeric(r[i]) for r in rows))
+        for i in range(len(header))
+    ]
     line = lambda r: "  ".join(x.rjust(w) if rj else x.ljust(w) for x, w, rj in zip(r, widths, right)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
@@ -67,41 +70,88 @@ def _times(v, k: float):
 
 
 def summary_table(docs: list[dict]) -> str:
-    header = ["system", "model", "scenario", "batch", "TTFT ms", "TPOT ms", "tok/s", "J/token", "mem used", "vs base thr", "vs base J"]
+    header = [
+        "system",
+        "model",
+        "scenario",
+        "batch",
+        "TTFT ms",
+        "TPOT ms",
+        "tok/s",
+        "J/token",
+        "mem used",
+        "vs base thr",
+        "vs base J",
+    ]
     rows = []
     for d in docs:
         m = d.get("metrics") or {}
         vb = d.get("vs_baseline", {})
         mem = max((x["used_fraction"] for x in (m.get("memory") or {}).values()), default=None)
         if d["status"] != "ok":
-            rows.append([d["system"], d["model"], d["scenario"]["name"], d["scenario"].get("batch_size", ""),
-                         d["status"], "", "", "", "", "", ""])
+            rows.append(
+                [
+                    d["system"],
+                    d["model"],
+                    d["scenario"]["name"],
+                    d["scenario"].get("batch_size", ""),
+                    d["status"],
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
             continue
-        rows.append([d["system"], d["model"], d["scenario"]["name"], d["scenario"].get("batch_size", ""),
-                     fmt_num(m["ttft_s"] * 1e3), fmt_num(_times(m["tpot_s"], 1e3)), fmt_num(m["tokens_per_s"]),
-                     fmt_num(m["energy_per_token_j"]), f"{mem:.0%}" if mem is not None else "-",
-                     fmt_num(vb.get("throughput_ratio"), "x") if "throughput_ratio" in vb else "-",
-                     fmt_num(vb.get("energy_efficiency_ratio"), "x") if "energy_efficiency_ratio" in vb else "-"])
+        rows.append(
+            [
+                d["system"],
+                d["model"],
+                d["scenario"]["name"],
+                d["scenario"].get("batch_size", ""),
+                fmt_num(m["ttft_s"] * 1e3),
+                fmt_num(_times(m["tpot_s"], 1e3)),
+                fmt_num(m["tokens_per_s"]),
+                fmt_num(m["energy_per_token_j"]),
+                f"{mem:.0%}" if mem is not None else "-",
+                fmt_num(vb.get("throughput_ratio"), "x") if "throughput_ratio" in vb else "-",
+                fmt_num(vb.get("energy_efficiency_ratio"), "x") if "energy_efficiency_ratio" in vb else "-",
+            ]
+        )
     if any("accuracy_proxy" in d.get("metrics", {}) for d in docs):
         header += ["silent err/tok", "acc. proxy", "SLO"]
         for r, d in zip(rows, docs):
             m = d.get("metrics") or {}
             if "accuracy_proxy" in m:
-                r += [fmt_num(m["silent_errors_per_token"]), fmt_num(m["accuracy_proxy"]), "met" if m["slo_met"] else "BROKEN"]
+                r += [
+                    fmt_num(m["silent_errors_per_token"]),
+                    fmt_num(m["accuracy_proxy"]),
+                    "met" if m["slo_met"] else "BROKEN",
+                ]
             else:
                 r += ["-", "-", "-"]
     out = table(rows, header)
     notes = [f"  {d['system']} / {d['model']} / {d['scenario']['name']}: {d['error']}" for d in docs if d.get("error")]
-    notes_ = list(dict.fromkeys(f"  {d['model']} / {d['scenario']['name']}: {n}" for d in docs for n in d.get("notes", ())))
-    return out + ("\n\nnot run:\n" + "\n".join(notes) if notes else "") + \
-        ("\n\nnotes:\n" + "\n".join(notes_) if notes_ else "")
+    notes_ = list(
+        dict.fromkeys(f"  {d['model']} / {d['scenario']['name']}: {n}" for d in docs for n in d.get("notes", ()))
+    )
+    return (
+        out
+        + ("\n\nnot run:\n" + "\n".join(notes) if notes else "")
+        + ("\n\nnotes:\n" + "\n".join(notes_) if notes_ else "")
+    )
 
 
 def mapping_text(pm: dict) -> str:
     """One line of a breakdown's ``pim_mapping`` (hwmodels/pim_mapping.summarize): per op its partition x
     channels_per_item on the channels used, and the merge time of split items."""
-    return "; ".join(f"{op} {m['partition']} x{m['channels_per_item']} on {m['channels_used']} ch"
-                     + (f" (merge {fmt_num(m['merge_s'] * 1e6)} us)" if m["merge_s"] else "") for op, m in pm.items())
+    return "; ".join(
+        f"{op} {m['partition']} x{m['channels_per_item']} on {m['channels_used']} ch"
+        + (f" (merge {fmt_num(m['merge_s'] * 1e6)} us)" if m["merge_s"] else "")
+        for op, m in pm.items()
+    )
 
 
 def mapping_lines(docs: list[dict]) -> list[str]:
@@ -122,21 +172,42 @@ def breakdown_table(doc: dict, phase: str = "decode_step", top: int = 12) -> str
     t = bd["time_s"] or 1.0
     e = bd["energy_j"] or 1.0
     ops = sorted(bd["time_s_by_op"], key=lambda k: -bd["time_s_by_op"][k])[:top]
-    rows = [[op, fmt_num(bd["time_s_by_op"][op] * 1e6), fmt_pct(bd["time_s_by_op"][op] / t),
-             fmt_num(bd["energy_j_by_op"].get(op, 0.0) * 1e3), fmt_pct(bd["energy_j_by_op"].get(op, 0.0) / e)] for op in ops]
-    head = f"{doc['system']} / {doc['model']} / {doc['scenario']['name']}: {phase} ({fmt_num(t * 1e3)} ms, {fmt_num(e)} J)"
-    comp = ", ".join(f"{k} {v / e:.0%}" for k, v in sorted(bd["energy_j_by_component"].items(), key=lambda kv: -kv[1]) if v > 0)
+    rows = [
+        [
+            op,
+            fmt_num(bd["time_s_by_op"][op] * 1e6),
+            fmt_pct(bd["time_s_by_op"][op] / t),
+            fmt_num(bd["energy_j_by_op"].get(op, 0.0) * 1e3),
+            fmt_pct(bd["energy_j_by_op"].get(op, 0.0) / e),
+        ]
+        for op in ops
+    ]
+    head = (
+        f"{doc['system']} / {doc['model']} / {doc['scenario']['name']}: {phase} ({fmt_num(t * 1e3)} ms, {fmt_num(e)} J)"
+    )
+    comp = ", ".join(
+        f"{k} {v / e:.0%}" for k, v in sorted(bd["energy_j_by_component"].items(), key=lambda kv: -kv[1]) if v > 0
+    )
     pim = mapping_text(bd.get("pim_mapping") or {})  # hwmodels/pim_mapping.py
-    return head + "\n" + table(rows, ["op", "time us", "time %", "dyn. energy mJ", "energy %"]) + \
-        "\nenergy by component: " + comp + ("\npim mapping: " + pim if pim else "")
+    return (
+        head
+        + "\n"
+        + table(rows, ["op", "time us", "time %", "dyn. energy mJ", "energy %"])
+        + "\nenergy by component: "
+        + comp
+        + ("\npim mapping: " + pim if pim else "")
+    )
 
 
 def reproduction_lines(ends: list[dict], defaults: bool = True) -> list[str]:
     """One line per reproduction row a run answers (attnsim.studies.reproduce.run_ends): the artefact's number beside
     this run's value, which is attnsim's defaults unless the run had ``--set`` overrides (``defaults=False``)."""
     what = "attnsim defaults" if defaults else "attnsim with --set"
-    return [f"{e['row']}: artefact {fmt_num(e['reference'])}; {what} {fmt_num(e['value'])} "
-            f"({e['explain']} explains the gap)" for e in ends]
+    return [
+        f"{e['row']}: artefact {fmt_num(e['reference'])}; {what} {fmt_num(e['value'])} "
+        f"({e['explain']} explains the gap)"
+        for e in ends
+    ]
 
 
 def paper_claim_lines(claims: list[dict]) -> list[str]:
@@ -189,8 +260,10 @@ def _bandwidth(doc: dict) -> str:
         for key, b in bw.items():
             r, level = key.split(":", 1)
             if r == role and level not in _BUFFER_LEVELS:
-                return (f"{role} {level} {fmt_num(b['achieved_gbps'])} of {fmt_num(b['peak_gbps'])} GB/s "
-                        f"({fmt_pct(b['utilization'])})")
+                return (
+                    f"{role} {level} {fmt_num(b['achieved_gbps'])} of {fmt_num(b['peak_gbps'])} GB/s "
+                    f"({fmt_pct(b['utilization'])})"
+                )
     return ""
 
 
@@ -222,16 +295,20 @@ def differ_lines(docs: list[dict], top: int = 3) -> list[str]:
             continue
         if id(base) not in shown:
             shown.add(id(base))
-            lines.append(f"{base['system']} (baseline; {base['model']}, {base['scenario']['name']}): decode step "
-                         f"{fmt_num(base['breakdown']['decode_step']['time_s'] * 1e3)} ms, TTFT "
-                         f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms")
+            lines.append(
+                f"{base['system']} (baseline; {base['model']}, {base['scenario']['name']}): decode step "
+                f"{fmt_num(base['breakdown']['decode_step']['time_s'] * 1e3)} ms, TTFT "
+                f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms"
+            )
             lines += ["  " + x for x in _step_lines(base)]
         bd, bb = d["breakdown"]["decode_step"], base["breakdown"]["decode_step"]
         t, tb = bd["time_s"], bb["time_s"]
-        lines.append(f"{d['system']} vs {base['system']}: decode step {fmt_num(t * 1e3)} vs {fmt_num(tb * 1e3)} ms "
-                     f"({_faster(tb / t if t > 0 else 0.0)}), TTFT {fmt_num(d['metrics']['ttft_s'] * 1e3)} vs "
-                     f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms, {fmt_num(d['metrics']['energy_per_token_j'])} vs "
-                     f"{fmt_num(base['metrics']['energy_per_token_j'])} J/token")
+        lines.append(
+            f"{d['system']} vs {base['system']}: decode step {fmt_num(t * 1e3)} vs {fmt_num(tb * 1e3)} ms "
+            f"({_faster(tb / t if t > 0 else 0.0)}), TTFT {fmt_num(d['metrics']['ttft_s'] * 1e3)} vs "
+            f"{fmt_num(base['metrics']['ttft_s'] * 1e3)} ms, {fmt_num(d['metrics']['energy_per_token_j'])} vs "
+            f"{fmt_num(base['metrics']['energy_per_token_j'])} J/token"
+        )
         ops = list(dict.fromkeys(list(bd["time_s_by_op"]) + list(bb["time_s_by_op"])))
         diffs = []
         for name, group in _op_groups(ops).items():
@@ -239,8 +316,11 @@ def differ_lines(docs: list[dict], top: int = 3) -> list[str]:
             b = sum(bb["time_s_by_op"].get(o, 0.0) for o in group)
             diffs.append((abs(a - b), name, group, a, b))
         diffs.sort(key=lambda x: -x[0])
-        changes = [f"{name}{_where(bd, group)} {fmt_num(a * 1e3)} vs {fmt_num(b * 1e3)} ms"
-                   for dd, name, group, a, b in diffs[:top] if dd > 0]
+        changes = [
+            f"{name}{_where(bd, group)} {fmt_num(a * 1e3)} vs {fmt_num(b * 1e3)} ms"
+            for dd, name, group, a, b in diffs[:top]
+            if dd > 0
+        ]
         if changes:
             lines.append("  largest changes: " + "; ".join(changes))
         lines += ["  " + x for x in _step_lines(d)]
@@ -255,8 +335,10 @@ def _span(r: dict) -> str:
     if r.get("choice"):
         alts = ", ".join(f"{a} ({fmt_num(q, 'x')})" for a, q in zip(r["alternatives"], r["ratio_alternatives"]))
         return f"{r['parameter']} = {alts}"
-    return (f"{r['parameter']} in [{r['low']:g}, {r['high']:g}] "
-            f"({fmt_num(r['ratio_low'], 'x')}-{fmt_num(r['ratio_high'], 'x')})")
+    return (
+        f"{r['parameter']} in [{r['low']:g}, {r['high']:g}] "
+        f"({fmt_num(r['ratio_low'], 'x')}-{fmt_num(r['ratio_high'], 'x')})"
+    )
 
 
 def verdict_line(doc: dict) -> str:
@@ -265,23 +347,37 @@ def verdict_line(doc: dict) -> str:
     10 %, which flip it across 1.0 and which move it by more than 10 % within their ranges."""
     s = doc["verdict_flips"]
     rows, n = s["parameters"], s["parameters_checked"]
-    head = (f"verdict: {doc['system']} {_faster(s['ratio_base'])} than {s['baseline']} "
-            f"(throughput ratio {fmt_num(s['ratio_base'], 'x')})")
+    head = (
+        f"verdict: {doc['system']} {_faster(s['ratio_base'])} than {s['baseline']} "
+        f"(throughput ratio {fmt_num(s['ratio_base'], 'x')})"
+    )
     if not n:
         return head + "; no assumed parameter (ranges: or choices: entry) in its or the baseline's hardware"
     flips = [r for r in rows if r["flips"]]
     moves = [r for r in rows if r["moves_over_10pct"] and not r["flips"]]
     robust = n - len(flips) - len(moves)
-    parts = [head, f"robust to {robust} assumed parameters" if robust == n else
-             f"robust to {robust} of {n} assumed parameters"]
+    parts = [
+        head,
+        f"robust to {robust} assumed parameters" if robust == n else f"robust to {robust} of {n} assumed parameters",
+    ]
     if flips:
         parts.append("flips with " + ", ".join(_span(r) for r in flips))
     if moves:
         parts.append("moves >10 % with " + ", ".join(_span(r) for r in moves))
-    failed = [f"{r['parameter']} at {end}" for r in rows if not r.get("choice")
-              for end in ("low", "high") if r[f"ratio_{end}"] is None]
-    failed += [f"{r['parameter']} = {a}" for r in rows if r.get("choice")
-               for a, q in zip(r["alternatives"], r["ratio_alternatives"]) if q is None]
+    failed = [
+        f"{r['parameter']} at {end}"
+        for r in rows
+        if not r.get("choice")
+        for end in ("low", "high")
+        if r[f"ratio_{end}"] is None
+    ]
+    failed += [
+        f"{r['parameter']} = {a}"
+        for r in rows
+        if r.get("choice")
+        for a, q in zip(r["alternatives"], r["ratio_alternatives"])
+        if q is None
+    ]
     if failed:
         parts.append("does not complete with " + ", ".join(failed))
     return "; ".join(parts)

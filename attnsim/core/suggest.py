@@ -1,5 +1,6 @@
 """'did you mean' for every unknown key or name (config keys, config names, recipes, policies, CLI
 subcommands): the one place that picks the suggestion, ``difflib.get_close_matches`` (ratio >= 0.6)."""
+
 from __future__ import annotations
 
 import difflib
@@ -38,4 +39,4 @@ def amend(message: str) -> str:
         return message
     choices = [c.strip().strip("'\"") for c in re.split(r",\s*|\s+or\s+", m.group("choices")) if c.strip()]
     hint = did_you_mean(m.group("bad"), [c for c in choices if c])
-    return message[:m.end()] + hint + message[m.end():] if hint else message
+    return message[: m.end()] + hint + message[m.end() :] if hint else message

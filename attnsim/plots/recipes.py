@@ -8,6 +8,7 @@ Points whose status is ``does_not_fit`` (the model or KV cache exceeds the memor
 "x" with a "does not fit" legend entry, never dropped silently. Each data axis records the factors
 from the stored (SI) values to the drawn ones (``ax._attnsim_units``) for ``xlim``/``ylim``.
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -16,8 +17,19 @@ import numpy as np
 
 from attnsim.core.config import ConfigError
 from attnsim.plots.labels import display
-from attnsim.plots.style import (HATCHES, KNOWN, LINE_COLOURS, MARKERS, OKABE_ITO, label_for, new_figure,
-                                 op_class_style, scale_for, segment_style, series_style)
+from attnsim.plots.style import (
+    HATCHES,
+    KNOWN,
+    LINE_COLOURS,
+    MARKERS,
+    OKABE_ITO,
+    label_for,
+    new_figure,
+    op_class_style,
+    scale_for,
+    segment_style,
+    series_style,
+)
 
 MAX_BARS = 64  # one bar per run: 64 fit a double-column figure with rotated labels
 TOP_SEGMENTS = 7  # stacked bars: the largest segments, the rest summed as "other"
@@ -52,21 +64,41 @@ def _units(ax, xf=1.0, yf=1.0):
 def _mark_dnf(ax, xs, colours, legend=True):
     """An "x" on the x axis at each x (drawn coordinates) of a point that does not fit (it has no y)."""
     from matplotlib.transforms import blended_transform_factory
+
     if not len(xs):
         return
     tr = blended_transform_factory(ax.transData, ax.transAxes)
     for xv, c in zip(xs, colours):
-        ax.plot([xv], [0.0], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color=c,
-                transform=tr, clip_on=False, zorder=4, label="_nolegend_")
+        ax.plot(
+            [xv],
+            [0.0],
+            marker="x",
+            markersize=5,
+            markeredgewidth=1.2,
+            linestyle="none",
+            color=c,
+            transform=tr,
+            clip_on=False,
+            zorder=4,
+            label="_nolegend_",
+        )
     if legend:
         ax.plot([], [], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color="black", label=DNF_LABEL)
 
 
 def _take(table, idx):
     from attnsim.studies.sweep.table import Table
-    return Table(table.path, table.kind, table.attrs, {k: v[idx] for k, v in table.columns.items()},
-                 {k: v[idx] for k, v in table.breakdown.items()}, table.parameters, table._docs,
-                 lambda r: table.resolved(int(idx[r])))
+
+    return Table(
+        table.path,
+        table.kind,
+        table.attrs,
+        {k: v[idx] for k, v in table.columns.items()},
+        {k: v[idx] for k, v in table.breakdown.items()},
+        table.parameters,
+        table._docs,
+        lambda r: table.resolved(int(idx[r])),
+    )
 
 
 def _varying(table, candidates) -> list[str]:
@@ -78,12 +110,21 @@ def _varying(table, candidates) -> list[str]:
 
 
 def _row_labels(table) -> list[str]:
-    cols = _varying(table, ["system", "model", "scenario"] + [p for p in table.parameters
-                                                             if p not in ("system", "model", "scenario")])
+    cols = _varying(
+        table,
+        ["system", "model", "scenario"] + [p for p in table.parameters if p not in ("system", "model", "scenario")],
+    )
     if not cols:
         cols = ["system"]
-    return [", ".join(display(table.columns[c][i]) if c in ("system", "model", "scenario")
-                      else _param_text(c, table.columns[c][i]) for c in cols) for i in range(len(table))]
+    return [
+        ", ".join(
+            display(table.columns[c][i])
+            if c in ("system", "model", "scenario")
+            else _param_text(c, table.columns[c][i])
+            for c in cols
+        )
+        for i in range(len(table))
+    ]
 
 
 def _param_text(column: str, value) -> str:
@@ -91,7 +132,7 @@ def _param_text(column: str, value) -> str:
     name, _ = label_for(column)
     v = display(_fmt(value))
     if name.endswith(")"):  # a unit: "Context length (tokens)"
-        return f"{v} {name[name.rindex('(') + 1:-1]}"
+        return f"{v} {name[name.rindex('(') + 1 : -1]}"
     if column.split(".")[-1] in KNOWN:  # a known name without a unit: "Batch size 16"
         return f"{name} {v}"
     return f"{column.split('.')[-1]}={v}"
@@ -99,8 +140,18 @@ def _param_text(column: str, value) -> str:
 
 # ---------------------------------------------------------------- stacked breakdowns
 
-def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, width: str, title,
-             split: tuple | None = None, components=None):
+
+def _stacked(
+    table,
+    prefix: str,
+    ylabel_name: str,
+    unit: str,
+    per_token: bool,
+    width: str,
+    title,
+    split: tuple | None = None,
+    components=None,
+):
     """``split`` = (segment, prefix2, label): segment ``segment`` of ``prefix`` is replaced by the
     ``prefix2`` columns (labelled ``label: <name>``) where the file has them (same total). ``components``:
     the segments to draw (names as stored, e.g. ``pim_compute``, ``static: gpu``), the rest as "other";
@@ -110,15 +161,15 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
     dnf = _status_is(table, DOES_NOT_FIT)
     if len(table) > MAX_BARS:
         raise ConfigError(f"{len(table)} bars; select at most {MAX_BARS} rows with --where", file=table.path)
-    names = sorted(k[len(prefix):] for k in table.breakdown if k.startswith(prefix))
+    names = sorted(k[len(prefix) :] for k in table.breakdown if k.startswith(prefix))
     if not names:
         raise ConfigError(f"the file has no breakdown {prefix.rstrip('/')!r}", file=table.path)
     cols = [prefix + n for n in names]
     if split is not None and split[0] in names and any(k.startswith(split[1]) for k in table.breakdown):
         subs = sorted(k for k in table.breakdown if k.startswith(split[1]))
         i = names.index(split[0])
-        names = names[:i] + [f"{split[2]}: {k[len(split[1]):]}" for k in subs] + names[i + 1:]
-        cols = cols[:i] + subs + cols[i + 1:]
+        names = names[:i] + [f"{split[2]}: {k[len(split[1]) :]}" for k in subs] + names[i + 1 :]
+        cols = cols[:i] + subs + cols[i + 1 :]
     data = np.nan_to_num(np.array([table.breakdown[c] for c in cols]))  # segments x rows
     if per_token:
         data = data / np.maximum(1, table.col("batch_size").astype(float))[None, :]
@@ -127,8 +178,13 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
         unknown = [c for c in components if c not in names]
         if unknown:
             from attnsim.core.suggest import did_you_mean
-            raise ConfigError(f"expected segments of the file's {prefix.rstrip('/')!r} ({', '.join(names)}), got "
-                              f"{unknown[0]!r}{did_you_mean(unknown[0], names)}", file="plot", key="components")
+
+            raise ConfigError(
+                f"expected segments of the file's {prefix.rstrip('/')!r} ({', '.join(names)}), got "
+                f"{unknown[0]!r}{did_you_mean(unknown[0], names)}",
+                file="plot",
+                key="components",
+            )
         keep = [names.index(c) for c in components]
     else:  # the largest segments, plus the ones never summed into "other" (ALWAYS_SHOWN) when present
         keep = [i for i in order[:TOP_SEGMENTS] if data[i].sum() > 0]
@@ -150,8 +206,17 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
             k += 1
             st["hatch"] = HATCHES[(HATCHES.index(st["hatch"]) + 1) % len(HATCHES)] if k < len(HATCHES) else "/" * k
         used.add((st["color"], st["hatch"]))
-        ax.bar(x, vals * f, bottom=bottom, label=display(name), color=st["color"], hatch=st["hatch"],
-               edgecolor="white", linewidth=0.3, width=0.7)
+        ax.bar(
+            x,
+            vals * f,
+            bottom=bottom,
+            label=display(name),
+            color=st["color"],
+            hatch=st["hatch"],
+            edgecolor="white",
+            linewidth=0.3,
+            width=0.7,
+        )
         bottom += vals * f
     for c in ax.containers:  # a segment's bottom is "sticky"; a 0-height one on top of a stack would cut the margin
         for patch in c:
@@ -161,9 +226,12 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
     ax.grid(axis="x", visible=False)
     _mark_dnf(ax, x[dnf], ["black"] * int(dnf.sum()))
     h, lab = ax.get_legend_handles_labels()
-    order = [i for i in range(len(lab)) if lab[i] != DNF_LABEL][::-1] + [i for i in range(len(lab)) if lab[i] == DNF_LABEL]
-    ax.legend([h[i] for i in order], [lab[i] for i in order], loc="upper left", bbox_to_anchor=(1.0, 1.0),
-              fontsize=6)  # top to bottom as stacked
+    order = [i for i in range(len(lab)) if lab[i] != DNF_LABEL][::-1] + [
+        i for i in range(len(lab)) if lab[i] == DNF_LABEL
+    ]
+    ax.legend(
+        [h[i] for i in order], [lab[i] for i in order], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6
+    )  # top to bottom as stacked
     _units(ax, 1.0, f)
     if title:
         ax.set_title(title)
@@ -173,25 +241,48 @@ def _stacked(table, prefix: str, ylabel_name: str, unit: str, per_token: bool, w
 def latency_by_op(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None, **opts):
     """Stacked step latency per run, by op kind (--y PHASE: decode_step (default) or prefill)."""
     phase = y or "decode_step"
-    return _stacked(table, f"{phase}/time_s_by_op/", f"{_phase_name(phase)} latency", "s", False, width, title,
-                    components=components)
+    return _stacked(
+        table,
+        f"{phase}/time_s_by_op/",
+        f"{_phase_name(phase)} latency",
+        "s",
+        False,
+        width,
+        title,
+        components=components,
+    )
 
 
-def latency_by_device(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None,
-                      **opts):
+def latency_by_device(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None, **opts):
     """Stacked step latency per run, by device (--y PHASE: decode_step (default) or prefill)."""
     phase = y or "decode_step"
-    return _stacked(table, f"{phase}/time_s_by_device/", f"{_phase_name(phase)} latency", "s", False, width, title,
-                    components=components)
+    return _stacked(
+        table,
+        f"{phase}/time_s_by_device/",
+        f"{_phase_name(phase)} latency",
+        "s",
+        False,
+        width,
+        title,
+        components=components,
+    )
 
 
-def energy_breakdown(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None,
-                     **opts):
+def energy_breakdown(table, x=None, y=None, hue=None, z=None, width="single", title=None, components=None, **opts):
     """Stacked energy per generated token of a step, by component (DRAM, PIM, GPU, links), static energy
     by device (``static: <device>``); --components picks the segments (pim_compute is never in "other")."""
     phase = y or "decode_step"
-    return _stacked(table, f"{phase}/energy_j_by_component/", f"{_phase_name(phase)} energy", "J", True, width, title,
-                    split=("static", f"{phase}/static_energy_j_by_device/", "static"), components=components)
+    return _stacked(
+        table,
+        f"{phase}/energy_j_by_component/",
+        f"{_phase_name(phase)} energy",
+        "J",
+        True,
+        width,
+        title,
+        split=("static", f"{phase}/static_energy_j_by_device/", "static"),
+        components=components,
+    )
 
 
 def _phase_name(phase: str) -> str:
@@ -199,6 +290,7 @@ def _phase_name(phase: str) -> str:
 
 
 # ---------------------------------------------------------------- lines
+
 
 def _series_points(table, x, y, hue, replicate=None, what="line"):
     """{hue value: (xs, mean ys, (lo, hi) or None, does-not-fit xs)} with one point per (hue, x): the
@@ -212,14 +304,23 @@ def _series_points(table, x, y, hue, replicate=None, what="line"):
     reps = np.array([str(v) for v in table.col(replicate)]) if replicate else np.full(len(table), "")
     triples = list(zip(hs, xs, reps))
     if len(set(triples)) != len(triples):
-        others = [c for c in _varying(table, list(dict.fromkeys(["model", "scenario"] + table.parameters)))
-                  if c not in (x, hue, replicate) and c.split(".")[-1] != x]
-        raise ConfigError(f"several rows share a ({hue}, {x}{', ' + replicate if replicate else ''}) "
-                          f"{'triple' if replicate else 'pair'}; fix the other swept columns with --where "
-                          f"(varying: {', '.join(others) or 'none'})", file="plot")
+        others = [
+            c
+            for c in _varying(table, list(dict.fromkeys(["model", "scenario"] + table.parameters)))
+            if c not in (x, hue, replicate) and c.split(".")[-1] != x
+        ]
+        raise ConfigError(
+            f"several rows share a ({hue}, {x}{', ' + replicate if replicate else ''}) "
+            f"{'triple' if replicate else 'pair'}; fix the other swept columns with --where "
+            f"(varying: {', '.join(others) or 'none'})",
+            file="plot",
+        )
     lo_name, hi_name = f"{y}_ci_low", f"{y}_ci_high"
-    ci = (table.col(lo_name).astype(float), table.col(hi_name).astype(float)) \
-        if not replicate and table.has(lo_name) and table.has(hi_name) else None
+    ci = (
+        (table.col(lo_name).astype(float), table.col(hi_name).astype(float))
+        if not replicate and table.has(lo_name) and table.has(hi_name)
+        else None
+    )
     out = {}
     for h in dict.fromkeys(hs):
         m = hs == h
@@ -260,13 +361,13 @@ def _draw_series(ax, series, xf, yf):
             _mark_dnf(ax, bad * xf, [st["color"]] * len(bad), legend=False)
             any_dnf = True
     if any_dnf:
-        ax.plot([], [], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color="black",
-                label=DNF_LABEL)
+        ax.plot([], [], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color="black", label=DNF_LABEL)
 
 
 def _auto_log2(ax, xs):
     """A log2 x axis when positive x values span >= 16x, ticked at the values (<= 12 of them) as plain numbers."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
     pos = np.unique(xs[np.isfinite(xs)])
     if not (len(pos) and np.all(pos > 0) and pos.max() / pos.min() >= 16):
         return
@@ -302,13 +403,18 @@ def line(table, x=None, y=None, hue=None, z=None, width="single", title=None, re
 def _line_preset(xcol, ycol, doc):
     def recipe(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
         return line(table, x=x or xcol, y=y or ycol, hue=hue, width=width, title=title, **opts)
+
     recipe.__doc__ = doc
     return recipe
 
 
-throughput_vs_batch = _line_preset("batch_size", "decode_tokens_per_s", "Decode throughput vs batch size, one line per system.")
+throughput_vs_batch = _line_preset(
+    "batch_size", "decode_tokens_per_s", "Decode throughput vs batch size, one line per system."
+)
 tpot_vs_batch = _line_preset("batch_size", "tpot_s", "TPOT vs batch size, one line per system.")
-throughput_vs_context = _line_preset("prompt_len", "decode_tokens_per_s", "Decode throughput vs context length, one line per system.")
+throughput_vs_context = _line_preset(
+    "prompt_len", "decode_tokens_per_s", "Decode throughput vs context length, one line per system."
+)
 tpot_vs_context = _line_preset("prompt_len", "tpot_s", "TPOT vs context length, one line per system.")
 
 
@@ -338,8 +444,14 @@ def panels(table, x=None, y=None, hue=None, z=None, width="double", title=None, 
         ax.set_ylabel(yl)
         _units(ax, xf, yf)
     h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", bbox_to_anchor=(0.5, 0.9), ncol=min(len(lab), 5),
-               title=label_for(hue)[0] if hue not in ("system", "model") else None)
+    fig.legend(
+        h,
+        lab,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.9),
+        ncol=min(len(lab), 5),
+        title=label_for(hue)[0] if hue not in ("system", "model") else None,
+    )
     if title:  # above the shared legend
         fig.suptitle(title, y=1.0, va="bottom")
     return fig
@@ -347,10 +459,12 @@ def panels(table, x=None, y=None, hue=None, z=None, width="double", title=None, 
 
 # ---------------------------------------------------------------- ratio vs a baseline
 
+
 def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, baseline=None, **opts):
     """--y (default decode_tokens_per_s) / the --baseline system's at the same point, vs --x, one line per
     other system, with the y = 1 reference; ``vs_baseline.*`` columns (stores with a baseline) drawn as stored."""
     from attnsim.sim import results
+
     ratios = getattr(results, "BASELINE_RATIOS", ())  # (name, metric, higher_is_better) of vs_baseline columns
     if not x:
         raise ConfigError("the ratio recipe needs --x", file="plot")
@@ -358,25 +472,35 @@ def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, b
     baseline = baseline or (table.attrs.get("baseline") or None)
     y = y or "decode_tokens_per_s"
     if baseline is None:
-        raise ConfigError(f"the ratio recipe needs --baseline SYSTEM (one of: "
-                          f"{', '.join(dict.fromkeys(str(v) for v in table.col('system')))})", file="plot")
+        raise ConfigError(
+            f"the ratio recipe needs --baseline SYSTEM (one of: "
+            f"{', '.join(dict.fromkeys(str(v) for v in table.col('system')))})",
+            file="plot",
+        )
     if str(baseline) not in {str(v) for v in table.col(hue)}:
         raise ConfigError(f"expected a {hue} of the selected rows, got {baseline!r}", file="plot", key="--baseline")
     stored = {metric: name for name, metric, up in ratios if up}  # same formula: metric / baseline's
     col = y if y.startswith("vs_baseline.") else ("vs_baseline." + stored[y] if y in stored else None)
     use_col = col is not None and table.has(col) and table.attrs.get("baseline") == baseline
     if y.startswith("vs_baseline.") and not use_col:
-        raise ConfigError(f"the file has no {y} column against {baseline!r} (its baseline: "
-                          f"{table.attrs.get('baseline') or 'none'}); give a metric as --y", file="plot", key="--y")
+        raise ConfigError(
+            f"the file has no {y} column against {baseline!r} (its baseline: "
+            f"{table.attrs.get('baseline') or 'none'}); give a metric as --y",
+            file="plot",
+            key="--y",
+        )
     table = _ok(table, dnf=True)
     _need(table, "ratio")
     hs = np.array([str(v) for v in table.col(hue)])
-    keys = [c for c in _varying(table, list(dict.fromkeys(["model", "scenario"] + table.parameters)))
-            if c != hue and c.split(".")[-1] != hue and c.split(".")[-1] != x.split(".")[-1]]
+    keys = [
+        c
+        for c in _varying(table, list(dict.fromkeys(["model", "scenario"] + table.parameters)))
+        if c != hue and c.split(".")[-1] != hue and c.split(".")[-1] != x.split(".")[-1]
+    ]
     rowkey = list(zip(*[[str(v) for v in table.col(c)] for c in keys + [x]]))
     if use_col:
         vals = table.col(col).astype(float)
-        name = col[len("vs_baseline."):].replace("_", " ")
+        name = col[len("vs_baseline.") :].replace("_", " ")
         name = name[:1].upper() + name[1:]
     else:
         metric = table.col(y).astype(float)
@@ -386,17 +510,20 @@ def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, b
         name = label_for(y)[0].split(" (")[0]
     # a point whose own or whose baseline's run does not fit gets the capacity marker
     base_dnf = {k for i, k in enumerate(rowkey) if hs[i] == baseline and _status_is(table, DOES_NOT_FIT)[i]}
-    status = np.array([DOES_NOT_FIT if (s == DOES_NOT_FIT or k in base_dnf) else s
-                       for s, k in zip(table.col("status") if "status" in table.columns else ["ok"] * len(table),
-                                       rowkey)], dtype=object)
+    status = np.array(
+        [
+            DOES_NOT_FIT if (s == DOES_NOT_FIT or k in base_dnf) else s
+            for s, k in zip(table.col("status") if "status" in table.columns else ["ok"] * len(table), rowkey)
+        ],
+        dtype=object,
+    )
     keep = np.nonzero(hs != baseline)[0]
     t = _take(table, keep)
     t.columns = {**t.columns, "status": status[keep], "_ratio": vals[keep]}
     series, xs, ys = _series_points(t, x, "_ratio", hue, what="ratio")
     xl, xf = label_for(x, xs)
     fig, ax = new_figure(width)
-    ax.axhline(1.0, color="0.35", linewidth=0.8, linestyle=(0, (4, 2)), zorder=1,
-               label=f"{display(baseline)} (= 1)")
+    ax.axhline(1.0, color="0.35", linewidth=0.8, linestyle=(0, (4, 2)), zorder=1, label=f"{display(baseline)} (= 1)")
     _draw_series(ax, series, xf, 1.0)
     _auto_log2(ax, xs * xf)
     ax.set_xlabel(xl)
@@ -410,6 +537,7 @@ def ratio(table, x=None, y=None, hue=None, z=None, width="single", title=None, b
 
 
 # ---------------------------------------------------------------- heatmap
+
 
 def heatmap(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """A metric (--z) over two swept parameters (--x, --y); one row per cell (use --where)."""
@@ -426,7 +554,9 @@ def heatmap(table, x=None, y=None, hue=None, z=None, width="single", title=None,
     for a, b, v, bad in zip(xs.tolist(), ys.tolist(), zs, dnf):
         i, j = uy.index(b), ux.index(a)
         if (i, j) in seen:
-            raise ConfigError(f"several rows per ({x}, {y}) cell; fix the other swept columns with --where", file="plot")
+            raise ConfigError(
+                f"several rows per ({x}, {y}) cell; fix the other swept columns with --where", file="plot"
+            )
         seen.add((i, j))
         if bad:
             dnf_cells.append((j, i))
@@ -444,8 +574,7 @@ def heatmap(table, x=None, y=None, hue=None, z=None, width="single", title=None,
     cb.set_label(zl)
     if dnf_cells:
         cx, cy = zip(*dnf_cells)
-        ax.plot(cx, cy, marker="x", markersize=7, markeredgewidth=1.4, linestyle="none", color="black",
-                label=DNF_LABEL)
+        ax.plot(cx, cy, marker="x", markersize=7, markeredgewidth=1.4, linestyle="none", color="black", label=DNF_LABEL)
         ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), borderaxespad=0.2)
     if grid.size <= 64 and np.isfinite(grid).any():
         lo, hi = np.nanmin(grid), np.nanmax(grid)
@@ -454,8 +583,15 @@ def heatmap(table, x=None, y=None, hue=None, z=None, width="single", title=None,
                 if np.isfinite(grid[i, j]):
                     dark = (grid[i, j] - lo) < 0.5 * (hi - lo)
                     v = grid[i, j] * zf
-                    ax.text(j, i, f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}", ha="center", va="center", fontsize=6,
-                            color="white" if dark else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if dark else "black",
+                    )
     if title:
         ax.set_title(title, pad=18 if dnf_cells else 6)  # above the "does not fit" legend
     return fig
@@ -512,13 +648,28 @@ def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None, 
         hs = np.array([str(v) for v in table.col(hue)])
         for j, h in enumerate(dict.fromkeys(hs)):
             m = hs == h
-            ax.scatter(xs[m] * xf, ys[m] * yf, s=12, color=LINE_COLOURS[j % len(LINE_COLOURS)],
-                       marker=MARKERS[j % len(MARKERS)], label=display(h))
-    ax.plot(xs[front] * xf, ys[front] * yf, color="black", linewidth=0.8, linestyle="--", label="Pareto front",
-            zorder=3)
+            ax.scatter(
+                xs[m] * xf,
+                ys[m] * yf,
+                s=12,
+                color=LINE_COLOURS[j % len(LINE_COLOURS)],
+                marker=MARKERS[j % len(MARKERS)],
+                label=display(h),
+            )
+    ax.plot(
+        xs[front] * xf, ys[front] * yf, color="black", linewidth=0.8, linestyle="--", label="Pareto front", zorder=3
+    )
     if n_dnf:  # no metrics to place them by: counted in the legend
-        ax.plot([], [], marker="x", markersize=5, markeredgewidth=1.2, linestyle="none", color="black",
-                label=f"{DNF_LABEL} ({n_dnf} not drawn)")
+        ax.plot(
+            [],
+            [],
+            marker="x",
+            markersize=5,
+            markeredgewidth=1.2,
+            linestyle="none",
+            color="black",
+            label=f"{DNF_LABEL} ({n_dnf} not drawn)",
+        )
     ax.set_xlabel(xl + (" \u2191" if mx else " \u2193"))
     ax.set_ylabel(yl + (" \u2191" if my else " \u2193"))
     ax.legend()
@@ -531,29 +682,37 @@ def pareto(table, x=None, y=None, hue=None, z=None, width="single", title=None, 
 
 # ---------------------------------------------------------------- roofline
 
+
 def placed_ops(resolved: dict, step: str = "decode") -> dict:
     """Re-place one step of a stored point: per device role, per op row (op class, FLOPs, bytes, time)."""
     from attnsim.core.config import ConfigTree
-    from attnsim.sim.experiment import validate_tree
     from attnsim.hwmodels.system import build_system
     from attnsim.mapper.base import get_policy
+    from attnsim.sim.experiment import validate_tree
     from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
+
     files = {}
-    tree = ConfigTree(**{k: resolved[k] for k in ("experiment", "models", "systems", "hardware", "scenarios")},
-                      files=files)
+    tree = ConfigTree(
+        **{k: resolved[k] for k in ("experiment", "models", "systems", "hardware", "scenarios")}, files=files
+    )
     exp = validate_tree(tree)
-    (sname, sspec), = exp.systems.items()
-    (mname, model), = exp.models.items()
-    (_, sc), = exp.scenarios.items()
+    ((sname, sspec),) = exp.systems.items()
+    ((mname, model),) = exp.models.items()
+    ((_, sc),) = exp.scenarios.items()
     from attnsim.sim.runner import _replica_scenario
+
     system = build_system(sspec, tree.hardware, tree.file_of)
     tp = sspec.parallelism.tp
     policy = get_policy(sspec.mapper.policy, file=None)
     sc = _replica_scenario(sc, sspec.parallelism.replicas)  # as attnsim.sim.runner.simulate_generation places it
     final_ctx = sc.prompt_lens() + sc.output_len
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, final_ctx),
-          "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, final_ctx),
+        "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp),
+    }
     from attnsim.hwmodels.stack import sampler_cost
+
     plan = policy(build_trace(model, sc, step, tp=tp, sampler=sampler_cost(system)), system, mb, sspec.mapper.options)
     trace = plan.trace  # the placed rows: a mapper may split rows and add transfers (Plan.added)
     out = {}
@@ -566,19 +725,25 @@ def placed_ops(resolved: dict, step: str = "decode") -> dict:
         if c.flops is None or not c.bytes_by_level:
             continue
         level = max(c.bytes_by_level, key=lambda k: float(np.sum(c.bytes_by_level[k])))
-        out[str(role)] = {"ops": np.asarray(trace["cls"])[rows], "flops": np.asarray(c.flops, dtype=float),
-                          "bytes": np.asarray(c.bytes_by_level[level], dtype=float),
-                          "time_s": np.asarray(c.time_s, dtype=float), "level": level,
-                          "peak_flops": float(dev.peak_flops), "peak_bw": float(dev.peak_bandwidth_bytes_per_s),
-                          "device": getattr(dev, "name", role)}
+        out[str(role)] = {
+            "ops": np.asarray(trace["cls"])[rows],
+            "flops": np.asarray(c.flops, dtype=float),
+            "bytes": np.asarray(c.bytes_by_level[level], dtype=float),
+            "time_s": np.asarray(c.time_s, dtype=float),
+            "level": level,
+            "peak_flops": float(dev.peak_flops),
+            "peak_bw": float(dev.peak_bandwidth_bytes_per_s),
+            "device": getattr(dev, "name", role),
+        }
     return {"system": sname, "model": mname, "devices": out}
 
 
 def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """Roofline per device of one run (select it with --where) with its placed decode ops (--y prefill for prefill)."""
     if len(table) == 1 and _status_is(table, DOES_NOT_FIT)[0]:
-        raise ConfigError("the selected run does not fit in memory (status does_not_fit): nothing was placed",
-                          file="plot")
+        raise ConfigError(
+            "the selected run does not fit in memory (status does_not_fit): nothing was placed", file="plot"
+        )
     table = _ok(table)
     _need(table, "roofline")
     if len(table) != 1:
@@ -597,8 +762,9 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
         ridge = d["peak_flops"] / d["peak_bw"]
         hi = max(ai.max() if len(ai) else 1.0, ridge) * 4
         grid = np.geomspace(lo, hi, 200)
-        ax.loglog(grid, np.minimum(d["peak_flops"], grid * d["peak_bw"]) / 1e12, color="black", linewidth=1.0,
-                  label="roof")
+        ax.loglog(
+            grid, np.minimum(d["peak_flops"], grid * d["peak_bw"]) / 1e12, color="black", linewidth=1.0, label="roof"
+        )
         ops = d["ops"][ok]
         for op in dict.fromkeys(ops.tolist()):  # one colour + marker per op class, the same in every panel
             m = ops == op
@@ -617,15 +783,20 @@ def roofline(table, x=None, y=None, hue=None, z=None, width="single", title=None
 
 # ---------------------------------------------------------------- verdict flips (attnsim.studies.verdict)
 
+
 def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", title=None, **opts):
     """For one compared run: its throughput ratio against the baseline with each assumed parameter at its low
     and high end (bars from the default ratio), the default ratio and the 1.0 line (the verdict flips across it)."""
-    runs = [d for d in table.docs()
-            if isinstance(d.get("verdict_flips"), dict) and d["verdict_flips"].get("parameters")]
+    runs = [
+        d for d in table.docs() if isinstance(d.get("verdict_flips"), dict) and d["verdict_flips"].get("parameters")
+    ]
     if len(runs) != 1:
         names = ", ".join(f"system={d['system']} model={d['model']} scenario={d['scenario']['name']}" for d in runs)
-        raise ConfigError(f"expected one run with verdict flips (attnsim run with a baseline, attnsim sweep --flips; "
-                          f"select it with --where), got {len(runs)}" + (f": {names}" if names else ""), file="--where")
+        raise ConfigError(
+            f"expected one run with verdict flips (attnsim run with a baseline, attnsim sweep --flips; "
+            f"select it with --where), got {len(runs)}" + (f": {names}" if names else ""),
+            file="--where",
+        )
     d = runs[0]
     sec = d["verdict_flips"]
     r0 = sec["ratio_base"]
@@ -633,15 +804,23 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
     rows = sorted(sec["parameters"], key=lambda r: abs(val(r["ratio_high"]) - val(r["ratio_low"])))
     fig, ax = new_figure(width, aspect=max(0.35, 0.09 * len(rows) + 0.25))
     yy = np.arange(len(rows))
-    ax.barh(yy, [val(r["ratio_low"]) - r0 for r in rows], left=r0, height=0.6, color=OKABE_ITO[0],
-            label="parameter at low")
-    ax.barh(yy, [val(r["ratio_high"]) - r0 for r in rows], left=r0, height=0.35, color=OKABE_ITO[4],
-            label="parameter at high")
+    ax.barh(
+        yy, [val(r["ratio_low"]) - r0 for r in rows], left=r0, height=0.6, color=OKABE_ITO[0], label="parameter at low"
+    )
+    ax.barh(
+        yy,
+        [val(r["ratio_high"]) - r0 for r in rows],
+        left=r0,
+        height=0.35,
+        color=OKABE_ITO[4],
+        label="parameter at high",
+    )
     ax.axvline(r0, color="black", linewidth=0.6, label=f"default ({r0:.3g}\u00d7)")
     ax.axvline(1.0, color=LINE_COLOURS[1], linestyle="--", linewidth=0.8, label="1\u00d7 (verdict flips)")
     ax.set_yticks(yy)
-    ax.set_yticklabels([r["parameter"].removeprefix("hardware.") + (" *" if r["flips"] else "") for r in rows],
-                       fontsize=5)
+    ax.set_yticklabels(
+        [r["parameter"].removeprefix("hardware.") + (" *" if r["flips"] else "") for r in rows], fontsize=5
+    )
     ax.set_xlabel(f"Throughput vs {display(sec['baseline'])} (\u00d7)")
     ax.set_ylabel("Assumed parameter (* flips)")
     _units(ax)
@@ -652,18 +831,23 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
 
 # ---------------------------------------------------------------- attnsim plan
 
+
 def plan_front(doc: dict, width="double", title=None, logx=None):
     """The front of an ``attnsim plan`` document (``attnsim plan -o PLAN.json``): TPOT and energy per token
     against the relative attention error (the accuracy proxy), one panel each; the Pareto front as a line, the
     chosen plan (star) and the configured placement "as run" (square); each SLO as a dashed line."""
     try:
-        front = [(float(f["rel_attention_error"]), float(f["tpot_s"]), float(f["energy_per_token_j"]))
-                 for f in doc["front"]]
-        marks = [(name, float(doc[k]["rel_attention_error"]), float(doc[k]["tpot_s"]),
-                  float(doc[k]["energy_per_token_j"])) for name, k in (("plan", "plan"), ("as run", "configured"))]
+        front = [
+            (float(f["rel_attention_error"]), float(f["tpot_s"]), float(f["energy_per_token_j"])) for f in doc["front"]
+        ]
+        marks = [
+            (name, float(doc[k]["rel_attention_error"]), float(doc[k]["tpot_s"]), float(doc[k]["energy_per_token_j"]))
+            for name, k in (("plan", "plan"), ("as run", "configured"))
+        ]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"expected an attnsim plan document (front, plan, configured), got none ({exc})",
-                          file="plan") from None
+        raise ConfigError(
+            f"expected an attnsim plan document (front, plan, configured), got none ({exc})", file="plan"
+        ) from None
     if not front:
         raise ConfigError("the plan document has an empty front (attnsim plan --front-points)", file="plan")
     fr = np.array(front)
@@ -674,8 +858,16 @@ def plan_front(doc: dict, width="double", title=None, logx=None):
         yl, yf = label_for(col, np.concatenate([fr[:, j], [m[j + 1] for m in marks]]))
         ax.plot(fr[:, 0], fr[:, j] * yf, label="Pareto front", **series_style(0))
         for k, (name, err, tpot, e) in enumerate(marks):
-            ax.plot([err], [(tpot, e)[j - 1] * yf], linestyle="none", marker="*" if k == 0 else "s",
-                    markersize=8 if k == 0 else 5, color=LINE_COLOURS[1 + k], label=name, zorder=4)
+            ax.plot(
+                [err],
+                [(tpot, e)[j - 1] * yf],
+                linestyle="none",
+                marker="*" if k == 0 else "s",
+                markersize=8 if k == 0 else 5,
+                color=LINE_COLOURS[1 + k],
+                label=name,
+                zorder=4,
+            )
         acc = slos.get("accuracy")
         if acc:
             ax.axvline(float(acc["limit"]), color="0.35", linestyle="--", linewidth=0.8, label="accuracy SLO")
@@ -700,6 +892,7 @@ def plan_front(doc: dict, width="double", title=None, logx=None):
 
 # ---------------------------------------------------------------- reproductions (attnsim validate --figures)
 
+
 def reproduction(rows, width="single", title=None):
     """attnsim / reference per row of a reproduction (:class:`attnsim.studies.validate.Row` s): a dot per row on
     its tolerance band around 1, coloured by role (calibration in-sample, validation held out)."""
@@ -720,10 +913,20 @@ def reproduction(rows, width="single", title=None):
             ax.scatter(ratio[m], y[m], s=16, color=colour, marker="o", label=f"{role}", zorder=3)
     bad = np.array([not r.ok for r in rows])
     if bad.any():
-        ax.scatter(ratio[bad], y[bad], s=40, facecolors="none", edgecolors=LINE_COLOURS[1], marker="o",
-                   label="outside tolerance", zorder=4)
+        ax.scatter(
+            ratio[bad],
+            y[bad],
+            s=40,
+            facecolors="none",
+            edgecolors=LINE_COLOURS[1],
+            marker="o",
+            label="outside tolerance",
+            zorder=4,
+        )
     ax.set_yticks(y)
-    ax.set_yticklabels([r.name if len(r.name) <= 48 else r.name[:23] + "\u2026" + r.name[-24:] for r in rows], fontsize=5)
+    ax.set_yticklabels(
+        [r.name if len(r.name) <= 48 else r.name[:23] + "\u2026" + r.name[-24:] for r in rows], fontsize=5
+    )
     ax.set_xlabel("attnsim / reference (dimensionless)")
     lo, hi = min(ratio.min(), (1 - tol).min()), max(ratio.max(), (1 + tol).max())
     pad = 0.05 * (hi - lo)
@@ -739,12 +942,16 @@ def waterfall(wf, rows=None, width="double", title=None):
     row a panel of bars, the artefact's number, attnsim with every assumption, then after each assumption is
     removed (in the file's order), ending at attnsim's defaults; a run that did not complete is marked with its
     status. ``rows``: names or indices of the rows to draw (default: every row, at most 12)."""
-    idx = list(range(len(wf.rows))) if rows is None else [
-        r if isinstance(r, int) else next((i for i, x in enumerate(wf.rows) if x.name == r), -1) for r in rows]
+    idx = (
+        list(range(len(wf.rows)))
+        if rows is None
+        else [r if isinstance(r, int) else next((i for i, x in enumerate(wf.rows) if x.name == r), -1) for r in rows]
+    )
     bad = [r for r, i in zip(rows or idx, idx) if not 0 <= i < len(wf.rows)]
     if bad:
-        raise ConfigError(f"expected row names or indices of reproduction {wf.system}, got {bad[0]!r}",
-                          file="waterfall")
+        raise ConfigError(
+            f"expected row names or indices of reproduction {wf.system}, got {bad[0]!r}", file="waterfall"
+        )
     if not idx or len(idx) > 12:
         raise ConfigError(f"expected 1 to 12 rows in a waterfall figure, got {len(idx)}", file="waterfall")
     cols = min(3, len(idx))
@@ -769,7 +976,7 @@ def waterfall(wf, rows=None, width="double", title=None):
         ax.set_xticklabels(labels if last_row else [], rotation=35, ha="right", fontsize=4.5)
         ax.set_ylim(0, max(vals + [wf.rows[i].reference]) * 1.15)
         ax.set_title(textwrap.fill(wf.rows[i].name, 48), fontsize=4.5)
-    for ax in axes[len(idx):]:
+    for ax in axes[len(idx) :]:
         ax.set_visible(False)
     fig.subplots_adjust(hspace=0.55, wspace=0.3)
     if title:  # the figure's title in its own 0.15 in band above the top panels' titles (two lines of 4.5 pt)
@@ -781,14 +988,17 @@ def waterfall(wf, rows=None, width="double", title=None):
 
 # ---------------------------------------------------------------- sensitivity (attnsim sensitivity)
 
+
 def tornado(doc: dict, output: str, width="single", title=None):
     """One output of an :mod:`attnsim.studies.sensitivity` document per parameter: OAT bars from the base to
     the value at the parameter's low and high end (relative change, largest swing on top; a ratio's
     1.0 drawn as a dashed line); Morris mu* / |base| or Sobol S_T bars for the sampled methods."""
     rows = [r for r in doc["rows"] if r["output"] == output]
     if not rows:
-        raise ConfigError(f"expected an output of the sensitivity result ({', '.join(doc['base'])}), got {output!r}",
-                          file="--figure-output")
+        raise ConfigError(
+            f"expected an output of the sensitivity result ({', '.join(doc['base'])}), got {output!r}",
+            file="--figure-output",
+        )
     base = doc["base"][output]
     fig, ax = new_figure(width, aspect=max(0.35, 0.09 * len(rows) + 0.2))
     if doc["method"] == "oat":
@@ -802,7 +1012,9 @@ def tornado(doc: dict, output: str, width="single", title=None):
             ax.axvline(rel(1.0), color=OKABE_ITO[5], linestyle="--", linewidth=0.8, label="ratio = 1 (verdict flips)")
         ax.set_xlabel(f"change of {output.split(':', 1)[1]} vs base {'-' if base is None else f'{base:.4g}'} (%)")
     else:
-        key, what = ("mu_star", "Morris \u03bc* / |base|") if doc["method"] == "morris" else ("ST", "Sobol total index S_T")
+        key, what = (
+            ("mu_star", "Morris \u03bc* / |base|") if doc["method"] == "morris" else ("ST", "Sobol total index S_T")
+        )
         scale = abs(base) if key == "mu_star" and base else 1.0
         rows = sorted(rows, key=lambda r: abs(r[key] or 0.0))
         y = np.arange(len(rows))

@@ -10,6 +10,7 @@ tail a paper reports). ``load`` re-serves an experiment at each arrival rate
 (``experiment.serving.trace.rate_per_s``) and draws SLO attainment and goodput per system.
 Uses the paper style of attnsim.plots.style (Okabe-Ito palette, IEEE column widths).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,9 @@ _SLO = {"ttft_s": "slo_ttft_s", "tpot_s": "slo_tpot_s"}  # run metrics holding t
 
 def _read_requests(path) -> tuple[np.ndarray, list]:
     import h5py
+
     from attnsim.core.config import ConfigError
+
     with h5py.File(path, "r") as f:
         if "requests" not in f:
             raise ConfigError("not an attnsim serve results file (no /requests)", file=str(path))
@@ -35,6 +38,7 @@ def _read_requests(path) -> tuple[np.ndarray, list]:
 def read_slos(path) -> dict:
     """{panel column: sorted distinct SLO values (s)} over the ok runs of a serve results file."""
     from attnsim.studies.sweep.store import read_results
+
     out: dict = {}
     for d in read_results(path)[1]:
         for col, key in _SLO.items():
@@ -51,6 +55,7 @@ def cdf_figure(requests: np.ndarray, ccdf: bool = False, slos: dict | None = Non
     from attnsim.core.config import ConfigError
     from attnsim.plots.labels import display
     from attnsim.plots.ticks import fit_ticks
+
     if len(requests) == 0:
         raise ConfigError("no requests to plot", file="plot")
     fig, axes = new_figure("double", aspect=0.42, ncols=3, sharey=True)
@@ -73,8 +78,14 @@ def cdf_figure(requests: np.ndarray, ccdf: bool = False, slos: dict | None = Non
         ax.set_xlabel(name)
         if ccdf:
             for v in (slos or {}).get(col, []):
-                ax.axvline(v * (1e3 if col == "tpot_s" else 1.0), color="0.3", linewidth=0.8, linestyle=(0, (1, 1)),
-                           label=slo_label, gid="slo")
+                ax.axvline(
+                    v * (1e3 if col == "tpot_s" else 1.0),
+                    color="0.3",
+                    linewidth=0.8,
+                    linestyle=(0, (1, 1)),
+                    label=slo_label,
+                    gid="slo",
+                )
                 slo_label = "_nolegend_"
         if logx or (logx is None and ccdf):  # tails span decades: log x by default on a CCDF
             ax.set_xscale("log")
@@ -97,14 +108,23 @@ def cdf_figure(requests: np.ndarray, ccdf: bool = False, slos: dict | None = Non
     return fig
 
 
-def latency_cdf(requests: np.ndarray, out, ccdf: bool = False, slos: dict | None = None, logx=None,
-                labels: dict | None = None, font=None) -> list[Path]:
+def latency_cdf(
+    requests: np.ndarray,
+    out,
+    ccdf: bool = False,
+    slos: dict | None = None,
+    logx=None,
+    labels: dict | None = None,
+    font=None,
+) -> list[Path]:
     """Render :func:`cdf_figure` to ``out`` (+ PDF/PNG sibling) with display ``labels`` and ``font``."""
     from attnsim.plots.labels import active
+
     with paper_style(font), active(labels):
         fig = cdf_figure(requests, ccdf=ccdf, slos=slos, logx=logx)
         paths = save(fig, out)
     import matplotlib.pyplot as plt
+
     plt.close(fig)
     return paths
 
@@ -112,17 +132,26 @@ def latency_cdf(requests: np.ndarray, out, ccdf: bool = False, slos: dict | None
 def slo_vs_load(experiment: str, rates: list[float], out, sets=None) -> tuple[list[Path], dict]:
     """Serve ``experiment`` at each rate; plot SLO attainment and goodput per system."""
     from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
+
     table: dict = {}
     for rate in rates:
-        exp, sv = load_serving_experiment(experiment, list(sets or ()) + [f"experiment.serving.trace.rate_per_s={rate}"])
+        exp, sv = load_serving_experiment(
+            experiment, list(sets or ()) + [f"experiment.serving.trace.rate_per_s={rate}"]
+        )
         for d in serve_experiment(exp, sv):
             ok = d["status"] == "ok"
             m = d.get("metrics", {})
-            table.setdefault(d["system"], []).append((rate, m.get("slo_attainment", 0.0) if ok else np.nan,
-                                                      m.get("goodput_rps") if ok and m.get("goodput_rps") is not None else np.nan))
+            table.setdefault(d["system"], []).append(
+                (
+                    rate,
+                    m.get("slo_attainment", 0.0) if ok else np.nan,
+                    m.get("goodput_rps") if ok and m.get("goodput_rps") is not None else np.nan,
+                )
+            )
     with paper_style():
         fig, axes = new_figure("double", aspect=0.35, ncols=2)
         from attnsim.plots.labels import display
+
         for j, (name, rows) in enumerate(table.items()):
             r = np.array(rows)
             axes[0].plot(r[:, 0], 100 * r[:, 1], label=display(name), **series_style(j))
@@ -135,13 +164,15 @@ def slo_vs_load(experiment: str, rates: list[float], out, sets=None) -> tuple[li
         axes[0].legend(loc="lower left")
         paths = save(fig, out)
     import matplotlib.pyplot as plt
+
     plt.close(fig)
     return paths, table
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnsim.plots.serve", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m attnsim.plots.serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="what", required=True)
     c = sub.add_parser("cdf")
     c.add_argument("results")

@@ -13,15 +13,16 @@
   ``mpl-data/fonts`` (:func:`resolve_font`), so installed system fonts never change a figure;
   ``font: serif`` is the bundled DejaVu Serif, any other value an installed family or a .ttf/.otf file.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
 
+import matplotlib
+
 from attnsim.core.outputs import figure_paths  # noqa: F401 - re-exported (it lives beside check_output)
 from attnsim.plots.labels import KNOWN, OP_CLASSES  # noqa: F401 - re-exported (label data lives in labels)
-
-import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -41,17 +42,57 @@ DASHES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1))]
 
 # One style per op class (workloads/optrace.py OP_CLASSES, in its order), the same in every panel and figure
 # (roofline): colour from LINE_COLOURS (>= 3:1 on white) and a marker, so the 8 classes stay apart with 5 colours.
-OP_CLASS_STYLE = {c: {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "marker": MARKERS[i]}
-                  for i, c in enumerate(OP_CLASSES)}
+OP_CLASS_STYLE = {
+    c: {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "marker": MARKERS[i]} for i, c in enumerate(OP_CLASSES)
+}
 
 # One fill per stacked-bar segment name (energy components, devices, ops), the same in every figure: the
 # known names in this order cycle through the Okabe-Ito colours, then through the hatches.
-SEGMENTS = ("dram_read_write", "dram_activate", "dram_io", "dram_background", "dram_refresh", "pim_compute",
-            "compute", "sram", "link", "ecc", "static", "active",
-            "gpu", "pim", "pnm", "npu", "host", "cpu", "link:gpu_pim", "link:nvlink", "link:cxl", "link:pcie",
-            "qkv_proj", "attn_score", "attn_context", "softmax", "out_proj", "mlp_up", "mlp_down", "mlp_act",
-            "lm_head", "embedding", "rope", "attn_norm", "ffn_norm", "final_norm", "attn_residual",
-            "ffn_residual", "attn_allreduce", "mlp_allreduce", "pim_send_q_kv", "pim_recv_out", "pim_write_kv")
+SEGMENTS = (
+    "dram_read_write",
+    "dram_activate",
+    "dram_io",
+    "dram_background",
+    "dram_refresh",
+    "pim_compute",
+    "compute",
+    "sram",
+    "link",
+    "ecc",
+    "static",
+    "active",
+    "gpu",
+    "pim",
+    "pnm",
+    "npu",
+    "host",
+    "cpu",
+    "link:gpu_pim",
+    "link:nvlink",
+    "link:cxl",
+    "link:pcie",
+    "qkv_proj",
+    "attn_score",
+    "attn_context",
+    "softmax",
+    "out_proj",
+    "mlp_up",
+    "mlp_down",
+    "mlp_act",
+    "lm_head",
+    "embedding",
+    "rope",
+    "attn_norm",
+    "ffn_norm",
+    "final_norm",
+    "attn_residual",
+    "ffn_residual",
+    "attn_allreduce",
+    "mlp_allreduce",
+    "pim_send_q_kv",
+    "pim_recv_out",
+    "pim_write_kv",
+)
 
 
 def op_class_style(cls: str) -> dict:
@@ -59,6 +100,7 @@ def op_class_style(cls: str) -> dict:
     if cls in OP_CLASS_STYLE:
         return dict(OP_CLASS_STYLE[cls])
     import zlib
+
     i = zlib.crc32(str(cls).encode())
     return {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "marker": MARKERS[i % len(MARKERS)]}
 
@@ -67,6 +109,7 @@ def segment_style(name: str) -> dict:
     """Fill colour and hatch of a stacked-bar segment: fixed per name (:data:`SEGMENTS`; ``static: gpu`` as
     ``static``'s colour with its device's hatch; "other" grey; another name a stable pick by its text)."""
     import zlib
+
     name = str(name)
     if name == "other":
         return {"color": "#BBBBBB", "hatch": ""}
@@ -89,6 +132,7 @@ def series_style(j: int, marker: bool = True) -> dict:
 def relative_luminance(colour) -> float:
     """WCAG 2.1 relative luminance of an sRGB colour (any matplotlib colour spec)."""
     from matplotlib.colors import to_rgb
+
     c = np.array(to_rgb(colour))
     lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
     return float(lin @ np.array([0.2126, 0.7152, 0.0722]))
@@ -111,7 +155,9 @@ def resolve_font(font=None, file=None, key="font") -> tuple[str, Path]:
     DejaVu Serif, a path ending in .ttf/.otf -> that file, else an installed family (refused when none
     matches: matplotlib would silently substitute another font)."""
     from matplotlib import font_manager as fm
+
     from attnsim.core.config import ConfigError
+
     font = DEFAULT_FONT if font in (None, "") else str(font)
     if font in BUNDLED_FONTS:
         path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / BUNDLED_FONTS[font]
@@ -122,19 +168,28 @@ def resolve_font(font=None, file=None, key="font") -> tuple[str, Path]:
         try:
             fm.fontManager.addfont(str(path))
         except Exception as exc:  # noqa: BLE001 - FreeType's error for a file that is not a font
-            raise ConfigError(f"expected a TrueType/OpenType font file, got {font!r} ({exc})", file=file,
-                              key=key) from None
+            raise ConfigError(
+                f"expected a TrueType/OpenType font file, got {font!r} ({exc})", file=file, key=key
+            ) from None
     else:
         try:
             path = Path(fm.findfont(fm.FontProperties(family=font), fallback_to_default=False))
         except ValueError:
-            raise ConfigError(f"expected 'sans', 'serif' (bundled), an installed font family or a .ttf/.otf file, "
-                              f"got {font!r} (no such font installed)", file=file, key=key) from None
+            raise ConfigError(
+                f"expected 'sans', 'serif' (bundled), an installed font family or a .ttf/.otf file, "
+                f"got {font!r} (no such font installed)",
+                file=file,
+                key=key,
+            ) from None
     name = fm.FontProperties(fname=str(path)).get_name()
     found = Path(fm.findfont(fm.FontProperties(family=[name]), fallback_to_default=False))
     if found.resolve() != path.resolve():  # text is drawn by family name: another file of that name would win
-        raise ConfigError(f"expected a font whose family name {name!r} no other installed font has, got {font!r} "
-                          f"({found} has it too)", file=file, key=key)
+        raise ConfigError(
+            f"expected a font whose family name {name!r} no other installed font has, got {font!r} "
+            f"({found} has it too)",
+            file=file,
+            key=key,
+        )
     return name, path
 
 
@@ -142,13 +197,26 @@ RC = {
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans"],
     "mathtext.fontset": "dejavusans",
-    "font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8, "legend.fontsize": 7,
-    "xtick.labelsize": 7, "ytick.labelsize": 7,
+    "font.size": 8,
+    "axes.labelsize": 8,
+    "axes.titlesize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
     "axes.prop_cycle": matplotlib.cycler(color=LINE_COLOURS) + matplotlib.cycler(linestyle=DASHES),
-    "axes.grid": True, "grid.linewidth": 0.4, "grid.alpha": 0.5, "axes.axisbelow": True,
-    "axes.linewidth": 0.6, "lines.linewidth": 1.2, "lines.markersize": 4,
-    "legend.frameon": False, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,
-    "pdf.fonttype": 42, "ps.fonttype": 42, "image.cmap": "viridis",
+    "axes.grid": True,
+    "grid.linewidth": 0.4,
+    "grid.alpha": 0.5,
+    "axes.axisbelow": True,
+    "axes.linewidth": 0.6,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 4,
+    "legend.frameon": False,
+    "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.02,
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "image.cmap": "viridis",
 }
 
 
@@ -174,11 +242,16 @@ def save(fig, out: str | Path, dpi: int = 300) -> list[Path]:
     """Write ``out`` and its sibling in the other format (vector PDF + PNG), each atomically with the
     umask's mode (:mod:`attnsim.core.fileio`); returns both paths."""
     from attnsim.core.fileio import atomic_path
+
     paths = figure_paths(out, create=True)
     paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
         # no creation date / software stamp: the same results give byte-identical figures
-        meta = {"CreationDate": None} if p.suffix == ".pdf" else ({"Date": None} if p.suffix == ".svg" else {"Software": None})
+        meta = (
+            {"CreationDate": None}
+            if p.suffix == ".pdf"
+            else ({"Date": None} if p.suffix == ".svg" else {"Software": None})
+        )
         with atomic_path(p, suffix=p.suffix, fsync=False) as tmp:
             fig.savefig(tmp, dpi=dpi, metadata=meta, format=p.suffix.lower()[1:])
     return paths
@@ -207,25 +280,41 @@ def scale_for(values, unit: str) -> tuple[float, str]:
 
 
 # longest first: "_per_s" (a rate) before "_s"
-_SUFFIX_UNITS = {"_per_s": "1/s", "_rps": "requests/s", "_s": "s", "_ns": "ns", "_j": "J", "_pj": "pJ", "_w": "W",
-                 "_bytes": "B", "_gbps": "GB/s", "_ratio": None, "_count": None, "_tokens": "tokens"}
+_SUFFIX_UNITS = {
+    "_per_s": "1/s",
+    "_rps": "requests/s",
+    "_s": "s",
+    "_ns": "ns",
+    "_j": "J",
+    "_pj": "pJ",
+    "_w": "W",
+    "_bytes": "B",
+    "_gbps": "GB/s",
+    "_ratio": None,
+    "_count": None,
+    "_tokens": "tokens",
+}
 _STAT = {"ttft": "TTFT", "tpot": "TPOT", "latency": "Latency", "queue": "Queueing delay"}
 # the units an axis can show a column in (``unit.<column>`` label key): factor from the stored SI value
-UNIT_SCALES = {"s": {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "ns": 1e9, "min": 1 / 60, "h": 1 / 3600},
-               "J": {"J": 1.0, "mJ": 1e3, "uJ": 1e6, "\u00b5J": 1e6, "nJ": 1e9, "kJ": 1e-3},
-               "W": {"W": 1.0, "mW": 1e3, "kW": 1e-3, "MW": 1e-6},
-               "B": {"B": 1.0, "kB": 1e-3, "MB": 1e-6, "GB": 1e-9, "TB": 1e-12}}
+UNIT_SCALES = {
+    "s": {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "ns": 1e9, "min": 1 / 60, "h": 1 / 3600},
+    "J": {"J": 1.0, "mJ": 1e3, "uJ": 1e6, "\u00b5J": 1e6, "nJ": 1e9, "kJ": 1e-3},
+    "W": {"W": 1.0, "mW": 1e3, "kW": 1e-3, "MW": 1e-6},
+    "B": {"B": 1.0, "kB": 1e-3, "MB": 1e-6, "GB": 1e-9, "TB": 1e-12},
+}
 
 
 def _name_unit(column: str) -> tuple[str, str | None]:
     """(axis name, stored unit) of a column, before any user label."""
     import re
+
     short = column.split(".")[-1]
     if column.startswith(("scenario.", "scenarios.")) and short in ("batch_size", "prompt_len", "output_len"):
         return KNOWN[short]
     if column in KNOWN or short in KNOWN:
         return KNOWN.get(column) or KNOWN[short]
     from attnsim.studies.sweep.table import UNIT_NAMES
+
     stored = next((k for k, v in UNIT_NAMES.items() if v == short), None)  # batch_size_count -> batch_size
     if stored in KNOWN:
         return KNOWN[stored]
@@ -250,18 +339,23 @@ def check_units(labels: dict, file=None, key: str = "labels") -> None:
     """Each ``unit.<column>`` label names a unit of that column's kind (:data:`UNIT_SCALES`)."""
     from attnsim.core.config import ConfigError
     from attnsim.plots.labels import UNIT_PREFIX
+
     for k, v in labels.items():
         if k.startswith(UNIT_PREFIX):
-            base = column_unit(k[len(UNIT_PREFIX):])
+            base = column_unit(k[len(UNIT_PREFIX) :])
             ok = UNIT_SCALES.get(base, {})
             if v not in ok:
-                raise ConfigError(f"expected one of {', '.join(ok) or 'no unit (the column has no scalable unit)'}, "
-                                  f"got {v!r}", file=file, key=f"{key}.{k}")
+                raise ConfigError(
+                    f"expected one of {', '.join(ok) or 'no unit (the column has no scalable unit)'}, got {v!r}",
+                    file=file,
+                    key=f"{key}.{k}",
+                )
 
 
 def _user(column: str, labels: dict, prefix: str = ""):
     """The user's label for ``column`` under its stored, unit-suffixed or short name, else None."""
     from attnsim.studies.sweep.table import unit_name
+
     for n in (column, unit_name(column), column.split(".")[-1]):
         if prefix + n in labels:
             return labels[prefix + n]
@@ -273,6 +367,7 @@ def label_for(column: str, values=None) -> tuple[str, float]:
     labels (:mod:`attnsim.plots.labels`) may rename the axis (``<column>: text``; ``{unit}`` in the text
     places the unit) and pin its unit (``unit.<column>: ms``)."""
     from attnsim.plots.labels import UNIT_PREFIX, user_labels
+
     labels = user_labels()
     name, unit = _name_unit(column)
     name = _user(column, labels) or name

@@ -3,10 +3,12 @@
 :func:`fit_ticks` draws the figure once (Agg, no file) and, per axis whose tick labels' text bounding
 boxes (``get_window_extent``) overlap: categorical (not numeric) labels at fixed ticks are
 tried wrapped at ", " / spaces, then rotated 30, 45 and 90 degrees, then set smaller (down to
-:data:`MIN_PT`), and finally thinned (every k-th label kept); numeric ticks are thinned by fixing the locator to every k-th tick. Minor tick labels
-(log axes) that collide are dropped first. The result is checked again after each change. Log axes
+:data:`MIN_PT`), and finally thinned (every k-th label kept); numeric ticks are thinned by fixing the locator to every
+k-th tick. Minor tick labels (log axes) that collide are dropped first. The result is checked again after each change.
+Log axes
 spanning under 3 decades are labelled with plain numbers (:func:`plain_log_ticks`).
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -20,8 +22,9 @@ MIN_PT = 5.0  # smallest tick label size tried before labels are thinned (IEEE f
 
 def _labels(axis, renderer, which="both"):
     out = []
-    ticks = (axis.get_major_ticks() if which in ("both", "major") else []) + \
-        (axis.get_minor_ticks() if which in ("both", "minor") else [])
+    ticks = (axis.get_major_ticks() if which in ("both", "major") else []) + (
+        axis.get_minor_ticks() if which in ("both", "minor") else []
+    )
     lo, hi = sorted(axis.get_view_interval())
     for t in ticks:
         lab = t.label1
@@ -37,7 +40,7 @@ def overlapping(boxes, gap=GAP_PX) -> bool:
     """Whether any two of the boxes (matplotlib Bbox) overlap or come within ``gap`` pixels."""
     for i in range(len(boxes)):
         a = boxes[i]
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             if a.x0 < b.x1 + gap and b.x0 < a.x1 + gap and a.y0 < b.y1 + gap and b.y0 < a.y1 + gap:
                 return True
     return False
@@ -120,12 +123,17 @@ def plain_log_ticks(axis) -> None:
     """Log-axis tick labels as plain numbers (0.01, 0.02, 0.05, 0.1, ...) rather than 10^k when the
     axis spans under 3 decades; labels of 2x/5x minor ticks that collide are dropped by :func:`fit_ticks`."""
     lo, hi = sorted(axis.get_view_interval())
-    if axis.get_scale() != "log" or not (lo > 0 and hi / lo < 1e3) or isinstance(axis.get_major_locator(), FixedLocator):
+    if (
+        axis.get_scale() != "log"
+        or not (lo > 0 and hi / lo < 1e3)
+        or isinstance(axis.get_major_locator(), FixedLocator)
+    ):
         return
 
     def minor(v, _):
         m = v / 10 ** np.floor(np.log10(v) + 1e-9)
         return f"{v:g}" if round(m) in (2, 5) and abs(m - round(m)) < 1e-6 else ""
+
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(FuncFormatter(minor))
 

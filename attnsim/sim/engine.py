@@ -13,6 +13,7 @@ Definitions used in every report (see docs/reference/metrics.md):
 - tokens/s: generated tokens (batch x output_len x replicas) / (TTFT + decode time).
 - J/token: all energy (dynamic + static of every device in the system) / generated tokens.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -66,16 +67,28 @@ class StepResult:
         self.time_s_layers_run += w * other.time_s_layers_run
         self.flops += w * other.flops
         self.static_energy_j += w * other.static_energy_j
-        for name in ("energy_j_by_component", "time_s_by_op", "time_s_by_device", "time_s_by_bound", "energy_j_by_op",
-                     "energy_j_by_device", "bytes_by_device", "static_energy_j_by_device",
-                     "static_energy_j_by_part"):
+        for name in (
+            "energy_j_by_component",
+            "time_s_by_op",
+            "time_s_by_device",
+            "time_s_by_bound",
+            "energy_j_by_op",
+            "energy_j_by_device",
+            "bytes_by_device",
+            "static_energy_j_by_device",
+            "static_energy_j_by_part",
+        ):
             mine, theirs = getattr(self, name), getattr(other, name)
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0.0) + w * v
         from attnsim.hwmodels.pim_mapping import combine
+
         for op, m in other.pim_mapping.items():
-            self.pim_mapping[op] = combine(self.pim_mapping[op], m, w) if op in self.pim_mapping else \
-                dict(m, merge_s=float(w * m["merge_s"]))
+            self.pim_mapping[op] = (
+                combine(self.pim_mapping[op], m, w)
+                if op in self.pim_mapping
+                else dict(m, merge_s=float(w * m["merge_s"]))
+            )
 
     def scaled(self, w: float) -> "StepResult":
         out = StepResult()
@@ -201,6 +214,7 @@ def _assemble(plan, system, row_time, row_energy, row_bytes, row_flops) -> StepR
     res.row_energy_j, res.row_bytes = row_e_total, dict(row_bytes)
     res.row_bound = getattr(plan, "row_bound", None)
     from attnsim.hwmodels.pim_mapping import summarize
+
     res.pim_mapping = summarize(ops, trace["count"], res.row_mapping)
     _add(res.time_s_by_op, ops, row_time)
     bound = getattr(plan, "row_bound", None)
@@ -222,6 +236,7 @@ def cost_step(plan, system) -> StepResult:
     eff = _effective_times(plan, row_time)
     if plan.pim_schedule:  # unified NPU-PIM memory: PIM access scheduling (hwmodels/pim_scheduling.py)
         from attnsim.hwmodels.pim_scheduling import schedule_times
+
         eff = schedule_times(plan, system, eff)
     return _assemble(plan, system, eff, row_energy, row_bytes, row_flops)
 

@@ -5,6 +5,7 @@ hardware those systems reference. ``--set`` overrides are applied to the tree an
 then every section is validated, so an override error names the file the value
 would have come from.
 """
+
 from __future__ import annotations
 
 import copy
@@ -14,13 +15,26 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
-from attnsim.core.config import ALLOW_KEY, Plausible, file_allow_list, not_physical, plausible_keys
-from attnsim.core.config import (CONFIG_ROOT, ConfigError, ConfigTree, Schema, display_path, find_config, is_experiment_set,
-                            load_yaml, validate)
+from attnsim.core.config import (
+    ALLOW_KEY,
+    CONFIG_ROOT,
+    ConfigError,
+    ConfigTree,
+    Plausible,
+    Schema,
+    display_path,
+    file_allow_list,
+    find_config,
+    is_experiment_set,
+    load_yaml,
+    not_physical,
+    plausible_keys,
+    validate,
+)
+from attnsim.core.outputs import SafeName
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import SystemSpec, ref_name
 from attnsim.mapper.base import validate_options
-from attnsim.core.outputs import SafeName
 from attnsim.workloads.limits import MAX_EXACT_DECODE_STEPS
 from attnsim.workloads.model import ModelSpec
 from attnsim.workloads.scenario import Scenario, context_window
@@ -47,7 +61,6 @@ class GenerationSpec(Schema):
 
 
 class ExperimentSpec(Schema):
-
     plausible = {"seed": not_physical("a random seed")}
     name: SafeName  # becomes results/<name>/: no path separators or '..' (attnsim.core.outputs)
     description: str = ""
@@ -63,7 +76,9 @@ class ExperimentSpec(Schema):
     @model_validator(mode="after")
     def _baseline(self):
         if self.baseline is not None and self.baseline not in self.systems:
-            raise ValueError(f"baseline '{self.baseline}' is not one of the experiment's systems ({', '.join(self.systems)})")
+            raise ValueError(
+                f"baseline '{self.baseline}' is not one of the experiment's systems ({', '.join(self.systems)})"
+            )
         return self
 
 
@@ -84,21 +99,25 @@ def _claim(seen: dict, name: str, ref: str, key: str, file: str, what: str) -> N
     """Refuse two references that resolve to the same tree name (one would silently replace the other)."""
     if name in seen:
         other_key, other = seen[name]
-        raise ConfigError(f"expected each {what} once, got {ref!r} named {name!r} like {other_key} ({other!r})",
-                          file=file, key=key)
+        raise ConfigError(
+            f"expected each {what} once, got {ref!r} named {name!r} like {other_key} ({other!r})", file=file, key=key
+        )
     seen[name] = (key, ref)
 
 
 def _load_model_dict(ref: str, base: Optional[Path]) -> tuple[dict, str]:
     if ref.endswith(".json"):
         from attnsim.workloads.hf import model_from_hf_config
+
         path = find_config("models", ref, base)
         return model_from_hf_config(path).model_dump(), str(path)
     path = find_config("models", ref, base)
     return load_yaml(path), display_path(path)
 
 
-def load_tree(path: Optional[str | Path | dict] = None, sets: Optional[list[str]] = None) -> tuple[ConfigTree, Optional[Path]]:
+def load_tree(
+    path: Optional[str | Path | dict] = None, sets: Optional[list[str]] = None
+) -> tuple[ConfigTree, Optional[Path]]:
     """Read an experiment and everything it references into a ConfigTree (unvalidated).
 
     ``experiment.*`` overrides in ``sets`` are applied before references are resolved
@@ -179,8 +198,9 @@ def _load_hardware(tree: ConfigTree, base: Optional[Path]) -> None:
         if name in tree.hardware:
             had = tree.files.get(("hardware", name))
             if had is not None and not _same_file(had, p):
-                raise ConfigError(f"expected one hardware file per name, got {ref!r} named {name!r} like {had!r}",
-                                  file=f, key=key)
+                raise ConfigError(
+                    f"expected one hardware file per name, got {ref!r} named {name!r} like {had!r}", file=f, key=key
+                )
             continue
         hw = load_yaml(p)
         registry.check_ranges(hw, display_path(p))  # the file's ranges hold its own values
@@ -209,21 +229,32 @@ def _check_system_refs(sspec: SystemSpec, tree: ConfigTree, file: str) -> None:
             key = f"{section}.{role}.hardware"
             hw = tree.hardware.get(ref_name(ent.hardware))
             if hw is None:
-                raise ConfigError(f"expected hardware loaded with the experiment ({', '.join(sorted(tree.hardware))}), "
-                                  f"got {ent.hardware!r}", file=file, key=key)
+                raise ConfigError(
+                    f"expected hardware loaded with the experiment ({', '.join(sorted(tree.hardware))}), "
+                    f"got {ent.hardware!r}",
+                    file=file,
+                    key=key,
+                )
             kind = hw.get("kind") if isinstance(hw, dict) else None
             if not isinstance(kind, str):
                 continue  # the hardware file's own validation names it
             if section == "links" and kind != "link":
-                raise ConfigError(f"expected a hardware config of kind link, got {ent.hardware!r} of kind {kind!r}",
-                                  file=file, key=key)
+                raise ConfigError(
+                    f"expected a hardware config of kind link, got {ent.hardware!r} of kind {kind!r}",
+                    file=file,
+                    key=key,
+                )
             # not device pools: links, DRAM specs, and the shared KV pool tier (serving.kv_pool.hardware; as a
             # pool no policy would place anything on it, so it would be accepted and ignored)
             not_devices = ("link", "dram", "kv_pool")
             if section == "devices" and kind in not_devices:
                 hint = " (a kv_pool is a serving tier: serving.kv_pool.hardware)" if kind == "kv_pool" else ""
-                raise ConfigError(f"expected a device (kind {', '.join(k for k in registry.kinds() if k not in not_devices)}), "
-                                  f"got {ent.hardware!r} of kind {kind!r}{hint}", file=file, key=key)
+                raise ConfigError(
+                    f"expected a device (kind {', '.join(k for k in registry.kinds() if k not in not_devices)}), "
+                    f"got {ent.hardware!r} of kind {kind!r}{hint}",
+                    file=file,
+                    key=key,
+                )
 
 
 def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: ConfigTree, file: str) -> None:
@@ -233,16 +264,24 @@ def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: 
         if sc.speculative is not None:  # the draft loads and shares each target's vocabulary
             from attnsim.workloads.speculative import check_pair
             from attnsim.workloads.trace import param_count
+
             for model in models.values():
                 draft = check_pair(model, sc.speculative, file=file, key=f"scenarios.{n}.speculative")
                 d, t = param_count(draft), param_count(model)
                 if d > t:  # each draft token would cost more than a target step: speculation only slows decoding
-                    raise ConfigError(f"expected a draft no larger than the target ({model.name}: {t / 1e9:.3g} B "
-                                      f"parameters), got {draft.name} with {d / 1e9:.3g} B", file=file,
-                                      key=f"scenarios.{n}.speculative.draft_model")
+                    raise ConfigError(
+                        f"expected a draft no larger than the target ({model.name}: {t / 1e9:.3g} B "
+                        f"parameters), got {draft.name} with {d / 1e9:.3g} B",
+                        file=file,
+                        key=f"scenarios.{n}.speculative.draft_model",
+                    )
         if spec.generation.mode == "exact" and sc.output_len > MAX_EXACT_DECODE_STEPS:
-            raise ConfigError(f"expected at most {MAX_EXACT_DECODE_STEPS} decode steps with generation.mode exact "
-                              f"(use mode: sampled), got {sc.output_len}", file=file, key=f"scenarios.{n}.output_len")
+            raise ConfigError(
+                f"expected at most {MAX_EXACT_DECODE_STEPS} decode steps with generation.mode exact "
+                f"(use mode: sampled), got {sc.output_len}",
+                file=file,
+                key=f"scenarios.{n}.output_len",
+            )
         for mname, model in models.items():
             ok, _ = context_window(model, sc)
             if not ok:
@@ -251,7 +290,10 @@ def _check_scenarios(spec: ExperimentSpec, models: dict, scenarios: dict, tree: 
                 raise ConfigError(
                     f"expected prompt + output_len <= {model.max_positions} (the positions of model {mname}, "
                     f"{tree.file_of('models', mname)}; or set scenarios.{n}.beyond_max_position: allow), "
-                    f"got {plen} + {sc.output_len} = {plen + sc.output_len}", file=file, key=key)
+                    f"got {plen} + {sc.output_len} = {plen + sc.output_len}",
+                    file=file,
+                    key=key,
+                )
 
 
 def _same_file(shown: str, p: Path) -> bool:
@@ -269,17 +311,25 @@ def experiment_allow(tree: ConfigTree, serving_schema=None) -> list[str]:
     exp_file = tree.file_of("experiment")
     keys = file_allow_list(tree.experiment, exp_file)
     from attnsim.hwmodels.reliability.spec import ReliabilitySpec
+
     known = set(plausible_keys(ExperimentSpec)) | set(plausible_keys(ReliabilitySpec, "reliability."))
     if serving_schema is not None:
         known |= set(plausible_keys(serving_schema, "serving."))
     scen = set(plausible_keys(Scenario))
     for k in keys:
         parts = k.split(".")
-        if k in known or (serving_schema is None and parts[0] == "serving") or (len(parts) > 2 and parts[0] == "scenarios" and ".".join(parts[2:]) in scen) or (
-                len(parts) > 3 and parts[0] == "scenarios" and parts[2] == "reliability"):
+        if (
+            k in known
+            or (serving_schema is None and parts[0] == "serving")
+            or (len(parts) > 2 and parts[0] == "scenarios" and ".".join(parts[2:]) in scen)
+            or (len(parts) > 3 and parts[0] == "scenarios" and parts[2] == "reliability")
+        ):
             continue
-        raise ConfigError(f"expected a number field of this file (scenarios.<name>.batch_size, serving.trace.cv, "
-                          f"...), got {k!r}", file=exp_file, key=ALLOW_KEY)
+        raise ConfigError(
+            f"expected a number field of this file (scenarios.<name>.batch_size, serving.trace.cv, ...), got {k!r}",
+            file=exp_file,
+            key=ALLOW_KEY,
+        )
     return keys
 
 
@@ -287,8 +337,9 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
     """Validate every section of the tree; raise ConfigError naming file and key."""
     exp_file = tree.file_of("experiment")
     allow = experiment_allow(tree)
-    spec = validate(ExperimentSpec, {k: v for k, v in tree.experiment.items() if k != ALLOW_KEY}, file=exp_file,
-                    allow=allow)
+    spec = validate(
+        ExperimentSpec, {k: v for k, v in tree.experiment.items() if k != ALLOW_KEY}, file=exp_file, allow=allow
+    )
     models = {n: validate(ModelSpec, d, file=tree.file_of("models", n)) for n, d in tree.models.items()}
     scenarios = {}
     for n, d in tree.scenarios.items():
@@ -299,8 +350,9 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
         sfile = tree.file_of("systems", n)
         systems[n] = validate(SystemSpec, d, file=sfile)
         _check_system_refs(systems[n], tree, sfile)
-        validate_options(systems[n].mapper.policy, systems[n].mapper.options, file=sfile,
-                         attention_on=systems[n].mapper.attention_on)
+        validate_options(
+            systems[n].mapper.policy, systems[n].mapper.options, file=sfile, attention_on=systems[n].mapper.attention_on
+        )
     _check_scenarios(spec, models, scenarios, tree, exp_file)
     for n, d in tree.hardware.items():
         f = tree.file_of("hardware", n)
@@ -309,12 +361,14 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
         registry.validate_hardware(d, file=f)  # a ranges: block (attnsim sensitivity) is checked and set aside
     reliability = {}
     from attnsim.sim.reliability_run import load_spec, merged_section
+
     for n, sc in scenarios.items():
         section = merged_section(spec.reliability, sc.reliability)
         prefix = "reliability" if sc.reliability is None else f"scenarios.{n}.reliability"
         reliability[n] = load_spec(section, exp_file, prefix, allow) if section is not None else None
         if reliability[n] is not None:
             from attnsim.sim.reliability_run import role_tiers
+
             for sname, sspec in systems.items():
                 try:
                     role_tiers(reliability[n], sspec)
@@ -323,8 +377,9 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
     return Experiment(tree, spec, models, systems, scenarios, source, reliability)
 
 
-def load_tree_with_sets(path: Optional[str | Path | dict] = None, sets: Optional[list] = None,
-                        extend=None) -> tuple[ConfigTree, Optional[Path]]:
+def load_tree_with_sets(
+    path: Optional[str | Path | dict] = None, sets: Optional[list] = None, extend=None
+) -> tuple[ConfigTree, Optional[Path]]:
     """:func:`load_tree` with every override of ``sets`` applied: ``experiment.*`` before the configs are
     loaded (so ``experiment.models=[...]`` loads those models), the rest after. The one path of ``attnsim run
     --set`` and of a sweep file's ``set:`` (``KEY=VALUE`` texts or ``(path, value)`` pairs). ``extend(tree,

@@ -34,6 +34,7 @@ Stages on one device group hand over for free.
   cached tokens its layers keep (sliding-window layers keep at most the window) for the whole batch
   of the replica. Pools not sized per (rank, stage) (e.g. an offload host memory) are not split.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, set_static, subbatch_parts
 from attnsim.mapper.base import CapacityError, MemoryPlacement, Plan, transfer_row
+from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, set_static, subbatch_parts
 from attnsim.workloads.model import DTYPE_BYTES
 from attnsim.workloads.optrace import LayerGroup, OpTrace
 from attnsim.workloads.trace import layer_groups, param_count
@@ -53,12 +54,13 @@ TOKEN_ID_BYTES = 4  # int32 token id returned from the last stage to the first (
 
 # ---------------------------------------------------------------- layout
 
+
 @dataclass
 class Layout:
     """Stages of one replica: layer ranges [lo, hi), device group of each stage, micro-batching."""
 
     stages: list  # [(lo, hi)] per stage
-    group: list   # device group per stage
+    group: list  # device group per stage
     microbatches: object  # int or "auto"
     link: str | None  # named pp link (None: the hidden-state pool's link to itself)
     tp: int = 1
@@ -84,30 +86,46 @@ def check_pipeline(system, model, file: str | None = None) -> None:
         return
     L = model.num_layers
     if par.pp > L:
-        raise ConfigError(f"expected at most {L} stages (num_layers of model {model.name}), got {par.pp}",
-                          file=file, key="parallelism.pp")
+        raise ConfigError(
+            f"expected at most {L} stages (num_layers of model {model.name}), got {par.pp}",
+            file=file,
+            key="parallelism.pp",
+        )
     if par.layers_per_stage is not None and sum(par.layers_per_stage) != L:
-        raise ConfigError(f"expected {par.pp} stage sizes summing to num_layers = {L} of model {model.name}, "
-                          f"got {list(par.layers_per_stage)} (sum {sum(par.layers_per_stage)})",
-                          file=file, key="parallelism.layers_per_stage")
+        raise ConfigError(
+            f"expected {par.pp} stage sizes summing to num_layers = {L} of model {model.name}, "
+            f"got {list(par.layers_per_stage)} (sum {sum(par.layers_per_stage)})",
+            file=file,
+            key="parallelism.layers_per_stage",
+        )
     if par.pp_link is not None and par.pp_link not in spec.links:
-        raise ConfigError(f"expected one of the system's links ({', '.join(spec.links) or 'none'}), "
-                          f"got {par.pp_link!r}", file=file, key="parallelism.pp_link")
+        raise ConfigError(
+            f"expected one of the system's links ({', '.join(spec.links) or 'none'}), got {par.pp_link!r}",
+            file=file,
+            key="parallelism.pp_link",
+        )
     if par.pp_link is None and par.device_groups > 1:
         kinds = {r: p.model.kind for r, p in system.pools.items()}
-        role = next((r for r, k in kinds.items() if k in ("gpu", "npu")), None) or \
-            next((r for r, k in kinds.items() if k == "pim"), None)
+        role = next((r for r, k in kinds.items() if k in ("gpu", "npu")), None) or next(
+            (r for r, k in kinds.items() if k == "pim"), None
+        )
         if role is not None and system.link_between(role, role) is None:
-            raise ConfigError(f"pipeline stages on different devices need a link: name one of the system's links "
-                              f"({', '.join(spec.links) or 'none'}) or add a link connecting {role} to itself",
-                              file=file, key="parallelism.pp_link")
+            raise ConfigError(
+                f"pipeline stages on different devices need a link: name one of the system's links "
+                f"({', '.join(spec.links) or 'none'}) or add a link connecting {role} to itself",
+                file=file,
+                key="parallelism.pp_link",
+            )
 
 
 def layout_of(spec, model) -> Layout:
     par = spec.parallelism
     L, pp = model.num_layers, par.pp
-    sizes = list(par.layers_per_stage) if par.layers_per_stage is not None else \
-        [L // pp + (1 if s < L % pp else 0) for s in range(pp)]
+    sizes = (
+        list(par.layers_per_stage)
+        if par.layers_per_stage is not None
+        else [L // pp + (1 if s < L % pp else 0) for s in range(pp)]
+    )
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     stages = [(int(bounds[s]), int(bounds[s + 1])) for s in range(pp)]
     return Layout(stages, [s // par.stages_per_device for s in range(pp)], par.microbatches, par.pp_link, par.tp)
@@ -117,11 +135,17 @@ def layer_group_index(model) -> np.ndarray:
     """Layer group (index into workloads.trace.layer_groups) of every layer, by the same grouping."""
     first_dense = 0 if model.moe is None else model.moe.first_dense_layers
     names = [g.name for g in layer_groups(model)]
-    return np.array([names.index(f"{kind}_{'moe' if model.moe is not None and i >= first_dense else 'dense'}")
-                     for i, kind in enumerate(model.layer_kinds())], dtype=np.int64)
+    return np.array(
+        [
+            names.index(f"{kind}_{'moe' if model.moe is not None and i >= first_dense else 'dense'}")
+            for i, kind in enumerate(model.layer_kinds())
+        ],
+        dtype=np.int64,
+    )
 
 
 # ---------------------------------------------------------------- stage plans
+
 
 def stage_plan(plan: Plan, model, lo: int, hi: int, first: bool, last: bool) -> Plan:
     """The rows of ``plan`` that layers [lo, hi) run (counts rewritten per layer group), with the
@@ -135,23 +159,41 @@ def stage_plan(plan: Plan, model, lo: int, hi: int, first: bool, last: bool) -> 
     per_layer = grp >= 0
     new = cnt.copy()
     gi = np.where(per_layer, grp, 0)
-    new[per_layer] = np.rint(cnt[per_layer] * counts[gi[per_layer]] / np.maximum(full[gi[per_layer]], 1)).astype(np.int64)
+    new[per_layer] = np.rint(cnt[per_layer] * counts[gi[per_layer]] / np.maximum(full[gi[per_layer]], 1)).astype(
+        np.int64
+    )
     is_emb = ops == "embedding"
     keep = np.where(per_layer, new > 0, (is_emb & first) | (~is_emb & last))
     cols = {c: v[keep] for c, v in tr.cols.items()}
     cols["count"] = new[keep]
     groups = [LayerGroup(g.name, int(counts[i]), g.attention, g.window, g.moe) for i, g in enumerate(tr.groups)]
     meta = dict(tr.meta, pp_layers=(lo, hi))
-    st = OpTrace(phase=tr.phase, model=tr.model, tp=tr.tp, query_tokens=tr.query_tokens,
-                 context_lens=tr.context_lens, groups=groups, cols=cols, meta=meta)
+    st = OpTrace(
+        phase=tr.phase,
+        model=tr.model,
+        tp=tr.tp,
+        query_tokens=tr.query_tokens,
+        context_lens=tr.context_lens,
+        groups=groups,
+        cols=cols,
+        meta=meta,
+    )
     idx = np.nonzero(keep)[0]
     remap = {int(o): k for k, o in enumerate(idx)}
-    return Plan(plan.policy, st, plan.device[keep], plan.parallel[keep], list(plan.memory),
-                stage=None if plan.stage is None else plan.stage[keep], stage_exposed=dict(plan.stage_exposed),
-                pipeline_subbatches=plan.pipeline_subbatches,
-                added=None if plan.added is None else plan.added[keep],
-                programs={remap[k]: v for k, v in plan.programs.items() if isinstance(k, (int, np.integer)) and k in remap},
-                notes=list(plan.notes), pim_schedule=dict(plan.pim_schedule))
+    return Plan(
+        plan.policy,
+        st,
+        plan.device[keep],
+        plan.parallel[keep],
+        list(plan.memory),
+        stage=None if plan.stage is None else plan.stage[keep],
+        stage_exposed=dict(plan.stage_exposed),
+        pipeline_subbatches=plan.pipeline_subbatches,
+        added=None if plan.added is None else plan.added[keep],
+        programs={remap[k]: v for k, v in plan.programs.items() if isinstance(k, (int, np.integer)) and k in remap},
+        notes=list(plan.notes),
+        pim_schedule=dict(plan.pim_schedule),
+    )
 
 
 def _hidden_role(plan: Plan) -> str:
@@ -172,22 +214,34 @@ def pp_link_name(system, plan: Plan, layout: Layout) -> str:
         for name, roles in system.link_roles.items():
             if roles == (r, r):
                 return name
-    raise ConfigError(f"pipeline stages on different devices need a link: name one (links: "
-                      f"{', '.join(system.link_roles) or 'none'}) or add a link connecting {role} to itself",
-                      key="parallelism.pp_link")
+    raise ConfigError(
+        f"pipeline stages on different devices need a link: name one (links: "
+        f"{', '.join(system.link_roles) or 'none'}) or add a link connecting {role} to itself",
+        key="parallelism.pp_link",
+    )
 
 
 def transfer_plan(plan: Plan, link: str, op: str, nbytes: float) -> Plan:
     """One point-to-point transfer of ``nbytes`` per TP rank over ``link`` (a one-row plan)."""
     tr = plan.trace
     row = transfer_row(op, {"layer_group": -1, "count": 1}, nbytes)
-    t = OpTrace.from_rows([row], phase=tr.phase, model=tr.model, tp=tr.tp, query_tokens=tr.query_tokens,
-                          context_lens=tr.context_lens, groups=tr.groups, meta=dict(tr.meta))
-    return Plan(plan.policy, t, np.array(["link:" + link], dtype=object), np.array([tr.tp]),
-                added=np.ones(1, dtype=bool))
+    t = OpTrace.from_rows(
+        [row],
+        phase=tr.phase,
+        model=tr.model,
+        tp=tr.tp,
+        query_tokens=tr.query_tokens,
+        context_lens=tr.context_lens,
+        groups=tr.groups,
+        meta=dict(tr.meta),
+    )
+    return Plan(
+        plan.policy, t, np.array(["link:" + link], dtype=object), np.array([tr.tp]), added=np.ones(1, dtype=bool)
+    )
 
 
 # ---------------------------------------------------------------- memory per device group
+
 
 def _param_shares(model) -> tuple[np.ndarray, float, float, float]:
     """(parameters of each layer, embedding params, final norm + LM head params, total) from
@@ -200,8 +254,12 @@ def _param_shares(model) -> tuple[np.ndarray, float, float, float]:
         dense, moe_l = plus, 0.0
     else:
         moe_l = plus
-        m2 = model.model_copy(update={"num_layers": L + 1,
-                                      "moe": moe.model_copy(update={"first_dense_layers": moe.first_dense_layers + 1})})
+        m2 = model.model_copy(
+            update={
+                "num_layers": L + 1,
+                "moe": moe.model_copy(update={"first_dense_layers": moe.first_dense_layers + 1}),
+            }
+        )
         dense = float(param_count(m2)) - total
     first_dense = 0 if moe is None else moe.first_dense_layers
     per_layer = np.array([moe_l if moe is not None and i >= first_dense else dense for i in range(L)])
@@ -217,8 +275,9 @@ def _kv_per_layer(model, final_ctx) -> np.ndarray:
     """Cached tokens each layer keeps for the batch (sliding-window layers at most the window)."""
     t = np.atleast_1d(np.asarray(final_ctx, dtype=np.int64))
     w = model.sliding_window or 0
-    return np.array([float(np.minimum(t, w).sum()) if k == "local" and w else float(t.sum())
-                     for k in model.layer_kinds()])
+    return np.array(
+        [float(np.minimum(t, w).sum()) if k == "local" and w else float(t.sum()) for k in model.layer_kinds()]
+    )
 
 
 @dataclass
@@ -233,14 +292,19 @@ def stage_memory(memory: list, system, model, layout: Layout, final_ctx) -> Stag
     per_layer, emb, head, total = _param_shares(model)
     kv_l = _kv_per_layer(model, final_ctx)
     kv_total = float(kv_l.sum())
-    split = {mp.role: system.pools[mp.role].count == system.spec.parallelism.devices_per_replica
-             * system.spec.parallelism.replicas for mp in memory if mp.role in system.pools}
+    split = {
+        mp.role: system.pools[mp.role].count
+        == system.spec.parallelism.devices_per_replica * system.spec.parallelism.replicas
+        for mp in memory
+        if mp.role in system.pools
+    }
     per_stage = []
     for s, (lo, hi) in enumerate(layout.stages):
         wf = (per_layer[lo:hi].sum() + (emb if s == 0 else 0.0) + (head if s == layout.pp - 1 else 0.0)) / total
         kf = kv_l[lo:hi].sum() / kv_total if kv_total > 0 else (hi - lo) / model.num_layers
-        per_stage.append({mp.role: (mp.weights_bytes * wf, mp.kv_bytes * kf) if split.get(mp.role) else None
-                          for mp in memory})
+        per_stage.append(
+            {mp.role: (mp.weights_bytes * wf, mp.kv_bytes * kf) if split.get(mp.role) else None for mp in memory}
+        )
     per_group = []
     for g in range(layout.groups):
         out = []
@@ -266,7 +330,8 @@ def check_stage_capacity(mem: StageMemory, layout: Layout) -> None:
                     f"pipeline device group {g} (stages {st[0]}-{st[-1]}, layers {lo}-{hi - 1}) {mp.role}: weights "
                     f"{mp.weights_bytes / gb:.1f} GB + KV {mp.kv_bytes / gb:.1f} GB = {mp.used_bytes / gb:.1f} GB per "
                     f"device exceed its capacity {mp.capacity_bytes / gb:.1f} GB by "
-                    f"{(mp.used_bytes - mp.capacity_bytes) / gb:.1f} GB")
+                    f"{(mp.used_bytes - mp.capacity_bytes) / gb:.1f} GB"
+                )
 
 
 def memory_doc(mem: StageMemory, layout: Layout, system) -> dict:
@@ -281,13 +346,20 @@ def memory_doc(mem: StageMemory, layout: Layout, system) -> dict:
             "kv_gb": float(np.mean([r.kv_bytes for r in rows])) / 1e9,
             "capacity_gb": cap / 1e9,
             "used_fraction": max(r.used_bytes for r in rows) / cap if cap else math.inf,
-            "per_device_group": [{"weights_gb": r.weights_bytes / 1e9, "kv_gb": r.kv_bytes / 1e9,
-                                  "used_fraction": r.used_bytes / cap if cap else math.inf} for r in rows],
+            "per_device_group": [
+                {
+                    "weights_gb": r.weights_bytes / 1e9,
+                    "kv_gb": r.kv_bytes / 1e9,
+                    "used_fraction": r.used_bytes / cap if cap else math.inf,
+                }
+                for r in rows
+            ],
         }
     return out
 
 
 # ---------------------------------------------------------------- timing
+
 
 @dataclass
 class PipelineStep:
@@ -295,10 +367,10 @@ class PipelineStep:
 
     result: StepResult
     microbatches: int
-    stage_time_s: np.ndarray      # [microbatch, stage]
-    transfer_time_s: np.ndarray   # [microbatch, stage]: after stage s (last column: the token return)
-    group_load_s: np.ndarray      # per device group, summed over micro-batches
-    chain_s: np.ndarray           # per micro-batch
+    stage_time_s: np.ndarray  # [microbatch, stage]
+    transfer_time_s: np.ndarray  # [microbatch, stage]: after stage s (last column: the token return)
+    group_load_s: np.ndarray  # per device group, summed over micro-batches
+    chain_s: np.ndarray  # per micro-batch
     start_s: np.ndarray = field(default=None)  # flow-shop start of (m, s) (prefill schedule; decode: one step's)
 
     @property
@@ -322,12 +394,14 @@ def flow_shop(t: np.ndarray, x: np.ndarray, group: list) -> tuple[np.ndarray, np
     return start, finish
 
 
-def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, place, cost,
-                  host_s=None, host_overlap: bool = False) -> PipelineStep:
+def pipeline_step(
+    system, model, layout: Layout, context_lens, query_tokens, place, cost, host_s=None, host_overlap: bool = False
+) -> PipelineStep:
     """Cost one step of a replica's batch (``context_lens`` / ``query_tokens`` per request) through the
     pipeline. ``place(ctx, q, subbatch_of=None) -> Plan`` places a micro-batch's full trace (policy + memory
-    of the whole replica; ``subbatch_of`` = s marks one of s concurrent sub-batches, as the runner does); ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras);
-    a plan with ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``place`` again)
+    of the whole replica; ``subbatch_of`` = s marks one of s concurrent sub-batches, as the runner does);
+    ``cost(plan) -> StepResult`` costs a stage plan (engine.cost_step plus any run extras); a plan with
+    ``pipeline_subbatches`` > 1 is split into that many sub-batch plans (``place`` again)
     costed by engine.cost_step_pipelined per stage, as attnsim.sim.runner does without PP.
     ``host_s(requests) -> seconds`` (decode): the software stack's host time of each micro-batch's token
     (sampling between its last stage and its next first stage) on that micro-batch's chain; the host
@@ -353,9 +427,12 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
             plan = place(cm, qm)
             subs = None
             if plan.pipeline_subbatches > 1:
-                subs = [place(cm[p], qm[p], subbatch_of=plan.pipeline_subbatches,
-                              **({} if ch is None else {"channels": ch}))  # the batch's channels per request
-                        for p, ch in subbatch_parts(plan, len(cm))]
+                subs = [
+                    place(
+                        cm[p], qm[p], subbatch_of=plan.pipeline_subbatches, **({} if ch is None else {"channels": ch})
+                    )  # the batch's channels per request
+                    for p, ch in subbatch_parts(plan, len(cm))
+                ]
             link_name = link_name or (pp_link_name(system, plan, layout) if layout.groups > 1 else None)
             act = DTYPE_BYTES[plan.trace.meta.get("act_dtype", "fp16")]
             per_stage, per_x, same = [], [], {}
@@ -374,8 +451,11 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
                 nxt = (s + 1) % S
                 xr = None
                 if layout.group[nxt] != layout.group[s] and (s < S - 1 or phase_decode):
-                    nbytes = (float(qm.sum()) * model.hidden_size * act / layout.tp if s < S - 1
-                              else float(len(cm)) * TOKEN_ID_BYTES)
+                    nbytes = (
+                        float(qm.sum()) * model.hidden_size * act / layout.tp
+                        if s < S - 1
+                        else float(len(cm)) * TOKEN_ID_BYTES
+                    )
                     op = "pp_send_activations" if s < S - 1 else "pp_return_tokens"
                     xr = cost_step(transfer_plan(plan, link_name, op, nbytes), system)
                 per_x.append(xr)
@@ -394,13 +474,17 @@ def pipeline_step(system, model, layout: Layout, context_lens, query_tokens, pla
     step_time = float(max(load.max(), chain.max())) if phase_decode else float(finish[-1, -1])
     if host_s is not None and phase_decode:
         from attnsim.hwmodels.stack import HOST_DEVICE, HOST_OP
+
         h = np.array([host_s(len(idx)) for idx in parts])
         he = np.maximum(0.0, h - chain) if host_overlap else h  # the part of each share on its chain
         chain = chain + he
         step_time = float(max(load.max(), chain.max(), h.sum()))
         for hm in he[he > 0]:
-            results.append(StepResult(time_s=float(hm), time_s_by_op={HOST_OP: float(hm)},
-                                      time_s_by_device={HOST_DEVICE: float(hm)}))
+            results.append(
+                StepResult(
+                    time_s=float(hm), time_s_by_op={HOST_OP: float(hm)}, time_s_by_device={HOST_DEVICE: float(hm)}
+                )
+            )
     res = _combine(results, system, step_time, per_group_bytes=_group_bytes(parts, memo, c, q, layout))
     return PipelineStep(res, M, t, x, load, chain, start)
 
@@ -442,28 +526,44 @@ def _combine(results: list, system, time_s: float, per_group_bytes: dict) -> Ste
 
 def pipeline_doc(layout: Layout, prefill: PipelineStep, decode: PipelineStep | None, mem: StageMemory) -> dict:
     """The run document's ``pipeline`` section."""
+
     def bubble(step):
         busy = float(step.stage_time_s.sum())
         return 1.0 - busy / (layout.groups * step.time_s) if step.time_s > 0 else 0.0
 
-    stages = [{"stage": s, "layers": [lo, hi - 1], "num_layers": hi - lo, "device_group": layout.group[s]}
-              for s, (lo, hi) in enumerate(layout.stages)]
+    stages = [
+        {"stage": s, "layers": [lo, hi - 1], "num_layers": hi - lo, "device_group": layout.group[s]}
+        for s, (lo, hi) in enumerate(layout.stages)
+    ]
     for s, st in enumerate(stages):
         st["prefill_time_s"] = float(prefill.stage_time_s[:, s].sum())
         if decode is not None:
             st["decode_time_s"] = float(decode.stage_time_s[:, s].sum())
-        st["memory"] = {role: {"weights_gb": v[0] / 1e9, "kv_gb": v[1] / 1e9}
-                        for role, v in mem.per_stage[s].items() if v is not None}
-    doc = {"pp": layout.pp, "device_groups": layout.groups, "stages": stages,
-           "microbatches": prefill.microbatches, "microbatches_setting": layout.microbatches,
-           "prefill_bubble_fraction": bubble(prefill),
-           "prefill_transfer_time_s": float(prefill.transfer_time_s.sum())}
+        st["memory"] = {
+            role: {"weights_gb": v[0] / 1e9, "kv_gb": v[1] / 1e9}
+            for role, v in mem.per_stage[s].items()
+            if v is not None
+        }
+    doc = {
+        "pp": layout.pp,
+        "device_groups": layout.groups,
+        "stages": stages,
+        "microbatches": prefill.microbatches,
+        "microbatches_setting": layout.microbatches,
+        "prefill_bubble_fraction": bubble(prefill),
+        "prefill_transfer_time_s": float(prefill.transfer_time_s.sum()),
+    }
     if decode is not None:
-        doc.update({"decode_microbatches": decode.microbatches, "decode_period_s": decode.time_s,
-                    "decode_bubble_fraction": bubble(decode),
-                    "decode_chain_s": float(decode.chain_s.max()),
-                    "decode_max_group_load_s": float(decode.group_load_s.max()),
-                    "decode_transfer_time_s": float(decode.transfer_time_s.sum())})
+        doc.update(
+            {
+                "decode_microbatches": decode.microbatches,
+                "decode_period_s": decode.time_s,
+                "decode_bubble_fraction": bubble(decode),
+                "decode_chain_s": float(decode.chain_s.max()),
+                "decode_max_group_load_s": float(decode.group_load_s.max()),
+                "decode_transfer_time_s": float(decode.transfer_time_s.sum()),
+            }
+        )
     return doc
 
 
@@ -471,17 +571,28 @@ def timeline_events(step: PipelineStep, layout: Layout, system_name: str, phase:
     """Trace events of a pipelined step: one track per device group, one event per (micro-batch,
     stage) at its flow-shop start."""
     events = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{system_name} {phase}"}}]
-    events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": g + 1, "args": {"name": f"device group {g}"}}
-               for g in range(layout.groups)]
+    events += [
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": g + 1, "args": {"name": f"device group {g}"}}
+        for g in range(layout.groups)
+    ]
     for m in range(step.stage_time_s.shape[0]):
         for s in range(layout.pp):
-            events.append({"ph": "X", "name": f"mb{m} stage{s}", "pid": pid, "tid": layout.group[s] + 1,
-                           "ts": float(step.start_s[m, s]) * 1e6, "dur": float(step.stage_time_s[m, s]) * 1e6,
-                           "args": {"microbatch": m, "stage": s, "layers": [layout.stages[s][0], layout.stages[s][1] - 1]}})
-    return events[:1 + layout.groups] + sorted(events[1 + layout.groups:], key=lambda e: (e["ts"], e["tid"]))
+            events.append(
+                {
+                    "ph": "X",
+                    "name": f"mb{m} stage{s}",
+                    "pid": pid,
+                    "tid": layout.group[s] + 1,
+                    "ts": float(step.start_s[m, s]) * 1e6,
+                    "dur": float(step.stage_time_s[m, s]) * 1e6,
+                    "args": {"microbatch": m, "stage": s, "layers": [layout.stages[s][0], layout.stages[s][1] - 1]},
+                }
+            )
+    return events[: 1 + layout.groups] + sorted(events[1 + layout.groups :], key=lambda e: (e["ts"], e["tid"]))
 
 
 # ---------------------------------------------------------------- glue for attnsim.sim.runner
+
 
 class RunPipeline:
     """The pipelined steps of one static-batch run (attnsim.sim.runner.simulate_generation, pp > 1).
@@ -513,20 +624,29 @@ class RunPipeline:
             if self.mem is None:
                 self.mem = mem
             return plan
+
         return fn
 
     def prefill(self) -> StepResult:
         p = self.sc.prompt_lens()
-        self.prefill_step = pipeline_step(self.system, self.model, self.layout, p, p, self.place("prefill"),
-                                          self._cost)
+        self.prefill_step = pipeline_step(self.system, self.model, self.layout, p, p, self.place("prefill"), self._cost)
         return self.prefill_step.result
 
     def decode(self, ctx) -> StepResult:
         from attnsim.hwmodels.stack import NONE, step_overhead_s
+
         stack = getattr(self.system, "stack", NONE)
-        step = pipeline_step(self.system, self.model, self.layout, ctx, np.ones_like(ctx), self.place("decode"),
-                             self._cost, host_s=lambda n: step_overhead_s(stack, n),
-                             host_overlap=stack.async_scheduling)
+        step = pipeline_step(
+            self.system,
+            self.model,
+            self.layout,
+            ctx,
+            np.ones_like(ctx),
+            self.place("decode"),
+            self._cost,
+            host_s=lambda n: step_overhead_s(stack, n),
+            host_overlap=stack.async_scheduling,
+        )
         if self.decode_first is None:
             self.decode_first = step
         return step.result

@@ -17,6 +17,7 @@ with the sweep store, so this module, which the runner imports, never imports th
 The file is written to a temporary name and renamed, so a failed or killed run
 never leaves a partial results file.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -34,18 +35,29 @@ import yaml
 
 from attnsim import __version__
 
-SCALAR_METRICS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
-                  "dynamic_energy_per_token_j", "static_energy_per_token_j", "total_time_s")
+SCALAR_METRICS = (
+    "ttft_s",
+    "tpot_s",
+    "tokens_per_s",
+    "decode_tokens_per_s",
+    "energy_per_token_j",
+    "dynamic_energy_per_token_j",
+    "static_energy_per_token_j",
+    "total_time_s",
+)
 
 
 #: vs_baseline ratios of a run to its baseline run: (name, metric, True if the run's value is the
 #: numerator (higher is better: throughput), False if the baseline's is (lower is better: energy, time))
-BASELINE_RATIOS = (("throughput_ratio", "tokens_per_s", True), ("decode_throughput_ratio", "decode_tokens_per_s", True),
-                   ("energy_efficiency_ratio", "energy_per_token_j", False),
-                   ("dynamic_energy_efficiency_ratio", "dynamic_energy_per_token_j", False),
-                   ("decode_energy_efficiency_ratio", "decode_energy_per_token_j", False),
-                   ("decode_dynamic_energy_efficiency_ratio", "decode_dynamic_energy_per_token_j", False),
-                   ("tpot_speedup", "tpot_s", False))
+BASELINE_RATIOS = (
+    ("throughput_ratio", "tokens_per_s", True),
+    ("decode_throughput_ratio", "decode_tokens_per_s", True),
+    ("energy_efficiency_ratio", "energy_per_token_j", False),
+    ("dynamic_energy_efficiency_ratio", "dynamic_energy_per_token_j", False),
+    ("decode_energy_efficiency_ratio", "decode_energy_per_token_j", False),
+    ("decode_dynamic_energy_efficiency_ratio", "decode_dynamic_energy_per_token_j", False),
+    ("tpot_speedup", "tpot_s", False),
+)
 
 
 def baseline_ratio(value, base, higher_is_better: bool):
@@ -61,10 +73,13 @@ def git_revision() -> str:
     attnsim runs from its own git checkout, else the commit it was built from, else ``unknown``."""
     import attnsim
     from attnsim import BUILD_COMMIT
+
     root = Path(attnsim.__file__).resolve().parent.parent  # the checkout holding the package folder
     try:
+
         def git(*a):
             return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+
         top = git("rev-parse", "--show-toplevel")
         if top and Path(top).resolve() == root and (root / "pyproject.toml").is_file():
             rev = git("rev-parse", "--short", "HEAD")
@@ -165,8 +180,11 @@ def flag_implausible(doc: dict) -> dict:
     reasons = implausible_reasons(doc["metrics"])
     if reasons:
         doc["status"] = "implausible"
-        doc["error"] = "implausible result: " + "; ".join(reasons[:3]) + (
-            f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
+        doc["error"] = (
+            "implausible result: "
+            + "; ".join(reasons[:3])
+            + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
+        )
     return doc
 
 
@@ -190,8 +208,10 @@ def finalize_doc(doc: dict) -> dict:
         if isinstance(node, tuple):
             continue
         key = path[-1]
-        shown.append(f"{'.'.join(map(str, path))} = "
-                     f"{node[key] if not isinstance(node[key], np.ndarray) else 'array with non-finite values'}")
+        shown.append(
+            f"{'.'.join(map(str, path))} = "
+            f"{node[key] if not isinstance(node[key], np.ndarray) else 'array with non-finite values'}"
+        )
         node[key] = None
     if doc.get("status") == "ok":
         doc["status"] = "error"
@@ -201,10 +221,21 @@ def finalize_doc(doc: dict) -> dict:
 
 
 def _runs_table(docs: list[dict]) -> np.ndarray:
-    metric_names = sorted({k for d in docs for k, v in d.get("metrics", {}).items()
-                           if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    dt = [("system", h5py.string_dtype()), ("model", h5py.string_dtype()), ("scenario", h5py.string_dtype()),
-          ("batch_size", "i8"), ("status", h5py.string_dtype())] + [(m, "f8") for m in metric_names]
+    metric_names = sorted(
+        {
+            k
+            for d in docs
+            for k, v in d.get("metrics", {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+    )
+    dt = [
+        ("system", h5py.string_dtype()),
+        ("model", h5py.string_dtype()),
+        ("scenario", h5py.string_dtype()),
+        ("batch_size", "i8"),
+        ("status", h5py.string_dtype()),
+    ] + [(m, "f8") for m in metric_names]
     arr = np.zeros(len(docs), dtype=dt)
     for i, d in enumerate(docs):
         arr[i]["system"] = d["system"]
@@ -221,6 +252,7 @@ def _runs_table(docs: list[dict]) -> np.ndarray:
 def write_results(path: str | Path, docs: list[dict], tree_dict: dict, experiment: str, argv=None) -> Path:
     """Write runs to ``path`` atomically (temp file + rename)."""
     from attnsim.core.fileio import atomic_path
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, suffix=".h5") as tmp:  # mode from the umask (0644), not mkstemp's 0600
@@ -232,14 +264,17 @@ def write_results(path: str | Path, docs: list[dict], tree_dict: dict, experimen
             f.attrs["resolved_config"] = yaml.safe_dump(tree_dict, sort_keys=False)
             f.attrs["argv"] = " ".join(argv if argv is not None else sys.argv)
             f.create_dataset("runs", data=_runs_table(docs))
-            f.create_dataset("run_docs", data=np.array([dumps(d) for d in docs], dtype=object),
-                             dtype=h5py.string_dtype())
+            f.create_dataset(
+                "run_docs", data=np.array([dumps(d) for d in docs], dtype=object), dtype=h5py.string_dtype()
+            )
             g = f.create_group("breakdown")
             for i, d in enumerate(docs):
                 for phase, bd in d.get("breakdown", {}).items():
                     for table, vals in bd.items():
                         if isinstance(vals, dict) and all(isinstance(v, (int, float)) for v in vals.values()):
                             h = g.require_group(f"{i}/{phase}/{table}")
-                            h.create_dataset("names", data=np.array(list(vals), dtype=object), dtype=h5py.string_dtype())
+                            h.create_dataset(
+                                "names", data=np.array(list(vals), dtype=object), dtype=h5py.string_dtype()
+                            )
                             h.create_dataset("values", data=np.array(list(vals.values()), dtype=np.float64))
     return path

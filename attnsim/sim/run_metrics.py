@@ -1,6 +1,7 @@
 """Per-run metric helpers shared by the runner and speculative decoding (attnsim.sim.runner, attnsim.sim.speculative):
 the keys of a run document's metrics, a replica's share of a static batch, achieved bandwidth and memory use.
 A module of their own so that speculative.py does not import the runner that calls it (no import cycle)."""
+
 from __future__ import annotations
 
 import math
@@ -9,11 +10,30 @@ from attnsim.sim.engine import StepResult
 
 #: The keys of a run document's ``metrics`` (every status: null values when the run did not complete)
 SYSTEM_KEYS = ("mapper", "devices", "links", "parallelism")  # keys of a system file (errors raised while planning)
-METRIC_KEYS = ("ttft_s", "tpot_s", "tokens_per_s", "decode_tokens_per_s", "energy_per_token_j",
-               "dynamic_energy_per_token_j", "static_energy_per_token_j", "decode_energy_per_token_j",
-               "decode_dynamic_energy_per_token_j", "total_time_s", "prefill_time_s", "decode_time_s",
-               "batch_per_replica", "replicas", "active_replicas", "tp", "tp_imbalance", "pp", "decode_steps_simulated",
-               "bandwidth", "memory", "fits")
+METRIC_KEYS = (
+    "ttft_s",
+    "tpot_s",
+    "tokens_per_s",
+    "decode_tokens_per_s",
+    "energy_per_token_j",
+    "dynamic_energy_per_token_j",
+    "static_energy_per_token_j",
+    "decode_energy_per_token_j",
+    "decode_dynamic_energy_per_token_j",
+    "total_time_s",
+    "prefill_time_s",
+    "decode_time_s",
+    "batch_per_replica",
+    "replicas",
+    "active_replicas",
+    "tp",
+    "tp_imbalance",
+    "pp",
+    "decode_steps_simulated",
+    "bandwidth",
+    "memory",
+    "fits",
+)
 
 
 def null_metrics(fits: bool | None = None) -> dict:
@@ -42,13 +62,21 @@ def _bandwidth(system, step: StepResult) -> dict:
             continue
         peak = pool.model.peak_bandwidth_bytes_per_s
         achieved = b / step.time_s
-        out[key] = {"achieved_gbps": achieved / 1e9, "peak_gbps": peak / 1e9,
-                    "utilization": achieved / peak if peak else 0.0}
+        out[key] = {
+            "achieved_gbps": achieved / 1e9,
+            "peak_gbps": peak / 1e9,
+            "utilization": achieved / peak if peak else 0.0,
+        }
     return out
 
 
 def _memory(plan) -> dict:
-    return {mp.role: {"weights_gb": mp.weights_bytes / 1e9, "kv_gb": mp.kv_bytes / 1e9,
-                      "capacity_gb": mp.capacity_bytes / 1e9,
-                      "used_fraction": mp.used_bytes / mp.capacity_bytes if mp.capacity_bytes else math.inf}
-            for mp in plan.memory}
+    return {
+        mp.role: {
+            "weights_gb": mp.weights_bytes / 1e9,
+            "kv_gb": mp.kv_bytes / 1e9,
+            "capacity_gb": mp.capacity_bytes / 1e9,
+            "used_fraction": mp.used_bytes / mp.capacity_bytes if mp.capacity_bytes else math.inf,
+        }
+        for mp in plan.memory
+    }

@@ -4,25 +4,38 @@ Produces one JSON-serialisable document per run (see docs/reference/metrics.md a
 ``system``, ``model``, ``scenario``, ``status``, ``metrics``, ``breakdown`` and,
 when the experiment names a baseline, ``vs_baseline``.
 """
+
 from __future__ import annotations
 
-import numpy as np
-
 from attnsim.core.config import ConfigError, allow_notes
-from attnsim.sim.results import BASELINE_RATIOS, baseline_ratio, finalize_doc
-from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights, subbatch_parts
+from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
 from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.sim.engine import StepResult, cost_step, cost_step_pipelined, decode_step_weights, subbatch_parts
 from attnsim.sim.pipeline import check_pipeline
-from attnsim.sim.run_metrics import (METRIC_KEYS, SYSTEM_KEYS, _bandwidth, _memory,  # noqa: F401 (runner.X keeps them)
-                                 _replica_scenario, null_metrics)
-from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
+from attnsim.sim.results import BASELINE_RATIOS, baseline_ratio, finalize_doc
+from attnsim.sim.run_metrics import (  # noqa: F401 (runner.X keeps them: tests import METRIC_KEYS from here)
+    METRIC_KEYS,
+    SYSTEM_KEYS,
+    _bandwidth,
+    _memory,
+    _replica_scenario,
+    null_metrics,
+)
 from attnsim.workloads.scenario import context_window
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, tp_imbalance, weight_bytes
 
 
-def simulate_generation(system, model, scenario, generation, timeline: list | None = None, pid: int = 1,
-                        kv_storage: dict | None = None, trace_steps: int | None = None) -> dict:
+def simulate_generation(
+    system,
+    model,
+    scenario,
+    generation,
+    timeline: list | None = None,
+    pid: int = 1,
+    kv_storage: dict | None = None,
+    trace_steps: int | None = None,
+) -> dict:
     """Prefill + decode of one static batch on one system; returns the run document parts.
 
     With ``timeline`` (a list), trace events of the prefill and every decode step are appended to it
@@ -35,9 +48,11 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     """
     if scenario.speculative is not None:  # draft + target model (attnsim/sim/speculative.py)
         if kv_storage:
-            raise ConfigError("expected no reliability section with speculative decoding (not modelled)",
-                              key="speculative")
+            raise ConfigError(
+                "expected no reliability section with speculative decoding (not modelled)", key="speculative"
+            )
         from attnsim.sim.speculative import simulate_speculative
+
         return simulate_speculative(system, model, scenario, generation, timeline, pid)
     spec = system.spec
     tp = spec.parallelism.tp
@@ -49,15 +64,22 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     ks = {}
     if kv_storage:  # weight each role's ECC overheads by the KV it holds in an unscaled placement
         from attnsim.sim.reliability_run import combine_storage_costs
-        base = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, final_ctx),
-                "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp)}
-        probe = policy(build_trace(model, sc, "decode", tp=tp, context_lens=final_ctx), system, base,
-                       spec.mapper.options)
+
+        base = {
+            "weights": weight_bytes(model, sc.weight_dtype),
+            "kv": kv_cache_bytes(model, sc, final_ctx),
+            "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp),
+        }
+        probe = policy(
+            build_trace(model, sc, "decode", tp=tp, context_lens=final_ctx), system, base, spec.mapper.options
+        )
         ks = combine_storage_costs(kv_storage, {mp.role: mp.kv_bytes for mp in probe.memory})
     cap_scale = ks.get("capacity_scale", 1.0)
-    model_bytes = {"weights": weight_bytes(model, sc.weight_dtype),
-                   "kv": kv_cache_bytes(model, sc, final_ctx) * cap_scale,
-                   "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp) * cap_scale}
+    model_bytes = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, final_ctx) * cap_scale,
+        "kv_per_rank": kv_cache_bytes(model, sc, final_ctx, tp=tp) * cap_scale,
+    }
 
     def build(*args, **kw):
         tr = build_trace(*args, sampler=sampler_cost(system), **kw)
@@ -82,7 +104,9 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             step.energy_j_by_device[role] = step.energy_j_by_device.get(role, 0.0) + e
             if step.row_energy_j is not None:  # the same energy per row (timelines)
                 tr = plan.trace
-                step.row_energy_j = step.row_energy_j + tr["kv_read_bytes"] * tr["count"] * tp * ks["pj_per_byte"] * 1e-12
+                step.row_energy_j = (
+                    step.row_energy_j + tr["kv_read_bytes"] * tr["count"] * tp * ks["pj_per_byte"] * 1e-12
+                )
         return step
 
     def cost(plan, first_step=False):  # first_step: the prefill, with the stack's per-request cost
@@ -91,6 +115,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
     pipe = None
     if spec.parallelism.pp > 1:  # pipeline parallelism: attnsim.sim.pipeline
         from attnsim.sim.pipeline import RunPipeline
+
         pipe = RunPipeline(system, model, sc, final_ctx, build, place, cost_step_only)
         pre_plan, prefill = None, add_step_overhead(pipe.prefill(), system, sc.batch_size, True)
     else:
@@ -100,6 +125,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         prefill = cost(pre_plan, first_step=True)
 
     steps, weights = decode_step_weights(sc.output_len, generation.mode, generation.samples)
+
     def decode_step(ctx):
         if pipe is not None:
             return None, pipe.decode(ctx)  # the stack's host time on each micro-batch's chain
@@ -108,6 +134,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         s = plan.pipeline_subbatches
         if s <= 1:
             return tr, cost(plan)
+
         # pipelined over sub-batches: one plan per sub-batch (engine.subbatch_parts)
         def sub(idx, channels):  # trace meta "subbatch_of": the mapper knows other sub-batches run concurrently
             part = ctx[idx]
@@ -116,6 +143,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             if channels is not None:  # the channels the whole batch's requests were placed on
                 t.meta["channel_assignment"] = [int(c) for c in channels]
             return place(t)
+
         subs = [sub(idx, ch) for idx, ch in subbatch_parts(plan, len(ctx))]
         return tr, add_step_overhead(cost_step_pipelined(subs, system), system, sc.batch_size)
 
@@ -130,9 +158,15 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
             traced.append((int(j), step))
     if timeline is not None and pipe is None:
         from attnsim.sim.timeline import DEFAULT_TRACE_STEPS, generation_events
-        timeline += generation_events(prefill, traced, sc.output_len - 1, f"{spec.name} ({model.name}, {sc.name})",
-                                      pid=2 * pid - 1,
-                                      max_steps=DEFAULT_TRACE_STEPS if trace_steps is None else trace_steps)
+
+        timeline += generation_events(
+            prefill,
+            traced,
+            sc.output_len - 1,
+            f"{spec.name} ({model.name}, {sc.name})",
+            pid=2 * pid - 1,
+            max_steps=DEFAULT_TRACE_STEPS if trace_steps is None else trace_steps,
+        )
     n_dec = max(1, sc.output_len - 1)
     per_step = decode.scaled(1.0 / n_dec) if len(steps) else StepResult()
 
@@ -172,8 +206,7 @@ def simulate_generation(system, model, scenario, generation, timeline: list | No
         "memory": pipe.memory_doc() if pipe is not None else _memory(pre_plan),
         "fits": True,
     }
-    out = {"metrics": metrics,
-           "breakdown": {"prefill": prefill.breakdown(), "decode_step": per_step.breakdown()}}
+    out = {"metrics": metrics, "breakdown": {"prefill": prefill.breakdown(), "decode_step": per_step.breakdown()}}
     if pipe is not None:
         out["pipeline"] = pipe.doc()
     return out
@@ -200,6 +233,7 @@ def run_experiment(exp, progress=None, timeline: list | None = None, trace_steps
             check_parallelism(sspec, role, sfile)
         if sspec.mapper.attention_on is not None:  # the device behind it can run attention (one line otherwise)
             from attnsim.mapper.base import attention_roles
+
             attention_roles(system, sspec.mapper.policy, sspec.mapper.attention_on, file=sfile)
         for model in exp.models.values():
             check_pipeline(system, model, sfile)
@@ -225,16 +259,29 @@ def run_experiment(exp, progress=None, timeline: list | None = None, trace_steps
                 system, rspec, kv_storage = systems[sname], rel.get(scname), None
                 if rspec is not None:  # tier refresh intervals change the PIM/PNM devices' refresh
                     from attnsim.sim.reliability_run import hardware_with_refresh, kv_storage_costs
+
                     hw = hardware_with_refresh(exp.tree.hardware, exp.systems[sname], rspec)
                     system = build_system(exp.systems[sname], hw, exp.tree.file_of)
                     kv_storage = kv_storage_costs(rspec, exp.systems[sname])
                 try:
-                    doc.update(simulate_generation(system, exp.models[mname], sc, exp.spec.generation,
-                                                   timeline=timeline, pid=len(docs) + 1, kv_storage=kv_storage,
-                                                   trace_steps=trace_steps))
+                    doc.update(
+                        simulate_generation(
+                            system,
+                            exp.models[mname],
+                            sc,
+                            exp.spec.generation,
+                            timeline=timeline,
+                            pid=len(docs) + 1,
+                            kv_storage=kv_storage,
+                            trace_steps=trace_steps,
+                        )
+                    )
                     if rspec is not None:
                         from attnsim.sim.reliability_run import reliability_metrics
-                        doc["metrics"].update(reliability_metrics(rspec, exp.systems[sname], exp.models[mname], sc, doc))
+
+                        doc["metrics"].update(
+                            reliability_metrics(rspec, exp.systems[sname], exp.models[mname], sc, doc)
+                        )
                 except CapacityError as e:
                     doc["status"] = "does_not_fit"
                     doc["error"] = str(e)
@@ -265,4 +312,7 @@ def add_baseline_ratios(docs: list[dict], baseline: str) -> None:
             d["vs_baseline"] = {"baseline": baseline, "note": "baseline run did not complete"}
             continue
         m, bm = d["metrics"], b["metrics"]
-        d["vs_baseline"] = {"baseline": baseline, **{name: baseline_ratio(m[k], bm[k], up) for name, k, up in BASELINE_RATIOS}}
+        d["vs_baseline"] = {
+            "baseline": baseline,
+            **{name: baseline_ratio(m[k], bm[k], up) for name, k, up in BASELINE_RATIOS},
+        }

@@ -9,6 +9,7 @@ policy sees ``trace.meta["speculative"]`` = "draft" / "target" (mapper/ianus.py 
 Capacity: both models' weights and KV on their devices together. Not modelled: the draft's extra
 forward of the bonus token, rejection sampling's arithmetic, pipeline parallelism (refused).
 """
+
 from __future__ import annotations
 
 import math
@@ -17,9 +18,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import StepResult, cost_step, decode_step_weights
-from attnsim.mapper.base import CapacityError, MemoryPlacement, get_policy
 from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
+from attnsim.mapper.base import CapacityError, MemoryPlacement, get_policy
+from attnsim.sim.engine import StepResult, cost_step, decode_step_weights
 from attnsim.workloads.speculative import expected_tokens, load_draft
 from attnsim.workloads.trace import build_trace, check_tp, kv_cache_bytes, weight_bytes
 
@@ -34,8 +35,11 @@ def prefixed(step: StepResult, prefix: str) -> StepResult:
 
 
 def _model_bytes(model, sc, ctx, tp) -> dict:
-    return {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, ctx),
-            "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=tp)}
+    return {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, ctx),
+        "kv_per_rank": kv_cache_bytes(model, sc, ctx, tp=tp),
+    }
 
 
 def check_capacity(plans: list) -> list:
@@ -48,8 +52,10 @@ def check_capacity(plans: list) -> list:
             t.kv_bytes += mp.kv_bytes
     for mp in total.values():
         if not mp.fits:
-            raise CapacityError(f"{mp.role}: target + draft weights {mp.weights_bytes / 1e9:.1f} GB + KV "
-                                f"{mp.kv_bytes / 1e9:.1f} GB exceed its capacity {mp.capacity_bytes / 1e9:.1f} GB")
+            raise CapacityError(
+                f"{mp.role}: target + draft weights {mp.weights_bytes / 1e9:.1f} GB + KV "
+                f"{mp.kv_bytes / 1e9:.1f} GB exceed its capacity {mp.capacity_bytes / 1e9:.1f} GB"
+            )
     return list(total.values())
 
 
@@ -58,6 +64,7 @@ def simulate_speculative(system, model, scenario, generation, timeline: list | N
     runner.simulate_generation's (tokens = accepted tokens) + a ``speculative`` section. ``timeline``:
     events of the target's prefill and of the first verification step (attnsim.sim.timeline)."""
     from attnsim.sim.run_metrics import METRIC_KEYS, _bandwidth, _memory, _replica_scenario
+
     spec = system.spec
     if spec.parallelism.pp > 1:
         raise ConfigError("speculative decoding is modelled with pp = 1 only", key="parallelism.pp")
@@ -88,6 +95,7 @@ def simulate_speculative(system, model, scenario, generation, timeline: list | N
     prefill = cost(pre_t, first=True)
     if timeline is not None:
         from attnsim.sim.timeline import step_events
+
         timeline += step_events(prefill, spec.name, "prefill (target)", pid=2 * pid - 1)
     prefill.scaled_add(cost(pre_d, role="draft"), 1.0)
 
@@ -118,25 +126,45 @@ def simulate_speculative(system, model, scenario, generation, timeline: list | N
     per_tok = decode.scaled(1.0 / n_tok) if n_tok else StepResult()
     tpot = decode.time_s / n_tok if n_tok else None  # a one-token output: undefined (null), not 0
     metrics = {
-        "ttft_s": prefill.time_s, "tpot_s": tpot, "tokens_per_s": tokens / total_s,
+        "ttft_s": prefill.time_s,
+        "tpot_s": tpot,
+        "tokens_per_s": tokens / total_s,
         "decode_tokens_per_s": batch / tpot if tpot else None,
         "energy_per_token_j": (dyn_j + static_w * total_s) / tokens,
-        "dynamic_energy_per_token_j": dyn_j / tokens, "static_energy_per_token_j": static_w * total_s / tokens,
+        "dynamic_energy_per_token_j": dyn_j / tokens,
+        "static_energy_per_token_j": static_w * total_s / tokens,
         "decode_energy_per_token_j": (dec_dyn_j + static_w * decode.time_s) / dec_tokens if dec_tokens else None,
         "decode_dynamic_energy_per_token_j": dec_dyn_j / dec_tokens if dec_tokens else None,
-        "total_time_s": total_s, "prefill_time_s": prefill.time_s, "decode_time_s": decode.time_s,
-        "batch_per_replica": sc.batch_size, "replicas": replicas, "active_replicas": active, "tp": tp,
-        "tp_imbalance": None, "pp": 1, "decode_steps_simulated": int(len(steps)),
-        "bandwidth": _bandwidth(system, per_tok), "memory": _memory(SimpleNamespace(memory=memory)), "fits": True,
+        "total_time_s": total_s,
+        "prefill_time_s": prefill.time_s,
+        "decode_time_s": decode.time_s,
+        "batch_per_replica": sc.batch_size,
+        "replicas": replicas,
+        "active_replicas": active,
+        "tp": tp,
+        "tp_imbalance": None,
+        "pp": 1,
+        "decode_steps_simulated": int(len(steps)),
+        "bandwidth": _bandwidth(system, per_tok),
+        "memory": _memory(SimpleNamespace(memory=memory)),
+        "fits": True,
     }
     from attnsim.workloads.trace import tp_imbalance
+
     metrics["tp_imbalance"] = tp_imbalance(model, tp)
     assert set(metrics) == set(METRIC_KEYS)
     per_step = n_steps if n_steps else 1.0
-    return {"metrics": metrics,
-            "breakdown": {"prefill": prefill.breakdown(), "decode_step": per_tok.breakdown()},
-            "speculative": {"draft_model": draft.name, "draft_tokens": gamma, "acceptance_rate": alpha,
-                            "tokens_per_target_step": e_tok, "target_steps": n_steps,
-                            "draft_time_per_target_step_s": draft_t.time_s / per_step,
-                            "verify_time_per_target_step_s": verify_t.time_s / per_step,
-                            "draft_time_share": draft_t.time_s / decode.time_s if decode.time_s else 0.0}}
+    return {
+        "metrics": metrics,
+        "breakdown": {"prefill": prefill.breakdown(), "decode_step": per_tok.breakdown()},
+        "speculative": {
+            "draft_model": draft.name,
+            "draft_tokens": gamma,
+            "acceptance_rate": alpha,
+            "tokens_per_target_step": e_tok,
+            "target_steps": n_steps,
+            "draft_time_per_target_step_s": draft_t.time_s / per_step,
+            "verify_time_per_target_step_s": verify_t.time_s / per_step,
+            "draft_time_share": draft_t.time_s / decode.time_s if decode.time_s else 0.0,
+        },
+    }

@@ -9,10 +9,12 @@ stretch of steps); every op event carries its bytes, energy, achieved bandwidth 
 ``args``. A zero-duration row (a softmax inside the fused attention kernel, a row that a concurrent
 stage hides behind a slower device: AttAcc's overlapped attention) keeps its energy in its args and
 adds it to the power counter's next span of its device (or its last, at the end), so each power
-counter integrates to the device's energy unless the device has no span of its own; ``memory_bytes`` of a link row is the traffic over the whole link
-(all ranks). :func:`check_events` is the validity check the tests use; the serving timeline is
+counter integrates to the device's energy unless the device has no span of its own; ``memory_bytes`` of a link row is
+the traffic over the whole link (all ranks). :func:`check_events` is the validity check the tests use; the serving
+timeline is
 attnsim/studies/timeline_serve.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +33,7 @@ def _layer_order(trace) -> list[tuple[int, int]]:
 
 
 DEFAULT_TRACE_STEPS = 16  # decode steps drawn op by op per run (``attnsim run --trace-steps``)
-MAX_TRACE_STEPS = 4096     # at most ~1,000 op events per step of an 80-layer model: bounded files
+MAX_TRACE_STEPS = 4096  # at most ~1,000 op events per step of an 80-layer model: bounded files
 
 
 def _row_order(trace) -> list:
@@ -50,6 +52,7 @@ def _check_step(step) -> None:
 
 def _devices(step) -> set:
     from attnsim.hwmodels.stack import HOST_DEVICE, HOST_OP, REQUEST_OP
+
     host = any(step.time_s_by_op.get(op, 0.0) > 0 for op in (REQUEST_OP, HOST_OP))
     return set(step.row_device) | ({HOST_DEVICE} if host else set())
 
@@ -63,6 +66,7 @@ def _op_events(step, pid: int, tids: dict, t_us: float) -> tuple[list[dict], flo
     ``energy_j`` (dynamic, all TP ranks) and ``static_energy_j`` (the system's idle power x dur).
     Returns (events, end time in us)."""
     from attnsim.hwmodels.stack import HOST_DEVICE, HOST_OP, REQUEST_OP
+
     trace = step.row_trace
     count = np.maximum(trace["count"], 1)
     per_rep = step.row_time_s / count
@@ -76,8 +80,9 @@ def _op_events(step, pid: int, tids: dict, t_us: float) -> tuple[list[dict], flo
     def emit(name, dev, dur_s, args):
         nonlocal t
         args["static_energy_j"] = static_w * dur_s
-        events.append({"ph": "X", "name": name, "pid": pid, "tid": tids[dev], "ts": t, "dur": dur_s * 1e6,
-                       "args": args})
+        events.append(
+            {"ph": "X", "name": name, "pid": pid, "tid": tids[dev], "ts": t, "dur": dur_s * 1e6, "args": args}
+        )
         t += dur_s * 1e6
 
     def host(op):  # per-request host work before the step, per-step host work after it
@@ -94,8 +99,9 @@ def _op_events(step, pid: int, tids: dict, t_us: float) -> tuple[list[dict], flo
         for col in ("weight_bytes", "act_bytes", "kv_read_bytes", "kv_write_bytes", "comm_bytes"):
             if trace[col][r]:
                 args[col] = float(trace[col][r])
-        mem = {k.split(":", 1)[1]: float(v[r] / count[r]) for k, v in b_rows.items()
-               if k.split(":", 1)[0] == dev and v[r]}
+        mem = {
+            k.split(":", 1)[1]: float(v[r] / count[r]) for k, v in b_rows.items() if k.split(":", 1)[0] == dev and v[r]
+        }
         if mem:
             args["memory_bytes"] = mem
             if dur > 0:
@@ -116,9 +122,14 @@ def _op_events(step, pid: int, tids: dict, t_us: float) -> tuple[list[dict], flo
 def step_totals(step) -> dict:
     """``args`` of a whole step (or a span of steps): time, energy, bytes and achieved bandwidth per
     device memory level, time by bound."""
-    d = {"time_s": step.time_s, "energy_j": step.energy_j, "dynamic_energy_j": step.dynamic_energy_j,
-         "static_energy_j": step.static_energy_j, "bytes_by_device": dict(step.bytes_by_device),
-         "time_s_by_bound": dict(step.time_s_by_bound)}
+    d = {
+        "time_s": step.time_s,
+        "energy_j": step.energy_j,
+        "dynamic_energy_j": step.dynamic_energy_j,
+        "static_energy_j": step.static_energy_j,
+        "bytes_by_device": dict(step.bytes_by_device),
+        "time_s_by_bound": dict(step.time_s_by_bound),
+    }
     if step.time_s > 0:
         d["achieved_gbps"] = {k: b / step.time_s / 1e9 for k, b in step.bytes_by_device.items()}
         d["power_w"] = step.energy_j / step.time_s
@@ -146,8 +157,9 @@ def drawn_steps(n_costed: int, max_steps: int) -> set:
     return set(np.unique(np.rint(np.linspace(0, n_costed - 1, min(max_steps, n_costed)))).astype(int).tolist())
 
 
-def generation_events(prefill, decode: list, n_steps: int, system_name: str, pid: int = 1,
-                      max_steps: int = DEFAULT_TRACE_STEPS) -> list[dict]:
+def generation_events(
+    prefill, decode: list, n_steps: int, system_name: str, pid: int = 1, max_steps: int = DEFAULT_TRACE_STEPS
+) -> list[dict]:
     """The timeline of one generation (attnsim.sim.runner.simulate_generation, pp = 1), one process:
 
     the prefill and every decode step j = 1 .. ``n_steps`` in sequence on one time axis (total =
@@ -161,6 +173,7 @@ def generation_events(prefill, decode: list, n_steps: int, system_name: str, pid
     bandwidth per memory level (GB/s) and the power (W: its dynamic energy / time + its static power);
     over a span they are the span's means."""
     from attnsim.sim.engine import StepResult
+
     _check_step(prefill)
     js = [int(j) for j, _ in decode]
     if js != sorted(set(js)) or (js and (js[0] != 1 or js[-1] != n_steps)):
@@ -172,18 +185,29 @@ def generation_events(prefill, decode: list, n_steps: int, system_name: str, pid
     tids = {"steps": 1, **{d: k + 2 for k, d in enumerate(sorted(devs))}}
     events = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": system_name}}]
     events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": d}} for d, t in tids.items()]
-    events += [{"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t, "args": {"sort_index": t}}
-               for t in tids.values()]
-    static_w = {k: v / prefill.time_s for k, v in prefill.static_energy_j_by_device.items()} \
-        if prefill.time_s > 0 else {}
+    events += [
+        {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t, "args": {"sort_index": t}} for t in tids.values()
+    ]
+    static_w = (
+        {k: v / prefill.time_s for k, v in prefill.static_energy_j_by_device.items()} if prefill.time_s > 0 else {}
+    )
     counters = _Counters(pid, static_w)
     t = 0.0
 
     def drawn_step(step, name):
         nonlocal t
         ops, end = _op_events(step, pid, tids, t)
-        events.append({"ph": "X", "name": name, "pid": pid, "tid": 1, "ts": t, "dur": step.time_s * 1e6,
-                       "args": step_totals(step)})
+        events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "pid": pid,
+                "tid": 1,
+                "ts": t,
+                "dur": step.time_s * 1e6,
+                "args": step_totals(step),
+            }
+        )
         events.extend(ops)
         for e in ops:
             dev = next(d for d, v in tids.items() if v == e["tid"])
@@ -205,13 +229,34 @@ def generation_events(prefill, decode: list, n_steps: int, system_name: str, pid
         if res is None:
             return
         n = span["last"] - span["first"] + 1
-        kind = "interpolated" if not span["costed"] else "costed, not drawn" if not span["interp"] else \
-            "costed + interpolated"
-        args = {**step_totals(res), "steps": n, "costed_steps": span["costed"],
-                "interpolated_steps": span["interp"], "time_s_per_step": res.time_s / n}
-        events.append({"ph": "X", "name": f"decode steps {span['first']}..{span['last']} ({kind})", "pid": pid,
-                       "tid": 1, "ts": t, "dur": res.time_s * 1e6, "args": args})
-        span_devs = set(res.time_s_by_device) | set(res.energy_j_by_device) | {k.split(":", 1)[0] for k in res.bytes_by_device}
+        kind = (
+            "interpolated"
+            if not span["costed"]
+            else "costed, not drawn"
+            if not span["interp"]
+            else "costed + interpolated"
+        )
+        args = {
+            **step_totals(res),
+            "steps": n,
+            "costed_steps": span["costed"],
+            "interpolated_steps": span["interp"],
+            "time_s_per_step": res.time_s / n,
+        }
+        events.append(
+            {
+                "ph": "X",
+                "name": f"decode steps {span['first']}..{span['last']} ({kind})",
+                "pid": pid,
+                "tid": 1,
+                "ts": t,
+                "dur": res.time_s * 1e6,
+                "args": args,
+            }
+        )
+        span_devs = (
+            set(res.time_s_by_device) | set(res.energy_j_by_device) | {k.split(":", 1)[0] for k in res.bytes_by_device}
+        )
         for dev in sorted(span_devs):  # the span's mean per device
             if res.time_s > 0:
                 mem = {k.split(":", 1)[1]: b for k, b in res.bytes_by_device.items() if k.split(":", 1)[0] == dev}
@@ -242,7 +287,7 @@ class _Counters:
     def __init__(self, pid: int, static_w: dict):
         self.pid, self.static_w = pid, static_w
         self.spans: dict = {}  # counter name -> [(t0 us, t1 us, value)]
-        self.base: dict = {}   # counter name -> value when nothing runs
+        self.base: dict = {}  # counter name -> value when nothing runs
         self.pending: dict = {}  # power counter -> energy (J) of zero-duration events not yet drawn
 
     def add(self, dev: str, ts: float, dur: float, energy_j: float, mem: dict) -> None:
@@ -297,6 +342,7 @@ def check_events(events: list[dict]) -> None:
                 finite(v, f"{where}.{i}")
         elif isinstance(x, float) and not math.isfinite(x):
             raise ValueError(f"non-finite number at {where}")
+
     tracks: dict = {}
     counters: dict = {}
     open_async: dict = {}
@@ -323,8 +369,10 @@ def check_events(events: list[dict]) -> None:
     for key, stack in open_async.items():
         if stack:
             raise ValueError(f"async event {stack[-1]['name']!r} (id {key[1]}) never ends")
+
     def tol(t):  # float sums of event durations (us)
         return 1e-6 + 1e-9 * abs(t)
+
     for key, spans in tracks.items():
         starts = [s for s, _, _ in spans]
         if any(b < a - tol(a) for a, b in zip(starts, starts[1:])):
@@ -340,14 +388,16 @@ def check_events(events: list[dict]) -> None:
 
 def write_trace(path: str | Path, events: list[dict]) -> Path:
     """Write a trace JSON atomically (mode from the umask)."""
-    from attnsim.core.fileio import atomic_path
     from attnsim.core.config import ConfigError
+    from attnsim.core.fileio import atomic_path
+
     path = Path(path)
     try:  # strict JSON; serialised before anything is written
         text = json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}, allow_nan=False)
     except ValueError:
-        raise ConfigError("expected finite event times, got inf/NaN (a run overflowed: see its error in the "
-                          "results)", file=str(path)) from None
+        raise ConfigError(
+            "expected finite event times, got inf/NaN (a run overflowed: see its error in the results)", file=str(path)
+        ) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, suffix=".json") as tmp, open(tmp, "w") as f:
         f.write(text)

@@ -20,6 +20,7 @@ Everything else is attnsim's built-in defaults (h100_sxm, nvlink4, dgx_h100, the
 
 Runs shared by several rows (the -99 and -99.9 variants, the two rounds' identical settings) run once.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,12 @@ class Assumption(Schema):
 
 class Benchmark(Schema):
     plausible: ClassVar[dict] = {
-        "offline_requests": Plausible(1, 1e6, "requests simulated per Offline row: MLPerf's sample sets hold 24,576 "
-                                      "(llama2-70b) to 15,000 (mixtral) queries; more only costs time"),
+        "offline_requests": Plausible(
+            1,
+            1e6,
+            "requests simulated per Offline row: MLPerf's sample sets hold 24,576 "
+            "(llama2-70b) to 15,000 (mixtral) queries; more only costs time",
+        ),
         "server_requests": Plausible(1, 1e6, "requests simulated per Server rate probe (as offline_requests)"),
     }
     experiment: str  # relative to configs/validation/
@@ -61,8 +66,13 @@ class Benchmark(Schema):
 
 class RowSpec(Schema):
     plausible: ClassVar[dict] = {
-        "reference": Plausible(1e-3, 1e7, "an MLPerf result: tokens/s, samples/s or queries/s of one 8-GPU node "
-                               "(DGX-H100 llama2-70b Offline ~2.5e4 tokens/s)")}
+        "reference": Plausible(
+            1e-3,
+            1e7,
+            "an MLPerf result: tokens/s, samples/s or queries/s of one 8-GPU node "
+            "(DGX-H100 llama2-70b Offline ~2.5e4 tokens/s)",
+        )
+    }
     round: str
     benchmark: str
     variant: str
@@ -89,24 +99,35 @@ class MLPerfSpec(Schema):
 def load(path=DATA) -> MLPerfSpec:
     """The checked data file (every row's round and benchmark must be listed)."""
     from attnsim.core.config import ConfigError, display_path
+
     file = display_path(path)
     spec = validate(MLPerfSpec, load_yaml(path), file=file)
     for i, r in enumerate(spec.rows):
         if r.round not in spec.rounds:
-            raise ConfigError(f"expected one of {', '.join(spec.rounds)}, got {r.round!r}", file=file,
-                              key=f"rows.{i}.round")
+            raise ConfigError(
+                f"expected one of {', '.join(spec.rounds)}, got {r.round!r}", file=file, key=f"rows.{i}.round"
+            )
         if r.benchmark not in spec.benchmarks:
-            raise ConfigError(f"expected one of {', '.join(spec.benchmarks)}, got {r.benchmark!r}", file=file,
-                              key=f"rows.{i}.benchmark")
+            raise ConfigError(
+                f"expected one of {', '.join(spec.benchmarks)}, got {r.benchmark!r}",
+                file=file,
+                key=f"rows.{i}.benchmark",
+            )
         if (r.scenario == "Server") != (r.metric == "rate_per_s"):
-            raise ConfigError(f"expected rate_per_s for Server rows and a throughput for Offline rows, got "
-                              f"{r.metric} for {r.scenario}", file=file, key=f"rows.{i}.metric")
+            raise ConfigError(
+                f"expected rate_per_s for Server rows and a throughput for Offline rows, got "
+                f"{r.metric} for {r.scenario}",
+                file=file,
+                key=f"rows.{i}.metric",
+            )
     return spec
 
 
 def summary_path(r: RowSpec) -> str:
-    return (f"closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/{r.variant}/{r.scenario}/performance/run_1/"
-            f"mlperf_log_summary.txt")
+    return (
+        f"closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/{r.variant}/{r.scenario}/performance/run_1/"
+        f"mlperf_log_summary.txt"
+    )
 
 
 def scenario_sets(b: Benchmark, scenario: str, requests: Optional[int] = None) -> list[str]:
@@ -123,6 +144,7 @@ def scenario_sets(b: Benchmark, scenario: str, requests: Optional[int] = None) -
 def offline_run(b: Benchmark, requests: Optional[int] = None) -> dict:
     """The Offline run document: every request at t = 0 (no rate)."""
     from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
+
     exp, sv = load_serving_experiment(CONFIG_ROOT / "validation" / b.experiment, scenario_sets(b, "Offline", requests))
     (doc,) = serve_experiment(exp, sv)
     return doc
@@ -146,11 +168,15 @@ def server_search(b: Benchmark, start: float, requests: Optional[int] = None, re
     19 s of arrivals, on one instance 230 s). Assumption: each instance sees a Poisson stream of rate / k (a
     round-robin split of one Poisson stream has Erlang-k gaps, smoother: this is the conservative side)."""
     from attnsim.studies.rate_search import max_rate_under_slo
+
     k = instances(b)
-    sets = scenario_sets(b, "Server", requests) + ["systems.dgx_h100.parallelism.replicas=1",
-                                                   f"systems.dgx_h100.devices.gpu.count={_parallelism(b, 'tp')}"]
-    (s,) = max_rate_under_slo(CONFIG_ROOT / "validation" / b.experiment, sets, start=start / k, rel_tol=rel_tol,
-                              limits=dict(b.limits))
+    sets = scenario_sets(b, "Server", requests) + [
+        "systems.dgx_h100.parallelism.replicas=1",
+        f"systems.dgx_h100.devices.gpu.count={_parallelism(b, 'tp')}",
+    ]
+    (s,) = max_rate_under_slo(
+        CONFIG_ROOT / "validation" / b.experiment, sets, start=start / k, rel_tol=rel_tol, limits=dict(b.limits)
+    )
     return s, k
 
 
@@ -159,6 +185,7 @@ def steady_tokens_per_s(req: dict) -> tuple[float, float]:
     the queue is empty and the batches drain. A request finished by T counts all its tokens; one running at T
     its first token plus (T - first token) / its TPOT; one admitted at T none."""
     import numpy as np
+
     arrival = np.asarray(req["arrival_s"], dtype=float)
     admit = arrival + np.asarray(req["queue_s"], dtype=float)
     first = arrival + np.asarray(req["ttft_s"], dtype=float)
@@ -177,6 +204,7 @@ def steady_tokens_per_s(req: dict) -> tuple[float, float]:
 def _output_sampling_error(doc: dict) -> float:
     """Relative standard error of the mean output length of the run's requests (std / sqrt(n) / mean)."""
     import numpy as np
+
     out = np.asarray(doc["_requests"]["output_tokens"], dtype=float)
     return float(out.std(ddof=1) / math.sqrt(len(out)) / out.mean()) if len(out) > 1 else float("nan")
 
@@ -184,6 +212,7 @@ def _output_sampling_error(doc: dict) -> float:
 def rows(spec: Optional[MLPerfSpec] = None, benchmarks: Optional[list] = None) -> list[Row]:
     """One :class:`Row` per data-file row (``benchmarks``: only those)."""
     from attnsim.core.config import ConfigError
+
     spec = spec or load()
     offline: dict = {}
     server: dict = {}
@@ -196,30 +225,39 @@ def rows(spec: Optional[MLPerfSpec] = None, benchmarks: Optional[list] = None) -
             offline[r.benchmark] = offline_run(b)
         off = offline[r.benchmark]
         if off["status"] != "ok":
-            raise ConfigError(f"expected the Offline run of {r.benchmark} to complete, got {off['status']} "
-                              f"({off.get('error', '')})", file="configs/validation/mlperf.yaml")
+            raise ConfigError(
+                f"expected the Offline run of {r.benchmark} to complete, got {off['status']} ({off.get('error', '')})",
+                file="configs/validation/mlperf.yaml",
+            )
         rnd = spec.rounds[r.round]
         src = f"{rnd.repo} @ {rnd.commit[:7]} {summary_path(r)}"
         tag = f"{r.round} {r.variant} {r.scenario}"
         if r.scenario == "Offline":
             import numpy as np
+
             tok_s, t_end = steady_tokens_per_s(off["_requests"])
             val = tok_s if r.metric == "tokens_per_s" else tok_s / float(np.mean(off["_requests"]["output_tokens"]))
             err = _output_sampling_error(off)
-            name = (f"{tag} {'output tokens/s' if r.metric == 'tokens_per_s' else 'samples/s'} "
-                    f"(steady {t_end:.0f} s of {b.offline_requests} requests, +-{100 * err:.1f} % sampling; whole run "
-                    f"{off['metrics']['output_tokens_per_s']:.0f} tok/s)")
+            name = (
+                f"{tag} {'output tokens/s' if r.metric == 'tokens_per_s' else 'samples/s'} "
+                f"(steady {t_end:.0f} s of {b.offline_requests} requests, +-{100 * err:.1f} % sampling; whole run "
+                f"{off['metrics']['output_tokens_per_s']:.0f} tok/s)"
+            )
         else:
             if r.benchmark not in server:
                 import numpy as np
+
                 tok_s, _ = steady_tokens_per_s(off["_requests"])
                 start = tok_s / float(np.mean(off["_requests"]["output_tokens"]))  # the Offline request rate
                 server[r.benchmark] = server_search(b, start=start)
             s, k = server[r.benchmark]
             val = k * s.rate_per_s
             lim = ", ".join(f"{m} <= {v:g} s" for m, v in b.limits.items())
-            name = (f"{tag} max Poisson rate [req/s] under {lim} ({k} x one instance's, bracket "
-                    f"{k * s.bracket_per_s[0]:.3g}-{k * s.bracket_per_s[1]:.3g}, {b.server_requests} requests)")
-        out.append(Row("mlperf", name, float(val), r.reference, spec.tolerance, role=r.role, system="dgx_h100",
-                       source=src))
+            name = (
+                f"{tag} max Poisson rate [req/s] under {lim} ({k} x one instance's, bracket "
+                f"{k * s.bracket_per_s[0]:.3g}-{k * s.bracket_per_s[1]:.3g}, {b.server_requests} requests)"
+            )
+        out.append(
+            Row("mlperf", name, float(val), r.reference, spec.tolerance, role=r.role, system="dgx_h100", source=src)
+        )
     return out

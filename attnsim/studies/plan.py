@@ -17,6 +17,7 @@ planner's eps); a perplexity SLO is converted by the calibration entry of the pl
 refused unless extrapolation is allowed; ppl_calibration.resolve, perplexity.error_weights). Every accuracy
 number in the document names its source (``accuracy_sources``, ``calibration``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,10 @@ from attnsim.core.config import ConfigError, check_int
 
 DEFAULT_FORMATS = ("bf16", "fp8_e4m3", "int8", "int4")
 # what the proxy error numbers are (hwmodels/reliability/accuracy.py, planner.py)
-PROXY_SOURCE = ("attnsim L0 proxy: relative attention error of the stored KV on synthetic q/K/V (accuracy.py, "
-                "planner.py), not a model-quality measurement")
+PROXY_SOURCE = (
+    "attnsim L0 proxy: relative attention error of the stored KV on synthetic q/K/V (accuracy.py, "
+    "planner.py), not a model-quality measurement"
+)
 
 
 class Infeasible(Exception):
@@ -47,16 +50,16 @@ class Setup:
     system: str
     model: str
     scenario: str
-    spec: object                 # ReliabilitySpec
-    tiers: list                  # TierSpec, capacities shared by the requests
+    spec: object  # ReliabilitySpec
+    tiers: list  # TierSpec, capacities shared by the requests
     blocks: list
-    baseline_choice: list        # configured Option per block
+    baseline_choice: list  # configured Option per block
     requests: int
     residency_s: float
     tpot_s: float
     energy_per_token_j: float
-    layer_groups: list           # (first layer, last layer) per group
-    context_tokens: int = 0      # one request's context (mean prompt + output tokens)
+    layer_groups: list  # (first layer, last layer) per group
+    context_tokens: int = 0  # one request's context (mean prompt + output tokens)
 
 
 def _pick(name, options: dict, what: str, flag: str):
@@ -67,43 +70,71 @@ def _pick(name, options: dict, what: str, flag: str):
     return name
 
 
-def setup(experiment: str, sets=(), *, system=None, model=None, scenario=None, layer_groups: int = 4,
-          block_tokens: int | None = None) -> Setup:
-    from attnsim.sim.experiment import load_experiment
+def setup(
+    experiment: str,
+    sets=(),
+    *,
+    system=None,
+    model=None,
+    scenario=None,
+    layer_groups: int = 4,
+    block_tokens: int | None = None,
+) -> Setup:
     from attnsim.hwmodels.reliability.planner import uniform_blocks
+    from attnsim.sim.experiment import load_experiment
     from attnsim.sim.reliability_run import kv_footprint
     from attnsim.sim.runner import run_experiment
+
     exp = load_experiment(experiment, list(sets))
     rel = exp.reliability or {}
     with_rel = [n for n in exp.scenarios if rel.get(n) is not None]
     if not with_rel:
-        raise ConfigError("expected a reliability: section (tiers, accuracy_slo) to plan with, got none",
-                          file=str(experiment), key="reliability")
+        raise ConfigError(
+            "expected a reliability: section (tiers, accuracy_slo) to plan with, got none",
+            file=str(experiment),
+            key="reliability",
+        )
     sc = _pick(scenario, {n: 1 for n in with_rel}, "scenario", "--scenario")
     sy = _pick(system, exp.systems, "system", "--system")
     mo = _pick(model, exp.models, "model", "--model")
     L = exp.models[mo].num_layers
     if layer_groups > L:
-        raise ConfigError(f"expected at most {L} layer groups ({mo} has {L} layers), got {layer_groups}",
-                          file="--layer-groups")
+        raise ConfigError(
+            f"expected at most {L} layer groups ({mo} has {L} layers), got {layer_groups}", file="--layer-groups"
+        )
     context = int(round(float(np.mean(exp.scenarios[sc].prompt_lens())) + exp.scenarios[sc].output_len))
     if block_tokens is not None and block_tokens > context:
-        raise ConfigError(f"expected at most the context of one request ({context} tokens in scenario {sc}), got "
-                          f"{block_tokens}", file="--block-tokens")
-    one = dataclasses.replace(exp, systems={sy: exp.systems[sy]}, models={mo: exp.models[mo]},
-                              scenarios={sc: exp.scenarios[sc]}, reliability={sc: rel[sc]})
+        raise ConfigError(
+            f"expected at most the context of one request ({context} tokens in scenario {sc}), got {block_tokens}",
+            file="--block-tokens",
+        )
+    one = dataclasses.replace(
+        exp,
+        systems={sy: exp.systems[sy]},
+        models={mo: exp.models[mo]},
+        scenarios={sc: exp.scenarios[sc]},
+        reliability={sc: rel[sc]},
+    )
     doc = run_experiment(one)[0]
     if doc["status"] != "ok":
-        raise ConfigError(f"expected a run that fits, got {doc['status']} ({doc.get('error', '')})", file=str(experiment))
+        raise ConfigError(
+            f"expected a run that fits, got {doc['status']} ({doc.get('error', '')})", file=str(experiment)
+        )
     spec, mspec, scen = rel[sc], exp.models[mo], exp.scenarios[sc]
     footprint = kv_footprint(spec, exp.systems[sy], mspec, scen, doc)
     if not footprint:
-        raise ConfigError("expected the run to place KV on a device role mapped to a tier, got none",
-                          file=str(experiment), key="reliability.role_tiers")
+        raise ConfigError(
+            "expected the run to place KV on a device role mapped to a tier, got none",
+            file=str(experiment),
+            key="reliability.role_tiers",
+        )
     m = doc["metrics"]
     if m["tpot_s"] is None:  # one-token outputs have no TPOT (null): the plan's performance is per output token
-        raise ConfigError(f"expected output_len >= 2 (the plan trades accuracy against TPOT), got {scen.output_len}",
-                          file=str(experiment), key=f"scenarios.{sc}.output_len")
+        raise ConfigError(
+            f"expected output_len >= 2 (the plan trades accuracy against TPOT), got {scen.output_len}",
+            file=str(experiment),
+            key=f"scenarios.{sc}.output_len",
+        )
     requests = int(scen.batch_size)
     residency = float(spec.residency_s if spec.residency_s is not None else m["total_time_s"])
     kv_heads = 1 if mspec.mla else mspec.num_kv_heads
@@ -130,35 +161,64 @@ def setup(experiment: str, sets=(), *, system=None, model=None, scenario=None, l
     # device); the tier holds the KV of every device of the roles mapped to it, each request's KV spread
     # over them (TP shards, replicas hold other requests): aggregate bandwidth and capacity
     from attnsim.sim.reliability_run import role_tiers
+
     devices = {}
     for role, tier in role_tiers(spec, exp.systems[sy]).items():
         if role in exp.systems[sy].devices:
             devices[tier] = devices.get(tier, 0) + int(exp.systems[sy].devices[role].count)
-    tiers = [dataclasses.replace(t, read_s_per_byte=t.read_s_per_byte / max(devices.get(t.name, 1), 1),
-                                 capacity_bytes=t.capacity_bytes * max(devices.get(t.name, 1), 1) / requests)
-             for t in spec.tier_specs()]
-    return Setup(exp.spec.name, sy, mo, sc, spec, tiers, blocks, base, requests, residency, float(m["tpot_s"]),
-                 float(m["energy_per_token_j"]), groups, context)
+    tiers = [
+        dataclasses.replace(
+            t,
+            read_s_per_byte=t.read_s_per_byte / max(devices.get(t.name, 1), 1),
+            capacity_bytes=t.capacity_bytes * max(devices.get(t.name, 1), 1) / requests,
+        )
+        for t in spec.tier_specs()
+    ]
+    return Setup(
+        exp.spec.name,
+        sy,
+        mo,
+        sc,
+        spec,
+        tiers,
+        blocks,
+        base,
+        requests,
+        residency,
+        float(m["tpot_s"]),
+        float(m["energy_per_token_j"]),
+        groups,
+        context,
+    )
 
 
 def calibration_for(st: Setup, path=None, *, allow_uncalibrated: bool = False) -> dict:
     """The perplexity calibration of the plan's model and context (ppl_calibration.resolve; ConfigError when
     no entry covers it and ``allow_uncalibrated`` is False)."""
     from attnsim.hwmodels.reliability.ppl_calibration import load_table, resolve
+
     table = path if isinstance(path, dict) else load_table(path)
-    return resolve(table, st.model, st.context_tokens, allow_uncalibrated=allow_uncalibrated,
-                   group=st.spec.quant_group)
+    return resolve(table, st.model, st.context_tokens, allow_uncalibrated=allow_uncalibrated, group=st.spec.quant_group)
 
 
 def planner_for(st: Setup, formats, budget: float, objective: str, error_weights=(1.0, 1.0)):
     from attnsim.hwmodels.reliability.planner import Planner, enumerate_options
+
     opts = enumerate_options(st.tiers, formats)
-    for o in st.baseline_choice:      # the configured options are always costed (and allowed)
+    for o in st.baseline_choice:  # the configured options are always costed (and allowed)
         if o not in opts:
             opts.append(o)
-    return Planner(st.tiers, formats=formats, budget=budget, objective=objective, residency_s=st.residency_s,
-                   group=st.spec.quant_group, due_policy=st.spec.due_policy, options=opts,
-                   error_weights=error_weights)
+    return Planner(
+        st.tiers,
+        formats=formats,
+        budget=budget,
+        objective=objective,
+        residency_s=st.residency_s,
+        group=st.spec.quant_group,
+        due_policy=st.spec.due_policy,
+        options=opts,
+        error_weights=error_weights,
+    )
 
 
 def costs(st: Setup, planner, choice) -> dict:
@@ -171,8 +231,15 @@ def costs(st: Setup, planner, choice) -> dict:
     tpot = st.tpot_s + st.requests * (T - T0)
     energy = st.energy_per_token_j + (E - E0) + P * tpot - P0 * st.tpot_s
     eq, eb = float(M["eps_q"][rows, choice].sum()), float(M["eps_b"][rows, choice].sum())
-    return {"rel_attention_error": eq + eb, "eps_quant": eq, "eps_bit": eb, "kv_read_time_s": T,
-            "tpot_s": tpot, "energy_per_token_j": energy, "refresh_w": P}
+    return {
+        "rel_attention_error": eq + eb,
+        "eps_quant": eq,
+        "eps_bit": eb,
+        "kv_read_time_s": T,
+        "tpot_s": tpot,
+        "energy_per_token_j": energy,
+        "refresh_w": P,
+    }
 
 
 def table(st: Setup, options) -> list:
@@ -180,10 +247,21 @@ def table(st: Setup, options) -> list:
     rows: dict = {}
     for b, o in zip(st.blocks, options):
         key = (b.layer, b.importance, o)
-        r = rows.setdefault(key, {"layers": "%d-%d" % st.layer_groups[b.layer], "class": b.importance,
-                                  "tokens": 0, "attention_mass": 0.0, "tier": o.tier, "format": o.fmt,
-                                  "ecc_high": o.ecc_high, "ecc_low": o.ecc_low, "refresh_high_ms": o.refresh_high_ms,
-                                  "refresh_low_ms": o.refresh_low_ms})
+        r = rows.setdefault(
+            key,
+            {
+                "layers": "%d-%d" % st.layer_groups[b.layer],
+                "class": b.importance,
+                "tokens": 0,
+                "attention_mass": 0.0,
+                "tier": o.tier,
+                "format": o.fmt,
+                "ecc_high": o.ecc_high,
+                "ecc_low": o.ecc_low,
+                "refresh_high_ms": o.refresh_high_ms,
+                "refresh_low_ms": o.refresh_low_ms,
+            },
+        )
         r["tokens"] += b.n_tokens
         r["attention_mass"] += b.attention_mass
     return list(rows.values())
@@ -193,6 +271,7 @@ def slo_weights(accuracy_slo: float | None, max_ppl_increase: float | None, cali
     """(w_quant, w_bit) with budget 1 meeting both the proxy SLO and the perplexity SLO (each part's
     weight the larger of the two; exact when only one is given)."""
     from attnsim.hwmodels.reliability.perplexity import error_weights
+
     w = [0.0, 0.0]
     if accuracy_slo is not None:
         w = [1 / accuracy_slo, 1 / accuracy_slo]
@@ -208,6 +287,7 @@ def protection(planner, blocks, choice) -> dict:
     from attnsim.hwmodels.reliability.accuracy import field_bits
     from attnsim.hwmodels.reliability.ecc import get_scheme
     from attnsim.hwmodels.reliability.formats import FIELD_GROUPS
+
     bits = silent = 0.0
     for b, i in zip(blocks, choice):
         o = planner.options[i]
@@ -219,11 +299,24 @@ def protection(planner, blocks, choice) -> dict:
     return {"stored_bits": bits, "silent_flips": silent}
 
 
-def make_plan(st: Setup, *, accuracy_slo=None, max_ppl_increase=None, calibration=None, tpot_slo_s=None,
-              latency_slo_s=None, energy_slo_j=None, formats=DEFAULT_FORMATS, front_points: int = 10) -> dict:
+def make_plan(
+    st: Setup,
+    *,
+    accuracy_slo=None,
+    max_ppl_increase=None,
+    calibration=None,
+    tpot_slo_s=None,
+    latency_slo_s=None,
+    energy_slo_j=None,
+    formats=DEFAULT_FORMATS,
+    front_points: int = 10,
+) -> dict:
     """The chosen plan, the Pareto front and the SLO verdicts (raises Infeasible with the document)."""
-    acc = accuracy_slo if accuracy_slo is not None else (
-        None if max_ppl_increase is not None else st.spec.accuracy_slo.max_rel_attention_error)
+    acc = (
+        accuracy_slo
+        if accuracy_slo is not None
+        else (None if max_ppl_increase is not None else st.spec.accuracy_slo.max_rel_attention_error)
+    )
     w = slo_weights(acc, max_ppl_increase, calibration)
     obj = st.spec.objective
     pl = planner_for(st, formats, 1.0, obj, w)
@@ -231,14 +324,17 @@ def make_plan(st: Setup, *, accuracy_slo=None, max_ppl_increase=None, calibratio
     c = costs(st, pl, plan.choice)
 
     def perf_miss(c):
-        for flag, lim, key in (("--tpot-slo-s", tpot_slo_s, "tpot_s"), ("--latency-slo-s", latency_slo_s, "kv_read_time_s"),
-                               ("--energy-slo-j", energy_slo_j, "energy_per_token_j")):
+        for flag, lim, key in (
+            ("--tpot-slo-s", tpot_slo_s, "tpot_s"),
+            ("--latency-slo-s", latency_slo_s, "kv_read_time_s"),
+            ("--energy-slo-j", energy_slo_j, "energy_per_token_j"),
+        ):
             if lim is not None and c[key] > lim * (1 + 1e-12):
                 return flag, lim, key
         return None
 
     miss = perf_miss(c) if plan.feasible else None
-    if miss and miss[0] != "--energy-slo-j" and obj != "latency":     # retry: fastest plan within accuracy
+    if miss and miss[0] != "--energy-slo-j" and obj != "latency":  # retry: fastest plan within accuracy
         pl2 = planner_for(st, formats, 1.0, "latency", w)
         p2 = pl2.plan(st.blocks)
         if p2.feasible:
@@ -252,28 +348,55 @@ def make_plan(st: Setup, *, accuracy_slo=None, max_ppl_increase=None, calibratio
     ppl = None
     if calibration is not None:
         from attnsim.hwmodels.reliability.perplexity import ppl_increase
+
         ppl = ppl_increase(c["eps_quant"], c["eps_bit"], calibration["fit"])
-    chosen = {**c, "objective": obj, "ppl_increase_predicted": ppl, "table": table(st, plan.options),
-              "options": [dataclasses.asdict(o) for o in plan.options],
-              "protection": protection(pl, st.blocks, plan.choice), "tier_bytes": plan.tier_bytes,
-              "silent_errors_per_token": plan.silent_errors_per_token}
+    chosen = {
+        **c,
+        "objective": obj,
+        "ppl_increase_predicted": ppl,
+        "table": table(st, plan.options),
+        "options": [dataclasses.asdict(o) for o in plan.options],
+        "protection": protection(pl, st.blocks, plan.choice),
+        "tier_bytes": plan.tier_bytes,
+        "silent_errors_per_token": plan.silent_errors_per_token,
+    }
     slos = {}
     if acc is not None:
-        slos["accuracy"] = {"flag": "--accuracy-slo", "limit": acc, "value": c["rel_attention_error"],
-                            "met": c["rel_attention_error"] <= acc * (1 + 1e-9)}
+        slos["accuracy"] = {
+            "flag": "--accuracy-slo",
+            "limit": acc,
+            "value": c["rel_attention_error"],
+            "met": c["rel_attention_error"] <= acc * (1 + 1e-9),
+        }
     if max_ppl_increase is not None:
-        slos["perplexity"] = {"flag": "--max-ppl-increase", "limit": max_ppl_increase, "value": ppl,
-                              "met": plan.feasible}
-    for flag, lim, key in (("--tpot-slo-s", tpot_slo_s, "tpot_s"), ("--latency-slo-s", latency_slo_s, "kv_read_time_s"),
-                           ("--energy-slo-j", energy_slo_j, "energy_per_token_j")):
+        slos["perplexity"] = {
+            "flag": "--max-ppl-increase",
+            "limit": max_ppl_increase,
+            "value": ppl,
+            "met": plan.feasible,
+        }
+    for flag, lim, key in (
+        ("--tpot-slo-s", tpot_slo_s, "tpot_s"),
+        ("--latency-slo-s", latency_slo_s, "kv_read_time_s"),
+        ("--energy-slo-j", energy_slo_j, "energy_per_token_j"),
+    ):
         if lim is not None:
             slos[key] = {"flag": flag, "limit": lim, "value": c[key], "met": c[key] <= lim * (1 + 1e-12)}
-    doc = {"experiment": st.name, "system": st.system, "model": st.model, "scenario": st.scenario,
-           "requests": st.requests, "kv_residency_s": st.residency_s, "formats": list(formats),
-           "run": {"tpot_s": st.tpot_s, "energy_per_token_j": st.energy_per_token_j},
-           "configured": {**costs(st, pl, conf), "table": table(st, st.baseline_choice)},
-           "plan": chosen, "slos": slos, "slo_met": bool(plan.feasible and all(s["met"] for s in slos.values())),
-           "front": front(st, formats, front_points, calibration)}
+    doc = {
+        "experiment": st.name,
+        "system": st.system,
+        "model": st.model,
+        "scenario": st.scenario,
+        "requests": st.requests,
+        "kv_residency_s": st.residency_s,
+        "formats": list(formats),
+        "run": {"tpot_s": st.tpot_s, "energy_per_token_j": st.energy_per_token_j},
+        "configured": {**costs(st, pl, conf), "table": table(st, st.baseline_choice)},
+        "plan": chosen,
+        "slos": slos,
+        "slo_met": bool(plan.feasible and all(s["met"] for s in slos.values())),
+        "front": front(st, formats, front_points, calibration),
+    }
     doc["accuracy_sources"] = {"rel_attention_error": PROXY_SOURCE}
     if calibration is not None:
         doc["calibration"] = {k: v for k, v in calibration.items() if k not in ("points", "mean_points")}
@@ -282,25 +405,38 @@ def make_plan(st: Setup, *, accuracy_slo=None, max_ppl_increase=None, calibratio
         lo = planner_for(st, formats, 0.0, obj, w).plan(st.blocks)
         lc = costs(st, pl, lo.choice)
         if acc is not None and lc["rel_attention_error"] > acc:
-            flag, msg = "--accuracy-slo", (f"no placement reaches a relative attention error of {acc:g}; the most "
-                                           f"accurate one has {lc['rel_attention_error']:.4g}")
+            flag, msg = (
+                "--accuracy-slo",
+                (
+                    f"no placement reaches a relative attention error of {acc:g}; the most "
+                    f"accurate one has {lc['rel_attention_error']:.4g}"
+                ),
+            )
         else:
-            flag, msg = "--max-ppl-increase", (f"no placement keeps the predicted perplexity increase within "
-                                               f"{max_ppl_increase:g} ({calibration.get('label', 'calibrated')})")
+            flag, msg = (
+                "--max-ppl-increase",
+                (
+                    f"no placement keeps the predicted perplexity increase within "
+                    f"{max_ppl_increase:g} ({calibration.get('label', 'calibrated')})"
+                ),
+            )
         raise Infeasible(flag, msg, doc)
     for s in slos.values():
         if not s["met"]:
-            raise Infeasible(s["flag"], f"the best plan within the accuracy SLO gives {s['value']:.4g} > "
-                             f"{s['limit']:g}", doc)
+            raise Infeasible(
+                s["flag"], f"the best plan within the accuracy SLO gives {s['value']:.4g} > {s['limit']:g}", doc
+            )
     return doc
 
 
 def _ppl_source(cal: dict) -> str:
     """One line: where a predicted perplexity comes from (calibration file, entry, model, measurement)."""
-    if "entry" not in cal:                # a raw single-curve document (perplexity.load_calibration)
+    if "entry" not in cal:  # a raw single-curve document (perplexity.load_calibration)
         return f"single curve measured on {cal.get('model')}"
-    return (f"{cal['file']} entry {cal['entry']}{' (TOY MODEL)' if cal['toy'] else ''}: {cal['model']}, "
-            f"{cal['measurement']} ({cal['source']}); {cal['coverage']}; bit-error part: {cal['bit_error_source']}")
+    return (
+        f"{cal['file']} entry {cal['entry']}{' (TOY MODEL)' if cal['toy'] else ''}: {cal['model']}, "
+        f"{cal['measurement']} ({cal['source']}); {cal['coverage']}; bit-error part: {cal['bit_error_source']}"
+    )
 
 
 MAX_FRONT_POINTS = 1000
@@ -325,18 +461,25 @@ def front(st: Setup, formats, n: int, calibration=None) -> list:
         c = costs(st, pl, p.choice)
         if calibration is not None:
             from attnsim.hwmodels.reliability.perplexity import ppl_increase
+
             c["ppl_increase_predicted"] = ppl_increase(c["eps_quant"], c["eps_bit"], calibration["fit"])
         c["budget"] = float(budget)
         c["formats_used"] = sorted({o.fmt for o in p.options})
         pts.append(c)
     keep = []
     for a in pts:
-        dominated = any(b is not a and b["rel_attention_error"] <= a["rel_attention_error"] and b["tpot_s"] <= a["tpot_s"]
-                        and b["energy_per_token_j"] <= a["energy_per_token_j"] and
-                        (b["rel_attention_error"], b["tpot_s"], b["energy_per_token_j"]) !=
-                        (a["rel_attention_error"], a["tpot_s"], a["energy_per_token_j"]) for b in pts)
-        if not dominated and all(k["rel_attention_error"] != a["rel_attention_error"] or k["tpot_s"] != a["tpot_s"]
-                                 for k in keep):
+        dominated = any(
+            b is not a
+            and b["rel_attention_error"] <= a["rel_attention_error"]
+            and b["tpot_s"] <= a["tpot_s"]
+            and b["energy_per_token_j"] <= a["energy_per_token_j"]
+            and (b["rel_attention_error"], b["tpot_s"], b["energy_per_token_j"])
+            != (a["rel_attention_error"], a["tpot_s"], a["energy_per_token_j"])
+            for b in pts
+        )
+        if not dominated and all(
+            k["rel_attention_error"] != a["rel_attention_error"] or k["tpot_s"] != a["tpot_s"] for k in keep
+        ):
             keep.append(a)
     return sorted(keep, key=lambda c: c["rel_attention_error"])
 
@@ -347,6 +490,7 @@ def verified_plan(st: Setup, *, rounds: int = 3, seeds=(0, 1, 2, 3), **kw) -> di
     measured error is what the SLO bounds; the proxy's sum over blocks is an estimate), at most ``rounds``
     plans. The accuracy verdict is then the measured one. Raises Infeasible like make_plan."""
     from attnsim.hwmodels.reliability.planner import Option
+
     acc = kw.get("accuracy_slo")
     if acc is None and kw.get("max_ppl_increase") is None:
         acc = st.spec.accuracy_slo.max_rel_attention_error
@@ -357,7 +501,8 @@ def verified_plan(st: Setup, *, rounds: int = 3, seeds=(0, 1, 2, 3), **kw) -> di
         doc["plan"]["verified_rel_attention_error"] = measured
         doc["plan"]["verify_rounds"] = r
         doc["accuracy_sources"]["verified_rel_attention_error"] = (
-            f"bit-exact fault injection (inject.py) into synthetic KV, {len(seeds)} seeds, proxy metric as above")
+            f"bit-exact fault injection (inject.py) into synthetic KV, {len(seeds)} seeds, proxy metric as above"
+        )
         if acc is None or measured <= acc * (1 + 1e-9):
             break
         target *= acc / measured
@@ -380,6 +525,7 @@ def _verify_once(st: Setup, options, seed: int, n_heads: int) -> float:
     from attnsim.hwmodels.reliability.accuracy import metrics, store, synthetic_qkv, unstore
     from attnsim.hwmodels.reliability.formats import FIELD_GROUPS
     from attnsim.hwmodels.reliability.inject import StreamSpec, inject
+
     tiers = {t.name: t for t in st.tiers}
     errs, weights = [], []
     for g in range(len(st.layer_groups)):
@@ -390,14 +536,23 @@ def _verify_once(st: Setup, options, seed: int, n_heads: int) -> float:
         for kind in ("k", "v"):
             parts = []
             for i, (b, o) in enumerate(blk):
-                x = qkv[kind][:, b.token_start:b.token_end]
+                x = qkv[kind][:, b.token_start : b.token_end]
                 t = tiers[o.tier]
-                specs = [StreamSpec(FIELD_GROUPS[grp], ecc, p_flip=t.errors.p_bidirectional(st.residency_s),
-                                    p_retention=t.errors.ber_retention(ref, t.temp_c),
-                                    true_cell_fraction=t.errors.true_cell_fraction)
-                         for grp, ecc, ref in (("high", o.ecc_high, o.refresh_high_ms), ("low", o.ecc_low, o.refresh_low_ms))]
-                enc = inject(store(x, o.fmt, kind, st.spec.quant_group), specs, seed=seed * 1000 + g * 100 + i * 2 +
-                             (kind == "v")).encoded
+                specs = [
+                    StreamSpec(
+                        FIELD_GROUPS[grp],
+                        ecc,
+                        p_flip=t.errors.p_bidirectional(st.residency_s),
+                        p_retention=t.errors.ber_retention(ref, t.temp_c),
+                        true_cell_fraction=t.errors.true_cell_fraction,
+                    )
+                    for grp, ecc, ref in (("high", o.ecc_high, o.refresh_high_ms), ("low", o.ecc_low, o.refresh_low_ms))
+                ]
+                enc = inject(
+                    store(x, o.fmt, kind, st.spec.quant_group),
+                    specs,
+                    seed=seed * 1000 + g * 100 + i * 2 + (kind == "v"),
+                ).encoded
                 parts.append(unstore(enc, n_heads))
             out[kind] = np.concatenate(parts, axis=1)
         errs.append(metrics(qkv["q"], qkv["k"], qkv["v"], out["k"], out["v"])["rel_err_clipped"])

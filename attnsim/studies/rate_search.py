@@ -14,6 +14,7 @@ on one side of it (all below for a pass, one above for a fail). The reported rat
 end; ``decided`` says whether both ends were decided at that confidence (with one replication nothing is
 decided: a single trace has no interval).
 """
+
 from __future__ import annotations
 
 import math
@@ -61,15 +62,26 @@ class RateSearch:
 
     def as_dict(self) -> dict:
         at = self.at_rate
-        return {"system": self.system, "model": self.model, "scenario": self.scenario, "rate_per_s": self.rate_per_s,
-                "bracket_per_s": list(self.bracket_per_s), "rel_tol": self.rel_tol, "limits": self.limits,
-                "replications": self.replications, "confidence": self.confidence, "requests": self.requests,
-                "decided": self.decided, "at_rate": asdict(at) if at else None,
-                "probes": [asdict(p) for p in self.probes]}
+        return {
+            "system": self.system,
+            "model": self.model,
+            "scenario": self.scenario,
+            "rate_per_s": self.rate_per_s,
+            "bracket_per_s": list(self.bracket_per_s),
+            "rel_tol": self.rel_tol,
+            "limits": self.limits,
+            "replications": self.replications,
+            "confidence": self.confidence,
+            "requests": self.requests,
+            "decided": self.decided,
+            "at_rate": asdict(at) if at else None,
+            "probes": [asdict(p) for p in self.probes],
+        }
 
 
-def bisect_rate(evaluate: Callable[[float], Probe], start: float, rel_tol: float = 0.02,
-                max_probes: int = MAX_PROBES) -> tuple[tuple[float, float], list]:
+def bisect_rate(
+    evaluate: Callable[[float], Probe], start: float, rel_tol: float = 0.02, max_probes: int = MAX_PROBES
+) -> tuple[tuple[float, float], list]:
     """((passing rate, failing rate), probes): bracket the pass/fail threshold of ``evaluate`` from ``start``
     (x2 up while it passes, /2 down while it fails), then bisect until (hi - lo) <= rel_tol x lo. A passing
     rate of 0 means nothing passed down to ``start`` / 2^k within ``max_probes``; a failing rate of inf means
@@ -122,7 +134,8 @@ def probe_from_doc(doc: dict, rate: float, limits: dict) -> Probe:
     ok = all(values[k] <= lim for k, lim in limits.items())
     ci = {k: [float(m[f"{k}_ci_low"]), float(m[f"{k}_ci_high"])] for k in limits if f"{k}_ci_low" in m}
     decided = len(ci) == len(limits) and (
-        all(ci[k][1] <= lim for k, lim in limits.items()) if ok else any(ci[k][0] > lim for k, lim in limits.items()))
+        all(ci[k][1] <= lim for k, lim in limits.items()) if ok else any(ci[k][0] > lim for k, lim in limits.items())
+    )
     return Probe(rate, ok, values, ci, decided)
 
 
@@ -135,22 +148,32 @@ def check_limits(limits: dict) -> dict:
     return {k: float(v) for k, v in limits.items()}
 
 
-def max_rate_under_slo(experiment, sets=None, start: Optional[float] = None, rel_tol: float = 0.02,
-                       limits: Optional[dict] = None, progress=None) -> list[RateSearch]:
+def max_rate_under_slo(
+    experiment,
+    sets=None,
+    start: Optional[float] = None,
+    rel_tol: float = 0.02,
+    limits: Optional[dict] = None,
+    progress=None,
+) -> list[RateSearch]:
     """One :class:`RateSearch` per (colocated system, model, scenario) of ``experiment`` (path or built-in
     name; ``sets``: --set overrides). ``limits`` default to the serving section's SLOs: p99 TTFT <=
     ``serving.slo.ttft_s`` and p99 TPOT <= ``serving.slo.tpot_s``. ``start``: the first rate probed (default
     the trace's rate_per_s, else 1 request/s)."""
     from attnsim.studies.serve.run import load_serving_experiment, serve_experiment
+
     sets = list(sets or ())
     exp, sv = load_serving_experiment(experiment, sets)
     flag = "--max-rate-under-slo"
     if sv.trace.file is not None:
-        raise ConfigError("expected a synthetic trace (a trace file fixes its own arrival times), got trace.file",
-                          file=flag)
+        raise ConfigError(
+            "expected a synthetic trace (a trace file fixes its own arrival times), got trace.file", file=flag
+        )
     if sv.disaggregation:
-        raise ConfigError("searches colocated systems only; drop serving.disaggregation "
-                          "(--set experiment.serving.disaggregation=[])", file=flag)
+        raise ConfigError(
+            "searches colocated systems only; drop serving.disaggregation (--set experiment.serving.disaggregation=[])",
+            file=flag,
+        )
     if not sv.colocated:
         raise ConfigError("expected serving.colocated: true (the search serves each system on its own)", file=flag)
     lim = check_limits(limits if limits is not None else {"ttft_p99": sv.slo.ttft_s, "tpot_p99": sv.slo.tpot_s})
@@ -161,8 +184,11 @@ def max_rate_under_slo(experiment, sets=None, start: Optional[float] = None, rel
     for sname in exp.systems:
         for mname in exp.models:
             for scname in exp.scenarios:
-                narrow = sets + [f"experiment.systems=[{sname}]", f"experiment.models=[{mname}]",
-                                 "experiment.baseline=null"]
+                narrow = sets + [
+                    f"experiment.systems=[{sname}]",
+                    f"experiment.models=[{mname}]",
+                    "experiment.baseline=null",
+                ]
                 label = {}
 
                 def evaluate(rate: float) -> Probe:
@@ -174,15 +200,29 @@ def max_rate_under_slo(experiment, sets=None, start: Optional[float] = None, rel
                     if progress:
                         progress(sname, p)
                     return p
+
                 bracket, probes = bisect_rate(evaluate, first, rel_tol)
-                out.append(RateSearch(label.get("system", sname), mname, scname, bracket[0], bracket, lim, rel_tol,
-                                      probes, sv.replications, sv.confidence if sv.replications > 1 else None,
-                                      sv.trace.num_requests))
+                out.append(
+                    RateSearch(
+                        label.get("system", sname),
+                        mname,
+                        scname,
+                        bracket[0],
+                        bracket,
+                        lim,
+                        rel_tol,
+                        probes,
+                        sv.replications,
+                        sv.confidence if sv.replications > 1 else None,
+                        sv.trace.num_requests,
+                    )
+                )
     return out
 
 
 def _only_scenario(exp, name: str):
     from dataclasses import replace
+
     return replace(exp, scenarios={name: exp.scenarios[name]})
 
 
@@ -193,21 +233,31 @@ def _ms(v: float) -> str:
 def summary(searches: list) -> str:
     """Text lines: per search the rate, its bracket and the limited metrics at the rate."""
     from attnsim.core.report import fmt_num
+
     names = {"ttft_p99": "p99 TTFT", "tpot_p99": "p99 TPOT", "latency_p99": "p99 latency"}
     lines = []
     for s in searches:
         lim = ", ".join(f"{names[k]} <= {_ms(v)}" for k, v in s.limits.items())
         lo, hi = s.bracket_per_s
-        conf = (f"{100 * s.confidence:g}% intervals over {s.replications} seeds: "
-                f"{'decided' if s.decided else 'not decided'}") if s.confidence else "1 seed (no interval)"
-        lines.append(f"{s.system} / {s.model} / {s.scenario}: max rate {fmt_num(s.rate_per_s)} req/s under {lim} "
-                     f"(bracket {fmt_num(lo)}-{fmt_num(hi)} req/s, {len(s.probes)} probes of "
-                     f"{s.requests} requests; {conf})")
+        conf = (
+            (
+                f"{100 * s.confidence:g}% intervals over {s.replications} seeds: "
+                f"{'decided' if s.decided else 'not decided'}"
+            )
+            if s.confidence
+            else "1 seed (no interval)"
+        )
+        lines.append(
+            f"{s.system} / {s.model} / {s.scenario}: max rate {fmt_num(s.rate_per_s)} req/s under {lim} "
+            f"(bracket {fmt_num(lo)}-{fmt_num(hi)} req/s, {len(s.probes)} probes of "
+            f"{s.requests} requests; {conf})"
+        )
         at = s.at_rate
         if at is not None:
-            vals = ", ".join(f"{names[k]} {_ms(v)}"
-                             + (f" [{_ms(at.ci[k][0])}, {_ms(at.ci[k][1])}]" if k in at.ci else "")
-                             for k, v in at.values.items())
+            vals = ", ".join(
+                f"{names[k]} {_ms(v)}" + (f" [{_ms(at.ci[k][0])}, {_ms(at.ci[k][1])}]" if k in at.ci else "")
+                for k, v in at.values.items()
+            )
             lines.append(f"  at {fmt_num(s.rate_per_s)} req/s: {vals}")
         elif s.rate_per_s == 0:
             lines.append("  no probed rate met the limits")

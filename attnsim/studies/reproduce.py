@@ -3,8 +3,9 @@
 ``configs/reproductions/<system>/reference.yaml`` (format: configs/reproductions/README.md) names the
 experiments to run (YAML files beside it, or built-in experiment names) and the rows to compare: a
 run picked by ``select`` (system, model, scenario name or any scenario key), a dotted ``metric`` path in
-its run document (or several joined by `` + ``: their sum), the artefact's ``reference`` value and a relative ``tolerance``; ``role`` says whether
-an attnsim parameter was set from the row (``calibration``, in-sample) or not (``validation``, held out).
+its run document (or several joined by `` + ``: their sum), the artefact's ``reference`` value and a relative
+``tolerance``; ``role`` says whether an attnsim parameter was set from the row (``calibration``, in-sample) or not
+(``validation``, held out).
 
 A reproduction is attnsim's built-in defaults plus the artefact's own assumptions: ``assumptions:`` lists
 named overrides of built-in configs (``--set`` keys and values), each with the artefact line or paper
@@ -18,6 +19,7 @@ by step (``attnsim validate --explain``).
   anything is simulated), :func:`run_rows` simulates only the runs the rows read (and their baseline)
   and returns :class:`attnsim.studies.validate.Row` s; :func:`waterfall` runs the rows once per step.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,9 +31,17 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat
 
-from attnsim.core.config import not_physical
-from attnsim.core.config import (ConfigError, Schema, display_path, find_config, get_dotted, load_yaml, search_dirs,
-                            validate)
+from attnsim.core.config import (
+    ConfigError,
+    Schema,
+    display_path,
+    find_config,
+    get_dotted,
+    load_yaml,
+    not_physical,
+    search_dirs,
+    validate,
+)
 from attnsim.core.outputs import RelativePath, SafeName
 from attnsim.core.suggest import did_you_mean
 
@@ -58,7 +68,6 @@ class FigureSpec(Schema):
 
 
 class RowSpec(Schema):
-
     plausible = {"*": not_physical("a reference number quoted from a paper and its tolerance")}
     name: str = Field(min_length=1)
     experiment: str
@@ -122,31 +131,40 @@ def find(name: str, flag: str = "--set") -> Path:
     for p in folders():
         if p.name == name:
             return p
-    raise ConfigError(f"expected reproductions or reproductions/NAME with NAME one of "
-                      f"{', '.join(p.name for p in folders()) or 'none'}, got {'reproductions/' + name!r}"
-                      + did_you_mean(name, [p.name for p in folders()]), file=flag)
+    raise ConfigError(
+        f"expected reproductions or reproductions/NAME with NAME one of "
+        f"{', '.join(p.name for p in folders()) or 'none'}, got {'reproductions/' + name!r}"
+        + did_you_mean(name, [p.name for p in folders()]),
+        file=flag,
+    )
 
 
 def _experiment_path(folder: Path, ref: str, file: str, key: str) -> Path:
     if ref.endswith((".yaml", ".yml")):
         if Path(ref).is_absolute() or ".." in Path(ref).parts:
-            raise ConfigError(f"expected a path relative to the folder {display_path(folder)}, without '..', "
-                              f"got {ref!r}", file=file, key=key)
+            raise ConfigError(
+                f"expected a path relative to the folder {display_path(folder)}, without '..', got {ref!r}",
+                file=file,
+                key=key,
+            )
         p = folder / ref
         if not p.is_file():
-            raise ConfigError(f"expected an experiment file in {display_path(folder)}, got {ref!r} (not found)",
-                              file=file, key=key)
+            raise ConfigError(
+                f"expected an experiment file in {display_path(folder)}, got {ref!r} (not found)", file=file, key=key
+            )
         return p
     try:
         return find_config("experiments", ref)
     except ConfigError as e:
-        raise ConfigError(f"expected a .yaml file in the folder or a built-in experiment; {e.message}",
-                          file=file, key=key) from None
+        raise ConfigError(
+            f"expected a .yaml file in the folder or a built-in experiment; {e.message}", file=file, key=key
+        ) from None
 
 
 def _run_table(exp) -> list[tuple[str, str, str, dict]]:
     """(system, model, scenario name, scenario document) of every run the experiment makes."""
     from attnsim.sim.runner import scenario_doc
+
     docs = {n: scenario_doc(sc) for n, sc in exp.scenarios.items()}
     return [(s, m, n, docs[n]) for s in exp.systems for m in exp.models for n in exp.scenarios]
 
@@ -166,22 +184,31 @@ def _select(rows: list, exps: dict, file: str) -> list[tuple[str, str, str]]:
     for i, r in enumerate(rows):
         key = f"rows.{i}"
         if r.experiment not in exps:
-            raise ConfigError(f"expected one of the experiments ({', '.join(exps)}), got {r.experiment!r}",
-                              file=file, key=f"{key}.experiment")
+            raise ConfigError(
+                f"expected one of the experiments ({', '.join(exps)}), got {r.experiment!r}",
+                file=file,
+                key=f"{key}.experiment",
+            )
         table = _run_table(exps[r.experiment])
         allowed = set(RUN_KEYS) | {k for run in table for k in run[3]}
         for k in r.select:
             if k not in allowed:
-                raise ConfigError(f"expected one of {', '.join(RUN_KEYS)} or a scenario key "
-                                  f"({', '.join(sorted(allowed - set(RUN_KEYS)))}), got {k!r}",
-                                  file=file, key=f"{key}.select.{k}")
+                raise ConfigError(
+                    f"expected one of {', '.join(RUN_KEYS)} or a scenario key "
+                    f"({', '.join(sorted(allowed - set(RUN_KEYS)))}), got {k!r}",
+                    file=file,
+                    key=f"{key}.select.{k}",
+                )
         hits = [run for run in table if _matches(run, r.select)]
         if len(hits) != 1:
             shown = "; ".join(f"{s}/{m}/{n}" for s, m, n, _ in (hits or table)[:6])
             what = "no run" if not hits else f"{len(hits)} runs ({shown}{', ...' if len(hits) > 6 else ''})"
             runs = "" if hits else f" (runs: {shown}{', ...' if len(table) > 6 else ''})"
-            raise ConfigError(f"expected a select matching exactly one run of experiment {r.experiment!r}{runs}, "
-                              f"got {what}", file=file, key=f"{key}.select")
+            raise ConfigError(
+                f"expected a select matching exactly one run of experiment {r.experiment!r}{runs}, got {what}",
+                file=file,
+                key=f"{key}.select",
+            )
         out.append(hits[0][:3])
     return out
 
@@ -196,28 +223,40 @@ def read_spec(folder: str | Path) -> ReferenceSpec:
         raise ConfigError(f"expected the folder's name {folder.name!r}, got {spec.system!r}", file=file, key="system")
     for i, r in enumerate(spec.rows):
         if r.reference == 0:
-            raise ConfigError("expected a non-zero number (errors are relative to it), got 0", file=file,
-                              key=f"rows.{i}.reference")
+            raise ConfigError(
+                "expected a non-zero number (errors are relative to it), got 0", file=file, key=f"rows.{i}.reference"
+            )
     seen = {}
     for i, r in enumerate(spec.rows):
         if r.name in seen:
-            raise ConfigError(f"expected each row name once, got {r.name!r} like rows.{seen[r.name]}",
-                              file=file, key=f"rows.{i}.name")
+            raise ConfigError(
+                f"expected each row name once, got {r.name!r} like rows.{seen[r.name]}", file=file, key=f"rows.{i}.name"
+            )
         seen[r.name] = i
     names: dict = {}
     for i, a in enumerate(spec.assumptions):
         if a.name in names:
-            raise ConfigError(f"expected each assumption name once, got {a.name!r} like assumptions.{names[a.name]}",
-                              file=file, key=f"assumptions.{i}.name")
+            raise ConfigError(
+                f"expected each assumption name once, got {a.name!r} like assumptions.{names[a.name]}",
+                file=file,
+                key=f"assumptions.{i}.name",
+            )
         names[a.name] = i
         for j, label in enumerate(a.experiments):
             if label not in spec.experiments or label in a.experiments[:j]:
-                raise ConfigError(f"expected each label once, one of the experiments ({', '.join(spec.experiments)}), "
-                                  f"got {label!r}", file=file, key=f"assumptions.{i}.experiments.{j}")
+                raise ConfigError(
+                    f"expected each label once, one of the experiments ({', '.join(spec.experiments)}), got {label!r}",
+                    file=file,
+                    key=f"assumptions.{i}.experiments.{j}",
+                )
         for k in a.set:
             if k.split(".")[0] not in ASSUMPTION_SECTIONS or len(k.split(".")) < 3 or "" in k.split("."):
-                raise ConfigError(f"expected a --set key <section>.<name>.<key> with section one of "
-                                  f"{', '.join(ASSUMPTION_SECTIONS)}, got {k!r}", file=file, key=f"assumptions.{i}.set")
+                raise ConfigError(
+                    f"expected a --set key <section>.<name>.<key> with section one of "
+                    f"{', '.join(ASSUMPTION_SECTIONS)}, got {k!r}",
+                    file=file,
+                    key=f"assumptions.{i}.set",
+                )
     return spec
 
 
@@ -235,6 +274,7 @@ def _load_assumed(path: Path, spec: ReferenceSpec, dropped: int, file: str, labe
     """The experiment at ``path`` (label ``label``) with the assumptions after the first ``dropped`` that apply
     to it; an override that does not fit the experiment is refused naming the assumption."""
     from attnsim.sim.experiment import load_experiment
+
     mine = [(i, a) for i, a in enumerate(spec.assumptions[dropped:], start=dropped) if _applies(a, label)]
     try:
         return load_experiment(path, sets=assumption_sets(spec, dropped, label))
@@ -244,13 +284,17 @@ def _load_assumed(path: Path, spec: ReferenceSpec, dropped: int, file: str, labe
                 for k in a.set:  # a value an assumption set is refused by the config's own schema
                     sec, name, rest = k.split(".", 2)
                     if e.key and (e.key == rest or rest.startswith(e.key + ".")) and name in str(e.file):
-                        raise ConfigError(f"{e.message} (in {e.file}, set by this assumption)", file=file,
-                                          key=f"assumptions.{i}.set.{k}") from None
+                        raise ConfigError(
+                            f"{e.message} (in {e.file}, set by this assumption)",
+                            file=file,
+                            key=f"assumptions.{i}.set.{k}",
+                        ) from None
             raise
         for i, a in mine:
             if e.key and any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".") for k in a.set):
-                raise ConfigError(f"{e.message} (in experiment {display_path(path)})", file=file,
-                                  key=f"assumptions.{i}.set.{e.key}") from None
+                raise ConfigError(
+                    f"{e.message} (in experiment {display_path(path)})", file=file, key=f"assumptions.{i}.set.{e.key}"
+                ) from None
         raise ConfigError(f"{e.message} (in experiment {display_path(path)})", file=file, key="assumptions") from None
 
 
@@ -262,12 +306,17 @@ def load(folder: str | Path, dropped: int = 0) -> Reproduction:
     spec = read_spec(folder)
     if not 0 <= dropped <= len(spec.assumptions):
         raise ValueError(f"dropped must be in 0..{len(spec.assumptions)}, got {dropped}")
-    exps = {label: _load_assumed(_experiment_path(folder, ref, file, f"experiments.{label}"), spec, dropped, file,
-                                 label) for label, ref in spec.experiments.items()}
+    exps = {
+        label: _load_assumed(_experiment_path(folder, ref, file, f"experiments.{label}"), spec, dropped, file, label)
+        for label, ref in spec.experiments.items()
+    }
     for label, exp in exps.items():
         if exp.spec.serving is not None:  # rows read static-batch runs; the section would be ignored
-            raise ConfigError("expected an experiment without a serving section (rows read attnsim run's "
-                              "static-batch runs)", file=file, key=f"experiments.{label}")
+            raise ConfigError(
+                "expected an experiment without a serving section (rows read attnsim run's static-batch runs)",
+                file=file,
+                key=f"experiments.{label}",
+            )
     return Reproduction(folder, file, spec, exps, _select(spec.rows, exps, file), dropped)
 
 
@@ -276,9 +325,12 @@ def _subset(exp, runs: set):
     keep_s = {s for s, _, _ in runs} | ({exp.spec.baseline} if exp.spec.baseline else set())
     keep_m = {m for _, m, _ in runs}
     keep_n = {n for _, _, n in runs}
-    return replace(exp, systems={k: v for k, v in exp.systems.items() if k in keep_s},
-                   models={k: v for k, v in exp.models.items() if k in keep_m},
-                   scenarios={k: v for k, v in exp.scenarios.items() if k in keep_n})
+    return replace(
+        exp,
+        systems={k: v for k, v in exp.systems.items() if k in keep_s},
+        models={k: v for k, v in exp.models.items() if k in keep_m},
+        scenarios={k: v for k, v in exp.scenarios.items() if k in keep_n},
+    )
 
 
 def planned(rep: Reproduction) -> dict:
@@ -298,22 +350,28 @@ def _number(doc: dict, metric: str, file: str, key: str) -> float:
         val = get_dotted(doc, metric.split("."))
     except (KeyError, IndexError, TypeError, ValueError):
         top = ", ".join(k for k in doc if isinstance(doc[k], dict))
-        raise ConfigError(f"expected a dotted path in the run document (sections: {top}), got {metric!r}",
-                          file=file, key=key) from None
+        raise ConfigError(
+            f"expected a dotted path in the run document (sections: {top}), got {metric!r}", file=file, key=key
+        ) from None
     if isinstance(val, bool) or not isinstance(val, numbers.Real) or not math.isfinite(float(val)):
-        raise ConfigError(f"expected the path to hold a finite number, got {type(val).__name__} "
-                          f"{str(val)[:40]!r} at {metric!r}", file=file, key=key)
+        raise ConfigError(
+            f"expected the path to hold a finite number, got {type(val).__name__} {str(val)[:40]!r} at {metric!r}",
+            file=file,
+            key=key,
+        )
     return float(val)
 
 
-def run_rows(rep: Reproduction, set_name: Optional[str] = None, strict: bool = True,
-             cache: Optional[dict] = None) -> list:
+def run_rows(
+    rep: Reproduction, set_name: Optional[str] = None, strict: bool = True, cache: Optional[dict] = None
+) -> list:
     """Simulate the runs the rows read and return one :class:`attnsim.studies.validate.Row` per row (``strict=False``:
     a run that does not complete gives its status, e.g. ``does_not_fit``, in place of the row). ``cache``: run
     documents per (label, the assumption sets applied to it), shared by the steps of :func:`waterfall`, so a
     step re-runs only the labels whose assumptions it changed."""
     from attnsim.sim.runner import run_experiment
     from attnsim.studies.validation_row import Row
+
     docs = {}
     for label, exp in planned(rep).items():
         key = (label, tuple(assumption_sets(rep.spec, rep.dropped, label)))
@@ -330,11 +388,25 @@ def run_rows(rep: Reproduction, set_name: Optional[str] = None, strict: bool = T
             out.append(str(d["status"]))
             continue
         if d["status"] != "ok":
-            raise ConfigError(f"expected the selected run {'/'.join(run)} to complete, got status {d['status']} "
-                              f"({d.get('error', '')})", file=rep.file, key=f"rows.{i}.select")
+            raise ConfigError(
+                f"expected the selected run {'/'.join(run)} to complete, got status {d['status']} "
+                f"({d.get('error', '')})",
+                file=rep.file,
+                key=f"rows.{i}.select",
+            )
         val = _number(d, r.metric, rep.file, f"rows.{i}.metric")
-        out.append(Row(set_name or f"reproductions/{rep.spec.system}", r.name, val * r.scale, r.reference,
-                       r.tolerance, role=r.role, system=rep.spec.system, source=r.source))
+        out.append(
+            Row(
+                set_name or f"reproductions/{rep.spec.system}",
+                r.name,
+                val * r.scale,
+                r.reference,
+                r.tolerance,
+                role=r.role,
+                system=rep.spec.system,
+                source=r.source,
+            )
+        )
     return out
 
 
@@ -360,12 +432,22 @@ class Waterfall:
         return [self.rows[i].reference] + [s["values"][i] for s in self.steps]
 
     def as_dict(self) -> dict:
-        return {"system": self.system, "title": self.title,
-                "assumptions": [a.model_dump() for a in self.assumptions],
-                "rows": [{"name": r.name, "metric": r.metric, "reference": r.reference,
-                          "waterfall": dict(zip(self.labels, self.bars(i)))} for i, r in enumerate(self.rows)],
-                "steps": [{"label": s["label"], "removed": s["removed"]} for s in self.steps],
-                "paper": [c.model_dump() for c in self.paper or ()]}
+        return {
+            "system": self.system,
+            "title": self.title,
+            "assumptions": [a.model_dump() for a in self.assumptions],
+            "rows": [
+                {
+                    "name": r.name,
+                    "metric": r.metric,
+                    "reference": r.reference,
+                    "waterfall": dict(zip(self.labels, self.bars(i))),
+                }
+                for i, r in enumerate(self.rows)
+            ],
+            "steps": [{"label": s["label"], "removed": s["removed"]} for s in self.steps],
+            "paper": [c.model_dump() for c in self.paper or ()],
+        }
 
 
 def step_label(spec: ReferenceSpec, dropped: int) -> str:
@@ -386,8 +468,9 @@ def waterfall(folder: str | Path) -> Waterfall:
     steps, cache = [], {}
     for k, rep in enumerate(reps):
         vals = [row if isinstance(row, str) else row.measured for row in run_rows(rep, strict=False, cache=cache)]
-        steps.append({"label": step_label(spec, k), "removed": spec.assumptions[k - 1].name if k else None,
-                      "values": vals})
+        steps.append(
+            {"label": step_label(spec, k), "removed": spec.assumptions[k - 1].name if k else None, "values": vals}
+        )
     return Waterfall(spec.system, spec.title, list(spec.rows), list(spec.assumptions), steps, list(spec.paper))
 
 
@@ -431,8 +514,9 @@ def run_ends(source: Optional[Path], docs: list[dict]) -> list[dict]:
         for i, r in enumerate(spec.rows):
             if r.experiment not in labels:
                 continue
-            hits = [d for d in docs if _matches((d["system"], d["model"], d["scenario"]["name"], d["scenario"]),
-                                                r.select)]
+            hits = [
+                d for d in docs if _matches((d["system"], d["model"], d["scenario"]["name"], d["scenario"]), r.select)
+            ]
             if len(hits) != 1:
                 continue
             d = hits[0]
@@ -443,12 +527,23 @@ def run_ends(source: Optional[Path], docs: list[dict]) -> list[dict]:
                     value = _number(d, r.metric, spec.system, f"rows.{i}.metric") * r.scale
                 except ConfigError:
                     continue
-            out.append({"reproduction": spec.system, "row": r.name, "metric": r.metric, "reference": r.reference,
-                        "value": value, "explain": f"attnsim validate --explain {spec.system}"})
+            out.append(
+                {
+                    "reproduction": spec.system,
+                    "row": r.name,
+                    "metric": r.metric,
+                    "reference": r.reference,
+                    "value": value,
+                    "explain": f"attnsim validate --explain {spec.system}",
+                }
+            )
     return out
 
 
 def run_paper_claims(source: Optional[Path]) -> list[dict]:
     """The ``paper:`` headlines (printed, not compared) of the folders naming the experiment file ``source``."""
-    return [{"reproduction": spec.system, "claim": c.claim, "value": c.value}
-            for spec, _ in _naming(source) for c in spec.paper]
+    return [
+        {"reproduction": spec.system, "claim": c.claim, "value": c.value}
+        for spec, _ in _naming(source)
+        for c in spec.paper
+    ]

@@ -12,6 +12,7 @@ attnsim[sensitivity]``). For every ``vs_baseline`` ratio the result says which p
 it across 1.0 (the verdict flips): an OAT end or a sampled point on the other side of 1 from the
 base value.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ from attnsim.core.config import ConfigError
 METHODS = ("oat", "morris", "sobol")
 HEADLINE = ("tokens_per_s", "tpot_s", "ttft_s", "energy_per_token_j")
 RATIO_PREFIX = "vs_baseline."
-DEFAULT_SAMPLES = {"morris": 4, "sobol": 8}   # Morris trajectories; Sobol base samples (a power of 2)
+DEFAULT_SAMPLES = {"morris": 4, "sobol": 8}  # Morris trajectories; Sobol base samples (a power of 2)
 MAX_EVALUATIONS = 4096
 
 
@@ -51,8 +52,14 @@ class Param:
         return f"hardware.{self.hardware}.{self.key}={self.value(v)!r}"
 
     def doc(self) -> dict:
-        return {"name": self.name, "file": self.file, "low": self.value(self.low), "base": self.base,
-                "high": self.value(self.high), "source": self.source}
+        return {
+            "name": self.name,
+            "file": self.file,
+            "low": self.value(self.low),
+            "base": self.base,
+            "high": self.value(self.high),
+            "source": self.source,
+        }
 
 
 def parameters(exp) -> list[Param]:
@@ -64,6 +71,7 @@ def hardware_params(tree, hname: str) -> list[Param]:
     """The ranged parameters of hardware ``hname`` of a config tree (file order), their values as the tree
     holds them (``--set`` overrides applied)."""
     from attnsim.hwmodels import registry
+
     hw, f = tree.hardware[hname], tree.file_of("hardware", hname)
     rest, ranges = registry.split_ranges(hw, f)
     if not ranges:
@@ -77,7 +85,7 @@ def hardware_params(tree, hname: str) -> list[Param]:
             fields = type(value).model_fields
             value = getattr(value, next((n for n, fi in fields.items() if (fi.alias or n) == part), part))
         if value is None:
-            raise ConfigError(f"expected a value for a ranged field, got None", file=f, key=key)
+            raise ConfigError("expected a value for a ranged field, got None", file=f, key=key)
         out.append(Param(hname, key, r.low, value, r.high, r.source, f, kinds[key] == "int"))
     return out
 
@@ -85,14 +93,16 @@ def hardware_params(tree, hname: str) -> list[Param]:
 def select(params: list[Param], names: Optional[list[str]]) -> list[Param]:
     """The parameters named (``<hardware>.<key>`` or ``hardware.<hardware>.<key>``), all when None."""
     if not params:
-        raise ConfigError("expected hardware with a ranges: block (none of this experiment's hardware configs "
-                          "has one)", file="--params")
+        raise ConfigError(
+            "expected hardware with a ranges: block (none of this experiment's hardware configs has one)",
+            file="--params",
+        )
     if not names:
         return params
     by = {p.name: p for p in params}
     out = []
     for n in names:
-        key = n[len("hardware."):] if n.startswith("hardware.") and n not in by else n
+        key = n[len("hardware.") :] if n.startswith("hardware.") and n not in by else n
         if key not in by:
             raise ConfigError(f"unknown parameter {n!r} (known: {', '.join(by)})", file="--params")
         if by[key] not in out:
@@ -101,6 +111,7 @@ def select(params: list[Param], names: Optional[list[str]]) -> list[Param]:
 
 
 # ---------------------------------------------------------------- evaluation
+
 
 def outputs(docs: list[dict]) -> dict[str, Optional[float]]:
     """``<system>/<model>/<scenario>:<metric>`` -> value (None for a run that did not complete) for the
@@ -128,6 +139,7 @@ class Evaluator:
     def __call__(self, values: dict[Param, float]) -> dict[str, Optional[float]]:
         from attnsim.sim.experiment import validate_tree
         from attnsim.sim.runner import run_experiment
+
         t = self.tree.copy()
         t.apply_sets(self.sets + [p.override(v) for p, v in values.items()])
         self.evaluations += 1
@@ -137,15 +149,19 @@ class Evaluator:
 def load(experiment, sets: list[str]):
     """(validated Experiment, Evaluator) of an experiment path/name with ``--set`` overrides."""
     from attnsim.sim.experiment import load_tree, validate_tree
+
     tree, src = load_tree(experiment, sets)
     rest = [s for s in sets or () if s.split("=", 1)[0].split(".")[0] != "experiment"]
     base_tree = tree.copy()
     tree.apply_sets(rest)
     exp = validate_tree(tree, src)
     if exp.spec.serving is not None:  # run_experiment simulates static batches: the section would be ignored
-        raise ConfigError("expected no serving section for attnsim sensitivity (it runs static batches like attnsim "
-                          "run): --set experiment.serving=null, got a serving section",
-                          file=tree.file_of("experiment"), key="serving")
+        raise ConfigError(
+            "expected no serving section for attnsim sensitivity (it runs static batches like attnsim "
+            "run): --set experiment.serving=null, got a serving section",
+            file=tree.file_of("experiment"),
+            key="serving",
+        )
     return exp, Evaluator(base_tree, src, rest)
 
 
@@ -170,8 +186,17 @@ def oat(params: list[Param], evaluate: Callable, progress=None) -> dict:
         for out, b in base.items():
             vl, vh = lo.get(out), hi.get(out)
             swing = vh - vl if vl is not None and vh is not None else None
-            rows.append({"parameter": p.name, "output": out, "low": vl, "base": b, "high": vh, "swing": swing,
-                         "relative_swing": swing / abs(b) if swing is not None and b else None})
+            rows.append(
+                {
+                    "parameter": p.name,
+                    "output": out,
+                    "low": vl,
+                    "base": b,
+                    "high": vh,
+                    "swing": swing,
+                    "relative_swing": swing / abs(b) if swing is not None and b else None,
+                }
+            )
     return {"base": base, "rows": rows}
 
 
@@ -179,8 +204,10 @@ def sampled(method: str, params: list[Param], evaluate: Callable, samples: int, 
     """Morris (``samples`` trajectories) or Sobol (``samples`` base points) over all ``params``."""
     try:
         import numpy as np
-        from SALib.analyze import morris as morris_analyze, sobol as sobol_analyze
-        from SALib.sample import morris as morris_sample, sobol as sobol_sample
+        from SALib.analyze import morris as morris_analyze
+        from SALib.analyze import sobol as sobol_analyze
+        from SALib.sample import morris as morris_sample
+        from SALib.sample import sobol as sobol_sample
     except ImportError:
         raise ConfigError("SALib is not installed (pip install 'attnsim[sensitivity]')", file="--method") from None
     problem = {"num_vars": len(params), "names": [p.name for p in params], "bounds": [[p.low, p.high] for p in params]}
@@ -189,8 +216,10 @@ def sampled(method: str, params: list[Param], evaluate: Callable, samples: int, 
         raise ConfigError(f"expected low < high for {method} sampling, got an empty range for {bad}", file="--params")
     n = samples * (len(params) + 1) if method == "morris" else samples * (len(params) + 2)
     if n > MAX_EVALUATIONS:
-        raise ConfigError(f"expected at most {MAX_EVALUATIONS} evaluations, got {n} ({samples} samples x "
-                          f"{len(params)} parameters)", file="--samples")
+        raise ConfigError(
+            f"expected at most {MAX_EVALUATIONS} evaluations, got {n} ({samples} samples x {len(params)} parameters)",
+            file="--samples",
+        )
     if method == "morris":
         X = morris_sample.sample(problem, samples, num_levels=4, seed=seed)
     else:
@@ -211,14 +240,26 @@ def sampled(method: str, params: list[Param], evaluate: Callable, samples: int, 
             continue
         y = np.asarray(y, dtype=float)
         if np.ptp(y) == 0:  # a constant output: no parameter moves it (the estimators would divide by 0)
-            keys = ("mu_star", "sigma", "mu", "mu_star_conf") if method == "morris" else ("S1", "ST", "S1_conf", "ST_conf")
+            keys = (
+                ("mu_star", "sigma", "mu", "mu_star_conf") if method == "morris" else ("S1", "ST", "S1_conf", "ST_conf")
+            )
             idx = {k: np.zeros(len(params)) for k in keys}
         elif method == "morris":
             res = morris_analyze.analyze(problem, X, y, num_levels=4, seed=seed)
-            idx = {"mu_star": res["mu_star"], "sigma": res["sigma"], "mu": res["mu"], "mu_star_conf": res["mu_star_conf"]}
+            idx = {
+                "mu_star": res["mu_star"],
+                "sigma": res["sigma"],
+                "mu": res["mu"],
+                "mu_star_conf": res["mu_star_conf"],
+            }
         else:
             res = sobol_analyze.analyze(problem, y, calc_second_order=False, seed=seed)
-            idx = {"S1": res["S1"], "ST": res["ST"], "S1_conf": res["S1_conf"], "ST_conf": res["ST_conf"]}  # small N: noisy
+            idx = {
+                "S1": res["S1"],
+                "ST": res["ST"],
+                "S1_conf": res["S1_conf"],
+                "ST_conf": res["ST_conf"],
+            }  # small N: noisy
         lo, hi = float(y.min()), float(y.max())
         for j, p in enumerate(params):
             row = {"parameter": p.name, "output": out, "base": b, "sample_min": lo, "sample_max": hi}
@@ -227,8 +268,10 @@ def sampled(method: str, params: list[Param], evaluate: Callable, samples: int, 
         if out.split(":", 1)[1].startswith(RATIO_PREFIX):
             f = flips(b, y.tolist())
             if f:
-                notes.append(f"{out}: {len(f)} of {len(y)} samples on the other side of 1.0 from {b:.4g} "
-                             f"(range {lo:.4g} - {hi:.4g})")
+                notes.append(
+                    f"{out}: {len(f)} of {len(y)} samples on the other side of 1.0 from {b:.4g} "
+                    f"(range {lo:.4g} - {hi:.4g})"
+                )
     return {"base": base, "rows": rows, "evaluations": len(X) + 1, "notes": notes}
 
 
@@ -237,8 +280,14 @@ def _finite(v) -> Optional[float]:
     return v if math.isfinite(v) else None
 
 
-def run(experiment, sets: list[str], names: Optional[list[str]] = None, method: str = "oat",
-        samples: Optional[int] = None, progress=None) -> dict:
+def run(
+    experiment,
+    sets: list[str],
+    names: Optional[list[str]] = None,
+    method: str = "oat",
+    samples: Optional[int] = None,
+    progress=None,
+) -> dict:
     """The sensitivity document of an experiment (see the module docstring)."""
     if method not in METHODS:
         raise ConfigError(f"expected one of {', '.join(METHODS)}, got {method!r}", file="--method")
@@ -246,8 +295,12 @@ def run(experiment, sets: list[str], names: Optional[list[str]] = None, method: 
         raise ConfigError("not used with --method oat (low and high per parameter); drop it", file="--samples")
     exp, evaluate = load(experiment, sets)
     params = select(parameters(exp), names)
-    doc = {"experiment": exp.spec.name, "method": method, "baseline_system": exp.spec.baseline,
-           "parameters": [p.doc() for p in params]}
+    doc = {
+        "experiment": exp.spec.name,
+        "method": method,
+        "baseline_system": exp.spec.baseline,
+        "parameters": [p.doc() for p in params],
+    }
     if method == "oat":
         doc.update(oat(params, evaluate, progress))
     else:
@@ -267,8 +320,10 @@ def flip_lines(doc: dict) -> list[str]:
     for r in doc["rows"]:
         if r["output"].split(":", 1)[1].startswith(RATIO_PREFIX) and flips(r["base"], [r["low"], r["high"]]):
             p = next(q for q in doc["parameters"] if q["name"] == r["parameter"])
-            out.append(f"{r['parameter']} could flip {r['output']} across 1.0: {r['low']:.4g} at {p['low']:g}, "
-                       f"{r['base']:.4g} at {p['base']:g}, {r['high']:.4g} at {p['high']:g}")
+            out.append(
+                f"{r['parameter']} could flip {r['output']} across 1.0: {r['low']:.4g} at {p['low']:g}, "
+                f"{r['base']:.4g} at {p['base']:g}, {r['high']:.4g} at {p['high']:g}"
+            )
     return out
 
 
@@ -276,20 +331,38 @@ def table(doc: dict) -> str:
     """The result as text: per output, the parameters by descending effect."""
     from attnsim.core.report import fmt_num as g
     from attnsim.core.report import table as fmt
+
     if doc["method"] == "oat":
         rows = sorted(doc["rows"], key=lambda r: (r["output"], -abs(r["relative_swing"] or 0.0)))
-        body = [[r["output"], r["parameter"], g(r["low"]), g(r["base"]), g(r["high"]), g(r["swing"]),
-                 "-" if r["relative_swing"] is None else f"{100 * r['relative_swing']:+.1f}%"] for r in rows]
+        body = [
+            [
+                r["output"],
+                r["parameter"],
+                g(r["low"]),
+                g(r["base"]),
+                g(r["high"]),
+                g(r["swing"]),
+                "-" if r["relative_swing"] is None else f"{100 * r['relative_swing']:+.1f}%",
+            ]
+            for r in rows
+        ]
         text = fmt(body, ["output", "parameter", "at low", "base", "at high", "swing", "swing/base"], numeric=2)
     else:
         keys = ["mu_star", "sigma"] if doc["method"] == "morris" else ["S1", "ST"]
         rows = sorted(doc["rows"], key=lambda r: (r["output"], -abs(r[keys[0]] or 0.0)))
-        body = [[r["output"], r["parameter"], g(r["base"])] + [g(r[k]) for k in keys] + [g(r["sample_min"]), g(r["sample_max"])]
-                for r in rows]
+        body = [
+            [r["output"], r["parameter"], g(r["base"])]
+            + [g(r[k]) for k in keys]
+            + [g(r["sample_min"]), g(r["sample_max"])]
+            for r in rows
+        ]
         text = fmt(body, ["output", "parameter", "base"] + keys + ["sample min", "sample max"], numeric=2)
     lines = [text, ""]
-    lines += doc["flips"] or ["no parameter moves a vs_baseline ratio across 1.0 over its range"
-                              if any(RATIO_PREFIX in o for o in doc["base"]) else "no vs_baseline ratios (no baseline)"]
+    lines += doc["flips"] or [
+        "no parameter moves a vs_baseline ratio across 1.0 over its range"
+        if any(RATIO_PREFIX in o for o in doc["base"])
+        else "no vs_baseline ratios (no baseline)"
+    ]
     lines += [n for n in doc.get("notes", ()) if n not in doc["flips"]]
     return "\n".join(lines)
 
@@ -298,5 +371,7 @@ def figure_metric(doc: dict) -> str:
     """The output the tornado draws by default: the first energy-efficiency ratio, else the first
     run's energy per token."""
     outs = list(doc["base"])
-    return next((o for o in outs if o.endswith(RATIO_PREFIX + "energy_efficiency_ratio")),
-                next(o for o in outs if o.endswith(":energy_per_token_j")))
+    return next(
+        (o for o in outs if o.endswith(RATIO_PREFIX + "energy_efficiency_ratio")),
+        next(o for o in outs if o.endswith(":energy_per_token_j")),
+    )

@@ -11,6 +11,7 @@ makespan) and counters (running requests, waiting requests, KV occupancy, tokens
 Recording: :func:`recording` puts a recorder in scope; ``scheduler.simulate_pool`` then logs each
 iteration and hands its result to it (no cost when nothing records).
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -18,14 +19,24 @@ from contextvars import ContextVar
 
 import numpy as np
 
-DEFAULT_TRACE_REQUESTS = 1000   # requests drawn per run (the first by arrival): ``--trace-requests``
-MAX_TRACE_REQUESTS = 1 << 20    # workloads.limits.MAX_REQUESTS
-MAX_ITERATION_EVENTS = 20000    # per pool; above it consecutive iterations are merged into one event
+DEFAULT_TRACE_REQUESTS = 1000  # requests drawn per run (the first by arrival): ``--trace-requests``
+MAX_TRACE_REQUESTS = 1 << 20  # workloads.limits.MAX_REQUESTS
+MAX_ITERATION_EVENTS = 20000  # per pool; above it consecutive iterations are merged into one event
 
 #: one scheduler iteration: (start s, duration s, decodes, prefill chunks, prefill tokens, decode tokens,
 #: KV blocks used, requests running, requests waiting, energy J)
-LOG_FIELDS = ("start_s", "dur_s", "decodes", "prefills", "prefill_tokens", "decode_tokens", "kv_blocks_used",
-              "running", "waiting", "energy_j")
+LOG_FIELDS = (
+    "start_s",
+    "dur_s",
+    "decodes",
+    "prefills",
+    "prefill_tokens",
+    "decode_tokens",
+    "kv_blocks_used",
+    "running",
+    "waiting",
+    "energy_j",
+)
 
 _RECORDER: ContextVar = ContextVar("attnsim_serve_recorder", default=None)
 
@@ -49,7 +60,9 @@ def active_recorder():
 
 def _meta(pid: int, name: str, tracks: dict) -> list[dict]:
     ev = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}]
-    return ev + [{"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": n}} for n, t in tracks.items()]
+    return ev + [
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": n}} for n, t in tracks.items()
+    ]
 
 
 def _merged(log: np.ndarray, cap: int) -> list[tuple[int, int]]:
@@ -65,28 +78,45 @@ def pool_events(entry: dict, pid: int, name: str, start_s: float) -> list[dict]:
     blocks = max(1, int(entry["kv_blocks"]))
     static_w = float(entry["static_w"])  # idle: static power only (the scheduler's idle energy)
     ev = _meta(pid, name, {"iterations": 1})
-    counters: dict = {"running requests": [], "waiting requests": [], "KV occupancy (fraction)": [],
-                      "tokens/s": []}
+    counters: dict = {"running requests": [], "waiting requests": [], "KV occupancy (fraction)": [], "tokens/s": []}
     t = start_s
     for a, b in _merged(log, MAX_ITERATION_EVENTS):
-        rows = log[a:b + 1]
+        rows = log[a : b + 1]
         t0, t1 = rows[0, 0], rows[-1, 0] + rows[-1, 1]
         if t0 > t:
-            ev.append({"ph": "X", "name": "idle", "pid": pid, "tid": 1, "ts": t * 1e6, "dur": (t0 - t) * 1e6,
-                       "args": {"cls": "idle", "energy_j": static_w * (t0 - t)}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": "idle",
+                    "pid": pid,
+                    "tid": 1,
+                    "ts": t * 1e6,
+                    "dur": (t0 - t) * 1e6,
+                    "args": {"cls": "idle", "energy_j": static_w * (t0 - t)},
+                }
+            )
             for c in counters.values():
                 c.append((t, 0.0))
         dur = float(rows[:, 1].sum())  # busy time (merged iterations: idle between them is inside)
         tok = float(rows[:, 4].sum() + rows[:, 5].sum())
-        args = {"iterations": int(b - a + 1), "batch": int(rows[-1, 2] + rows[-1, 3]),
-                "decodes": int(rows[:, 2].sum()), "prefill_chunks": int(rows[:, 3].sum()),
-                "prefill_tokens": int(rows[:, 4].sum()), "decode_tokens": int(rows[:, 5].sum()),
-                "kv_blocks_used": int(rows[-1, 6]), "kv_blocks": blocks, "running": int(rows[-1, 7]),
-                "waiting": int(rows[-1, 8]), "busy_s": dur,
-                "energy_j": float(rows[:, 9].sum()) + static_w * (t1 - t0 - dur)}  # + idle inside a merged event
+        args = {
+            "iterations": int(b - a + 1),
+            "batch": int(rows[-1, 2] + rows[-1, 3]),
+            "decodes": int(rows[:, 2].sum()),
+            "prefill_chunks": int(rows[:, 3].sum()),
+            "prefill_tokens": int(rows[:, 4].sum()),
+            "decode_tokens": int(rows[:, 5].sum()),
+            "kv_blocks_used": int(rows[-1, 6]),
+            "kv_blocks": blocks,
+            "running": int(rows[-1, 7]),
+            "waiting": int(rows[-1, 8]),
+            "busy_s": dur,
+            "energy_j": float(rows[:, 9].sum()) + static_w * (t1 - t0 - dur),
+        }  # + idle inside a merged event
         label = f"iteration {a}" if a == b else f"iterations {a}..{b}"
-        ev.append({"ph": "X", "name": label, "pid": pid, "tid": 1, "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6,
-                   "args": args})
+        ev.append(
+            {"ph": "X", "name": label, "pid": pid, "tid": 1, "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "args": args}
+        )
         counters["running requests"].append((t0, float(rows[:, 7].mean())))
         counters["waiting requests"].append((t0, float(rows[:, 8].mean())))
         counters["KV occupancy (fraction)"].append((t0, float(rows[:, 6].mean()) / blocks))
@@ -105,7 +135,10 @@ def _request_slices(i: int, phases: list, args: dict, pid: int, uid: int) -> lis
     ev = [{**common, "ph": "b", "name": f"request {i}", "ts": t0 * 1e6, "args": args}]
     for name, a, b in phases:
         if b >= a:
-            ev += [{**common, "ph": "b", "name": name, "ts": a * 1e6}, {**common, "ph": "e", "name": name, "ts": b * 1e6}]
+            ev += [
+                {**common, "ph": "b", "name": name, "ts": a * 1e6},
+                {**common, "ph": "e", "name": name, "ts": b * 1e6},
+            ]
     return ev + [{**common, "ph": "e", "name": f"request {i}", "ts": t1 * 1e6}]
 
 
@@ -128,8 +161,13 @@ def serve_events(doc: dict, rec: list, pid: int, max_requests: int = DEFAULT_TRA
     rec = list(last.values())
     colocated = [e for e in rec if e["mode"] == "colocated"]
     for k, entry in enumerate(rec):
-        what = f"replica {k}" if entry["mode"] == "colocated" and len(colocated) > 1 else \
-            f"{entry['mode']} pool" if entry["mode"] != "colocated" else ""
+        what = (
+            f"replica {k}"
+            if entry["mode"] == "colocated" and len(colocated) > 1
+            else f"{entry['mode']} pool"
+            if entry["mode"] != "colocated"
+            else ""
+        )
         events += pool_events(entry, pid + k, f"{label}: {entry['pool']}" + (f" {what}" if what else ""), start)
     rpid = pid + len(rec)
     events += _meta(rpid, f"{label}: requests", {"requests": 1})
@@ -147,19 +185,30 @@ def serve_events(doc: dict, rec: list, pid: int, max_requests: int = DEFAULT_TRA
         for ts, d in edges:
             n += d
             pts.append((ts, n))
-        events += [{"ph": "C", "name": "KV transfers in flight", "pid": rpid, "ts": ts * 1e6, "args": {"value": v}}
-                   for ts, v in pts]
+        events += [
+            {"ph": "C", "name": "KV transfers in flight", "pid": rpid, "ts": ts * 1e6, "args": {"value": v}}
+            for ts, v in pts
+        ]
     for i in np.argsort(arrival, kind="stable")[:max_requests]:
         i = int(i)
-        args = {"prompt_tokens": int(req["prompt_tokens"][i]), "output_tokens": int(req["output_tokens"][i]),
-                "ttft_s": _finite(req["ttft_s"][i]), "tpot_s": _finite(req["tpot_s"][i]),
-                "latency_s": _finite(req["latency_s"][i]), "queue_s": _finite(req["queue_s"][i]),
-                "energy_j": _finite(req["energy_j"][i]), "preemptions": int(req["preemptions"][i])}
+        args = {
+            "prompt_tokens": int(req["prompt_tokens"][i]),
+            "output_tokens": int(req["output_tokens"][i]),
+            "ttft_s": _finite(req["ttft_s"][i]),
+            "tpot_s": _finite(req["tpot_s"][i]),
+            "latency_s": _finite(req["latency_s"][i]),
+            "queue_s": _finite(req["queue_s"][i]),
+            "energy_j": _finite(req["energy_j"][i]),
+            "preemptions": int(req["preemptions"][i]),
+        }
         phases = [("queued", arrival[i], admit[i]), ("prefill", admit[i], first_token[i])]
         if i in decode_in:
             kv_at, dec_admit = decode_in[i]
-            phases += [("kv transfer", first_token[i], kv_at), ("decode queued", kv_at, dec_admit),
-                       ("decode", dec_admit, finish[i])]
+            phases += [
+                ("kv transfer", first_token[i], kv_at),
+                ("decode queued", kv_at, dec_admit),
+                ("decode", dec_admit, finish[i]),
+            ]
         elif finish[i] > first_token[i]:
             phases.append(("decode", first_token[i], finish[i]))
         events += _request_slices(i, phases, args, rpid, uid=rpid * MAX_TRACE_REQUESTS + i)

@@ -24,6 +24,7 @@ Sets (each number with its source):
 - limits: physical limits on every run of the bundled comparison experiments (achieved bandwidth
   never above peak).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,6 +44,7 @@ def gpu_rows() -> list[Row]:
     rows of :func:`gpu_held_out_rows` follow (``validation``)."""
     from attnsim.hwmodels.gpu import load_hardware
     from attnsim.workloads.optrace import OpTrace
+
     data = _load("gpu_calibration")["vidur"]
     presets = {"a100": "a100_80gb_sxm", "h100": "h100_sxm"}
     # rows the data file lists as known outliers (with the reason and their own bound)
@@ -53,20 +55,58 @@ def gpu_rows() -> list[Row]:
         for tokens, per_gpu in table["us"].items():
             for key, times in per_gpu.items():
                 gpu = load_hardware(presets[key])
-                rows = [{"op": op, "cls": "matmul", "layer_group": 0, "count": 1, "m": int(tokens), "n": n, "k": k,
-                         "batch": 1, "flops": 2.0 * tokens * n * k, "weight_bytes": 2.0 * n * k,
-                         "act_bytes": 2.0 * tokens * (n + k)} for op, (k, n) in table["shapes"].items()]
-                tr = OpTrace.from_rows(rows, phase="decode", model=table["model"], tp=table["tp"],
-                                       query_tokens=np.ones(1, np.int64), context_lens=np.ones(1, np.int64), groups=[])
+                rows = [
+                    {
+                        "op": op,
+                        "cls": "matmul",
+                        "layer_group": 0,
+                        "count": 1,
+                        "m": int(tokens),
+                        "n": n,
+                        "k": k,
+                        "batch": 1,
+                        "flops": 2.0 * tokens * n * k,
+                        "weight_bytes": 2.0 * n * k,
+                        "act_bytes": 2.0 * tokens * (n + k),
+                    }
+                    for op, (k, n) in table["shapes"].items()
+                ]
+                tr = OpTrace.from_rows(
+                    rows,
+                    phase="decode",
+                    model=table["model"],
+                    tp=table["tp"],
+                    query_tokens=np.ones(1, np.int64),
+                    context_lens=np.ones(1, np.int64),
+                    groups=[],
+                )
                 t = gpu.cost(tr, np.arange(len(rows))).time_s * 1e6
                 for op, tm, pub in zip(ops, t, times):
                     tol = exceptions.get((key, table["model"], int(tokens), op), 0.15)
                     note = " (known outlier, see data file)" if tol > 0.15 else ""
-                    out.append(Row("gpu", f"{key} {table['model']} TP{table['tp']} {op} @{tokens} tok [us]{note}",
-                                   float(tm), float(pub), tol, role="calibration", system=presets[key]))
+                    out.append(
+                        Row(
+                            "gpu",
+                            f"{key} {table['model']} TP{table['tp']} {op} @{tokens} tok [us]{note}",
+                            float(tm),
+                            float(pub),
+                            tol,
+                            role="calibration",
+                            system=presets[key],
+                        )
+                    )
                 tol = exceptions.get((key, table["model"], int(tokens), "sum"), 0.10)
-                out.append(Row("gpu", f"{key} {table['model']} TP{table['tp']} sum of 4 @{tokens} tok [us]",
-                               float(np.sum(t)), float(np.sum(times)), tol, role="calibration", system=presets[key]))
+                out.append(
+                    Row(
+                        "gpu",
+                        f"{key} {table['model']} TP{table['tp']} sum of 4 @{tokens} tok [us]",
+                        float(np.sum(t)),
+                        float(np.sum(times)),
+                        tol,
+                        role="calibration",
+                        system=presets[key],
+                    )
+                )
     return out + gpu_held_out_rows() + decode_attention_rows()
 
 
@@ -74,40 +114,85 @@ def decode_attention_row_dicts(batch: int, ctx: int, heads: int, kv_heads: int, 
     """The three attention rows of one decode (q = 1) kernel call, bf16, as the trace builder writes them
     (KV already cached: a kernel benchmark does not write it)."""
     pairs, kv = batch * ctx, 2.0 * batch * ctx * kv_heads * head_dim
-    base = dict(m=1, n=pairs, batch=heads, flops=2.0 * heads * pairs * head_dim, count=1,
-                act_bytes=2.0 * (batch * heads * head_dim + heads * pairs), kv_read_bytes=kv)
-    return [dict(op="attn_score", cls="attn_score", k=head_dim, **base),
-            dict(op="softmax", cls="softmax", k=0, m=1, n=pairs, batch=heads, count=1,
-                 flops=5.0 * heads * pairs, act_bytes=4.0 * heads * pairs),
-            dict(op="attn_context", cls="attn_context", k=head_dim, **base)]
+    base = dict(
+        m=1,
+        n=pairs,
+        batch=heads,
+        flops=2.0 * heads * pairs * head_dim,
+        count=1,
+        act_bytes=2.0 * (batch * heads * head_dim + heads * pairs),
+        kv_read_bytes=kv,
+    )
+    return [
+        dict(op="attn_score", cls="attn_score", k=head_dim, **base),
+        dict(
+            op="softmax",
+            cls="softmax",
+            k=0,
+            m=1,
+            n=pairs,
+            batch=heads,
+            count=1,
+            flops=5.0 * heads * pairs,
+            act_bytes=4.0 * heads * pairs,
+        ),
+        dict(op="attn_context", cls="attn_context", k=head_dim, **base),
+    ]
 
 
 def decode_attention_rows() -> list[Row]:
     """H100 decode attention kernel times (FA3 / FA2 / ONNX Runtime) vs the fused attention rows of one
     call on h100_sxm; roles and per-row bounds from the data file (default 15 %)."""
     from attnsim.hwmodels.gpu import load_hardware
+
     data = _load("gpu_calibration")["decode_attention_h100"]
     gpu = load_hardware("h100_sxm")
     out = []
     for kernel, b, ctx, hq, hkv, us, role, *tol in data["rows"]:
         t = float(np.sum(_cost_us(gpu, decode_attention_row_dicts(int(b), int(ctx), int(hq), int(hkv)))))
-        out.append(Row("gpu", f"h100 decode attention {kernel} batch {b} ctx {ctx} {hq}/{hkv} heads [us]", t,
-                       float(us), float(tol[0]) if tol else 0.15, role=role, system="h100_sxm", source=data["source"]))
+        out.append(
+            Row(
+                "gpu",
+                f"h100 decode attention {kernel} batch {b} ctx {ctx} {hq}/{hkv} heads [us]",
+                t,
+                float(us),
+                float(tol[0]) if tol else 0.15,
+                role=role,
+                system="h100_sxm",
+                source=data["source"],
+            )
+        )
     return out
 
 
 def _cost_us(gpu, rows: list[dict]) -> np.ndarray:
     from attnsim.workloads.optrace import OpTrace
-    tr = OpTrace.from_rows([{"layer_group": 0, "batch": 1, "count": 1, **r} for r in rows], phase="decode",
-                           model="validation", tp=1, query_tokens=np.ones(1, np.int64),
-                           context_lens=np.ones(1, np.int64), groups=[])
+
+    tr = OpTrace.from_rows(
+        [{"layer_group": 0, "batch": 1, "count": 1, **r} for r in rows],
+        phase="decode",
+        model="validation",
+        tp=1,
+        query_tokens=np.ones(1, np.int64),
+        context_lens=np.ones(1, np.int64),
+        groups=[],
+    )
     return gpu.cost(tr, np.arange(len(rows))).time_s * 1e6
 
 
 def _mm(m: int, k: int, n: int, op: str = "mm", count: int = 1) -> dict:
     """fp16 (m x k) @ (k x n): weights k n 2 B, activations in + out."""
-    return {"op": op, "cls": "matmul", "count": count, "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k,
-            "weight_bytes": 2.0 * k * n, "act_bytes": 2.0 * m * (k + n)}
+    return {
+        "op": op,
+        "cls": "matmul",
+        "count": count,
+        "m": m,
+        "n": n,
+        "k": k,
+        "flops": 2.0 * m * n * k,
+        "weight_bytes": 2.0 * k * n,
+        "act_bytes": 2.0 * m * (k + n),
+    }
 
 
 def _gpt3_layer(phase: str) -> list[dict]:
@@ -116,13 +201,28 @@ def _gpt3_layer(phase: str) -> list[dict]:
     q, ctx = (1, 3072) if phase == "decode" else (2048, 2048)
     m = b * q
     scores = 2.0 * b * heads * q * ctx
-    attn = dict(m=q, n=b * ctx, k=hd, batch=heads, flops=2.0 * q * b * ctx * hd * heads,
-                kv_read_bytes=2.0 * b * ctx * heads * hd, act_bytes=2.0 * m * heads * hd + scores, count=1)
+    attn = dict(
+        m=q,
+        n=b * ctx,
+        k=hd,
+        batch=heads,
+        flops=2.0 * q * b * ctx * hd * heads,
+        kv_read_bytes=2.0 * b * ctx * heads * hd,
+        act_bytes=2.0 * m * heads * hd + scores,
+        count=1,
+    )
     elem = dict(cls="elementwise", flops=8.0 * m * d, act_bytes=4.0 * m * d)
-    return [_mm(m, d, d // 4, "qkv", count=3), dict(op="qk", cls="attn_score", **attn),
-            dict(op="softmax", cls="softmax", count=1, flops=2.5 * scores, act_bytes=2 * scores),
-            dict(op="av", cls="attn_context", **attn), _mm(m, d // 4, d, "out"), _mm(m, d, d, "w1"),
-            dict(op="gelu", count=1, **elem), _mm(m, d, d, "w2"), dict(op="layernorm", count=2, **elem)]
+    return [
+        _mm(m, d, d // 4, "qkv", count=3),
+        dict(op="qk", cls="attn_score", **attn),
+        dict(op="softmax", cls="softmax", count=1, flops=2.5 * scores, act_bytes=2 * scores),
+        dict(op="av", cls="attn_context", **attn),
+        _mm(m, d // 4, d, "out"),
+        _mm(m, d, d, "w1"),
+        dict(op="gelu", count=1, **elem),
+        _mm(m, d, d, "w2"),
+        dict(op="layernorm", count=2, **elem),
+    ]
 
 
 def gpu_held_out_rows() -> list[Row]:
@@ -131,22 +231,42 @@ def gpu_held_out_rows() -> list[Row]:
     fitted K range, vidur K >= 2,048, and held to 60 %) and one GPT-3-175B layer on 4 x A100 (TP 4,
     batch 8, eager, the two all-reduces excluded)."""
     from attnsim.hwmodels.gpu import GPUModel, load_hardware
+
     data = _load("gpu_calibration")
     a100 = load_hardware("a100_80gb_sxm")
     eager = GPUModel(a100.spec.model_copy(update={"software_stack": "eager"}))
     out = []
     gemms = [r for r in data["llmcompass_a100_matmul"]["rows"] if r[1] >= 1024]
     for (m, k, n, ms), us in zip(gemms, _cost_us(eager, [_mm(int(m), int(k), int(n)) for m, k, n, _ in gemms])):
-        out.append(Row("gpu", f"a100 LLMCompass GEMM {m}x{k}x{n} (eager) [us]", float(us), ms * 1e3,
-                       0.25 if k >= 4096 else 0.60, role="validation", system="a100_80gb_sxm",
-                       source=data["llmcompass_a100_matmul"]["source"]))
+        out.append(
+            Row(
+                "gpu",
+                f"a100 LLMCompass GEMM {m}x{k}x{n} (eager) [us]",
+                float(us),
+                ms * 1e3,
+                0.25 if k >= 4096 else 0.60,
+                role="validation",
+                system="a100_80gb_sxm",
+                source=data["llmcompass_a100_matmul"]["source"],
+            )
+        )
     layer = data["gpt3_layer_a100_tp4"]
     for phase, key, unit in (("decode", "decode_us", 1.0), ("prefill", "prefill_ms", 1e3)):
         rows = _gpt3_layer(phase)
         total = float(np.sum(_cost_us(eager, rows) * np.array([r["count"] for r in rows])))
         ref = (layer[key]["total"] - 2 * layer[key]["allreduce"]) * unit
-        out.append(Row("gpu", f"a100 GPT-3 layer TP4 batch 8 {phase}, no all-reduce (eager) [us]", total, ref, 0.15,
-                       role="validation", system="a100_80gb_sxm", source=layer["source"]))
+        out.append(
+            Row(
+                "gpu",
+                f"a100 GPT-3 layer TP4 batch 8 {phase}, no all-reduce (eager) [us]",
+                total,
+                ref,
+                0.15,
+                role="validation",
+                system="a100_80gb_sxm",
+                source=layer["source"],
+            )
+        )
     return out
 
 
@@ -154,6 +274,7 @@ def reproduction_rows(name: str | None = None, label: str | None = None) -> list
     """Rows of reproduction ``name`` (every folder of configs/reproductions/ when None); each folder is
     loaded and checked before anything is simulated."""
     from attnsim.studies import reproduce
+
     reps = [reproduce.load(p) for p in ([reproduce.find(name)] if name else reproduce.folders())]
     return [row for rep in reps for row in reproduce.run_rows(rep, set_name=label)]
 
@@ -162,15 +283,27 @@ def limit_rows() -> list[Row]:
     """Achieved bandwidth / peak <= 1 for every run of the bundled comparison experiments."""
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     out = []
     for name in ("default", "systems_compare"):
-        for d in run_experiment(load_experiment(name, ["experiment.generation.mode=sampled",
-                                                       "experiment.generation.samples=2"])):
+        for d in run_experiment(
+            load_experiment(name, ["experiment.generation.mode=sampled", "experiment.generation.samples=2"])
+        ):
             if d["status"] != "ok":
                 continue
             for dev, bw in d["metrics"]["bandwidth"].items():
-                out.append(Row("limits", f"{name}: {d['system']} {dev} bandwidth / peak", bw["utilization"], 1.0,
-                               0.0, check="upper_bound", role="limit", system=d["system"]))
+                out.append(
+                    Row(
+                        "limits",
+                        f"{name}: {d['system']} {dev} bandwidth / peak",
+                        bw["utilization"],
+                        1.0,
+                        0.0,
+                        check="upper_bound",
+                        role="limit",
+                        system=d["system"],
+                    )
+                )
     return out
 
 
@@ -186,17 +319,30 @@ def power_runs(sets: tuple = (), roles: tuple = ("calibration", "validation")) -
     applied last (e.g. a fit or a prompt length)."""
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
+
     data = _load("power")
     exp = CONFIG_ROOT / "validation" / data["experiment"]
 
     def run(r, prompt: int) -> dict:
-        (d,) = run_experiment(load_experiment(exp, [
-            f"experiment.systems=[{r['system']}]", f"experiment.models=[{r['model']}]",
-            f"scenarios.chat.batch_size={max(1, round(r['avg_batch_size']))}",
-            f"scenarios.chat.prompt_len={prompt}", "scenarios.chat.output_len=2", *sets]))
+        (d,) = run_experiment(
+            load_experiment(
+                exp,
+                [
+                    f"experiment.systems=[{r['system']}]",
+                    f"experiment.models=[{r['model']}]",
+                    f"scenarios.chat.batch_size={max(1, round(r['avg_batch_size']))}",
+                    f"scenarios.chat.prompt_len={prompt}",
+                    "scenarios.chat.output_len=2",
+                    *sets,
+                ],
+            )
+        )
         if d["status"] != "ok":
-            raise ConfigError(f"a run that completes, got {d['status']} at batch {r['avg_batch_size']}",
-                              file="configs/validation/power.yaml", key=f"rows.{r['model_id']}")
+            raise ConfigError(
+                f"a run that completes, got {d['status']} at batch {r['avg_batch_size']}",
+                file="configs/validation/power.yaml",
+                key=f"rows.{r['model_id']}",
+            )
         return d
 
     out = []
@@ -210,10 +356,18 @@ def power_runs(sets: tuple = (), roles: tuple = ("calibration", "validation")) -
         energy_j = p["energy_j"] + (n_out - 1) * s["energy_j"]
         m = pre["metrics"]
         gpus = m["tp"] * m.get("pp", 1)  # the breakdown's steps are one replica's (engine.cost_step, set_static)
-        out.append({**r, "source": data["source"], "tolerance": data["tolerance"], "decode_context": ctx,
-                    "model_power_w_per_gpu": energy_j / time_s / gpus,
-                    "model_energy_per_token_j": energy_j / (m["batch_per_replica"] * n_out),
-                    "model_tpot_ms": s["time_s"] * 1e3, "model_step_ms": time_s / n_out * 1e3})
+        out.append(
+            {
+                **r,
+                "source": data["source"],
+                "tolerance": data["tolerance"],
+                "decode_context": ctx,
+                "model_power_w_per_gpu": energy_j / time_s / gpus,
+                "model_energy_per_token_j": energy_j / (m["batch_per_replica"] * n_out),
+                "model_tpot_ms": s["time_s"] * 1e3,
+                "model_step_ms": time_s / n_out * 1e3,
+            }
+        )
     return out
 
 
@@ -222,10 +376,22 @@ def power_rows() -> list[Row]:
     rows = []
     for r in power_runs():
         tag = f"{r['model_id'].split('/')[-1]} batch {r['avg_batch_size']:g}"
-        for what, mod, ref in (("W per GPU", "model_power_w_per_gpu", "avg_power_w_per_gpu"),
-                               ("J/token", "model_energy_per_token_j", "energy_per_token_j")):
-            rows.append(Row("power", f"{tag} {what}", float(r[mod]), float(r[ref]), float(r["tolerance"]),
-                            role=r["role"], system=str(r["system"]).removesuffix(".yaml"), source=r["source"]))
+        for what, mod, ref in (
+            ("W per GPU", "model_power_w_per_gpu", "avg_power_w_per_gpu"),
+            ("J/token", "model_energy_per_token_j", "energy_per_token_j"),
+        ):
+            rows.append(
+                Row(
+                    "power",
+                    f"{tag} {what}",
+                    float(r[mod]),
+                    float(r[ref]),
+                    float(r["tolerance"]),
+                    role=r["role"],
+                    system=str(r["system"]).removesuffix(".yaml"),
+                    source=r["source"],
+                )
+            )
     return rows
 
 
@@ -237,6 +403,7 @@ def nccl_rows() -> list[Row]:
     from attnsim.hwmodels import collectives
     from attnsim.hwmodels.gpu import load_hardware
     from attnsim.hwmodels.links import LinkModel
+
     data = _load("nccl")
 
     def link(name: str, nvls: bool = True, allreduce: str | None = None) -> LinkModel:
@@ -250,33 +417,74 @@ def nccl_rows() -> list[Row]:
         sizes = np.array([r[0] for r in topo["rows"]], dtype=np.float64)
         t, choice = model.collective("allreduce", sizes, int(topo["gpus"]))
         for s, tm, c, (_, pub) in zip(sizes, t, choice, topo["rows"]):
-            out.append(Row("nccl", f"{key} {topo['gpus']} GPUs all-reduce {int(s)} B ({c}) [us]", float(tm) * 1e6,
-                           float(pub), float(data["tolerance"]), role=topo["role"], system=topo["link"],
-                           source=topo["source"]))
+            out.append(
+                Row(
+                    "nccl",
+                    f"{key} {topo['gpus']} GPUs all-reduce {int(s)} B ({c}) [us]",
+                    float(tm) * 1e6,
+                    float(pub),
+                    float(data["tolerance"]),
+                    role=topo["role"],
+                    system=topo["link"],
+                    source=topo["source"],
+                )
+            )
     for h in data["held_out"]:
         model = link(h["link"], allreduce=h.get("allreduce"))
         if "algorithm" in h:  # one algorithm, the tuner over its protocols
-            t = min(float(collectives.algo_time_s(model.spec.nccl, model.peak_bandwidth_bytes_per_s, "allreduce",
-                                                  h["bytes"], h["gpus"], h["algorithm"], p)) for p in collectives.PROTOCOLS)
+            t = min(
+                float(
+                    collectives.algo_time_s(
+                        model.spec.nccl,
+                        model.peak_bandwidth_bytes_per_s,
+                        "allreduce",
+                        h["bytes"],
+                        h["gpus"],
+                        h["algorithm"],
+                        p,
+                    )
+                )
+                for p in collectives.PROTOCOLS
+            )
         else:
             t = float(model.collective("allreduce", h["bytes"], h["gpus"])[0])
         if "busbw_gbps" in h:
-            measured, published = float(collectives.bus_bandwidth_bytes_per_s("allreduce", h["bytes"], h["gpus"], t)) / 1e9, h["busbw_gbps"]
+            measured, published = (
+                float(collectives.bus_bandwidth_bytes_per_s("allreduce", h["bytes"], h["gpus"], t)) / 1e9,
+                h["busbw_gbps"],
+            )
         else:
             measured, published = t * 1e6, h["time_us"]
-        out.append(Row("nccl", h["name"], measured, float(published), float(h["tolerance"]), role="validation",
-                       system=h["link"], source=h["source"]))
+        out.append(
+            Row(
+                "nccl",
+                h["name"],
+                measured,
+                float(published),
+                float(h["tolerance"]),
+                role="validation",
+                system=h["link"],
+                source=h["source"],
+            )
+        )
     return out
 
 
 def mlperf_rows(benchmark: str | None = None) -> list[Row]:
     """MLPerf Inference DGX-H100 rows (configs/validation/mlperf.yaml; ``benchmark``: only that one)."""
     from attnsim.studies import mlperf
+
     return mlperf.rows(benchmarks=[benchmark] if benchmark else None)
 
 
-SETS = {"gpu": gpu_rows, "reproductions": reproduction_rows, "nccl": nccl_rows, "power": power_rows,
-        "mlperf": mlperf_rows, "limits": limit_rows}
+SETS = {
+    "gpu": gpu_rows,
+    "reproductions": reproduction_rows,
+    "nccl": nccl_rows,
+    "power": power_rows,
+    "mlperf": mlperf_rows,
+    "limits": limit_rows,
+}
 ALIASES = {"attacc": "reproductions/attacc"}  # the set's name before configs/reproductions/ (users' scripts)
 
 
@@ -284,22 +492,26 @@ def _job(name: str):
     target = ALIASES.get(name, name)
     if target.startswith("reproductions/"):
         from attnsim.studies import reproduce
+
         sub = target.split("/", 1)[1]
         reproduce.find(sub)  # an unknown name is refused before anything runs
         return lambda: reproduction_rows(sub, label=name if name in ALIASES else None)
     if target.startswith("mlperf/"):
         from attnsim.studies import mlperf
+
         sub = target.split("/", 1)[1]
         known = list(mlperf.load().benchmarks)
         if sub not in known:
-            raise ConfigError(f"expected mlperf/BENCHMARK with BENCHMARK one of {', '.join(known)}, got {name!r}",
-                              file="--set")
+            raise ConfigError(
+                f"expected mlperf/BENCHMARK with BENCHMARK one of {', '.join(known)}, got {name!r}", file="--set"
+            )
         return lambda: mlperf_rows(sub)
     if target in SETS:
         return SETS[target]
-    raise ConfigError(f"expected one of {', '.join([*SETS, *ALIASES])}, reproductions/NAME or mlperf/BENCHMARK, "
-                      f"got {name!r}",
-                      file="--set")
+    raise ConfigError(
+        f"expected one of {', '.join([*SETS, *ALIASES])}, reproductions/NAME or mlperf/BENCHMARK, got {name!r}",
+        file="--set",
+    )
 
 
 def run(sets=None) -> list[Row]:
@@ -311,6 +523,7 @@ def run(sets=None) -> list[Row]:
 def reproductions_in(sets=None) -> list[str]:
     """Names of the reproduction folders ``sets`` select (each once, in order)."""
     from attnsim.studies import reproduce
+
     out: list[str] = []
     for name in sets or SETS:
         target = ALIASES.get(name, name)

@@ -1,6 +1,7 @@
 """One row of ``attnsim validate``: attnsim's number vs a reference, its tolerance and role. Its own module so
-that the row producers (attnsim.studies.validate's sets, attnsim.studies.reproduce's folders) share it without importing each
-other (attnsim.studies.validate.Row is its public name)."""
+that the row producers (attnsim.studies.validate's sets, attnsim.studies.reproduce's folders) share it without importing
+each other (attnsim.studies.validate.Row is its public name)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -20,6 +20,7 @@ names its alternatives; its ``low`` / ``high`` are the alternatives giving the l
 The headline ratio is the one the run table's ``vs base thr`` column shows: ``vs_baseline.throughput_ratio``
 (tokens per second, prefill and decode, over the baseline's).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,24 +30,29 @@ from typing import Optional
 
 from attnsim.core.config import ConfigError
 
-RATIO = "throughput_ratio"   # report.summary_table's "vs base thr" column
-METRIC = "tokens_per_s"      # its metric (attnsim.sim.results.BASELINE_RATIOS)
-MOVE_FRACTION = 0.10         # "moves the ratio by more than 10 %" (issue 27 section 3)
-SECTION = "verdict_flips"    # the run document's section
-SEPARATOR = ";"              # between parameter names in a sweep store's verdict_flips column
+RATIO = "throughput_ratio"  # report.summary_table's "vs base thr" column
+METRIC = "tokens_per_s"  # its metric (attnsim.sim.results.BASELINE_RATIOS)
+MOVE_FRACTION = 0.10  # "moves the ratio by more than 10 %" (issue 27 section 3)
+SECTION = "verdict_flips"  # the run document's section
+SEPARATOR = ";"  # between parameter names in a sweep store's verdict_flips column
 
 
 def assumed_params(tree, hardware: list[str]) -> list:
     """The assumed, ranged parameters (:class:`attnsim.studies.sensitivity.Param`) of the named hardware of a
     config tree, in the order given and each file's order."""
+    from dataclasses import replace
+
     from attnsim.hwmodels import registry
     from attnsim.studies.sensitivity import hardware_params
-    from dataclasses import replace
+
     out = []
     for h in hardware:
         tags = registry.evidence_tags(tree.hardware[h], tree.file_of("hardware", h))
-        out += [replace(p, source=tags[p.key].source) for p in hardware_params(tree, h)
-                if tags.get(p.key) is not None and tags[p.key].tag == registry.ASSUMED]  # evidence's source first
+        out += [
+            replace(p, source=tags[p.key].source)
+            for p in hardware_params(tree, h)
+            if tags.get(p.key) is not None and tags[p.key].tag == registry.ASSUMED
+        ]  # evidence's source first
     return out
 
 
@@ -72,6 +78,7 @@ def choice_params(tree, hardware: list[str]) -> list[Choice]:
     """The ``choices:`` entries of the named hardware of a config tree (values as the tree holds them, ``--set``
     applied; an alternative equal to the value in use is left out)."""
     from attnsim.hwmodels import registry
+
     out = []
     for h in hardware:
         hw, f = tree.hardware[h], tree.file_of("hardware", h)
@@ -107,6 +114,7 @@ class Runs:
         if (key, override) not in self.memo:
             from attnsim.sim.experiment import validate_tree
             from attnsim.sim.runner import run_experiment
+
             t0 = time.perf_counter()
             t = tree.copy()
             v = None
@@ -143,8 +151,13 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
         if isinstance(p, Choice):
             rows.append(_choice_row(p, r0, ratio, runs, point, base, point_hw, base_hw))
             continue
-        row = {"parameter": f"hardware.{p.name}", "value": p.base, "low": p.value(p.low), "high": p.value(p.high),
-               "source": p.source}
+        row = {
+            "parameter": f"hardware.{p.name}",
+            "value": p.base,
+            "low": p.value(p.low),
+            "high": p.value(p.high),
+            "source": p.source,
+        }
         for end in ("low", "high"):
             ov = p.override(getattr(p, end))
             r = ratio(ov if p.hardware in point_hw else None, ov if p.hardware in base_hw else None)
@@ -154,11 +167,17 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
                 row.setdefault("errors", {})[end] = why
         ends = [row["ratio_low"], row["ratio_high"]]
         row["flips"] = bool(flips(r0, ends))
-        row["moves_over_10pct"] = r0 is not None and r0 > 0 and any(abs(r / r0 - 1.0) > MOVE_FRACTION
-                                                                     for r in ends if r is not None)
+        row["moves_over_10pct"] = (
+            r0 is not None and r0 > 0 and any(abs(r / r0 - 1.0) > MOVE_FRACTION for r in ends if r is not None)
+        )
         rows.append(row)
-    return {"ratio": RATIO, "baseline": next(iter(base[1].systems)), "ratio_base": r0,
-            "parameters_checked": len(params), "parameters": rows}
+    return {
+        "ratio": RATIO,
+        "baseline": next(iter(base[1].systems)),
+        "ratio_base": r0,
+        "parameters_checked": len(params),
+        "parameters": rows,
+    }
 
 
 def _moves(r0, ends) -> bool:
@@ -169,8 +188,14 @@ def _choice_row(p: Choice, r0, ratio, runs: Runs, point, base, point_hw, base_hw
     """The row of a categorical choice: the ratio at each alternative; ``low`` / ``high`` the alternatives that
     give the lowest / highest (for the tables and the tornado figure)."""
     from attnsim.studies.sensitivity import flips
-    row = {"parameter": f"hardware.{p.name}", "value": p.base, "choice": True, "alternatives": list(p.values),
-           "source": p.source}
+
+    row = {
+        "parameter": f"hardware.{p.name}",
+        "value": p.base,
+        "choice": True,
+        "alternatives": list(p.values),
+        "source": p.source,
+    }
     ratios = []
     for v in p.values:
         ov = p.override(v)
@@ -194,6 +219,7 @@ def add_flips(tree, docs: list[dict], baseline: str) -> dict:
     config ``tree``) that has a headline ratio against ``baseline``; returns the cost: {parameters (distinct
     ones checked), reruns, wall_s}."""
     from attnsim.studies.sweep.spec import _restrict, hardware_refs
+
     t0 = time.perf_counter()
     runs = Runs()
     refs: dict = {}
@@ -231,6 +257,7 @@ def point_flips(doc: dict, point: tuple, partner: tuple) -> dict:
     """The section of one sweep point (a completed run document ``doc``): ``point`` / ``partner`` =
     (key, one-run ConfigTree) of the point and of its baseline partner (same values but ``system``)."""
     from attnsim.studies.sweep.spec import hardware_refs
+
     _SWEEP_RUNS.seed(point[0], doc["metrics"].get(METRIC))
     (ps,), (bs,) = point[1].systems, partner[1].systems
     phw, bhw = hardware_refs(point[1], ps), hardware_refs(partner[1], bs)

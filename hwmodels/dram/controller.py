@@ -1,8 +1,9 @@
 """Memory-controller front end for request streams: address mapping, open/closed page, FR-FCFS.
 
 Each channel has one bounded request queue of ``queue`` entries per pseudo-channel (default 32,
-DRAMsim3's trans queue size, dram_timing.md §1; HBM pseudo-channels have their own data buses). Scheduling is event-driven FR-FCFS: among queued requests the next command
-(PRE, ACT or the column command) that can issue earliest goes first; ties go to row hits, then to
+DRAMsim3's trans queue size, dram_timing.md §1; HBM pseudo-channels have their own data buses). Scheduling is
+event-driven FR-FCFS: among queued requests the next command (PRE, ACT or the column command) that can issue earliest
+goes first; ties go to row hits, then to
 the oldest. A PRE that would close a row still wanted by a queued hit is held back (rules.py pre_holdback; the
 ``ramulator2`` preset holds it back only for the request whose ACT opened the row, and lets such requests issue
 their column commands before a due refresh: refresh_waits_active). Closed page:
@@ -12,6 +13,7 @@ when there is room, once their arrival cycle is reached. A rule set with ``write
 write-queue watermarks (write drain). Timing rules and refresh are those of the
 command engine (kernel.py), so the emitted command stream replays to the same cycles.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,11 +26,11 @@ from attnsim.core.config import ConfigError
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import steady
 from attnsim.hwmodels.dram.engine import CMD_DTYPE, CommandResult, summarize, timing_vector
+from attnsim.hwmodels.dram.rules import MAX_QUEUE, controller_rules, refuse_unread_by_stream
 from attnsim.hwmodels.dram.sched_cmdqueue import ctrl_kernel_twolevel
 from attnsim.hwmodels.dram.sched_flat import AGE_LIMIT, MAX_BANKS, ctrl_kernel_flat
 from attnsim.hwmodels.dram.sched_heap import ctrl_kernel_fast
 from attnsim.hwmodels.dram.sched_scan import ctrl_kernel_scan
-from attnsim.hwmodels.dram.rules import MAX_QUEUE, controller_rules, refuse_unread_by_stream
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
@@ -98,8 +100,9 @@ def decode_by_channel(spec: DRAMSpec, addr, w, arr, mapping: str | None = None):
     k, row, w2 = np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int8)
     timed = bool(arr.any())
     arr2 = np.empty(n, np.int64) if timed else np.zeros(n, np.int64)
-    _decode_scatter(a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, starts, w, arr, timed,
-                    k, row, w2, arr2)
+    _decode_scatter(
+        a, sh, mk, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, starts, w, arr, timed, k, row, w2, arr2
+    )
     return starts, k, row, w2, arr2
 
 
@@ -119,8 +122,9 @@ def _address_fields(x, s, m, P, R, G, B):
     """(channel, flat bank index, row) of byte address x; s / m: the Ch Pc Ra Bg Ba Ro shifts and masks as
     tuples (read once by the caller: stores into the outputs may alias arrays)."""
     c = np.int64((x >> s[0]) & m[0])
-    k = ((((c * P + np.int64((x >> s[1]) & m[1])) * R + np.int64((x >> s[2]) & m[2])) * G
-          + np.int64((x >> s[3]) & m[3])) * B + np.int64((x >> s[4]) & m[4]))
+    k = (
+        ((c * P + np.int64((x >> s[1]) & m[1])) * R + np.int64((x >> s[2]) & m[2])) * G + np.int64((x >> s[3]) & m[3])
+    ) * B + np.int64((x >> s[4]) & m[4])
     return c, k, np.int64((x >> s[5]) & m[5])
 
 
@@ -161,10 +165,10 @@ class RequestResult(CommandResult):
     peak_bandwidth_gbps: float = 0.0
     mean_latency_cycles: float = 0.0
     commands: np.ndarray | None = None  # emitted command stream (emit=True)
-    extrapolated: bool = False          # steady-state extrapolation used (extrapolate=True on a periodic stream)
-    skipped_requests: int = 0           # requests served by exact skip-ahead over recurring states (recur.py)
-    skip_jumps: int = 0                 # number of such jumps
-    steady: dict | None = None          # its details (windows, period, simulated requests per channel)
+    extrapolated: bool = False  # steady-state extrapolation used (extrapolate=True on a periodic stream)
+    skipped_requests: int = 0  # requests served by exact skip-ahead over recurring states (recur.py)
+    skip_jumps: int = 0  # number of such jumps
+    steady: dict | None = None  # its details (windows, period, simulated requests per channel)
 
 
 def _symmetric(k, row, w, arr, starts, n_ch, spec) -> bool:
@@ -200,21 +204,25 @@ def check_threads(threads, n_ch: int, scheduler: str, emit: bool, rules, key: st
     if threads == 1:
         return
     if threads > n_ch:  # one rule for every device: a thread runs at least one channel (1 channel: no threads)
-        raise ConfigError(f"threads run channels apart: expected at most {n_ch} (the device's channels), got {threads}",
-                          key=key)
+        raise ConfigError(
+            f"threads run channels apart: expected at most {n_ch} (the device's channels), got {threads}", key=key
+        )
     if scheduler != "fast" or emit or rules.cmd_queue_entries:
-        raise ConfigError("threads > 1 run only in the fast scheduler without command emission or the dramsim3 "
-                          f"preset's two-level queues; expected 1 here, got {threads}", key=key)
+        raise ConfigError(
+            "threads > 1 run only in the fast scheduler without command emission or the dramsim3 "
+            f"preset's two-level queues; expected 1 here, got {threads}",
+            key=key,
+        )
 
 
-def _flat_in_threads(threads: int, counts: np.ndarray, args: tuple, windows: tuple, skip: bool,
-                     SKO: np.ndarray) -> int:
+def _flat_in_threads(threads: int, counts: np.ndarray, args: tuple, windows: tuple, skip: bool, SKO: np.ndarray) -> int:
     """ctrl_kernel_flat over groups of the channels in parallel threads (it releases the GIL). A channel's
     state rows, statistics and latency slot are its own, so each group writes only its own; the per-channel
     window records (WN..WF, rows by position in ``chans``) are per group and copied back. Groups are balanced
     by request count (longest first onto the least loaded group). ``args``: ctrl_kernel_flat's arguments up to
     the window records, ``windows``: (WN, WR, WS, WL, WF)."""
     from concurrent.futures import ThreadPoolExecutor
+
     chans = args[1]
     groups = [[] for _ in range(min(threads, chans.shape[0]))]
     load = [0] * len(groups)
@@ -241,12 +249,26 @@ def _flat_in_threads(threads: int, counts: np.ndarray, args: tuple, windows: tup
     return total
 
 
-def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None = None, page: str = "open",
-                      queue: int | None = None, refresh: str | None = None, symmetry: bool = True,
-                      emit: bool = False, scheduler: str = "fast", extrapolate: bool = False,
-                      steady_windows: int = steady.DEFAULT_WINDOWS, idle_skip: bool = True,
-                      controller: str | None = None, skip_ahead: bool | None = None,
-                      threads: int = 1) -> RequestResult:
+def simulate_requests(
+    spec,
+    addr,
+    is_write,
+    arrival=None,
+    *,
+    mapping: str | None = None,
+    page: str = "open",
+    queue: int | None = None,
+    refresh: str | None = None,
+    symmetry: bool = True,
+    emit: bool = False,
+    scheduler: str = "fast",
+    extrapolate: bool = False,
+    steady_windows: int = steady.DEFAULT_WINDOWS,
+    idle_skip: bool = True,
+    controller: str | None = None,
+    skip_ahead: bool | None = None,
+    threads: int = 1,
+) -> RequestResult:
     """Run a request stream through the controller + engine (API.md). Arrays: byte address, is_write, arrival.
 
     ``scheduler``: "fast" (exact per-bank candidate keys + one min-scan per command, flat.py), "heap" (per-bank
@@ -265,9 +287,11 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
     rules = controller_rules(controller, spec)
     for name in ("nRTRS", "nPPD"):  # only the two-level queue kernel (cmdqueue.py) applies them
         if getattr(spec.timing, name) and not rules.cmd_queue_entries:
-            raise ConfigError(f"0 unless the controller preset is dramsim3 (only its two-level queues apply it), "
-                              f"got {getattr(spec.timing, name)} under controller {controller or spec.controller!r}",
-                              key=f"timing.{name}")
+            raise ConfigError(
+                f"0 unless the controller preset is dramsim3 (only its two-level queues apply it), "
+                f"got {getattr(spec.timing, name)} under controller {controller or spec.controller!r}",
+                key=f"timing.{name}",
+            )
     refresh = spec.default_refresh if refresh is None else refresh
     refuse_unread_by_stream(spec, page, refresh, queue)  # the spec's controller_rules: fields this run does not read
     if queue is None:
@@ -312,13 +336,22 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         present[0] = True
     if scheduler == "fast" and big:
         scheduler = "heap"
-    periodic = (extrapolate and not emit and scheduler != "scan" and steady_windows >= 8
-                and not rules.cmd_queue_entries and steady.is_periodic(addr, w, arr))
+    periodic = (
+        extrapolate
+        and not emit
+        and scheduler != "scan"
+        and steady_windows >= 8
+        and not rules.cmd_queue_entries
+        and steady.is_periodic(addr, w, arr)
+    )
     can_skip = scheduler == "fast" and not rules.cmd_queue_entries and not emit
     if skip_ahead is True and (not can_skip or extrapolate):
-        raise ConfigError("skip-ahead runs only in the fast scheduler without the two-level queues of the dramsim3 "
-                          "preset, command emission or steady-state extrapolation; expected skip_ahead None or "
-                          "False here", key="skip_ahead")
+        raise ConfigError(
+            "skip-ahead runs only in the fast scheduler without the two-level queues of the dramsim3 "
+            "preset, command emission or steady-state extrapolation; expected skip_ahead None or "
+            "False here",
+            key="skip_ahead",
+        )
     if skip_ahead not in (None, True, False):
         raise ConfigError(f"expected None, True or False, got {skip_ahead!r}", key="skip_ahead")
     w, arr = w_ch, arr_ch
@@ -344,15 +377,58 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         SKO = np.zeros(2, np.int64)
         w0 = time.perf_counter()
         if rules.cmd_queue_entries > 0:  # two-level queues (cmdqueue.py): one implementation for every scheduler
-            ne = ctrl_kernel_twolevel(order, starts, chans, k, row, w, arr, qcap, rules.write_queue_entries,
-                                      rules.cmd_queue_entries, rules.cmd_queue_scope == "rank", page == "closed",
-                                      spec.timing.nRTRS, spec.timing.nPPD, T, BS, GS, RS, US, CS, ST, LAT, E)
+            ne = ctrl_kernel_twolevel(
+                order,
+                starts,
+                chans,
+                k,
+                row,
+                w,
+                arr,
+                qcap,
+                rules.write_queue_entries,
+                rules.cmd_queue_entries,
+                rules.cmd_queue_scope == "rank",
+                page == "closed",
+                spec.timing.nRTRS,
+                spec.timing.nPPD,
+                T,
+                BS,
+                GS,
+                RS,
+                US,
+                CS,
+                ST,
+                LAT,
+                E,
+            )
         elif scheduler == "scan":
-            ne = ctrl_kernel_scan(order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US,
-                                  CS, ST, LAT, E)
+            ne = ctrl_kernel_scan(
+                order, starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E
+            )
         else:
-            head = (starts, chans, k, row, w, arr, qcap, page == "closed", T, BS, GS, RS, US, CS, ST, LAT, E,
-                    -1, win, maxw)
+            head = (
+                starts,
+                chans,
+                k,
+                row,
+                w,
+                arr,
+                qcap,
+                page == "closed",
+                T,
+                BS,
+                GS,
+                RS,
+                US,
+                CS,
+                ST,
+                LAT,
+                E,
+                -1,
+                win,
+                maxw,
+            )
             args = head + (WN, WR, WS, WL, WF)
             if scheduler == "fast" and threads > 1 and nc > 1:
                 ne = _flat_in_threads(threads, np.diff(starts)[chans], head, (WN, WR, WS, WL, WF), skip, SKO)
@@ -364,8 +440,11 @@ def simulate_requests(spec, addr, is_write, arrival=None, *, mapping: str | None
         wall += time.perf_counter() - w0
         if emit and ne > cap:
             if ne > MAX_EMIT:
-                raise ConfigError(f"the emitted command stream would hold {ne} records (limit {MAX_EMIT}; "
-                                  "refreshes of long idle gaps count)", key="emit")
+                raise ConfigError(
+                    f"the emitted command stream would hold {ne} records (limit {MAX_EMIT}; "
+                    "refreshes of long idle gaps count)",
+                    key="emit",
+                )
             cap = ne
             continue
         if periodic and np.any(WN >= 0) and info is None:
@@ -395,8 +474,9 @@ def _extrapolate(T, chans, starts, WN, WR, WS, WL, WF, win, w0, a0, ST, CS, RS, 
         nw = int(WN[ci])
         if nw < 0:
             continue
-        ex = steady.extrapolate_channel(WR[ci, :nw], WS[ci, :nw], WL[ci, :nw], WF[ci, :nw], int(starts[c + 1] - starts[c]),
-                                        win, tail, int(a0))
+        ex = steady.extrapolate_channel(
+            WR[ci, :nw], WS[ci, :nw], WL[ci, :nw], WF[ci, :nw], int(starts[c + 1] - starts[c]), win, tail, int(a0)
+        )
         if ex is None:
             return None
         cyc, st, lat, inf = ex

@@ -1,5 +1,6 @@
 """The registry's ``dram`` device (hwmodels/registry.py): a validated DRAMSpec with the command engine and the
 request controller bound. Its own module, so spec.py (which engine.py and controller.py import) imports neither."""
+
 from __future__ import annotations
 
 from attnsim.hwmodels.dram.spec import DRAMSpec
@@ -24,15 +25,18 @@ class DRAMDevice:
 
     def run_commands(self, cmds, **kw):
         from attnsim.hwmodels.dram.engine import run_commands
+
         return run_commands(self.spec, cmds, **kw)
 
     def simulate_requests(self, addr, is_write, arrival=None, **kw):
         from attnsim.hwmodels.dram.controller import simulate_requests
+
         return simulate_requests(self.spec, addr, is_write, arrival, **kw)
 
 
 def _register() -> None:
     from attnsim.hwmodels import registry
+
     registry.register("dram", DRAMSpec, DRAMDevice)
 
 

@@ -1,4 +1,5 @@
 """Command-stream engine: ``run_commands(spec, cmds) -> CommandResult`` (contract in API.md)."""
+
 from __future__ import annotations
 
 import enum
@@ -39,9 +40,22 @@ F_AP = K.F_AP
 F_IL = K.F_IL
 BUF_UNIT_BYTES = 32  # BUF moves 32-B units (AttAcc prefetch_size = 32 B, pim_dram.md b.1)
 
-CMD_DTYPE = np.dtype([("op", np.uint8), ("flags", np.uint8), ("ch", np.int16), ("pch", np.int16),
-                      ("rank", np.int16), ("bg", np.int16), ("bank", np.int16), ("row", np.int32),
-                      ("col", np.int32), ("repeat", np.int32), ("cycles", np.int32), ("arrival", np.int64)])
+CMD_DTYPE = np.dtype(
+    [
+        ("op", np.uint8),
+        ("flags", np.uint8),
+        ("ch", np.int16),
+        ("pch", np.int16),
+        ("rank", np.int16),
+        ("bg", np.int16),
+        ("bank", np.int16),
+        ("row", np.int32),
+        ("col", np.int32),
+        ("repeat", np.int32),
+        ("cycles", np.int32),
+        ("arrival", np.int64),
+    ]
+)
 
 _SINGLE_BANK = (Op.ACT, Op.PRE, Op.RD, Op.WR, Op.MACSB, Op.REFPB)
 _COLUMN = (Op.RD, Op.WR, Op.MACSB, Op.MACAB, Op.MACBG)
@@ -69,36 +83,80 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True, r
     """Flatten the spec into the kernel's int64 parameter vector (``idle_skip=False``: walk every refresh of an
     idle gap instead of the closed form, for tests; ``rules``: a rules.ControllerRules, default the spec's)."""
     from attnsim.hwmodels.dram.rules import controller_rules
+
     rules = rules or controller_rules(None, spec)
     t, o, p = spec.timing, spec.org, spec.pim
     T = np.zeros(K.N_T, np.int64)
-    vals = {K.T_BL: t.nBL, K.T_CL: t.nCL, K.T_CWL: t.nCWL, K.T_RCDRD: t.nRCDRD, K.T_RCDWR: t.nRCDWR,
-            K.T_RP: t.nRP, K.T_RAS: t.nRAS, K.T_RC: t.nRC, K.T_WR: t.nWR, K.T_RTP: t.nRTP, K.T_CCDS: t.nCCD_S,
-            K.T_CCDL: t.nCCD_L, K.T_RRDS: t.nRRD_S, K.T_RRDL: t.nRRD_L, K.T_FAW: t.nFAW, K.T_WTRS: t.nWTR_S,
-            K.T_WTRL: t.nWTR_L, K.T_RTW: t.nRTW, K.T_RFC: t.nRFC, K.T_RFCPB: t.nRFCpb, K.T_REFI: t.nREFI,
-            K.T_REFIPB: t.nREFIpb, K.T_ROWCMD: t.row_cmd_cycles,
-            K.T_COLBUS: K.C_COLBUS if t.separate_row_col_bus else K.C_ROWBUS,
-            K.T_P: o.pseudo_channels, K.T_R: o.ranks, K.T_G: o.bank_groups, K.T_B: o.banks_per_group,
-            K.T_NCH: o.channels, K.T_IDLESKIP: int(bool(idle_skip)),
-            K.T_ROWCMDACT: (rules.device_rules and t.act_cmd_cycles) or t.row_cmd_cycles,
-            K.T_CCDR: t.nCCDR if rules.device_rules else 0,
-            K.T_ACTSCOPE: int(rules.act_scope == "pseudo_channel"),
-            K.T_TASCOPE: int(rules.turnaround_scope == "pseudo_channel"), K.T_PAGECAP: rules.closed_cap,
-            K.T_WQ: rules.write_queue_entries, K.T_WQHI: math.floor(rules.wr_high_watermark * rules.write_queue_entries),
-            K.T_WQLO: math.ceil(rules.wr_low_watermark * rules.write_queue_entries),
-            K.T_REFSTAGGER: int(rules.refresh_stagger), K.T_PREHOLD: int(rules.pre_holdback),
-            K.T_REFACTIVE: int(rules.refresh_waits_active),
-            K.T_RREFD: t.nRREFD if t.nRREFD is not None else t.row_cmd_cycles}
+    vals = {
+        K.T_BL: t.nBL,
+        K.T_CL: t.nCL,
+        K.T_CWL: t.nCWL,
+        K.T_RCDRD: t.nRCDRD,
+        K.T_RCDWR: t.nRCDWR,
+        K.T_RP: t.nRP,
+        K.T_RAS: t.nRAS,
+        K.T_RC: t.nRC,
+        K.T_WR: t.nWR,
+        K.T_RTP: t.nRTP,
+        K.T_CCDS: t.nCCD_S,
+        K.T_CCDL: t.nCCD_L,
+        K.T_RRDS: t.nRRD_S,
+        K.T_RRDL: t.nRRD_L,
+        K.T_FAW: t.nFAW,
+        K.T_WTRS: t.nWTR_S,
+        K.T_WTRL: t.nWTR_L,
+        K.T_RTW: t.nRTW,
+        K.T_RFC: t.nRFC,
+        K.T_RFCPB: t.nRFCpb,
+        K.T_REFI: t.nREFI,
+        K.T_REFIPB: t.nREFIpb,
+        K.T_ROWCMD: t.row_cmd_cycles,
+        K.T_COLBUS: K.C_COLBUS if t.separate_row_col_bus else K.C_ROWBUS,
+        K.T_P: o.pseudo_channels,
+        K.T_R: o.ranks,
+        K.T_G: o.bank_groups,
+        K.T_B: o.banks_per_group,
+        K.T_NCH: o.channels,
+        K.T_IDLESKIP: int(bool(idle_skip)),
+        K.T_ROWCMDACT: (rules.device_rules and t.act_cmd_cycles) or t.row_cmd_cycles,
+        K.T_CCDR: t.nCCDR if rules.device_rules else 0,
+        K.T_ACTSCOPE: int(rules.act_scope == "pseudo_channel"),
+        K.T_TASCOPE: int(rules.turnaround_scope == "pseudo_channel"),
+        K.T_PAGECAP: rules.closed_cap,
+        K.T_WQ: rules.write_queue_entries,
+        K.T_WQHI: math.floor(rules.wr_high_watermark * rules.write_queue_entries),
+        K.T_WQLO: math.ceil(rules.wr_low_watermark * rules.write_queue_entries),
+        K.T_REFSTAGGER: int(rules.refresh_stagger),
+        K.T_PREHOLD: int(rules.pre_holdback),
+        K.T_REFACTIVE: int(rules.refresh_waits_active),
+        K.T_RREFD: t.nRREFD if t.nRREFD is not None else t.row_cmd_cycles,
+    }
     if p is not None:
-        vals.update({K.T_CCDAB: p.nCCDAB, K.T_CCDSB: p.nCCDSB, K.T_RCDMAC: p.nRCDRDMAC or t.nRCDRD,
-                     K.T_PIMROW: p.row_cmd_cycles, K.T_BUFSETUP: p.buf_setup_cycles,
-                     K.T_BUFUNIT: p.buf_cycles_per_unit or max(t.nBL, t.nCCD_S),
-                     K.T_BUFUNITBG: p.buf_cycles_per_unit or max(t.nBL, t.nCCD_L),
-                     K.T_MODE: p.mode_switch_cycles, K.T_ACTBGFAW: p.actbg_faw_acts})
+        vals.update(
+            {
+                K.T_CCDAB: p.nCCDAB,
+                K.T_CCDSB: p.nCCDSB,
+                K.T_RCDMAC: p.nRCDRDMAC or t.nRCDRD,
+                K.T_PIMROW: p.row_cmd_cycles,
+                K.T_BUFSETUP: p.buf_setup_cycles,
+                K.T_BUFUNIT: p.buf_cycles_per_unit or max(t.nBL, t.nCCD_S),
+                K.T_BUFUNITBG: p.buf_cycles_per_unit or max(t.nBL, t.nCCD_L),
+                K.T_MODE: p.mode_switch_cycles,
+                K.T_ACTBGFAW: p.actbg_faw_acts,
+            }
+        )
     else:  # plain DRAM: PIM ops fall back to column-read timing
-        vals.update({K.T_CCDAB: t.nCCD_L, K.T_CCDSB: t.nCCD_L, K.T_RCDMAC: t.nRCDRD,
-                     K.T_PIMROW: t.row_cmd_cycles, K.T_BUFUNIT: max(t.nBL, t.nCCD_S),
-                     K.T_BUFUNITBG: max(t.nBL, t.nCCD_L), K.T_ACTBGFAW: 1})
+        vals.update(
+            {
+                K.T_CCDAB: t.nCCD_L,
+                K.T_CCDSB: t.nCCD_L,
+                K.T_RCDMAC: t.nRCDRD,
+                K.T_PIMROW: t.row_cmd_cycles,
+                K.T_BUFUNIT: max(t.nBL, t.nCCD_S),
+                K.T_BUFUNITBG: max(t.nBL, t.nCCD_L),
+                K.T_ACTBGFAW: 1,
+            }
+        )
     nb = o.bank_groups * o.banks_per_group
     # banks refreshed by one REFpb so that every bank is refreshed once per nREFI (LPDDR5: pairs, DDR5: REFsb
     # of one bank in every BG; HBM: one bank)
@@ -110,11 +168,18 @@ def timing_vector(spec: DRAMSpec, refresh: str = "ab", idle_skip: bool = True, r
         raise ConfigError(f"expected one of none, ab, pb, got {refresh!r}", key="refresh")
     rounds = t.nREFIpb * (nb // vals[K.T_PBG])  # cycles between two refreshes of one bank
     if refresh == "pb" and t.nRFCpb > rounds:
-        raise ConfigError(f"expected nRFCpb <= nREFIpb x per-bank refresh groups = {rounds} (else a bank is due "
-                          f"again before its refresh ends), got {t.nRFCpb}", file=spec.name, key="timing.nRFCpb")
+        raise ConfigError(
+            f"expected nRFCpb <= nREFIpb x per-bank refresh groups = {rounds} (else a bank is due "
+            f"again before its refresh ends), got {t.nRFCpb}",
+            file=spec.name,
+            key="timing.nRFCpb",
+        )
     if refresh == "ab" and t.nRFC >= t.nREFI:  # specs built without validation (model_copy): refresh only, no progress
-        raise ConfigError(f"expected nRFC < nREFI = {t.nREFI} (else the device only refreshes), got {t.nRFC}",
-                          file=spec.name, key="timing.nRFC")
+        raise ConfigError(
+            f"expected nRFC < nREFI = {t.nREFI} (else the device only refreshes), got {t.nRFC}",
+            file=spec.name,
+            key="timing.nRFC",
+        )
     vals[K.T_REFMODE] = modes[refresh]
     for k, v in vals.items():
         T[k] = int(v)
@@ -203,8 +268,7 @@ def _multiplicity(multiplicity, n_ch) -> np.ndarray:
     if m.ndim == 0:
         m = np.full(n_ch, float(m))
     if m.shape != (n_ch,) or np.any(m < 0):
-        raise ConfigError(f"expected a non-negative number or an array of {n_ch} (one per channel)",
-                          key="multiplicity")
+        raise ConfigError(f"expected a non-negative number or an array of {n_ch} (one per channel)", key="multiplicity")
     return m
 
 
@@ -232,9 +296,13 @@ def summarize(spec: DRAMSpec, T, RS, CS, ST, multiplicity=1, present=None, wall=
     busy_s = float((cyc * m).sum()) * spec.tck_s  # channel-seconds
     energy = {
         "dram_activate": s["bank_acts"] * ep.act_pj * pj,
-        "dram_read_write": (rd_bits * ep.rd_pj_per_bit + wr_bits * ep.wr_pj_per_bit
-                            + mac_bits * (pim.access_pj_per_bit if pim else ep.rd_pj_per_bit)
-                            + buf_bits * (pim.buf_pj_per_bit if pim else 0.0)) * pj,
+        "dram_read_write": (
+            rd_bits * ep.rd_pj_per_bit
+            + wr_bits * ep.wr_pj_per_bit
+            + mac_bits * (pim.access_pj_per_bit if pim else ep.rd_pj_per_bit)
+            + buf_bits * (pim.buf_pj_per_bit if pim else 0.0)
+        )
+        * pj,
         "dram_io": (rd_bits + wr_bits) * ep.io_pj_per_bit * pj,
         "dram_refresh": (s["refs"] * ep.ref_pj + s["refpbs"] * ep.refpb_pj) * pj,
         "dram_background": ep.background_w * busy_s,
@@ -243,24 +311,36 @@ def summarize(spec: DRAMSpec, T, RS, CS, ST, multiplicity=1, present=None, wall=
     n_ranks = max(1.0, float(m.sum()) * o.pseudo_channels * o.ranks)  # ranks represented (symmetry: x multiplicity)
     nbr = o.bank_groups * o.banks_per_group
     return CommandResult(
-        cycles=int(cyc.max()) if cyc.size else 0, cycles_per_channel=cyc.astype(np.int64), tck_s=spec.tck_s,
-        clock_domain=f"{CLOCK_DOMAIN} (tCK = {o.tck_ns} ns)", counts=counts,
-        bytes=(s["rd_bursts"] + s["wr_bursts"]) * bb, pim_bytes=s["mac_bank_ops"] * bb,
-        buf_bytes=s["buf_units"] * BUF_UNIT_BYTES, row_hits=int(s["row_hits"]), row_misses=int(s["row_misses"]),
-        row_conflicts=int(s["row_conflicts"]), refreshes=int(s["refs"] + s["refpbs"]),
+        cycles=int(cyc.max()) if cyc.size else 0,
+        cycles_per_channel=cyc.astype(np.int64),
+        tck_s=spec.tck_s,
+        clock_domain=f"{CLOCK_DOMAIN} (tCK = {o.tck_ns} ns)",
+        counts=counts,
+        bytes=(s["rd_bursts"] + s["wr_bursts"]) * bb,
+        pim_bytes=s["mac_bank_ops"] * bb,
+        buf_bytes=s["buf_units"] * BUF_UNIT_BYTES,
+        row_hits=int(s["row_hits"]),
+        row_misses=int(s["row_misses"]),
+        row_conflicts=int(s["row_conflicts"]),
+        refreshes=int(s["refs"] + s["refpbs"]),
         # average per bank (= per rank for all-bank refresh) time spent refreshing
         refresh_cycles=s["refresh_bank_cycles"] / (n_ranks * nbr) if n_ranks else 0.0,
         energy_j=energy,
-        busy_cycles={"data_bus": (s["rd_bursts"] + s["wr_bursts"]) * t.nBL,
-                     "mac": s["macab_ops"] * (pim.nCCDAB if pim else t.nCCD_L),
-                     "buf": s["buf_units"] * max(t.nBL, t.nCCD_S), "fix": s["fix_cycles"]},
-        sim_wall_s=wall)
+        busy_cycles={
+            "data_bus": (s["rd_bursts"] + s["wr_bursts"]) * t.nBL,
+            "mac": s["macab_ops"] * (pim.nCCDAB if pim else t.nCCD_L),
+            "buf": s["buf_units"] * max(t.nBL, t.nCCD_S),
+            "fix": s["fix_cycles"],
+        },
+        sim_wall_s=wall,
+    )
 
 
 def _refuse_unread_rules(spec, refresh: str) -> None:
     """A command program has no request queue or page policy: the spec's ``controller_rules:`` fields of those
     (rules.CONTROLLER_ONLY), and refresh_stagger without refresh, would not take effect."""
     from attnsim.hwmodels.dram.rules import CONTROLLER_ONLY, refuse_unread
+
     refuse_unread(spec, CONTROLLER_ONLY, "a command program has no request queue or page policy")
     if refresh == "none":
         refuse_unread(spec, ("refresh_stagger",), "refresh none")
@@ -277,8 +357,27 @@ def run_commands(spec, cmds: np.ndarray, multiplicity=1, refresh: str | None = N
     BS, GS, RS, US, CS, ST = K.new_state(n_ch, T)
     c = cmds
     w0 = time.perf_counter()
-    K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],
-                 c["cycles"], c["arrival"], T, BS, GS, RS, US, CS, ST, scratch_for(spec))
+    K.run_kernel(
+        c["op"],
+        c["flags"],
+        c["ch"],
+        c["pch"],
+        c["rank"],
+        c["bg"],
+        c["bank"],
+        c["row"],
+        c["repeat"],
+        c["cycles"],
+        c["arrival"],
+        T,
+        BS,
+        GS,
+        RS,
+        US,
+        CS,
+        ST,
+        scratch_for(spec),
+    )
     wall = time.perf_counter() - w0
     present = np.zeros(n_ch, bool)
     present[np.unique(c["ch"])] = True
@@ -312,6 +411,25 @@ def raw_run(spec, cmds: np.ndarray, refresh: str | None = None, idle_skip: bool 
     T = timing_vector(spec, refresh, idle_skip)
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     c = cmds
-    K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],
-                 c["cycles"], c["arrival"], T, BS, GS, RS, US, CS, ST, scratch_for(spec))
+    K.run_kernel(
+        c["op"],
+        c["flags"],
+        c["ch"],
+        c["pch"],
+        c["rank"],
+        c["bg"],
+        c["bank"],
+        c["row"],
+        c["repeat"],
+        c["cycles"],
+        c["arrival"],
+        T,
+        BS,
+        GS,
+        RS,
+        US,
+        CS,
+        ST,
+        scratch_for(spec),
+    )
     return np.maximum(CS[:, K.C_DONE], CS[:, K.C_LAST]), ST

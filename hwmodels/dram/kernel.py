@@ -6,6 +6,7 @@ all-bank PIM rules of shared/reference/pim_dram.md ("All-bank PIM timing constra
 HBM3-PIM.cpp). Records of a channel issue in order; every primitive computes the earliest legal cycle,
 triggers due refreshes of the ranks it touches, then commits. See hwmodels/dram/API.md.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,6 +25,7 @@ def max_cycle(banks_per_channel: int) -> int:
     cycles x banks) could leave int64."""
     return min(1 << 53, (1 << 62) // max(1, int(banks_per_channel)))
 
+
 # ---- op codes (API.md table; values stable)
 NOP, ACT, PRE, PREA, RD, WR, REF, REFPB, ACTAB, MACAB, MACSB, ACTBG, MACBG, BUF, FIX, BARRIER, MODE = range(17)
 N_OPS = 17
@@ -31,11 +33,61 @@ F_AP = 1
 F_IL = 2  # RD only: the record's bursts go round robin over the banks of its scope (prim_il)
 
 # ---- timing parameter vector T (filled by engine.timing_vector)
-(T_BL, T_CL, T_CWL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_WR, T_RTP, T_CCDS, T_CCDL, T_RRDS, T_RRDL, T_FAW,
- T_WTRS, T_WTRL, T_RTW, T_RFC, T_RFCPB, T_REFI, T_REFIPB, T_ROWCMD, T_COLBUS, T_CCDAB, T_CCDSB, T_RCDMAC,
- T_PIMROW, T_BUFSETUP, T_BUFUNIT, T_BUFUNITBG, T_MODE, T_PBG, T_P, T_R, T_G, T_B, T_REFMODE, T_NCH,
- T_IDLESKIP, T_ACTBGFAW, T_ACTSCOPE, T_ROWCMDACT, T_CCDR, T_TASCOPE, T_PAGECAP, T_WQ, T_WQHI, T_WQLO,
- T_REFSTAGGER, T_PREHOLD, T_REFACTIVE, T_RREFD) = range(53)
+(
+    T_BL,
+    T_CL,
+    T_CWL,
+    T_RCDRD,
+    T_RCDWR,
+    T_RP,
+    T_RAS,
+    T_RC,
+    T_WR,
+    T_RTP,
+    T_CCDS,
+    T_CCDL,
+    T_RRDS,
+    T_RRDL,
+    T_FAW,
+    T_WTRS,
+    T_WTRL,
+    T_RTW,
+    T_RFC,
+    T_RFCPB,
+    T_REFI,
+    T_REFIPB,
+    T_ROWCMD,
+    T_COLBUS,
+    T_CCDAB,
+    T_CCDSB,
+    T_RCDMAC,
+    T_PIMROW,
+    T_BUFSETUP,
+    T_BUFUNIT,
+    T_BUFUNITBG,
+    T_MODE,
+    T_PBG,
+    T_P,
+    T_R,
+    T_G,
+    T_B,
+    T_REFMODE,
+    T_NCH,
+    T_IDLESKIP,
+    T_ACTBGFAW,
+    T_ACTSCOPE,
+    T_ROWCMDACT,
+    T_CCDR,
+    T_TASCOPE,
+    T_PAGECAP,
+    T_WQ,
+    T_WQHI,
+    T_WQLO,
+    T_REFSTAGGER,
+    T_PREHOLD,
+    T_REFACTIVE,
+    T_RREFD,
+) = range(53)
 N_T = 53  # T_IDLESKIP: 1 = refreshes over idle gaps in closed form (refresh_gap), 0 = one by one (tests)
 # controller rule set (rules.py): T_ACTSCOPE 1 = nRRD_S/tFAW per pseudo-channel (all ranks/SIDs of
 # it), 0 = per rank/SID; T_ROWCMDACT: row-bus cycles of an ACT (PRE/REF: T_ROWCMD); T_CCDR: RD->RD to another
@@ -66,12 +118,51 @@ C_LAST, C_ROWBUS, C_COLBUS, C_DONE, C_FIX = range(5)
 N_C = 5
 
 # ---- statistics per channel
-(S_ACT, S_ACTCMD, S_PRE, S_PRECMD, S_RD, S_WR, S_MACAB, S_MACBANK, S_MACSB, S_MACBG, S_BUFU, S_FIXC, S_REF,
- S_REFPB, S_REFBANKCYC, S_HIT, S_MISS, S_CONF, S_MODE, S_BARRIER) = range(20)
+(
+    S_ACT,
+    S_ACTCMD,
+    S_PRE,
+    S_PRECMD,
+    S_RD,
+    S_WR,
+    S_MACAB,
+    S_MACBANK,
+    S_MACSB,
+    S_MACBG,
+    S_BUFU,
+    S_FIXC,
+    S_REF,
+    S_REFPB,
+    S_REFBANKCYC,
+    S_HIT,
+    S_MISS,
+    S_CONF,
+    S_MODE,
+    S_BARRIER,
+) = range(20)
 N_S = 20
-STAT_NAMES = ("bank_acts", "act_cmds", "bank_pres", "pre_cmds", "rd_bursts", "wr_bursts", "macab_ops",
-              "mac_bank_ops", "macsb_ops", "macbg_ops", "buf_units", "fix_cycles", "refs", "refpbs",
-              "refresh_bank_cycles", "row_hits", "row_misses", "row_conflicts", "mode_switches", "barriers")
+STAT_NAMES = (
+    "bank_acts",
+    "act_cmds",
+    "bank_pres",
+    "pre_cmds",
+    "rd_bursts",
+    "wr_bursts",
+    "macab_ops",
+    "mac_bank_ops",
+    "macsb_ops",
+    "macbg_ops",
+    "buf_units",
+    "fix_cycles",
+    "refs",
+    "refpbs",
+    "refresh_bank_cycles",
+    "row_hits",
+    "row_misses",
+    "row_conflicts",
+    "mode_switches",
+    "barriers",
+)
 
 
 def first_due(r, T):
@@ -101,7 +192,7 @@ def new_state(n_ch: int, T: np.ndarray):
     BS[:, B_CH] = k // (P * R * G * B)
     GS = np.zeros((ng, N_G), np.int64)
     RS = np.zeros((nr, N_R), np.int64)
-    RS[:, R_FAW0:R_FAW3 + 1] = NEG
+    RS[:, R_FAW0 : R_FAW3 + 1] = NEG
     RS[:, R_DUE] = first_due(np.arange(nr), T)
     US = np.zeros((nu, N_U), np.int64)
     CS = np.zeros((n_ch, N_C), np.int64)
@@ -110,6 +201,7 @@ def new_state(n_ch: int, T: np.ndarray):
 
 
 # ============================================================== refresh
+
 
 @hot
 def refresh_rank(r, due, pb_idx, T, BS, CS, ST, ch):
@@ -191,7 +283,7 @@ def scope_refresh(r, T, BS, RS, CS, ST, ch):
     NB = T[T_G] * T[T_B]
     ng = NB // T[T_PBG]
     idx = RS[r, R_PBNEXT]
-    tp = due   # the rank's open banks are precharged together first (refresh_rank then finds them closed)
+    tp = due  # the rank's open banks are precharged together first (refresh_rank then finds them closed)
     for k in range(r * NB, r * NB + NB):
         if BS[k, B_ROW] >= 0 and BS[k, B_PRE] > tp:
             tp = BS[k, B_PRE]
@@ -239,13 +331,13 @@ def refresh_gap(r, t, T, BS, RS, ST, ch):
     if n < 2:
         return 0
     if pb:
-        ng = NB // T[T_PBG]          # per-bank refresh groups, refreshed round robin
+        ng = NB // T[T_PBG]  # per-bank refresh groups, refreshed round robin
         rfc = T[T_RFCPB]
         if rfc > ng * per:
             return 0
         idx = RS[r, R_PBNEXT]
         for k in range(base, base + NB):
-            off = ((k - base) % ng - idx) % ng   # position of the bank's group in the round
+            off = ((k - base) % ng - idx) % ng  # position of the bank's group in the round
             if BS[k, B_ROW] >= 0 or (off < n and BS[k, B_ACT] > due + off * per):
                 return 0
         for k in range(base, base + NB):
@@ -269,6 +361,7 @@ def refresh_gap(r, t, T, BS, RS, ST, ch):
 
 
 # ============================================================== single-bank primitives
+
 
 @hot
 def earliest_act(k, T, BS, GS, RS, CS):
@@ -557,6 +650,7 @@ def prim_col(k, row, is_wr, n, flags, arrival, T, BS, GS, RS, US, CS, ST):
 
 # ============================================================== scopes (all-bank / bank-group ops)
 
+
 @hot
 def make_scope(ch, pch, rank, bg, bank, T, banks, ranks, bgs, pcs):
     """Fill index lists of the scope (-1 = all at that level); returns (n_banks, n_ranks, n_bgs, n_pcs)."""
@@ -699,8 +793,7 @@ def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS
 
 
 @hot
-def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
-              T, BS, GS, RS, US, CS, ST):
+def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST):
     """MACAB (bgmode=0, spacing nCCDAB per pseudo-channel) or MACBG (bgmode=1, nCCD_L/nCCD_S) x n."""
     cls = 0
     nopen = 0
@@ -789,8 +882,7 @@ def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs,
 
 
 @hot
-def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST,
-            scratch):
+def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST, scratch):
     """F_IL read record: n bursts to ``row`` round robin over the nb scope banks (rotation order: pseudo-channel
     fastest, then bank group, bank, rank), each burst a repeat-1 RD (prim_col). Before a burst to a closed bank
     (record start, after a refresh) every scope bank that is closed and still has bursts in the record is
@@ -920,6 +1012,7 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
 
 # ============================================================== the record walker
 
+
 @hot
 def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, GS, RS, US, CS, ST, scratch):
     """Walk command records in order. Record arrays are plain numpy arrays (see API.md)."""
@@ -934,14 +1027,36 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
         ch = np.int64(chn[i])
         a = arr[i]
         if a > CS[ch, C_LAST] and o != REF and o != REFPB:  # not-before cycle: in-order time moves up
-            CS[ch, C_LAST] = a                               # (REF/REFPB: out of band, arrival = due)
+            CS[ch, C_LAST] = a  # (REF/REFPB: out of band, arrival = due)
         if o == NOP:
             continue
         if o == RD and flags[i] & F_IL:
-            nb, nr, ng, npc = make_scope(ch, np.int64(pch[i]), np.int64(rank[i]), np.int64(bg[i]),
-                                         np.int64(bank[i]), T, banks, ranks, bgs, pcs)
-            prim_il(ch, np.int64(row[i]), np.int64(rep[i]), flags[i], a, nb, banks, nr, ranks, ng, bgs, npc, pcs,
-                    T, BS, GS, RS, US, CS, ST, scratch)
+            nb, nr, ng, npc = make_scope(
+                ch, np.int64(pch[i]), np.int64(rank[i]), np.int64(bg[i]), np.int64(bank[i]), T, banks, ranks, bgs, pcs
+            )
+            prim_il(
+                ch,
+                np.int64(row[i]),
+                np.int64(rep[i]),
+                flags[i],
+                a,
+                nb,
+                banks,
+                nr,
+                ranks,
+                ng,
+                bgs,
+                npc,
+                pcs,
+                T,
+                BS,
+                GS,
+                RS,
+                US,
+                CS,
+                ST,
+                scratch,
+            )
             continue
         if o == ACT or o == PRE or o == RD or o == WR or o == MACSB or o == REFPB:
             k = (((ch * P + pch[i]) * R + rank[i]) * G + bg[i]) * B + bank[i]
@@ -987,16 +1102,39 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
                 ST[ch, S_BARRIER] += 1
             CS[ch, C_LAST] = t
             continue
-        nb, nr, ng, npc = make_scope(ch, np.int64(pch[i]), np.int64(rank[i]), np.int64(bg[i]), np.int64(bank[i]),
-                                     T, banks, ranks, bgs, pcs)
+        nb, nr, ng, npc = make_scope(
+            ch, np.int64(pch[i]), np.int64(rank[i]), np.int64(bg[i]), np.int64(bank[i]), T, banks, ranks, bgs, pcs
+        )
         if o == PREA:
             prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST)
         elif o == ACTAB or o == ACTBG:
-            prim_actx(ch, np.int64(row[i]), 1 if o == ACTBG else 0, a, nb, banks, nr, ranks, ng, bgs,
-                      T, BS, GS, RS, CS, ST)
+            prim_actx(
+                ch, np.int64(row[i]), 1 if o == ACTBG else 0, a, nb, banks, nr, ranks, ng, bgs, T, BS, GS, RS, CS, ST
+            )
         elif o == MACAB or o == MACBG:
-            prim_macx(ch, np.int64(row[i]), 1 if o == MACBG else 0, np.int64(rep[i]), flags[i], a, nb, banks,
-                      nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST)
+            prim_macx(
+                ch,
+                np.int64(row[i]),
+                1 if o == MACBG else 0,
+                np.int64(rep[i]),
+                flags[i],
+                a,
+                nb,
+                banks,
+                nr,
+                ranks,
+                ng,
+                bgs,
+                npc,
+                pcs,
+                T,
+                BS,
+                GS,
+                RS,
+                US,
+                CS,
+                ST,
+            )
         elif o == REF:
             for q in range(nr):
                 refresh_rank(ranks[q], a, -1, T, BS, CS, ST, ch)

@@ -6,8 +6,9 @@ drives the controller through states that recur. The scheduler compares times, p
 uses their values otherwise (translation invariance), so if the whole state at two checkpoints A and B is equal
 relative to (last command cycle t, next position, next request's row), and the input is periodic from the
 oldest request queued at A on, the run from B over the next m periods is the run from A shifted m times by
-(dt, dn, drow) and serves the previous period's requests shifted by dn (so the latency sum is exact too). The state after m periods is then B's with every time +
-m dt, every queued position + m dn, every open row + m drow, the statistics + m (B - A) and the latency sum +
+(dt, dn, drow) and serves the previous period's requests shifted by dn (so the latency sum is exact too). The state
+after m periods is then B's with every time + m dt, every queued position + m dn, every open row + m drow, the
+statistics + m (B - A) and the latency sum +
 m L + (dt - da) c m (m + 1) / 2 (L, c: latency sum and requests served between A and B; da: the arrivals' shift
 per period, dt or less for long-past arrivals). The result is exact: the same cycles, counts and latency as
 issuing every command (tests/test_dram_skip.py compares them on periodic streams of every preset, refresh mode
@@ -21,14 +22,15 @@ entries in bank FIFO order (slot numbers are handles).
 Recurrences are found with Brent's cycle detection over the checkpoints after each ACT: a signature of a few
 fields first, the full state only where it matches, so a stream that never recurs (random) pays a few ns per ACT.
 """
+
 from __future__ import annotations
 
 from attnsim.hwmodels.dram import kernel as K
 
 INF = 1 << 62
-SENT = 1 << 50          # marker: closed row, absent candidate, old horizon, no active slot
-OLD = -(1 << 55)        # marker: an old cycle
-MAX_POWER = 1 << 16     # Brent: the longest recurrence searched, in ACT checkpoints
+SENT = 1 << 50  # marker: closed row, absent candidate, old horizon, no active slot
+OLD = -(1 << 55)  # marker: an old cycle
+MAX_POWER = 1 << 16  # Brent: the longest recurrence searched, in ACT checkpoints
 _H1 = 0x9E3779B97F4A7C15 - (1 << 64)  # odd 64-bit multipliers (signature mixing; int64 arithmetic wraps)
 _H2 = 0xC2B2AE3D27D4EB4F - (1 << 64)
 _H3 = 0x165667B19E3779F9
@@ -78,9 +80,50 @@ def signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS):
 
 
 @K.hot
-def canon(CV, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon, harr, closed, T,
-          BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc, sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot,
-          rowq, wq, arr):
+def canon(
+    CV,
+    ch,
+    kbase,
+    nbc,
+    nxt,
+    t,
+    r0,
+    clamp,
+    eb,
+    qn,
+    nrq,
+    nwq,
+    mode,
+    nwh,
+    horizon,
+    harr,
+    closed,
+    T,
+    BS,
+    GS,
+    RS,
+    US,
+    CS,
+    bhead,
+    snext,
+    sreq,
+    spos,
+    sqc,
+    sout,
+    hp,
+    hpw,
+    X,
+    SUB,
+    CLS,
+    SLOT,
+    KA,
+    LA,
+    LW,
+    aslot,
+    rowq,
+    wq,
+    arr,
+):
     """Write the canonical state into CV; returns its length. CV[0] = old_bound - t, CV[12] = the oldest queued
     position - nxt (0 if none)."""
     P, R, G = T[K.T_P], T[K.T_R], T[K.T_G]
@@ -131,7 +174,7 @@ def canon(CV, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, ho
         for c in (K.B_ACT, K.B_PRE, K.B_RD, K.B_WR, K.B_ACTT, K.B_MSB):
             CV[n] = _rel(BS[k, c], t, lo)
             n += 1
-        na = BS[k, K.B_NACC]            # only read by the closed-page cap
+        na = BS[k, K.B_NACC]  # only read by the closed-page cap
         CV[n] = (na if na < cap else cap) if cap > 0 else 0
         CV[n + 1] = hp[k]
         CV[n + 2] = hpw[k]
@@ -203,8 +246,7 @@ def periodic_extent(kq, rowq, wq, arr, q0, na, dn, drow, dt, lo_a, horizon_old, 
 
 
 @K.hot
-def jump(m, dt, dn, drow, ch, kbase, nbc, eb, T, BS, GS, RS, US, CS, ST, dST, bhead, snext, sreq, spos, X, SUB,
-         LA, LW):
+def jump(m, dt, dn, drow, ch, kbase, nbc, eb, T, BS, GS, RS, US, CS, ST, dST, bhead, snext, sreq, spos, X, SUB, LA, LW):
     """Advance channel ch's state by m periods of (dt cycles, dn positions, drow rows): see the module doc."""
     P, R, G = T[K.T_P], T[K.T_R], T[K.T_G]
     mt = m * dt

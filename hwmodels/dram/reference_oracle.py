@@ -19,6 +19,7 @@ Rule table (earlier event -> later command: distance), CK cycles:
   MACBG          -> RD-like BG nCCD_L / rank nCCD_S; PRE nRTP
   MACAB          -> MACAB same pseudo-channel nCCDAB; PRE nRTP
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,8 @@ class RefEngine:
         T = self.T
         self.P, self.R, self.G, self.B = T[K.T_P], T[K.T_R], T[K.T_G], T[K.T_B]
         self.NB = self.G * self.B
-        self.H = []                      # history of events
-        self.row = {}                    # bank -> open row
+        self.H = []  # history of events
+        self.row = {}  # bank -> open row
         self.last = [0] * n_ch
         self.rowbus = [0] * n_ch
         self.colbus = [0] * n_ch
@@ -58,10 +59,17 @@ class RefEngine:
         self.st = np.zeros((n_ch, K.N_S), np.int64)
 
     # ---- index helpers
-    def g_of(self, k): return k // self.B
-    def r_of(self, k): return k // self.NB
-    def u_of(self, k): return k // (self.NB * self.R)
-    def ch_of_r(self, r): return r // (self.R * self.P)
+    def g_of(self, k):
+        return k // self.B
+
+    def r_of(self, k):
+        return k // self.NB
+
+    def u_of(self, k):
+        return k // (self.NB * self.R)
+
+    def ch_of_r(self, r):
+        return r // (self.R * self.P)
 
     def get_due(self, r):
         if self.T[K.T_REFMODE] == 0:
@@ -133,7 +141,8 @@ class RefEngine:
             times = []
             for e in self.H:
                 if (e.kind == "ACT" and self.grp({r}, K.T_ACTSCOPE) & set(e.ranks)) or (
-                        e.kind == "ACTBG" and r in e.ranks):
+                    e.kind == "ACTBG" and r in e.ranks
+                ):
                     v = max(v, e.t + T[K.T_RRDS])
                     times += [e.t] * (int(T[K.T_ACTBGFAW]) if e.kind == "ACTBG" else 1)
             if len(times) >= 5 - acts:
@@ -204,7 +213,7 @@ class RefEngine:
         ng = self.NB // T[K.T_PBG]
         idx = self.pbnext.get(r, 0)
         openb = [k for k in range(r * self.NB, (r + 1) * self.NB) if self.row.get(k, -1) >= 0]
-        if openb:   # one precharge of the rank's open banks first
+        if openb:  # one precharge of the rank's open banks first
             tp = self.mx(due, *[self.pre_ready(k) for k in openb])
             for k in openb:
                 self.row[k] = -1
@@ -259,8 +268,9 @@ class RefEngine:
         if self.row.get(k, -1) >= 0:
             self.pre(k, ch)
         while True:
-            t = self.mx(self.act_bank_ready(k), self.rrd_faw({self.g_of(k)}, {r}), self.last[ch],
-                        self.rowbus[ch], arrival)
+            t = self.mx(
+                self.act_bank_ready(k), self.rrd_faw({self.g_of(k)}, {r}), self.last[ch], self.rowbus[ch], arrival
+            )
             if t >= self.get_due(r):
                 self.auto_refresh(r, ch)
                 continue
@@ -288,11 +298,15 @@ class RefEngine:
                 if kind == 1:
                     ready = self.mx(self.last_act(k) + T[K.T_RCDWR], self.wr_ready(g, r), self.data_end(u) - T[K.T_CWL])
                 elif kind == 0:
-                    ready = self.mx(self.last_act(k) + T[K.T_RCDRD], self.rdlike_ready({g}, {r}),
-                                    self.data_end(u) - T[K.T_CL])
+                    ready = self.mx(
+                        self.last_act(k) + T[K.T_RCDRD], self.rdlike_ready({g}, {r}), self.data_end(u) - T[K.T_CL]
+                    )
                 else:
-                    ready = self.mx(self.last_act(k) + T[K.T_RCDMAC], self.rdlike_ready({g}, {r}),
-                                    *[e.t + T[K.T_CCDSB] for e in self.H if e.kind == "MACSB" and k in e.banks])
+                    ready = self.mx(
+                        self.last_act(k) + T[K.T_RCDMAC],
+                        self.rdlike_ready({g}, {r}),
+                        *[e.t + T[K.T_CCDSB] for e in self.H if e.kind == "MACSB" and k in e.banks],
+                    )
                 t = self.mx(ready, self.last[ch], self.colbus_of(ch), arrival)
                 if t >= self.get_due(r):
                     self.auto_refresh(r, ch)
@@ -304,8 +318,17 @@ class RefEngine:
                 self.st[ch, K.S_WR] += 1
             else:
                 end = t + T[K.T_CL] + T[K.T_BL]
-                self.H.append(Ev(t, "RD" if kind == 0 else "MACSB", banks=[k], bgs=[g], ranks=[r],
-                                 pcs=[u] if kind == 0 else [], end=end))
+                self.H.append(
+                    Ev(
+                        t,
+                        "RD" if kind == 0 else "MACSB",
+                        banks=[k],
+                        bgs=[g],
+                        ranks=[r],
+                        pcs=[u] if kind == 0 else [],
+                        end=end,
+                    )
+                )
                 if kind == 0:
                     self.st[ch, K.S_RD] += 1
                 else:
@@ -324,11 +347,16 @@ class RefEngine:
         rank; a burst to a closed bank first opens every closed scope bank with bursts left (rotation order
         from it); a refresh the burst would meet is done first."""
         T = self.T
-        P, R, G, B = (self.P if pch < 0 else 1), (self.R if rank < 0 else 1), (self.G if bg < 0 else 1), \
-            (self.B if bank < 0 else 1)
+        P, R, G, B = (
+            (self.P if pch < 0 else 1),
+            (self.R if rank < 0 else 1),
+            (self.G if bg < 0 else 1),
+            (self.B if bank < 0 else 1),
+        )
         banks = self.scope(ch, pch, rank, bg, bank)[0]
-        order = [banks[((p % P * R + p // (P * G * B)) * G + p // P % G) * B + p // (P * G) % B]
-                 for p in range(len(banks))]
+        order = [
+            banks[((p % P * R + p // (P * G * B)) * G + p // P % G) * B + p // (P * G) % B] for p in range(len(banks))
+        ]
         nb, miss, j = len(order), {}, 0
         while j < n:
             k = order[j % nb]
@@ -340,8 +368,14 @@ class RefEngine:
                         self.act(kq, row, arrival, ch)
                 continue
             g, r, u = self.g_of(k), self.r_of(k), self.u_of(k)
-            t = self.mx(self.last_act(k) + T[K.T_RCDRD], self.rdlike_ready({g}, {r}), self.data_end(u) - T[K.T_CL],
-                        self.last[ch], self.colbus_of(ch), arrival)
+            t = self.mx(
+                self.last_act(k) + T[K.T_RCDRD],
+                self.rdlike_ready({g}, {r}),
+                self.data_end(u) - T[K.T_CL],
+                self.last[ch],
+                self.colbus_of(ch),
+                arrival,
+            )
             if t >= self.get_due(r):
                 self.auto_refresh(r, ch)
                 continue
@@ -365,7 +399,6 @@ class RefEngine:
         return v
 
     def auto_pre(self, banks, ch):
-        T = self.T
         for k in banks:
             if self.row.get(k, -1) < 0:
                 continue
@@ -378,16 +411,16 @@ class RefEngine:
     def scope(self, ch, pch, rank, bg, bank):
         P, R, G, B = self.P, self.R, self.G, self.B
         banks, ranks, bgs, pcs = [], [], [], []
-        for p in (range(P) if pch < 0 else [pch]):
+        for p in range(P) if pch < 0 else [pch]:
             u = ch * P + p
             pcs.append(u)
-            for rr in (range(R) if rank < 0 else [rank]):
+            for rr in range(R) if rank < 0 else [rank]:
                 ri = u * R + rr
                 ranks.append(ri)
-                for gg in (range(G) if bg < 0 else [bg]):
+                for gg in range(G) if bg < 0 else [bg]:
                     gi = ri * G + gg
                     bgs.append(gi)
-                    for bb in (range(B) if bank < 0 else [bank]):
+                    for bb in range(B) if bank < 0 else [bank]:
                         banks.append(gi * B + bb)
         return banks, ranks, bgs, pcs
 
@@ -426,8 +459,9 @@ class RefEngine:
             break
         for k in banks:
             self.row[k] = row
-        self.H.append(Ev(t, "ACTBG" if bgmode else "ACTAB", banks=banks, bgs=bgs if bgmode else (),
-                         ranks=ranks if bgmode else ()))
+        self.H.append(
+            Ev(t, "ACTBG" if bgmode else "ACTAB", banks=banks, bgs=bgs if bgmode else (), ranks=ranks if bgmode else ())
+        )
         self.last[ch] = t
         self.rowbus[ch] = t + T[K.T_PIMROW]
         self.st[ch, K.S_ACT] += len(banks)
@@ -546,6 +580,7 @@ def reference_run(spec, cmds, refresh: str | None = None):
     """Run ``cmds`` on the reference engine; returns (cycles per channel, stats array [ch, N_S])."""
     from attnsim.hwmodels.dram.engine import timing_vector
     from attnsim.hwmodels.dram.spec import load_dram_spec
+
     spec = load_dram_spec(spec)
     T = timing_vector(spec, spec.default_refresh if refresh is None else refresh)
     eng = RefEngine(T, spec.org.channels).run(cmds)

@@ -69,6 +69,7 @@ now called "ideal". A spec's ``controller_rules:`` sets single fields over the c
 e.g. ``closed_cap: 1``; ``attnsim dram --closed-cap N``); a field the resulting rule set does not read is
 refused (``override_error``; a run that does not read it: ``refuse_unread``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,19 +91,19 @@ MAX_QUEUE = 1 << 16  # queue entries per pseudo-channel (controller.py)
 
 @dataclass(frozen=True)
 class ControllerRules:
-    act_scope: str          # "rank" | "pseudo_channel"
-    turnaround_scope: str   # "rank" | "pseudo_channel"
+    act_scope: str  # "rank" | "pseudo_channel"
+    turnaround_scope: str  # "rank" | "pseudo_channel"
     queue_entries: int
-    queue_scope: str        # "pseudo_channel" | "channel"
-    device_rules: bool      # apply the spec's nCCDR and act_cmd_cycles (else: no inter-SID RD rule, 1-slot ACT)
-    closed_cap: int = 0     # closed page: close after this many column ops since ACT (0: after the last queued hit)
-    write_queue_entries: int = 0     # per channel; 0: one mixed queue (no write drain)
-    wr_low_watermark: float = 0.2    # write drain ends below low x write_queue_entries queued writes
-    wr_high_watermark: float = 0.8   # and starts above high x write_queue_entries
-    refresh_stagger: bool = False    # ranks refresh in turn, tREFI / ranks apart (DRAMsim3 RANK_LEVEL_STAGGERED)
-    cmd_queue_entries: int = 0       # > 0: two-level queues (cmdqueue.py), command queues of this depth
-    cmd_queue_scope: str = "bank"    # "bank" | "rank": one command queue per bank / per rank
-    pre_holdback: bool = True        # a PRE waits for queued hits to the open row (else: for the active request)
+    queue_scope: str  # "pseudo_channel" | "channel"
+    device_rules: bool  # apply the spec's nCCDR and act_cmd_cycles (else: no inter-SID RD rule, 1-slot ACT)
+    closed_cap: int = 0  # closed page: close after this many column ops since ACT (0: after the last queued hit)
+    write_queue_entries: int = 0  # per channel; 0: one mixed queue (no write drain)
+    wr_low_watermark: float = 0.2  # write drain ends below low x write_queue_entries queued writes
+    wr_high_watermark: float = 0.8  # and starts above high x write_queue_entries
+    refresh_stagger: bool = False  # ranks refresh in turn, tREFI / ranks apart (DRAMsim3 RANK_LEVEL_STAGGERED)
+    cmd_queue_entries: int = 0  # > 0: two-level queues (cmdqueue.py), command queues of this depth
+    cmd_queue_scope: str = "bank"  # "bank" | "rank": one command queue per bank / per rank
+    pre_holdback: bool = True  # a PRE waits for queued hits to the open row (else: for the active request)
     refresh_waits_active: bool = False  # a due refresh first lets requests whose ACT issued do their column op
 
     def queue_per_pseudo_channel(self, pseudo_channels: int) -> int:
@@ -119,12 +120,25 @@ PRESETS = {
     # controller.cc:30-35), cmd_queue_size 8 per bank (queue_structure PER_BANK, command_queue.cc:16-21); refresh
     # staggered across ranks (DRAMsim3 @ 2981759 src/refresh.cc:16-17, 41-45, 64-65: every tREFI / ranks cycles
     # the next rank, round robin; the default refresh_policy)
-    "dramsim3": ControllerRules("rank", "rank", 32, "pseudo_channel", False, write_queue_entries=32,
-                                refresh_stagger=True, cmd_queue_entries=8),
-    # the default (DEFAULT_CONTROLLER). ClosedCAP cap 4 (Ramulator 2.1's default cap, the golden closed streams'); 32 reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49); PRE
-    # held back only for the active buffer, refresh after it (would_close_active, controller_base.cpp:281-330)
-    "ramulator2": ControllerRules("pseudo_channel", "pseudo_channel", 32, "channel", True, 4, 32, 0.2, 0.8,
-                                  pre_holdback=False, refresh_waits_active=True),
+    "dramsim3": ControllerRules(
+        "rank", "rank", 32, "pseudo_channel", False, write_queue_entries=32, refresh_stagger=True, cmd_queue_entries=8
+    ),
+    # the default (DEFAULT_CONTROLLER). ClosedCAP cap 4 (Ramulator 2.1's default cap, the golden closed streams'); 32
+    # reads + 32 writes per channel, watermarks 0.2 / 0.8 (controller_base.cpp:46-49); PRE held back only for the active
+    # buffer, refresh after it (would_close_active, controller_base.cpp:281-330)
+    "ramulator2": ControllerRules(
+        "pseudo_channel",
+        "pseudo_channel",
+        32,
+        "channel",
+        True,
+        4,
+        32,
+        0.2,
+        0.8,
+        pre_holdback=False,
+        refresh_waits_active=True,
+    ),
 }
 
 
@@ -160,8 +174,18 @@ class RuleOverrides(Schema):
 # fields the two-level queues (cmd_queue_entries > 0, cmdqueue.py) do not read
 _NOT_TWO_LEVEL = ("closed_cap", "wr_low_watermark", "wr_high_watermark", "pre_holdback", "refresh_waits_active")
 # fields a PIM command program (engine.run_commands: no request queue, no page policy) does not read
-CONTROLLER_ONLY = ("queue_entries", "queue_scope", "closed_cap", "write_queue_entries", "wr_low_watermark",
-                   "wr_high_watermark", "cmd_queue_entries", "cmd_queue_scope", "pre_holdback", "refresh_waits_active")
+CONTROLLER_ONLY = (
+    "queue_entries",
+    "queue_scope",
+    "closed_cap",
+    "write_queue_entries",
+    "wr_low_watermark",
+    "wr_high_watermark",
+    "cmd_queue_entries",
+    "cmd_queue_scope",
+    "pre_holdback",
+    "refresh_waits_active",
+)
 
 
 def given_overrides(spec) -> dict:
@@ -175,8 +199,10 @@ def name_error(name) -> str | None:
     if name in PRESETS:
         return None
     if name in RENAMED:
-        return (f"expected one of {', '.join(CONTROLLERS)}, got {name!r} (did you mean {RENAMED[name]}? the optimistic "
-                f"rule set once called {name} is now called {RENAMED[name]}; the default is {DEFAULT_CONTROLLER})")
+        return (
+            f"expected one of {', '.join(CONTROLLERS)}, got {name!r} (did you mean {RENAMED[name]}? the optimistic "
+            f"rule set once called {name} is now called {RENAMED[name]}; the default is {DEFAULT_CONTROLLER})"
+        )
     return f"expected one of {', '.join(CONTROLLERS)}, got {name!r}"
 
 
@@ -203,13 +229,17 @@ def override_error(name: str, given: dict, spec) -> tuple[str, str] | None:
             return f, f"expected no value under controller {name} on this device ({why}), got {given[f]!r}"
     if r.cmd_queue_entries and not r.write_queue_entries:  # writes wait in the write buffer of the two-level queues
         f = "cmd_queue_entries" if "cmd_queue_entries" in given else "write_queue_entries"
-        return f, (f"expected write_queue_entries > 0 with cmd_queue_entries > 0 (the two-level queues hold writes in "
-                   f"a write buffer), got {r.write_queue_entries} / {r.cmd_queue_entries}")
+        return f, (
+            f"expected write_queue_entries > 0 with cmd_queue_entries > 0 (the two-level queues hold writes in "
+            f"a write buffer), got {r.write_queue_entries} / {r.cmd_queue_entries}"
+        )
     wq = r.write_queue_entries  # the drain thresholds of engine.timing_vector (T_WQLO, T_WQHI)
     if wq and not r.cmd_queue_entries and math.ceil(r.wr_low_watermark * wq) > math.floor(r.wr_high_watermark * wq):
         f = next(x for x in ("wr_low_watermark", "wr_high_watermark", "write_queue_entries") if x in given)
-        return f, (f"expected ceil(wr_low_watermark x {wq}) <= floor(wr_high_watermark x {wq}), got "
-                   f"{r.wr_low_watermark} / {r.wr_high_watermark}")
+        return f, (
+            f"expected ceil(wr_low_watermark x {wq}) <= floor(wr_high_watermark x {wq}), got "
+            f"{r.wr_low_watermark} / {r.wr_high_watermark}"
+        )
     return None
 
 
@@ -219,8 +249,11 @@ def refuse_unread(spec, fields, why: str, file: str | None = None) -> None:
     given = given_overrides(spec)
     for f in fields:
         if f in given:
-            raise ConfigError(f"expected no value ({why}), got {given[f]!r}", file=file or getattr(spec, "name", None),
-                              key=f"controller_rules.{f}")
+            raise ConfigError(
+                f"expected no value ({why}), got {given[f]!r}",
+                file=file or getattr(spec, "name", None),
+                key=f"controller_rules.{f}",
+            )
 
 
 def refuse_unread_by_stream(spec, page: str, refresh: str, queue, file: str | None = None) -> None:

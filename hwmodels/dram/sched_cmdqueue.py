@@ -25,6 +25,7 @@ the write-after-read hold to one address (command_queue.cc:218-230): the cross-c
 address within a queue's reach.
 The bank timing is kernel.py's (the same earliest-cycle rules as every other scheduler).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,7 +36,7 @@ from attnsim.hwmodels.dram.sched_heap import _emit
 
 INF = 1 << 62
 ROW_HIT_LIMIT = 4  # column commands to an open row after which a waiting miss may close it (command_queue.cc:102-104)
-DRAIN_IDLE = 8     # writes that start a drain when every command queue is empty (controller.cc:202)
+DRAIN_IDLE = 8  # writes that start a drain when every command queue is empty (controller.cc:202)
 KIND_COL, KIND_ACT, KIND_PRE = 0, 1, 2
 
 
@@ -58,8 +59,12 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, la
         elif cur == rowq[i]:
             e = K.earliest_col(k, wq[i], T, BS, GS, RS, US, CS)
             u = BS[k, K.B_U]
-            if rtrs > 0 and drank[u] >= 0 and drank[u] != BS[k, K.B_R] and not (drank[u + US.shape[0]] == 1
-                                                                                 and wq[i] == 1):  # rank switch
+            if (
+                rtrs > 0
+                and drank[u] >= 0
+                and drank[u] != BS[k, K.B_R]
+                and not (drank[u + US.shape[0]] == 1 and wq[i] == 1)
+            ):  # rank switch
                 d = US[u, K.U_DATA] - (T[K.T_CWL] if wq[i] == 1 else T[K.T_CL]) + rtrs
                 if d > e:
                     e = d
@@ -140,8 +145,31 @@ def _refresh_step(r0, rpc, t, NB, T, BS, RS, CS, ST, ch, E, ne, ppd, lastpre):
 
 
 @njit(cache=True)
-def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, depth, per_rank, closed, rtrs, ppd, T,
-                         BS, GS, RS, US, CS, ST, LAT, E):
+def ctrl_kernel_twolevel(
+    order,
+    starts,
+    chans,
+    kq,
+    rowq,
+    wq,
+    arr,
+    rcap,
+    wcap,
+    depth,
+    per_rank,
+    closed,
+    rtrs,
+    ppd,
+    T,
+    BS,
+    GS,
+    RS,
+    US,
+    CS,
+    ST,
+    LAT,
+    E,
+):
     """DRAMsim3's controller (module docstring) over each channel in ``chans``: read queue ``rcap`` and write
     buffer ``wcap`` entries, command queues of ``depth`` per bank (``per_rank``: per rank), rank switch ``rtrs``
     and PRE -> PRE ``ppd`` (spec timing.nRTRS, nPPD; _pick). Same contract as
@@ -152,12 +180,12 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
     NB = T[K.T_G] * T[K.T_B]
     rpc = T[K.T_P] * T[K.T_R]
     nq = rpc if per_rank else nbc
-    CQ = np.zeros((nq, depth), np.int64)   # command queues: request ids, oldest first
-    CF = np.zeros((nq, depth), np.int64)   # per entry: -1 unclassified, else its hit / miss / conflict class
+    CQ = np.zeros((nq, depth), np.int64)  # command queues: request ids, oldest first
+    CF = np.zeros((nq, depth), np.int64)  # per entry: -1 unclassified, else its hit / miss / conflict class
     cqn = np.zeros(nq, np.int64)
     RQ = np.zeros(max(rcap, 1), np.int64)  # read queue (transaction queue), oldest first
     WB = np.zeros(max(wcap, 1), np.int64)  # write buffer
-    dual = T[K.T_COLBUS] != K.C_ROWBUS    # separate row / column buses (HBM): dual issue
+    dual = T[K.T_COLBUS] != K.C_ROWBUS  # separate row / column buses (HBM): dual issue
     drank = np.full(2 * US.shape[0], -1, np.int64)  # per pseudo-channel: rank of the last burst; then: a write
     lastpre = np.full(RS.shape[0], K.NEG, np.int64)  # per rank: cycle of the last PRE
     ecap = E.shape[0]
@@ -271,8 +299,11 @@ def ctrl_kernel_twolevel(order, starts, chans, kq, rowq, wq, arr, rcap, wcap, de
                     break
             # ---- 3. one transaction into its command queue
             idle = incq == 0
-            if draining == 0 and nwb > 0 and (nwb >= wcap or (nwb > DRAIN_IDLE and idle)
-                                              or (idle and nrq == 0 and nxt >= end)):
+            if (
+                draining == 0
+                and nwb > 0
+                and (nwb >= wcap or (nwb > DRAIN_IDLE and idle) or (idle and nrq == 0 and nxt >= end))
+            ):
                 draining = nwb
             src_w = draining > 0
             m = nwb if src_w else nrq

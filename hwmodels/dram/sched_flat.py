@@ -22,6 +22,7 @@ min(max(x, C) - base, sat) << (31 + eb) | not_hit << (30 + eb) | age << eb | ind
 Ages are positions in the channel order (< 2**30) and eb = ceil(log2(2 (3) x banks)) <= 13; the caller uses the
 heap scheduler beyond those limits.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,13 +33,22 @@ from numba.extending import intrinsic
 
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram import recur
-from attnsim.hwmodels.dram.sched_heap import (_emit, bank_candidates, drain_mode, eligible_hits, first_eligible,
-                                          gap_refresh, oldest_arrival, pending_active, room)
+from attnsim.hwmodels.dram.sched_heap import (
+    _emit,
+    bank_candidates,
+    drain_mode,
+    eligible_hits,
+    first_eligible,
+    gap_refresh,
+    oldest_arrival,
+    pending_active,
+    room,
+)
 
 INF = 1 << 62
 KEYMAX = (1 << 63) - 1  # above every key (ages < AGE_LIMIT - 1)
-AGE_LIMIT = 1 << 30       # ages (positions) take 30 bits of the key
-MAX_BANKS = 1 << 11       # banks per channel: the candidate index takes <= 13 bits, leaving >= 19 for the cycle
+AGE_LIMIT = 1 << 30  # ages (positions) take 30 bits of the key
+MAX_BANKS = 1 << 11  # banks per channel: the candidate index takes <= 13 bits, leaving >= 19 for the cycle
 KA_HIT, KA_ACT, KA_PRE, KA_NONE = 0, 2, 3, 4
 
 
@@ -53,6 +63,7 @@ def _cttz(typingctx, x):
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.cttz.i64")
         v = context.cast(builder, args[0], signature.args[0], types.int64)
         return builder.call(fn, [v, ir.Constant(ir.IntType(1), 1)])
+
     return types.int64(types.int64), codegen
 
 
@@ -126,8 +137,38 @@ def _s_wr(k, T, BS, GS, RS, US):
 
 
 @K.inline
-def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
-          X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot):
+def _bank(
+    k,
+    j,
+    nbc,
+    eb,
+    bhead,
+    snext,
+    sreq,
+    spos,
+    hp,
+    hpw,
+    rowq,
+    wq,
+    arr,
+    T,
+    BS,
+    GS,
+    RS,
+    US,
+    X,
+    SUB,
+    CLS,
+    SLOT,
+    KA,
+    LA,
+    LW,
+    MA,
+    MH,
+    MW,
+    mode,
+    aslot,
+):
     """Choose bank k's candidates (local index j) and compute their x; returns the change in the number of
     write-hit and PRE candidates (the second and third sets). ``mode``/``aslot``: write drain (sched.drain_mode,
     sched.eligible_hits). pre_holdback off (T_PREHOLD 0): the third candidate, the PRE for the oldest other-row
@@ -222,8 +263,35 @@ def _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS
 
 
 @njit(cache=True, nogil=True)
-def ctrl_kernel_flat(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
-                     limit, win, maxw, WN, WR, WS, WL, WF, skip, SKO):
+def ctrl_kernel_flat(
+    starts,
+    chans,
+    kq,
+    rowq,
+    wq,
+    arr,
+    qcap,
+    closed,
+    T,
+    BS,
+    GS,
+    RS,
+    US,
+    CS,
+    ST,
+    LAT,
+    E,
+    limit,
+    win,
+    maxw,
+    WN,
+    WR,
+    WS,
+    WL,
+    WF,
+    skip,
+    SKO,
+):
     """FR-FCFS over each channel in ``chans``; same contract and results as sched.ctrl_kernel_fast, for requests
     stored channel-contiguous in arrival order (the request at position x is x: no order array). ``skip``:
     jump over exactly recurring states (recur.py; off while emitting commands or recording steady windows);
@@ -231,29 +299,133 @@ def ctrl_kernel_flat(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, 
     parallel threads (controller.simulate_requests threads=; a channel's state rows are its own)."""
     nbank = BS.shape[0]
     nbc = nbank // T[K.T_NCH] if T[K.T_NCH] > 0 else nbank
-    BQ = np.zeros((5, nbank), np.int64)     # per bank: hp, hpw, head, tail, active slot (write drain)
+    BQ = np.zeros((5, nbank), np.int64)  # per bank: hp, hpw, head, tail, active slot (write drain)
     BQ[2:5] = -1
     scap = qcap + T[K.T_WQ] + (nbc if T[K.T_WQ] > 0 else 0)  # slots: one mixed queue, or reads + writes + active
-    SQ = np.zeros((7, scap), np.int64)      # per slot: next, prev, request, age, class, free stack, active
-    CA = np.zeros((4, 3 * nbc), np.int64)   # per candidate: x, sub-key, class (0 row, 1 column), slot
-    CB = np.zeros((3, nbc), np.int64)       # per bank: primary kind, its local part, the write hit's local part
+    SQ = np.zeros((7, scap), np.int64)  # per slot: next, prev, request, age, class, free stack, active
+    CA = np.zeros((4, 3 * nbc), np.int64)  # per candidate: x, sub-key, class (0 row, 1 column), slot
+    CB = np.zeros((3, nbc), np.int64)  # per bank: primary kind, its local part, the write hit's local part
     CM = np.zeros((3, (nbc + 63) // 64), np.int64)  # bitmasks over the banks: ACT candidate, read hit, write hit
     P, R, G = T[K.T_P], T[K.T_R], T[K.T_G]
     ncv = 16 + 3 * P + 10 * P * R + 3 * P * R * G + 32 * nbc + 6 * scap  # recur.canon's length bound
-    CV = np.zeros((2, ncv), np.int64)       # skip-ahead: the saved and the current canonical state
-    SV = np.zeros(K.N_S, np.int64)          # statistics at the saved state
+    CV = np.zeros((2, ncv), np.int64)  # skip-ahead: the saved and the current canonical state
+    SV = np.zeros(K.N_S, np.int64)  # statistics at the saved state
     sk = skip and E.shape[0] == 0 and maxw == 0
-    return _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
-                      limit, win, maxw, WN, WR, WS, WL, WF, nbc, BQ[0], BQ[1], BQ[2], BQ[3],
-                      SQ[0], SQ[1], SQ[2], SQ[3], SQ[4], SQ[5], CA[0], CA[1], CA[2], CA[3], CB[0], CB[1], CB[2],
-                      CM[0], CM[1], CM[2], BQ[4], SQ[6], sk, recur.clamp_cycles(T), CV[0], CV[1], SV, SKO)
+    return _flat_core(
+        starts,
+        chans,
+        kq,
+        rowq,
+        wq,
+        arr,
+        qcap,
+        closed,
+        T,
+        BS,
+        GS,
+        RS,
+        US,
+        CS,
+        ST,
+        LAT,
+        E,
+        limit,
+        win,
+        maxw,
+        WN,
+        WR,
+        WS,
+        WL,
+        WF,
+        nbc,
+        BQ[0],
+        BQ[1],
+        BQ[2],
+        BQ[3],
+        SQ[0],
+        SQ[1],
+        SQ[2],
+        SQ[3],
+        SQ[4],
+        SQ[5],
+        CA[0],
+        CA[1],
+        CA[2],
+        CA[3],
+        CB[0],
+        CB[1],
+        CB[2],
+        CM[0],
+        CM[1],
+        CM[2],
+        BQ[4],
+        SQ[6],
+        sk,
+        recur.clamp_cycles(T),
+        CV[0],
+        CV[1],
+        SV,
+        SKO,
+    )
 
 
 @K.hot
-def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
-               limit, win, maxw, WN, WR, WS, WL, WF, nbc, hp, hpw, bhead, btail,
-               snext, sprev, sreq, spos, sqc, free, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, aslot, sout,
-               skip, clamp, CV0, CV1, SV, SKO):
+def _flat_core(
+    starts,
+    chans,
+    kq,
+    rowq,
+    wq,
+    arr,
+    qcap,
+    closed,
+    T,
+    BS,
+    GS,
+    RS,
+    US,
+    CS,
+    ST,
+    LAT,
+    E,
+    limit,
+    win,
+    maxw,
+    WN,
+    WR,
+    WS,
+    WL,
+    WF,
+    nbc,
+    hp,
+    hpw,
+    bhead,
+    btail,
+    snext,
+    sprev,
+    sreq,
+    spos,
+    sqc,
+    free,
+    X,
+    SUB,
+    CLS,
+    SLOT,
+    KA,
+    LA,
+    LW,
+    MA,
+    MH,
+    MW,
+    aslot,
+    sout,
+    skip,
+    clamp,
+    CV0,
+    CV1,
+    SV,
+    SKO,
+):
     NB = T[K.T_G] * T[K.T_B]
     drain = T[K.T_WQ] > 0
     scap = sout.shape[0]
@@ -261,16 +433,14 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
     ne = 0
     pbg = T[K.T_PBG]
     cb = T[K.T_COLBUS]
-    nbr = NB                       # banks per rank
-    nbu = T[K.T_R] * NB            # banks per pseudo-channel
+    nbr = NB  # banks per rank
     ncs = 2 if T[K.T_PREHOLD] == 1 else 3  # candidate sets: primary, write hit (, PRE: pre_holdback off)
-    eb = 1                         # bits of the candidate index in the key
+    eb = 1  # bits of the candidate index in the key
     while (1 << eb) < ncs * nbc:
         eb += 1
     emask = (1 << eb) - 1
     yshift = 31 + eb
     ysat = (1 << (63 - yshift)) - 1
-    G = T[K.T_G]
     B = T[K.T_B]
     R = T[K.T_R]
     for ci in range(chans.shape[0]):
@@ -281,14 +451,14 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
             SUB[j] = 0
             CLS[j] = 1
         for j in range(nbc):  # as a fresh call: the ACT/PRE and write-hit floors enter recur.canon for every bank
-            KA[j] = KA_NONE   # (a previous channel's left its state unmatched: no skip on later channels)
+            KA[j] = KA_NONE  # (a previous channel's left its state unmatched: no skip on later channels)
             LA[j] = 0
             LW[j] = 0
         for j in range(MA.shape[0]):
             MA[j] = 0
             MH[j] = 0
             MW[j] = 0
-        nwh = 0                    # write-hit and PRE candidates (second and third sets)
+        nwh = 0  # write-hit and PRE candidates (second and third sets)
         nxt = starts[ch]
         end = starts[ch + 1]
         if limit >= 0 and end - nxt > limit:
@@ -309,7 +479,7 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
         bound = win if maxw > 0 else INF
         stopped = False
         fpend = -1
-        bpow = 1                   # skip-ahead (recur.py): Brent's power and step count, the saved state
+        bpow = 1  # skip-ahead (recur.py): Brent's power and step count, the saved state
         blam = 0
         sv_n = -1
         sv_sig = 0
@@ -355,15 +525,75 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                 # the bank's candidates change only if it was empty or the request is a hit it lacked
                 j = k - kbase
                 if drain or first or (hit and ((wq[i] == 1 and X[nbc + j] == INF) or (wq[i] != 1 and KA[j] != KA_HIT))):
-                    nwh += _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
-                                 X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
+                    nwh += _bank(
+                        k,
+                        j,
+                        nbc,
+                        eb,
+                        bhead,
+                        snext,
+                        sreq,
+                        spos,
+                        hp,
+                        hpw,
+                        rowq,
+                        wq,
+                        arr,
+                        T,
+                        BS,
+                        GS,
+                        RS,
+                        US,
+                        X,
+                        SUB,
+                        CLS,
+                        SLOT,
+                        KA,
+                        LA,
+                        LW,
+                        MA,
+                        MH,
+                        MW,
+                        mode,
+                        aslot,
+                    )
             if drain:  # write drain: a mode switch changes every bank's candidates
                 nm = drain_mode(mode, nrq, nwq, T)
                 if nm != mode:
                     mode = nm
                     for q in range(nbc):
-                        nwh += _bank(kbase + q, q, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS,
-                                     GS, RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
+                        nwh += _bank(
+                            kbase + q,
+                            q,
+                            nbc,
+                            eb,
+                            bhead,
+                            snext,
+                            sreq,
+                            spos,
+                            hp,
+                            hpw,
+                            rowq,
+                            wq,
+                            arr,
+                            T,
+                            BS,
+                            GS,
+                            RS,
+                            US,
+                            X,
+                            SUB,
+                            CLS,
+                            SLOT,
+                            KA,
+                            LA,
+                            LW,
+                            MA,
+                            MH,
+                            MW,
+                            mode,
+                            aslot,
+                        )
             # ---- select: min over candidates of (max(x, C) - base) << (31 + eb) | sub << eb | index
             c_row = CS[ch, K.C_LAST]
             if CS[ch, K.C_ROWBUS] > c_row:
@@ -449,12 +679,43 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
             if bt >= due:
                 ng = 0
                 if bt - due >= K.ref_period(T):  # at least two refreshes due: an idle gap
-                    ng, ne = gap_refresh(r, oldest_arrival(kbase, kbase + nbc, bhead, sreq, arr), T, BS, RS, ST, ch,
-                                         E, ne)
+                    ng, ne = gap_refresh(
+                        r, oldest_arrival(kbase, kbase + nbc, bhead, sreq, arr), T, BS, RS, ST, ch, E, ne
+                    )
                 if ng > 0:  # idle rank: its refreshes in closed form; every bank of the rank changed
                     for kk in range(r * NB, (r + 1) * NB):
-                        nwh += _bank(kk, kk - kbase, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS,
-                                     GS, RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
+                        nwh += _bank(
+                            kk,
+                            kk - kbase,
+                            nbc,
+                            eb,
+                            bhead,
+                            snext,
+                            sreq,
+                            spos,
+                            hp,
+                            hpw,
+                            rowq,
+                            wq,
+                            arr,
+                            T,
+                            BS,
+                            GS,
+                            RS,
+                            US,
+                            X,
+                            SUB,
+                            CLS,
+                            SLOT,
+                            KA,
+                            LA,
+                            LW,
+                            MA,
+                            MH,
+                            MW,
+                            mode,
+                            aslot,
+                        )
                     continue
                 if T[K.T_REFMODE] == 2:
                     idx = RS[r, K.R_PBNEXT]
@@ -472,8 +733,38 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                     kk = r * NB + lo + q * stride
                     hp[kk] = 0
                     hpw[kk] = 0
-                    nwh += _bank(kk, kk - kbase, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS,
-                                 RS, US, X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
+                    nwh += _bank(
+                        kk,
+                        kk - kbase,
+                        nbc,
+                        eb,
+                        bhead,
+                        snext,
+                        sreq,
+                        spos,
+                        hp,
+                        hpw,
+                        rowq,
+                        wq,
+                        arr,
+                        T,
+                        BS,
+                        GS,
+                        RS,
+                        US,
+                        X,
+                        SUB,
+                        CLS,
+                        SLOT,
+                        KA,
+                        LA,
+                        LW,
+                        MA,
+                        MH,
+                        MW,
+                        mode,
+                        aslot,
+                    )
                 continue
             if kind == 2:
                 K.commit_pre_i(k, bt, T, BS, CS, ST)
@@ -593,29 +884,127 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                 lo = g * B - kbase
                 _raise_hits(MH, MW, X, lo, lo + B, nbc, vr, vw)
             ne += 1
-            nwh += _bank(k, j, nbc, eb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US,
-                         X, SUB, CLS, SLOT, KA, LA, LW, MA, MH, MW, mode, aslot)
+            nwh += _bank(
+                k,
+                j,
+                nbc,
+                eb,
+                bhead,
+                snext,
+                sreq,
+                spos,
+                hp,
+                hpw,
+                rowq,
+                wq,
+                arr,
+                T,
+                BS,
+                GS,
+                RS,
+                US,
+                X,
+                SUB,
+                CLS,
+                SLOT,
+                KA,
+                LA,
+                LW,
+                MA,
+                MH,
+                MW,
+                mode,
+                aslot,
+            )
             if skip and kind == 1 and nxt < end:  # ACT checkpoint: Brent's cycle detection (recur.py)
                 t = CS[ch, K.C_LAST]
                 r0 = rowq[nxt]
                 sig = recur.signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS)
                 save = False
                 if sv_n > 0 and sig == sv_sig:
-                    ncv = recur.canon(CV1, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon,
-                                      arr[nxt], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
-                                      sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot, rowq, wq, arr)
+                    ncv = recur.canon(
+                        CV1,
+                        ch,
+                        kbase,
+                        nbc,
+                        nxt,
+                        t,
+                        r0,
+                        clamp,
+                        eb,
+                        qn,
+                        nrq,
+                        nwq,
+                        mode,
+                        nwh,
+                        horizon,
+                        arr[nxt],
+                        closed,
+                        T,
+                        BS,
+                        GS,
+                        RS,
+                        US,
+                        CS,
+                        bhead,
+                        snext,
+                        sreq,
+                        spos,
+                        sqc,
+                        sout,
+                        hp,
+                        hpw,
+                        X,
+                        SUB,
+                        CLS,
+                        SLOT,
+                        KA,
+                        LA,
+                        LW,
+                        aslot,
+                        rowq,
+                        wq,
+                        arr,
+                    )
                     if ncv == sv_n and recur.same(CV0, CV1, ncv):
                         dn = nxt - sv_nxt
                         dt = t - sv_t
                         drow = r0 - sv_row
-                        ext = recur.periodic_extent(kq, rowq, wq, arr, sv_q0, sv_nxt, dn, drow, dt, sv_lo, sv_hold,
-                                                    end) if dn > 0 and dt > 0 else 0
+                        ext = (
+                            recur.periodic_extent(kq, rowq, wq, arr, sv_q0, sv_nxt, dn, drow, dt, sv_lo, sv_hold, end)
+                            if dn > 0 and dt > 0
+                            else 0
+                        )
                         mj = (ext - 1) // dn if ext > 0 else 0
                         if mj > 0:
                             for x in range(ST.shape[1]):
                                 SV[x] = ST[ch, x] - SV[x]
-                            recur.jump(mj, dt, dn, drow, ch, kbase, nbc, eb, T, BS, GS, RS, US, CS, ST, SV, bhead,
-                                       snext, sreq, spos, X, SUB, LA, LW)
+                            recur.jump(
+                                mj,
+                                dt,
+                                dn,
+                                drow,
+                                ch,
+                                kbase,
+                                nbc,
+                                eb,
+                                T,
+                                BS,
+                                GS,
+                                RS,
+                                US,
+                                CS,
+                                ST,
+                                SV,
+                                bhead,
+                                snext,
+                                sreq,
+                                spos,
+                                X,
+                                SUB,
+                                LA,
+                                LW,
+                            )
                             c = served - sv_served
                             dl = lat - sv_lat
                             da = arr[sv_nxt + dn] - arr[sv_nxt]  # < dt: latencies grow per period
@@ -624,7 +1013,7 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                             ne += mj * (ne - sv_ne)
                             nxt += mj * dn
                             if horizon > t + CV1[0]:  # recent: shifts; old: only its comparison with the
-                                horizon += mj * dt    # (constant) arrivals counts, kept by leaving it
+                                horizon += mj * dt  # (constant) arrivals counts, kept by leaving it
                             SKO[0] += mj * dn
                             SKO[1] += 1
                             bpow = 1
@@ -633,9 +1022,50 @@ def _flat_core(starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US
                 if blam >= bpow or save:  # a new saved state (Brent: at powers of two; after a jump)
                     t = CS[ch, K.C_LAST]
                     r0 = rowq[nxt]
-                    sv_n = recur.canon(CV0, ch, kbase, nbc, nxt, t, r0, clamp, eb, qn, nrq, nwq, mode, nwh, horizon,
-                                       arr[nxt], closed, T, BS, GS, RS, US, CS, bhead, snext, sreq, spos, sqc,
-                                       sout, hp, hpw, X, SUB, CLS, SLOT, KA, LA, LW, aslot, rowq, wq, arr)
+                    sv_n = recur.canon(
+                        CV0,
+                        ch,
+                        kbase,
+                        nbc,
+                        nxt,
+                        t,
+                        r0,
+                        clamp,
+                        eb,
+                        qn,
+                        nrq,
+                        nwq,
+                        mode,
+                        nwh,
+                        horizon,
+                        arr[nxt],
+                        closed,
+                        T,
+                        BS,
+                        GS,
+                        RS,
+                        US,
+                        CS,
+                        bhead,
+                        snext,
+                        sreq,
+                        spos,
+                        sqc,
+                        sout,
+                        hp,
+                        hpw,
+                        X,
+                        SUB,
+                        CLS,
+                        SLOT,
+                        KA,
+                        LA,
+                        LW,
+                        aslot,
+                        rowq,
+                        wq,
+                        arr,
+                    )
                     sv_sig = recur.signature(ch, k, t, r0, qn, nrq, nwq, mode, nwh, clamp, T, BS, RS, US, CS)
                     sv_t = t
                     sv_nxt = nxt

@@ -18,6 +18,7 @@ tests/test_dram_sched.py), which scans the whole queue for every command. Here:
 Optional steady-state recording: at every multiple of ``win`` cycles the kernel records the number of
 requests served and the channel statistics, and stops the channel after ``maxw`` windows (steady.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -315,8 +316,34 @@ def oldest_arrival(k0, k1, bhead, sreq, arr):
 
 
 @njit(cache=True)
-def ctrl_kernel_fast(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
-                     limit, win, maxw, WN, WR, WS, WL, WF):
+def ctrl_kernel_fast(
+    order,
+    starts,
+    chans,
+    kq,
+    rowq,
+    wq,
+    arr,
+    qcap,
+    closed,
+    T,
+    BS,
+    GS,
+    RS,
+    US,
+    CS,
+    ST,
+    LAT,
+    E,
+    limit,
+    win,
+    maxw,
+    WN,
+    WR,
+    WS,
+    WL,
+    WF,
+):
     """FR-FCFS over each channel in ``chans`` (same contract as sched_scan.ctrl_kernel_scan).
 
     ``limit``: at most this many requests per channel (<0: all). ``win``/``maxw`` > 0: record (served, ST, LAT)
@@ -327,22 +354,106 @@ def ctrl_kernel_fast(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     """
     nbank = BS.shape[0]
     nbc = nbank // T[K.T_NCH] if T[K.T_NCH] > 0 else nbank
-    BQ = np.zeros((7, nbank), np.int64)     # per bank: hp, hpw, head, tail, version, dirty mark, active slot
+    BQ = np.zeros((7, nbank), np.int64)  # per bank: hp, hpw, head, tail, version, dirty mark, active slot
     BQ[2:4] = -1
     BQ[6] = -1
     scap = qcap + T[K.T_WQ] + (nbc if T[K.T_WQ] > 0 else 0)  # slots: one mixed queue, or reads + writes + active
-    SQ = np.zeros((7, scap), np.int64)      # per slot: next, prev, request, age, class, free stack, active
+    SQ = np.zeros((7, scap), np.int64)  # per slot: next, prev, request, age, class, free stack, active
     H = np.zeros((4 * (scap + nbc) + 64, 4), np.int64)
     dirty = np.zeros(nbc + 2, np.int64)
-    return _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
-                      limit, win, maxw, WN, WR, WS, WL, WF, nbc, BQ[0], BQ[1], BQ[2], BQ[3], BQ[4], BQ[5],
-                      SQ[0], SQ[1], SQ[2], SQ[3], SQ[4], SQ[5], H, dirty, BQ[6], SQ[6])
+    return _ctrl_core(
+        order,
+        starts,
+        chans,
+        kq,
+        rowq,
+        wq,
+        arr,
+        qcap,
+        closed,
+        T,
+        BS,
+        GS,
+        RS,
+        US,
+        CS,
+        ST,
+        LAT,
+        E,
+        limit,
+        win,
+        maxw,
+        WN,
+        WR,
+        WS,
+        WL,
+        WF,
+        nbc,
+        BQ[0],
+        BQ[1],
+        BQ[2],
+        BQ[3],
+        BQ[4],
+        BQ[5],
+        SQ[0],
+        SQ[1],
+        SQ[2],
+        SQ[3],
+        SQ[4],
+        SQ[5],
+        H,
+        dirty,
+        BQ[6],
+        SQ[6],
+    )
 
 
 @K.hot
-def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS, RS, US, CS, ST, LAT, E,
-               limit, win, maxw, WN, WR, WS, WL, WF, nbc, hp, hpw, bhead, btail, bver, dmark,
-               snext, sprev, sreq, spos, sqc, free, H, dirty, aslot, sout):
+def _ctrl_core(
+    order,
+    starts,
+    chans,
+    kq,
+    rowq,
+    wq,
+    arr,
+    qcap,
+    closed,
+    T,
+    BS,
+    GS,
+    RS,
+    US,
+    CS,
+    ST,
+    LAT,
+    E,
+    limit,
+    win,
+    maxw,
+    WN,
+    WR,
+    WS,
+    WL,
+    WF,
+    nbc,
+    hp,
+    hpw,
+    bhead,
+    btail,
+    bver,
+    dmark,
+    snext,
+    sprev,
+    sreq,
+    spos,
+    sqc,
+    free,
+    H,
+    dirty,
+    aslot,
+    sout,
+):
     NB = T[K.T_G] * T[K.T_B]
     drain = T[K.T_WQ] > 0
     scap = sout.shape[0]
@@ -376,7 +487,11 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
         fpend = -1
         while nxt < end or qn > 0:
             # ---- admit requests (arrival order) while there is room
-            while nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[order[nxt]] <= horizon):
+            while (
+                nxt < end
+                and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T)
+                and (qn == 0 or arr[order[nxt]] <= horizon)
+            ):
                 i = order[nxt]
                 if wq[i] == 1:
                     nwq += 1
@@ -434,8 +549,9 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
                     if kb != vb:
                         dmark[kb] = 0
                         bver[kb] += 1
-                    ct, cs, cslot, ckind = _best(kb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr,
-                                                 T, BS, GS, RS, US, CS, mode, aslot)
+                    ct, cs, cslot, ckind = _best(
+                        kb, bhead, snext, sreq, spos, hp, hpw, rowq, wq, arr, T, BS, GS, RS, US, CS, mode, aslot
+                    )
                     if kb == vb:
                         vb = -1
                         if ct == t0 and cs == s0:
@@ -496,8 +612,9 @@ def _ctrl_core(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, BS, GS,
             if bt >= due:
                 ng = 0
                 if bt - due >= K.ref_period(T):  # at least two refreshes due: an idle gap
-                    ng, ne = gap_refresh(r, oldest_arrival(ch * nbc, (ch + 1) * nbc, bhead, sreq, arr), T, BS, RS, ST,
-                                         ch, E, ne)
+                    ng, ne = gap_refresh(
+                        r, oldest_arrival(ch * nbc, (ch + 1) * nbc, bhead, sreq, arr), T, BS, RS, ST, ch, E, ne
+                    )
                 if ng > 0:  # idle rank: its refreshes in closed form; every bank of the rank changed
                     for kk in range(r * NB, (r + 1) * NB):
                         if bhead[kk] >= 0 and dmark[kk] == 0:

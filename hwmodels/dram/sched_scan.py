@@ -5,6 +5,7 @@ earliest; ties go to row hits, then to the oldest (controller.py's module doc gi
 (sched_heap.py), flat (sched_flat.py) and two-level queue (sched_cmdqueue.py) schedulers keep its selection order
 (differential tests in tests/test_dram_sched.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,15 +38,15 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
     in ``chans``; returns the number of emitted commands (E rows). sched.ctrl_kernel_fast gives the same
     order (tests/test_dram_sched.py)."""
     NB = T[K.T_G] * T[K.T_B]
-    hp = np.zeros(BS.shape[0], np.int64)      # queued hits to the open row, per bank
-    drain = T[K.T_WQ] > 0                     # read + write queues, write drain (rules.py)
-    eh = np.zeros(BS.shape[0], np.int64)      # drain: queued hits the current mode may serve, per bank
+    hp = np.zeros(BS.shape[0], np.int64)  # queued hits to the open row, per bank
+    drain = T[K.T_WQ] > 0  # read + write queues, write drain (rules.py)
+    eh = np.zeros(BS.shape[0], np.int64)  # drain: queued hits the current mode may serve, per bank
     areq = np.full(BS.shape[0], -1, np.int64)  # drain: the request whose ACT opened the bank's row
     nbc = BS.shape[0] // T[K.T_NCH] if T[K.T_NCH] > 0 else BS.shape[0]
     scap = qcap + T[K.T_WQ] + (nbc if drain else 0)  # drain: reads + writes + the active buffer
     q = np.empty(scap, np.int64)
-    qc = np.empty(scap, np.int64)             # classification per slot: -1 none yet
-    qo = np.zeros(scap, np.int64)             # drain: 1 = in the active buffer (out of its read/write queue)
+    qc = np.empty(scap, np.int64)  # classification per slot: -1 none yet
+    qo = np.zeros(scap, np.int64)  # drain: 1 = in the active buffer (out of its read/write queue)
     ne = 0
     INF = 1 << 62
     for ci in range(chans.shape[0]):
@@ -59,7 +60,11 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
         horizon = CS[ch, K.C_LAST]
         lat = 0.0
         while nxt < end or qn > 0:
-            while nxt < end and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T) and (qn == 0 or arr[order[nxt]] <= horizon):
+            while (
+                nxt < end
+                and room(order[nxt], qn, nrq, nwq, qcap, scap, wq, T)
+                and (qn == 0 or arr[order[nxt]] <= horizon)
+            ):
                 i = order[nxt]
                 if wq[i] == 1:
                     nwq += 1
@@ -94,7 +99,7 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
                     t = K.earliest_col(k, wq[i], T, BS, GS, RS, US, CS)
                 elif cur < 0:
                     if areq[k] >= 0 and areq[k] != i:  # a refresh closed the row of the bank's active request:
-                        continue                       # its ACT again (the active buffer first)
+                        continue  # its ACT again (the active buffer first)
                     kind = 1
                     t = K.earliest_act(k, T, BS, GS, RS, CS)
                 else:
@@ -119,7 +124,7 @@ def ctrl_kernel_scan(order, starts, chans, kq, rowq, wq, arr, qcap, closed, T, B
             r = k // NB
             due = K.due_of(r, T, RS)
             if bt >= due and T[K.T_REFACTIVE] == 1:  # the refresh's banks with a pending active request: its
-                ba = -1                              # column command first (the earliest, then the oldest)
+                ba = -1  # column command first (the earliest, then the oldest)
                 ta = INF
                 for e in range(qn):
                     j = q[e]

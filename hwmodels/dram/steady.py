@@ -9,6 +9,7 @@ within boundary jitter (one request per boundary). The remainder of the stream i
 cycles, statistics (hits, misses, ACTs, refreshes, ...) and latency. Otherwise the caller simulates in full.
 The error against full simulation is measured in tests/test_dram_sched.py and bench/bench_dram.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,9 @@ DEFAULT_WINDOWS = 64
 REL_TOL = 1e-3
 # refreshes are not extrapolated linearly: every rank (also the idle ones) refreshes once per period up to the
 # end, which engine.summarize -> kernel.tail_refreshes counts from the rank's next due cycle
-REFRESH_COLS = np.array([K.S_REF, K.S_REFPB, K.S_REFBANKCYC])  # rate agreement between the two halves of the steady region (beyond boundary jitter)
+REFRESH_COLS = np.array(
+    [K.S_REF, K.S_REFPB, K.S_REFBANKCYC]
+)  # rate agreement between the two halves of the steady region (beyond boundary jitter)
 
 
 def window_cycles(T: np.ndarray) -> int:
@@ -45,11 +48,11 @@ def steady_region(served: np.ndarray):
     nw = served.shape[0]
     if nw < 8:
         return None
-    d = np.diff(served)            # d[j-1] = served in window j
+    d = np.diff(served)  # d[j-1] = served in window j
     j0 = nw // 4
     e = nw - 1
     seg = d[j0:]
-    for p in range(1, (e - j0) // 2 + 1):    # at least two whole periods seen
+    for p in range(1, (e - j0) // 2 + 1):  # at least two whole periods seen
         if np.array_equal(seg[p:], seg[:-p]):
             s = e - p * ((e - j0) // p)
             return s, e, p
@@ -77,21 +80,27 @@ def extrapolate_channel(served, stats, lat, first, n_req, win, tail_cycles, arri
     if dr <= 0:
         return None
     if p:
-        per_win = dr / (e - s)                     # requests per window over whole periods
-    else:                                          # least-squares rate over the region (averages the jitter)
+        per_win = dr / (e - s)  # requests per window over whole periods
+    else:  # least-squares rate over the region (averages the jitter)
         x = np.arange(s, e + 1, dtype=np.float64)
-        per_win = float(np.polyfit(x, served[s:e + 1].astype(np.float64), 1)[0])
+        per_win = float(np.polyfit(x, served[s : e + 1].astype(np.float64), 1)[0])
     stall = float(np.mean(first[s:e]))
-    busy = per_win / (win - stall)                 # requests per busy cycle
+    busy = per_win / (win - stall)  # requests per busy cycle
     rem = n_req - int(served[e])
-    t_e = (e + 1) * win                            # boundary cycle of record e
+    t_e = (e + 1) * win  # boundary cycle of record e
     whole = int(np.ceil(rem / per_win)) - 1 if rem > 0 else 0
-    last = rem - whole * per_win                   # requests in the final (partial) window, > 0
+    last = rem - whole * per_win  # requests in the final (partial) window, > 0
     cycles = int(round(t_e + whole * win + stall + last / busy + tail_cycles))
     st = stats[e] + np.rint((stats[e] - stats[s]).astype(np.float64) * (rem / dr)).astype(np.int64)
-    st[REFRESH_COLS] = stats[e][REFRESH_COLS]      # refreshes: counted from the refresh clock (tail_refreshes)
+    st[REFRESH_COLS] = stats[e][REFRESH_COLS]  # refreshes: counted from the refresh clock (tail_refreshes)
     per_req = win / per_win
     lat_sum = float(lat[e]) + rem * (t_e + stall + tail_cycles - arrival0) + per_req * rem * (rem + 1) / 2.0
-    info = {"windows": int(e + 1), "window_cycles": int(win), "period_windows": int(p),
-            "simulated_requests": int(served[e]), "cycles_per_request": per_req, "refresh_stall_cycles": stall}
+    info = {
+        "windows": int(e + 1),
+        "window_cycles": int(win),
+        "period_windows": int(p),
+        "simulated_requests": int(served[e]),
+        "cycles_per_request": per_req,
+        "refresh_stall_cycles": stall,
+    }
     return cycles, st, lat_sum, info

@@ -6,6 +6,7 @@ levels of Ramulator 2.1's ChRaBaRoCo mapper below the channel (HBM3: PseudoChann
 Row, Column; HBM2 has no Sid, LPDDR5/DDR5 no PseudoChannel: size-1 fields take no bits), so the same
 addresses mean the same banks to both simulators.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,29 +71,98 @@ def stream_digest(addr, is_write) -> str:
 # ranks = channel_size / MB per rank as configuration.cc:48-60 derives them;
 # LPDDR4: 2 KiB rows (1024 x 16 bit) x 64 Ki rows x 8 banks x 4 devices = 4 GiB per rank, 8192 MB: two ranks)
 DRAMSIM3_STANDARDS = {
-    "hbm2": {"ini": "HBM2_8Gb_x128.ini", "base": "hbm2_2000",
-             # HBM: DRAMsim3 doubles the .ini columns (configuration.cc:141-149): 128 x 128 bit = 2 KiB rows of 32
-             # BL4 bursts; 64 MiB banks x 16 = the whole 1024 MB channel: one rank
-             "org": dict(channels=1, pseudo_channels=1, ranks=1, bank_groups=4, banks_per_group=4, rows=32768,
-                         columns=32, burst_bytes=64, channel_width_bits=128),
-             # nRTP: DRAMsim3 reads the key tRTP, absent from the .ini (it has tRTP_L / tRTP_S): its default 5
-             # (configuration.cc:307)
-             "timing": dict(nBL=2, nCL=14, nCWL=4, nRCDRD=14, nRCDWR=14, nRP=14, nRAS=34, nRC=48, nWR=16, nRTP=5,
-                            nCCD_S=1, nCCD_L=2, nRRD_S=4, nRRD_L=6, nFAW=30, nWTR_S=6, nWTR_L=8, nRTW=14,
-                            nRFC=260, nREFI=3900)},
-    "lpddr4": {"ini": "LPDDR4_8Gb_x16_2400.ini", "base": "lpddr5_6400",
-               "org": dict(channels=1, pseudo_channels=1, ranks=2, bank_groups=2, banks_per_group=4, rows=65536,
-                           columns=64, burst_bytes=128, channel_width_bits=64, data_rate_mtps=2400, tck_ns=0.83),
-               "timing": dict(nBL=8, nCL=17, nCWL=14, nRCDRD=15, nRCDWR=15, nRP=15, nRAS=32, nRC=47, nWR=30,
-                              nRTP=12, nCCD_S=4, nCCD_L=6, nRRD_S=8, nRRD_L=8, nFAW=32, nWTR_S=8, nWTR_L=16,
-                              nRTW=12, nRFC=392, nREFI=8660, nRTRS=1, nPPD=2,
-                              # one command per cycle: DRAMsim3 issues two in a cycle only on HBM
-                              # (configuration.cc:107-109, controller.cc:84-92)
-                              separate_row_col_bus=False)},
+    "hbm2": {
+        "ini": "HBM2_8Gb_x128.ini",
+        "base": "hbm2_2000",
+        # HBM: DRAMsim3 doubles the .ini columns (configuration.cc:141-149): 128 x 128 bit = 2 KiB rows of 32
+        # BL4 bursts; 64 MiB banks x 16 = the whole 1024 MB channel: one rank
+        "org": dict(
+            channels=1,
+            pseudo_channels=1,
+            ranks=1,
+            bank_groups=4,
+            banks_per_group=4,
+            rows=32768,
+            columns=32,
+            burst_bytes=64,
+            channel_width_bits=128,
+        ),
+        # nRTP: DRAMsim3 reads the key tRTP, absent from the .ini (it has tRTP_L / tRTP_S): its default 5
+        # (configuration.cc:307)
+        "timing": dict(
+            nBL=2,
+            nCL=14,
+            nCWL=4,
+            nRCDRD=14,
+            nRCDWR=14,
+            nRP=14,
+            nRAS=34,
+            nRC=48,
+            nWR=16,
+            nRTP=5,
+            nCCD_S=1,
+            nCCD_L=2,
+            nRRD_S=4,
+            nRRD_L=6,
+            nFAW=30,
+            nWTR_S=6,
+            nWTR_L=8,
+            nRTW=14,
+            nRFC=260,
+            nREFI=3900,
+        ),
+    },
+    "lpddr4": {
+        "ini": "LPDDR4_8Gb_x16_2400.ini",
+        "base": "lpddr5_6400",
+        "org": dict(
+            channels=1,
+            pseudo_channels=1,
+            ranks=2,
+            bank_groups=2,
+            banks_per_group=4,
+            rows=65536,
+            columns=64,
+            burst_bytes=128,
+            channel_width_bits=64,
+            data_rate_mtps=2400,
+            tck_ns=0.83,
+        ),
+        "timing": dict(
+            nBL=8,
+            nCL=17,
+            nCWL=14,
+            nRCDRD=15,
+            nRCDWR=15,
+            nRP=15,
+            nRAS=32,
+            nRC=47,
+            nWR=30,
+            nRTP=12,
+            nCCD_S=4,
+            nCCD_L=6,
+            nRRD_S=8,
+            nRRD_L=8,
+            nFAW=32,
+            nWTR_S=8,
+            nWTR_L=16,
+            nRTW=12,
+            nRFC=392,
+            nREFI=8660,
+            nRTRS=1,
+            nPPD=2,
+            # one command per cycle: DRAMsim3 issues two in a cycle only on HBM
+            # (configuration.cc:107-109, controller.cc:84-92)
+            separate_row_col_bus=False,
+        ),
+    },
 }
+
+
 def dramsim3_spec(std: str):
     """attnsim spec mirroring DRAMsim3's ``DRAMSIM3_STANDARDS[std]`` .ini (one channel)."""
     from attnsim.hwmodels.dram.spec import load_dram_spec, spec_from_dict  # (spec imports nothing of this)
+
     s = DRAMSIM3_STANDARDS[std]
     d = load_dram_spec(s["base"]).model_dump()
     d["name"] = f"dramsim3_{std}"

@@ -10,6 +10,7 @@ algorithms": nCK = truncate((tPARAM_ps * 1000 / tCK_ps + 974) / 1000) in integer
 A speed change is then one value (data_rate_mtps). Keys are consumed before validation, so a derived value
 is validated like a written one (errors name timing_ns.<key>).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,26 +38,33 @@ def resolve_timing_ns(data: dict, file: str | None = None) -> dict:
     if tpc is not None:
         rate = org.get("data_rate_mtps")
         if not isinstance(tpc, int) or isinstance(tpc, bool) or tpc not in (1, 2, 4, 8, 16):
-            raise ConfigError(f"expected 1, 2, 4, 8 or 16 transfers per CK, got {tpc!r}", file=file,
-                              key="org.transfers_per_ck")
+            raise ConfigError(
+                f"expected 1, 2, 4, 8 or 16 transfers per CK, got {tpc!r}", file=file, key="org.transfers_per_ck"
+            )
         if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate <= 1e6:
-            raise ConfigError(f"expected a data rate in (0, 1e6] MT/s to derive tck_ns from, got {rate!r}", file=file,
-                              key="org.data_rate_mtps")
+            raise ConfigError(
+                f"expected a data rate in (0, 1e6] MT/s to derive tck_ns from, got {rate!r}",
+                file=file,
+                key="org.data_rate_mtps",
+            )
         if "tck_ns" in org:
-            raise ConfigError("give either tck_ns or transfers_per_ck (tck_ns is derived from it)", file=file,
-                              key="org.tck_ns")
+            raise ConfigError(
+                "give either tck_ns or transfers_per_ck (tck_ns is derived from it)", file=file, key="org.tck_ns"
+            )
         org["tck_ns"] = round(1000.0 * tpc / rate, 6)
     d["org"] = org
     tns = d.pop("timing_ns", None)
     if tns is None:
         return d
     if not isinstance(tns, dict):
-        raise ConfigError(f"expected a mapping of timing name -> ns, got {type(tns).__name__}", file=file,
-                          key="timing_ns")
+        raise ConfigError(
+            f"expected a mapping of timing name -> ns, got {type(tns).__name__}", file=file, key="timing_ns"
+        )
     tck = org.get("tck_ns")
     if not isinstance(tck, (int, float)) or isinstance(tck, bool) or not tck > 0:
-        raise ConfigError(f"timing_ns needs org.tck_ns or org.transfers_per_ck, got tck_ns {tck!r}", file=file,
-                          key="org.tck_ns")
+        raise ConfigError(
+            f"timing_ns needs org.tck_ns or org.transfers_per_ck, got tck_ns {tck!r}", file=file, key="org.tck_ns"
+        )
     timing = dict(d.get("timing") or {})
     for k, v in tns.items():
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= 1e9:

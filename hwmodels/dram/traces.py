@@ -9,6 +9,7 @@ Formats (``fmt``; "auto" picks by the first request line, ``.npy`` by the file n
 - ``dramsim3``: DRAMsim3 ``<0x hex address> <READ|WRITE> <cycle>``.
 - ``npy``: a structured array (TRACE_DTYPE) written by ``attnsim dram convert``.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -24,13 +25,17 @@ TRACE_DTYPE = np.dtype([("addr", "<u8"), ("write", "u1"), ("arrival", "<i8")])
 FORMATS = ("auto", "attnsim", "ramulator", "dramsim3", "npy")
 _FMT = {"attnsim": 0, "ramulator": 1, "dramsim3": 2}
 # error codes of the kernel -> message
-_ERR = {1: "expected '<hex address> <R|W> [<arrival cycle>]'", 2: "expected a hex address of at most 16 digits",
-        3: "expected R or W", 4: "expected a decimal arrival cycle of at most 18 digits",
-        5: "expected 'LD|ST <address>' or 'R|W <l0,l1,...>' (Ramulator LoadStoreTrace / ReadWriteTrace)",
-        6: "expected a 0x-hex (at most 16 digits) or decimal (at most 18 digits) address",
-        7: "expected '<0x hex address> <READ|WRITE> <cycle>' (DRAMsim3; also P_MEM_RD, P_MEM_WR, BOFF)",
-        8: "arrival cycles must not decrease (a line without one arrives at cycle 0)",
-        9: "address vector: wrong number of levels or a level out of range"}
+_ERR = {
+    1: "expected '<hex address> <R|W> [<arrival cycle>]'",
+    2: "expected a hex address of at most 16 digits",
+    3: "expected R or W",
+    4: "expected a decimal arrival cycle of at most 18 digits",
+    5: "expected 'LD|ST <address>' or 'R|W <l0,l1,...>' (Ramulator LoadStoreTrace / ReadWriteTrace)",
+    6: "expected a 0x-hex (at most 16 digits) or decimal (at most 18 digits) address",
+    7: "expected '<0x hex address> <READ|WRITE> <cycle>' (DRAMsim3; also P_MEM_RD, P_MEM_WR, BOFF)",
+    8: "arrival cycles must not decrease (a line without one arrives at cycle 0)",
+    9: "address vector: wrong number of levels or a level out of range",
+}
 
 
 @njit(cache=True)
@@ -295,8 +300,7 @@ def _parse_fast(b, fmt, hexval, addr, wr, arr):
                 if c == 114 and i + 5 < n and b[i + 2] == 69 and b[i + 3] == 65 and b[i + 4] == 68:
                     w = False
                     i += 5
-                elif (c == 119 and i + 6 < n and b[i + 2] == 82 and b[i + 3] == 73 and b[i + 4] == 84
-                      and b[i + 5] == 69):
+                elif c == 119 and i + 6 < n and b[i + 2] == 82 and b[i + 3] == 73 and b[i + 4] == 84 and b[i + 5] == 69:
                     w = True
                     i += 6
                 else:
@@ -335,14 +339,14 @@ def _line_text(b: np.ndarray, line: int, width: int = 60, chunk: int = 1 << 24) 
     lo, seen = 0, 0
     if line >= 2:
         for i in range(0, b.shape[0], chunk):
-            ends = np.flatnonzero(b[i:i + chunk] == 10)
+            ends = np.flatnonzero(b[i : i + chunk] == 10)
             if seen + len(ends) >= line - 1:
                 lo = i + int(ends[line - 2 - seen]) + 1
                 break
             seen += len(ends)
         else:
             return ""
-    head = bytes(b[lo:lo + 4 * width + 4]).split(b"\n", 1)[0]
+    head = bytes(b[lo : lo + 4 * width + 4]).split(b"\n", 1)[0]
     text = head.decode("utf-8", "replace").strip()
     return text if len(text) <= width else text[:width] + "..."
 
@@ -374,6 +378,7 @@ def vector_levels(org):
 def encode(spec, fields: dict, mapping: str | None = None) -> np.ndarray:
     """Byte addresses of field arrays {letter: int array} under ``mapping`` (inverse of controller.decode)."""
     from attnsim.hwmodels.dram.spec import parse_mapping
+
     parts = parse_mapping(mapping or spec.default_mapping, spec.org)
     n = len(next(iter(fields.values())))
     a = np.zeros(n, np.uint64)
@@ -436,16 +441,20 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
     isv = vec[:k, 0] >= 0 if store else np.zeros(1, bool)
     if isv.any():
         if not isv.all():
-            raise ConfigError("mixes address vectors and flat addresses", file=path,
-                              key=f"request {int(np.argmin(isv)) + 1}")
+            raise ConfigError(
+                "mixes address vectors and flat addresses", file=path, key=f"request {int(np.argmin(isv)) + 1}"
+            )
         v = vec[:k]
         fields = {name: v[:, j] for j, (name, _) in enumerate(lv)}
         fields["Co"] = fields["Co"] // prefetch
         addr = encode(spec, fields, mapping)
     if spec is not None and k and int(addr.max()) >= spec.capacity_bytes:
         i = int(np.argmax(addr >= np.uint64(spec.capacity_bytes)))
-        raise ConfigError(f"address 0x{int(addr[i]):x} beyond the device capacity ({spec.capacity_bytes} B)",
-                          file=path, key=f"request {i + 1}")
+        raise ConfigError(
+            f"address 0x{int(addr[i]):x} beyond the device capacity ({spec.capacity_bytes} B)",
+            file=path,
+            key=f"request {i + 1}",
+        )
     return addr, wr, arr
 
 
@@ -453,6 +462,7 @@ def _head(path: str) -> bytes:
     """The first 4 KiB of the trace (to detect its format): a regular file within the data size limit
     (attnsim.core.fileio), else one ConfigError."""
     from attnsim.core.fileio import InputRefused, read_head
+
     try:
         return read_head(path, 4096)
     except InputRefused as exc:
@@ -464,6 +474,7 @@ def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
     bytes copy of a 10M-line trace wrote 137 MB of fresh pages). A regular file sized before anything is read, or
     a pipe read up to the limit (attnsim.core.fileio.open_regular); devices (/dev/zero) and sockets are refused."""
     from attnsim.core.fileio import InputRefused, input_limit_bytes, open_regular
+
     try:
         data_limit = input_limit_bytes("data")
     except InputRefused as exc:
@@ -475,8 +486,9 @@ def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
             fd, size = open_regular(path, limit_bytes, allow_fifo=True)
     except InputRefused as exc:
         if "larger than" in str(exc) and data_limit >= limit_bytes:
-            raise ConfigError(f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)",
-                              file=path) from None
+            raise ConfigError(
+                f"trace of more than {limit_bytes} B (the limit for {max_requests} requests)", file=path
+            ) from None
         raise ConfigError(f"cannot read the trace ({exc})", file=exc.file or path, key=exc.key) from None
     try:
         if size > 0:
@@ -498,7 +510,7 @@ def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
 
 def _count_lines(b: np.ndarray, chunk: int = 1 << 24) -> int:
     """Newlines in b, counted in chunks (one bounded temporary)."""
-    return sum(int(np.count_nonzero(b[i:i + chunk] == 10)) for i in range(0, b.shape[0], chunk))
+    return sum(int(np.count_nonzero(b[i : i + chunk] == 10)) for i in range(0, b.shape[0], chunk))
 
 
 def _read_npy(path: str, max_requests: int):

@@ -13,6 +13,7 @@ mass and carry small values; StreamingLLM [M]) and key channel outliers (a few c
 much larger magnitude; KIVI / KVQuant, §4.2). Real dumps can be loaded from .npz / .h5 with
 datasets ``q``, ``k``, ``v``.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -21,16 +22,34 @@ from pathlib import Path
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.hwmodels.reliability.formats import (FIELD_GROUPS, FIELDS, FLOAT_FORMATS, INT_FORMATS, Encoded,
-                                                  decode, encode, token_mask_from_elements)
+from attnsim.hwmodels.reliability.formats import (
+    FIELD_GROUPS,
+    FIELDS,
+    FLOAT_FORMATS,
+    INT_FORMATS,
+    Encoded,
+    decode,
+    encode,
+    token_mask_from_elements,
+)
 from attnsim.hwmodels.reliability.inject import inject
 
-CATASTROPHIC_REL_ERR = 1.0   # a head whose output error reaches its norm counts as lost
+CATASTROPHIC_REL_ERR = 1.0  # a head whose output error reaches its norm counts as lost
 
 
-def synthetic_qkv(n_heads: int = 4, n_tokens: int = 256, head_dim: int = 64, *, seed: int = 0, n_sinks: int = 1,
-                  sink_mass: float = 0.3, tail_df: float = 4.0, logit_scale: float = 1.0, outlier_channels: int = 4,
-                  outlier_scale: float = 8.0) -> dict:
+def synthetic_qkv(
+    n_heads: int = 4,
+    n_tokens: int = 256,
+    head_dim: int = 64,
+    *,
+    seed: int = 0,
+    n_sinks: int = 1,
+    sink_mass: float = 0.3,
+    tail_df: float = 4.0,
+    logit_scale: float = 1.0,
+    outlier_channels: int = 4,
+    outlier_scale: float = 8.0,
+) -> dict:
     """Synthetic per-head q, K, V with heavy-tailed attention, sinks and key channel outliers."""
     rng = np.random.default_rng(seed)
     H, T, d = n_heads, n_tokens, head_dim
@@ -62,6 +81,7 @@ def load_qkv(path: str | Path) -> dict:
                 data = {n: np.asarray(f[n]) for n in ("q", "k", "v") if n in f}
         elif path.suffix in (".h5", ".hdf5"):
             import h5py
+
             with h5py.File(path, "r") as f:
                 data = {n: np.asarray(f[n]) for n in ("q", "k", "v") if n in f}
         else:
@@ -73,11 +93,16 @@ def load_qkv(path: str | Path) -> dict:
             raise ConfigError("missing dataset", file=str(path), key=n)
     q, k, v = data["q"], data["k"], data["v"]
     if k.ndim < 3 or k.shape != v.shape or q.shape[-1] != k.shape[-1] or q.shape[:-1] != k.shape[:-2]:
-        raise ConfigError(f"expected q (..., heads, d) and k, v (..., heads, tokens, d), got q {q.shape}, "
-                          f"k {k.shape}, v {v.shape}", file=str(path))
+        raise ConfigError(
+            f"expected q (..., heads, d) and k, v (..., heads, tokens, d), got q {q.shape}, k {k.shape}, v {v.shape}",
+            file=str(path),
+        )
     d, T = k.shape[-1], k.shape[-2]
-    return {"q": q.reshape(-1, d).astype(np.float32), "k": k.reshape(-1, T, d).astype(np.float32),
-            "v": v.reshape(-1, T, d).astype(np.float32)}
+    return {
+        "q": q.reshape(-1, d).astype(np.float32),
+        "k": k.reshape(-1, T, d).astype(np.float32),
+        "v": v.reshape(-1, T, d).astype(np.float32),
+    }
 
 
 def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, drop: np.ndarray | None = None):
@@ -106,11 +131,17 @@ def metrics(q, K, V, K2, V2, drop=None) -> dict:
         kl = np.where(np.isfinite(kl), kl, np.inf)
         dv = np.linalg.norm(np.asarray(V2, np.float64) - V, axis=2)
         iw = np.sum(a * dv) / np.sum(a * np.linalg.norm(V, axis=2))
-    return {"rel_err": float(np.mean(e)), "rel_err_clipped": float(np.mean(np.minimum(e, CATASTROPHIC_REL_ERR))),
-            "rel_err_per_head": e, "kl": float(np.mean(kl)), "iw_value_err": float(iw) if np.isfinite(iw) else np.inf}
+    return {
+        "rel_err": float(np.mean(e)),
+        "rel_err_clipped": float(np.mean(np.minimum(e, CATASTROPHIC_REL_ERR))),
+        "rel_err_per_head": e,
+        "kl": float(np.mean(kl)),
+        "iw_value_err": float(iw) if np.isfinite(iw) else np.inf,
+    }
 
 
 # ---------------------------------------------------------------- stored KV
+
 
 def store(x: np.ndarray, fmt: str, kind: str, group: int = 32) -> Encoded:
     """Store (heads, tokens, d) as one (heads*tokens, d) tensor; keys per channel, values per token (KIVI)."""
@@ -123,8 +154,17 @@ def unstore(enc: Encoded, H: int) -> np.ndarray:
     return x.reshape(H, -1, x.shape[-1])
 
 
-def evaluate(qkv: dict, fmt: str, specs_k=(), specs_v=(), *, seed: int = 0, due_policy: str = "recompute",
-             group: int = 32, reference: str = "float") -> dict:
+def evaluate(
+    qkv: dict,
+    fmt: str,
+    specs_k=(),
+    specs_v=(),
+    *,
+    seed: int = 0,
+    due_policy: str = "recompute",
+    group: int = 32,
+    reference: str = "float",
+) -> dict:
     """Store K and V in ``fmt``, inject with the given StreamSpecs, and measure the proxy.
 
     ``reference``: ``"float"`` compares against the unquantized tensors (quantization and bit
@@ -156,6 +196,7 @@ def evaluate(qkv: dict, fmt: str, specs_k=(), specs_v=(), *, seed: int = 0, due_
 
 # ---------------------------------------------------------------- calibration tables for the planner
 
+
 @lru_cache(maxsize=64)
 def quant_error(fmt: str, group: int = 32, seed: int = 0) -> float:
     """Relative attention error (clipped, mean over heads) of storing K and V in ``fmt`` (no bit errors)."""
@@ -179,7 +220,9 @@ def field_sensitivity(fmt: str, kind: str, group: int = 32, trials: int = 64, se
     rng = np.random.default_rng(seed + 17)
     out = {}
     for f in FIELDS:
-        slots = [(name, b) for name, p in enc.planes.items() for b in range(p.elem_bits) if FIELDS[p.field_of_bit[b]] == f]
+        slots = [
+            (name, b) for name, p in enc.planes.items() for b in range(p.elem_bits) if FIELDS[p.field_of_bit[b]] == f
+        ]
         if not slots:
             continue
         errs = []
@@ -192,7 +235,7 @@ def field_sensitivity(fmt: str, kind: str, group: int = 32, trials: int = 64, se
             y = unstore(e2, H)
             Km, Vm = (y, V) if kind == "k" else (K, y)
             Kc, Vc = (clean, V) if kind == "k" else (K, clean)
-            e = metrics(q, Kc, Vc, Km, Vm)["rel_err_per_head"]   # only the hit head(s) change
+            e = metrics(q, Kc, Vc, Km, Vm)["rel_err_per_head"]  # only the hit head(s) change
             errs.append(float(np.sum(np.minimum(e, CATASTROPHIC_REL_ERR))))
         out[f] = float(np.mean(errs))
     return out

@@ -22,6 +22,7 @@ without flagging). Kinds:
 Storage overhead, transfer-time overhead (inline ECC), decode latency (cycles) and energy
 (pJ per data byte) are carried with each scheme for the timing/energy models.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -44,24 +45,24 @@ class EccOutcome:
     corrected: float
     due: float
     sdc: float
-    silent_bits_per_data_bit: float   # expected erroneous data bits left silently, per data bit
-    due_fraction: float               # probability a data bit lies in a detected-uncorrectable unit
+    silent_bits_per_data_bit: float  # expected erroneous data bits left silently, per data bit
+    due_fraction: float  # probability a data bit lies in a detected-uncorrectable unit
 
 
 @dataclass(frozen=True)
 class EccScheme:
     name: str
-    kind: str                 # none | bit | symbol | two_level
-    n_bits: int               # codeword (inner codeword for two_level) length in bits
-    k_bits: int               # data bits per (inner) codeword
+    kind: str  # none | bit | symbol | two_level
+    n_bits: int  # codeword (inner codeword for two_level) length in bits
+    k_bits: int  # data bits per (inner) codeword
     symbol_bits: int = 1
-    t: int = 0                # correctable symbols
-    detect: int = 0           # every pattern of <= detect symbol errors is detected
+    t: int = 0  # correctable symbols
+    detect: int = 0  # every pattern of <= detect symbol errors is detected
     reports_due: bool = True  # False for on-die codes invisible to the host
-    outer_m: int = 1          # two_level: data chunks per outer group
-    outer_r: int = 0          # two_level: parity chunks per outer group
-    hidden: bool = False      # check bits live in extra on-die cells (no visible capacity cost)
-    bandwidth_overhead: float = 0.0   # extra transfer time per data byte (inline ECC)
+    outer_m: int = 1  # two_level: data chunks per outer group
+    outer_r: int = 0  # two_level: parity chunks per outer group
+    hidden: bool = False  # check bits live in extra on-die cells (no visible capacity cost)
+    bandwidth_overhead: float = 0.0  # extra transfer time per data byte (inline ECC)
     decode_cycles: int = 0
     decode_clock_hz: float = 1.0e9
     energy_pj_per_byte: float = 0.0
@@ -92,7 +93,7 @@ class EccScheme:
         """Symbol codes: probability a pattern beyond ``detect`` lands in another decoding sphere."""
         if self.kind not in ("symbol", "two_level"):
             return 0.0
-        return _sphere_fraction(self.n_symbols, self.k_bits // self.symbol_bits, 2 ** self.symbol_bits, self.t)
+        return _sphere_fraction(self.n_symbols, self.k_bits // self.symbol_bits, 2**self.symbol_bits, self.t)
 
     # ------------------------------------------------------------ closed form
     def outcome(self, p: float) -> EccOutcome:
@@ -125,10 +126,12 @@ def _sphere_fraction(n: int, k: int, q: int, t: int) -> float:
 
 def _binom_pmf(n: int, p: float) -> np.ndarray:
     from scipy.stats import binom  # imported on first use: scipy.stats costs seconds at every CLI start
+
     return binom.pmf(np.arange(n + 1), n, p)
 
 
 # ---------------------------------------------------------------- bit codes
+
 
 @lru_cache(maxsize=None)
 def hamming_columns(name: str) -> np.ndarray:
@@ -221,8 +224,9 @@ def _bit_code_name(s: EccScheme) -> str:
 
 # ---------------------------------------------------------------- symbol codes
 
+
 def _symbol_pmf(s: EccScheme, p: float) -> tuple[np.ndarray, float]:
-    q = 1.0 - (1.0 - p) ** s.symbol_bits          # symbol error probability
+    q = 1.0 - (1.0 - p) ** s.symbol_bits  # symbol error probability
     return _binom_pmf(s.n_symbols, q), q
 
 
@@ -231,12 +235,12 @@ def _symbol_chunk(s: EccScheme, p: float):
     pmf, q = _symbol_pmf(s, p)
     fm = s.miscorrect_fraction()
     c0 = pmf[0]
-    cor = pmf[1:s.t + 1].sum()
-    det = pmf[s.t + 1:s.detect + 1].sum() + (1.0 - fm) * pmf[s.detect + 1:].sum()
-    sil = fm * pmf[s.detect + 1:].sum()
+    cor = pmf[1 : s.t + 1].sum()
+    det = pmf[s.t + 1 : s.detect + 1].sum() + (1.0 - fm) * pmf[s.detect + 1 :].sum()
+    sil = fm * pmf[s.detect + 1 :].sum()
     bits_per_sym = s.symbol_bits * p / q if q > 0 else 0.0
     j = np.arange(pmf.size)
-    sil_bits = fm * float((pmf[s.detect + 1:] * j[s.detect + 1:]).sum()) * bits_per_sym
+    sil_bits = fm * float((pmf[s.detect + 1 :] * j[s.detect + 1 :]).sum()) * bits_per_sym
     return c0, cor, det, sil, sil_bits
 
 
@@ -248,20 +252,20 @@ def _detected_symbol_bits(s: EccScheme, p: float) -> float:
     j = np.arange(pmf.size)
     bits_per_sym = s.symbol_bits * p / q if q > 0 else 0.0
     w = pmf * j
-    return float(w[s.t + 1:s.detect + 1].sum() + (1.0 - fm) * w[s.detect + 1:].sum()) * bits_per_sym
+    return float(w[s.t + 1 : s.detect + 1].sum() + (1.0 - fm) * w[s.detect + 1 :].sum()) * bits_per_sym
 
 
 def _two_level_outcome(s: EccScheme, p: float) -> EccOutcome:
     c0, cor, era, sil, sil_bits = _symbol_chunk(s, p)
     g = s.outer_m + s.outer_r
     rest = c0 + cor
-    ok = c0 ** g
+    ok = c0**g
     sdc = 1.0 - (1.0 - sil) ** g
     pe = _binom_pmf(g, era / (era + rest)) if era + rest > 0 else np.zeros(g + 1)
     no_sil = (era + rest) ** g
-    due = no_sil * pe[s.outer_r + 1:].sum()
+    due = no_sil * pe[s.outer_r + 1 :].sum()
     e = np.arange(g + 1)
-    due_chunks = no_sil * float((pe * e)[s.outer_r + 1:].sum()) * s.outer_m / g
+    due_chunks = no_sil * float((pe * e)[s.outer_r + 1 :].sum()) * s.outer_m / g
     corrected = max(0.0, 1.0 - ok - sdc - due)
     # silent data bits per data bit: silent chunks keep their errors (a fraction k/n in data)
     silent = sil_bits * (s.k_bits / s.n_bits) / s.k_bits
@@ -282,22 +286,38 @@ SCHEMES: dict[str, EccScheme] = {
     "secded_8_4": EccScheme("secded_8_4", "bit", 8, 4, t=1, detect=2, bandwidth_overhead=1.0, decode_cycles=1),
     # DDR5/LPDDR5 on-die SEC (136,128): 6.25 % hidden cells, invisible to the host, can turn
     # 2-bit errors into 3-bit errors (§3.2, BEER); decode inside the die (latency [M]: 2 cycles).
-    "ondie_sec": EccScheme("ondie_sec", "bit", 136, 128, t=1, detect=1, reports_due=False, hidden=True, decode_cycles=2),
+    "ondie_sec": EccScheme(
+        "ondie_sec", "bit", 136, 128, t=1, detect=1, reports_due=False, hidden=True, decode_cycles=2
+    ),
     # Chipkill / SSC-DSD over x4 symbols, (144,128) across two channels in lockstep (§3.2): corrects a
     # single device, detects a double. Lockstep doubles access granularity/power ([M]; modelled as +1 pJ/B [M]).
-    "chipkill": EccScheme("chipkill", "symbol", 144, 128, symbol_bits=4, t=1, detect=2, decode_cycles=2,
-                          energy_pj_per_byte=1.0),
+    "chipkill": EccScheme(
+        "chipkill", "symbol", 144, 128, symbol_bits=4, t=1, detect=2, decode_cycles=2, energy_pj_per_byte=1.0
+    ),
     # HBM3 mandatory on-die symbol ECC with error reporting (JEDEC, §2/§3.2 [V]); code structure not in
     # the reference: modelled as RS(36,32) over 8-bit symbols, SSC + triple-symbol detect [M].
-    "hbm3_ondie": EccScheme("hbm3_ondie", "symbol", 288, 256, symbol_bits=8, t=1, detect=3, hidden=True,
-                            decode_cycles=2),
+    "hbm3_ondie": EccScheme(
+        "hbm3_ondie", "symbol", 288, 256, symbol_bits=8, t=1, detect=3, hidden=True, decode_cycles=2
+    ),
     # REACH two-level RS (arXiv 2512.18152, §3.2 [V]): inner RS per 32 B chunk corrects or flags an
     # erasure (here RS(36,32), 8-bit symbols, t = 2 [M]), outer RS over 1 KB repairs erasures only
     # (32 chunks + 2 parity chunks [M]); chosen so that tokens/s stays flat to raw BER 1e-3 as REACH reports.
     # 79 % of on-die-ECC throughput at BER 0 [V] -> 1/0.79 - 1 = 0.266 transfer overhead [D];
     # 17.5 W at 3.56 TB/s = 4.9 pJ/B [V]; decode latency [M]: 20 cycles.
-    "rs2": EccScheme("rs2", "two_level", 288, 256, symbol_bits=8, t=2, detect=2, outer_m=32, outer_r=2,
-                     bandwidth_overhead=1.0 / 0.79 - 1.0, decode_cycles=20, energy_pj_per_byte=4.9),
+    "rs2": EccScheme(
+        "rs2",
+        "two_level",
+        288,
+        256,
+        symbol_bits=8,
+        t=2,
+        detect=2,
+        outer_m=32,
+        outer_r=2,
+        bandwidth_overhead=1.0 / 0.79 - 1.0,
+        decode_cycles=20,
+        energy_pj_per_byte=4.9,
+    ),
 }
 
 
@@ -305,13 +325,23 @@ SCHEMES: dict[str, EccScheme] = {
 # decoding of t bit errors per codeword, detection beyond (miscorrection: the sphere fraction).
 # BCH over 1 KB: GF(2^14), t = 40 -> 560 parity bits (6.8 %), the strength class of MLC/TLC controllers [M];
 # hard-decision decode 2 us per codeword [M], 1.5 pJ/B [M].
-SCHEMES["bch_nand"] = EccScheme("bch_nand", "symbol", 8192 + 14 * 40, 8192, symbol_bits=1, t=40, detect=40,
-                                decode_cycles=2000, energy_pj_per_byte=1.5)
+SCHEMES["bch_nand"] = EccScheme(
+    "bch_nand",
+    "symbol",
+    8192 + 14 * 40,
+    8192,
+    symbol_bits=1,
+    t=40,
+    detect=40,
+    decode_cycles=2000,
+    energy_pj_per_byte=1.5,
+)
 # LDPC over 4 KB + 512 B parity (rate 0.89) [M]: soft-decision LDPC of 3D NAND corrects raw BER up to
 # ~5e-3..1e-2 [M]; modelled as a bounded-distance code correcting t = 300 bits per codeword (0.8 %, its
 # hard-equivalent strength [M]); the extra soft sensing reads are not modelled; decode 4 us [M], 5 pJ/B [M].
-SCHEMES["ldpc_nand"] = EccScheme("ldpc_nand", "symbol", 36864, 32768, symbol_bits=1, t=300, detect=300,
-                                 decode_cycles=4000, energy_pj_per_byte=5.0)
+SCHEMES["ldpc_nand"] = EccScheme(
+    "ldpc_nand", "symbol", 36864, 32768, symbol_bits=1, t=300, detect=300, decode_cycles=4000, energy_pj_per_byte=5.0
+)
 
 
 def get_scheme(name: str) -> EccScheme:

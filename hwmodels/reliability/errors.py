@@ -20,17 +20,18 @@ Three independent per-bit mechanisms plus permanent faults:
 
 Refresh interval also scales refresh power: :func:`refresh_power_scale`.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-JEDEC_REFRESH_MS = 64.0            # tREF at <= 85 C (JEDEC; §3.1 "Retention (refresh)")
-JEDEC_REFRESH_HOT_MS = 32.0        # tREF above 85 C (same row)
+JEDEC_REFRESH_MS = 64.0  # tREF at <= 85 C (JEDEC; §3.1 "Retention (refresh)")
+JEDEC_REFRESH_HOT_MS = 32.0  # tREF above 85 C (same row)
 HOT_THRESHOLD_C = 85.0
 HOURS_PER_S = 1.0 / 3600.0
-FIT_HOURS = 1.0e9                  # 1 FIT = 1 failure per 1e9 device-hours (§3.1)
+FIT_HOURS = 1.0e9  # 1 FIT = 1 failure per 1e9 device-hours (§3.1)
 
 
 def refresh_power_scale(interval_ms: float, temp_c: float = 45.0) -> float:
@@ -49,13 +50,19 @@ def refresh_power_scale(interval_ms: float, temp_c: float = 45.0) -> float:
 class FaultMode:
     """A permanent fault class: rate per device and the bits of the device it covers."""
 
-    name: str                 # bit | row | column | pin | chip
-    fit_per_device: float     # faults per 1e9 device-hours
-    footprint_bits: float     # bits of the device the fault covers
+    name: str  # bit | row | column | pin | chip
+    fit_per_device: float  # faults per 1e9 device-hours
+    footprint_bits: float  # bits of the device the fault covers
 
 
-def field_fault_modes(device_fit: float = 40.0, device_bits: float = 16 * 2**30, row_bits: float = 8192,
-                      rows_per_bank: float = 65536, banks: int = 16, width: int = 4) -> tuple[FaultMode, ...]:
+def field_fault_modes(
+    device_fit: float = 40.0,
+    device_bits: float = 16 * 2**30,
+    row_bits: float = 8192,
+    rows_per_bank: float = 65536,
+    banks: int = 16,
+    width: int = 4,
+) -> tuple[FaultMode, ...]:
     """Permanent fault modes with field-study shares.
 
     ``device_fit`` total: "tens of FIT/device" (Sridharan et al., ASPLOS'15; §3.1 [M]). Shares:
@@ -63,7 +70,7 @@ def field_fault_modes(device_fit: float = 40.0, device_bits: float = 16 * 2**30,
     (§3.1 [V]); pin and chip 5 % each [M]; the rest (bank and others) is left out. Geometry
     (16 Gbit device, 1 KB rows, 64 K rows per bank, 16 banks, x4) is DDR4/DDR5-like [M].
     """
-    col_bits = rows_per_bank * width          # one column address of a bank over all rows
+    col_bits = rows_per_bank * width  # one column address of a bank over all rows
     return (
         FaultMode("bit", 0.47 * device_fit, 1.0),
         FaultMode("row", 0.1125 * device_fit, row_bits),
@@ -84,7 +91,7 @@ class RawErrorModel:
     ber_approx: float = 0.0
     fault_modes: tuple = ()
     device_bits: float = 16 * 2**30
-    fault_exposure_h: float = 0.0     # service time before the data is written (accumulated faults)
+    fault_exposure_h: float = 0.0  # service time before the data is written (accumulated faults)
 
     def __post_init__(self):
         t, b = np.asarray(self.retention_anchor_s, float), np.asarray(self.retention_anchor_ber, float)
@@ -102,8 +109,12 @@ class RawErrorModel:
 
     @property
     def is_zero(self) -> bool:
-        return (self.lambda_soft_per_bit_h == 0 and self.ber_approx == 0 and not self.fault_modes
-                and max(self.retention_anchor_ber) < 1e-200)
+        return (
+            self.lambda_soft_per_bit_h == 0
+            and self.ber_approx == 0
+            and not self.fault_modes
+            and max(self.retention_anchor_ber) < 1e-200
+        )
 
     # ------------------------------------------------------------ retention
     def ber_retention(self, interval_ms: float, temp_c: float = 45.0) -> float:
@@ -119,7 +130,7 @@ class RawErrorModel:
         ts = np.log(np.asarray(self.retention_anchor_s, float))
         bs = np.log(np.asarray(self.retention_anchor_ber, float))
         lt = np.log(t)
-        if lt <= ts[0]:       # from 0 at the JEDEC interval up to the first anchor
+        if lt <= ts[0]:  # from 0 at the JEDEC interval up to the first anchor
             slope = (bs[1] - bs[0]) / (ts[1] - ts[0])
             t1 = self.retention_anchor_s[0]
             ber = np.exp(bs[0]) * ((t - t0) / (t1 - t0)) ** slope if t1 > t0 else np.exp(bs[0])
@@ -150,8 +161,10 @@ class RawErrorModel:
         """Expected bits of an ``n_bits`` block corrupted by permanent faults."""
         hours = residency_s * HOURS_PER_S + self.fault_exposure_h
         frac = n_bits / self.device_bits
-        return sum(m.fit_per_device / FIT_HOURS * hours * min(m.footprint_bits, self.device_bits) * frac * 0.5
-                   for m in self.fault_modes)
+        return sum(
+            m.fit_per_device / FIT_HOURS * hours * min(m.footprint_bits, self.device_bits) * frac * 0.5
+            for m in self.fault_modes
+        )
 
     def expected_raw_flips(self, n_bits: float, residency_s: float, interval_ms: float, temp_c: float = 45.0) -> float:
         """N (lambda_soft t + BER_ret/2 + BER_approx) + permanent-fault bits (§5(1))."""

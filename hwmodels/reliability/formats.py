@@ -12,6 +12,7 @@ metadata, both fp16).
 FP8 encodings follow the OCP FP8 spec used by vLLM/SGLang (cxl_reliability.md §4.2,
 "FP8 KV"): E4M3 bias 7, no infinities, max 448; E5M2 bias 15, IEEE-like, max 57344.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -19,8 +20,22 @@ from functools import lru_cache
 import numpy as np
 
 from attnsim.hwmodels.reliability.planes import (  # noqa: F401 (formats.X keeps these names)
-    Encoded, FIELDS, FIELD_GROUPS, FIELD_ID, FLOAT_FORMATS, FORMATS, FORMAT_BITS, INT_FORMATS, LOW_FIELDS, Plane,
-    float_field_of_bit, fp16_bits, fp16_value, int_field_of_bit, scale_field_of_bit)
+    FIELD_GROUPS,
+    FIELD_ID,
+    FIELDS,
+    FLOAT_FORMATS,
+    FORMAT_BITS,
+    FORMATS,
+    INT_FORMATS,
+    LOW_FIELDS,
+    Encoded,
+    Plane,
+    float_field_of_bit,
+    fp16_bits,
+    fp16_value,
+    int_field_of_bit,
+    scale_field_of_bit,
+)
 
 
 def bf16_encode(x: np.ndarray) -> np.ndarray:
@@ -93,6 +108,7 @@ def float_decode(w: np.ndarray, fmt: str) -> np.ndarray:
 
 # ---------------------------------------------------------------- tensors
 
+
 def encode(x: np.ndarray, fmt: str, *, axis: str = "token", group: int = 32) -> Encoded:
     """Store a (tokens, channels) tensor in ``fmt``.
 
@@ -108,6 +124,7 @@ def encode(x: np.ndarray, fmt: str, *, axis: str = "token", group: int = 32) -> 
         return Encoded(fmt, x.shape, {"data": Plane(w, FLOAT_FORMATS[fmt][0], float_field_of_bit(fmt))})
     if fmt in INT_FORMATS:
         from attnsim.hwmodels.reliability.quant import quantize
+
         return quantize(x, INT_FORMATS[fmt], axis=axis, group=group)
     raise ValueError(f"unknown KV format {fmt!r} (known: {', '.join(FORMATS)})")
 
@@ -117,6 +134,7 @@ def decode(enc: Encoded) -> np.ndarray:
     if enc.fmt in FLOAT_FORMATS:
         return float_decode(enc.planes["data"].words, enc.fmt).reshape(enc.shape)
     from attnsim.hwmodels.reliability.quant import dequantize
+
     return dequantize(enc)
 
 
@@ -136,5 +154,5 @@ def token_mask_from_elements(enc: Encoded, bad: dict[str, np.ndarray]) -> np.nda
                 mask[idx // enc.meta["n_groups"]] = True
             else:
                 for tg in np.unique(idx // d):
-                    mask[tg * g:(tg + 1) * g] = True
+                    mask[tg * g : (tg + 1) * g] = True
     return mask

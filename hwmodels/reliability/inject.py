@@ -19,6 +19,7 @@ data; detected-uncorrectable codewords leave the data untouched and are reported
 (the DUE policy -- recompute or drop the token -- is applied by the caller). Per-field
 counters record raw and silent data-bit flips. Same seed, same flips.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,11 +35,12 @@ STAT_NAMES = ("raw_data_flips", "units_with_errors", "corrected", "due", "sdc", 
 
 # ---------------------------------------------------------------- kernels
 
+
 @numba.njit(cache=True)
 def _append(buf, count, value):
     if count >= buf.size:
         new = np.empty(2 * buf.size + 16, dtype=buf.dtype)
-        new[:buf.size] = buf
+        new[: buf.size] = buf
         buf = new
     buf[count] = value
     return buf, count + 1
@@ -57,7 +59,7 @@ def _geometric_positions(n_total, p, buf, count):
     pos = -1.0
     while True:
         u = np.random.random()
-        pos += np.floor(np.log1p(-u) / lq) + 1.0     # gap ~ Geometric(p) on {1, 2, ...}
+        pos += np.floor(np.log1p(-u) / lq) + 1.0  # gap ~ Geometric(p) on {1, 2, ...}
         if pos >= n_total:
             break
         buf, count = _append(buf, count, np.int64(pos))
@@ -89,9 +91,33 @@ def _locate(v, n, k, M, R, n_data_bits):
 
 
 @numba.njit(cache=True)
-def _inject_stream(words, stream_bits, field_of_bit, n_elems, p_flip, p_ret, true_frac,
-                   kind, n, k, sym_bits, t, detect, f_mis, reports_due, lut, cols, M, R,
-                   extra_pos, seed, raw_counts, silent_counts, due_elem, stats):
+def _inject_stream(
+    words,
+    stream_bits,
+    field_of_bit,
+    n_elems,
+    p_flip,
+    p_ret,
+    true_frac,
+    kind,
+    n,
+    k,
+    sym_bits,
+    t,
+    detect,
+    f_mis,
+    reports_due,
+    lut,
+    cols,
+    M,
+    R,
+    extra_pos,
+    seed,
+    raw_counts,
+    silent_counts,
+    due_elem,
+    stats,
+):
     np.random.seed(seed)
     m = stream_bits.size
     n_data = n_elems * m
@@ -110,11 +136,11 @@ def _inject_stream(words, stream_bits, field_of_bit, n_elems, p_flip, p_ret, tru
             if sb >= 0:
                 val = (words[sb // m] >> stream_bits[sb % m]) & 1
             elif (v % n) >= k and (v // n) % (M + R) < M:
-                val = 1 if np.random.random() < 0.5 else 0   # check bit: charged half the time
+                val = 1 if np.random.random() < 0.5 else 0  # check bit: charged half the time
             elif (v // n) % (M + R) >= M:
-                val = 1 if np.random.random() < 0.5 else 0   # outer parity chunk
+                val = 1 if np.random.random() < 0.5 else 0  # outer parity chunk
             else:
-                val = 0                                        # padding (stored zeros)
+                val = 0  # padding (stored zeros)
             true_cell = np.random.random() < true_frac
             if (true_cell and val == 1) or ((not true_cell) and val == 0):
                 buf, c = _append(buf, c, v)
@@ -140,8 +166,8 @@ def _inject_stream(words, stream_bits, field_of_bit, n_elems, p_flip, p_ret, tru
     cw_id = np.empty(npos, dtype=np.int64)
     cw_lo = np.empty(npos, dtype=np.int64)
     cw_hi = np.empty(npos, dtype=np.int64)
-    outc = np.empty(npos, dtype=np.int8)     # 0 clean, 1 silent, 2 detected (erasure)
-    misc = np.empty(npos, dtype=np.int64)    # extra bit toggled by a miscorrection, or -1
+    outc = np.empty(npos, dtype=np.int8)  # 0 clean, 1 silent, 2 detected (erasure)
+    misc = np.empty(npos, dtype=np.int64)  # extra bit toggled by a miscorrection, or -1
     ncw = 0
     i = 0
     while i < npos:
@@ -256,23 +282,24 @@ def _inject_stream(words, stream_bits, field_of_bit, n_elems, p_flip, p_ret, tru
 
 # ---------------------------------------------------------------- Python API
 
+
 @dataclass(frozen=True)
 class StreamSpec:
     """How the bits of some fields are stored: ECC scheme and raw error rates."""
 
     fields: tuple = FIELDS
     ecc: str = "none"
-    p_flip: float = 0.0          # bidirectional per-bit flip probability
-    p_retention: float = 0.0     # per charged cell
+    p_flip: float = 0.0  # bidirectional per-bit flip probability
+    p_retention: float = 0.0  # per charged cell
     true_cell_fraction: float = 0.5
 
 
 @dataclass
 class InjectionResult:
-    encoded: Encoded                      # corrupted copy
-    raw_counts: dict                      # field -> raw data-bit flips (before ECC)
-    silent_counts: dict                   # field -> data-bit flips left in the data
-    due_masks: dict                       # plane -> bool per element in a DUE codeword
+    encoded: Encoded  # corrupted copy
+    raw_counts: dict  # field -> raw data-bit flips (before ECC)
+    silent_counts: dict  # field -> data-bit flips left in the data
+    due_masks: dict  # plane -> bool per element in a DUE codeword
     stats: dict = field(default_factory=dict)
 
 
@@ -286,8 +313,14 @@ def _scheme_arrays(s: _ecc.EccScheme):
     return cols, lut
 
 
-def inject_plane_stream(words: np.ndarray, elem_bits: int, field_of_bit: np.ndarray, spec: StreamSpec, seed: int,
-                        extra_pos: np.ndarray | None = None):
+def inject_plane_stream(
+    words: np.ndarray,
+    elem_bits: int,
+    field_of_bit: np.ndarray,
+    spec: StreamSpec,
+    seed: int,
+    extra_pos: np.ndarray | None = None,
+):
     """Inject into one plane (in place) for the bits of ``spec.fields``; returns counters."""
     wanted = np.array([FIELD_ID[f] for f in spec.fields], dtype=np.int64)
     stream_bits = np.flatnonzero(np.isin(field_of_bit.astype(np.int64), wanted)).astype(np.int64)
@@ -300,10 +333,33 @@ def inject_plane_stream(words: np.ndarray, elem_bits: int, field_of_bit: np.ndar
     s = _ecc.get_scheme(spec.ecc)
     cols, lut = _scheme_arrays(s)
     extra = np.zeros(0, dtype=np.int64) if extra_pos is None else np.asarray(extra_pos, dtype=np.int64)
-    _inject_stream(words, stream_bits, field_of_bit.astype(np.int64), words.size, float(spec.p_flip),
-                   float(spec.p_retention), float(spec.true_cell_fraction), _ecc.KIND_ID[s.kind], s.n_bits,
-                   s.k_bits, s.symbol_bits, s.t, s.detect, s.miscorrect_fraction(), s.reports_due, lut, cols,
-                   s.outer_m, s.outer_r, extra, np.int64(seed), raw, sil, due, stats)
+    _inject_stream(
+        words,
+        stream_bits,
+        field_of_bit.astype(np.int64),
+        words.size,
+        float(spec.p_flip),
+        float(spec.p_retention),
+        float(spec.true_cell_fraction),
+        _ecc.KIND_ID[s.kind],
+        s.n_bits,
+        s.k_bits,
+        s.symbol_bits,
+        s.t,
+        s.detect,
+        s.miscorrect_fraction(),
+        s.reports_due,
+        lut,
+        cols,
+        s.outer_m,
+        s.outer_r,
+        extra,
+        np.int64(seed),
+        raw,
+        sil,
+        due,
+        stats,
+    )
     return raw, sil, due, stats
 
 
@@ -323,14 +379,20 @@ def inject(enc: Encoded, specs, seed: int = 0) -> InjectionResult:
     for pi, (name, plane) in enumerate(sorted(out.planes.items())):
         due_masks[name] = np.zeros(plane.words.size, dtype=bool)
         for si, spec in enumerate(specs):
-            r, s, d, st = inject_plane_stream(plane.words, plane.elem_bits, plane.field_of_bit, spec,
-                                              _seed_for(seed, pi, si))
+            r, s, d, st = inject_plane_stream(
+                plane.words, plane.elem_bits, plane.field_of_bit, spec, _seed_for(seed, pi, si)
+            )
             raw += r
             sil += s
             stats += st
             due_masks[name] |= d
-    return InjectionResult(out, dict(zip(FIELDS, raw.tolist())), dict(zip(FIELDS, sil.tolist())), due_masks,
-                           dict(zip(STAT_NAMES, stats.tolist())))
+    return InjectionResult(
+        out,
+        dict(zip(FIELDS, raw.tolist())),
+        dict(zip(FIELDS, sil.tolist())),
+        due_masks,
+        dict(zip(STAT_NAMES, stats.tolist())),
+    )
 
 
 def monte_carlo_outcomes(scheme: str, p: float, n_units: int, seed: int = 0) -> dict:
@@ -344,12 +406,25 @@ def monte_carlo_outcomes(scheme: str, p: float, n_units: int, seed: int = 0) -> 
     fob = np.full(8, FIELD_ID["code_low"], dtype=np.int8)
     _, _, _, st = inject_plane_stream(words, 8, fob, StreamSpec(("code_low",), scheme, p_flip=p), seed)
     st = dict(zip(STAT_NAMES, st.tolist()))
-    return {"n": n_units, "ok": n_units - st["units_with_errors"], "corrected": st["corrected"],
-            "due": st["due"], "sdc": st["sdc"], "silent_data_flips": st["silent_data_flips"]}
+    return {
+        "n": n_units,
+        "ok": n_units - st["units_with_errors"],
+        "corrected": st["corrected"],
+        "due": st["due"],
+        "sdc": st["sdc"],
+        "silent_data_flips": st["silent_data_flips"],
+    }
 
 
-def fault_positions(mode: str, n_virtual_bits: int, rng: np.random.Generator, *, bus_bits: int = 72,
-                    device_width: int = 4, row_bits: int = 8192) -> np.ndarray:
+def fault_positions(
+    mode: str,
+    n_virtual_bits: int,
+    rng: np.random.Generator,
+    *,
+    bus_bits: int = 72,
+    device_width: int = 4,
+    row_bits: int = 8192,
+) -> np.ndarray:
     """Virtual-stream positions corrupted by one permanent fault (each stuck bit differs from the data w.p. 1/2).
 
     Layout: the stream is striped over a bus of ``bus_bits`` lanes (one codeword beat for

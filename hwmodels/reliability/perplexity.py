@@ -20,11 +20,11 @@ split into its quantization part, the format's error at BER 0, and the bit-error
 reports the residuals; :func:`error_weights` turns a perplexity-increase SLO into weights on
 the planner's two error parts (planner.Planner ``error_weights``).
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,13 +47,16 @@ class LMConfig:
     seed: int = 0
 
     def describe(self) -> str:
-        return (f"char-level decoder-only transformer, 1 pre-LN block, d_model {self.d_model}, "
-                f"{self.n_heads} heads, context {self.context}, ReLU MLP 4x, trained {self.steps} Adam steps "
-                f"(batch {self.batch}, lr {self.lr:g}, seed {self.seed}) in numpy")
+        return (
+            f"char-level decoder-only transformer, 1 pre-LN block, d_model {self.d_model}, "
+            f"{self.n_heads} heads, context {self.context}, ReLU MLP 4x, trained {self.steps} Adam steps "
+            f"(batch {self.batch}, lr {self.lr:g}, seed {self.seed}) in numpy"
+        )
 
 
 def load_text() -> str:
     from pydoc_data.topics import topics
+
     s = "".join(topics[k] for k in sorted(topics))
     return "".join(c for c in s if c == "\n" or " " <= c <= "~")
 
@@ -68,6 +71,7 @@ def split_text(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray, list]:
 
 
 # ---------------------------------------------------------------- model
+
 
 def _ln(x, g, b, eps=1e-5):
     mu = x.mean(-1, keepdims=True)
@@ -88,13 +92,24 @@ def init_params(vocab: int, cfg: LMConfig) -> dict:
     rng = np.random.default_rng(cfg.seed)
     d = cfg.d_model
     n = lambda *s, std=0.02: (rng.standard_normal(s) * std).astype(np.float32)  # noqa: E731
-    return {"E": n(vocab, d), "P": n(cfg.context, d), "g1": np.ones(d, np.float32), "b1": np.zeros(d, np.float32),
-            "Wqkv": n(d, 3 * d, std=d ** -0.5), "Wo": n(d, d, std=0.5 * d ** -0.5),
-            "g2": np.ones(d, np.float32), "b2": np.zeros(d, np.float32),
-            "W1": n(d, 4 * d, std=d ** -0.5), "c1": np.zeros(4 * d, np.float32),
-            "W2": n(4 * d, d, std=0.5 * (4 * d) ** -0.5), "c2": np.zeros(d, np.float32),
-            "gf": np.ones(d, np.float32), "bf": np.zeros(d, np.float32),
-            "U": n(d, vocab, std=d ** -0.5), "bu": np.zeros(vocab, np.float32)}
+    return {
+        "E": n(vocab, d),
+        "P": n(cfg.context, d),
+        "g1": np.ones(d, np.float32),
+        "b1": np.zeros(d, np.float32),
+        "Wqkv": n(d, 3 * d, std=d**-0.5),
+        "Wo": n(d, d, std=0.5 * d**-0.5),
+        "g2": np.ones(d, np.float32),
+        "b2": np.zeros(d, np.float32),
+        "W1": n(d, 4 * d, std=d**-0.5),
+        "c1": np.zeros(4 * d, np.float32),
+        "W2": n(4 * d, d, std=0.5 * (4 * d) ** -0.5),
+        "c2": np.zeros(d, np.float32),
+        "gf": np.ones(d, np.float32),
+        "bf": np.zeros(d, np.float32),
+        "U": n(d, vocab, std=d**-0.5),
+        "bu": np.zeros(vocab, np.float32),
+    }
 
 
 def _mm(x, W):
@@ -117,7 +132,7 @@ def forward(p: dict, X: np.ndarray, H: int, kv: tuple | None = None, keep: bool 
     a, c1 = _ln(x0, p["g1"], p["b1"])
     qkv = _mm(a, p["Wqkv"])
     d = x0.shape[-1]
-    q, k, v = (_heads(qkv[..., i * d:(i + 1) * d], H) for i in range(3))
+    q, k, v = (_heads(qkv[..., i * d : (i + 1) * d], H) for i in range(3))
     if kv is not None:
         k, v = kv
     hd = d // H
@@ -202,7 +217,7 @@ def train(cfg: LMConfig = LMConfig()):
         for k in p:
             mom[k] = b1 * mom[k] + (1 - b1) * g[k]
             vel[k] = b2 * vel[k] + (1 - b2) * g[k] ** 2
-            p[k] -= (lr * (mom[k] / (1 - b1 ** step)) / (np.sqrt(vel[k] / (1 - b2 ** step)) + 1e-8)).astype(np.float32)
+            p[k] -= (lr * (mom[k] / (1 - b1**step)) / (np.sqrt(vel[k] / (1 - b2**step)) + 1e-8)).astype(np.float32)
     return p, tr, ho, vocab
 
 
@@ -251,8 +266,13 @@ def corrupt_cache(k: np.ndarray, v: np.ndarray, fmt: str, ber: float, seed: int,
     return out[0], out[1]
 
 
-def calibrate(cfg: LMConfig = LMConfig(), formats=("bf16", "fp8_e4m3", "int8", "int4"),
-              bers=(0.0, 1e-5, 1e-4, 1e-3), seeds=(0, 1, 2), group: int = 32) -> dict:
+def calibrate(
+    cfg: LMConfig = LMConfig(),
+    formats=("bf16", "fp8_e4m3", "int8", "int4"),
+    bers=(0.0, 1e-5, 1e-4, 1e-3),
+    seeds=(0, 1, 2),
+    group: int = 32,
+) -> dict:
     """Train, then measure (proxy error, perplexity increase) per format, BER and seed."""
     p, tr, ho, vocab = train(cfg)
     X, Y = eval_windows(ho, cfg)
@@ -262,19 +282,36 @@ def calibrate(cfg: LMConfig = LMConfig(), formats=("bf16", "fp8_e4m3", "int8", "
     points = []
     for fmt in formats:
         for ber in bers:
-            for s in (seeds if ber > 0 else seeds[:1]):   # no flips: the seed changes nothing
+            for s in seeds if ber > 0 else seeds[:1]:  # no flips: the seed changes nothing
                 k2, v2 = corrupt_cache(c["k"], c["v"], fmt, ber, s, group)
                 with np.errstate(invalid="ignore", over="ignore"):
                     kv = (k2.astype(np.float64), v2.astype(np.float64))
                 lg2, c2 = forward(pd, X, cfg.n_heads, kv=kv)
                 ppl = perplexity(lg2, Y)
                 O2 = np.where(np.isfinite(c2["O"]), c2["O"], np.inf)
-                points.append({"format": fmt, "ber": float(ber), "seed": int(s), "ppl": ppl,
-                               "ppl_increase": ppl / ppl0 - 1, "rel_attention_error": rel_attention_error(c["O"], O2)})
-    return {"model": cfg.describe(), "text_source": TEXT_SOURCE, "vocab": len(vocab),
-            "train_chars": int(tr.size), "heldout_chars": int(ho.size),
-            "eval_tokens": int(Y.size), "ppl_clean": ppl0, "ppl_unigram": unigram_perplexity(tr, Y, len(vocab)),
-            "quant_group": group, "seeds": list(seeds), "points": points}
+                points.append(
+                    {
+                        "format": fmt,
+                        "ber": float(ber),
+                        "seed": int(s),
+                        "ppl": ppl,
+                        "ppl_increase": ppl / ppl0 - 1,
+                        "rel_attention_error": rel_attention_error(c["O"], O2),
+                    }
+                )
+    return {
+        "model": cfg.describe(),
+        "text_source": TEXT_SOURCE,
+        "vocab": len(vocab),
+        "train_chars": int(tr.size),
+        "heldout_chars": int(ho.size),
+        "eval_tokens": int(Y.size),
+        "ppl_clean": ppl0,
+        "ppl_unigram": unigram_perplexity(tr, Y, len(vocab)),
+        "quant_group": group,
+        "seeds": list(seeds),
+        "points": points,
+    }
 
 
 def mean_points(points: list) -> list:
@@ -283,9 +320,15 @@ def mean_points(points: list) -> list:
     groups: dict = {}
     for pt in points:
         groups.setdefault((pt["format"], pt["ber"]), []).append(pt)
-    out = [{"format": f, "ber": b, "ppl_increase": float(np.mean([p["ppl_increase"] for p in g])),
-            "rel_attention_error": float(np.mean([p["rel_attention_error"] for p in g]))}
-           for (f, b), g in groups.items()]
+    out = [
+        {
+            "format": f,
+            "ber": b,
+            "ppl_increase": float(np.mean([p["ppl_increase"] for p in g])),
+            "rel_attention_error": float(np.mean([p["rel_attention_error"] for p in g])),
+        }
+        for (f, b), g in groups.items()
+    ]
     clean = {p["format"]: p["rel_attention_error"] for p in out if p["ber"] == 0}
     for p in out:
         if p["format"] not in clean:
@@ -310,7 +353,7 @@ def fit_mapping(points: list, floor: float = 1e-3) -> dict:
     w = 1.0 / np.maximum(np.abs(y), floor)
     Aw, yw = A * w[:, None], y * w
     s, *_ = np.linalg.lstsq(Aw, yw, rcond=None)
-    for i in range(2):   # non-negative least squares for two columns: refit the other one alone
+    for i in range(2):  # non-negative least squares for two columns: refit the other one alone
         if s[i] < 0:
             j = 1 - i
             s = np.zeros(2)
@@ -320,10 +363,17 @@ def fit_mapping(points: list, floor: float = 1e-3) -> dict:
     # bit-error points after the fitted quantization share), for SLOs that must hold at every point
     q_up = max([yi / a[0] for yi, a in zip(y, A) if a[1] == 0 and a[0] > 0 and yi > 0], default=float(s[0]))
     b_up = max([(yi - s[0] * a[0]) / a[1] for yi, a in zip(y, A) if a[1] > 0], default=float(s[1]))
-    return {"s_quant": float(s[0]), "s_bit": float(s[1]), "s_quant_upper": float(max(q_up, s[0])),
-            "s_bit_upper": float(max(b_up, s[1])), "n": len(pts), "floor": floor,
-            "residual_rms": float(np.sqrt(np.mean(res ** 2))), "residual_max": float(np.max(res)),
-            "residual_min": float(np.min(res))}
+    return {
+        "s_quant": float(s[0]),
+        "s_bit": float(s[1]),
+        "s_quant_upper": float(max(q_up, s[0])),
+        "s_bit_upper": float(max(b_up, s[1])),
+        "n": len(pts),
+        "floor": floor,
+        "residual_rms": float(np.sqrt(np.mean(res**2))),
+        "residual_max": float(np.max(res)),
+        "residual_min": float(np.min(res)),
+    }
 
 
 def ppl_increase(e_quant: float, e_bit: float, fit: dict) -> float:
@@ -346,18 +396,22 @@ def calibration_path():
     from pathlib import Path
 
     import attnsim.configs
+
     return Path(attnsim.configs.__file__).parent / "calibration" / "kv_error_ppl.yaml"
 
 
 def load_calibration(path=None) -> dict:
     """The saved calibration (bench/calibrate_perplexity.py) with its fit."""
     from attnsim.core.config import ConfigError, check_float, check_numbers, display_path, load_yaml
+
     p = calibration_path() if path is None else path
     doc = load_yaml(p)  # a missing / non-YAML file: one ConfigError naming the file (and line)
     if not isinstance(doc, dict) or "fit" not in doc or "model" not in doc or not isinstance(doc["fit"], dict):
-        raise ConfigError(f"expected a KV error -> perplexity calibration (keys model, fit), got keys "
-                          f"{sorted(map(str, doc)) if isinstance(doc, dict) else type(doc).__name__}",
-                          file=display_path(p))
+        raise ConfigError(
+            f"expected a KV error -> perplexity calibration (keys model, fit), got keys "
+            f"{sorted(map(str, doc)) if isinstance(doc, dict) else type(doc).__name__}",
+            file=display_path(p),
+        )
     check_numbers(doc, display_path(p))  # no NaN / inf anywhere (issue 31: a NaN slope planned silently)
     for key in FIT_SLOPES:
         check_float(doc["fit"].get(key), display_path(p), f"fit.{key}", lo=0.0, hi=MAX_SLOPE)

@@ -1,6 +1,7 @@
 """Bit layout vocabulary of stored KV tensors: the fields, the formats and their widths, the planes of an
 :class:`Encoded` tensor and fp16 words (module doc of formats.py). Shared by the float formats (formats.py) and
 the integer quantizer (quant.py), so quant.py need not import formats.py, which dispatches to it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ def float_field_of_bit(fmt: str) -> np.ndarray:
     bits, e, m = FLOAT_FORMATS[fmt]
     f = np.empty(bits, dtype=np.int8)
     f[:m] = FIELD_ID["mantissa"]
-    f[m:m + e - 1] = FIELD_ID["exp_other"]
+    f[m : m + e - 1] = FIELD_ID["exp_other"]
     f[m + e - 1] = FIELD_ID["exp_msb"]
     f[bits - 1] = FIELD_ID["sign"]
     return f
@@ -52,9 +53,9 @@ def scale_field_of_bit() -> np.ndarray:
 class Plane:
     """A flat array of stored elements and the field of each of their bits."""
 
-    words: np.ndarray          # uint16 or uint8, 1-D
+    words: np.ndarray  # uint16 or uint8, 1-D
     elem_bits: int
-    field_of_bit: np.ndarray   # int8, (elem_bits,)
+    field_of_bit: np.ndarray  # int8, (elem_bits,)
 
     def copy(self) -> "Plane":
         return Plane(self.words.copy(), self.elem_bits, self.field_of_bit)

@@ -32,6 +32,7 @@ per unit of eps) until within budget, then improve (take the move with the large
 gain per unit of added eps) until no move helps; both respect capacities. ``replan`` restarts
 from a previous assignment when importance drifts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ import numpy as np
 from attnsim.hwmodels.reliability import accuracy as acc
 from attnsim.hwmodels.reliability import ecc as _ecc
 from attnsim.hwmodels.reliability.errors import JEDEC_REFRESH_MS, RawErrorModel, refresh_power_scale
-from attnsim.hwmodels.reliability.formats import FIELD_GROUPS, FLOAT_FORMATS, FORMAT_BITS
+from attnsim.hwmodels.reliability.formats import FIELD_GROUPS, FORMAT_BITS
 
 OBJECTIVES = ("latency_x_energy", "energy", "latency")
 HIGH = FIELD_GROUPS["high"]
@@ -54,9 +55,9 @@ class TierSpec:
     """A memory tier as the planner sees it (inputs; not derived from device models yet)."""
 
     name: str
-    read_s_per_byte: float          # effective streaming time per byte read
-    read_j_per_byte: float          # dynamic energy per byte read
-    refresh_w_per_byte: float       # refresh power per stored byte at the JEDEC 64 ms interval
+    read_s_per_byte: float  # effective streaming time per byte read
+    read_j_per_byte: float  # dynamic energy per byte read
+    refresh_w_per_byte: float  # refresh power per stored byte at the JEDEC 64 ms interval
     capacity_bytes: float
     errors: RawErrorModel = field(default_factory=RawErrorModel)
     temp_c: float = 45.0
@@ -72,9 +73,9 @@ class KVBlock:
     token_end: int
     n_heads: int
     head_dim: int
-    context_tokens: int             # tokens of the heads this block belongs to
-    attention_mass: float           # share of those heads' attention held by this token range
-    importance: str = "normal"      # class label (reporting / drift)
+    context_tokens: int  # tokens of the heads this block belongs to
+    attention_mass: float  # share of those heads' attention held by this token range
+    importance: str = "normal"  # class label (reporting / drift)
     reads_per_step: float = 1.0
 
     @property
@@ -82,7 +83,7 @@ class KVBlock:
         return self.token_end - self.token_start
 
     @property
-    def n_elements(self) -> int:     # K and V
+    def n_elements(self) -> int:  # K and V
         return 2 * self.n_heads * self.n_tokens * self.head_dim
 
     @property
@@ -101,8 +102,10 @@ class Option:
 
     @property
     def label(self) -> str:
-        return (f"{self.tier}/{self.fmt}/ecc:{self.ecc_high}+{self.ecc_low}/"
-                f"ref:{self.refresh_high_ms:g}+{self.refresh_low_ms:g}ms")
+        return (
+            f"{self.tier}/{self.fmt}/ecc:{self.ecc_high}+{self.ecc_low}/"
+            f"ref:{self.refresh_high_ms:g}+{self.refresh_low_ms:g}ms"
+        )
 
 
 def enumerate_options(tiers: Sequence[TierSpec], formats: Sequence[str]) -> list[Option]:
@@ -131,19 +134,20 @@ class OptionTable:
     options: list
     tier_idx: np.ndarray
     eps_q: np.ndarray
-    sk: np.ndarray            # sum_f bits_f s_f sK_f / 2 (per element)
+    sk: np.ndarray  # sum_f bits_f s_f sK_f / 2 (per element)
     sv: np.ndarray
-    silent_bits: np.ndarray   # silent data-bit flips per element
-    due_frac: np.ndarray      # probability a data bit lies in a DUE unit
+    silent_bits: np.ndarray  # silent data-bit flips per element
+    due_frac: np.ndarray  # probability a data bit lies in a DUE unit
     due_units_per_element: np.ndarray  # expected DUE units per element (for P_drop)
     stored_bytes: np.ndarray  # visible bytes per element (capacity)
-    time_s: np.ndarray        # read time per element per read
-    energy_j: np.ndarray      # dynamic energy per element per read
-    refresh_w: np.ndarray     # refresh power per element
+    time_s: np.ndarray  # read time per element per read
+    energy_j: np.ndarray  # dynamic energy per element per read
+    refresh_w: np.ndarray  # refresh power per element
 
 
-def option_table(options: list[Option], tiers: Sequence[TierSpec], residency_s: float, group: int = 32,
-                 due_policy: str = "recompute") -> OptionTable:
+def option_table(
+    options: list[Option], tiers: Sequence[TierSpec], residency_s: float, group: int = 32, due_policy: str = "recompute"
+) -> OptionTable:
     tiers_by = {t.name: t for t in tiers}
     names = [t.name for t in tiers]
     n = len(options)
@@ -172,21 +176,34 @@ def option_table(options: list[Option], tiers: Sequence[TierSpec], residency_s: 
             cols["bytes"][i] += byt * (1 + s.visible_overhead)
             cols["time"][i] += byt * (1 + s.bandwidth_overhead) * t.read_s_per_byte
             cols["energy"][i] += byt * ((1 + s.storage_overhead) * t.read_j_per_byte + s.energy_pj_per_byte * 1e-12)
-            cols["ref"][i] += byt * (1 + s.storage_overhead) * t.refresh_w_per_byte * refresh_power_scale(ref_ms, t.temp_c)
-        if due_policy == "recompute":   # refetch what was detected uncorrectable
+            cols["ref"][i] += (
+                byt * (1 + s.storage_overhead) * t.refresh_w_per_byte * refresh_power_scale(ref_ms, t.temp_c)
+            )
+        if due_policy == "recompute":  # refetch what was detected uncorrectable
             cols["time"][i] += cols["due"][i] * bits_total / 8 * t.read_s_per_byte
             cols["energy"][i] += cols["due"][i] * bits_total / 8 * t.read_j_per_byte
-    return OptionTable(options, np.array([names.index(o.tier) for o in options]), cols["eps_q"], cols["sk"],
-                       cols["sv"], cols["silent"], cols["due"], cols["pdrop"], cols["bytes"], cols["time"],
-                       cols["energy"], cols["ref"])
+    return OptionTable(
+        options,
+        np.array([names.index(o.tier) for o in options]),
+        cols["eps_q"],
+        cols["sk"],
+        cols["sv"],
+        cols["silent"],
+        cols["due"],
+        cols["pdrop"],
+        cols["bytes"],
+        cols["time"],
+        cols["energy"],
+        cols["ref"],
+    )
 
 
 @dataclass
 class Plan:
     blocks: list
-    options: list                   # chosen Option per block
-    choice: np.ndarray              # option index per block
-    eps: float                      # accuracy proxy (bound on mean relative attention error)
+    options: list  # chosen Option per block
+    choice: np.ndarray  # option index per block
+    eps: float  # accuracy proxy (bound on mean relative attention error)
     budget: float
     feasible: bool
     latency_s: float
@@ -197,22 +214,40 @@ class Plan:
     silent_errors_per_token: float
     detected_errors_per_token: float
     migrations: int = 0
-    eps_quant: float = 0.0          # quantization part of eps (unweighted)
-    eps_bit: float = 0.0            # silent bit-error (+ dropped-token) part of eps (unweighted)
+    eps_quant: float = 0.0  # quantization part of eps (unweighted)
+    eps_bit: float = 0.0  # silent bit-error (+ dropped-token) part of eps (unweighted)
 
     def summary(self) -> dict:
-        return {"eps": self.eps, "budget": self.budget, "slo_met": self.feasible, "latency_s": self.latency_s,
-                "energy_j": self.energy_j, "refresh_w": self.refresh_w, "objective": self.objective,
-                "tier_bytes": self.tier_bytes, "silent_errors_per_token": self.silent_errors_per_token,
-                "detected_errors_per_token": self.detected_errors_per_token, "migrations": self.migrations,
-                "eps_quant": self.eps_quant, "eps_bit": self.eps_bit}
+        return {
+            "eps": self.eps,
+            "budget": self.budget,
+            "slo_met": self.feasible,
+            "latency_s": self.latency_s,
+            "energy_j": self.energy_j,
+            "refresh_w": self.refresh_w,
+            "objective": self.objective,
+            "tier_bytes": self.tier_bytes,
+            "silent_errors_per_token": self.silent_errors_per_token,
+            "detected_errors_per_token": self.detected_errors_per_token,
+            "migrations": self.migrations,
+            "eps_quant": self.eps_quant,
+            "eps_bit": self.eps_bit,
+        }
 
 
 class Planner:
-    def __init__(self, tiers: Sequence[TierSpec], formats: Sequence[str] = ("bf16", "fp8_e4m3", "int8", "int4"),
-                 budget: float = 0.05, objective: str = "latency_x_energy", residency_s: float = 1.0,
-                 group: int = 32, due_policy: str = "recompute", options: list[Option] | None = None,
-                 error_weights: tuple = (1.0, 1.0)):
+    def __init__(
+        self,
+        tiers: Sequence[TierSpec],
+        formats: Sequence[str] = ("bf16", "fp8_e4m3", "int8", "int4"),
+        budget: float = 0.05,
+        objective: str = "latency_x_energy",
+        residency_s: float = 1.0,
+        group: int = 32,
+        due_policy: str = "recompute",
+        options: list[Option] | None = None,
+        error_weights: tuple = (1.0, 1.0),
+    ):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         for f in formats:
@@ -246,9 +281,17 @@ class Planner:
         eps_b = eps_b / H_total
         wq, wb = self.error_weights
         eps = eps_q + eps_b if (wq, wb) == (1.0, 1.0) else wq * eps_q + wb * eps_b
-        return {"eps": eps, "eps_q": eps_q, "eps_b": eps_b, "time": N * reads * tb.time_s[None], "energy": N * reads * tb.energy_j[None],
-                "ref": N * tb.refresh_w[None], "bytes": N * tb.stored_bytes[None],
-                "silent": N * tb.silent_bits[None], "due": N * tb.due_frac[None]}
+        return {
+            "eps": eps,
+            "eps_q": eps_q,
+            "eps_b": eps_b,
+            "time": N * reads * tb.time_s[None],
+            "energy": N * reads * tb.energy_j[None],
+            "ref": N * tb.refresh_w[None],
+            "bytes": N * tb.stored_bytes[None],
+            "silent": N * tb.silent_bits[None],
+            "due": N * tb.due_frac[None],
+        }
 
     def _obj(self, T, E, P):
         if self.objective == "latency":
@@ -277,8 +320,11 @@ class Planner:
                 dobj = self._obj(T + dT, E + dE, P + dP) - obj
                 deps = M["eps"] - M["eps"][rows, cur][:, None]
                 same = tier_of[None, :] == tier_of[cur][:, None]
-                room = (self.cap[tier_of][None, :] - use[tier_of][None, :] +
-                        np.where(same, M["bytes"][rows, cur][:, None], 0.0))
+                room = (
+                    self.cap[tier_of][None, :]
+                    - use[tier_of][None, :]
+                    + np.where(same, M["bytes"][rows, cur][:, None], 0.0)
+                )
                 ok_cap = M["bytes"] <= room * (1 + 1e-12)
                 if phase == "repair":
                     if eps <= self.budget:
@@ -320,11 +366,24 @@ class Planner:
         T, E, P = (float(M[k][rows, choice].sum()) for k in ("time", "energy", "ref"))
         eps = float(M["eps"][rows, choice].sum())
         use = np.bincount(self.table.tier_idx[choice], weights=M["bytes"][rows, choice], minlength=len(self.tiers))
-        return Plan(list(blocks), [self.options[i] for i in choice], choice, eps, self.budget,
-                    eps <= self.budget * (1 + 1e-9), T, E + P * T, P, self._obj(T, E, P),
-                    {t.name: float(u) for t, u in zip(self.tiers, use)},
-                    float(M["silent"][rows, choice].sum()), float(M["due"][rows, choice].sum()), migrations,
-                    float(M["eps_q"][rows, choice].sum()), float(M["eps_b"][rows, choice].sum()))
+        return Plan(
+            list(blocks),
+            [self.options[i] for i in choice],
+            choice,
+            eps,
+            self.budget,
+            eps <= self.budget * (1 + 1e-9),
+            T,
+            E + P * T,
+            P,
+            self._obj(T, E, P),
+            {t.name: float(u) for t, u in zip(self.tiers, use)},
+            float(M["silent"][rows, choice].sum()),
+            float(M["due"][rows, choice].sum()),
+            migrations,
+            float(M["eps_q"][rows, choice].sum()),
+            float(M["eps_b"][rows, choice].sum()),
+        )
 
     def plan(self, blocks: Sequence[KVBlock]) -> Plan:
         blocks = list(blocks)
@@ -340,9 +399,18 @@ class Planner:
         return self._finish(blocks, choice, M, int(np.sum(choice != previous.choice)))
 
 
-def uniform_blocks(n_layers: int, n_head_groups: int, heads_per_group: int, head_dim: int, context_tokens: int,
-                   block_tokens: int, n_sinks: int = 4, sink_mass: float = 0.3, recent_tokens: int = 256,
-                   recent_mass: float = 0.3) -> list[KVBlock]:
+def uniform_blocks(
+    n_layers: int,
+    n_head_groups: int,
+    heads_per_group: int,
+    head_dim: int,
+    context_tokens: int,
+    block_tokens: int,
+    n_sinks: int = 4,
+    sink_mass: float = 0.3,
+    recent_tokens: int = 256,
+    recent_mass: float = 0.3,
+) -> list[KVBlock]:
     """Blocks of ``block_tokens`` with a sink / recent / normal importance profile.
 
     The first ``n_sinks`` tokens hold ``sink_mass`` of the attention (attention sinks), the
@@ -357,8 +425,11 @@ def uniform_blocks(n_layers: int, n_head_groups: int, heads_per_group: int, head
                 sinks = max(0, min(e, n_sinks) - s)
                 recent = max(0, e - max(s, context_tokens - recent_tokens))
                 mid = (e - s) - sinks - recent
-                mass = sinks / n_sinks * sink_mass + recent / recent_tokens * recent_mass + \
-                    mid / mid_tokens * (1 - sink_mass - recent_mass)
+                mass = (
+                    sinks / n_sinks * sink_mass
+                    + recent / recent_tokens * recent_mass
+                    + mid / mid_tokens * (1 - sink_mass - recent_mass)
+                )
                 cls = "sink" if sinks else ("recent" if recent else "normal")
                 blocks.append(KVBlock(layer, g, s, e, heads_per_group, head_dim, context_tokens, mass, cls))
     return blocks

@@ -7,18 +7,25 @@ values per token (a group = ``group`` consecutive channels of one token), as in 
 ``x_hat = code * scale + zero``. Codes, scales and zero-points are separate planes so
 bit errors can be injected into each (a scale flip corrupts a whole group, §4.1).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from attnsim.hwmodels.reliability.planes import (Encoded, Plane, fp16_bits, fp16_value, int_field_of_bit,
-                                                 scale_field_of_bit)
+from attnsim.hwmodels.reliability.planes import (
+    Encoded,
+    Plane,
+    fp16_bits,
+    fp16_value,
+    int_field_of_bit,
+    scale_field_of_bit,
+)
 
 
 def _grouped(x: np.ndarray, axis: str, group: int) -> tuple[np.ndarray, int]:
     """View x as (n_rows, n_groups, group) with groups along ``axis`` (edge-padded)."""
     T, d = x.shape
-    a = x if axis == "token" else x.T          # groups run along the last axis of a
+    a = x if axis == "token" else x.T  # groups run along the last axis of a
     rows, length = a.shape
     g = min(group, length)
     ng = -(-length // g)
@@ -50,15 +57,20 @@ def quantize(x: np.ndarray, bits: int, *, axis: str = "token", group: int = 32) 
     rows = codes.shape[0]
     codes = codes.reshape(rows, -1)[:, : (d if axis == "token" else T)]
     if axis == "channel":
-        codes = codes.T                         # back to (T, d)
-        scale_w = scale_w.reshape(d, ng).T.ravel()   # (ng, d) row-major
+        codes = codes.T  # back to (T, d)
+        scale_w = scale_w.reshape(d, ng).T.ravel()  # (ng, d) row-major
         zero_w = zero_w.reshape(d, ng).T.ravel()
     planes = {
         "codes": Plane(np.ascontiguousarray(codes).ravel(), bits, int_field_of_bit(bits)),
         "scale": Plane(scale_w.copy(), 16, scale_field_of_bit()),
         "zero": Plane(zero_w.copy(), 16, scale_field_of_bit()),
     }
-    return Encoded(f"int{bits}", (T, d), planes, {"bits": bits, "axis": axis, "group": min(group, T if axis == "channel" else d), "n_groups": ng})
+    return Encoded(
+        f"int{bits}",
+        (T, d),
+        planes,
+        {"bits": bits, "axis": axis, "group": min(group, T if axis == "channel" else d), "n_groups": ng},
+    )
 
 
 def dequantize(enc: Encoded) -> np.ndarray:

@@ -7,6 +7,7 @@ time: hypothesis examples as a seed corpus, then fast :func:`mutate` rounds on t
 
     failure = HARNESSES["asm"].check(example)   # None, or Failure(kind, location, message)
 """
+
 from __future__ import annotations
 
 import atexit
@@ -28,15 +29,15 @@ from hypothesis import strategies as st
 from attnsim.core.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-HANG_S = 10.0   # one execution longer than this is reported as a hang
+HANG_S = 10.0  # one execution longer than this is reported as a hang
 _WORK = Path(tempfile.mkdtemp(prefix="attnsim-fuzz-"))
 atexit.register(shutil.rmtree, _WORK, True)
 
 
 @dataclass(frozen=True)
 class Failure:
-    kind: str        # exception type, "multi-line ConfigError" or "hang"
-    location: str    # innermost repository frame "path:line (function)"
+    kind: str  # exception type, "multi-line ConfigError" or "hang"
+    location: str  # innermost repository frame "path:line (function)"
     message: str
 
     @property
@@ -77,14 +78,16 @@ def _location(exc: BaseException) -> str:
     f = (ours or frames or [None])[-1]
     if f is None:
         return "?"
-    return f"{os.path.relpath(f.filename, REPO) if f.filename.startswith(str(REPO)) else f.filename}:{f.lineno} ({f.name})"
+    return (
+        f"{os.path.relpath(f.filename, REPO) if f.filename.startswith(str(REPO)) else f.filename}:{f.lineno} ({f.name})"
+    )
 
 
 @dataclass(frozen=True)
 class Harness:
     name: str
-    strategy: Any                 # hypothesis strategy of one input
-    feed: Callable[[Any], Any]    # run the reader on one input
+    strategy: Any  # hypothesis strategy of one input
+    feed: Callable[[Any], Any]  # run the reader on one input
 
     def check(self, example) -> Failure | None:
         """Run one input; None if the reader returned or raised a one-line ConfigError."""
@@ -113,19 +116,56 @@ class Harness:
 
 # ---------------------------------------------------------------- value strategies
 
-HUGE = 2 ** 63
-INTS = st.one_of(st.integers(-3, 70), st.integers(-2 ** 70, 2 ** 70),
-                 st.sampled_from([0, 1, -1, 2 ** 31, HUGE - 1, HUGE, 2 ** 64, 10 ** 9, 10 ** 30]))
-FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                   st.sampled_from([0.0, -0.0, 0.5, 1.5, 1e-9, 1e30, 1e300, float("inf"), float("nan")]))
+HUGE = 2**63
+INTS = st.one_of(
+    st.integers(-3, 70),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, 1, -1, 2**31, HUGE - 1, HUGE, 2**64, 10**9, 10**30]),
+)
+FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 0.5, 1.5, 1e-9, 1e30, 1e300, float("inf"), float("nan")]),
+)
 TEXT = st.text(max_size=8)
 LEAF = st.one_of(INTS, FLOATS, TEXT, st.booleans(), st.none())
 VALUE = st.one_of(LEAF, st.lists(LEAF, max_size=3), st.dictionaries(TEXT, LEAF, max_size=2))
 # textual tokens for line-based formats
-TOKENS = st.one_of(st.sampled_from(["0", "1", "-1", "1.5", "1e30", "1e400", "inf", "-inf", "nan", "NaN", "",
-                                    str(HUGE), str(2 ** 64), "0x40", "0x" + "f" * 17, "R", "W", "x", "true", "null",
-                                    "\xff", "\x00", "#", ",", "[1", "{", '"']),
-                   INTS.map(str), FLOATS.map(repr), st.text(max_size=6))
+TOKENS = st.one_of(
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            "-1",
+            "1.5",
+            "1e30",
+            "1e400",
+            "inf",
+            "-inf",
+            "nan",
+            "NaN",
+            "",
+            str(HUGE),
+            str(2**64),
+            "0x40",
+            "0x" + "f" * 17,
+            "R",
+            "W",
+            "x",
+            "true",
+            "null",
+            "\xff",
+            "\x00",
+            "#",
+            ",",
+            "[1",
+            "{",
+            '"',
+        ]
+    ),
+    INTS.map(str),
+    FLOATS.map(repr),
+    st.text(max_size=6),
+)
 
 
 def _paths(d: Any, prefix: tuple = ()) -> list[tuple]:
@@ -173,11 +213,13 @@ def mutations(base: Any, n: int = 3):
             except (KeyError, IndexError, TypeError):
                 pass  # an earlier mutation removed or replaced the parent
         return d
+
     return st.lists(one, max_size=n).map(build)
 
 
 def corrupt(text_strategy):
     """Strategy: the bytes of a text, sometimes with bytes inserted, replaced or cut off."""
+
     def apply(args):
         text, how, pos, junk = args
         data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
@@ -185,12 +227,17 @@ def corrupt(text_strategy):
         if how == "insert":
             return data[:pos] + junk + data[pos:]
         if how == "replace":
-            return data[:pos] + junk + data[pos + len(junk):]
+            return data[:pos] + junk + data[pos + len(junk) :]
         if how == "truncate":
             return data[:pos]
         return data
-    return st.tuples(text_strategy, st.sampled_from(["none", "none", "insert", "replace", "truncate"]),
-                     st.integers(0, 1 << 16), st.binary(min_size=1, max_size=4)).map(apply)
+
+    return st.tuples(
+        text_strategy,
+        st.sampled_from(["none", "none", "insert", "replace", "truncate"]),
+        st.integers(0, 1 << 16),
+        st.binary(min_size=1, max_size=4),
+    ).map(apply)
 
 
 def _write(name: str, data) -> Path:
@@ -217,19 +264,21 @@ _SYS_LOCAL["devices"]["gpu"]["hardware"] = "hw.yaml"
 def _config_strategy():
     doc = st.sampled_from(["exp", "sys", "hw", "model"])
     texts = st.tuples(mutations(_EXP_LOCAL), mutations(_SYS_LOCAL), mutations(HW), mutations(MODEL)).map(
-        lambda t: [_dump(x) for x in t])
+        lambda t: [_dump(x) for x in t]
+    )
     return st.tuples(texts, doc, corrupt(st.just(b""))).map(lambda a: (a[0], a[1], a[2]))
 
 
 def feed_config(example) -> None:
     """Experiment + system + hardware + model YAML -> attnsim.sim.experiment.load_experiment (load + validate)."""
     from attnsim.sim.experiment import load_experiment
+
     texts, which, junk = example
     names = ["exp", "sys", "hw", "model"]
     for name, text in zip(names, texts):
         data = text.encode("utf-8", "surrogatepass")
         if name == which and junk:
-            data = data[: len(data) // 2] + junk + data[len(data) // 2:]
+            data = data[: len(data) // 2] + junk + data[len(data) // 2 :]
         _write(f"{name}.yaml", data)
     load_experiment(str(_WORK / "exp.yaml"))
 
@@ -241,18 +290,29 @@ def _base_tree():
     global _TREE
     if _TREE is None:
         from attnsim.sim.experiment import load_tree
+
         p = _write("set_exp.yaml", _dump(EXP))
         _TREE = load_tree(str(p))[0]
     return _TREE
 
 
 def _set_strategy():
-    tree_keys = st.sampled_from(sorted({".".join(map(str, p)) for s in ("experiment", "models", "systems", "hardware",
-                                                                        "scenarios")
-                                        for p in [(s,) + q for q in _paths(_set_base_dict()[s])]}))
+    tree_keys = st.sampled_from(
+        sorted(
+            {
+                ".".join(map(str, p))
+                for s in ("experiment", "models", "systems", "hardware", "scenarios")
+                for p in [(s,) + q for q in _paths(_set_base_dict()[s])]
+            }
+        )
+    )
     key = st.one_of(tree_keys, tree_keys.map(lambda k: k + ".x"), st.text(max_size=12))
-    value = st.one_of(TOKENS, st.sampled_from([".inf", ".nan", "-.inf", "[1, 2", "{a: 1}", "[]", "~", "1e400",
-                                               "!!python/none ''", "&a [*a]", "*b"]))
+    value = st.one_of(
+        TOKENS,
+        st.sampled_from(
+            [".inf", ".nan", "-.inf", "[1, 2", "{a: 1}", "[]", "~", "1e400", "!!python/none ''", "&a [*a]", "*b"]
+        ),
+    )
     item = st.one_of(st.tuples(key, value).map(lambda kv: f"{kv[0]}={kv[1]}"), st.text(max_size=16))
     return st.lists(item, min_size=1, max_size=3)
 
@@ -264,6 +324,7 @@ def _set_base_dict():
 def feed_set(items) -> None:
     """``--set`` items -> parse_set + ConfigTree.apply_sets + validate_tree."""
     from attnsim.sim.experiment import validate_tree
+
     tree = _base_tree().copy()
     tree.apply_sets(items)
     validate_tree(tree)
@@ -272,6 +333,7 @@ def feed_set(items) -> None:
 def feed_hf(data) -> None:
     """HF config.json bytes -> workloads.hf.model_from_hf_config."""
     from attnsim.workloads.hf import model_from_hf_config
+
     d = _WORK / "hf"
     d.mkdir(exist_ok=True)
     (d / "config.json").write_bytes(data)
@@ -282,42 +344,57 @@ _REQ_COLS = ["arrival_s", "prompt_tokens", "output_tokens", "prefix_id", "prefix
 
 
 def _requests_strategy():
-    header = st.one_of(st.just(_REQ_COLS[:3]), st.just(_REQ_COLS), st.lists(st.sampled_from(_REQ_COLS + ["x", ""]),
-                                                                            max_size=6))
+    header = st.one_of(
+        st.just(_REQ_COLS[:3]), st.just(_REQ_COLS), st.lists(st.sampled_from(_REQ_COLS + ["x", ""]), max_size=6)
+    )
     csv_text = st.tuples(header, st.lists(st.lists(TOKENS, max_size=6), max_size=4)).map(
-        lambda hr: "\n".join([",".join(hr[0])] + [",".join(r) for r in hr[1]]) + "\n")
+        lambda hr: "\n".join([",".join(hr[0])] + [",".join(r) for r in hr[1]]) + "\n"
+    )
     json_val = st.one_of(LEAF, st.lists(LEAF, max_size=2))
-    jsonl_text = st.lists(st.one_of(
-        st.dictionaries(st.sampled_from(_REQ_COLS + ["x"]), json_val, max_size=6).map(json.dumps),
-        st.builds(lambda a, p, o: json.dumps({"arrival_s": a, "prompt_tokens": p, "output_tokens": o}),
-                  FLOATS, INTS, INTS),
-        TEXT), max_size=4).map(lambda rows: "\n".join(rows) + "\n")
+    jsonl_text = st.lists(
+        st.one_of(
+            st.dictionaries(st.sampled_from(_REQ_COLS + ["x"]), json_val, max_size=6).map(json.dumps),
+            st.builds(
+                lambda a, p, o: json.dumps({"arrival_s": a, "prompt_tokens": p, "output_tokens": o}), FLOATS, INTS, INTS
+            ),
+            TEXT,
+        ),
+        max_size=4,
+    ).map(lambda rows: "\n".join(rows) + "\n")
     return st.one_of(st.tuples(st.just("csv"), corrupt(csv_text)), st.tuples(st.just("jsonl"), corrupt(jsonl_text)))
 
 
 def feed_requests(example) -> None:
     """CSV / JSONL request trace -> attnsim.studies.serve.requests.read_trace_file."""
     from attnsim.studies.serve.requests import read_trace_file
+
     suffix, data = example
     read_trace_file(_write("req.jsonl" if suffix == "jsonl" else "req.csv", data))
 
 
 def _dram_trace_strategy():
     addr = st.one_of(st.integers(0, 1 << 34).map(hex), st.integers(0, 1 << 70).map(hex), TOKENS)
-    line = st.one_of(st.tuples(addr, st.sampled_from(["R", "W", "r", "w", "X"]), st.one_of(st.just(""), TOKENS)).map(
-        lambda t: " ".join(x for x in t if x)), TOKENS, st.just("# comment"))
+    line = st.one_of(
+        st.tuples(addr, st.sampled_from(["R", "W", "r", "w", "X"]), st.one_of(st.just(""), TOKENS)).map(
+            lambda t: " ".join(x for x in t if x)
+        ),
+        TOKENS,
+        st.just("# comment"),
+    )
     return corrupt(st.lists(line, max_size=6).map(lambda ls: "\n".join(ls) + "\n"))
 
 
 def feed_dram_trace(data) -> None:
     """DRAM request trace -> attnsim.cli.dram.read_trace."""
     from attnsim.cli.dram import read_trace
+
     read_trace(str(_write("t.txt", data)))
 
 
 def feed_dram_spec(data) -> None:
     """DRAM spec mapping -> hwmodels.dram.spec.spec_from_dict (then its derived sizes)."""
     from attnsim.hwmodels.dram.spec import spec_from_dict
+
     spec = spec_from_dict(data, file="d.yaml")
     spec.capacity_bytes
 
@@ -329,12 +406,17 @@ def _asm_strategy():
         isa = get_isa(isa_name)
         mn = st.sampled_from(sorted(op.mnemonic for op in isa.opcodes) + ["FLY", ""])
         names = sorted({n for op in isa.opcodes for f in op.fields for n in f.enum} | {"L0", "L1"})
-        operand = st.one_of(TOKENS, st.sampled_from(names), st.tuples(st.sampled_from(names), TOKENS).map(
-            lambda t: f"{t[0]}[{t[1]}]"), st.tuples(st.sampled_from(sorted(isa.field_names) or ["x"]), TOKENS).map(
-            lambda t: f"{t[0]}={t[1]}"))
+        operand = st.one_of(
+            TOKENS,
+            st.sampled_from(names),
+            st.tuples(st.sampled_from(names), TOKENS).map(lambda t: f"{t[0]}[{t[1]}]"),
+            st.tuples(st.sampled_from(sorted(isa.field_names) or ["x"]), TOKENS).map(lambda t: f"{t[0]}={t[1]}"),
+        )
         line = st.tuples(st.sampled_from(["", "", "L0: ", "L1: "]), mn, st.lists(operand, max_size=4)).map(
-            lambda t: f"{t[0]}{t[1]} {', '.join(t[2])}")
+            lambda t: f"{t[0]}{t[1]} {', '.join(t[2])}"
+        )
         return corrupt(st.lists(line, max_size=6).map(lambda ls: "\n".join(ls) + "\n")).map(lambda b: (isa_name, b))
+
     return st.sampled_from(ISA_NAMES).flatmap(program)
 
 
@@ -342,6 +424,7 @@ def feed_asm(example) -> None:
     """Assembly text -> isa.base.assemble_file + encode (what `attnsim asm` does)."""
     from attnsim.isa import get_isa
     from attnsim.isa.base import assemble_file, encode
+
     isa_name, data = example
     isa = get_isa(isa_name)
     encode(assemble_file(isa, _write("p.s", data)), validate=False)
@@ -356,9 +439,14 @@ def _disasm_strategy():
         codes = sorted(op.code for op in isa.opcodes)
         word = st.one_of(
             st.tuples(st.sampled_from(codes), st.integers(0, (1 << (isa.word_bits - isa.opcode_bits)) - 1)).map(
-                lambda t: (t[0] << (isa.word_bits - isa.opcode_bits) | t[1]).to_bytes(wb, "little")),
-            st.binary(min_size=wb, max_size=wb))
-        return st.one_of(st.lists(word, max_size=6).map(b"".join), st.binary(max_size=3 * wb)).map(lambda b: (isa_name, b))
+                lambda t: (t[0] << (isa.word_bits - isa.opcode_bits) | t[1]).to_bytes(wb, "little")
+            ),
+            st.binary(min_size=wb, max_size=wb),
+        )
+        return st.one_of(st.lists(word, max_size=6).map(b"".join), st.binary(max_size=3 * wb)).map(
+            lambda b: (isa_name, b)
+        )
+
     return st.sampled_from(ISA_NAMES).flatmap(words)
 
 
@@ -366,6 +454,7 @@ def feed_disasm(example) -> None:
     """Binary words -> isa.base.decode_file + disassemble (what `attnsim disasm` does)."""
     from attnsim.isa import get_isa
     from attnsim.isa.base import decode_file, disassemble
+
     isa_name, data = example
     disassemble(decode_file(get_isa(isa_name), _write("p.bin", data)))
 
@@ -373,6 +462,7 @@ def feed_disasm(example) -> None:
 def feed_sweep(data) -> None:
     """Sweep mapping -> attnsim.studies.sweep.spec.build_sweep, then the first points resolved."""
     from attnsim.studies.sweep.spec import build_sweep
+
     sw = build_sweep(data, file="sweep.yaml", source=_sweep_base())
     for i in range(min(sw.n_points, 3)):
         sw.resolve(i)
@@ -387,16 +477,40 @@ def _sweep_base() -> Path:
 
 
 def _sweep_strategy():
-    values = st.one_of(st.lists(LEAF, max_size=4), LEAF,
-                       st.fixed_dictionaries({"start": LEAF, "stop": LEAF}, optional={
-                           "step": LEAF, "num": LEAF, "factor": LEAF, "scale": st.sampled_from(["linear", "log", "x"])}))
-    keys = st.sampled_from(["scenario.batch_size", "scenario.prompt_len", "model.num_layers", "system",
-                            "hardware.h100_sxm.hbm_bandwidth_gbps", "experiment.seed", "bogus.key", "scenario"])
-    block = st.one_of(st.dictionaries(keys, values, max_size=2).map(lambda g: {"grid": g}),
-                      st.dictionaries(keys, st.lists(LEAF, max_size=3), max_size=2).map(lambda z: {"zip": z}),
-                      st.builds(lambda n, k, d: {"random": {"samples": n, "params": {k: d}}}, INTS, keys,
-                                st.dictionaries(st.sampled_from(["uniform", "loguniform", "randint", "choice", "x"]),
-                                                st.lists(LEAF, max_size=3), max_size=1)))
+    values = st.one_of(
+        st.lists(LEAF, max_size=4),
+        LEAF,
+        st.fixed_dictionaries(
+            {"start": LEAF, "stop": LEAF},
+            optional={"step": LEAF, "num": LEAF, "factor": LEAF, "scale": st.sampled_from(["linear", "log", "x"])},
+        ),
+    )
+    keys = st.sampled_from(
+        [
+            "scenario.batch_size",
+            "scenario.prompt_len",
+            "model.num_layers",
+            "system",
+            "hardware.h100_sxm.hbm_bandwidth_gbps",
+            "experiment.seed",
+            "bogus.key",
+            "scenario",
+        ]
+    )
+    block = st.one_of(
+        st.dictionaries(keys, values, max_size=2).map(lambda g: {"grid": g}),
+        st.dictionaries(keys, st.lists(LEAF, max_size=3), max_size=2).map(lambda z: {"zip": z}),
+        st.builds(
+            lambda n, k, d: {"random": {"samples": n, "params": {k: d}}},
+            INTS,
+            keys,
+            st.dictionaries(
+                st.sampled_from(["uniform", "loguniform", "randint", "choice", "x"]),
+                st.lists(LEAF, max_size=3),
+                max_size=1,
+            ),
+        ),
+    )
     base = st.lists(block, max_size=2).map(lambda ps: {**SWEEP, "parameters": ps})
     return st.one_of(base, mutations(SWEEP))
 
@@ -409,7 +523,9 @@ def _valid_store() -> Path:
     if _STORE is None:
         import contextlib
         import io
+
         from attnsim.cli import main
+
         d = _WORK / "store_src"
         d.mkdir(exist_ok=True)
         (d / "exp.yaml").write_text(_dump(EXP))
@@ -418,40 +534,67 @@ def _valid_store() -> Path:
         os.chdir(d)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                assert main(["sweep", "sweep.yaml", "--workers", "1", "--no-progress", "--out", "s.h5",
-                             "--cache", "off"]) == 0
+                assert (
+                    main(["sweep", "sweep.yaml", "--workers", "1", "--no-progress", "--out", "s.h5", "--cache", "off"])
+                    == 0
+                )
         finally:
             os.chdir(old)
         _STORE = (d / "s.h5").read_bytes()
     return _STORE
 
 
-_STORE_OBJECTS = ["/points", "/points/index", "/points/key", "/points/status", "/points/ttft_s", "/points/system",
-                  "/docs", "/resolved", "/breakdown"]
+_STORE_OBJECTS = [
+    "/points",
+    "/points/index",
+    "/points/key",
+    "/points/status",
+    "/points/ttft_s",
+    "/points/system",
+    "/docs",
+    "/resolved",
+    "/breakdown",
+]
 _STORE_ATTRS = ["format", "sweep_definition", "parameters", "n_points_total", "shard", "sweep_id", "attnsim_version"]
 
 
 def _store_strategy():
     edit = st.one_of(
         st.tuples(st.just("del"), st.sampled_from(_STORE_OBJECTS), st.none()),
-        st.tuples(st.just("data"), st.sampled_from(_STORE_OBJECTS[1:7]),
-                  st.one_of(st.lists(INTS.filter(lambda x: abs(x) < HUGE), max_size=3),
-                            st.lists(FLOATS, max_size=3), st.lists(TEXT, max_size=3))),
-        st.tuples(st.just("attr"), st.sampled_from(_STORE_ATTRS), st.one_of(TEXT, INTS.filter(lambda x: abs(x) < HUGE),
-                                                                             FLOATS)),
-        st.tuples(st.just("delattr"), st.sampled_from(_STORE_ATTRS), st.none()))
-    raw = st.tuples(st.sampled_from(["none", "none", "none", "truncate", "flip"]), st.integers(0, 1 << 20),
-                    st.binary(min_size=1, max_size=8))
+        st.tuples(
+            st.just("data"),
+            st.sampled_from(_STORE_OBJECTS[1:7]),
+            st.one_of(
+                st.lists(INTS.filter(lambda x: abs(x) < HUGE), max_size=3),
+                st.lists(FLOATS, max_size=3),
+                st.lists(TEXT, max_size=3),
+            ),
+        ),
+        st.tuples(
+            st.just("attr"),
+            st.sampled_from(_STORE_ATTRS),
+            st.one_of(TEXT, INTS.filter(lambda x: abs(x) < HUGE), FLOATS),
+        ),
+        st.tuples(st.just("delattr"), st.sampled_from(_STORE_ATTRS), st.none()),
+    )
+    raw = st.tuples(
+        st.sampled_from(["none", "none", "none", "truncate", "flip"]),
+        st.integers(0, 1 << 20),
+        st.binary(min_size=1, max_size=8),
+    )
     return st.tuples(st.lists(edit, max_size=3), raw, st.sampled_from(["show", "table"]))
 
 
 def feed_store(example) -> None:
     """A valid sweep store with objects / attributes deleted or replaced, or bytes cut or flipped ->
-    attnsim.studies.sweep.store.read_results (``attnsim show``) or attnsim.studies.sweep.table.load_table (export / plot)."""
+    attnsim.studies.sweep.store.read_results (``attnsim show``) or attnsim.studies.sweep.table.load_table
+    (export / plot)."""
     import h5py
     import numpy as np
+
     from attnsim.studies.sweep.store import read_results
     from attnsim.studies.sweep.table import load_table
+
     edits, (how, pos, junk), reader = example
     if _STORE is None:
         with _untimed():  # the first call runs a sweep to build the valid store, then reads it once
@@ -467,8 +610,11 @@ def feed_store(example) -> None:
                 elif kind == "data":
                     if name in f:
                         del f[name]
-                    arr = (np.array(value, dtype=h5py.string_dtype()) if value and isinstance(value[0], str)
-                           else np.array(value))
+                    arr = (
+                        np.array(value, dtype=h5py.string_dtype())
+                        if value and isinstance(value[0], str)
+                        else np.array(value)
+                    )
                     f.create_dataset(name, data=arr)
                 elif kind == "attr":
                     f.attrs[name] = value
@@ -477,7 +623,7 @@ def feed_store(example) -> None:
         if how != "none":
             data = p.read_bytes()
             pos %= len(data)
-            p.write_bytes(data[:pos] if how == "truncate" else data[:pos] + junk + data[pos + len(junk):])
+            p.write_bytes(data[:pos] if how == "truncate" else data[:pos] + junk + data[pos + len(junk) :])
     except Exception as exc:  # noqa: BLE001 - h5py refused the edit itself: nothing to read
         raise Unusable(exc) from None
     if reader == "show":
@@ -488,11 +634,75 @@ def feed_store(example) -> None:
 
 # ---------------------------------------------------------------- fast mutation (bench/fuzz.py)
 
-_INTERESTING = [0, 1, -1, 2, 3, 7, 64, 255, 4096, 2 ** 31, 2 ** 53 + 1, HUGE - 1, HUGE, 2 ** 64, 10 ** 9, 10 ** 30, -HUGE,
-                0.0, -0.0, 0.5, 1e-9, 1e30, 1e300, float("inf"), float("-inf"), float("nan"), True, False, None, "", "x",
-                "\n", "\xff", "../../x", "/abs", "1e400", "0x" + "f" * 17, [], {}, [1, 2], {"a": 1}]
-_BYTE_TOKENS = [b"\xff", b"\x00", b"\n", b",", b":", b" ", b"#", b"[", b"{", b"}", b"'", b'"', b"*a", b"&a", b"!!", b"0x",
-                b"-", b"9223372036854775808", b"18446744073709551616", b"1e400", b"nan", b"inf", b"\t", b"\xc3\x28"]
+_INTERESTING = [
+    0,
+    1,
+    -1,
+    2,
+    3,
+    7,
+    64,
+    255,
+    4096,
+    2**31,
+    2**53 + 1,
+    HUGE - 1,
+    HUGE,
+    2**64,
+    10**9,
+    10**30,
+    -HUGE,
+    0.0,
+    -0.0,
+    0.5,
+    1e-9,
+    1e30,
+    1e300,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    True,
+    False,
+    None,
+    "",
+    "x",
+    "\n",
+    "\xff",
+    "../../x",
+    "/abs",
+    "1e400",
+    "0x" + "f" * 17,
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+]
+_BYTE_TOKENS = [
+    b"\xff",
+    b"\x00",
+    b"\n",
+    b",",
+    b":",
+    b" ",
+    b"#",
+    b"[",
+    b"{",
+    b"}",
+    b"'",
+    b'"',
+    b"*a",
+    b"&a",
+    b"!!",
+    b"0x",
+    b"-",
+    b"9223372036854775808",
+    b"18446744073709551616",
+    b"1e400",
+    b"nan",
+    b"inf",
+    b"\t",
+    b"\xc3\x28",
+]
 
 
 def _mutate_bytes(b: bytes, rng) -> bytes:
@@ -505,7 +715,7 @@ def _mutate_bytes(b: bytes, rng) -> bytes:
         return b[:pos] + b[end:]
     if r < 0.7 and b:
         i = rng.randrange(len(b))
-        return b[:i] + bytes([b[i] ^ (1 << rng.randrange(8))]) + b[i + 1:]
+        return b[:i] + bytes([b[i] ^ (1 << rng.randrange(8))]) + b[i + 1 :]
     if r < 0.85 and b:
         i, j = sorted(rng.randrange(len(b) + 1) for _ in range(2))
         return b[:pos] + b[i:j] + b[pos:]  # duplicate a span
@@ -548,22 +758,52 @@ def mutate(x, rng, depth: int = 0):
     return x
 
 
-_REPRO_EXP = {"name": "fuzz_repro", "systems": ["dgx_a100", "dgx_h100"], "models": ["llama2-7b"],
-              "scenarios": {"s1": {"batch_size": 1, "prompt_len": 64, "output_len": 4},
-                            "s4": {"batch_size": 4, "prompt_len": 64, "output_len": 4}}, "baseline": "dgx_a100"}
-_REPRO = {"system": "toy", "title": "t", "source": "s", "paper": [{"claim": "c", "value": 2.0, "note": "n"}],
-          "experiments": {"e": "exp.yaml"}, "figure": {"recipe": "reproduction", "out": "toy.pdf"},
-          "rows": [{"name": "a", "experiment": "e", "select": {"system": "dgx_h100", "batch_size": 1},
-                    "metric": "vs_baseline.decode_throughput_ratio", "reference": 1.5, "tolerance": 0.5,
-                    "role": "calibration"},
-                   {"name": "b", "experiment": "e", "select": {"system": "dgx_h100", "scenario": "s4"},
-                    "metric": "metrics.tpot_s", "scale": 1000.0, "reference": 5.0, "tolerance": 0.9,
-                    "role": "validation", "source": "x"}]}
+_REPRO_EXP = {
+    "name": "fuzz_repro",
+    "systems": ["dgx_a100", "dgx_h100"],
+    "models": ["llama2-7b"],
+    "scenarios": {
+        "s1": {"batch_size": 1, "prompt_len": 64, "output_len": 4},
+        "s4": {"batch_size": 4, "prompt_len": 64, "output_len": 4},
+    },
+    "baseline": "dgx_a100",
+}
+_REPRO = {
+    "system": "toy",
+    "title": "t",
+    "source": "s",
+    "paper": [{"claim": "c", "value": 2.0, "note": "n"}],
+    "experiments": {"e": "exp.yaml"},
+    "figure": {"recipe": "reproduction", "out": "toy.pdf"},
+    "rows": [
+        {
+            "name": "a",
+            "experiment": "e",
+            "select": {"system": "dgx_h100", "batch_size": 1},
+            "metric": "vs_baseline.decode_throughput_ratio",
+            "reference": 1.5,
+            "tolerance": 0.5,
+            "role": "calibration",
+        },
+        {
+            "name": "b",
+            "experiment": "e",
+            "select": {"system": "dgx_h100", "scenario": "s4"},
+            "metric": "metrics.tpot_s",
+            "scale": 1000.0,
+            "reference": 5.0,
+            "tolerance": 0.9,
+            "role": "validation",
+            "source": "x",
+        },
+    ],
+}
 
 
 def feed_reproduction(data) -> None:
     """reference.yaml bytes -> attnsim.studies.reproduce.load (schema, experiments, select; nothing simulated)."""
     from attnsim.studies import reproduce
+
     d = _WORK / "repro" / "toy"
     d.mkdir(parents=True, exist_ok=True)
     (d / "exp.yaml").write_text(_dump(_REPRO_EXP))
@@ -573,10 +813,12 @@ def feed_reproduction(data) -> None:
 
 # ---------------------------------------------------------------- config files of every other kind
 
+
 def _builtin_docs() -> list[tuple[str, str, dict]]:
     """(kind, file name, parsed document) of every built-in hardware, model, stack and calibration file: the
     seeds of the ``kinds`` reader (experiments, systems, sweeps, DRAM specs and references have their own)."""
     from attnsim.configs import CONFIG_ROOT
+
     out = []
     for kind in ("hardware", "models", "stacks", "calibration"):
         for f in sorted((CONFIG_ROOT / kind).glob("*.yaml")):
@@ -597,6 +839,7 @@ def _docs():
 def _kinds_strategy():
     def one(i):
         return corrupt(mutations(_docs()[i][2], 4).map(_dump)).map(lambda b: (i, b))
+
     return st.integers(0, len(_docs()) - 1).flatmap(one)
 
 
@@ -614,16 +857,20 @@ def feed_kinds(example) -> None:
     p.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
     if kind == "hardware":
         from attnsim.hwmodels.gpu import load_hardware
+
         load_hardware(str(p))
     elif kind == "models":
         from attnsim.workloads.zoo import load_model
+
         load_model(str(p))
     elif kind == "stacks":
         from attnsim.hwmodels.stack import load_stack
+
         load_stack(str(p))
     else:
         from attnsim.hwmodels.reliability.perplexity import load_calibration
         from attnsim.hwmodels.reliability.ppl_calibration import load_table, resolve
+
         if name.startswith("kv_error"):  # a single measured curve (bench/calibrate_perplexity.py)
             load_calibration(p)
         table = load_table(p)
@@ -633,21 +880,34 @@ def feed_kinds(example) -> None:
 
 # ---------------------------------------------------------------- DRAM traces in every format (compiled reader)
 
+
 def _dram_any_strategy():
     addr = st.one_of(st.integers(0, 1 << 34).map(hex), st.integers(0, 1 << 34).map(str), TOKENS)
-    ramulator = st.one_of(st.tuples(st.sampled_from(["LD", "ST", "R", "W", "X"]), addr).map(" ".join),
-                          st.tuples(st.sampled_from(["R", "W"]), st.lists(st.integers(-1, 70).map(str), max_size=8)
-                                    ).map(lambda t: " ".join([t[0]] + t[1])))
-    dramsim3 = st.tuples(addr, st.sampled_from(["READ", "WRITE", "read", "P_MEM_RD", "BOFF", "X"]),
-                         st.one_of(st.integers(0, 1 << 20).map(str), TOKENS)).map(" ".join)
+    ramulator = st.one_of(
+        st.tuples(st.sampled_from(["LD", "ST", "R", "W", "X"]), addr).map(" ".join),
+        st.tuples(st.sampled_from(["R", "W"]), st.lists(st.integers(-1, 70).map(str), max_size=8)).map(
+            lambda t: " ".join([t[0]] + t[1])
+        ),
+    )
+    dramsim3 = st.tuples(
+        addr,
+        st.sampled_from(["READ", "WRITE", "read", "P_MEM_RD", "BOFF", "X"]),
+        st.one_of(st.integers(0, 1 << 20).map(str), TOKENS),
+    ).map(" ".join)
     attn = st.tuples(addr, st.sampled_from(["R", "W", "X"]), st.one_of(st.just(""), TOKENS)).map(
-        lambda t: " ".join(x for x in t if x))
+        lambda t: " ".join(x for x in t if x)
+    )
     lines = {"ramulator": ramulator, "dramsim3": dramsim3, "attnsim": attn}
     text = st.sampled_from(sorted(lines)).flatmap(
-        lambda f: corrupt(st.lists(st.one_of(lines[f], TOKENS, st.just("# c")), max_size=6).map(
-            lambda ls: "\n".join(ls) + "\n")).map(lambda b: (f, b)))
-    npy = st.tuples(st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(0, 1), st.integers(-5, 1 << 40)),
-                             max_size=5), st.integers(0, 1 << 12), st.binary(min_size=1, max_size=4)).map(_npy_bytes)
+        lambda f: corrupt(
+            st.lists(st.one_of(lines[f], TOKENS, st.just("# c")), max_size=6).map(lambda ls: "\n".join(ls) + "\n")
+        ).map(lambda b: (f, b))
+    )
+    npy = st.tuples(
+        st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(0, 1), st.integers(-5, 1 << 40)), max_size=5),
+        st.integers(0, 1 << 12),
+        st.binary(min_size=1, max_size=4),
+    ).map(_npy_bytes)
     return st.one_of(text, npy.map(lambda b: ("npy", b)), st.tuples(st.just("auto"), corrupt(st.just(b"0x40 R\n"))))
 
 
@@ -655,7 +915,9 @@ def _npy_bytes(args) -> bytes:
     import io
 
     import numpy as np
+
     from attnsim.hwmodels.dram.traces import TRACE_DTYPE
+
     rows, pos, junk = args
     t = np.zeros(len(rows), TRACE_DTYPE)
     for i, (a, w, arr) in enumerate(rows):
@@ -664,7 +926,7 @@ def _npy_bytes(args) -> bytes:
     np.save(buf, t, allow_pickle=False)
     b = buf.getvalue()
     pos %= len(b) + 1
-    return b[:pos] + junk + b[pos + len(junk):]
+    return b[:pos] + junk + b[pos + len(junk) :]
 
 
 _SPEC = None
@@ -675,12 +937,17 @@ def feed_dram_any(example) -> None:
     hwmodels.dram.traces.read_trace_any against the HBM3 spec (what ``attnsim dram --trace`` reads first)."""
     global _SPEC
     from attnsim.hwmodels.dram.traces import read_trace_any
+
     if _SPEC is None:  # first call: load the spec and compile the parsers, untimed (a JIT compile is no hang)
         with _untimed():
             from attnsim.hwmodels.dram.spec import load_dram_spec
+
             _SPEC = load_dram_spec("hbm3_6400")
-            for fmt, text in (("attnsim", b"0x40 R 1\nx\n"), ("ramulator", b"R 0 0 0 0 0 0 0\nLD 0x40\n"),
-                              ("dramsim3", b"0x40 READ 1\n")):
+            for fmt, text in (
+                ("attnsim", b"0x40 R 1\nx\n"),
+                ("ramulator", b"R 0 0 0 0 0 0 0\nLD 0x40\n"),
+                ("dramsim3", b"0x40 READ 1\n"),
+            ):
                 with contextlib.suppress(ConfigError):
                     read_trace_any(str(_write("warm.trace", text)), _SPEC, fmt, 1 << 12)
     fmt, data = example
@@ -690,18 +957,32 @@ def feed_dram_any(example) -> None:
 
 # ---------------------------------------------------------------- sub-result cache entries
 
-_CACHE_VALUES = [None, True, 3, -2.5, float("inf"), "s", b"\x00\xff", [1, [2.0, "x"]], (1, 2),
-                 {"a": 1, 2: [3]}, {(1, "k"): None}]
+_CACHE_VALUES = [
+    None,
+    True,
+    3,
+    -2.5,
+    float("inf"),
+    "s",
+    b"\x00\xff",
+    [1, [2.0, "x"]],
+    (1, 2),
+    {"a": 1, 2: [3]},
+    {(1, "k"): None},
+]
 
 
 def _cache_strategy():
     import numpy as np
-    arrays = st.sampled_from([np.arange(4, dtype=np.int32), np.ones((2, 3)), np.array([True, False]),
-                              np.float32(1.5), np.int64(7)])
-    value = st.recursive(st.one_of(st.sampled_from(_CACHE_VALUES), arrays, INTS.filter(lambda x: abs(x) < HUGE),
-                                   FLOATS, TEXT), lambda c: st.one_of(st.lists(c, max_size=3),
-                                                                      st.dictionaries(TEXT, c, max_size=2)),
-                         max_leaves=6)
+
+    arrays = st.sampled_from(
+        [np.arange(4, dtype=np.int32), np.ones((2, 3)), np.array([True, False]), np.float32(1.5), np.int64(7)]
+    )
+    value = st.recursive(
+        st.one_of(st.sampled_from(_CACHE_VALUES), arrays, INTS.filter(lambda x: abs(x) < HUGE), FLOATS, TEXT),
+        lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(TEXT, c, max_size=2)),
+        max_leaves=6,
+    )
     return st.tuples(value.map(_cache_payload), st.sampled_from(["authentic", "authentic", "raw", "fifo", "link"]))
 
 
@@ -709,6 +990,7 @@ def _cache_payload(value) -> bytes:
     import json as _json
 
     from attnsim.core.cache import _FORMAT, encode_value
+
     return _json.dumps([_FORMAT, encode_value(value)], separators=(",", ":")).encode()
 
 
@@ -722,6 +1004,7 @@ def feed_cache(example) -> None:
     (forged, malformed, not a regular file), TypeError / RecursionError (malformed structure)."""
     global _CACHE_STORE
     from attnsim.core.cache import DirStore
+
     if _CACHE_STORE is None:
         _CACHE_STORE = DirStore(_WORK / "cache")
     payload, how = example
@@ -775,18 +1058,18 @@ def _import_readers() -> None:
 
     import attnsim.cli  # noqa: F401
     import attnsim.cli.dram  # noqa: F401
-    import attnsim.sim.experiment  # noqa: F401
+    import attnsim.core.cache  # noqa: F401
     import attnsim.hwmodels.dram.spec  # noqa: F401
     import attnsim.hwmodels.dram.traces  # noqa: F401
     import attnsim.hwmodels.gpu  # noqa: F401
     import attnsim.hwmodels.reliability.perplexity  # noqa: F401
     import attnsim.hwmodels.reliability.ppl_calibration  # noqa: F401
-    import attnsim.isa.base  # noqa: F401
-    import attnsim.studies.reproduce  # noqa: F401
-    import attnsim.sim.results  # noqa: F401
-    import attnsim.studies.serve.requests  # noqa: F401
     import attnsim.hwmodels.stack  # noqa: F401
-    import attnsim.core.cache  # noqa: F401
+    import attnsim.isa.base  # noqa: F401
+    import attnsim.sim.experiment  # noqa: F401
+    import attnsim.sim.results  # noqa: F401
+    import attnsim.studies.reproduce  # noqa: F401
+    import attnsim.studies.serve.requests  # noqa: F401
     import attnsim.studies.sweep.spec  # noqa: F401
     import attnsim.studies.sweep.table  # noqa: F401
     import attnsim.workloads.hf  # noqa: F401

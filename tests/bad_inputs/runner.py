@@ -5,6 +5,7 @@ exception other than ConfigError escaped), ``silent`` (exit 0: the input was acc
 but not one line naming what :attr:`Case.names` lists), ``wrote`` (an error, but files were written or
 changed), ``hang`` / ``memory`` (only from :func:`classify_all`, which runs cases in a watched child).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,12 +25,13 @@ class Outcome:
     klass: str
     rc: object = None
     stderr: str = ""
-    detail: str = ""   # traceback, changed paths or the reason of the class
+    detail: str = ""  # traceback, changed paths or the reason of the class
 
 
 def make_stores(folder: Path) -> dict:
     """A valid ``attnsim run`` results file and a valid 2-point sweep store, built from :data:`COMMON`."""
     from attnsim.cli import main
+
     folder.mkdir(parents=True, exist_ok=True)
     write_files(folder, COMMON)
     old = os.getcwd()
@@ -37,8 +39,12 @@ def make_stores(folder: Path) -> dict:
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             assert main(["run", "exp.yaml", "--no-figures", "--out", "run"]) == 0
-            assert main(["sweep", "sweep.yaml", "--workers", "1", "--no-progress", "--out", "sweep/s.h5",
-                         "--cache", "off"]) == 0
+            assert (
+                main(
+                    ["sweep", "sweep.yaml", "--workers", "1", "--no-progress", "--out", "sweep/s.h5", "--cache", "off"]
+                )
+                == 0
+            )
     finally:
         os.chdir(old)
     return {"results": folder / "run" / "results.h5", "sweep": folder / "sweep" / "s.h5"}
@@ -92,6 +98,7 @@ def snapshot(folder: Path) -> dict:
 def run_case(case: Case, root: Path) -> Outcome:
     """Run ``attnsim <case.argv>`` in ``root/w`` (see :func:`materialise`) and classify it."""
     from attnsim.cli import main
+
     folder = root / "w"
     if os.path.lexists(OUTSIDE):
         shutil.rmtree(OUTSIDE, ignore_errors=True)
@@ -132,6 +139,7 @@ def run_case(case: Case, root: Path) -> Outcome:
 
 def _worker(conn, cases, stores, base):
     import resource
+
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
     for i, case in cases:
         root = Path(base) / f"{i:04d}"
@@ -147,6 +155,7 @@ def _worker(conn, cases, stores, base):
 def classify_all(cases: list[Case], base: Path, timeout_s: float = 60.0) -> dict:
     """case id -> Outcome, each case run in a child process that is restarted after a hang or a crash."""
     import multiprocessing as mp
+
     stores = make_stores(base / "stores")
     todo = list(enumerate(cases))
     results = {}

@@ -15,8 +15,8 @@ each placed on a grid and linearly interpolated between its two neighbouring gri
   tokens per request (which depends on n) into the attention rows, so interpolating in n errs
   by ~2-3 % on TTFT (measured), against ~1.5x fewer memo entries;
 * m, the mean decode context (tokens read): step ``context_bucket``, geometric above
-  context_bucket / relative_bucket (8 points per octave by default). A batch of n decodes with contexts summing to n m is costed
-  as n decodes of context g at the grid points g: for every trace row of a decode batch
+  context_bucket / relative_bucket (8 points per octave by default). A batch of n decodes with contexts summing to n m
+  is costed as n decodes of context g at the grid points g: for every trace row of a decode batch
   without sliding-window layers, FLOPs and bytes depend on the contexts only through their sum,
   so equal contexts represent unequal ones exactly (sliding-window layers read min(c, window)
   per request: exact only while contexts stay below the window);
@@ -39,6 +39,7 @@ iteration is a target verification of gamma + 1 query tokens (context + gamma) p
 passes (the draft model's own coster, same grid: its iterations x gamma), and each prefill chunk is
 prefilled by the draft too. The draft's weights share the memory (kv_capacity_per_rank_bytes).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,17 +47,25 @@ import math
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.sim.engine import StepResult, cost_step
-from attnsim.mapper.base import CapacityError, get_policy
 from attnsim.hwmodels.stack import add_step_overhead, sampler_cost
+from attnsim.mapper.base import CapacityError, get_policy
+from attnsim.sim.engine import StepResult, cost_step
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 
 class IterationCoster:
     """Memoised cost of iterations on one system (one replica)."""
 
-    def __init__(self, system, model, scenario, context_bucket: int = 32, token_bucket: int = 16,
-                 relative_bucket: float = 0.125, batch_relative_bucket: float = 0.0):
+    def __init__(
+        self,
+        system,
+        model,
+        scenario,
+        context_bucket: int = 32,
+        token_bucket: int = 16,
+        relative_bucket: float = 0.125,
+        batch_relative_bucket: float = 0.0,
+    ):
         self.system, self.model, self.sc = system, model, scenario
         spec = system.spec
         self.tp = spec.parallelism.tp
@@ -68,6 +77,7 @@ class IterationCoster:
         self.layout = None
         if spec.parallelism.pp > 1:  # attnsim.sim.pipeline: an iteration's requests split into micro-batches
             from attnsim.sim.pipeline import layout_of
+
             self.layout = layout_of(spec, model)
         self.memo: dict = {}
         self.usage: dict = {}
@@ -76,16 +86,27 @@ class IterationCoster:
         self.role, self.draft = ("target" if self.spec is not None else None), None
         if self.spec is not None:  # the draft model's iterations, on the same system and grid
             from attnsim.workloads.speculative import load_draft
+
             if self.layout is not None:
                 raise ConfigError("speculative decoding is served with pp = 1 only", key="parallelism.pp")
-            self.draft = IterationCoster(system, load_draft(self.spec), scenario.model_copy(update={"speculative": None}),
-                                         context_bucket, token_bucket, relative_bucket, batch_relative_bucket)
+            self.draft = IterationCoster(
+                system,
+                load_draft(self.spec),
+                scenario.model_copy(update={"speculative": None}),
+                context_bucket,
+                token_bucket,
+                relative_bucket,
+                batch_relative_bucket,
+            )
             self.draft.role = "draft"
 
     # ------------------------------------------------------------ exact path
     def model_bytes(self, ctx) -> dict:
-        return {"weights": self.weights, "kv": kv_cache_bytes(self.model, self.sc, ctx),
-                "kv_per_rank": kv_cache_bytes(self.model, self.sc, ctx, tp=self.tp)}
+        return {
+            "weights": self.weights,
+            "kv": kv_cache_bytes(self.model, self.sc, ctx),
+            "kv_per_rank": kv_cache_bytes(self.model, self.sc, ctx, tp=self.tp),
+        }
 
     def place(self, trace, ctx):
         if self.role is not None:  # a speculative target / draft step (mapper/ianus.py draft_placement)
@@ -104,18 +125,22 @@ class IterationCoster:
             def place(cm, qm, subbatch_of=None, channels=None):
                 ph = "decode" if np.all(qm == 1) else "prefill"
                 sc = self.sc.model_copy(update={"batch_size": len(cm)})
-                tr = build_trace(self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm,
-                                 sampler=sampler_cost(self.system))
+                tr = build_trace(
+                    self.model, sc, ph, tp=self.tp, context_lens=cm, query_tokens=qm, sampler=sampler_cost(self.system)
+                )
                 if subbatch_of is not None:
                     tr.meta["subbatch_of"] = subbatch_of
                 if channels is not None:  # the channels the whole batch's requests were placed on
                     tr.meta["channel_assignment"] = [int(c) for c in channels]
                 return self.place(tr, c)
-            step = pipeline_step(self.system, self.model, self.layout, c, q, place,
-                                 lambda plan: cost_step(plan, self.system)).result
+
+            step = pipeline_step(
+                self.system, self.model, self.layout, c, q, place, lambda plan: cost_step(plan, self.system)
+            ).result
             return add_step_overhead(step, self.system, len(c))
-        tr = build_trace(self.model, self.sc, phase, tp=self.tp, context_lens=c, query_tokens=q,
-                         sampler=sampler_cost(self.system))
+        tr = build_trace(
+            self.model, self.sc, phase, tp=self.tp, context_lens=c, query_tokens=q, sampler=sampler_cost(self.system)
+        )
         return add_step_overhead(cost_step(self.place(tr, c), self.system), self.system, len(c))
 
     # ------------------------------------------------------------ memo path
@@ -162,8 +187,10 @@ class IterationCoster:
         if parts:
             q, d = parts[0]
             d = self._round(d, self.cb)
-            rest = tuple((qq if qq <= self.tb else int(round(qq / self.tb)) * self.tb, self._round(dd, self.cb))
-                         for qq, dd in parts[1:])
+            rest = tuple(
+                (qq if qq <= self.tb else int(round(qq / self.tb)) * self.tb, self._round(dd, self.cb))
+                for qq, dd in parts[1:]
+            )
             q_axis = [(((qq, d),) + rest, w) for qq, w in self._axis(q, self.tb, 0.0)]
         if n_dec == 0:
             nd_axis = [(0, 1.0)]
@@ -200,6 +227,7 @@ class IterationCoster:
             out.scaled_add(self.memo[k], w)
         if self.draft is not None:  # the draft's ops under their own names
             from attnsim.sim.speculative import prefixed
+
             out.scaled_add(prefixed(self.draft.total(), "draft."), 1.0)
         return out
 
@@ -218,8 +246,12 @@ class IterationCoster:
         placements = plan.memory
         if self.layout is not None:  # per pipeline device group: its layers' weights and share of the KV
             from attnsim.sim.pipeline import stage_memory
-            placements = [mp for group in stage_memory(plan.memory, self.system, self.model, self.layout, [1]).per_group
-                          for mp in group]
+
+            placements = [
+                mp
+                for group in stage_memory(plan.memory, self.system, self.model, self.layout, [1]).per_group
+                for mp in group
+            ]
         for mp in placements:
             if mp.kv_bytes <= 0:
                 continue
@@ -229,8 +261,10 @@ class IterationCoster:
                 free -= self.draft.weights / self.tp
                 share *= 1.0 + kv_cache_bytes(self.draft.model, self.sc, 1) / kv_cache_bytes(self.model, self.sc, 1)
             if free <= 0:
-                raise CapacityError(f"{mp.role}: weights {mp.weights_bytes / 1e9:.1f} GB per device leave no room "
-                                    f"for KV in {memory_fraction:g} x {mp.capacity_bytes / 1e9:.1f} GB")
+                raise CapacityError(
+                    f"{mp.role}: weights {mp.weights_bytes / 1e9:.1f} GB per device leave no room "
+                    f"for KV in {memory_fraction:g} x {mp.capacity_bytes / 1e9:.1f} GB"
+                )
             if free / share < best:
                 best, where = free / share, mp.role
         if not math.isfinite(best):

@@ -14,6 +14,7 @@ otherwise it starts after the prefill and the link are free. The prefill pool's 
 when its prefill finishes (assumed staged out; decode-pool back-pressure on the prefill pool is
 not modelled).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,9 @@ from attnsim.studies.serve.scheduler import simulate_pool
 from attnsim.workloads.trace import kv_cache_bytes
 
 
-def transfer_schedule(ready_end_s, last_iter_s, kv_bytes, link, parallel_links: int, num_layers: int,
-                      overlap: bool) -> tuple[np.ndarray, np.ndarray]:
+def transfer_schedule(
+    ready_end_s, last_iter_s, kv_bytes, link, parallel_links: int, num_layers: int, overlap: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """KV arrival time and link energy per request (requests served FIFO in order of ``ready_end_s``)."""
     n = len(ready_end_s)
     arrive = np.full(n, np.nan)
@@ -51,17 +53,25 @@ def transfer_schedule(ready_end_s, last_iter_s, kv_bytes, link, parallel_links: 
 def simulate_disagg(pre_pool, dec_pool, trace, link, spec, labels=None) -> dict:
     """Serve ``trace`` on a prefill pool + decode pool; returns per-request arrays and totals."""
     model, sc = pre_pool.model, pre_pool.sc
-    rp = simulate_pool(pre_pool, trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.prefix_id,
-                       trace.prefix_tokens, mode="prefill", labels=labels)
-    n = len(trace)
+    rp = simulate_pool(
+        pre_pool,
+        trace.arrival_s,
+        trace.prompt_tokens,
+        trace.output_tokens,
+        trace.prefix_id,
+        trace.prefix_tokens,
+        mode="prefill",
+        labels=labels,
+    )
     kept = pre_pool.kvpol.retained_tokens(trace.prompt_tokens, trace.prompt_tokens)
     kv_bytes = np.array([kv_cache_bytes(model, sc, [int(k)]) for k in kept])
     to_decode = trace.output_tokens > 1
     # default: every TP rank of every pipeline device group sends the KV of its own layers
     plinks = spec.parallel_links or pre_pool.tp * pre_pool.system.spec.parallelism.device_groups
     ready = np.where(to_decode, rp.prefill_done_s, np.nan)
-    arrive, link_e = transfer_schedule(ready, rp.last_prefill_iter_s, kv_bytes, link, plinks, model.num_layers,
-                                       spec.layerwise_overlap)
+    arrive, link_e = transfer_schedule(
+        ready, rp.last_prefill_iter_s, kv_bytes, link, plinks, model.num_layers, spec.layerwise_overlap
+    )
     idx = np.nonzero(to_decode)[0]
     order = idx[np.argsort(arrive[idx], kind="stable")]
     finish = rp.finish_s.copy()
@@ -69,8 +79,14 @@ def simulate_disagg(pre_pool, dec_pool, trace, link, spec, labels=None) -> dict:
     preempt = rp.preemptions.copy()
     rd = None
     if len(order):
-        rd = simulate_pool(dec_pool, arrive[order], trace.prompt_tokens[order], trace.output_tokens[order],
-                           mode="decode", labels=None if labels is None else np.asarray(labels)[order])
+        rd = simulate_pool(
+            dec_pool,
+            arrive[order],
+            trace.prompt_tokens[order],
+            trace.output_tokens[order],
+            mode="decode",
+            labels=None if labels is None else np.asarray(labels)[order],
+        )
         finish[order] = rd.finish_s
         energy[order] += rd.energy_j
         preempt[order] += rd.preemptions
@@ -78,8 +94,17 @@ def simulate_disagg(pre_pool, dec_pool, trace, link, spec, labels=None) -> dict:
     if rd is not None:
         # the decode pool idles from t = 0 until its first request, too
         total += rd.busy_energy_j + rd.idle_energy_j + rd.swap_energy_j
-    return {"first_token_s": rp.first_token_s, "finish_s": finish, "admit_s": rp.admit_s, "energy_j": energy,
-            "preemptions": preempt, "prefix_hit_tokens": rp.prefix_hit_tokens, "total_energy_j": total,
-            "kv_arrival_s": arrive, "link_energy_j": float(link_e.sum()),
-            "kv_transfer_s_mean": float(np.nanmean(arrive[idx] - rp.prefill_done_s[idx])) if len(idx) else 0.0,
-            "prefill": rp, "decode": rd}
+    return {
+        "first_token_s": rp.first_token_s,
+        "finish_s": finish,
+        "admit_s": rp.admit_s,
+        "energy_j": energy,
+        "preemptions": preempt,
+        "prefix_hit_tokens": rp.prefix_hit_tokens,
+        "total_energy_j": total,
+        "kv_arrival_s": arrive,
+        "link_energy_j": float(link_e.sum()),
+        "kv_transfer_s_mean": float(np.nanmean(arrive[idx] - rp.prefill_done_s[idx])) if len(idx) else 0.0,
+        "prefill": rp,
+        "decode": rd,
+    }

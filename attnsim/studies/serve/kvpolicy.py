@@ -25,7 +25,8 @@ group scales are not counted (workloads/trace.py).
 Accuracy cost: :func:`accuracy_proxy` applies the policy's token selection to synthetic q/K/V
 with heavy-tailed attention and sinks (attnsim.hwmodels.reliability.accuracy, the L0 proxy) and
 returns the relative attention-output error of one decode query.
-"""
+"""  # noqa: E501 - the markdown table rows above cannot wrap
+
 from __future__ import annotations
 
 from typing import Literal
@@ -35,12 +36,14 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from attnsim.core.config import Plausible, Schema
 
-
 #: The parameters each policy kind reads (any other one, given explicitly, is refused).
-POLICY_FIELDS = {"none": (), "streaming": ("sink_tokens", "window_tokens", "dense_layers"),
-                 "h2o": ("heavy_tokens", "recent_tokens", "dense_layers"),
-                 "snapkv": ("budget_tokens", "observation_tokens", "dense_layers"),
-                 "quest": ("budget_tokens", "page_tokens", "dense_layers")}
+POLICY_FIELDS = {
+    "none": (),
+    "streaming": ("sink_tokens", "window_tokens", "dense_layers"),
+    "h2o": ("heavy_tokens", "recent_tokens", "dense_layers"),
+    "snapkv": ("budget_tokens", "observation_tokens", "dense_layers"),
+    "quest": ("budget_tokens", "page_tokens", "dense_layers"),
+}
 
 
 class KVPolicySpec(Schema):
@@ -49,13 +52,13 @@ class KVPolicySpec(Schema):
     plausible = {"dense_layers": Plausible(0, 4096, "layers (workloads.limits.MAX_LAYERS)")}
 
     kind: Literal["none", "streaming", "h2o", "snapkv", "quest"] = "none"
-    sink_tokens: NonNegativeInt = 4          # StreamingLLM §3.3: four initial tokens as attention sinks
-    window_tokens: PositiveInt = 1020        # ASSUMPTION: sink + window = 1024-token cache, a StreamingLLM cache size
-    heavy_tokens: PositiveInt = 256          # ASSUMPTION: H2O's 20 % budget split 50/50 heavy/recent, at ~2.5k ctx
+    sink_tokens: NonNegativeInt = 4  # StreamingLLM §3.3: four initial tokens as attention sinks
+    window_tokens: PositiveInt = 1020  # ASSUMPTION: sink + window = 1024-token cache, a StreamingLLM cache size
+    heavy_tokens: PositiveInt = 256  # ASSUMPTION: H2O's 20 % budget split 50/50 heavy/recent, at ~2.5k ctx
     recent_tokens: PositiveInt = 256
-    budget_tokens: PositiveInt = 1024        # SnapKV prompt budget / Quest token budget (both papers sweep 1024-4096)
-    observation_tokens: PositiveInt = 32     # SnapKV observation window (arXiv 2404.14469 §4)
-    page_tokens: PositiveInt = 16            # Quest page size 16 (arXiv 2406.10774 §5)
+    budget_tokens: PositiveInt = 1024  # SnapKV prompt budget / Quest token budget (both papers sweep 1024-4096)
+    observation_tokens: PositiveInt = 32  # SnapKV observation window (arXiv 2404.14469 §4)
+    page_tokens: PositiveInt = 16  # Quest page size 16 (arXiv 2406.10774 §5)
     dense_layers: NonNegativeInt = Field(0, description="first layers kept dense (Quest: 2)")
 
     @model_validator(mode="after")
@@ -63,8 +66,10 @@ class KVPolicySpec(Schema):
         if self.kind == "snapkv" and self.observation_tokens > self.budget_tokens:
             raise ValueError("observation_tokens exceed budget_tokens")
         used = POLICY_FIELDS[self.kind]
-        self.refuse_unused([f for f in type(self).model_fields if f != "kind" and f not in used],
-                           f"by kind: {self.kind} (it reads: {', '.join(used) or 'none'})")
+        self.refuse_unused(
+            [f for f in type(self).model_fields if f != "kind" and f not in used],
+            f"by kind: {self.kind} (it reads: {', '.join(used) or 'none'})",
+        )
         return self
 
 
@@ -119,24 +124,24 @@ def selection_mask(kind: str, spec: KVPolicySpec, q: np.ndarray, K: np.ndarray, 
     a /= a.sum(axis=1, keepdims=True)
     keep = np.zeros((H, T), dtype=bool)
     if kind == "streaming":
-        keep[:, :spec.sink_tokens] = True
-        keep[:, max(0, T - spec.window_tokens):] = True
+        keep[:, : spec.sink_tokens] = True
+        keep[:, max(0, T - spec.window_tokens) :] = True
     elif kind == "h2o":
-        keep[:, max(0, T - spec.recent_tokens):] = True
+        keep[:, max(0, T - spec.recent_tokens) :] = True
         # heavy hitters: largest accumulated attention (here the query's own scores stand in for the sum)
         score = np.where(keep, -np.inf, a)
-        idx = np.argsort(-score, axis=1)[:, :spec.heavy_tokens]
+        idx = np.argsort(-score, axis=1)[:, : spec.heavy_tokens]
         np.put_along_axis(keep, idx, True, axis=1)
     elif kind == "snapkv":
         p = min(prompt, T)
         keep[:, p:] = True
         # the observation window votes with its attention; SnapKV's premise is that it matches the
         # generation queries' pattern, so the decode query's own attention stands in (optimistic)
-        idx = np.argsort(-a[:, :p], axis=1)[:, :spec.budget_tokens - spec.observation_tokens]
+        idx = np.argsort(-a[:, :p], axis=1)[:, : spec.budget_tokens - spec.observation_tokens]
         kp = np.zeros((H, p), dtype=bool)
         np.put_along_axis(kp, idx, True, axis=1)
         keep[:, :p] |= kp
-        keep[:, max(0, p - spec.observation_tokens):p] = True
+        keep[:, max(0, p - spec.observation_tokens) : p] = True
     elif kind == "quest":
         P = spec.page_tokens
         n_pages = -(-T // P)
@@ -156,12 +161,15 @@ def accuracy_proxy(spec: KVPolicySpec, tokens: int = 2048, prompt: int | None = 
     """Relative attention-output error of one decode query under the policy's selection and the
     attention mass the kept tokens carry, on synthetic q/K/V (reliability L0 proxy; H2O and SnapKV
     scores use the query's own attention, an optimistic stand-in). ``tokens`` is the context."""
-    from attnsim.hwmodels.reliability.accuracy import attention
-    from attnsim.hwmodels.reliability.accuracy import metrics, synthetic_qkv
+    from attnsim.hwmodels.reliability.accuracy import attention, metrics, synthetic_qkv
+
     qkv = synthetic_qkv(n_heads=4, n_tokens=tokens, head_dim=64, seed=seed)
     q, K, V = qkv["q"], qkv["k"], qkv["v"]
     drop = selection_mask(spec.kind, spec, q, K, tokens if prompt is None else prompt)
     m = metrics(q, K, V, K, V, drop)
     _, a = attention(q, K, V)
-    return {"rel_err": m["rel_err"], "attention_mass_kept": float(np.sum(np.where(drop, 0.0, a)) / a.shape[0]),
-            "kept_fraction": float(1 - drop.mean())}
+    return {
+        "rel_err": m["rel_err"],
+        "attention_mass_kept": float(np.sum(np.where(drop, 0.0, a)) / a.shape[0]),
+        "kept_fraction": float(1 - drop.mean()),
+    }

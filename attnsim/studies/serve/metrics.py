@@ -15,6 +15,7 @@ every pool's busy + idle energy + links, per request and per output token; mean 
 = the scheduler's time integral of requests present / horizon (Little's law: = arrival rate x
 mean latency).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,9 +29,18 @@ def request_table(arrival, prompt, output, first_token, finish, admit, energy, p
     e2e = finish - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (finish - first_token) / np.maximum(out - 1, 1), np.nan)
-    return {"arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": out, "ttft_s": ttft, "tpot_s": tpot,
-            "latency_s": e2e, "queue_s": admit - arrival, "energy_j": energy, "preemptions": preemptions,
-            "prefix_hit_tokens": prefix_hit}
+    return {
+        "arrival_s": arrival,
+        "prompt_tokens": prompt,
+        "output_tokens": out,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "latency_s": e2e,
+        "queue_s": admit - arrival,
+        "energy_j": energy,
+        "preemptions": preemptions,
+        "prefix_hit_tokens": prefix_hit,
+    }
 
 
 def _stats(name: str, x: np.ndarray, out: dict) -> None:
@@ -81,16 +91,28 @@ def summarize(req: dict, slo, total_energy_j: float, in_system_area: float | Non
     m["tokens_per_s"] = m["output_tokens_per_s"]
     m["energy_per_token_j"] = m["energy_per_output_token_j"]
     m["arrival_rate_per_s"] = (n - 1) / (float(arr.max()) - start) if n > 1 and arr.max() > start else None
-    m["littles_law_rhs"] = m["arrival_rate_per_s"] * float(np.mean(lat)) if m["arrival_rate_per_s"] is not None else None
+    m["littles_law_rhs"] = (
+        m["arrival_rate_per_s"] * float(np.mean(lat)) if m["arrival_rate_per_s"] is not None else None
+    )
     return m
 
 
 def metric_keys() -> tuple[str, ...]:
     """The keys :func:`summarize` returns (a run that produced no metrics has them all, null)."""
     from types import SimpleNamespace
+
     one, zero = np.ones(1), np.zeros(1)
-    req = {"arrival_s": zero, "latency_s": one, "ttft_s": one, "tpot_s": one, "queue_s": zero,
-           "output_tokens": one, "prompt_tokens": one, "energy_j": one, "preemptions": zero}
+    req = {
+        "arrival_s": zero,
+        "latency_s": one,
+        "ttft_s": one,
+        "tpot_s": one,
+        "queue_s": zero,
+        "output_tokens": one,
+        "prompt_tokens": one,
+        "energy_j": one,
+        "preemptions": zero,
+    }
     return tuple(summarize(req, SimpleNamespace(ttft_s=1.0, tpot_s=1.0), 1.0))
 
 

@@ -20,8 +20,10 @@ PIM device lowers attention over ``block_tokens``-token blocks, each starting a 
 bank (``attnsim.studies.serve.run.pim_hardware_for_layout``, isa/lower.py ``Partition.kv_block_tokens``), so
 small blocks cost extra ACT/PRE rounds in the command streams the engine times.
 """
+
 from __future__ import annotations
 
+from typing import Optional
 
 import numpy as np
 
@@ -67,6 +69,7 @@ class BlockAllocator:
 
 # ---------------------------------------------------------------- mapping onto DRAM
 
+
 def block_addresses(blocks, block_bytes: int, burst_bytes: int = 32) -> np.ndarray:
     """Byte addresses (one per burst) of reading ``blocks`` in order; block b occupies
     [b * block_bytes, (b + 1) * block_bytes)."""
@@ -78,11 +81,16 @@ def block_addresses(blocks, block_bytes: int, burst_bytes: int = 32) -> np.ndarr
 def kv_read_locality(dram_spec, blocks, block_bytes: int, address_mapping: Optional[str] = None) -> dict:
     """Replay the reads of ``blocks`` through the DRAM request engine; row hits and bandwidth."""
     from attnsim.hwmodels.dram import load_dram_spec, simulate_requests
+
     dram_spec = load_dram_spec(dram_spec)
     addr = block_addresses(blocks, block_bytes, burst_bytes=int(dram_spec.org.burst_bytes))
     res = simulate_requests(dram_spec, addr, np.zeros(len(addr), dtype=bool), mapping=address_mapping)
     hits, misses, conf = res.row_hits, res.row_misses, res.row_conflicts
-    return {"time_s": res.time_s, "bandwidth_gbps": res.bandwidth_gbps, "row_hits": int(hits),
-            "row_misses": int(misses), "row_conflicts": int(conf),
-            "row_hit_rate": hits / max(1, hits + misses + conf)}
-
+    return {
+        "time_s": res.time_s,
+        "bandwidth_gbps": res.bandwidth_gbps,
+        "row_hits": int(hits),
+        "row_misses": int(misses),
+        "row_conflicts": int(conf),
+        "row_hit_rate": hits / max(1, hits + misses + conf),
+    }

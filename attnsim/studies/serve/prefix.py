@@ -8,6 +8,7 @@ blocks only for the rest; the shared blocks are counted once in capacity. Entrie
 request references are evicted least-recently-used when blocks run out (before preemption).
 Hit rate = admitted lookups that found their prefix / admitted lookups.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

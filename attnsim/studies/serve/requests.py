@@ -16,6 +16,7 @@ optionally ``prefix_id`` (an integer >= 0 naming a shared prompt prefix) and ``p
 (its length; default ``trace.prefix_tokens``), or a public dataset as it ships (``format: azure |
 burstgpt | mooncake``; serve/traces.py). A bad row raises ConfigError naming ``line N``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from attnsim.core.config import not_physical, Plausible, Schema
+from attnsim.core.config import Plausible, Schema, not_physical
 from attnsim.workloads.limits import MAX_REQUESTS, MAX_TOKENS
 from attnsim.workloads.scenario import Tokens
 
@@ -57,7 +58,7 @@ class LengthDist(Schema):
         elif self.dist == "uniform":
             x = rng.integers(self.low, self.high + 1, size=n)
         else:  # lognormal with the given arithmetic mean and std
-            sigma2 = np.log1p(self.std ** 2 / self.mean ** 2)
+            sigma2 = np.log1p(self.std**2 / self.mean**2)
             x = rng.lognormal(np.log(self.mean) - sigma2 / 2, np.sqrt(sigma2), size=n)
         # clip in floating point before the integer cast (a huge draw must not wrap around int64)
         return np.clip(np.rint(x), self.low or 1, self.high or MAX_TOKENS).astype(np.int64)
@@ -82,20 +83,38 @@ class TraceSpec(Schema):
 
     plausible = {
         "num_requests": Plausible(1, 1 << 20, "requests (workloads.limits.MAX_REQUESTS)"),
-        "cv": Plausible(0.01, 100, "coefficient of variation of inter-arrival times: production LLM traces show "
-            "~1-5 (Azure LLM traces, Splitwise ISCA 2024); 0.01 is near-periodic, 100 a few bursts"),
-        "rate_per_s": Plausible(1e-6, 1e7, "requests per second: LLM services see ~1-1000 req/s per deployment (Azure "
-            "LLM inference traces 2023, Splitwise ISCA 2024); 1e7 is 10^4x"),
+        "cv": Plausible(
+            0.01,
+            100,
+            "coefficient of variation of inter-arrival times: production LLM traces show "
+            "~1-5 (Azure LLM traces, Splitwise ISCA 2024); 0.01 is near-periodic, 100 a few bursts",
+        ),
+        "rate_per_s": Plausible(
+            1e-6,
+            1e7,
+            "requests per second: LLM services see ~1-1000 req/s per deployment (Azure "
+            "LLM inference traces 2023, Splitwise ISCA 2024); 1e7 is 10^4x",
+        ),
         "seed": not_physical("a random seed"),
-        "time_scale": Plausible(1e-6, 1e6, "a trace's arrival-time factor: x0.1 replays an hour in 6 minutes; 1e-6 / "
-                                "1e6 would squeeze a day into 0.1 s / stretch a second past 11 days"),
-        "start_s": Plausible(0, 3.2e7, "trace time in seconds: the public traces span an hour (Azure 2023) to a week "
-                             "(Azure 2024); 3.2e7 s is a year"),
+        "time_scale": Plausible(
+            1e-6,
+            1e6,
+            "a trace's arrival-time factor: x0.1 replays an hour in 6 minutes; 1e-6 / "
+            "1e6 would squeeze a day into 0.1 s / stretch a second past 11 days",
+        ),
+        "start_s": Plausible(
+            0,
+            3.2e7,
+            "trace time in seconds: the public traces span an hour (Azure 2023) to a week "
+            "(Azure 2024); 3.2e7 s is a year",
+        ),
         "duration_s": Plausible(1e-3, 3.2e7, "a window of a trace in seconds (as start_s)"),
     }
 
     file: Optional[str] = Field(None, description="CSV or JSONL of requests (overrides synthetic)")
-    num_requests: int = Field(100, gt=0, le=MAX_REQUESTS, description="synthetic requests (workloads.limits.MAX_REQUESTS)")
+    num_requests: int = Field(
+        100, gt=0, le=MAX_REQUESTS, description="synthetic requests (workloads.limits.MAX_REQUESTS)"
+    )
     rate_per_s: Optional[float] = Field(None, gt=0, description="mean arrival rate; null = all arrive at t=0")
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
     cv: float = Field(1.0, gt=0, description="gamma inter-arrival coefficient of variation")
@@ -104,7 +123,8 @@ class TraceSpec(Schema):
     prefix: Optional[PrefixSpec] = None
     prefix_tokens: Tokens = Field(512, description="file rows with a prefix_id but no prefix_tokens")
     format: Optional[Literal["azure", "burstgpt", "mooncake", "csv", "jsonl"]] = Field(
-        None, description="trace file format (serve/traces.py); default: jsonl for .jsonl/.ndjson/.json, else csv")
+        None, description="trace file format (serve/traces.py); default: jsonl for .jsonl/.ndjson/.json, else csv"
+    )
     time_scale: float = Field(1.0, gt=0, description="trace file: arrivals x this (0.5 = twice the rate)")
     start_s: float = Field(0.0, ge=0, description="trace file: keep requests from this trace time (s)")
     duration_s: Optional[float] = Field(None, gt=0, description="trace file: keep this many seconds from start_s")
@@ -113,11 +133,14 @@ class TraceSpec(Schema):
     @model_validator(mode="after")
     def _unused(self):
         if self.file is not None:
-            self.refuse_unused(["num_requests", "rate_per_s", "arrival", "cv", "prompt", "output", "prefix", "seed"],
-                               "with a trace file (the file gives every request)")
+            self.refuse_unused(
+                ["num_requests", "rate_per_s", "arrival", "cv", "prompt", "output", "prefix", "seed"],
+                "with a trace file (the file gives every request)",
+            )
         else:
-            self.refuse_unused(["prefix_tokens", "format", "time_scale", "start_s", "duration_s"],
-                               "without a trace file")
+            self.refuse_unused(
+                ["prefix_tokens", "format", "time_scale", "start_s", "duration_s"], "without a trace file"
+            )
             if self.rate_per_s is None:
                 self.refuse_unused(["arrival", "cv"], "without rate_per_s (every request arrives at t=0)")
             elif self.arrival != "gamma":
@@ -139,8 +162,12 @@ class RequestTrace:
         return len(self.arrival_s)
 
     def subset(self, idx) -> "RequestTrace":
-        return RequestTrace(*(a[idx] for a in (self.arrival_s, self.prompt_tokens, self.output_tokens,
-                                               self.prefix_id, self.prefix_tokens)))
+        return RequestTrace(
+            *(
+                a[idx]
+                for a in (self.arrival_s, self.prompt_tokens, self.output_tokens, self.prefix_id, self.prefix_tokens)
+            )
+        )
 
     @classmethod
     def from_arrays(cls, arrival_s, prompt_tokens, output_tokens, prefix_id=None, prefix_tokens=None) -> "RequestTrace":
@@ -149,8 +176,13 @@ class RequestTrace:
         pid = np.full(n, -1, np.int64) if prefix_id is None else np.asarray(prefix_id, dtype=np.int64)
         ptok = np.zeros(n, np.int64) if prefix_tokens is None else np.asarray(prefix_tokens, dtype=np.int64)
         order = np.argsort(a, kind="stable")
-        return cls(a[order], np.asarray(prompt_tokens, np.int64)[order], np.asarray(output_tokens, np.int64)[order],
-                   pid[order], np.where(pid >= 0, ptok, 0)[order])
+        return cls(
+            a[order],
+            np.asarray(prompt_tokens, np.int64)[order],
+            np.asarray(output_tokens, np.int64)[order],
+            pid[order],
+            np.where(pid >= 0, ptok, 0)[order],
+        )
 
 
 def _arrivals(spec: TraceSpec, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -162,7 +194,7 @@ def _arrivals(spec: TraceSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     elif spec.arrival == "poisson":
         gaps = rng.exponential(mean, size=n)
     else:
-        k = 1.0 / spec.cv ** 2
+        k = 1.0 / spec.cv**2
         gaps = rng.gamma(k, mean / k, size=n)
     t = np.cumsum(gaps)
     return t - t[0]  # the first request arrives at t = 0
@@ -187,22 +219,36 @@ def synthetic_trace(spec: TraceSpec, default_prompt: int, default_output: int) -
     return RequestTrace.from_arrays(arr, prompt, output, pid, ptok)
 
 
-def read_trace(path: str | Path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s: float = 0.0,
-               duration_s: Optional[float] = None, default_prefix: int = 512) -> tuple[RequestTrace, dict]:
+def read_trace(
+    path: str | Path,
+    fmt: Optional[str] = None,
+    time_scale: float = 1.0,
+    start_s: float = 0.0,
+    duration_s: Optional[float] = None,
+    default_prefix: int = 512,
+) -> tuple[RequestTrace, dict]:
     """(RequestTrace, facts) of a request file: attnsim csv/jsonl or a dataset format (attnsim.studies.serve.traces)."""
     from attnsim.studies.serve.traces import read_rows
+
     *cols, facts = read_rows(path, fmt, time_scale, start_s, duration_s, default_prefix)
     return RequestTrace.from_arrays(*cols), facts
 
 
-def read_trace_file(path: str | Path, default_prefix: int = 512, fmt: Optional[str] = None, time_scale: float = 1.0,
-                    start_s: float = 0.0, duration_s: Optional[float] = None) -> RequestTrace:
+def read_trace_file(
+    path: str | Path,
+    default_prefix: int = 512,
+    fmt: Optional[str] = None,
+    time_scale: float = 1.0,
+    start_s: float = 0.0,
+    duration_s: Optional[float] = None,
+) -> RequestTrace:
     """Read a request file (see :func:`read_trace`)."""
     return read_trace(path, fmt, time_scale, start_s, duration_s, default_prefix)[0]
 
 
-def build_request_trace(spec: TraceSpec, default_prompt: int, default_output: int,
-                        base: Optional[Path] = None) -> RequestTrace:
+def build_request_trace(
+    spec: TraceSpec, default_prompt: int, default_output: int, base: Optional[Path] = None
+) -> RequestTrace:
     if spec.file is not None:
         p = Path(spec.file)
         if not p.is_absolute() and base is not None and not p.exists():

@@ -7,6 +7,7 @@ A run document has ``system``, ``model``, ``scenario``, ``status``, ``metrics`` 
 ``breakdown.iterations`` (all iterations' time/energy tables) and, kept out of JSON,
 ``_requests`` (per-request columns for the HDF5 ``/requests`` table).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,14 +16,13 @@ from typing import Optional
 import numpy as np
 
 from attnsim.core.config import ConfigError, allow_notes, display_path, find_config, load_yaml, validate
-from attnsim.sim.experiment import experiment_allow, load_tree, validate_tree
 from attnsim.hwmodels import registry
 from attnsim.hwmodels.system import build_system, check_parallelism, ref_name
-from attnsim.sim.pipeline import check_pipeline
 from attnsim.mapper.base import CapacityError, get_policy
-from attnsim.sim.runner import SYSTEM_KEYS
+from attnsim.sim.experiment import experiment_allow, load_tree, validate_tree
+from attnsim.sim.pipeline import check_pipeline
 from attnsim.sim.results import finalize_doc
-from attnsim.sim.runner import scenario_doc
+from attnsim.sim.runner import SYSTEM_KEYS, scenario_doc
 from attnsim.studies.serve.costing import IterationCoster
 from attnsim.studies.serve.disagg import simulate_disagg
 from attnsim.studies.serve.kvpolicy import accuracy_proxy
@@ -66,8 +66,11 @@ def serving_hardware_refs(serving: ServingSpec) -> list[tuple[str, str]]:
     return links
 
 
-_REF_KINDS = {"serving.scheduler.swap_link": "link", "serving.kv.locality_dram": "dram",
-              "serving.kv_pool.hardware": "kv_pool"}
+_REF_KINDS = {
+    "serving.scheduler.swap_link": "link",
+    "serving.kv.locality_dram": "dram",
+    "serving.kv_pool.hardware": "kv_pool",
+}
 MAX_POOL_PASSES = 4  # fixed-point passes over the instances sharing a KV pool (hwmodels/kv_pool.py)
 
 
@@ -95,21 +98,33 @@ def experiment_from_tree(tree, src=None):
     for i, d in enumerate(serving.disaggregation):
         for role in ("prefill", "decode"):
             if getattr(d, role) not in exp.systems:
-                raise ConfigError(f"expected one of the experiment's systems ({', '.join(exp.systems)}), "
-                                  f"got {getattr(d, role)!r}", file=exp_file, key=f"serving.disaggregation.{i}.{role}")
+                raise ConfigError(
+                    f"expected one of the experiment's systems ({', '.join(exp.systems)}), got {getattr(d, role)!r}",
+                    file=exp_file,
+                    key=f"serving.disaggregation.{i}.{role}",
+                )
         kind = tree.hardware[ref_name(d.link)].get("kind")
         if kind != "link":
-            raise ConfigError(f"expected a hardware config of kind link, got kind {kind!r}", file=exp_file,
-                              key=f"serving.disaggregation.{i}.link")
+            raise ConfigError(
+                f"expected a hardware config of kind link, got kind {kind!r}",
+                file=exp_file,
+                key=f"serving.disaggregation.{i}.link",
+            )
     for i, name in enumerate(serving.kv_pool.systems if serving.kv_pool is not None else ()):
         if name not in exp.systems:
-            raise ConfigError(f"expected one of the experiment's systems ({', '.join(exp.systems)}), got {name!r}",
-                              file=exp_file, key=f"serving.kv_pool.systems.{i}")
+            raise ConfigError(
+                f"expected one of the experiment's systems ({', '.join(exp.systems)}), got {name!r}",
+                file=exp_file,
+                key=f"serving.kv_pool.systems.{i}",
+            )
     for ref, key in serving_hardware_refs(serving):
         want, hw = _REF_KINDS.get(key), tree.hardware.get(ref_name(ref))
         if want and isinstance(hw, dict) and hw.get("kind") != want:
-            raise ConfigError(f"expected a hardware config of kind {want}, got {ref!r} of kind {hw.get('kind')!r}",
-                              file=exp_file, key=key)
+            raise ConfigError(
+                f"expected a hardware config of kind {want}, got {ref!r} of kind {hw.get('kind')!r}",
+                file=exp_file,
+                key=key,
+            )
     return exp, serving
 
 
@@ -132,13 +147,17 @@ def refuse_static_batch_settings(tree) -> None:
     def refuse(key, value, why):
         got = f"a {key.rsplit('.', 1)[-1]} section" if isinstance(value, dict) else repr(value)
         raise ConfigError(f"expected no {key.rsplit('.', 1)[-1]} for attnsim serve ({why}), got {got}", file=f, key=key)
+
     static = "a static-batch setting of attnsim run"
     for key in ("baseline", "reliability"):
         if tree.experiment.get(key) is not None:
             refuse(key, tree.experiment[key], static)
     for name, sc in tree.scenarios.items():
-        for key, why in (("batch_size", "requests come from serving.trace"),
-                         ("context_lens", "requests come from serving.trace"), ("reliability", static)):
+        for key, why in (
+            ("batch_size", "requests come from serving.trace"),
+            ("context_lens", "requests come from serving.trace"),
+            ("reliability", static),
+        ):
             if sc.get(key) is not None:
                 refuse(f"scenarios.{name}.{key}", sc[key], why)
 
@@ -181,8 +200,15 @@ def _systems(exp, serving=None) -> dict:
 def _pool(system, model, sc, serving, exp, cache: dict) -> Pool:
     key = (system.name, model.name, sc.name)
     if key not in cache:
-        coster = IterationCoster(system, model, sc, serving.memo.context_bucket, serving.memo.token_bucket,
-                                 serving.memo.relative_bucket, serving.memo.batch_relative_bucket)
+        coster = IterationCoster(
+            system,
+            model,
+            sc,
+            serving.memo.context_bucket,
+            serving.memo.token_bucket,
+            serving.memo.relative_bucket,
+            serving.memo.batch_relative_bucket,
+        )
         swap = _link(exp, serving.scheduler.swap_link) if serving.scheduler.preemption == "swap" else None
         cache[key] = Pool(system, model, sc, serving, coster, swap_link=swap)
     return cache[key]
@@ -205,13 +231,19 @@ def layout_locality(pool: Pool, block_ids: list, dram: str) -> dict:
     """Row-buffer locality of reading one layer's K blocks of a request as the allocator placed them
     vs the same number of contiguous blocks (DRAM engine, request level)."""
     from attnsim.studies.serve.paging import kv_read_locality
+
     bb = int(pool.block_bytes / pool.model.num_layers / 2)  # one layer's K (or V) block on one rank
     paged = kv_read_locality(dram, block_ids, bb)
     contig = kv_read_locality(dram, np.arange(len(block_ids)), bb)
-    return {"dram": dram, "blocks": len(block_ids), "block_bytes": bb,
-            "paged_row_hit_rate": paged["row_hit_rate"], "contiguous_row_hit_rate": contig["row_hit_rate"],
-            "paged_bandwidth_gbps": float(paged["bandwidth_gbps"]),
-            "contiguous_bandwidth_gbps": float(contig["bandwidth_gbps"])}
+    return {
+        "dram": dram,
+        "blocks": len(block_ids),
+        "block_bytes": bb,
+        "paged_row_hit_rate": paged["row_hit_rate"],
+        "contiguous_row_hit_rate": contig["row_hit_rate"],
+        "paged_bandwidth_gbps": float(paged["bandwidth_gbps"]),
+        "contiguous_bandwidth_gbps": float(contig["bandwidth_gbps"]),
+    }
 
 
 def _replica_runs(pool: Pool, trace, R: int, kv_pool=None):
@@ -220,6 +252,7 @@ def _replica_runs(pool: Pool, trace, R: int, kv_pool=None):
     remote = None
     if kv_pool is not None:
         from attnsim.hwmodels.kv_pool import SharedPrefixPool
+
         bt = pool.block_tokens
         remote = SharedPrefixPool(kv_pool, kv_cache_bytes(pool.model, pool.sc, [bt]) / bt, bt, R)
     for npass in range(1, MAX_POOL_PASSES + 1):
@@ -231,12 +264,34 @@ def _replica_runs(pool: Pool, trace, R: int, kv_pool=None):
             idx = np.arange(k, len(trace), R)
             if len(idx):
                 sub = trace.subset(idx)
-                runs.append((idx, simulate_pool(pool, sub.arrival_s, sub.prompt_tokens, sub.output_tokens,
-                                                sub.prefix_id, sub.prefix_tokens, labels=idx, remote=remote)))
+                runs.append(
+                    (
+                        idx,
+                        simulate_pool(
+                            pool,
+                            sub.arrival_s,
+                            sub.prompt_tokens,
+                            sub.output_tokens,
+                            sub.prefix_id,
+                            sub.prefix_tokens,
+                            labels=idx,
+                            remote=remote,
+                        ),
+                    )
+                )
         if remote is None or remote.converged():
             break
-    facts = None if remote is None else {"hardware": kv_pool.name, "instances": R, "passes": npass,
-                                         "converged": remote.converged(), **remote.stats()}
+    facts = (
+        None
+        if remote is None
+        else {
+            "hardware": kv_pool.name,
+            "instances": R,
+            "passes": npass,
+            "converged": remote.converged(),
+            **remote.stats(),
+        }
+    )
     return runs, facts
 
 
@@ -267,19 +322,35 @@ def serve_colocated(system, model, sc, serving, trace, pool: Pool, kv_pool=None)
         area += r.in_system_area
         stats.append(r.stats)
         iters += r.iterations
-    req = request_table(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, cols["first_token_s"],
-                        cols["finish_s"], cols["admit_s"], energy, pre, hit)
+    req = request_table(
+        trace.arrival_s,
+        trace.prompt_tokens,
+        trace.output_tokens,
+        cols["first_token_s"],
+        cols["finish_s"],
+        cols["admit_s"],
+        energy,
+        pre,
+        hit,
+    )
     m = summarize(req, serving.slo, total_e, in_system_area=area)
     facts = _serving_facts(pool, stats)
     facts["iterations"] = iters
     if pool_facts is not None:  # requests served from a prefix cache: local (HBM) or the pool
-        pool_facts["prefix_hit_rate_with_pool"] = ((facts["prefix_hits"] + pool_facts["pool_hits"]) / facts["prefix_lookups"]
-                                                   if facts["prefix_lookups"] else 0.0)
+        pool_facts["prefix_hit_rate_with_pool"] = (
+            (facts["prefix_hits"] + pool_facts["pool_hits"]) / facts["prefix_lookups"]
+            if facts["prefix_lookups"]
+            else 0.0
+        )
         facts["kv_pool"] = pool_facts
     if serving.kv.locality_dram and stats and stats[0]["sample_block_ids"]:
         facts["kv_layout_locality"] = layout_locality(pool, stats[0]["sample_block_ids"], serving.kv.locality_dram)
-    return {"metrics": m, "serving": facts, "_requests": req,
-            "breakdown": {"iterations": pool.coster.total().breakdown()}}
+    return {
+        "metrics": m,
+        "serving": facts,
+        "_requests": req,
+        "breakdown": {"iterations": pool.coster.total().breakdown()},
+    }
 
 
 DISAGG_METRICS = ("kv_transfer_s_mean", "link_energy_j")  # beyond summarize()'s keys
@@ -290,6 +361,7 @@ def null_metrics(disagg: bool, replications: int) -> dict:
     run of the same kind has, null."""
     from attnsim.studies.serve.metrics import metric_keys
     from attnsim.studies.serve.replicate import CI_METRICS
+
     keys = list(metric_keys()) + (list(DISAGG_METRICS) if disagg else [])
     if replications > 1:
         keys += [f"{k}_{b}" for k in CI_METRICS if k in keys for b in ("ci_low", "ci_high")]
@@ -299,28 +371,51 @@ def null_metrics(disagg: bool, replications: int) -> dict:
 def serve_disagg(dspec, pre_pool: Pool, dec_pool: Pool, link, serving, trace) -> dict:
     for p in (pre_pool, dec_pool):
         if p.system.spec.parallelism.replicas != 1:
-            raise ConfigError(f"disaggregation with data-parallel replicas is not modelled ({p.name} has "
-                              f"{p.system.spec.parallelism.replicas})", key="serving.disaggregation")
+            raise ConfigError(
+                f"disaggregation with data-parallel replicas is not modelled ({p.name} has "
+                f"{p.system.spec.parallelism.replicas})",
+                key="serving.disaggregation",
+            )
     pre_pool.coster.usage.clear()
     dec_pool.coster.usage.clear()
     out = simulate_disagg(pre_pool, dec_pool, trace, link, dspec, labels=np.arange(len(trace)))
-    req = request_table(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, out["first_token_s"],
-                        out["finish_s"], out["admit_s"], out["energy_j"], out["preemptions"], out["prefix_hit_tokens"])
+    req = request_table(
+        trace.arrival_s,
+        trace.prompt_tokens,
+        trace.output_tokens,
+        out["first_token_s"],
+        out["finish_s"],
+        out["admit_s"],
+        out["energy_j"],
+        out["preemptions"],
+        out["prefix_hit_tokens"],
+    )
     fin = out["finish_s"]
-    m = summarize(req, serving.slo, out["total_energy_j"],
-                  in_system_area=mean_in_system_from_times(trace.arrival_s, fin, float(fin.max())) * float(fin.max()))
+    m = summarize(
+        req,
+        serving.slo,
+        out["total_energy_j"],
+        in_system_area=mean_in_system_from_times(trace.arrival_s, fin, float(fin.max())) * float(fin.max()),
+    )
     m.update({k: out[k] for k in DISAGG_METRICS})
     stats_p = [out["prefill"].stats]
     facts = {"prefill_pool": _serving_facts(pre_pool, stats_p)}
     if out["decode"] is not None:
         facts["decode_pool"] = _serving_facts(dec_pool, [out["decode"].stats])
-    return {"metrics": m, "serving": facts, "_requests": req,
-            "breakdown": {"prefill_pool": pre_pool.coster.total().breakdown(),
-                          "decode_pool": dec_pool.coster.total().breakdown()}}
+    return {
+        "metrics": m,
+        "serving": facts,
+        "_requests": req,
+        "breakdown": {
+            "prefill_pool": pre_pool.coster.total().breakdown(),
+            "decode_pool": dec_pool.coster.total().breakdown(),
+        },
+    }
 
 
-def serve_experiment(exp, serving: ServingSpec, progress=None, timeline: list | None = None,
-                     trace_requests: int | None = None) -> list[dict]:
+def serve_experiment(
+    exp, serving: ServingSpec, progress=None, timeline: list | None = None, trace_requests: int | None = None
+) -> list[dict]:
     """Run documents for every (model, scenario) x (colocated system | disaggregation pair); with
     ``serving.replications`` > 1 each is the combination of that many seeded traces (replicate.py).
     ``timeline`` (a list): trace events of every ok run's first replication are appended to it
@@ -331,8 +426,10 @@ def serve_experiment(exp, serving: ServingSpec, progress=None, timeline: list | 
     docs, prepared = [], {}
     for mname, model in exp.models.items():  # every trace is built and checked before any simulation
         for scname, sc in exp.scenarios.items():
-            traces = [build_request_trace(serving.trace.model_copy(update={"seed": s}), sc.prompt_len, sc.output_len, base)
-                      for s in seeds]
+            traces = [
+                build_request_trace(serving.trace.model_copy(update={"seed": s}), sc.prompt_len, sc.output_len, base)
+                for s in seeds
+            ]
             prepared[mname, scname] = traces, _context_note(exp, mname, scname, traces)
     for mname, model in exp.models.items():
         for scname, sc in exp.scenarios.items():
@@ -341,8 +438,9 @@ def serve_experiment(exp, serving: ServingSpec, progress=None, timeline: list | 
             if serving.accuracy_proxy and serving.kv.policy.kind != "none":
                 tr0 = traces[0]
                 ctx = int(min(4096, max(64, np.mean(tr0.prompt_tokens + tr0.output_tokens // 2))))
-                acc = accuracy_proxy(serving.kv.policy, tokens=ctx, prompt=int(min(ctx, np.mean(tr0.prompt_tokens))),
-                                     seed=exp.spec.seed)
+                acc = accuracy_proxy(
+                    serving.kv.policy, tokens=ctx, prompt=int(min(ctx, np.mean(tr0.prompt_tokens))), seed=exp.spec.seed
+                )
             runs = []
             if serving.colocated:
                 runs += [(s, None) for s in exp.systems]
@@ -356,12 +454,14 @@ def serve_experiment(exp, serving: ServingSpec, progress=None, timeline: list | 
                         reps.append(_serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools))
                         continue
                     from attnsim.studies.timeline_serve import DEFAULT_TRACE_REQUESTS, recording, serve_events
+
                     with recording() as rec:
                         reps.append(_serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, pools))
                     if reps[-1]["status"] == "ok":
                         n_req = DEFAULT_TRACE_REQUESTS if trace_requests is None else trace_requests
-                        timeline += serve_events(reps[-1], rec, pid=1 + max((e["pid"] for e in timeline), default=0),
-                                                 max_requests=n_req)
+                        timeline += serve_events(
+                            reps[-1], rec, pid=1 + max((e["pid"] for e in timeline), default=0), max_requests=n_req
+                        )
                 doc = combine(reps, seeds, serving.confidence, exp.spec.seed)
                 if acc is not None:
                     doc.setdefault("serving", {})["kv_policy_accuracy"] = acc
@@ -380,17 +480,23 @@ def _context_note(exp, mname: str, scname: str, traces) -> str | None:
     """The longest request (prompt + output tokens) against the model's context window
     (workloads.scenario.context_window): ConfigError if refused, else the run document's note."""
     from attnsim.workloads.scenario import context_window
+
     model, sc = exp.models[mname], exp.scenarios[scname]
 
     def longest(t):
         j = int(np.argmax(t.prompt_tokens + t.output_tokens))
         return int(t.prompt_tokens[j]), int(t.output_tokens[j])
+
     p, o = max((longest(t) for t in traces), key=sum)
     ok, note = context_window(model, sc, p + o)
     if not ok:
-        raise ConfigError(f"expected prompt + output tokens <= {model.max_positions} (the positions of model {mname}, "
-                          f"{exp.tree.file_of('models', mname)}; or set scenarios.{scname}.beyond_max_position: allow), "
-                          f"got {p} + {o} = {p + o}", file=exp.tree.file_of("experiment"), key="serving.trace")
+        raise ConfigError(
+            f"expected prompt + output tokens <= {model.max_positions} (the positions of model {mname}, "
+            f"{exp.tree.file_of('models', mname)}; or set scenarios.{scname}.beyond_max_position: allow), "
+            f"got {p} + {o} = {p + o}",
+            file=exp.tree.file_of("experiment"),
+            key="serving.trace",
+        )
     return note
 
 
@@ -403,11 +509,17 @@ def _serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, 
             kvp = serving.kv_pool
             shared = _link(exp, kvp.hardware) if kvp is not None and (not kvp.systems or sname in kvp.systems) else None
             if shared is not None and sysm.spec.parallelism.replicas > shared.spec.hosts:
-                raise ConfigError(f"expected at most {shared.spec.hosts} hosts on the pool, got system {sname} with "
-                                  f"{sysm.spec.parallelism.replicas} replicas", key="hosts",
-                                  file=exp.tree.file_of("hardware", ref_name(kvp.hardware)))
-            doc.update(serve_colocated(sysm, model, sc, serving, trace, _pool(sysm, model, sc, serving, exp, pools),
-                                       kv_pool=shared))
+                raise ConfigError(
+                    f"expected at most {shared.spec.hosts} hosts on the pool, got system {sname} with "
+                    f"{sysm.spec.parallelism.replicas} replicas",
+                    key="hosts",
+                    file=exp.tree.file_of("hardware", ref_name(kvp.hardware)),
+                )
+            doc.update(
+                serve_colocated(
+                    sysm, model, sc, serving, trace, _pool(sysm, model, sc, serving, exp, pools), kv_pool=shared
+                )
+            )
         else:
             doc["disaggregation"] = d.model_dump()
             pp = _pool(systems[d.prefill], model, sc, serving, exp, pools)
@@ -429,22 +541,41 @@ def _serve_one(sname, d, label, mname, model, sc, serving, trace, systems, exp, 
     return doc
 
 
-def quick_pool(system: str = "h100_x1", model: str = "llama3-8b", scenario: Optional[dict] = None,
-               serving: Optional[dict] = None, sets: Optional[list[str]] = None):
+def quick_pool(
+    system: str = "h100_x1",
+    model: str = "llama3-8b",
+    scenario: Optional[dict] = None,
+    serving: Optional[dict] = None,
+    sets: Optional[list[str]] = None,
+):
     """(Pool, Experiment, ServingSpec) from built-in names, for scripts, benches and tests."""
+    import json
+
     from attnsim.sim.experiment import load_experiment
     from attnsim.workloads.scenario import Scenario
-    import json
-    base = [f"experiment.systems=[{system}]", f"experiment.models=[{model}]", "experiment.baseline=null",
-            f"experiment.scenarios={{serve: {json.dumps(scenario or {})}}}"]  # validated against the model as given
+
+    base = [
+        f"experiment.systems=[{system}]",
+        f"experiment.models=[{model}]",
+        "experiment.baseline=null",
+        f"experiment.scenarios={{serve: {json.dumps(scenario or {})}}}",
+    ]  # validated against the model as given
     exp = load_experiment(None, base + list(sets or ()))
     sv = validate(ServingSpec, serving or {}, prefix="serving")
     sc = validate(Scenario, {"name": "serve", **(scenario or {})})
     sysm = _systems(exp, sv)[system]
-    coster = IterationCoster(sysm, exp.models[model], sc, sv.memo.context_bucket, sv.memo.token_bucket,
-                             sv.memo.relative_bucket, sv.memo.batch_relative_bucket)
+    coster = IterationCoster(
+        sysm,
+        exp.models[model],
+        sc,
+        sv.memo.context_bucket,
+        sv.memo.token_bucket,
+        sv.memo.relative_bucket,
+        sv.memo.batch_relative_bucket,
+    )
     swap = None
     if sv.scheduler.preemption == "swap":
         from attnsim.core.config import find_config
+
         swap = registry.build(load_yaml(find_config("hardware", sv.scheduler.swap_link)))
     return Pool(sysm, exp.models[model], sc, sv, coster, swap_link=swap), exp, sv

@@ -30,6 +30,7 @@ Modes: ``colocated`` (prefill + decode), ``prefill`` (a request leaves after its
 prefill pool of a disaggregated system) and ``decode`` (requests arrive with their prompt KV
 computed elsewhere and one token emitted).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,7 +68,7 @@ class PoolResult:
     busy_energy_j: float = 0.0
     idle_energy_j: float = 0.0
     swap_energy_j: float = 0.0
-    in_system_area: float = 0.0     # integral of (requests in system) dt, sampled at iteration starts
+    in_system_area: float = 0.0  # integral of (requests in system) dt, sampled at iteration starts
     end_s: float = 0.0
     stats: dict = field(default_factory=dict)
 
@@ -94,9 +95,13 @@ class Pool:
         self.total_blocks = int(cap // self.block_bytes)
 
     def describe(self) -> dict:
-        return {"kv_capacity_gb_per_rank": self.kv_capacity_bytes / 1e9, "kv_role": self.kv_role,
-                "kv_blocks": self.total_blocks, "block_tokens": self.block_tokens,
-                "kv_bytes_per_token_per_rank": self.token_bytes}
+        return {
+            "kv_capacity_gb_per_rank": self.kv_capacity_bytes / 1e9,
+            "kv_role": self.kv_role,
+            "kv_blocks": self.total_blocks,
+            "block_tokens": self.block_tokens,
+            "kv_bytes_per_token_per_rank": self.token_bytes,
+        }
 
 
 def _check_servable(pool: Pool, prompt, output, reserve, mode: str, labels) -> None:
@@ -112,18 +117,31 @@ def _check_servable(pool: Pool, prompt, output, reserve, mode: str, labels) -> N
             f"request {labels[i]} (prompt {int(prompt[i])} + output {int(output[i])} tokens) needs {int(need[i])} KV "
             f"blocks of {pool.block_tokens} tokens ({need[i] * pool.block_bytes / 1e9:.2f} GB per rank) but "
             f"{pool.name} holds only {pool.total_blocks} blocks ({pool.kv_capacity_bytes / 1e9:.2f} GB per rank on "
-            f"{pool.kv_role} after weights); {len(bad)} request(s) cannot be served", key="serving.trace")
+            f"{pool.kv_role} after weights); {len(bad)} request(s) cannot be served",
+            key="serving.trace",
+        )
     if not pool.sched.chunked_prefill:
         big = np.nonzero(prompt > pool.sched.max_tokens_per_iter)[0]
         if len(big) and mode != "decode":
             i = int(big[0])
-            raise ServeError(f"request {labels[i]}: prompt of {int(prompt[i])} tokens exceeds "
-                             f"max_tokens_per_iter {pool.sched.max_tokens_per_iter} without chunked prefill",
-                             key="serving.scheduler.max_tokens_per_iter")
+            raise ServeError(
+                f"request {labels[i]}: prompt of {int(prompt[i])} tokens exceeds "
+                f"max_tokens_per_iter {pool.sched.max_tokens_per_iter} without chunked prefill",
+                key="serving.scheduler.max_tokens_per_iter",
+            )
 
 
-def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_tokens=None,
-                  mode: str = "colocated", labels=None, remote=None) -> PoolResult:
+def simulate_pool(
+    pool: Pool,
+    arrival_s,
+    prompt,
+    output,
+    prefix_id=None,
+    prefix_tokens=None,
+    mode: str = "colocated",
+    labels=None,
+    remote=None,
+) -> PoolResult:
     """Serve requests (sorted by ``arrival_s``) on ``pool``; see the module docstring. ``remote``: a
     shared KV pool (hwmodels/kv_pool.SharedPrefixPool) consulted on a local prefix miss: a hit skips the
     prefill of the pooled tokens, but the request's prefill waits for the lookup + transfer."""
@@ -152,8 +170,9 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
     e_tok = 1.0
     if spec is not None:
         from attnsim.workloads.speculative import expected_tokens
+
         e_tok = expected_tokens(gamma, spec.acceptance_rate)
-    credit = np.zeros(n)                      # expected accepted tokens so far (speculative)
+    credit = np.zeros(n)  # expected accepted tokens so far (speculative)
     _check_servable(pool, prompt, output + gamma, reserve, mode, labels)
 
     kvp = pool.kvpol
@@ -163,21 +182,25 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
     coster = pool.coster
     static_w = pool.system.static_power_w() / max(1, pool.system.spec.parallelism.replicas)
 
-    target = prompt.copy()                    # tokens to prefill before the next token is emitted
-    computed = np.zeros(n, np.int64)          # tokens whose KV exists
-    generated = np.zeros(n, np.int64)         # tokens emitted
+    target = prompt.copy()  # tokens to prefill before the next token is emitted
+    computed = np.zeros(n, np.int64)  # tokens whose KV exists
+    generated = np.zeros(n, np.int64)  # tokens emitted
     if mode == "decode":
         computed[:] = prompt
         generated[:] = 1
-    nblocks = np.zeros(n, np.int64)           # own blocks held (prefix-cache blocks excluded)
+    nblocks = np.zeros(n, np.int64)  # own blocks held (prefix-cache blocks excluded)
     blocks: list[list] = [[] for _ in range(n)]
-    shared = np.zeros(n, np.int64)            # tokens read from a prefix-cache entry
+    shared = np.zeros(n, np.int64)  # tokens read from a prefix-cache entry
     holds_ref = np.zeros(n, dtype=bool)
     swapped_blocks = np.zeros(n, np.int64)
-    ready = np.full(n, -np.inf)               # a prefill waits for its pooled KV until then
-    fetched = np.zeros(n, dtype=bool)         # its prefix came from the pool (not written back)
-    res = PoolResult(*(np.full(n, np.nan) for _ in range(5)), energy_j=np.zeros(n),
-                     preemptions=np.zeros(n, np.int64), prefix_hit_tokens=np.zeros(n, np.int64))
+    ready = np.full(n, -np.inf)  # a prefill waits for its pooled KV until then
+    fetched = np.zeros(n, dtype=bool)  # its prefix came from the pool (not written back)
+    res = PoolResult(
+        *(np.full(n, np.nan) for _ in range(5)),
+        energy_j=np.zeros(n),
+        preemptions=np.zeros(n, np.int64),
+        prefix_hit_tokens=np.zeros(n, np.int64),
+    )
     waiting: deque = deque()
     swapped: deque = deque()
     running: list = []
@@ -190,6 +213,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
     swap_bytes_per_block = pool.block_bytes  # per rank; ranks swap in parallel over their own links
     tp = pool.tp
     from attnsim.studies.timeline_serve import active_recorder
+
     recorder = active_recorder()
     log = [] if recorder is not None else None  # iterations, for a timeline (attnsim/studies/timeline_serve.py)
 
@@ -256,7 +280,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
             continue
         budget = sched.max_tokens_per_iter
         dec: list = []
-        pre: list = []          # (request, chunk)
+        pre: list = []  # (request, chunk)
         swap_s = 0.0
         swap_e = 0.0
         # ---- 1. running requests
@@ -311,7 +335,7 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
         # ---- 3. admit waiting requests (FCFS, head-of-line blocking)
         while waiting and not swapped and len(running) < sched.max_batch and budget > 0:
             r = waiting[0]
-            if computed[r] >= target[r]:          # arrives with its prompt KV (decode pool)
+            if computed[r] >= target[r]:  # arrives with its prompt KV (decode pool)
                 need = -(-hold(r, computed[r] + 1 + gamma) // bt)
                 if not make_room(need):
                     break
@@ -374,20 +398,37 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
             t = wake
             continue
         if not dec and not pre:  # cannot happen for a trace that passed _check_servable
-            raise ServeError(f"{pool.name}: scheduler stalled at t={t:.3f} s with {len(waiting)} waiting, "
-                             f"{len(swapped)} swapped, {len(running)} running, {alloc.free}/{alloc.total} blocks free")
+            raise ServeError(
+                f"{pool.name}: scheduler stalled at t={t:.3f} s with {len(waiting)} waiting, "
+                f"{len(swapped)} swapped, {len(running)} running, {alloc.free}/{alloc.total} blocks free"
+            )
         # ---- cost the iteration
         if dec:
             d = np.asarray(dec)
-            ctx_sum = int(computed[d].sum()) + len(d) if kvp.kind == "none" else int(
-                kvp.read_tokens(computed[d] + 1, prompt[d]).sum())
+            ctx_sum = (
+                int(computed[d].sum()) + len(d)
+                if kvp.kind == "none"
+                else int(kvp.read_tokens(computed[d] + 1, prompt[d]).sum())
+            )
         else:
             ctx_sum = 0
         dt, e = coster.cost(ctx_sum, len(dec), [c for _, c in pre], [int(computed[r]) for r, _ in pre])
         dt += swap_s
         if log is not None:  # timeline_serve.LOG_FIELDS
-            log.append((t, dt, len(dec), len(pre), sum(c for _, c in pre), len(dec) * (1 + gamma), alloc.used,
-                        len(running), len(waiting), e + swap_e))
+            log.append(
+                (
+                    t,
+                    dt,
+                    len(dec),
+                    len(pre),
+                    sum(c for _, c in pre),
+                    len(dec) * (1 + gamma),
+                    alloc.used,
+                    len(running),
+                    len(waiting),
+                    e + swap_e,
+                )
+            )
         res.swap_energy_j += swap_e
         res.in_system_area += (na - done) * dt
         used_slots = alloc.used * bt
@@ -448,15 +489,33 @@ def simulate_pool(pool: Pool, arrival_s, prompt, output, prefix_id=None, prefix_
             done += 1
     res.end_s = t
     res.idle_energy_j = static_w * res.idle_s
-    res.stats = {"preemptions": n_preempt, "swaps": n_swap, "peak_kv_blocks": alloc.peak_used,
-                 "kv_blocks": alloc.total, "peak_kv_fraction": alloc.peak_used / alloc.total if alloc.total else 0.0,
-                 "mean_fragmentation": frag_area / res.busy_s if res.busy_s else 0.0,
-                 "max_batch": max_batch_seen, "prefix_lookups": pcache.lookups, "prefix_hits": pcache.hits,
-                 "prefix_hit_rate": pcache.hits / pcache.lookups if pcache.lookups else 0.0,
-                 "prefix_hit_tokens": pcache.hit_tokens,
-                 "memo_entries": len(coster.memo), "memo_lookups": coster.lookups,
-                 "sample_block_ids": sample_blocks}
+    res.stats = {
+        "preemptions": n_preempt,
+        "swaps": n_swap,
+        "peak_kv_blocks": alloc.peak_used,
+        "kv_blocks": alloc.total,
+        "peak_kv_fraction": alloc.peak_used / alloc.total if alloc.total else 0.0,
+        "mean_fragmentation": frag_area / res.busy_s if res.busy_s else 0.0,
+        "max_batch": max_batch_seen,
+        "prefix_lookups": pcache.lookups,
+        "prefix_hits": pcache.hits,
+        "prefix_hit_rate": pcache.hits / pcache.lookups if pcache.lookups else 0.0,
+        "prefix_hit_tokens": pcache.hit_tokens,
+        "memo_entries": len(coster.memo),
+        "memo_lookups": coster.lookups,
+        "sample_block_ids": sample_blocks,
+    }
     if recorder is not None:
-        recorder.append({"pool": pool.name, "mode": mode, "labels": np.asarray(labels), "arrival_s": arrival,
-                         "log": log, "result": res, "kv_blocks": pool.total_blocks, "static_w": static_w})
+        recorder.append(
+            {
+                "pool": pool.name,
+                "mode": mode,
+                "labels": np.asarray(labels),
+                "arrival_s": arrival,
+                "log": log,
+                "result": res,
+                "kv_blocks": pool.total_blocks,
+                "static_w": static_w,
+            }
+        )
     return res

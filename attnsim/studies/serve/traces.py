@@ -30,12 +30,13 @@ prefix id (serve/prefix.py), so two requests share KV only when their deepest sh
 multi-turn conversation turn k + 1 reuses turn k's entry, not turn k - 1's (a block-level radix cache would
 reuse both; ``ideal_reuse_tokens`` in the reader's facts is what such a cache would skip, for comparison).
 """
+
 from __future__ import annotations
 
 import calendar
 import csv
-import logging
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -87,8 +88,9 @@ def check_size(path: Path, file: str) -> None:
     if not path.is_file():
         raise ConfigError("expected a trace file, got a directory or special file", file=file)
     if size > MAX_TRACE_BYTES:
-        raise ConfigError(f"expected a trace file of at most {MAX_TRACE_BYTES} bytes (traces.MAX_TRACE_BYTES), "
-                          f"got {size}", file=file)
+        raise ConfigError(
+            f"expected a trace file of at most {MAX_TRACE_BYTES} bytes (traces.MAX_TRACE_BYTES), got {size}", file=file
+        )
 
 
 def _lines(path: Path, file: str) -> Iterator[tuple[int, str]]:
@@ -98,8 +100,11 @@ def _lines(path: Path, file: str) -> Iterator[tuple[int, str]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise ConfigError(f"not UTF-8 text: invalid byte 0x{raw[e.start]:02x} at byte offset "
-                                  f"{offset + e.start}", file=file, key=f"line {i}") from None
+                raise ConfigError(
+                    f"not UTF-8 text: invalid byte 0x{raw[e.start]:02x} at byte offset {offset + e.start}",
+                    file=file,
+                    key=f"line {i}",
+                ) from None
             offset += len(raw)
             yield i, (text[1:] if i == 1 and text.startswith("\ufeff") else text)
 
@@ -162,8 +167,9 @@ def _csv_rows(path: Path, file: str, need: tuple, fmt: str):
             continue
         vals = _split(text, file, j)
         if len(vals) != len(header):
-            raise _err(file, j, None, f"expected {len(header)} values ({fmt} header), got {len(vals)} in "
-                       f"{_quote(text)}")
+            raise _err(
+                file, j, None, f"expected {len(header)} values ({fmt} header), got {len(vals)} in {_quote(text)}"
+            )
         yield j, dict(zip(header, (v.strip() for v in vals))), text
 
 
@@ -172,8 +178,13 @@ def _azure(path, file):
         try:
             t = parse_timestamp(row["TIMESTAMP"])
         except ValueError:
-            raise _err(file, i, "TIMESTAMP", f"expected a time like 2023-11-16 18:15:46.68 or "
-                       f"2024-05-10 00:00:00.009930+00:00, got {_val(row['TIMESTAMP'])}") from None
+            raise _err(
+                file,
+                i,
+                "TIMESTAMP",
+                f"expected a time like 2023-11-16 18:15:46.68 or "
+                f"2024-05-10 00:00:00.009930+00:00, got {_val(row['TIMESTAMP'])}",
+            ) from None
         p = _number(row["ContextTokens"], file, i, "ContextTokens", text, True, 1, MAX_TOKENS)
         o = _number(row["GeneratedTokens"], file, i, "GeneratedTokens", text, True, 1, MAX_TOKENS)
         yield i, t, p, o, None
@@ -209,18 +220,29 @@ def _mooncake(path, file):
     for i, obj, text in _jsonl(path, file):
         for k in ("timestamp", "input_length", "output_length", "hash_ids"):
             if k not in obj:
-                raise _err(file, i, k, f"expected a mooncake row with timestamp, input_length, output_length, "
-                           f"hash_ids, got {_quote(text)}")
+                raise _err(
+                    file,
+                    i,
+                    k,
+                    f"expected a mooncake row with timestamp, input_length, output_length, "
+                    f"hash_ids, got {_quote(text)}",
+                )
         t = _number(obj["timestamp"], file, i, "timestamp", text, False, 0, INT_LIMIT) / 1000.0  # ms
         p = _number(obj["input_length"], file, i, "input_length", text, True, 1, MAX_TOKENS)
         o = _number(obj["output_length"], file, i, "output_length", text, True, 1, MAX_TOKENS)
         h = obj["hash_ids"]
-        if not isinstance(h, list) or any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < INT_LIMIT
-                                          for x in h):
+        if not isinstance(h, list) or any(
+            isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < INT_LIMIT for x in h
+        ):
             raise _err(file, i, "hash_ids", f"expected a list of integers >= 0, got {str(h)[:QUOTE_CHARS]!r}")
         if len(h) > -(-p // MOONCAKE_BLOCK_TOKENS):
-            raise _err(file, i, "hash_ids", f"expected at most ceil(input_length / {MOONCAKE_BLOCK_TOKENS}) = "
-                       f"{-(-p // MOONCAKE_BLOCK_TOKENS)} hash ids, got {len(h)}")
+            raise _err(
+                file,
+                i,
+                "hash_ids",
+                f"expected at most ceil(input_length / {MOONCAKE_BLOCK_TOKENS}) = "
+                f"{-(-p // MOONCAKE_BLOCK_TOKENS)} hash ids, got {len(h)}",
+            )
         yield i, t, p, o, tuple(h)
 
 
@@ -240,8 +262,9 @@ _REQUIRED = _COLUMNS[:3]
 def _parse_row(row: dict, file: str, line: int, default_prefix: int) -> tuple:
     unknown = [k for k in row if k not in _COLUMNS]
     if unknown:
-        raise ConfigError(f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file,
-                          key=f"line {line}")
+        raise ConfigError(
+            f"unknown column {unknown[0]!r} (expected {', '.join(_COLUMNS)})", file=file, key=f"line {line}"
+        )
     out = []
     for k in _COLUMNS:
         v = row.get(k)
@@ -287,11 +310,17 @@ def format_of(path: Path, fmt: Optional[str]) -> str:
     return "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else "csv"
 
 
-def read_rows(path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s: float = 0.0,
-              duration_s: Optional[float] = None, default_prefix: int = 512):
+def read_rows(
+    path,
+    fmt: Optional[str] = None,
+    time_scale: float = 1.0,
+    start_s: float = 0.0,
+    duration_s: Optional[float] = None,
+    default_prefix: int = 512,
+):
     """Read a trace file: (arrival_s, prompt, output, prefix_id, prefix_tokens, facts), rows in file order
-    (None prefix arrays: no prefixes); facts counts the rows read, kept, skipped. attnsim.studies.serve.requests.read_trace
-    makes a RequestTrace of it."""
+    (None prefix arrays: no prefixes); facts counts the rows read, kept, skipped.
+    attnsim.studies.serve.requests.read_trace makes a RequestTrace of it."""
     p = Path(path)
     file = str(path)
     check_size(p, file)
@@ -302,8 +331,11 @@ def read_rows(path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s:
     if fmt in ("csv", "jsonl"):
         rows = _native(p, file, fmt, default_prefix)
     else:
-        rows = {"azure": lambda: _azure(p, file), "burstgpt": lambda: _burstgpt(p, file, skipped),
-                "mooncake": lambda: _mooncake(p, file)}[fmt]()
+        rows = {
+            "azure": lambda: _azure(p, file),
+            "burstgpt": lambda: _burstgpt(p, file, skipped),
+            "mooncake": lambda: _mooncake(p, file),
+        }[fmt]()
     native = fmt in ("csv", "jsonl")
     origin = 0.0 if native else None
     end = math.inf if duration_s is None else start_s + duration_s
@@ -323,21 +355,31 @@ def read_rows(path, fmt: Optional[str] = None, time_scale: float = 1.0, start_s:
             continue
         kept.append(((rel - start_s) * time_scale,) + tuple(row[2:]))
         if len(kept) > MAX_REQUESTS:
-            raise _err(file, line, None, f"expected at most {MAX_REQUESTS} requests (workloads.limits.MAX_REQUESTS)"
-                       f", got more: narrow the window (start_s / duration_s)")
+            raise _err(
+                file,
+                line,
+                None,
+                f"expected at most {MAX_REQUESTS} requests (workloads.limits.MAX_REQUESTS)"
+                f", got more: narrow the window (start_s / duration_s)",
+            )
     if n_read == 0:
         raise ConfigError("no requests in file", file=file)
     if not kept:
-        raise ConfigError(f"expected requests in the window [{start_s:g}, {end:g}) s, got none (the file's rows "
-                          f"span 0 .. {last:.6g} s of trace time)", file=file, key="serving.trace.start_s")
+        raise ConfigError(
+            f"expected requests in the window [{start_s:g}, {end:g}) s, got none (the file's rows "
+            f"span 0 .. {last:.6g} s of trace time)",
+            file=file,
+            key="serving.trace.start_s",
+        )
     arrival = np.array([r[0] for r in kept])
     prompt = np.array([r[1] for r in kept], np.int64)
     output = np.array([r[2] for r in kept], np.int64)
     n_read += skipped[0]  # the skipped rows were read too
     facts = {"format": fmt, "rows_read": n_read, "requests": len(kept), "skipped_failed": skipped[0]}
     if skipped[0]:
-        LOG.info("%s: %d of %d rows skipped: failed requests (Response tokens 0, BurstGPT README)",
-                 file, skipped[0], n_read)
+        LOG.info(
+            "%s: %d of %d rows skipped: failed requests (Response tokens 0, BurstGPT README)", file, skipped[0], n_read
+        )
     pid = ptok = None
     if native:
         pid = np.array([r[3] for r in kept], np.int64)
@@ -382,5 +424,13 @@ def mooncake_prefixes(hashes: list, prompt: np.ndarray):
     return pid, ptok, int(ideal)
 
 
-__all__ = ["FORMATS", "MAX_TRACE_BYTES", "MOONCAKE_BLOCK_TOKENS", "read_rows", "parse_timestamp", "check_size",
-           "format_of", "mooncake_prefixes"]
+__all__ = [
+    "FORMATS",
+    "MAX_TRACE_BYTES",
+    "MOONCAKE_BLOCK_TOKENS",
+    "read_rows",
+    "parse_timestamp",
+    "check_size",
+    "format_of",
+    "mooncake_prefixes",
+]

@@ -16,6 +16,7 @@ Computed from the stored metric columns of the whole store, at every fold (so re
 merged stores, whose folds re-run it over all rows, hold them) and again by readers over the HDF5 rows
 plus unfolded journal records (so a store read while its sweep runs, or after a kill, is consistent).
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,8 +49,9 @@ def blind_parameters(attrs: dict, params: list[str], baseline: str) -> set[str]:
     out = set()
     for p in params:
         parts = p.split(".")
-        if len(parts) >= 3 and ((parts[0] == "hardware" and parts[1] not in used)
-                                or (parts[0] == "systems" and parts[1] != baseline)):
+        if len(parts) >= 3 and (
+            (parts[0] == "hardware" and parts[1] not in used) or (parts[0] == "systems" and parts[1] != baseline)
+        ):
             out.add(p)
     return out
 
@@ -59,6 +61,7 @@ def _baseline_hardware(base_config: str, baseline: str):
     """Names of the hardware configs ``baseline`` uses in a store's ``base_config`` (None: unreadable)."""
     from attnsim.core.config import ConfigError, ConfigTree, parse_yaml
     from attnsim.studies.sweep.spec import _serving_hardware, hardware_refs
+
     try:
         tree = ConfigTree(**(parse_yaml(base_config, file="base_config") or {}))
         return frozenset(hardware_refs(tree, baseline) + _serving_hardware(tree))
@@ -66,8 +69,9 @@ def _baseline_hardware(base_config: str, baseline: str):
         return None
 
 
-def baseline_columns(cols: dict[str, np.ndarray], params: list[str], baseline: str,
-                     blind: Iterable[str] = ()) -> dict[str, np.ndarray]:
+def baseline_columns(
+    cols: dict[str, np.ndarray], params: list[str], baseline: str, blind: Iterable[str] = ()
+) -> dict[str, np.ndarray]:
     """``vs_baseline.*`` columns for the rows of ``cols`` (point columns as a store holds them, any row
     order); ``params`` are the store's parameter column names; ``blind`` those that do not apply to the
     baseline (:func:`blind_parameters`): a point's partner is the baseline point with the same other values."""
@@ -107,6 +111,7 @@ def baseline_columns(cols: dict[str, np.ndarray], params: list[str], baseline: s
 
 def _ratio(value, base, up: bool):
     from attnsim.sim.results import baseline_ratio
+
     value, base = float(value), float(base)
     if not (np.isfinite(value) and np.isfinite(base)):
         return None

@@ -4,14 +4,23 @@ Shards must share ``sweep_id`` (same sweep definition and base config); anything
 Points are streamed shard by shard (never all in memory), keys seen twice are kept once, and the
 output is written atomically like every store fold. Unfolded journals of killed shards are included.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from attnsim.core.config import ConfigError
-from attnsim.studies.sweep.store import _attrs, _ds_kind, _h5name, _reading, check_layout, fold_into, iter_records, \
-    parameters_attr
+from attnsim.studies.sweep.store import (
+    _attrs,
+    _ds_kind,
+    _h5name,
+    _reading,
+    check_layout,
+    fold_into,
+    iter_records,
+    parameters_attr,
+)
 
 
 def shard_attrs(path: Path) -> dict:
@@ -39,8 +48,10 @@ def merge_stores(shards: list[str | Path], out: str | Path, allow_version_mismat
     versions = {p.name: a.get("attnsim_version") for p, a in zip(paths, attrs)}
     if len(set(versions.values())) > 1 and not allow_version_mismatch:
         detail = ", ".join(f"{k}: {v}" for k, v in versions.items())
-        raise ConfigError(f"expected shards of one attnsim version, got {detail}; pass --allow-version-mismatch "
-                          "to merge them anyway", file="merge")
+        raise ConfigError(
+            f"expected shards of one attnsim version, got {detail}; pass --allow-version-mismatch to merge them anyway",
+            file="merge",
+        )
     out = Path(out)
     if out.exists():
         raise ConfigError("output exists; remove it or choose another -o", file=out)
@@ -50,8 +61,11 @@ def merge_stores(shards: list[str | Path], out: str | Path, allow_version_mismat
     meta["merged_from"] = json.dumps([f"{p.name} (shard {a.get('shard')})" for p, a in zip(paths, attrs)])
     meta["cache_hits"] = sum(int(a.get("cache_hits", 0)) for a in attrs)
     meta["cache_misses"] = sum(int(a.get("cache_misses", 0)) for a in attrs)
-    others = {f"{a.get('attnsim_version')} ({a.get('git_revision', 'unknown')})" for a in attrs
-              if a.get("attnsim_version") != a0.get("attnsim_version")}
+    others = {
+        f"{a.get('attnsim_version')} ({a.get('git_revision', 'unknown')})"
+        for a in attrs
+        if a.get("attnsim_version") != a0.get("attnsim_version")
+    }
     for a in attrs:
         others |= set(json.loads(a.get("other_versions", "[]") or "[]"))
     if others:
@@ -61,6 +75,7 @@ def merge_stores(shards: list[str | Path], out: str | Path, allow_version_mismat
     def all_records():
         for p in paths:
             yield from iter_records(p)
+
     return fold_into(out, all_records(), meta, kinds, skip_keys=set())
 
 

@@ -32,6 +32,7 @@ scenario and their hardware); points that resolve to the same config (a paramete
 them) are run once. Points are validated before anything runs; invalid ones are reported with their
 parameters and the rest go on.
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,12 +48,22 @@ import numpy as np
 import yaml
 from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
-from attnsim.sim.results import json_default as _json_default
-from attnsim.core.config import not_physical
-from attnsim.core.config import (ConfigError, ConfigTree, Schema, display_path, find_config, load_yaml, parse_set,
-                            set_dotted, set_items, validate)
-from attnsim.hwmodels.system import ref_name
+from attnsim.core.config import (
+    ConfigError,
+    ConfigTree,
+    Schema,
+    display_path,
+    find_config,
+    load_yaml,
+    not_physical,
+    parse_set,
+    set_dotted,
+    set_items,
+    validate,
+)
 from attnsim.core.outputs import RelativePath, SafeName
+from attnsim.hwmodels.system import ref_name
+from attnsim.sim.results import json_default as _json_default
 
 SHORTHANDS = ("system", "model", "scenario")
 MAX_POINTS = 1_000_000  # points of one sweep (and values of one range / samples of one block); counted first
@@ -62,6 +73,7 @@ _PICKED = {f"experiment.{sec}": s for s, sec in _SECTION_OF.items()}  # varied b
 
 
 # ---------------------------------------------------------------- schema
+
 
 class RangeSpec(Schema):
     """An inclusive range: ``step`` (arithmetic), ``num`` (+``scale``) or ``factor`` (geometric)."""
@@ -114,12 +126,13 @@ class RangeSpec(Schema):
         return [float(x) for x in v]
 
 
-Values = Annotated[Union[Annotated[RangeSpec, Tag("range")], Annotated[list[Any], Tag("list")]],
-                   Discriminator(lambda v: "range" if isinstance(v, (dict, RangeSpec)) else "list")]
+Values = Annotated[
+    Union[Annotated[RangeSpec, Tag("range")], Annotated[list[Any], Tag("list")]],
+    Discriminator(lambda v: "range" if isinstance(v, (dict, RangeSpec)) else "list"),
+]
 
 
 class Distribution(Schema):
-
     plausible = {"*": not_physical("a sweep axis; each sampled value is checked where it is set")}
     uniform: Optional[tuple[float, float]] = None
     loguniform: Optional[tuple[float, float]] = None
@@ -151,7 +164,6 @@ class Distribution(Schema):
 
 
 class RandomBlock(Schema):
-
     plausible = {"*": not_physical("sample count and seed of a sweep")}
     samples: PositiveInt
     seed: int = 0
@@ -184,15 +196,21 @@ class DaskJobqueue(Schema):
     kind: Literal["slurm", "pbs"] = "slurm"
     jobs: PositiveInt = 1
     cores: PositiveInt = 1
-    processes: Optional[PositiveInt] = Field(None, description="worker processes per job (default: cores, "
-                                             "i.e. one thread per process: the point function holds the GIL)")
+    processes: Optional[PositiveInt] = Field(
+        None,
+        description="worker processes per job (default: cores, "
+        "i.e. one thread per process: the point function holds the GIL)",
+    )
     memory: str = "4GB"
     walltime: str = "01:00:00"
     queue: Optional[str] = None
     account: Optional[str] = None
     job_extra_directives: list[str] = Field(default_factory=list)
-    options: dict[str, Any] = Field(default_factory=dict, description="any other keyword arguments of the "
-                                    "cluster class (job_script_prologue, local_directory, interface, ...)")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="any other keyword arguments of the "
+        "cluster class (job_script_prologue, local_directory, interface, ...)",
+    )
 
     @model_validator(mode="after")
     def _no_repeats(self):
@@ -218,19 +236,24 @@ class SlurmSpec(Schema):
     mem: str = "8G"
     partition: Optional[str] = None
     account: Optional[str] = None
-    extra: list[str] = Field(default_factory=list, description="more '#SBATCH ...' lines or shell lines (module load "
-                             "...), pasted into the job script as written: shell that runs on the cluster as you "
-                             "(--emit-sbatch lists them on stderr; read them in a sweep file you received)")
+    extra: list[str] = Field(
+        default_factory=list,
+        description="more '#SBATCH ...' lines or shell lines (module load "
+        "...), pasted into the job script as written: shell that runs on the cluster as you "
+        "(--emit-sbatch lists them on stderr; read them in a sweep file you received)",
+    )
     log_dir: Optional[str] = Field(None, description="folder of the task logs (default: logs/ beside the store)")
     venv: Optional[str] = Field(None, description="virtual environment activated by each task (default $VIRTUAL_ENV)")
-    numba_cache_dir: Optional[str] = Field(None, description="shared Numba cache (default $NUMBA_CACHE_DIR, "
-                                           "else .numba-cache beside the store)")
+    numba_cache_dir: Optional[str] = Field(
+        None, description="shared Numba cache (default $NUMBA_CACHE_DIR, else .numba-cache beside the store)"
+    )
     config_path: Optional[str] = Field(None, description="ATTNSIM_CONFIG_PATH of the tasks (default: the current one)")
     env: dict[str, str] = Field(default_factory=dict, description="more environment variables exported by each task")
 
     @model_validator(mode="after")
     def _env_names(self):
         import re
+
         bad = [k for k in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
         if bad:
             raise ValueError(f"env names must be shell variable names, got {bad}")
@@ -243,33 +266,45 @@ class FigureSpec(Schema):
     plausible = {"*": not_physical("figure axis limits")}
 
     recipe: str
-    out: RelativePath = Field(description="output file (.pdf or .png; the other format is written beside it), "
-                              "relative to the figure folder, no '..'")
+    out: RelativePath = Field(
+        description="output file (.pdf or .png; the other format is written beside it), "
+        "relative to the figure folder, no '..'"
+    )
     x: Optional[str] = None
     y: Optional[str] = None
     hue: Optional[str] = None
     z: Optional[str] = None
     where: dict[str, Any] = Field(default_factory=dict)
-    width: Optional[Literal["single", "double"]] = Field(None, description="IEEE column (single) or text (double) "
-                                                         "width; unset: the recipe's (single, panels: double)")
+    width: Optional[Literal["single", "double"]] = Field(
+        None, description="IEEE column (single) or text (double) width; unset: the recipe's (single, panels: double)"
+    )
     title: Optional[str] = None
-    labels: dict[str, str] = Field(default_factory=dict, description="display labels: name -> text "
-                                   "(overrides attnsim.plots.labels.DEFAULT_LABELS)")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="display labels: name -> text (overrides attnsim.plots.labels.DEFAULT_LABELS)"
+    )
     logx: Optional[bool] = Field(None, description="log (true) / linear (false) x axis; unset: the recipe's choice")
     logy: Optional[bool] = Field(None, description="log (true) / linear (false) y axis; unset: the recipe's choice")
     xlim: Optional[tuple[float, float]] = Field(None, description="[lo, hi] in the x column's stored units")
     ylim: Optional[tuple[float, float]] = Field(None, description="[lo, hi] in the y column's stored units")
-    font: Optional[str] = Field(None, description="sans (bundled DejaVu Sans, default), serif (bundled DejaVu "
-                                "Serif), an installed family or a .ttf/.otf file")
+    font: Optional[str] = Field(
+        None,
+        description="sans (bundled DejaVu Sans, default), serif (bundled DejaVu "
+        "Serif), an installed family or a .ttf/.otf file",
+    )
     baseline: Optional[str] = Field(None, description="ratio recipe: the system every line is divided by")
-    replicate: Optional[str] = Field(None, description="line recipes: the seed/replicate column averaged over "
-                                     "(mean +- standard deviation)")
-    components: Optional[list[str]] = Field(None, description="stacked recipes: the segments drawn (e.g. "
-                                            "[pim_compute, dram_read_write]), the rest summed as 'other'")
+    replicate: Optional[str] = Field(
+        None, description="line recipes: the seed/replicate column averaged over (mean +- standard deviation)"
+    )
+    components: Optional[list[str]] = Field(
+        None,
+        description="stacked recipes: the segments drawn (e.g. "
+        "[pim_compute, dram_read_write]), the rest summed as 'other'",
+    )
 
     @model_validator(mode="after")
     def _recipe(self):  # an unknown recipe or an option it does not read is refused (attnsim.core.plot_options)
         from attnsim.core.plot_options import DOC_RECIPES, check_limits, figure_options, recipe_problem
+
         opts = figure_options(self)
         problem = recipe_problem(self.recipe, opts)
         if self.recipe in DOC_RECIPES:
@@ -286,7 +321,6 @@ class FigureSpec(Schema):
 
 
 class SweepSpec(Schema):
-
     plausible = {"*": not_physical("replications of a sweep")}
     name: SafeName  # becomes results/<name>.h5: no path separators or '..' (attnsim.core.outputs)
     description: str = ""
@@ -296,13 +330,18 @@ class SweepSpec(Schema):
     dask: Optional[DaskSpec] = None
     slurm: Optional[SlurmSpec] = None
     figures: list[FigureSpec] = Field(default_factory=list)
-    replications: Optional[PositiveInt] = Field(None, le=1000, description="serving experiments: seeded traces per "
-                                                "point (sets experiment.serving.replications)")
-    baseline: Optional[str] = Field(None, description="system every point is compared with (vs_baseline columns of "
-                                    "the store); must be swept. Default: the base experiment's baseline when swept")
+    replications: Optional[PositiveInt] = Field(
+        None, le=1000, description="serving experiments: seeded traces per point (sets experiment.serving.replications)"
+    )
+    baseline: Optional[str] = Field(
+        None,
+        description="system every point is compared with (vs_baseline columns of "
+        "the store); must be swept. Default: the base experiment's baseline when swept",
+    )
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON (sorted keys, no spaces) used for hashing and storing configs."""
@@ -326,9 +365,12 @@ def check_count(n: float, file: str, key: str, what: str = "points") -> None:
     """Refuse a sweep (block, range) of more than MAX_POINTS points before anything is allocated."""
     if n > MAX_POINTS:
         got = f"{n:,}" if math.isfinite(n) else "an unbounded number"
-        raise ConfigError(f"expected at most {MAX_POINTS:,} {what} per sweep (attnsim.studies.sweep.spec.MAX_POINTS), "
-                          f"got {got}; split the sweep" + ("" if what == "samples" else " or sample it with a random block"),
-                          file=file, key=key)
+        raise ConfigError(
+            f"expected at most {MAX_POINTS:,} {what} per sweep (attnsim.studies.sweep.spec.MAX_POINTS), "
+            f"got {got}; split the sweep" + ("" if what == "samples" else " or sample it with a random block"),
+            file=file,
+            key=key,
+        )
 
 
 def _block_values(v: Values, ints_hint: bool) -> list:
@@ -362,12 +404,16 @@ def _block_points(block: Block, file: str, where: str) -> tuple[list[str], list[
         return keys, list(itertools.product(*cols))
     lens = {len(c) for c in cols}
     if len(lens) != 1:
-        raise ConfigError(f"zipped lists differ in length ({', '.join(f'{k}: {len(c)}' for k, c in zip(keys, cols))})",
-                          file=file, key=where)
+        raise ConfigError(
+            f"zipped lists differ in length ({', '.join(f'{k}: {len(c)}' for k, c in zip(keys, cols))})",
+            file=file,
+            key=where,
+        )
     return keys, list(zip(*cols))
 
 
 # ---------------------------------------------------------------- points
+
 
 @dataclass
 class Point:
@@ -452,11 +498,15 @@ class Sweep:
     def resolve(self, index: int, params: Optional[dict] = None, check: bool = True) -> Point:
         """Resolve one point: its restricted config tree, key, and (``check``) validation error if any."""
         from attnsim.sim.experiment import validate_tree
+
         params = self.params_at(index) if params is None else params
         base = self.base_tree
         exp = base.experiment
-        sel = {"system": params.get("system", None), "model": params.get("model", None),
-               "scenario": params.get("scenario", None)}
+        sel = {
+            "system": params.get("system", None),
+            "model": params.get("model", None),
+            "scenario": params.get("scenario", None),
+        }
         for s in SHORTHANDS:
             if sel[s] is None:  # an implicit axis always exists when no block varies it
                 sel[s] = _base_names(exp, s)[0]
@@ -468,8 +518,15 @@ class Sweep:
             path = _expand_key(k, sel)
             _set_value(tree, path, copy.deepcopy(v), file=self.file)
         restricted = _restrict(tree, sel["system"], sel["model"], sel["scenario"])
-        pt = Point(index, dict(params), sel["system"], sel["model"], sel["scenario"], restricted,
-                   config_key(restricted.as_dict()))
+        pt = Point(
+            index,
+            dict(params),
+            sel["system"],
+            sel["model"],
+            sel["scenario"],
+            restricted,
+            config_key(restricted.as_dict()),
+        )
         if check:
             try:
                 validate_tree(restricted)
@@ -504,8 +561,12 @@ def _set_value(tree: ConfigTree, path: list[str], value: Any, file: str) -> None
     """Set a typed value at a ConfigTree dotted path (same addressing as ``--set``)."""
     section = path[0]
     if section not in _TREE_SECTIONS:
-        raise ConfigError(f"unknown section {section!r} (expected one of {', '.join(_TREE_SECTIONS)}, "
-                          f"or the shorthands {', '.join(SHORTHANDS)})", file=file, key=".".join(path))
+        raise ConfigError(
+            f"unknown section {section!r} (expected one of {', '.join(_TREE_SECTIONS)}, "
+            f"or the shorthands {', '.join(SHORTHANDS)})",
+            file=file,
+            key=".".join(path),
+        )
     if section == "experiment":
         if len(path) < 2:
             raise ConfigError("expected experiment.<key>", file=file, key=section)
@@ -515,16 +576,23 @@ def _set_value(tree: ConfigTree, path: list[str], value: Any, file: str) -> None
     if len(path) < 3:
         raise ConfigError(f"expected {section}.<name>.<key>", file=file, key=".".join(path))
     if path[1] not in table:
-        raise ConfigError(f"{section} '{path[1]}' is not part of this sweep (have: {', '.join(table) or 'none'})",
-                          file=file, key=".".join(path[:2]))
+        raise ConfigError(
+            f"{section} '{path[1]}' is not part of this sweep (have: {', '.join(table) or 'none'})",
+            file=file,
+            key=".".join(path[:2]),
+        )
     set_dotted(table[path[1]], path[2:], value, create=True)
 
 
 def hardware_refs(tree: ConfigTree, system: str) -> list[str]:
     """Names of the hardware configs a system uses (transitively: PIM -> its DRAM preset)."""
     sysd = tree.systems[system]
-    pending = [ent["hardware"] for sec in ("devices", "links") for ent in (sysd.get(sec) or {}).values()
-               if isinstance(ent, dict) and "hardware" in ent]
+    pending = [
+        ent["hardware"]
+        for sec in ("devices", "links")
+        for ent in (sysd.get(sec) or {}).values()
+        if isinstance(ent, dict) and "hardware" in ent
+    ]
     out = []
     while pending:
         name = _ref_name(str(pending.pop()))
@@ -546,10 +614,16 @@ def _restrict(tree: ConfigTree, system: str, model: str, scenario: str) -> Confi
     exp["scenarios"] = {scenario: tree.scenarios[scenario]}
     exp.pop("baseline", None)
     hw = hardware_refs(tree, system) + _serving_hardware(tree)
-    out = ConfigTree(experiment=exp, models={model: tree.models[model]}, systems={system: tree.systems[system]},
-                     hardware={h: tree.hardware[h] for h in hw}, scenarios={scenario: tree.scenarios[scenario]})
-    keep = {("experiment", None), ("models", model), ("systems", system), ("scenarios", scenario)} | \
-        {("hardware", h) for h in hw}
+    out = ConfigTree(
+        experiment=exp,
+        models={model: tree.models[model]},
+        systems={system: tree.systems[system]},
+        hardware={h: tree.hardware[h] for h in hw},
+        scenarios={scenario: tree.scenarios[scenario]},
+    )
+    keep = {("experiment", None), ("models", model), ("systems", system), ("scenarios", scenario)} | {
+        ("hardware", h) for h in hw
+    }
     out.files = {k: v for k, v in tree.files.items() if k in keep}
     return out
 
@@ -559,6 +633,7 @@ def _serving_hardware(tree: ConfigTree) -> list[str]:
     if tree.experiment.get("serving") is None:
         return []
     from attnsim.studies.serve.run import serving_hardware_refs, serving_spec
+
     try:
         refs = serving_hardware_refs(serving_spec(tree))
     except ConfigError:  # the point's own validation reports it
@@ -567,27 +642,38 @@ def _serving_hardware(tree: ConfigTree) -> list[str]:
 
 
 def _serving_base(tree: ConfigTree, spec: SweepSpec, base_dir: Optional[Path], file: str) -> None:
-    """A serving base experiment makes every point a serving run (attnsim.studies.serve); check what a point can hold."""
+    """A serving base experiment makes every point a serving run (attnsim.studies.serve);
+    check what a point can hold."""
     serving = tree.experiment.get("serving")
     if serving is None:
         if spec.replications is not None:
-            raise ConfigError("replications need a serving experiment (the base experiment has no serving: section)",
-                              file=file, key="replications")
+            raise ConfigError(
+                "replications need a serving experiment (the base experiment has no serving: section)",
+                file=file,
+                key="replications",
+            )
         return
     if isinstance(serving, dict) and serving.get("disaggregation"):
-        raise ConfigError("a sweep point is one system; sweeping a disaggregated serving experiment is not supported "
-                          "(use attnsim serve, or drop serving.disaggregation)", file=file, key="base")
+        raise ConfigError(
+            "a sweep point is one system; sweeping a disaggregated serving experiment is not supported "
+            "(use attnsim serve, or drop serving.disaggregation)",
+            file=file,
+            key="base",
+        )
     if spec.replications is not None:
         set_dotted(tree.experiment, ["serving", "replications"], spec.replications, create=True)
     from attnsim.studies.serve.run import load_serving_hardware
+
     load_serving_hardware(tree, base_dir)
 
 
 # ---------------------------------------------------------------- loading
 
+
 def _extend_tree(tree: ConfigTree, systems: list[str], models: list[str], base_dir: Optional[Path], file: str) -> None:
     """Load systems/models named by shorthand values that the base experiment does not reference."""
     from attnsim.sim.experiment import _load_hardware, _load_model_dict, _same_file
+
     for ref in models:
         name = _ref_name(ref)
         if name in tree.models:
@@ -622,8 +708,11 @@ def _check_same(tree: ConfigTree, section: str, name: str, ref, base_dir, file: 
         return  # a built-in name already in the tree
     had = tree.files.get((section, name))
     if had is not None and not same(had, p):
-        raise ConfigError(f"expected one {section[:-1]} file per name, got {str(ref)!r} named {name!r} like {had!r}",
-                          file=file, key=f"parameters.{section[:-1]}")
+        raise ConfigError(
+            f"expected one {section[:-1]} file per name, got {str(ref)!r} named {name!r} like {had!r}",
+            file=file,
+            key=f"parameters.{section[:-1]}",
+        )
 
 
 def _fixed_sets(spec: "SweepSpec", extra_sets, file: str) -> tuple[list, set]:
@@ -639,19 +728,25 @@ def _fixed_sets(spec: "SweepSpec", extra_sets, file: str) -> tuple[list, set]:
         mine = [(k.split("."), v) for k, v in spec.set.items()]
     for path, _ in mine:
         if not all(path):
-            raise ConfigError("expected a dotted key like scenarios.chat.batch_size", file=file,
-                              key="set." + ".".join(path))
+            raise ConfigError(
+                "expected a dotted key like scenarios.chat.batch_size", file=file, key="set." + ".".join(path)
+            )
         if path[0] in SHORTHANDS:
-            raise ConfigError("fixed overrides need full keys (e.g. scenarios.chat.batch_size)", file=file,
-                              key="set." + ".".join(path))
+            raise ConfigError(
+                "fixed overrides need full keys (e.g. scenarios.chat.batch_size)",
+                file=file,
+                key="set." + ".".join(path),
+            )
     return mine + set_items(extra_sets), {".".join(p) for p, _ in mine}
 
 
 def _set_conflicts(items, from_file: set, names: list[str], tree: ConfigTree, file: str) -> None:
     """Refuse a fixed override (``set:`` or ``--set``) of a key a parameter block also varies (the block's
     value would silently win at every point), naming both."""
-    sels = [{s: n for s, n in zip(SHORTHANDS, combo)} for combo in itertools.product(
-        *[list(getattr(tree, _SECTION_OF[s])) or [""] for s in SHORTHANDS])]
+    sels = [
+        {s: n for s, n in zip(SHORTHANDS, combo)}
+        for combo in itertools.product(*[list(getattr(tree, _SECTION_OF[s])) or [""] for s in SHORTHANDS])
+    ]
     swept = {}
     for k in names:
         if k in SHORTHANDS:
@@ -665,15 +760,20 @@ def _set_conflicts(items, from_file: set, names: list[str], tree: ConfigTree, fi
             n = min(len(sp), len(path))
             if tuple(path[:n]) == sp[:n]:
                 where = (file, "set." + key) if key in from_file else ("--set", key)
-                raise ConfigError(f"the sweep also varies {param!r} (parameters); a fixed override of the same key "
-                                  "would be overwritten at every point: drop one of them", file=where[0],
-                                  key=where[1])
+                raise ConfigError(
+                    f"the sweep also varies {param!r} (parameters); a fixed override of the same key "
+                    "would be overwritten at every point: drop one of them",
+                    file=where[0],
+                    key=where[1],
+                )
 
 
-def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None,
-                extra_sets: Optional[list[str]] = None) -> Sweep:
+def build_sweep(
+    data: dict, file: str = "<sweep>", source: Optional[Path] = None, extra_sets: Optional[list[str]] = None
+) -> Sweep:
     """Validate a sweep mapping and expand its axes (points stay lazy)."""
     from attnsim.sim.experiment import load_tree_with_sets
+
     spec = validate(SweepSpec, data, file=file)
     base_ref = spec.base
     if source is not None and base_ref.endswith((".yaml", ".yml")) and not Path(base_ref).is_absolute():
@@ -687,11 +787,16 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
         keys, rows = _block_points(b, file, f"parameters.{i}.{kind}")
         for k in keys:
             if k in names:
-                raise ConfigError("parameter appears in more than one block", file=file, key=f"parameters.{i}.{kind}.{k}")
+                raise ConfigError(
+                    "parameter appears in more than one block", file=file, key=f"parameters.{i}.{kind}.{k}"
+                )
             if k in _PICKED:  # each point is one run: its system/model/scenario list is always its own one entry
-                raise ConfigError(f"expected the shorthand {_PICKED[k]!r} to vary the {k.split('.')[1]} of a point, "
-                                  f"got {k!r} (a point's list is its one {_PICKED[k]})", file=file,
-                                  key=f"parameters.{i}.{kind}.{k}")
+                raise ConfigError(
+                    f"expected the shorthand {_PICKED[k]!r} to vary the {k.split('.')[1]} of a point, "
+                    f"got {k!r} (a point's list is its one {_PICKED[k]})",
+                    file=file,
+                    key=f"parameters.{i}.{kind}.{k}",
+                )
             names.append(k)
         axes.append((keys, rows))
 
@@ -711,15 +816,21 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
     except ConfigError as e:
         if e.file is None:
             raise ConfigError(e.message, file=file, key="base") from None
-        if e.file == "--set" and e.key and any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".")
-                                              for k in from_file):
+        if (
+            e.file == "--set"
+            and e.key
+            and any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".") for k in from_file)
+        ):
             raise ConfigError(e.message, file=file, key="set." + e.key) from None
         raise
     base_dir = src.parent if src else None
     for sc in shorthand_vals["scenario"]:
         if sc not in tree.scenarios:
-            raise ConfigError(f"scenario '{sc}' is not one of the base experiment's ({', '.join(tree.scenarios)})",
-                              file=file, key="parameters.scenario")
+            raise ConfigError(
+                f"scenario '{sc}' is not one of the base experiment's ({', '.join(tree.scenarios)})",
+                file=file,
+                key="parameters.scenario",
+            )
     _set_conflicts(items, from_file, names, tree, file)
     _serving_base(tree, spec, base_dir, file)
 
@@ -737,12 +848,18 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
             continue
         parts = k.split(".")
         if head not in _TREE_SECTIONS:
-            raise ConfigError(f"unknown section {head!r} (expected one of {', '.join(_TREE_SECTIONS + SHORTHANDS)})",
-                              file=file, key=f"parameters.{k}")
+            raise ConfigError(
+                f"unknown section {head!r} (expected one of {', '.join(_TREE_SECTIONS + SHORTHANDS)})",
+                file=file,
+                key=f"parameters.{k}",
+            )
         if head != "experiment" and (len(parts) < 3 or parts[1] not in getattr(tree, head)):
             have = ", ".join(getattr(tree, head)) or "none"
-            raise ConfigError(f"expected {head}.<name>.<key> with a name of this sweep (have: {have})",
-                              file=file, key=f"parameters.{k}")
+            raise ConfigError(
+                f"expected {head}.<name>.<key> with a name of this sweep (have: {have})",
+                file=file,
+                key=f"parameters.{k}",
+            )
     check_count(math.prod(len(rows) for _, rows in axes), file, "parameters")
     definition = json.loads(canonical_json(data))
     return Sweep(spec, source, file, tree, axes, names, definition, _sweep_baseline(spec, tree, axes, file))
@@ -751,12 +868,16 @@ def build_sweep(data: dict, file: str = "<sweep>", source: Optional[Path] = None
 def _sweep_baseline(spec: SweepSpec, tree: ConfigTree, axes, file: str) -> Optional[str]:
     """The system of the vs_baseline columns: ``baseline:`` (refused unless swept), else the base
     experiment's baseline when it is one of the swept systems, else None."""
-    swept = list(dict.fromkeys(_ref_name(str(r[keys.index("system")])) for keys, rows in axes if "system" in keys
-                               for r in rows))
+    swept = list(
+        dict.fromkeys(_ref_name(str(r[keys.index("system")])) for keys, rows in axes if "system" in keys for r in rows)
+    )
     if spec.baseline is not None:
         if _ref_name(spec.baseline) not in swept:
-            raise ConfigError(f"expected one of the swept systems ({', '.join(swept)}), got {spec.baseline!r}",
-                              file=file, key="baseline")
+            raise ConfigError(
+                f"expected one of the swept systems ({', '.join(swept)}), got {spec.baseline!r}",
+                file=file,
+                key="baseline",
+            )
         return _ref_name(spec.baseline)
     base = tree.experiment.get("baseline")
     return _ref_name(str(base)) if base and _ref_name(str(base)) in swept else None

@@ -53,12 +53,13 @@ completion order (``index`` gives the expansion order):
 * ``/docs`` (str): the full run document of each point as JSON (what ``attnsim run --json`` prints).
 * ``/resolved`` (str): the point's resolved config tree as canonical JSON (its ``key`` is a hash of it).
 """
+
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
 import fcntl
+import functools
 import glob
 import json
 import os
@@ -79,12 +80,24 @@ from attnsim.sim.results import json_default as _json_default
 
 FORMAT = "attnsim.sweep/1"
 STR = h5py.string_dtype()
-FIXED_COLUMNS = {"index": "i8", "key": "str", "status": "str", "error": "str", "system": "str", "model": "str",
-                 "scenario": "str", "batch_size": "i8", "prompt_len": "f8", "output_len": "i8", "elapsed_s": "f8",
-                 "finished_unix_s": "f8", "worker": "str"}
+FIXED_COLUMNS = {
+    "index": "i8",
+    "key": "str",
+    "status": "str",
+    "error": "str",
+    "system": "str",
+    "model": "str",
+    "scenario": "str",
+    "batch_size": "i8",
+    "prompt_len": "f8",
+    "output_len": "i8",
+    "elapsed_s": "f8",
+    "finished_unix_s": "f8",
+    "worker": "str",
+}
 FAILED = ("invalid", "error")
 _FOLD_BATCH = 256
-_I8_MIN, _I8_MAX = -(2 ** 63), 2 ** 63 - 1
+_I8_MIN, _I8_MAX = -(2**63), 2**63 - 1
 _CHUNK = 256  # rows per HDF5 chunk of a column
 
 
@@ -98,12 +111,29 @@ def journal_dir(path: Path) -> Path:
 
 # ---------------------------------------------------------------- records
 
-def make_record(index: int, key: str, params: dict, doc: dict, resolved: str, elapsed_s: float = 0.0,
-                worker: str = "", cache: Optional[dict] = None) -> dict:
+
+def make_record(
+    index: int,
+    key: str,
+    params: dict,
+    doc: dict,
+    resolved: str,
+    elapsed_s: float = 0.0,
+    worker: str = "",
+    cache: Optional[dict] = None,
+) -> dict:
     """One finished point as stored in the journal (and folded into the HDF5 rows)."""
-    return {"index": int(index), "key": key, "params": params, "doc": doc, "resolved": resolved,
-            "elapsed_s": float(elapsed_s), "finished_unix_s": time.time(), "worker": worker,
-            "cache": cache or {}}
+    return {
+        "index": int(index),
+        "key": key,
+        "params": params,
+        "doc": doc,
+        "resolved": resolved,
+        "elapsed_s": float(elapsed_s),
+        "finished_unix_s": time.time(),
+        "worker": worker,
+        "cache": cache or {},
+    }
 
 
 def _float(v) -> float:
@@ -129,15 +159,18 @@ def _int(v, fill: int = -1) -> int:
 
 def _scalar_metrics(doc: dict) -> dict:
     m = doc.get("metrics")
-    return {str(k): _float(v) for k, v in (m.items() if isinstance(m, dict) else ())
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        str(k): _float(v)
+        for k, v in (m.items() if isinstance(m, dict) else ())
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def _breakdown_columns(doc: dict) -> dict:
     out = {}
     bds = doc.get("breakdown")
-    for phase, bd in (bds.items() if isinstance(bds, dict) else ()):
-        for table, vals in (bd.items() if isinstance(bd, dict) else ()):
+    for phase, bd in bds.items() if isinstance(bds, dict) else ():
+        for table, vals in bd.items() if isinstance(bd, dict) else ():
             if isinstance(vals, dict):
                 for name, v in vals.items():
                     if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -172,14 +205,23 @@ def record_row(rec: dict) -> dict:
         plen = float(np.mean(vals)) if not any(np.isnan(vals)) else np.nan
     elif isinstance(ctx, dict) and ctx.get("mean") is not None:
         plen = _float(ctx["mean"])
-    row = {"index": _int(rec.get("index")), "key": _text(rec.get("key")), "status": _text(doc.get("status")),
-           "error": _text(doc.get("error")), "system": _text(doc.get("system")), "model": _text(doc.get("model")),
-           "scenario": _text(sc.get("name")), "batch_size": _int(sc.get("batch_size", 0) or 0),
-           "prompt_len": plen, "output_len": _int(sc.get("output_len", 0) or 0),
-           "elapsed_s": _float(rec.get("elapsed_s", 0.0)), "finished_unix_s": _float(rec.get("finished_unix_s", 0.0)),
-           "worker": _text(rec.get("worker"))}
+    row = {
+        "index": _int(rec.get("index")),
+        "key": _text(rec.get("key")),
+        "status": _text(doc.get("status")),
+        "error": _text(doc.get("error")),
+        "system": _text(doc.get("system")),
+        "model": _text(doc.get("model")),
+        "scenario": _text(sc.get("name")),
+        "batch_size": _int(sc.get("batch_size", 0) or 0),
+        "prompt_len": plen,
+        "output_len": _int(sc.get("output_len", 0) or 0),
+        "elapsed_s": _float(rec.get("elapsed_s", 0.0)),
+        "finished_unix_s": _float(rec.get("finished_unix_s", 0.0)),
+        "worker": _text(rec.get("worker")),
+    }
     params = rec.get("params")
-    for k, v in (params.items() if isinstance(params, dict) else ()):
+    for k, v in params.items() if isinstance(params, dict) else ():
         if k not in FIXED_COLUMNS:
             row[_h5name(k)] = v
     for k, v in _scalar_metrics(doc).items():
@@ -204,12 +246,17 @@ def check_record(rec, seg: Path, line: int) -> dict:
     want = {"key": str, "index": int, "doc": dict, "resolved": (str, dict)}
     for name, typ in want.items():
         if name not in rec:
-            raise ConfigError(f"journal record lacks {name!r}; delete this line (the point runs again)",
-                              file=seg, key=where)
+            raise ConfigError(
+                f"journal record lacks {name!r}; delete this line (the point runs again)", file=seg, key=where
+            )
         v = rec[name]
         if not isinstance(v, typ) or isinstance(v, bool) or (name == "index" and v < 0):
-            raise ConfigError(f"{name}: expected {getattr(typ, '__name__', 'a string or object')}"
-                              f"{' >= 0' if name == 'index' else ''}, got {v!r:.60}", file=seg, key=where)
+            raise ConfigError(
+                f"{name}: expected {getattr(typ, '__name__', 'a string or object')}"
+                f"{' >= 0' if name == 'index' else ''}, got {v!r:.60}",
+                file=seg,
+                key=where,
+            )
     if not isinstance(rec.get("params", {}), dict):
         raise ConfigError(f"params: expected an object, got {rec['params']!r:.60}", file=seg, key=where)
     check_run_doc(rec["doc"], seg, f"{where}: doc")
@@ -236,12 +283,17 @@ def read_journal(path: Path) -> Iterator[tuple[Path, dict]]:
                 try:
                     rec = json.loads(line)
                 except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting
-                    raise ConfigError(f"expected a JSON journal record, got a damaged line ({exc}); "
-                                      "delete this line (the point runs again)", file=seg, key=f"line {n}") from None
+                    raise ConfigError(
+                        f"expected a JSON journal record, got a damaged line ({exc}); "
+                        "delete this line (the point runs again)",
+                        file=seg,
+                        key=f"line {n}",
+                    ) from None
                 yield seg, check_record(rec, seg, n)
 
 
 # ---------------------------------------------------------------- HDF5 appends
+
 
 def _kind_of(v) -> str:
     if isinstance(v, (bool, np.bool_)):
@@ -307,8 +359,9 @@ def _column(group: h5py.Group, name: str, kind: str, n: int) -> h5py.Dataset:
     if name in group:
         return group[name]
     dt = STR if kind == "str" else np.dtype(kind)
-    ds = group.create_dataset(name, shape=(n,), maxshape=(None,), dtype=dt, chunks=(_CHUNK,),
-                              fillvalue=None if kind == "str" else _fill(kind))
+    ds = group.create_dataset(
+        name, shape=(n,), maxshape=(None,), dtype=dt, chunks=(_CHUNK,), fillvalue=None if kind == "str" else _fill(kind)
+    )
     if n and kind == "str":
         ds[:] = np.array([""] * n, dtype=object)
     _attach_dim(group, ds, name)
@@ -342,7 +395,9 @@ def _retype(group: h5py.Group, name: str, kind: str) -> h5py.Dataset:
     ds.resize((len(old),))
     if len(old):
         if kind == "str":
-            ds[:] = np.array(["" if isinstance(v, float) and np.isnan(v) else str(v) for v in old.tolist()], dtype=object)
+            ds[:] = np.array(
+                ["" if isinstance(v, float) and np.isnan(v) else str(v) for v in old.tolist()], dtype=object
+            )
         else:
             ds[:] = old.astype(kind)
     return ds
@@ -395,8 +450,10 @@ def _append_batch(f: h5py.File, recs: list[dict], param_kinds: dict) -> None:
     for dname, field in (("docs", "doc"), ("resolved", "resolved")):
         ds = f[dname] if dname in f else f.create_dataset(dname, shape=(0,), maxshape=(None,), dtype=STR, chunks=(64,))
         ds.resize((n0 + m,))
-        ds[n0:] = np.array([r[field] if isinstance(r[field], str) else json.dumps(r[field], default=_json_default)
-                            for r in recs], dtype=object)
+        ds[n0:] = np.array(
+            [r[field] if isinstance(r[field], str) else json.dumps(r[field], default=_json_default) for r in recs],
+            dtype=object,
+        )
 
 
 def _breakdown_names(group: h5py.Group) -> list[str]:
@@ -414,6 +471,7 @@ def _reading(path: Path) -> Iterator[h5py.File]:
     """Open a store file read-only; HDF5/structure errors become a one-line ConfigError naming it (a FIFO or a
     device is refused before HDF5 opens it: attnsim.core.fileio.check_regular)."""
     from attnsim.core.fileio import InputRefused, check_regular
+
     try:
         check_regular(path)
     except InputRefused as exc:
@@ -439,8 +497,11 @@ def parameters_attr(attrs: dict, path) -> list[str]:
     except (TypeError, ValueError):
         params = None
     if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
-        raise ConfigError(f"expected a JSON list of parameter names, got {str(attrs.get('parameters'))[:60]!r}",
-                          file=path, key="parameters")
+        raise ConfigError(
+            f"expected a JSON list of parameter names, got {str(attrs.get('parameters'))[:60]!r}",
+            file=path,
+            key="parameters",
+        )
     return params
 
 
@@ -453,12 +514,19 @@ def check_layout(f: h5py.File, path) -> int:
         if not isinstance(attrs.get(a), str):
             raise ConfigError("attribute missing (every store written by attnsim sweep has it)", file=path, key=a)
     parameters_attr(attrs, path)
-    for name, want in (("points", h5py.Group), ("breakdown", h5py.Group), ("docs", h5py.Dataset),
-                       ("resolved", h5py.Dataset)):
+    for name, want in (
+        ("points", h5py.Group),
+        ("breakdown", h5py.Group),
+        ("docs", h5py.Dataset),
+        ("resolved", h5py.Dataset),
+    ):
         if not isinstance(f.get(name), want):
-            raise ConfigError(f"expected a {'group' if want is h5py.Group else 'dataset'}, got "
-                              f"{'nothing' if name not in f else type(f.get(name)).__name__}; not a complete store",
-                              file=path, key=f"/{name}")
+            raise ConfigError(
+                f"expected a {'group' if want is h5py.Group else 'dataset'}, got "
+                f"{'nothing' if name not in f else type(f.get(name)).__name__}; not a complete store",
+                file=path,
+                key=f"/{name}",
+            )
     pts = f["points"]
     for c in FIXED_COLUMNS:
         if not isinstance(pts.get(c), h5py.Dataset):
@@ -471,11 +539,17 @@ def check_layout(f: h5py.File, path) -> int:
             raise ConfigError(f"expected a column (dataset), got a {type(ds).__name__}", file=path, key=name)
         if ds.ndim != 1 or ds.shape[0] != n:
             raise ConfigError(f"expected {n} rows (as /points/key), got shape {ds.shape}", file=path, key=name)
-    for name, kinds in (("/points/key", "OSU"), ("/points/index", "iu"), ("/points/status", "OSU"),
-                        ("/docs", "OSU"), ("/resolved", "OSU")):
+    for name, kinds in (
+        ("/points/key", "OSU"),
+        ("/points/index", "iu"),
+        ("/points/status", "OSU"),
+        ("/docs", "OSU"),
+        ("/resolved", "OSU"),
+    ):
         if f[name].dtype.kind not in kinds:
-            raise ConfigError(f"expected {'integers' if kinds == 'iu' else 'strings'}, got dtype {f[name].dtype}",
-                              file=path, key=name)
+            raise ConfigError(
+                f"expected {'integers' if kinds == 'iu' else 'strings'}, got dtype {f[name].dtype}", file=path, key=name
+            )
     return n
 
 
@@ -483,10 +557,13 @@ def check_run_doc(doc: dict, path, key: str) -> dict:
     """``doc`` if it has what every reader of run documents relies on (status, system, model, scenario.name)."""
     for name in ("status", "system", "model"):
         if not isinstance(doc.get(name), str):
-            raise ConfigError(f"{name}: expected a string in a run document, got {doc.get(name)!r:.60}", file=path, key=key)
+            raise ConfigError(
+                f"{name}: expected a string in a run document, got {doc.get(name)!r:.60}", file=path, key=key
+            )
     if not isinstance(doc.get("scenario"), dict) or not isinstance(doc["scenario"].get("name"), str):
-        raise ConfigError(f"scenario.name: expected a string in a run document, got {doc.get('scenario')!r:.60}",
-                          file=path, key=key)
+        raise ConfigError(
+            f"scenario.name: expected a string in a run document, got {doc.get('scenario')!r:.60}", file=path, key=key
+        )
     return doc
 
 
@@ -496,8 +573,9 @@ def json_doc(raw, path, key: str, run_doc: bool = True):
     try:
         obj = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
     except (ValueError, TypeError, RecursionError) as exc:
-        raise ConfigError(f"expected a JSON document, got a damaged one ({' '.join(str(exc).split())})",
-                          file=path, key=key) from None
+        raise ConfigError(
+            f"expected a JSON document, got a damaged one ({' '.join(str(exc).split())})", file=path, key=key
+        ) from None
     if not isinstance(obj, dict):
         raise ConfigError(f"expected a JSON object, got {type(obj).__name__}", file=path, key=key)
     return check_run_doc(obj, path, key) if run_doc else obj
@@ -516,8 +594,14 @@ def _write_attrs(f: h5py.File, meta: dict) -> None:
         f.attrs[k] = v if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
 
-def fold_into(path: Path, records: Iterable[dict], meta: dict, param_kinds: dict, skip_keys: Optional[set] = None,
-              fresh: bool = False) -> int:
+def fold_into(
+    path: Path,
+    records: Iterable[dict],
+    meta: dict,
+    param_kinds: dict,
+    skip_keys: Optional[set] = None,
+    fresh: bool = False,
+) -> int:
     """Atomically produce ``path`` = old contents (none if ``fresh``) + ``records`` (keys seen skipped).
 
     Returns the number of records appended. The live file is never modified in place.
@@ -572,6 +656,7 @@ def _write_baselines(f: h5py.File, path: Path) -> None:
     a ``baseline`` attribute."""
     from attnsim.sim.results import BASELINE_RATIOS
     from attnsim.studies.sweep.baselines import STATUS, baseline_columns, blind_parameters, ratio_names
+
     pts, baseline = f["points"], _attrs(f).get("baseline") or ""
     if not baseline:
         for name in ratio_names() + [STATUS]:
@@ -618,13 +703,17 @@ def iter_records(path: Path, journal: bool = True) -> Iterator[dict]:
                 res = f["resolved"][lo:hi]
                 for j in range(hi - lo):
                     r = res[j]
-                    yield {"index": int(block["index"][j]), "key": block["key"][j],
-                           "params": {p: _py(block[p][j]) for p in params},
-                           "doc": json_doc(docs[j], path, f"/docs[{lo + j}]"),
-                           "resolved": r.decode() if isinstance(r, bytes) else r,
-                           "elapsed_s": _float(block["elapsed_s"][j]),
-                           "finished_unix_s": _float(block["finished_unix_s"][j]),
-                           "worker": _text(block["worker"][j]), "cache": {}}
+                    yield {
+                        "index": int(block["index"][j]),
+                        "key": block["key"][j],
+                        "params": {p: _py(block[p][j]) for p in params},
+                        "doc": json_doc(docs[j], path, f"/docs[{lo + j}]"),
+                        "resolved": r.decode() if isinstance(r, bytes) else r,
+                        "elapsed_s": _float(block["elapsed_s"][j]),
+                        "finished_unix_s": _float(block["finished_unix_s"][j]),
+                        "worker": _text(block["worker"][j]),
+                        "cache": {},
+                    }
     if journal:
         for _, rec in read_journal(path):
             yield rec
@@ -654,8 +743,11 @@ def _lock(path: Path):
             fh.close()
             with contextlib.suppress(OSError):  # nobody can hold a lock here: no lock file left behind
                 lp.unlink()
-            raise ConfigError(f"a file system with flock() for the store's lock file, got {exc.strerror}: write "
-                              "the store elsewhere (home, node-local $TMPDIR)", file=lp) from None
+            raise ConfigError(
+                f"a file system with flock() for the store's lock file, got {exc.strerror}: write "
+                "the store elsewhere (home, node-local $TMPDIR)",
+                file=lp,
+            ) from None
         try:
             same = os.path.samestat(os.fstat(fh.fileno()), os.stat(lp))
         except FileNotFoundError:
@@ -678,6 +770,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 # ---------------------------------------------------------------- writer
 
+
 class StoreWriter:
     """The single writer of a store: journal appends per point, atomic folds into the HDF5.
 
@@ -687,9 +780,17 @@ class StoreWriter:
     ``retried``) so that they run again.
     """
 
-    def __init__(self, path: str | Path, meta: dict, param_kinds: dict, checkpoint_s: float = 300.0,
-                 allow_version_mismatch: bool = False, retry_failed: bool = False):
+    def __init__(
+        self,
+        path: str | Path,
+        meta: dict,
+        param_kinds: dict,
+        checkpoint_s: float = 300.0,
+        allow_version_mismatch: bool = False,
+        retry_failed: bool = False,
+    ):
         from attnsim.sim.results import git_revision
+
         self.path = Path(path)
         self.meta = dict(meta)
         self.meta.setdefault("format", FORMAT)
@@ -731,18 +832,28 @@ class StoreWriter:
             attrs = _attrs(f)
         sid = attrs.get("sweep_id")
         if sid != self.meta.get("sweep_id"):
-            raise ConfigError(f"holds a different sweep (sweep_id {sid}, this sweep {self.meta.get('sweep_id')}); "
-                              "choose another --out", file=self.path)
+            raise ConfigError(
+                f"holds a different sweep (sweep_id {sid}, this sweep {self.meta.get('sweep_id')}); "
+                "choose another --out",
+                file=self.path,
+            )
         have, mine = attrs.get("attnsim_version"), self.meta["attnsim_version"]
         if have != mine:
             if not allow_version_mismatch:
-                raise ConfigError(f"expected a store written by this attnsim ({mine}), got one written by {have or 'an unknown version'}: "
-                                  "resuming would mix two code versions; choose another --out or pass "
-                                  "--allow-version-mismatch", file=self.path)
+                raise ConfigError(
+                    f"expected a store written by this attnsim ({mine}), "
+                    f"got one written by {have or 'an unknown version'}: "
+                    "resuming would mix two code versions; choose another --out or pass "
+                    "--allow-version-mismatch",
+                    file=self.path,
+                )
             others = set(json.loads(attrs.get("other_versions", "[]") or "[]"))
             others.add(f"{mine} ({self.meta['git_revision']})")
-            self.meta.update(attnsim_version=have, git_revision=attrs.get("git_revision", "unknown"),
-                             other_versions=json.dumps(sorted(others)))
+            self.meta.update(
+                attnsim_version=have,
+                git_revision=attrs.get("git_revision", "unknown"),
+                other_versions=json.dumps(sorted(others)),
+            )
 
     def _drop_failed(self) -> int:
         """Rewrite the store without its invalid/error rows; returns how many were dropped."""
@@ -844,6 +955,7 @@ class StoreWriter:
 
 # ---------------------------------------------------------------- reading
 
+
 class Store:
     """Read view of a sweep store: HDF5 rows plus unfolded journal records (no lock needed)."""
 
@@ -891,9 +1003,16 @@ class Store:
                 self._bd[name] = np.concatenate([old, [c.get(name, np.nan) for c in bcols]])
             if self.attrs.get("baseline"):  # the folded ratios did not see the journal's points
                 from attnsim.studies.sweep.baselines import baseline_columns, blind_parameters
+
                 params = list(map(_h5name, self.parameters))
-                self._cols.update(baseline_columns(self._cols, params, self.attrs["baseline"],
-                                                   blind_parameters(self.attrs, params, self.attrs["baseline"])))
+                self._cols.update(
+                    baseline_columns(
+                        self._cols,
+                        params,
+                        self.attrs["baseline"],
+                        blind_parameters(self.attrs, params, self.attrs["baseline"]),
+                    )
+                )
 
     def __len__(self) -> int:
         return len(self._cols.get("key", []))
@@ -934,8 +1053,11 @@ class Store:
             with _reading(self.path) as f:
                 return json_doc(f["resolved"][i], self.path, f"/resolved[{i}]", run_doc=False)
         r = self._journal[i - self._n_h5]["resolved"]
-        return json_doc(r, self.path, f"journal record {self._journal[i - self._n_h5]['key']}", run_doc=False) \
-            if isinstance(r, str) else r
+        return (
+            json_doc(r, self.path, f"journal record {self._journal[i - self._n_h5]['key']}", run_doc=False)
+            if isinstance(r, str)
+            else r
+        )
 
 
 class _null:
@@ -988,6 +1110,7 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
     if is_sweep_store(path):
         return _read_sweep_store(path)
     from attnsim.core.fileio import InputRefused, check_regular
+
     try:
         check_regular(path)  # a FIFO would stall HDF5's open()
     except InputRefused as exc:
@@ -1008,10 +1131,15 @@ def read_results(path: str | Path) -> tuple[dict, list[dict]]:
 def _read_sweep_store(path: Path) -> tuple[dict, list[dict]]:
     """(attrs, run documents) of a sweep store, for ``attnsim show``."""
     from collections import Counter
+
     st = open_store(path)
     attrs = dict(st.attrs)
     docs = list(st.iter_docs())
     counts = Counter(d.get("status", "") for d in docs)
-    attrs["experiment"] = f"{attrs.get('sweep_name', '?')} (sweep {attrs.get('sweep_id', '?')}, shard {attrs.get('shard', '?')}: " \
-        f"{len(docs)} of {attrs.get('n_points_total', '?')} points; " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")"
+    attrs["experiment"] = (
+        f"{attrs.get('sweep_name', '?')} (sweep {attrs.get('sweep_id', '?')}, shard {attrs.get('shard', '?')}: "
+        f"{len(docs)} of {attrs.get('n_points_total', '?')} points; "
+        + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        + ")"
+    )
     return attrs, docs

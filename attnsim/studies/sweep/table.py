@@ -11,6 +11,7 @@ identifiers (``system``, ``status``, ...) and swept parameters (named by their s
 their names. ``vs_baseline.*`` columns: a sweep's (attnsim.studies.sweep.baselines) or a run's ``vs_baseline``.
 :func:`request_columns` reads the per-request rows of ``attnsim serve`` results.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,20 +66,28 @@ class Table:
         stored = {unit_name(c): c for c in self.columns if c not in self.parameters}
         if name in self.columns or name in self.breakdown:
             if name not in self.parameters and _unit_missing(name):
-                raise ConfigError(f"expected the column name with its unit, {unit_name(name)!r} (as attnsim show and "
-                                  f"export print it), got {name!r}", file=self.path)
+                raise ConfigError(
+                    f"expected the column name with its unit, {unit_name(name)!r} (as attnsim show and "
+                    f"export print it), got {name!r}",
+                    file=self.path,
+                )
             return name
         if name in stored:
             return stored[name]
         if unit_name(name) in self.columns and unit_name(name) != name:  # a table of export names (a DataFrame)
             if _unit_missing(name):
-                raise ConfigError(f"expected the column name with its unit, {unit_name(name)!r}, got {name!r}",
-                                  file=self.path)
+                raise ConfigError(
+                    f"expected the column name with its unit, {unit_name(name)!r}, got {name!r}", file=self.path
+                )
             return unit_name(name)
         from attnsim.core.suggest import did_you_mean
+
         names = [unit_name(n) if n not in self.parameters else n for n in self.names()]
-        raise ConfigError(f"no column {name!r}{did_you_mean(name, names)} (have: {', '.join(names[:40])}"
-                          f"{', ...' if len(names) > 40 else ''})", file=self.path)
+        raise ConfigError(
+            f"no column {name!r}{did_you_mean(name, names)} (have: {', '.join(names[:40])}"
+            f"{', ...' if len(names) > 40 else ''})",
+            file=self.path,
+        )
 
     def names(self) -> list[str]:
         return list(self.columns) + list(self.breakdown)
@@ -99,14 +108,21 @@ class Table:
                 mask &= np.array([str(x) == str(v) for x in c], dtype=bool)
         idx = np.nonzero(mask)[0]
         parent = self
-        return Table(self.path, self.kind, self.attrs, {k: v[idx] for k, v in self.columns.items()},
-                     {k: v[idx] for k, v in self.breakdown.items()}, self.parameters,
-                     lambda: (d for i, d in enumerate(parent.docs()) if mask[i]),
-                     lambda r: parent.resolved(int(idx[r])))
+        return Table(
+            self.path,
+            self.kind,
+            self.attrs,
+            {k: v[idx] for k, v in self.columns.items()},
+            {k: v[idx] for k, v in self.breakdown.items()},
+            self.parameters,
+            lambda: (d for i, d in enumerate(parent.docs()) if mask[i]),
+            lambda r: parent.resolved(int(idx[r])),
+        )
 
 
 def parse_where(items: list[str]) -> dict:
     from attnsim.core.config import parse_value
+
     out = {}
     for it in items or []:
         if "=" not in it:
@@ -118,12 +134,15 @@ def parse_where(items: list[str]) -> dict:
 
 def load_table(path: str | Path) -> Table:
     from attnsim.studies.sweep.store import is_sweep_store, open_store
+
     path = Path(path)
     if is_sweep_store(path):
         st = open_store(path)
-        return Table(path, "sweep", st.attrs, st.columns(), st.breakdown(), st.parameters, st.iter_docs,
-                     lambda r: st.resolved(r))
+        return Table(
+            path, "sweep", st.attrs, st.columns(), st.breakdown(), st.parameters, st.iter_docs, lambda r: st.resolved(r)
+        )
     from attnsim.studies.sweep.store import read_results
+
     attrs, docs = read_results(path)
     return table_from_docs(path, attrs, docs)
 
@@ -131,6 +150,7 @@ def load_table(path: str | Path) -> Table:
 def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
     """Columns of ``attnsim run`` documents (same names as a sweep store's)."""
     from attnsim.studies.sweep.store import _breakdown_columns, make_record, record_row
+
     rows = [record_row(make_record(i, "", {}, d, "")) for i, d in enumerate(docs)]
     names = []
     for r in rows:
@@ -139,8 +159,10 @@ def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
     for n in names:
         vals = [r.get(n) for r in rows]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals if v is not None):
-            cols[n] = np.array([np.nan if v is None else v for v in vals],
-                               dtype=float if any(isinstance(v, float) or v is None for v in vals) else np.int64)
+            cols[n] = np.array(
+                [np.nan if v is None else v for v in vals],
+                dtype=float if any(isinstance(v, float) or v is None for v in vals) else np.int64,
+            )
         else:
             cols[n] = np.array(["" if v is None else str(v) for v in vals], dtype=object)
     bcols = [_breakdown_columns(d) for d in docs]
@@ -153,6 +175,7 @@ def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
         """The config tree of run ``row`` alone (its system, model, scenario), as a sweep point's."""
         from attnsim.core.config import ConfigTree, parse_yaml
         from attnsim.studies.sweep.spec import _restrict
+
         tree = (parse_yaml(cfg, file=f"{path}: resolved_config") if cfg else None) or {}
         d = docs[row]
         try:
@@ -160,20 +183,34 @@ def table_from_docs(path: Path, attrs: dict, docs: list[dict]) -> Table:
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"resolved_config does not hold run {row} ({exc})", file=str(path)) from None
         return one.as_dict()
+
     return Table(path, "run", attrs, cols, bd, [], lambda: iter(docs), resolved)
 
 
 def _doc_baselines(docs: list[dict]) -> dict[str, np.ndarray]:
     """``vs_baseline.*`` columns of run documents (an experiment with a baseline), statuses as a sweep's."""
     from attnsim.studies.sweep.baselines import PREFIX, STATUS, ratio_names
+
     vbs = [d.get("vs_baseline") if isinstance(d.get("vs_baseline"), dict) else None for d in docs]
     base = next((vb.get("baseline") for vb in vbs if vb), None)
     if base is None:
         return {}
-    out = {n: np.array([_num((vb or {}).get(n[len(PREFIX):])) for vb in vbs]) for n in ratio_names()}
-    out[STATUS] = np.array(["not_ok" if d.get("status") != "ok" else "is_baseline" if d.get("system") == base
-                            else "baseline_missing" if vb is None else "baseline_not_ok" if "note" in vb else "ok"
-                            for d, vb in zip(docs, vbs)], dtype=object)
+    out = {n: np.array([_num((vb or {}).get(n[len(PREFIX) :])) for vb in vbs]) for n in ratio_names()}
+    out[STATUS] = np.array(
+        [
+            "not_ok"
+            if d.get("status") != "ok"
+            else "is_baseline"
+            if d.get("system") == base
+            else "baseline_missing"
+            if vb is None
+            else "baseline_not_ok"
+            if "note" in vb
+            else "ok"
+            for d, vb in zip(docs, vbs)
+        ],
+        dtype=object,
+    )
     return out
 
 
@@ -184,21 +221,56 @@ def _num(v) -> float:
 # ---------------------------------------------------------------- units in names, exports
 
 #: columns that name or label a row (not quantities): exported under their own names
-IDENTIFIERS = frozenset({"index", "key", "status", "error", "system", "model", "scenario", "worker", "run", "request",
-                         "vs_baseline.status"})
+IDENTIFIERS = frozenset(
+    {"index", "key", "status", "error", "system", "model", "scenario", "worker", "run", "request", "vs_baseline.status"}
+)
 #: name tokens that are units (or say that the value is a ratio, share or count)
-UNIT_TOKENS = frozenset({"s", "ms", "us", "ns", "j", "mj", "pj", "w", "gb", "gib", "mb", "bytes", "gbps", "tokens",
-                         "count", "ratio", "fraction", "rps", "speedup", "hz", "percent", "utilization"})
+UNIT_TOKENS = frozenset(
+    {
+        "s",
+        "ms",
+        "us",
+        "ns",
+        "j",
+        "mj",
+        "pj",
+        "w",
+        "gb",
+        "gib",
+        "mb",
+        "bytes",
+        "gbps",
+        "tokens",
+        "count",
+        "ratio",
+        "fraction",
+        "rps",
+        "speedup",
+        "hz",
+        "percent",
+        "utilization",
+    }
+)
 #: quantities whose stored name holds no unit -> exported name
-UNIT_NAMES = {"batch_size": "batch_size_count", "prompt_len": "prompt_len_tokens", "output_len": "output_len_tokens",
-              "batch_per_replica": "batch_per_replica_count", "replicas": "replicas_count",
-              "active_replicas": "active_replicas_count", "tp": "tp_count", "pp": "pp_count",
-              "decode_steps_simulated": "decode_steps_simulated_count",
-              # attnsim serve (attnsim.studies.serve.metrics)
-              "requests": "requests_count", "preemptions": "preemptions_count",
-              "mean_in_system": "mean_in_system_count", "littles_law_rhs": "littles_law_rhs_count",
-              "slo_attainment": "slo_attainment_ratio", "ttft_attainment": "ttft_attainment_ratio",
-              "tpot_attainment": "tpot_attainment_ratio"}
+UNIT_NAMES = {
+    "batch_size": "batch_size_count",
+    "prompt_len": "prompt_len_tokens",
+    "output_len": "output_len_tokens",
+    "batch_per_replica": "batch_per_replica_count",
+    "replicas": "replicas_count",
+    "active_replicas": "active_replicas_count",
+    "tp": "tp_count",
+    "pp": "pp_count",
+    "decode_steps_simulated": "decode_steps_simulated_count",
+    # attnsim serve (attnsim.studies.serve.metrics)
+    "requests": "requests_count",
+    "preemptions": "preemptions_count",
+    "mean_in_system": "mean_in_system_count",
+    "littles_law_rhs": "littles_law_rhs_count",
+    "slo_attainment": "slo_attainment_ratio",
+    "ttft_attainment": "ttft_attainment_ratio",
+    "tpot_attainment": "tpot_attainment_ratio",
+}
 _LATENCY_STAT = re.compile(r"(ttft|tpot|latency|queue)_(mean|p\d+)")  # serve aggregates, in seconds
 _QUALIFIER = re.compile(r"(_ci_low|_ci_high)$")  # replicated serving: bootstrap interval of a mean
 
@@ -208,7 +280,7 @@ def unit_name(name: str) -> str:
     if name in IDENTIFIERS or "/" in name:
         return name
     q = _QUALIFIER.search(name)
-    base, tail = (name[:q.start()], q.group()) if q else (name, "")
+    base, tail = (name[: q.start()], q.group()) if q else (name, "")
     base = UNIT_NAMES.get(base) or (base + "_s" if _LATENCY_STAT.fullmatch(base) else base)
     return base + tail
 
@@ -251,8 +323,11 @@ def table_from_frame(df, path: str = "<DataFrame>") -> Table:
     Parquet/CSV export, or a frame filtered or built by hand): what the figure recipes read. ``<phase>/<table>/
     <name>`` columns are the breakdowns; the swept parameters come from ``df.attrs`` (else the dotted names).
     The run documents and configs are not in a frame: recipes that need them (roofline, tornado) ask for the file."""
-    attrs = {k[len("attnsim."):]: v for k, v in dict(getattr(df, "attrs", {}) or {}).items()
-             if isinstance(k, str) and k.startswith("attnsim.")}
+    attrs = {
+        k[len("attnsim.") :]: v
+        for k, v in dict(getattr(df, "attrs", {}) or {}).items()
+        if isinstance(k, str) and k.startswith("attnsim.")
+    }
     try:
         params = json.loads(attrs.get("parameters", "null"))
     except (TypeError, ValueError):
@@ -268,17 +343,23 @@ def table_from_frame(df, path: str = "<DataFrame>") -> Table:
         params = [c for c in cols if "." in c and not c.startswith("vs_baseline.")]
 
     def no_docs(_row=None):
-        raise ConfigError("this figure needs the run documents: give the results file or attnsim results object, "
-                          "not a DataFrame", file=path)
-    return Table(Path(path), str(attrs.get("kind", "run")), attrs, cols, bd, [str(p) for p in params],
-                 lambda: iter(()), no_docs)
+        raise ConfigError(
+            "this figure needs the run documents: give the results file or attnsim results object, not a DataFrame",
+            file=path,
+        )
+
+    return Table(
+        Path(path), str(attrs.get("kind", "run")), attrs, cols, bd, [str(p) for p in params], lambda: iter(()), no_docs
+    )
 
 
 def request_columns(path: str | Path) -> Optional[dict[str, np.ndarray]]:
     """Per-request rows of an ``attnsim serve`` results file (``/requests``: run, system, model,
     scenario, request, arrival_s, ttft_s, ...) under export names; None if the file has none."""
     import h5py
+
     from attnsim.studies.sweep.store import _decode, _reading
+
     with _reading(Path(path)) as f:
         ds = f.get("requests")
         if not isinstance(ds, h5py.Dataset) or ds.dtype.names is None:
@@ -294,7 +375,9 @@ def write_csv(table: Table, out: str | Path) -> Path:
 
 def write_columns_csv(cols: dict[str, np.ndarray], out: str | Path) -> Path:
     import csv
+
     from attnsim.core.fileio import atomic_path
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = len(next(iter(cols.values()), []))
@@ -312,7 +395,9 @@ def write_parquet(cols: dict[str, np.ndarray], out: str | Path, meta: Optional[d
     int64, the rest as strings; ``meta`` (str -> str) in the schema's key-value metadata."""
     pa = _optional("pyarrow", "attnsim[parquet]")
     import pyarrow.parquet as pq
+
     from attnsim.core.fileio import atomic_path
+
     arrays = {}
     for name, c in cols.items():
         c = np.asarray(c)
@@ -337,18 +422,25 @@ def export_meta(table: Table) -> dict:
     """Provenance written into an export (Parquet metadata): source, kind, parameters, versions."""
     keep = ("attnsim_version", "git_revision", "sweep_name", "sweep_id", "experiment", "baseline", "n_points_total")
     meta = {f"attnsim.{k}": table.attrs[k] for k in keep if table.attrs.get(k) not in (None, "")}
-    meta.update({"attnsim.kind": table.kind, "attnsim.source": str(table.path),
-                 "attnsim.parameters": json.dumps(table.parameters)})
+    meta.update(
+        {
+            "attnsim.kind": table.kind,
+            "attnsim.source": str(table.path),
+            "attnsim.parameters": json.dumps(table.parameters),
+        }
+    )
     return meta
 
 
 def _optional(module: str, extra: str):
     import importlib
+
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ConfigError(f"expected the optional dependency {module} (pip install {extra}), got none installed",
-                          file=module) from None
+        raise ConfigError(
+            f"expected the optional dependency {module} (pip install {extra}), got none installed", file=module
+        ) from None
 
 
 # ---------------------------------------------------------------- attnsim show of a sweep store
@@ -399,6 +491,7 @@ def _cell(v) -> str:
     """One CSV cell: numbers as text; a stored string that a spreadsheet would run as a formula is quoted
     (attnsim.core.outputs.csv_cell: a store may come from someone else)."""
     from attnsim.core.outputs import csv_cell
+
     if isinstance(v, (float, np.floating)):
         return "" if np.isnan(v) else repr(float(v))
     if isinstance(v, (np.integer,)):
