@@ -153,6 +153,7 @@ def open_regular(
             # POLLHUP on a FIFO only once a writer has opened it since this open (pipe_poll, f_version).
             import fcntl
             import select
+
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
             waiter = select.poll()
             waiter.register(fd, select.POLLIN | select.POLLHUP)
