@@ -65,6 +65,12 @@ def test_tree_allreduce_latency_is_two_tree_depths(p, depth):
     assert float(_link("tree").latency_steps(p)) == 2 * depth
 
 
+def test_one_rank_has_no_latency_steps():
+    # log2 1 = 0 levels (tree), p - 1 = 0 steps (ring)
+    assert float(_link("tree").latency_steps(1)) == 0.0
+    assert float(_link("ring").latency_steps(1)) == 0.0
+
+
 @pytest.mark.parametrize("p", [2, 4, 6, 8])
 def test_tree_allreduce_bandwidth_term_equals_ring(p):
     # double binary tree: full bandwidth, the same 2 (p-1)/p x S / bw as the ring
@@ -84,6 +90,8 @@ def test_one_rank_collectives_cost_nothing(algo):
     for coll in ("allreduce", "allgather", "reducescatter"):
         t, _ = _t(_link(algo), coll, S, 1)
         assert t == 0.0, coll
+        t, _ = _link(algo).collective(coll, np.array([0.0, S]), 1)      # 0 bytes: 0 s, not 0 / 0
+        assert list(t) == [0.0, 0.0], coll
 
 
 @pytest.mark.parametrize("coll", ["allgather", "reducescatter"])
@@ -151,6 +159,37 @@ def test_cost_of_allreduce_and_transfer_rows(algo, steps):
     assert c.bytes_by_level["link"] == pytest.approx([tp * comm, tp * S, 0.0])
     assert c.energy_j["link"] == pytest.approx([tp * comm * 8e-12, tp * S * 8e-12, 0.0])
     assert list(c.bound) == ["link"] * 3 and list(c.flops) == [0.0] * 3
+
+
+def test_cost_on_two_ranks():
+    # p = 2: comm = 2 x 1/2 x S = S; ring 2 x (2-1) = 2 steps: 1e6 / 50e9 = 20 us + 4 us = 24 us; bytes 2 x 1e6
+    tr = _trace([dict(op="ar", cls="allreduce", count=1, comm_bytes=S)], 2)
+    c = _link("ring").cost(tr, np.arange(1))
+    assert c.time_s[0] == pytest.approx(24e-6, rel=1e-12)
+    assert c.bytes_by_level["link"][0] == pytest.approx(2 * S)
+
+
+@pytest.mark.parametrize("algo", ["ring", "nccl"])
+def test_one_byte_transfer_still_pays_the_latency(algo):
+    # a transfer row of 1 B: ring = 2 us + 1 / 50e9 s; nccl = its send/recv of 1 B between 2 ranks (> 0)
+    if algo == "ring":
+        link = _link("ring")
+        expect = LAT + 1 / BW
+    else:
+        from attnsim.hwmodels.gpu import load_hardware
+        link = LinkModel(load_hardware("nvlink4").spec.model_copy(update={"allreduce": "nccl"}))
+        expect = float(link.collective("sendrecv", 1.0, 2)[0])
+        assert expect > 0
+    c = link.cost(_trace([dict(op="x", cls="transfer", count=1, comm_bytes=1.0)], 8), np.arange(1))
+    assert c.time_s[0] == pytest.approx(expect, rel=1e-12)
+
+
+def test_zero_latency_and_zero_static_power_are_valid():
+    # 0 is the physical lower limit of both (ge=0); a negative value is refused
+    assert LinkSpec(name="z", bandwidth_gbps=1, latency_us=0.0, energy_pj_per_bit=0.0, static_power_w=0.0)
+    for bad in ({"latency_us": -1.0}, {"static_power_w": -0.1}, {"energy_pj_per_bit": -1.0}):
+        with pytest.raises(ValueError):
+            LinkSpec(**{"name": "z", "bandwidth_gbps": 1, "latency_us": 1.0, "energy_pj_per_bit": 1.0, **bad})
 
 
 def test_cost_on_one_rank_keeps_only_transfers():

@@ -76,6 +76,17 @@ def test_far_tier_reads_its_share_of_k_and_v_per_decode_step(llama):
     assert far_kv == pytest.approx(2 * (1 - F) * k_bytes * LAYERS) == 25_214_976
 
 
+def test_uneven_split_rounds_tokens_and_keeps_bytes_exact(llama):
+    # hot_fraction 0.3: 0.3 x 2052 = 615.6 tokens -> 616 hot (rounded to whole tokens), 1436 far; bytes and FLOPs
+    # are not rounded: 0.3 x 525,312 = 157,593.6 B of K hot, 367,718.4 B far
+    _, plan = _plan(llama, "decode", {"hot_fraction": 0.3})
+    hot, far = _rows(plan, "attn_score"), _rows(plan, "attn_score_far")
+    assert (hot["n"], far["n"]) == (616, 1436)
+    assert isinstance(hot["n"], (int, np.integer)) and isinstance(far["n"], (int, np.integer))
+    assert hot["kv_read_bytes"] == pytest.approx(157_593.6, rel=1e-12)
+    assert far["kv_read_bytes"] == pytest.approx(367_718.4, rel=1e-12)
+
+
 def test_new_tokens_kv_is_written_to_the_hot_tier_only(llama):
     _, plan = _plan(llama, "decode", {"hot_fraction": F})
     # one new token per request: B x KV heads x head_dim x 2 B = 4 x 1 x 128 x 2 = 1024 B per op (K or V)
@@ -99,7 +110,8 @@ def test_q_transfer_partial_outputs_and_merge_cost(llama):
     assert merge["flops"] == 4 * B * HEADS * DH == 8192
     assert merge["act_bytes"] == 3 * B * HEADS * (DH + 2) * FP16 == 12_480
     assert (merge["m"], merge["n"]) == (B, HEADS * DH)       # (4, 512): one row per request
-    assert merge["kv_read_bytes"] == merge["kv_write_bytes"] == merge["weight_bytes"] == 0.0
+    assert merge["kv_read_bytes"] == merge["kv_write_bytes"] == merge["weight_bytes"] == merge["comm_bytes"] == 0.0
+    assert (merge["k"], merge["batch"], merge["cls"]) == (0, 1, "elementwise")   # one elementwise pass
     assert (merge["device"], merge["stage"], merge["added"]) == ("gpu", -1, True)
     # order: q goes before the score, partials come back after the context op, then the merge
     ops = [str(o) for o, g in zip(plan.trace["op"], plan.trace["layer_group"]) if g == 0]
