@@ -16,6 +16,7 @@ survives the base set, then the new set runs, so one pass gives the score before
     nice -n 10 python bench/mutation.py                       # mapper/tiered.py and hwmodels/links.py, 40 each
     nice -n 10 python bench/mutation.py mapper/attacc.py --mutants 20 --survivors
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,13 @@ def _skip_ids(tree: ast.AST) -> set[int]:
     skip = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             skip.update(id(n) for n in ast.walk(body[0]))
         for ann in [getattr(node, "annotation", None), getattr(node, "returns", None)]:
             if ann is not None:
@@ -72,15 +78,25 @@ def sites(source: str) -> list[tuple[ast.AST, str, ast.AST]]:
         if isinstance(node, ast.BinOp):
             new = _SWAP_BIN.get(type(node.op))
             if new:
-                out.append((node, f"{type(node.op).__name__} -> {new.__name__}",
-                            ast.BinOp(left=node.left, op=new(), right=node.right)))
+                out.append(
+                    (
+                        node,
+                        f"{type(node.op).__name__} -> {new.__name__}",
+                        ast.BinOp(left=node.left, op=new(), right=node.right),
+                    )
+                )
             if isinstance(node.op, (ast.Add, ast.Sub)):
                 out.append((node, "drop the right term", node.left))
         elif isinstance(node, ast.Compare) and len(node.ops) == 1:
             new = _SWAP_CMP.get(type(node.ops[0]))
             if new:
-                out.append((node, f"{type(node.ops[0]).__name__} -> {new.__name__}",
-                            ast.Compare(left=node.left, ops=[new()], comparators=node.comparators)))
+                out.append(
+                    (
+                        node,
+                        f"{type(node.ops[0]).__name__} -> {new.__name__}",
+                        ast.Compare(left=node.left, ops=[new()], comparators=node.comparators),
+                    )
+                )
         elif isinstance(node, ast.BoolOp):
             new = _SWAP_BOOL[type(node.op)]
             out.append((node, f"{type(node.op).__name__} -> {new.__name__}", ast.BoolOp(op=new(), values=node.values)))
@@ -113,8 +129,9 @@ def run_tests(files: list[str], timeout_s: float) -> str:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *files]
     try:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            timeout=timeout_s).returncode
+        rc = subprocess.run(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s
+        ).returncode
     except subprocess.TimeoutExpired:
         return "timeout"
     return "survived" if rc == 0 else "killed"
@@ -127,15 +144,15 @@ def mutate_module(path: str, n: int, seed: int, timeout_s: float, base: list[str
 
     def restore():
         if backup.exists():
-            shutil.copy2(backup, target)     # content and mtime: the original's bytecode cache stays valid
+            shutil.copy2(backup, target)  # content and mtime: the original's bytecode cache stays valid
             backup.unlink()
+
     atexit.register(restore)
     source = target.read_text()
     all_sites = sites(source)
     chosen = sorted(random.Random(seed).sample(range(len(all_sites)), min(n, len(all_sites))))
     st = backup.stat()
-    res = {"module": path, "sites": len(all_sites), "mutants": 0, "killed_base": 0, "killed_after": 0,
-           "survivors": []}
+    res = {"module": path, "sites": len(all_sites), "mutants": 0, "killed_base": 0, "killed_after": 0, "survivors": []}
     t0 = time.perf_counter()
     try:
         for j, i in enumerate(chosen):
@@ -146,7 +163,7 @@ def mutate_module(path: str, n: int, seed: int, timeout_s: float, base: list[str
             except SyntaxError:
                 continue
             target.write_text(mutant)
-            os.utime(target, (st.st_atime, st.st_mtime + 10 + j))   # never the original's mtime (stale .pyc)
+            os.utime(target, (st.st_atime, st.st_mtime + 10 + j))  # never the original's mtime (stale .pyc)
             before = run_tests(base, timeout_s)
             after = before if before != "survived" else run_tests(new, timeout_s)
             shutil.copy2(backup, target)
@@ -155,8 +172,11 @@ def mutate_module(path: str, n: int, seed: int, timeout_s: float, base: list[str
             res["killed_after"] += after != "survived"
             if after == "survived":
                 res["survivors"].append(f"{path}:{node.lineno}: {what}")
-            print(f"  [{j + 1}/{len(chosen)}] {path}:{node.lineno} {what}: base {before}, after {after}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  [{j + 1}/{len(chosen)}] {path}:{node.lineno} {what}: base {before}, after {after}",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         restore()
     res["wall_s"] = time.perf_counter() - t0
@@ -173,8 +193,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     bad = [m for m in args.modules if m not in TARGETS]
     if bad:
-        print(f"error: bench/mutation.py: modules: expected one of {', '.join(TARGETS)}, got {', '.join(bad)}",
-              file=sys.stderr)
+        print(
+            f"error: bench/mutation.py: modules: expected one of {', '.join(TARGETS)}, got {', '.join(bad)}",
+            file=sys.stderr,
+        )
         return 2
     rows = []
     for m in args.modules:
@@ -183,8 +205,10 @@ def main(argv=None) -> int:
     print(f"{'module':26} {'sites':>5} {'mutants':>7} {'score before':>12} {'score after':>11} {'wall s':>7}")
     for r in rows:
         n = max(r["mutants"], 1)
-        print(f"{r['module']:26} {r['sites']:5d} {r['mutants']:7d} {100 * r['killed_base'] / n:11.0f}% "
-              f"{100 * r['killed_after'] / n:10.0f}% {r['wall_s']:7.0f}")
+        print(
+            f"{r['module']:26} {r['sites']:5d} {r['mutants']:7d} {100 * r['killed_base'] / n:11.0f}% "
+            f"{100 * r['killed_after'] / n:10.0f}% {r['wall_s']:7.0f}"
+        )
         if args.survivors:
             for s in r["survivors"]:
                 print("    survived: " + s)

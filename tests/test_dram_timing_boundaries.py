@@ -9,14 +9,14 @@ boundary must not move it earlier (refused); one cycle after, B waits for its ar
 Parameters: JEDEC names as in hwmodels/dram/spec.py (JESD238 HBM3, JESD79-5 DDR5, JESD209-5 LPDDR5); presets in
 configs/hardware via load_dram_spec.
 """
-import numpy as np
+
 import pytest
 
 from attnsim.hwmodels.dram import Op, cmds_from, load_dram_spec
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram.engine import check_cmds, scratch_for, timing_vector
 
-T0 = 2000   # > every setup constraint (nRC <= 111, nRFC <= 710 cycles in these presets), refresh off
+T0 = 2000  # > every setup constraint (nRC <= 111, nRFC <= 710 cycles in these presets), refresh off
 
 
 def _issue_of_last(spec, cmds) -> int:
@@ -25,16 +25,36 @@ def _issue_of_last(spec, cmds) -> int:
     T = timing_vector(spec, "none")
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     c = cmds
-    K.run_kernel(c["op"], c["flags"], c["ch"], c["pch"], c["rank"], c["bg"], c["bank"], c["row"], c["repeat"],
-                 c["cycles"], c["arrival"], T, BS, GS, RS, US, CS, ST, scratch_for(spec))
+    K.run_kernel(
+        c["op"],
+        c["flags"],
+        c["ch"],
+        c["pch"],
+        c["rank"],
+        c["bg"],
+        c["bank"],
+        c["row"],
+        c["repeat"],
+        c["cycles"],
+        c["arrival"],
+        T,
+        BS,
+        GS,
+        RS,
+        US,
+        CS,
+        ST,
+        scratch_for(spec),
+    )
     return int(CS[0, K.C_LAST])
 
 
 def _cmds(seq):
     """seq: (op, bg, bank, row, arrival) tuples on channel 0, pseudo-channel 0, rank 0 (bg/bank -1: all)."""
     ops, bgs, banks, rows, arr = zip(*seq)
-    return cmds_from(op=list(ops), ch=0, pch=0, rank=0, bg=list(bgs), bank=list(banks), row=list(rows),
-                     arrival=list(arr))
+    return cmds_from(
+        op=list(ops), ch=0, pch=0, rank=0, bg=list(bgs), bank=list(banks), row=list(rows), arrival=list(arr)
+    )
 
 
 # rule -> (setup, A, [commands between A and B], B, gap(timing)); A gets arrival T0, the rest arrival 0
@@ -53,18 +73,20 @@ RULES = {
     "nRRD_S": ([], (ACT, 0, 0, 1), [], (ACT, 1, 0, 1), lambda t: t.nRRD_S),
     "nRRD_L": ([], (ACT, 0, 0, 1), [], (ACT, 0, 1, 1), lambda t: t.nRRD_L),
     # four ACTs to four bank groups, the fifth waits for the window: max(nFAW, 4 x nRRD_S)
-    "nFAW": ([], (ACT, 0, 0, 1), [(ACT, 1, 0, 1), (ACT, 2, 0, 1), (ACT, 3, 0, 1)], (ACT, 0, 1, 1),
-             lambda t: max(t.nFAW, 4 * t.nRRD_S)),
+    "nFAW": (
+        [],
+        (ACT, 0, 0, 1),
+        [(ACT, 1, 0, 1), (ACT, 2, 0, 1), (ACT, 3, 0, 1)],
+        (ACT, 0, 1, 1),
+        lambda t: max(t.nFAW, 4 * t.nRRD_S),
+    ),
     # RD -> RD, other / same bank group (rows open); the data bus also needs nBL between bursts
     "nCCD_S": ([(ACT, 0, 0, 1), (ACT, 1, 0, 1)], (RD, 0, 0, 1), [], (RD, 1, 0, 1), lambda t: max(t.nCCD_S, t.nBL)),
     "nCCD_L": ([(ACT, 0, 0, 1), (ACT, 0, 1, 1)], (RD, 0, 0, 1), [], (RD, 0, 1, 1), lambda t: max(t.nCCD_L, t.nBL)),
-    "nCCD_L(WR)": ([(ACT, 0, 0, 1), (ACT, 0, 1, 1)], (WR, 0, 0, 1), [], (WR, 0, 1, 1),
-                   lambda t: max(t.nCCD_L, t.nBL)),
+    "nCCD_L(WR)": ([(ACT, 0, 0, 1), (ACT, 0, 1, 1)], (WR, 0, 0, 1), [], (WR, 0, 1, 1), lambda t: max(t.nCCD_L, t.nBL)),
     # WR -> RD: from the end of the write burst (nCWL + nBL), other / same bank group
-    "nWTR_S": ([(ACT, 0, 0, 1), (ACT, 1, 0, 1)], (WR, 0, 0, 1), [], (RD, 1, 0, 1),
-               lambda t: t.nCWL + t.nBL + t.nWTR_S),
-    "nWTR_L": ([(ACT, 0, 0, 1), (ACT, 0, 1, 1)], (WR, 0, 0, 1), [], (RD, 0, 1, 1),
-               lambda t: t.nCWL + t.nBL + t.nWTR_L),
+    "nWTR_S": ([(ACT, 0, 0, 1), (ACT, 1, 0, 1)], (WR, 0, 0, 1), [], (RD, 1, 0, 1), lambda t: t.nCWL + t.nBL + t.nWTR_S),
+    "nWTR_L": ([(ACT, 0, 0, 1), (ACT, 0, 1, 1)], (WR, 0, 0, 1), [], (RD, 0, 1, 1), lambda t: t.nCWL + t.nBL + t.nWTR_L),
     # RD -> WR (bus turnaround)
     "nRTW": ([(ACT, 0, 0, 1), (ACT, 1, 0, 1)], (RD, 0, 0, 1), [], (WR, 1, 0, 1), lambda t: t.nRTW),
     # RD -> PRE, WR -> PRE (write recovery from the end of the burst), same bank
@@ -91,8 +113,8 @@ def spec(request):
 def test_second_command_issues_exactly_at_the_rule(spec, rule):
     gap = RULES[rule][4](spec.timing)
     cmds, n_setup = _sequence(rule)
-    if cmds["op"][n_setup] != Op.REF:    # REF does not move the last-issue register; its arrival is its cycle
-        assert _issue_of_last(spec, cmds[:n_setup + 1]) == T0, "A must issue at T0 (setup constraints expired)"
+    if cmds["op"][n_setup] != Op.REF:  # REF does not move the last-issue register; its arrival is its cycle
+        assert _issue_of_last(spec, cmds[: n_setup + 1]) == T0, "A must issue at T0 (setup constraints expired)"
     assert _issue_of_last(spec, cmds) == T0 + gap, (spec.name, rule, gap)
     # one cycle before the boundary is refused: B asked at T0 + gap - 1 still issues at T0 + gap
     early, _ = _sequence(rule, b_arrival=T0 + gap - 1)
@@ -105,11 +127,11 @@ def test_named_parameter_binds_where_the_rule_says_max():
     """The max() rules above test the named parameter only where it is the larger term; say where that holds
     (values: configs/hardware/*.yaml timing blocks)."""
     h, d, lp = (load_dram_spec(n).timing for n in PRESETS)
-    assert h.nRC > h.nRAS + h.nRP            # HBM3: 72 > 45 + 26 = 71, nRC binds
-    assert h.nFAW > 4 * h.nRRD_S and d.nFAW > 4 * d.nRRD_S   # 24 > 16; 48 > 32
+    assert h.nRC > h.nRAS + h.nRP  # HBM3: 72 > 45 + 26 = 71, nRC binds
+    assert h.nFAW > 4 * h.nRRD_S and d.nFAW > 4 * d.nRRD_S  # 24 > 16; 48 > 32
     for t in (h, d, lp):
-        assert t.nCCD_L > t.nBL              # 4 > 2, 12 > 8, 4 > 2
-        assert t.nRTW > t.nCL + t.nBL - t.nCWL    # the turnaround, not the data bus, binds RD -> WR
+        assert t.nCCD_L > t.nBL  # 4 > 2, 12 > 8, 4 > 2
+        assert t.nRTW > t.nCL + t.nBL - t.nCWL  # the turnaround, not the data bus, binds RD -> WR
 
 
 @pytest.mark.parametrize("name", ["hbm3_5200_pim", "hbm3_5200_pim_npc"])
@@ -128,4 +150,4 @@ def test_allbank_mac_to_mac_is_nccdab(name):
 def test_refpb_to_act_is_nrfcpb():
     spec = load_dram_spec("hbm3_6400")
     cmds = _cmds([(Op.REFPB, 0, 0, 0, T0), (ACT, 0, 0, 1, 0)])
-    assert _issue_of_last(spec, cmds) == T0 + spec.timing.nRFCpb      # 320 cycles (hbm3_6400.yaml)
+    assert _issue_of_last(spec, cmds) == T0 + spec.timing.nRFCpb  # 320 cycles (hbm3_6400.yaml)

@@ -13,20 +13,29 @@ double binary trees give full bandwidth at logarithmic latency; the model's tree
 Synthetic link with round numbers so every term is a short hand calculation: 100 GB/s per direction at efficiency
 0.5 (achieved bw = 50e9 B/s), 2 us per step, 1 pJ/bit.
 """
+
 import numpy as np
 import pytest
 
 from attnsim.hwmodels.links import LinkModel, LinkSpec
 from attnsim.workloads.optrace import OpTrace
 
-BW = 100e9 * 0.5          # achieved bandwidth, B/s
-LAT = 2e-6                # latency per message / step, s
-S = 1e6                   # bytes per rank
+BW = 100e9 * 0.5  # achieved bandwidth, B/s
+LAT = 2e-6  # latency per message / step, s
+S = 1e6  # bytes per rank
 
 
 def _link(algo: str, latency_us=2.0, bandwidth_gbps=100.0) -> LinkModel:
-    return LinkModel(LinkSpec(name=algo, bandwidth_gbps=bandwidth_gbps, latency_us=latency_us,
-                              energy_pj_per_bit=1.0, efficiency=0.5, allreduce=algo))
+    return LinkModel(
+        LinkSpec(
+            name=algo,
+            bandwidth_gbps=bandwidth_gbps,
+            latency_us=latency_us,
+            energy_pj_per_bit=1.0,
+            efficiency=0.5,
+            allreduce=algo,
+        )
+    )
 
 
 def _t(link, coll, s, p):
@@ -90,7 +99,7 @@ def test_one_rank_collectives_cost_nothing(algo):
     for coll in ("allreduce", "allgather", "reducescatter"):
         t, _ = _t(_link(algo), coll, S, 1)
         assert t == 0.0, coll
-        t, _ = _link(algo).collective(coll, np.array([0.0, S]), 1)      # 0 bytes: 0 s, not 0 / 0
+        t, _ = _link(algo).collective(coll, np.array([0.0, S]), 1)  # 0 bytes: 0 s, not 0 / 0
         assert list(t) == [0.0, 0.0], coll
 
 
@@ -123,7 +132,7 @@ def test_vector_sizes_keep_their_shape():
 
 def test_bandwidth_uses_efficiency_and_peak_does_not():
     link = _link("ring")
-    assert link.bandwidth_bytes_per_s == 50e9          # 100 GB/s x 0.5
+    assert link.bandwidth_bytes_per_s == 50e9  # 100 GB/s x 0.5
     assert link.peak_bandwidth_bytes_per_s == 100e9
     assert link.latency_s == pytest.approx(2e-6)
 
@@ -138,17 +147,23 @@ def test_energy_counts_every_bit_sent_once():
 
 
 def _trace(rows, tp):
-    return OpTrace.from_rows(rows, phase="decode", model="x", tp=tp, query_tokens=np.ones(1),
-                             context_lens=np.ones(1), groups=[])
+    return OpTrace.from_rows(
+        rows, phase="decode", model="x", tp=tp, query_tokens=np.ones(1), context_lens=np.ones(1), groups=[]
+    )
 
 
 @pytest.mark.parametrize("algo, steps", [("ring", 2 * 7), ("tree", 2 * 3)])
 def test_cost_of_allreduce_and_transfer_rows(algo, steps):
     tp = 8
-    comm = 2 * (tp - 1) / tp * S            # trace's comm_bytes for an all-reduce of S (workloads/trace.py)
-    tr = _trace([dict(op="ar", cls="allreduce", count=1, comm_bytes=comm),
-                 dict(op="x", cls="transfer", count=1, comm_bytes=S),
-                 dict(op="mm", cls="matmul", count=1, m=1, n=1, k=1)], tp)
+    comm = 2 * (tp - 1) / tp * S  # trace's comm_bytes for an all-reduce of S (workloads/trace.py)
+    tr = _trace(
+        [
+            dict(op="ar", cls="allreduce", count=1, comm_bytes=comm),
+            dict(op="x", cls="transfer", count=1, comm_bytes=S),
+            dict(op="mm", cls="matmul", count=1, m=1, n=1, k=1),
+        ],
+        tp,
+    )
     c = _link(algo).cost(tr, np.arange(3))
     # all-reduce: 1.75e6 / 50e9 = 35 us + steps x 2 us (ring 14 -> 63 us, tree 6 -> 47 us)
     assert c.time_s[0] == pytest.approx(comm / BW + steps * LAT, rel=1e-12)
@@ -177,6 +192,7 @@ def test_one_byte_transfer_still_pays_the_latency(algo):
         expect = LAT + 1 / BW
     else:
         from attnsim.hwmodels.gpu import load_hardware
+
         link = LinkModel(load_hardware("nvlink4").spec.model_copy(update={"allreduce": "nccl"}))
         expect = float(link.collective("sendrecv", 1.0, 2)[0])
         assert expect > 0
@@ -193,8 +209,10 @@ def test_zero_latency_and_zero_static_power_are_valid():
 
 
 def test_cost_on_one_rank_keeps_only_transfers():
-    tr = _trace([dict(op="ar", cls="allreduce", count=1, comm_bytes=0.0),
-                 dict(op="x", cls="transfer", count=1, comm_bytes=S)], 1)
+    tr = _trace(
+        [dict(op="ar", cls="allreduce", count=1, comm_bytes=0.0), dict(op="x", cls="transfer", count=1, comm_bytes=S)],
+        1,
+    )
     c = _link("ring").cost(tr, np.arange(2))
     assert c.time_s[0] == 0.0
     assert c.time_s[1] == pytest.approx(22e-6, rel=1e-12)

@@ -7,6 +7,7 @@ Per TP rank: 32 / 8 = 4 query heads, 8 / 8 = 1 KV head. A decode step attends ov
 = 513 tokens per request, 4 x 513 = 2052 tokens in all. GQA makes heads (4) != KV heads (1), so a mutant that swaps
 them changes every number below; fp16 = 2 B, so a dropped dtype factor halves them.
 """
+
 import numpy as np
 import pytest
 
@@ -17,15 +18,23 @@ from attnsim.sim.experiment import load_experiment
 from attnsim.workloads.trace import build_trace, kv_cache_bytes, weight_bytes
 
 B, PROMPT, LAYERS, TP = 4, 512, 32, 8
-HEADS, KV_HEADS, DH, FP16 = 32 // TP, 8 // TP, 128, 2     # per rank; fp16 = 2 bytes
-TOKENS = B * (PROMPT + 1)                                  # 2052 tokens attended per decode step (prompt + new)
-F = 0.25                                                   # tiered_attacc's hot_fraction (configs/systems)
+HEADS, KV_HEADS, DH, FP16 = 32 // TP, 8 // TP, 128, 2  # per rank; fp16 = 2 bytes
+TOKENS = B * (PROMPT + 1)  # 2052 tokens attended per decode step (prompt + new)
+F = 0.25  # tiered_attacc's hot_fraction (configs/systems)
 
 
 def _setup(model_name="llama3-8b", batch=B, prompt=PROMPT):
-    exp = load_experiment(None, ["experiment.systems=[tiered_attacc]", "experiment.baseline=null",
-                                 f"experiment.models=[{model_name}]", f"scenarios.chat.batch_size={batch}",
-                                 f"scenarios.chat.prompt_len={prompt}", "scenarios.chat.output_len=4"])
+    exp = load_experiment(
+        None,
+        [
+            "experiment.systems=[tiered_attacc]",
+            "experiment.baseline=null",
+            f"experiment.models=[{model_name}]",
+            f"scenarios.chat.batch_size={batch}",
+            f"scenarios.chat.prompt_len={prompt}",
+            "scenarios.chat.output_len=4",
+        ],
+    )
     system = build_system(exp.systems["tiered_attacc"], exp.tree.hardware, exp.tree.file_of)
     return system, exp.models[model_name], exp.scenarios["chat"]
 
@@ -38,8 +47,11 @@ def llama():
 def _plan(setup, phase, options):
     system, model, sc = setup
     tr = build_trace(model, sc, phase, tp=TP)
-    mb = {"weights": weight_bytes(model, sc.weight_dtype), "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 1),
-          "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 1, tp=TP)}
+    mb = {
+        "weights": weight_bytes(model, sc.weight_dtype),
+        "kv": kv_cache_bytes(model, sc, sc.prompt_lens() + 1),
+        "kv_per_rank": kv_cache_bytes(model, sc, sc.prompt_lens() + 1, tp=TP),
+    }
     return tr, get_policy("tiered")(tr, system, mb, options)
 
 
@@ -48,8 +60,14 @@ def _rows(plan, op):
     out = []
     for i, r in enumerate(plan.trace.rows()):
         if r["op"] == op and r["layer_group"] == 0:
-            out.append({**r, "device": plan.device[i], "stage": int(plan.stage[i]) if plan.stage is not None else None,
-                        "added": bool(plan.added[i]) if plan.added is not None else False})
+            out.append(
+                {
+                    **r,
+                    "device": plan.device[i],
+                    "stage": int(plan.stage[i]) if plan.stage is not None else None,
+                    "added": bool(plan.added[i]) if plan.added is not None else False,
+                }
+            )
     assert len(out) == 1, (op, len(out))
     return out[0]
 
@@ -57,19 +75,19 @@ def _rows(plan, op):
 def test_far_tier_reads_its_share_of_k_and_v_per_decode_step(llama):
     _, plan = _plan(llama, "decode", {"hot_fraction": F})
     # attn_score reads K, attn_context reads V: tokens x KV heads x head_dim x 2 B each
-    k_bytes = TOKENS * KV_HEADS * DH * FP16                                # 2052 x 1 x 128 x 2 = 525,312 B
+    k_bytes = TOKENS * KV_HEADS * DH * FP16  # 2052 x 1 x 128 x 2 = 525,312 B
     assert k_bytes == 525_312
     for op in ("attn_score", "attn_context"):
         far, hot = _rows(plan, op + "_far"), _rows(plan, op)
-        assert far["kv_read_bytes"] == pytest.approx((1 - F) * k_bytes)    # 393,984 B on the far tier
-        assert hot["kv_read_bytes"] == pytest.approx(F * k_bytes)          # 131,328 B in GPU HBM
+        assert far["kv_read_bytes"] == pytest.approx((1 - F) * k_bytes)  # 393,984 B on the far tier
+        assert hot["kv_read_bytes"] == pytest.approx(F * k_bytes)  # 131,328 B in GPU HBM
         # the far part covers round(0.75 x 2052) = 1539 of the 2052 tokens, the hot part 513
         assert (far["n"], hot["n"]) == (1539, 513)
         assert (far["device"], hot["device"]) == ("pim", "gpu")
         # both halves run concurrently in the layer's stage (0), not serialised (-1)
         assert far["stage"] == hot["stage"] == 0
         # FLOPs split like the tokens: 2 x tokens x heads x head_dim per matmul (QK^T or PV), 0.75 of it far
-        assert far["flops"] == pytest.approx((1 - F) * 2 * TOKENS * HEADS * DH)      # 1,575,936
+        assert far["flops"] == pytest.approx((1 - F) * 2 * TOKENS * HEADS * DH)  # 1,575,936
         assert hot["flops"] + far["flops"] == pytest.approx(2 * TOKENS * HEADS * DH)
     # K and V over all layers: the far tier streams 2 x 0.75 x 525,312 x 32 = 25,214,976 B per decode step
     far_kv = sum(r["kv_read_bytes"] * r["count"] for r in plan.trace.rows() if str(r["op"]).endswith("_far"))
@@ -104,20 +122,27 @@ def test_q_transfer_partial_outputs_and_merge_cost(llama):
     assert part["comm_bytes"] == B * HEADS * (DH + 2) * FP16 == 4160
     for row in (send, part):
         assert (row["cls"], row["device"], row["stage"], row["added"]) == ("transfer", "link:gpu_pim", -1, True)
-        assert row["count"] == LAYERS                        # once per layer
+        assert row["count"] == LAYERS  # once per layer
     # merge (FlashAttention partial-softmax rescale): per output element 2 rescales, 1 add, 1 divide = 4 FLOPs;
     # reads both partial blocks and writes one: 3 x B x heads x (head_dim + 2) x 2 B
     assert merge["flops"] == 4 * B * HEADS * DH == 8192
     assert merge["act_bytes"] == 3 * B * HEADS * (DH + 2) * FP16 == 12_480
-    assert (merge["m"], merge["n"]) == (B, HEADS * DH)       # (4, 512): one row per request
+    assert (merge["m"], merge["n"]) == (B, HEADS * DH)  # (4, 512): one row per request
     assert merge["kv_read_bytes"] == merge["kv_write_bytes"] == merge["weight_bytes"] == merge["comm_bytes"] == 0.0
-    assert (merge["k"], merge["batch"], merge["cls"]) == (0, 1, "elementwise")   # one elementwise pass
+    assert (merge["k"], merge["batch"], merge["cls"]) == (0, 1, "elementwise")  # one elementwise pass
     assert (merge["device"], merge["stage"], merge["added"]) == ("gpu", -1, True)
     # order: q goes before the score, partials come back after the context op, then the merge
     ops = [str(o) for o, g in zip(plan.trace["op"], plan.trace["layer_group"]) if g == 0]
     i = ops.index
-    assert i("far_send_q") < i("attn_score") < i("attn_score_far") < i("attn_context_far") < i("far_partial_out") \
-        < i("softmax_merge") < i("out_proj")
+    assert (
+        i("far_send_q")
+        < i("attn_score")
+        < i("attn_score_far")
+        < i("attn_context_far")
+        < i("far_partial_out")
+        < i("softmax_merge")
+        < i("out_proj")
+    )
 
 
 def test_mla_q_uses_score_dim_and_partials_use_context_dim():
@@ -140,8 +165,8 @@ def test_memory_placement_splits_kv_by_hot_fraction(llama):
     assert kv_rank == 33_619_968
     gpu, far = plan.memory
     assert (gpu.role, far.role) == ("gpu", "pim")
-    assert gpu.kv_bytes == pytest.approx(F * kv_rank)                  # 8,404,992 B
-    assert far.kv_bytes == pytest.approx((1 - F) * kv_rank)            # 25,214,976 B
+    assert gpu.kv_bytes == pytest.approx(F * kv_rank)  # 8,404,992 B
+    assert far.kv_bytes == pytest.approx((1 - F) * kv_rank)  # 25,214,976 B
     assert far.weights_bytes == 0.0
     assert gpu.weights_bytes == pytest.approx(weight_bytes(model, sc.weight_dtype) / TP)
 
@@ -167,7 +192,7 @@ def test_prefill_stays_unsplit_on_the_gpu(llama):
     dev = dict(zip(ops, plan.device))
     assert dev["attn_score"] == dev["softmax"] == dev["attn_context"] == "gpu"
     assert dev["attn_allreduce"] == "link"
-    orig = {str(r["op"]): r for r in tr.rows() if r["layer_group"] == 0}    # attention rows untouched
+    orig = {str(r["op"]): r for r in tr.rows() if r["layer_group"] == 0}  # attention rows untouched
     for op in ("attn_score", "softmax", "attn_context"):
         new = _rows(plan, op)
         for c in ("n", "flops", "kv_read_bytes", "kv_write_bytes", "act_bytes"):
@@ -180,12 +205,12 @@ def test_prefill_stays_unsplit_on_the_gpu(llama):
     assert full == 1_048_576
     assert w["device"] == "link:gpu_pim" and w["count"] == LAYERS
     assert (1 - F) * full <= w["comm_bytes"] <= full
-    assert len(plan.trace) == len(tr) + 1                                  # the write-back row only
+    assert len(plan.trace) == len(tr) + 1  # the write-back row only
 
 
 def test_hot_fraction_one_keeps_everything_on_the_gpu(llama):
     tr, plan = _plan(llama, "decode", {"hot_fraction": 1.0})
-    assert len(plan.trace) == len(tr)                                      # nothing split, nothing added
+    assert len(plan.trace) == len(tr)  # nothing split, nothing added
     assert set(plan.device) == {"gpu", "link"}
     gpu, far = plan.memory
     assert far.kv_bytes == 0.0 and gpu.kv_bytes == pytest.approx(B * (PROMPT + 1) * LAYERS * 2 * KV_HEADS * DH * FP16)
