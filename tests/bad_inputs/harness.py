@@ -372,6 +372,49 @@ def feed_requests(example) -> None:
     read_trace_file(_write("req.jsonl" if suffix == "jsonl" else "req.csv", data))
 
 
+_TRACE_DATA = Path(__file__).resolve().parent.parent / "data" / "traces"
+_TRACE_SEEDS = {  # format -> file excerpts shipped under tests/data/traces (their first lines) and BurstGPT's columns
+    "azure": ["azure_conv_2023_head300.csv", "azure_code_2023_head200.csv", "azure_conv_2024_head5.csv"],
+    "mooncake": ["mooncake_conversation_head300.jsonl"],
+}
+_BURST_HEAD = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def _trace_lines(fmt: str) -> list[str]:
+    if fmt == "burstgpt":
+        return [_BURST_HEAD, "5,ChatGPT,472,18,490,Conversation log\n", "45,GPT-4,1087,0,1087,API log\n"]
+    out = []
+    for name in _TRACE_SEEDS[fmt]:
+        out += (_TRACE_DATA / name).read_text().splitlines(keepends=True)[:4]
+    return out
+
+
+def _traces_strategy():
+    """(format, bytes): shipped trace lines re-ordered, dropped or duplicated, fields replaced by tokens, then
+    corrupted bytes: the Azure, BurstGPT and Mooncake readers (attnsim.studies.serve.traces)."""
+
+    def one(fmt):
+        lines = _trace_lines(fmt)
+        row = st.lists(st.sampled_from(lines), min_size=0, max_size=6)
+        sep = "," if fmt != "mooncake" else ", "
+        field_swap = st.tuples(st.sampled_from(lines), TOKENS).map(
+            lambda lt: sep.join(lt[0].rstrip("\n").split(sep)[:-1] + [lt[1]]) + "\n"
+        )
+        body = st.lists(st.one_of(st.sampled_from(lines), field_swap), max_size=6)
+        text = st.tuples(st.sampled_from(lines[:1]), body, row).map(lambda t: t[0] + "".join(t[1]) + "".join(t[2]))
+        return st.tuples(st.just(fmt), corrupt(text))
+
+    return st.one_of(one("azure"), one("burstgpt"), one("mooncake"))
+
+
+def feed_traces(example) -> None:
+    """Azure / BurstGPT / Mooncake trace -> attnsim.studies.serve.requests.read_trace (format named)."""
+    from attnsim.studies.serve.requests import read_trace
+
+    fmt, data = example
+    read_trace(_write("t.jsonl" if fmt == "mooncake" else "t.csv", data), fmt)
+
+
 def _dram_trace_strategy():
     addr = st.one_of(st.integers(0, 1 << 34).map(hex), st.integers(0, 1 << 70).map(hex), TOKENS)
     line = st.one_of(
@@ -1039,6 +1082,7 @@ _register("config", _config_strategy, feed_config)
 _register("set", _set_strategy, feed_set)
 _register("hf", lambda: corrupt(mutations(HF).map(lambda d: json.dumps(d, allow_nan=True))), feed_hf)
 _register("requests", _requests_strategy, feed_requests)
+_register("traces", _traces_strategy, feed_traces)
 _register("dram_trace", _dram_trace_strategy, feed_dram_trace)
 _register("dram_spec", lambda: mutations(DRAM, 4), feed_dram_spec)
 _register("asm", _asm_strategy, feed_asm)
@@ -1070,6 +1114,7 @@ def _import_readers() -> None:
     import attnsim.sim.results  # noqa: F401
     import attnsim.studies.reproduce  # noqa: F401
     import attnsim.studies.serve.requests  # noqa: F401
+    import attnsim.studies.serve.traces  # noqa: F401
     import attnsim.studies.sweep.spec  # noqa: F401
     import attnsim.studies.sweep.table  # noqa: F401
     import attnsim.workloads.hf  # noqa: F401
