@@ -232,7 +232,9 @@ def test_sbatch_array_and_merge_job_equal_local_run(sweep_dir):
     script = (d / "array" / "job.sh").read_text()
     assert "#SBATCH --array=0-1" in script and f"export NUMBA_CACHE_DIR={env['NUMBA_CACHE_DIR']}" in script
     assert '--shard "$SLURM_ARRAY_TASK_ID/2"' in script  # re-submitting task 1 alone resumes shard 1 of 2
-    assert str(Path(sys.executable).name) in script and ("VIRTUAL_ENV" not in env or env["VIRTUAL_ENV"] in script)
+    # the jobs run the venv's python (its bin/python, whatever name started this process: python or python3)
+    python = str(Path(env["VIRTUAL_ENV"]) / "bin" / "python") if "VIRTUAL_ENV" in env else sys.executable
+    assert f"{python} -m attnsim sweep" in script and ("VIRTUAL_ENV" not in env or env["VIRTUAL_ENV"] in script)
     array_id = _sh(["sbatch", "--parsable", "array/job.sh"], env, cwd=d).strip().split(";")[0]
     jobs = _wait_jobs(
         env, {"attnsim-tiny4", "attnsim-tiny4-merge"}, 3, f"array job {array_id} + merge", d / "array" / "logs"
