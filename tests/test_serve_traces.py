@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -219,11 +220,27 @@ def test_bad_line_quote_is_bounded(tmp_path):
 
 
 def test_size_checked_before_reading(tmp_path, monkeypatch):
-    monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 100)
-    with pytest.raises(ConfigError, match=r"expected a trace file of at most 100 bytes .* got 11187"):
+    from attnsim.core import fileio
+
+    _, env, what = fileio.INPUT_LIMITS["data"]
+    monkeypatch.setitem(fileio.INPUT_LIMITS, "data", (100, env, what))  # the data limit every data reader uses
+    with pytest.raises(ConfigError, match=r"file of 11187 B: larger than the 100 B limit \(set ATTNSIM_MAX_DATA_MB"):
         read_trace(AZ23, "azure")  # 11187 bytes: the excerpt's size on disk
-    with pytest.raises(ConfigError, match="expected a readable trace file"):
+    with pytest.raises(ConfigError, match="file not found"):
         read_trace(tmp_path / "missing.csv", "azure")
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"expected a regular file, got a pipe"):  # refused, not waited on
+        read_trace(fifo, "azure")
+
+
+def test_a_line_longer_than_the_bound_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(traces, "MAX_LINE_BYTES", 64)
+    f = tmp_path / "long.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "2023-11-16 18:15:46," + "9" * 200 + ",4\n")
+    with pytest.raises(ConfigError) as e:
+        read_trace(f, "azure")
+    assert e.value.key == "line 2" and "line longer than 64 B" in str(e.value) and len(str(e.value)) < 400
 
 
 def test_not_utf8_names_the_line(tmp_path):

@@ -38,6 +38,7 @@ import csv
 import json
 import logging
 import math
+import os
 import re
 from pathlib import Path
 from typing import Iterator, Optional
@@ -48,10 +49,10 @@ from attnsim.core.config import INT_LIMIT, ConfigError
 from attnsim.workloads.limits import MAX_REQUESTS, MAX_TOKENS
 
 FORMATS = ("azure", "burstgpt", "mooncake", "csv", "jsonl")
-MAX_TRACE_BYTES = 4 << 30
-"""Largest trace file read (4 GiB). ASSUMPTION: above every public file these readers take (BurstGPT_3.csv
-~220 MB, HPMLL/BurstGPT README; Azure 2024 one-week CSVs are a few hundred MB); a bound so a wrong path
-(a disk image, a log) fails at once instead of streaming for minutes."""
+MAX_LINE_BYTES = 1 << 20
+"""Longest trace line read (1 MiB). ASSUMPTION: a Mooncake row of a 128k-token request lists 256 hash ids (~2 KB),
+the widest CSV rows are ~100 B; a longer line is no trace row, and reading it whole would hold it in memory. The
+file's size limit is attnsim.core.fileio's ``data`` limit (2 GiB, ATTNSIM_MAX_DATA_MB), like every data reader's."""
 LOG = logging.getLogger("attnsim.traces")  # notices on stderr through attnsim.core.notices
 QUOTE_CHARS = 80
 """At most this many characters of a bad line are quoted in an error."""
@@ -80,23 +81,34 @@ def _err(file: str, line: int, col: Optional[str], msg: str) -> ConfigError:
 
 
 def check_size(path: Path, file: str) -> None:
-    """Refuse a missing file, a directory or one over MAX_TRACE_BYTES before reading it."""
+    """Refuse a missing file, anything but a regular file (a FIFO would block), or one over the ``data`` size
+    limit (attnsim.core.fileio) before reading it."""
+    from attnsim.core.fileio import InputRefused, input_limit_bytes, open_regular
+
     try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise ConfigError(f"expected a readable trace file, got {e.strerror or e}", file=file) from None
-    if not path.is_file():
-        raise ConfigError("expected a trace file, got a directory or special file", file=file)
-    if size > MAX_TRACE_BYTES:
-        raise ConfigError(
-            f"expected a trace file of at most {MAX_TRACE_BYTES} bytes (traces.MAX_TRACE_BYTES), got {size}", file=file
-        )
+        fd, _ = open_regular(path, input_limit_bytes("data"), kind="data")
+    except InputRefused as exc:
+        raise ConfigError(str(exc), file=file) from None
+    os.close(fd)
 
 
 def _lines(path: Path, file: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, at most MAX_LINE_BYTES each (check_size refused non-regular files)."""
     offset = 0
     with open(path, "rb") as fh:
-        for i, raw in enumerate(fh, start=1):
+        i = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            i += 1
+            if len(raw) > MAX_LINE_BYTES:
+                start = _quote(raw[:QUOTE_CHARS].decode("utf-8", "replace"))
+                raise ConfigError(
+                    f"line longer than {MAX_LINE_BYTES} B (traces.MAX_LINE_BYTES), starting {start}",
+                    file=file,
+                    key=f"line {i}",
+                )
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -426,7 +438,7 @@ def mooncake_prefixes(hashes: list, prompt: np.ndarray):
 
 __all__ = [
     "FORMATS",
-    "MAX_TRACE_BYTES",
+    "MAX_LINE_BYTES",
     "MOONCAKE_BLOCK_TOKENS",
     "read_rows",
     "parse_timestamp",
