@@ -14,7 +14,7 @@ import pytest
 
 from attnsim.hwmodels.dram import Op, cmds_from, load_dram_spec
 from attnsim.hwmodels.dram import kernel as K
-from attnsim.hwmodels.dram.engine import check_cmds, scratch_for, timing_vector
+from attnsim.hwmodels.dram.engine import check_cmds, timing_vector, walk
 
 T0 = 2000  # > every setup constraint (nRC <= 111, nRFC <= 710 cycles in these presets), refresh off
 
@@ -22,30 +22,7 @@ T0 = 2000  # > every setup constraint (nRC <= 111, nRFC <= 710 cycles in these p
 def _issue_of_last(spec, cmds) -> int:
     """Issue cycle of the last command of ``cmds`` (the engine's C_LAST after the walk), refresh off."""
     check_cmds(spec, cmds)
-    T = timing_vector(spec, "none")
-    BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
-    c = cmds
-    K.run_kernel(
-        c["op"],
-        c["flags"],
-        c["ch"],
-        c["pch"],
-        c["rank"],
-        c["bg"],
-        c["bank"],
-        c["row"],
-        c["repeat"],
-        c["cycles"],
-        c["arrival"],
-        T,
-        BS,
-        GS,
-        RS,
-        US,
-        CS,
-        ST,
-        scratch_for(spec),
-    )
+    CS = walk(spec, cmds, timing_vector(spec, "none"))[4]
     return int(CS[0, K.C_LAST])
 
 

@@ -346,17 +346,10 @@ def _refuse_unread_rules(spec, refresh: str) -> None:
         refuse_unread(spec, ("refresh_stagger",), "refresh none")
 
 
-def run_commands(spec, cmds: np.ndarray, multiplicity=1, refresh: str | None = None) -> CommandResult:
-    """Time a command stream (API.md). ``spec``: DRAMSpec or preset name/path."""
-    spec = load_dram_spec(spec)
-    check_cmds(spec, cmds)
-    refresh = spec.default_refresh if refresh is None else refresh
-    _refuse_unread_rules(spec, refresh)
-    T = timing_vector(spec, refresh)
-    n_ch = spec.org.channels
-    BS, GS, RS, US, CS, ST = K.new_state(n_ch, T)
+def walk(spec, cmds: np.ndarray, T: np.ndarray) -> tuple:
+    """The command kernel over ``cmds`` (checked by the caller) from a fresh state: (BS, GS, RS, US, CS, ST)."""
+    BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     c = cmds
-    w0 = time.perf_counter()
     K.run_kernel(
         c["op"],
         c["flags"],
@@ -378,9 +371,22 @@ def run_commands(spec, cmds: np.ndarray, multiplicity=1, refresh: str | None = N
         ST,
         scratch_for(spec),
     )
+    return BS, GS, RS, US, CS, ST
+
+
+def run_commands(spec, cmds: np.ndarray, multiplicity=1, refresh: str | None = None) -> CommandResult:
+    """Time a command stream (API.md). ``spec``: DRAMSpec or preset name/path."""
+    spec = load_dram_spec(spec)
+    check_cmds(spec, cmds)
+    refresh = spec.default_refresh if refresh is None else refresh
+    _refuse_unread_rules(spec, refresh)
+    T = timing_vector(spec, refresh)
+    n_ch = spec.org.channels
+    w0 = time.perf_counter()
+    BS, GS, RS, US, CS, ST = walk(spec, cmds, T)
     wall = time.perf_counter() - w0
     present = np.zeros(n_ch, bool)
-    present[np.unique(c["ch"])] = True
+    present[np.unique(cmds["ch"])] = True
     return summarize(spec, T, RS, CS, ST, multiplicity, present, wall)
 
 
@@ -409,27 +415,5 @@ def raw_run(spec, cmds: np.ndarray, refresh: str | None = None, idle_skip: bool 
     refresh = spec.default_refresh if refresh is None else refresh
     _refuse_unread_rules(spec, refresh)
     T = timing_vector(spec, refresh, idle_skip)
-    BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
-    c = cmds
-    K.run_kernel(
-        c["op"],
-        c["flags"],
-        c["ch"],
-        c["pch"],
-        c["rank"],
-        c["bg"],
-        c["bank"],
-        c["row"],
-        c["repeat"],
-        c["cycles"],
-        c["arrival"],
-        T,
-        BS,
-        GS,
-        RS,
-        US,
-        CS,
-        ST,
-        scratch_for(spec),
-    )
+    BS, GS, RS, US, CS, ST = walk(spec, cmds, T)
     return np.maximum(CS[:, K.C_DONE], CS[:, K.C_LAST]), ST
