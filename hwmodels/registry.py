@@ -281,7 +281,7 @@ class ChoiceSpec(Schema):
     source: str = Field(min_length=1)
 
 
-def _spec_value(spec, key: str):
+def spec_value(spec, key: str):
     """The validated value of a dotted input key (aliases followed) of a hardware spec."""
     value = spec
     for part in key.split("."):
@@ -312,7 +312,7 @@ def split_choices(hw: dict, file: str | None = None, own_differs: bool = True) -
                 f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}", file=file, key=where
             )
         ch = validate(ChoiceSpec, c if isinstance(c, dict) else {"values": c}, file=file, prefix=where)
-        own = _spec_value(spec, str(key))
+        own = spec_value(spec, str(key))
         for i, v in enumerate(ch.values):
             if own_differs and (v == own or str(v) == str(own)):
                 raise ConfigError(
@@ -344,11 +344,7 @@ def check_ranges(hw: dict, file: str | None = None) -> dict[str, RangeSpec]:
     rest, ranges = split_ranges(hw, file)
     for key, r in ranges.items():
         where = f"{RANGES_KEY}.{key}"
-        value = spec
-        for part in key.split("."):
-            value = getattr(
-                value, next((n for n, f in type(value).model_fields.items() if (f.alias or n) == part), part)
-            )
+        value = spec_value(spec, key)
         if value is None or not r.low <= value <= r.high:
             raise ConfigError(
                 f"expected low <= {key} ({value}) <= high, got [{r.low:g}, {r.high:g}]", file=file, key=where

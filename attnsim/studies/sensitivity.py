@@ -80,10 +80,7 @@ def hardware_params(tree, hname: str) -> list[Param]:
     kinds = registry.number_fields(type(spec))
     out = []
     for key, r in ranges.items():
-        value = spec
-        for part in key.split("."):
-            fields = type(value).model_fields
-            value = getattr(value, next((n for n, fi in fields.items() if (fi.alias or n) == part), part))
+        value = registry.spec_value(spec, key)
         if value is None:
             raise ConfigError("expected a value for a ranged field, got None", file=f, key=key)
         out.append(Param(hname, key, r.low, value, r.high, r.source, f, kinds[key] == "int"))

@@ -87,7 +87,7 @@ def choice_params(tree, hardware: list[str]) -> list[Choice]:
             continue
         spec = registry.validate_hardware(hw, f)
         for key, c in choices.items():
-            own = registry._spec_value(spec, key)
+            own = registry.spec_value(spec, key)
             own = getattr(own, "value", own)
             alts = tuple(v for v in c.values if v != own and str(v) != str(own))
             if alts:
