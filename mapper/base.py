@@ -394,12 +394,13 @@ def attention_io_rows(trace, act_bytes: float) -> tuple[dict, dict]:
     return before, after
 
 
-def kv_writeback_rows(trace) -> dict:
-    """After each prefill attention block: write the prompt's K/V into the PIM stacks."""
+def kv_writeback_rows(trace, far_fraction: float = 1.0, op: str = "pim_write_kv") -> dict:
+    """After each attention block: write ``far_fraction`` of the K/V its rows write into the far (PIM) tier
+    (prefill: the prompt's K/V; 1.0 when the far tier holds all of it)."""
     cls, grp = trace["cls"], trace["layer_group"]
     after = {}
     for j in np.nonzero(cls == "attn_context")[0]:
         same = (grp == grp[j]) & np.isin(cls, ATTENTION_CLASSES)
         like = {"layer_group": grp[j], "count": trace["count"][j]}
-        after[int(j)] = [transfer_row("pim_write_kv", like, float(np.sum(trace["kv_write_bytes"][same])))]
+        after[int(j)] = [transfer_row(op, like, far_fraction * float(np.sum(trace["kv_write_bytes"][same])))]
     return after

@@ -6,6 +6,11 @@ is split into a GPU part and a far part that run concurrently; the far part retu
 output with the running max and sum of the softmax (FlashAttention-style partial-softmax
 reduction), and the GPU merges the two. Split rows keep the model's FLOPs and bytes (they only
 move). New tokens' K/V are written to the hot tier.
+
+Tier traffic follows the placement: the far tier holds ``1 - hot_fraction`` of every request's KV, so that share
+of every K/V byte written crosses the GPU <-> far link once. Prefill writes the prompt's older ``1 - hot_fraction``
+there (the recent ``hot_fraction`` stays in HBM); each decode step moves ``1 - hot_fraction`` of the step's new
+K/V bytes (the tokens leaving the sliding hot window) over the link (``far_migrate_kv``).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
         plan.policy, plan.memory = "tiered", memory
         return plan
     if trace.phase == "prefill":
-        tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace))
+        tr, _, added = insert_rows(trace, after=kv_writeback_rows(trace, 1.0 - f))
         device = np.where(tr["cls"] == "allreduce", "link", gpu).astype(object)
         device[added] = link
         return Plan("tiered", tr, device, np.full(len(tr), tp, dtype=np.int64), memory)
@@ -60,6 +65,7 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
     act = DTYPE_BYTES[trace.meta.get("act_dtype", "fp16")]
     b = float(np.sum(trace.query_tokens))
     heads, dh = trace.meta["heads_per_rank"], trace.meta.get("attn_context_dim", trace.meta["head_dim"])
+    migrate = {int(i): rs[0] for i, rs in kv_writeback_rows(trace, 1.0 - f, "far_migrate_kv").items()}
     for i, r in enumerate(trace.rows()):
         r = dict(r)
         if r["cls"] in ATTENTION_CLASSES and 0 < f < 1:
@@ -80,6 +86,11 @@ def plan_tiered(trace, system, model_bytes: dict, options: dict | None = None) -
             stage += [int(r["layer_group"]), int(r["layer_group"])]
             if r["cls"] == "attn_context":  # partial outputs + softmax max/sum back, then merged on the GPU
                 like = {"layer_group": r["layer_group"], "count": r["count"]}
+                if migrate[i]["comm_bytes"] > 0:  # the step's K/V share leaving the hot window
+                    rows.append(migrate[i])
+                    dev.append(link)
+                    stage.append(-1)
+                    added.append(len(rows) - 1)
                 rows.append(transfer_row("far_partial_out", like, b * heads * (dh + 2) * act))
                 dev.append(link)
                 stage.append(-1)

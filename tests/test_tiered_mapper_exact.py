@@ -111,6 +111,19 @@ def test_new_tokens_kv_is_written_to_the_hot_tier_only(llama):
     for op in ("attn_score", "attn_context"):
         assert _rows(plan, op)["kv_write_bytes"] == B * KV_HEADS * DH * FP16 == 1024
         assert _rows(plan, op + "_far")["kv_write_bytes"] == 0.0
+    # ... and the far tier's share of it (1 - F) leaves the sliding hot window over the link each step:
+    # (1 - 0.25) x (1024 + 1024) = 1536 B per layer, after the context op and before the partials come back
+    mig = _rows(plan, "far_migrate_kv")
+    assert mig["comm_bytes"] == (1 - F) * 2 * B * KV_HEADS * DH * FP16 == 1536
+    assert (mig["cls"], mig["device"], mig["stage"], mig["added"], mig["count"]) == (
+        "transfer",
+        "link:gpu_pim",
+        -1,
+        True,
+        LAYERS,
+    )
+    ops = [str(o) for o, g in zip(plan.trace["op"], plan.trace["layer_group"]) if g == 0]
+    assert ops.index("attn_context_far") < ops.index("far_migrate_kv") < ops.index("far_partial_out")
 
 
 def test_q_transfer_partial_outputs_and_merge_cost(llama):
@@ -176,8 +189,8 @@ def test_model_work_is_conserved_and_only_attention_moves(llama):
     before, after = model_totals(tr), model_totals(plan.trace, plan.added)
     for k in before:
         assert after[k] == pytest.approx(before[k], rel=1e-12), k
-    # 3 attention ops split in two + q send + partials + merge = 3 + 3 rows added per layer group
-    assert len(plan.trace) == len(tr) + 6
+    # 3 attention ops split in two + q send + K/V migration + partials + merge = 3 + 4 rows added per layer group
+    assert len(plan.trace) == len(tr) + 7
     on_far = {str(o) for o, d in zip(plan.trace["op"], plan.device) if d == "pim"}
     assert on_far == {"attn_score_far", "softmax_far", "attn_context_far"}
     dev = dict(zip(plan.trace["op"], plan.device))
@@ -198,13 +211,13 @@ def test_prefill_stays_unsplit_on_the_gpu(llama):
         for c in ("n", "flops", "kv_read_bytes", "kv_write_bytes", "act_bytes"):
             assert new[c] == orig[op][c], (op, c)
     # one write of the prompt's K/V to the far tier per layer, over the GPU <-> PIM link; the prompt's KV
-    # per rank and layer is 2048 tokens x 2 (K, V) x 1 KV head x 128 x 2 B = 1,048,576 B; at least the far
-    # share (0.75 of it) must cross
+    # per rank and layer is 2048 tokens x 2 (K, V) x 1 KV head x 128 x 2 B = 1,048,576 B; only the far share
+    # crosses (the recent F stays in HBM): 0.75 x 1,048,576 = 786,432 B
     w = _rows(plan, "pim_write_kv")
     full = B * PROMPT * 2 * KV_HEADS * DH * FP16
     assert full == 1_048_576
     assert w["device"] == "link:gpu_pim" and w["count"] == LAYERS
-    assert (1 - F) * full <= w["comm_bytes"] <= full
+    assert w["comm_bytes"] == (1 - F) * full == 786_432
     assert len(plan.trace) == len(tr) + 1  # the write-back row only
 
 
