@@ -389,6 +389,34 @@ class ServeResults(Results):
             for lab, d in zip(self.labels(), self.docs)
         }
 
+    def plot(self, recipe: str, out: Optional[str | Path] = None, **options):
+        """Figure ``recipe`` of these runs: ``latency_cdf`` / ``latency_ccdf`` draw the per-request rows (as
+        ``attnsim plot FILE --recipe latency_cdf``; options ``logx``, ``labels``, ``font``; the CCDF marks the
+        runs' SLOs); any other recipe draws the run table like :meth:`Results.plot`. Returns the matplotlib
+        Figure, or with ``out`` writes it (PDF + PNG) and returns the two paths."""
+        from attnsim.core.plot_options import SERVE_RECIPES, recipe_problem
+
+        if recipe not in SERVE_RECIPES:
+            return super().plot(recipe, out, **options)
+        style = {k: options.pop(k) for k in ("labels", "font") if k in options}
+        problem = recipe_problem(recipe, options)
+        if problem:
+            raise ConfigError(problem, file="ServeResults.plot", key="recipe")
+        from attnsim.cli.serve import request_rows
+        from attnsim.plots.serve import cdf_figure, check_request_labels, latency_cdf, slos_of
+
+        requests = request_rows(self._docs_with_requests())
+        check_request_labels(style.get("labels"), requests, file="ServeResults.plot")
+        ccdf = recipe == "latency_ccdf"
+        slos = slos_of(self.docs) if ccdf else None
+        if out is not None:
+            return latency_cdf(requests, Path(out), ccdf=ccdf, slos=slos, logx=options.get("logx"), **style)
+        from attnsim.plots.labels import active
+        from attnsim.plots.style import paper_style
+
+        with paper_style(style.get("font")), active(style.get("labels")):
+            return cdf_figure(requests, ccdf=ccdf, slos=slos, logx=options.get("logx"))
+
     def to_pandas(self):
         """One row per request: run, system, model, scenario, request, then the per-request columns
         (``arrival_s``, ``ttft_s``, ``tpot_s``, ``latency_s``, ``queue_s``, ``energy_j``, token counts)."""

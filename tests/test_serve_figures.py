@@ -83,3 +83,32 @@ def test_slo_vs_load_one_line_per_system(tmp_path, capsys):
 def test_bad_rates_are_rejected(capsys):
     assert main(["serve", "serve_prefix", "--slo-vs-load", "fast"]) == 2
     assert "--slo-vs-load: expected comma-separated numbers" in capsys.readouterr().err
+
+
+def test_serve_results_plot_draws_the_same_cdf_as_the_results_file(tmp_path, capsys):
+    """``ServeResults.plot("latency_cdf" | "latency_ccdf")`` (Python API) draws the per-request rows the CLI draws
+    from the written file: same lines, same SLO marks; a table option it does not read is refused."""
+    import attnsim
+    from attnsim.core.config import ConfigError
+    from attnsim.plots.serve import cdf_figure, read_slos
+
+    res = attnsim.serve("serve_prefix", sets=["experiment.serving.trace.num_requests=30"])
+    path = res.save(tmp_path / "serve.h5")
+    with h5py.File(path) as f:
+        req = f["requests"][()]
+    for recipe, ccdf in (("latency_cdf", False), ("latency_ccdf", True)):
+        fig = res.plot(recipe)
+        with paper_style():
+            ref = cdf_figure(req, ccdf=ccdf, slos=read_slos(path) if ccdf else None)
+        for a, b in zip(fig.axes, ref.axes, strict=True):
+            got = [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata())) for ln in a.get_lines()]
+            want = [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata())) for ln in b.get_lines()]
+            assert got == want and len(got) >= 1
+    slo_lines = [ln for a in res.plot("latency_ccdf").axes for ln in a.get_lines() if ln.get_gid() == "slo"]
+    assert len(slo_lines) == 2  # TTFT and TPOT SLOs of the run
+    paths = res.plot("latency_cdf", tmp_path / "cdf.pdf", labels={"h100_x1": "One H100"})
+    assert paths[0].read_bytes()[:4] == b"%PDF"
+    with pytest.raises(ConfigError, match="does not use x"):
+        res.plot("latency_cdf", x="batch_size")
+    with pytest.raises(ConfigError, match="labels"):  # a name the figure never draws (the CLI refuses it too)
+        res.plot("latency_cdf", labels={"no_such_system_xyz": "X"})

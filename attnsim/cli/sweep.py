@@ -477,10 +477,8 @@ def plot_cmd(args) -> int:
     resolve_font(args.font, file="--font", key=None)
     style = {"labels": labels, "font": args.font, "logx": args.logx}
     if args.recipe in ("latency_cdf", "latency_ccdf"):  # per-request rows of `attnsim serve` results
-        import numpy as np
-
         from attnsim.core.plot_options import check_recipe
-        from attnsim.plots.serve import _read_requests, latency_cdf, read_slos
+        from attnsim.plots.serve import _read_requests, check_request_labels, latency_cdf, read_slos
 
         check_recipe(
             args.recipe,
@@ -508,16 +506,7 @@ def plot_cmd(args) -> int:
             raise ConfigError(
                 "expected an attnsim serve results file (HDF5), got unreadable data", file=args.file
             ) from None
-        if labels is not None:  # the names a latency figure draws: built-in ones and the runs' text fields
-            from attnsim.plots.labels import check_labels, known_keys
-
-            text = {
-                str(v)
-                for n in (requests.dtype.names or ())
-                if requests[n].dtype.kind in "OSU"
-                for v in np.unique(requests[n])[:10_000]
-            }
-            check_labels(labels, "plot", "labels", known=known_keys() | text)
+        check_request_labels(labels, requests)  # the names a latency figure draws: built-in and the runs' text
         ccdf = args.recipe == "latency_ccdf"
         paths = latency_cdf(requests, Path(args.out), ccdf=ccdf, slos=read_slos(args.file) if ccdf else None, **style)
         print("figure: " + ", ".join(map(str, paths)))

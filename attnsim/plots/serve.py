@@ -39,13 +39,33 @@ def read_slos(path) -> dict:
     """{panel column: sorted distinct SLO values (s)} over the ok runs of a serve results file."""
     from attnsim.studies.sweep.store import read_results
 
+    return slos_of(read_results(path)[1])
+
+
+def slos_of(docs) -> dict:
+    """{panel column: sorted distinct SLO values (s)} over the ok runs among serve run documents ``docs``."""
     out: dict = {}
-    for d in read_results(path)[1]:
+    for d in docs:
         for col, key in _SLO.items():
             v = (d.get("metrics") or {}).get(key)
             if d.get("status") == "ok" and isinstance(v, (int, float)) and np.isfinite(v):
                 out.setdefault(col, set()).add(float(v))
     return {k: sorted(v) for k, v in out.items()}
+
+
+def check_request_labels(labels: dict | None, requests: np.ndarray, file: str = "plot") -> None:
+    """Refuse a display label for a name a latency figure never draws (built-in names and the rows' text fields)."""
+    if labels is None:
+        return
+    from attnsim.plots.labels import check_labels, known_keys
+
+    text = {
+        str(v)
+        for n in (requests.dtype.names or ())
+        if requests[n].dtype.kind in "OSU"
+        for v in np.unique(requests[n])[:10_000]
+    }
+    check_labels(labels, file, "labels", known=known_keys() | text)
 
 
 def cdf_figure(requests: np.ndarray, ccdf: bool = False, slos: dict | None = None, logx=None):
