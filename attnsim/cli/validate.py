@@ -153,6 +153,11 @@ def print_waterfall(wf) -> None:
     head = ["row", *wf.labels]
     body = [[r.name, *[_fmt_bar(b) for b in wf.bars(i)]] for i, r in enumerate(wf.rows)]
     print(table(body, head))
+    notes = [r for r in wf.rows if r.note]
+    if notes:
+        print("\nnotes:")
+        for r in notes:
+            print(f"  {r.name}:\n    {r.note}")
     if wf.assumptions:
         print("\nassumptions (the artefact's conditions, removed left to right):")
         for a in wf.assumptions:
