@@ -632,8 +632,8 @@ NOOP = {  # every reference.yaml field, changed to another legal value, changes 
 
 
 def _outputs(tmp_path, path, capsys):
-    """What validate prints (text; JSON for a row's source and note, only there) and the figure files it writes
-    (for figure.out; figures take the longest)."""
+    """What validate prints (text, a row's note under its section; JSON for a row's source, only there) and the
+    figure files it writes (for figure.out; figures take the longest)."""
     figs = tmp_path / f"figs_{len(list(tmp_path.iterdir()))}"
     args = (
         ["--json"]

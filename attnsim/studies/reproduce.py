@@ -78,8 +78,8 @@ class RowSpec(Schema):
     tolerance: PositiveFloat  # relative
     role: Literal[ROLES]
     source: str = ""
-    # printed under the row by --explain (and in validate's JSON): e.g. which condition the paper states that
-    # attnsim cannot express, where the row is a published headline the stated conditions do not reach
+    # printed by validate (under the row's section, and in its JSON) and by --explain: e.g. which condition the
+    # paper states that attnsim cannot express, where the row is a published headline the stated conditions miss
     note: str = ""
 
 
