@@ -622,6 +622,7 @@ NOOP = {  # every reference.yaml field, changed to another legal value, changes 
     "rows__1__tolerance": 0.5,
     "rows__0__role": "validation",
     "rows__1__source": "another row source",
+    "rows__1__note": "another row note",
     # an assumption changes the rows validate compares (its own fields: the --explain test above prints name,
     # title and source, and each step's values follow its set)
     "assumptions": [
@@ -631,10 +632,16 @@ NOOP = {  # every reference.yaml field, changed to another legal value, changes 
 
 
 def _outputs(tmp_path, path, capsys):
-    """What validate prints (text; JSON for a row's source, only there) and the figure files it writes
-    (for figure.out; figures take the longest)."""
+    """What validate prints (text, a row's note under its section; JSON for a row's source, only there) and the
+    figure files it writes (for figure.out; figures take the longest)."""
     figs = tmp_path / f"figs_{len(list(tmp_path.iterdir()))}"
-    args = ["--json"] if path == "rows__1__source" else ["--figures", str(figs)] if path == "figure__out" else []
+    args = (
+        ["--json"]
+        if path in ("rows__1__source", "rows__1__note")
+        else ["--figures", str(figs)]
+        if path == "figure__out"
+        else []
+    )
     main(["validate", "--set", "reproductions/toy", *args])
     return capsys.readouterr().out, sorted(p.name for p in figs.iterdir()) if figs.is_dir() else []
 
@@ -754,11 +761,24 @@ PAPER_FOLDERS = {
 }
 
 
+# Published headlines compared under the conditions the paper states that attnsim's folder could read, and not
+# reached there (the row's note names the stated conditions attnsim cannot express): they are outside their
+# tolerance at the first step, so `attnsim validate --set reproductions/<name>` reports them as FAIL. A change
+# that reaches one must move it out of this list (and rewrite its note).
+UNREACHED = {
+    "ianus": ["headline: end-to-end speed-up over the A100, GPT-2 XL 128+128 (paper: 6.2x on average)"],
+    "specpim": ["headline: speed-up vs speculative inference on the A100, gamma 4, alpha 0.8 (paper: 1.52x geomean)"],
+}
+
+
 @pytest.mark.parametrize("name", sorted(PAPER_FOLDERS))
-def test_paper_folder_rows_pass_and_waterfall_ends_at_a_plain_run(name):
-    """The first step (every assumption) is what validate compares and is within each row's tolerance; the last
-    step (no assumption) equals a plain run of the built-in experiment, read as attnsim run reads it
-    (reproduce.run_ends), narrowed to the rows' systems and models with experiment.* sets."""
+def test_paper_folder_rows_pass_and_waterfall_ends_at_a_plain_run(name, capsys):
+    """The first step (every assumption) is what validate compares and is within each row's tolerance (but the
+    UNREACHED headlines, which are outside it and carry a note that --explain prints) and equals a plain run of the
+    built-in experiment with the assumptions' --set values; the last step (no assumption) equals a plain run of the
+    built-in experiment. Both are read as attnsim run reads them (reproduce.run_ends), narrowed to the rows'
+    systems and models with experiment.* sets."""
+    from attnsim.cli.validate import print_waterfall
     from attnsim.core.config import find_config
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
@@ -769,18 +789,58 @@ def test_paper_folder_rows_pass_and_waterfall_ends_at_a_plain_run(name):
     assert sorted(p.name for p in folder.iterdir()) == ["reference.yaml"]  # no copied hardware/system file
     assert all("system" in r.select for r in spec.rows)  # the plain run below keeps the rows' systems
     wf = reproduce.waterfall(folder)
+    unreached = UNREACHED.get(name, [])
+    assert set(unreached) <= {r.name for r in spec.rows}
     for r, v in zip(spec.rows, wf.steps[0]["values"]):
-        assert abs(v / r.reference - 1) <= r.tolerance, (r.name, v, r.reference)
+        if r.name in unreached:
+            assert abs(v / r.reference - 1) > r.tolerance and r.note.startswith("not reached"), (r.name, v)
+        else:
+            assert abs(v / r.reference - 1) <= r.tolerance, (r.name, v, r.reference)
+    print_waterfall(wf)
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(" ".join(r.note.split()) in out for r in spec.rows if r.note)
     exp = load_experiment(PAPER_FOLDERS[name])
     systems = sorted({r.select.get("system") for r in spec.rows} | {exp.spec.baseline})
     models = sorted({m for _, m, _ in reproduce.load(folder).runs})
-    plain = run_experiment(
-        load_experiment(
-            PAPER_FOLDERS[name],
-            [f"experiment.systems=[{','.join(systems)}]", f"experiment.models=[{','.join(models)}]"],
-        )
-    )
-    ends = reproduce.run_ends(find_config("experiments", PAPER_FOLDERS[name]), plain)
+    narrow = [f"experiment.systems=[{','.join(systems)}]", f"experiment.models=[{','.join(models)}]"]
+    source = find_config("experiments", PAPER_FOLDERS[name])
+    ends = reproduce.run_ends(source, run_experiment(load_experiment(PAPER_FOLDERS[name], narrow)))
     assert [e["row"] for e in ends] == [r.name for r in spec.rows]
     assert wf.steps[-1]["label"] == "defaults"
     assert wf.steps[-1]["values"] == pytest.approx([e["value"] for e in ends], rel=1e-12)
+    assert len(wf.steps) == len(spec.assumptions) + 1
+    if spec.assumptions:  # the first step: a plain run with every assumption's --set (attnsim run --set ...)
+        sets = narrow + reproduce.assumption_sets(spec)
+        first = reproduce.run_ends(source, run_experiment(load_experiment(PAPER_FOLDERS[name], sets)))
+        assert wf.steps[0]["label"] == "all assumptions"
+        assert wf.steps[0]["values"] == pytest.approx([e["value"] for e in first], rel=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(UNREACHED))
+def test_headline_rows_read_the_end_to_end_latency_speed_up(name):
+    """The IANUS and SpecPIM headline rows read vs_baseline.throughput_ratio as the papers' speed-up: at equal
+    prompt and output tokens it is the baseline's end-to-end time over the system's (latency speed-up), and the
+    row's select picks the run whose ratio that is."""
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
+
+    spec = reproduce.read_spec(reproduce.find(name))
+    exp = spec.experiments[spec.rows[-1].experiment]
+    for r in spec.rows:
+        if r.name not in UNREACHED[name]:
+            continue
+        assert r.metric == "vs_baseline.throughput_ratio" and r.role == "validation"
+        base = load_experiment(exp).spec.baseline
+        docs = run_experiment(load_experiment(exp, [f"experiment.systems=[{r.select['system']},{base}]"]))
+        (d,) = [
+            d
+            for d in docs
+            if reproduce._matches((d["system"], d["model"], d["scenario"]["name"], d["scenario"]), r.select)
+        ]
+        (b,) = [
+            b
+            for b in docs
+            if b["system"] == base and (b["model"], b["scenario"]["name"]) == (d["model"], d["scenario"]["name"])
+        ]
+        want = b["metrics"]["total_time_s"] / d["metrics"]["total_time_s"]
+        assert d["vs_baseline"]["throughput_ratio"] == pytest.approx(want, rel=1e-9)

@@ -96,6 +96,9 @@ def _print(rows, specs) -> None:
         bad = sum(not r.ok for r in part)
         print(f"{heading}\n")
         print(table(body, ["set", "system", "row", "role", "reference", "attnsim", "error", "tolerance", "ok"], 4))
+        noted = [r for r in part if r.note]  # e.g. the stated conditions a headline row cannot express
+        if noted:
+            print("\nnotes:\n" + "\n".join(f"  {r.system}: {r.name}:\n    {r.note}" for r in noted))
         print(
             f"\n{len(part) - bad} of {len(part)} {role} rows within tolerance"
             + (f"; {bad} outside" if bad else "")
@@ -153,6 +156,11 @@ def print_waterfall(wf) -> None:
     head = ["row", *wf.labels]
     body = [[r.name, *[_fmt_bar(b) for b in wf.bars(i)]] for i, r in enumerate(wf.rows)]
     print(table(body, head))
+    notes = [r for r in wf.rows if r.note]
+    if notes:
+        print("\nnotes:")
+        for r in notes:
+            print(f"  {r.name}:\n    {r.note}")
     if wf.assumptions:
         print("\nassumptions (the artefact's conditions, removed left to right):")
         for a in wf.assumptions:

@@ -78,6 +78,9 @@ class RowSpec(Schema):
     tolerance: PositiveFloat  # relative
     role: Literal[ROLES]
     source: str = ""
+    # printed by validate (under the row's section, and in its JSON) and by --explain: e.g. which condition the
+    # paper states that attnsim cannot express, where the row is a published headline the stated conditions miss
+    note: str = ""
 
 
 class AssumptionSpec(Schema):
@@ -405,6 +408,7 @@ def run_rows(
                 role=r.role,
                 system=rep.spec.system,
                 source=r.source,
+                note=r.note,
             )
         )
     return out
@@ -442,6 +446,7 @@ class Waterfall:
                     "metric": r.metric,
                     "reference": r.reference,
                     "waterfall": dict(zip(self.labels, self.bars(i))),
+                    "note": r.note,
                 }
                 for i, r in enumerate(self.rows)
             ],

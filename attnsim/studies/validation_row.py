@@ -18,6 +18,7 @@ class Row:
     role: str = "validation"  # or "calibration" (in-sample) or "limit" (a physical bound)
     system: str = ""  # the system (or GPU) the row is about
     source: str = ""  # where the reference number comes from, when the row names it
+    note: str = ""  # what the row's reader must know (e.g. a stated condition attnsim cannot express)
 
     @property
     def error(self) -> float:
