@@ -728,7 +728,7 @@ def test_run_ends_label_a_set_and_a_status(capsys):
     assert "attnsim with --set 546.1" in reproduction_lines([bw], defaults=False)[0]
     runs = [dict(d, status="does_not_fit") for d in doc["runs"]]
     ends = reproduce.run_ends(find_config("experiments", "samsung_cxl_pnm"), runs)
-    assert [e["value"] for e in ends] == ["does_not_fit", "does_not_fit"]
+    assert [e["value"] for e in ends] == ["does_not_fit"] * 3  # capacity, bandwidth, the paper's throughput
     assert "attnsim defaults does_not_fit (" in reproduction_lines(ends)[0]
     assert "reproductions" not in _run_json(capsys, "samsung_cxl_pnm", "experiment.systems=[dgx_a100]")
     # the plain run (attnsim's defaults) of a paper folder's experiment: its rows, then its paper headlines
@@ -739,7 +739,9 @@ def test_run_ends_label_a_set_and_a_status(capsys):
         "CXL-PNM device memory bandwidth [GB/s]: artefact 1100; attnsim defaults 1092 (attnsim validate "
         "--explain samsung_cxl_pnm explains the gap)"
     ) in out
-    assert "samsung_cxl_pnm paper (not compared): performance gain (Samsung's summary" in out and "over 4.4x" in out
+    assert (
+        "samsung_cxl_pnm paper (not compared): performance gain (Samsung's 2024 summary" in out and "over 4.4x" in out
+    )
     assert reproduce.run_ends(find_config("experiments", "default"), doc["runs"]) == []
 
 
