@@ -121,3 +121,28 @@ def test_explain_names_what_each_paper_states_but_attnsim_cannot_express(capsys)
     assert main(["validate", "--explain", "cxl_ndp"]) == 0
     out = capsys.readouterr().out
     assert "paper_kv_ratio" in out and "real KV dumps" in out
+
+
+@pytest.mark.parametrize(
+    "experiment, folder, row, reference",
+    [
+        # the abstract's +43 % throughput (v2): 1 + 0.43
+        ("cxl_ndp", "cxl_ndp", "end-to-end throughput with / without compression, batch 8", "1.430"),
+        # the HPCA'24 abstract's 31 % higher throughput: 1 + 0.31
+        ("samsung_cxl_pnm", "samsung_cxl_pnm", "throughput vs the 8-GPU appliance (paper: 31 % higher)", "1.310"),
+    ],
+)
+def test_the_paper_named_experiment_prints_its_waterfall_ends(capsys, experiment, folder, row, reference):
+    """attnsim run of the built-in experiment prints the headline row's two ends (the paper's number and this
+    run's, which is the waterfall's last bar) after its table, and the paper's other headlines."""
+    assert main(["run", experiment, "--no-write", "--no-figures", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (e,) = [e for e in doc["reproductions"] if e["row"] == row]
+    wf = reproduce.waterfall(reproduce.find(folder))
+    i = [r.name for r in wf.rows].index(row)
+    assert e["defaults"] is True and e["value"] == pytest.approx(wf.steps[-1]["values"][i], rel=1e-12)
+    assert main(["run", experiment, "--no-write", "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    assert f"{row}: artefact {reference}; attnsim defaults " in out
+    assert f"(attnsim validate --explain {folder} explains the gap)" in out
+    assert f"{folder} paper (not compared):" in out
