@@ -387,6 +387,7 @@ ALTERNATIVE = {
     "mapper.cxl_pnm.tp_vector_ops": Alt("replicated"),  # cxl_pnm base: tp 8, softmax/RoPE of all heads per device
     "CompressionSpec.engine": Alt("none"),  # one engine preset: another name is refused
     "CompressionSpec.ratio": Alt(0.5),  # measured -> a number
+    "CompressionSpec.kv_ratio": Alt(0.5),  # null (the weights' ratio) -> a number for the KV alone
     "SystolicSpec.sram_mb": Alt(0.01),  # below the small base's activations: re-read per column pass
     "LinkSpec.connects": Alt(["gpu", "pim"]),
     "ParallelismSpec.tp": Alt(4, also=((".devices.gpu.count", 4),)),

@@ -735,7 +735,7 @@ def test_run_ends_label_a_set_and_a_status(capsys):
     assert "attnsim with --set 546.1" in reproduction_lines([bw], defaults=False)[0]
     runs = [dict(d, status="does_not_fit") for d in doc["runs"]]
     ends = reproduce.run_ends(find_config("experiments", "samsung_cxl_pnm"), runs)
-    assert [e["value"] for e in ends] == ["does_not_fit", "does_not_fit"]
+    assert [e["value"] for e in ends] == ["does_not_fit"] * 3  # capacity, bandwidth, the paper's throughput
     assert "attnsim defaults does_not_fit (" in reproduction_lines(ends)[0]
     assert "reproductions" not in _run_json(capsys, "samsung_cxl_pnm", "experiment.systems=[dgx_a100]")
     # the plain run (attnsim's defaults) of a paper folder's experiment: its rows, then its paper headlines
@@ -746,7 +746,9 @@ def test_run_ends_label_a_set_and_a_status(capsys):
         "CXL-PNM device memory bandwidth [GB/s]: artefact 1100; attnsim defaults 1092 (attnsim validate "
         "--explain samsung_cxl_pnm explains the gap)"
     ) in out
-    assert "samsung_cxl_pnm paper (not compared): performance gain (Samsung's summary" in out and "over 4.4x" in out
+    assert (
+        "samsung_cxl_pnm paper (not compared): performance gain (Samsung's 2024 summary" in out and "over 4.4x" in out
+    )
     assert reproduce.run_ends(find_config("experiments", "default"), doc["runs"]) == []
 
 
@@ -829,7 +831,7 @@ def test_headline_rows_read_the_end_to_end_latency_speed_up(name):
     for r in spec.rows:
         if r.name not in UNREACHED[name]:
             continue
-        assert r.metric == "vs_baseline.throughput_ratio" and r.role == "validation"
+        assert r.metric == "vs_baseline.throughput_ratio" and r.role == "headline"
         base = load_experiment(exp).spec.baseline
         docs = run_experiment(load_experiment(exp, [f"experiment.systems=[{r.select['system']},{base}]"]))
         (d,) = [
@@ -844,3 +846,36 @@ def test_headline_rows_read_the_end_to_end_latency_speed_up(name):
         ]
         want = b["metrics"]["total_time_s"] / d["metrics"]["total_time_s"]
         assert d["vs_baseline"]["throughput_ratio"] == pytest.approx(want, rel=1e-9)
+
+
+def test_headline_rows_are_reported_with_their_note_and_not_counted(tmp_path, monkeypatch, capsys):
+    """A ``headline`` row (a paper's number under the conditions attnsim can express) is printed in its own section
+    with its note and 'not reached', and does not make validate exit 1; the same row as a validation row does. A
+    headline row without a note is refused at load (it must name what attnsim cannot express)."""
+    import shutil
+
+    from attnsim.cli import main
+    from attnsim.core.config import ConfigError
+
+    for name in UNREACHED:
+        spec = reproduce.read_spec(reproduce.find(name))
+        assert {r.role for r in spec.rows if r.name in UNREACHED[name]} == {"headline"}
+    assert main(["validate", "--set", "reproductions/specpim"]) == 0
+    out = capsys.readouterr().out
+    assert "headline rows (" in out and "0 of 1 headline rows reached; 1 not" in out
+    assert "2 of 2 rows within tolerance" in out  # the two compared workload rows; the headline is not counted
+    copy = tmp_path / "reproductions" / "specpim"  # a user's folder of the same name comes first on the config path
+    shutil.copytree(reproduce.find("specpim"), copy)
+    text = (copy / "reference.yaml").read_text()
+    headline = "reference: 1.52, tolerance: 0.25, role: headline,"
+    assert text.count(headline) == 1
+    (copy / "reference.yaml").write_text(text.replace(headline, headline.replace("headline,", "validation,")))
+    monkeypatch.setenv("ATTNSIM_CONFIG_PATH", str(tmp_path))
+    assert reproduce.find("specpim") == copy
+    assert main(["validate", "--set", "reproductions/specpim"]) == 1  # counted as a validation row, outside
+    capsys.readouterr()
+    i = text.index("note:", text.index(headline))
+    j = text.index('"}', i) + 1  # the note's closing quote (the row's mapping closes after it)
+    (copy / "reference.yaml").write_text(text[:i].rstrip().rstrip(",") + text[j:])
+    with pytest.raises(ConfigError, match="headline row needs a note"):
+        reproduce.read_spec(copy)

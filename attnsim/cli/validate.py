@@ -8,6 +8,10 @@ SECTIONS = {  # role -> heading
     "calibration": "calibration rows (in-sample: attnsim parameters were set from them)",
     "validation": "validation rows (held out: no attnsim parameter was set from them)",
     "limit": "limit rows (physical bounds every run must keep)",
+    # a paper's published number compared under the conditions it states that attnsim can express, where the
+    # others could not be read: reported, not counted in the exit status; its note names what is missing
+    "headline": "headline rows (a paper's published number under the stated conditions attnsim can express; "
+    "reported, not counted in the exit status: each note names the conditions attnsim cannot express)",
 }
 
 
@@ -99,11 +103,14 @@ def _print(rows, specs) -> None:
         noted = [r for r in part if r.note]  # e.g. the stated conditions a headline row cannot express
         if noted:
             print("\nnotes:\n" + "\n".join(f"  {r.system}: {r.name}:\n    {r.note}" for r in noted))
-        print(
-            f"\n{len(part) - bad} of {len(part)} {role} rows within tolerance"
-            + (f"; {bad} outside" if bad else "")
-            + "\n"
-        )
+        if role == "headline":
+            print(f"\n{len(part) - bad} of {len(part)} headline rows reached" + (f"; {bad} not" if bad else "") + "\n")
+        else:
+            print(
+                f"\n{len(part) - bad} of {len(part)} {role} rows within tolerance"
+                + (f"; {bad} outside" if bad else "")
+                + "\n"
+            )
     if specs:
         print("reproductions (the artefacts the reference numbers come from)\n")
         print(
@@ -121,8 +128,9 @@ def _print(rows, specs) -> None:
             for name, spec, c in claims
         ]
         print(table(body, ["system", "claim", "value", "note"]) + "\n")
-    bad = sum(not r.ok for r in rows)
-    print(f"{len(rows) - bad} of {len(rows)} rows within tolerance" + (f"; {bad} outside" if bad else ""))
+    counted = [r for r in rows if r.role != "headline"]
+    bad = sum(not r.ok for r in counted)
+    print(f"{len(counted) - bad} of {len(counted)} rows within tolerance" + (f"; {bad} outside" if bad else ""))
 
 
 def _figure(rows, out, spec) -> None:
@@ -244,4 +252,4 @@ def validate_cmd(args) -> int:
     for name, (spec, paths) in plan.items():
         part = [r for r in rows if r.system == name and (r.set.startswith("reproductions/") or r.set in ALIASES)]
         _figure(part, paths[0], spec)
-    return 1 if any(not r.ok for r in rows) else 0
+    return 1 if any(not r.ok for r in rows if r.role != "headline") else 0

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, PositiveFloat
+from pydantic import Field, PositiveFloat, model_validator
 
 from attnsim.core.config import (
     ConfigError,
@@ -46,7 +46,7 @@ from attnsim.core.outputs import RelativePath, SafeName
 from attnsim.core.suggest import did_you_mean
 
 REFERENCE = "reference.yaml"
-ROLES = ("calibration", "validation")
+ROLES = ("calibration", "validation", "headline")
 ASSUMPTION_SECTIONS = ("models", "systems", "hardware", "scenarios")  # not experiment.*: it changes what runs
 RUN_KEYS = ("system", "model", "scenario")  # select keys naming the run; any other is a scenario key
 FIGURE_RECIPES = ("reproduction",)
@@ -81,6 +81,12 @@ class RowSpec(Schema):
     # printed by validate (under the row's section, and in its JSON) and by --explain: e.g. which condition the
     # paper states that attnsim cannot express, where the row is a published headline the stated conditions miss
     note: str = ""
+
+    @model_validator(mode="after")
+    def _headline_names_what_is_missing(self):
+        if self.role == "headline" and not self.note.strip():
+            raise ValueError("a headline row needs a note (the stated conditions attnsim cannot express)")
+        return self
 
 
 class AssumptionSpec(Schema):

@@ -1741,6 +1741,17 @@ pnm_case("compression", "ratio-zero", mut(NDP, ("compression.ratio", 0)), ("comp
 pnm_case("compression", "ratio-over-one", mut(NDP, ("compression.ratio", 1.5)), ("compression.ratio",))
 pnm_case("compression", "ratio-word", mut(NDP, ("compression.ratio", "high")), ("compression.ratio",))
 pnm_case("compression", "ratio-nan", mut(NDP, ("compression.ratio", float("nan"))), ("compression.ratio",))
+pnm_case("compression", "kv-ratio-zero", mut(NDP, ("compression.kv_ratio", 0)), ("compression.kv_ratio",))
+pnm_case("compression", "kv-ratio-over-one", mut(NDP, ("compression.kv_ratio", 1.5)), ("compression.kv_ratio",))
+pnm_case("compression", "kv-ratio-word", mut(NDP, ("compression.kv_ratio", "high")), ("compression.kv_ratio",))
+pnm_case("compression", "kv-ratio-nan", mut(NDP, ("compression.kv_ratio", float("nan"))), ("compression.kv_ratio",))
+pnm_case(
+    "compression",
+    "kv-ratio-measured-fp8-kv",
+    mut(NDP, ("compression.ratio", 0.8), ("compression.kv_ratio", "measured")),
+    ("compression.kv_ratio", "fp8"),
+    exp=mut(EXP_SYS, ("scenarios.chat.kv_dtype", "fp8")),
+)
 pnm_case("compression", "kv-not-bool", mut(NDP, ("compression.kv", "sometimes")), ("compression.kv",))
 pnm_case("compression", "unknown-key", mut(NDP, ("compression.level", 9)), ("compression.level",))
 pnm_case("compression", "not-mapping", mut(NDP, ("compression", True)), ("compression",))
