@@ -426,6 +426,16 @@ def test_bad_system_choice_refused_by_attnsim_run(tmp_path, capsys):
         and "cxl_aim.yaml: choices.mapper.options.tp_vector_ops.values.0" in err
     )
     assert not (tmp_path / "res").exists()
+    # a choices: block given by --set is checked the same way (when the verdict flips are computed)
+    sets = ["--set", "systems.cxl_aim.choices={mapper.options.tp_vector_ops: {values: [all], source: x}}"]
+    sets += [a for s in _cli_sets()[:1] for a in ("--set", s)]  # the 2-layer model
+    exp.write_text(yaml.safe_dump({**EXP, "systems": ["dgx_h100", "cxl_aim"], "baseline": "dgx_h100"}))
+    assert main(["run", str(exp), "--out", str(tmp_path / "res")] + sets) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(
+        "error: systems/cxl_aim.yaml: choices.mapper.options.tp_vector_ops.values.0"
+    )
+    assert not (tmp_path / "res").exists()
 
 
 def test_bad_controller_choice_refused():

@@ -260,8 +260,8 @@ def system_choices(tree: ConfigTree, name: str, own_differs: bool = True) -> dic
     """{dotted key: (value in use, ChoiceSpec)} of a system file's ``choices:`` block: settings of the system
     (attention placement ``mapper.attention_on``, the whole ``mapper``, a policy option ``mapper.options.<name>``)
     whose other plausible values the verdict-flip check re-runs, as a hardware file's (registry.check_choices,
-    the same check). On load (``own_differs``, the file as read) each alternative must differ from the system's
-    own value and be a legal system: schema, references, mapper, and the built system's checks."""
+    the same check): each alternative must make a legal system (schema, references, mapper, the built system's
+    checks) and, on load (``own_differs``, the file as read), differ from the system's own value."""
     d = tree.systems[name]
     if not isinstance(d, dict) or registry.CHOICES_KEY not in d:
         return {}
@@ -275,8 +275,6 @@ def system_choices(tree: ConfigTree, name: str, own_differs: bool = True) -> dic
         return key in keys or (key.startswith("mapper.options.") and key.count(".") == 2)
 
     def legal(key: str, v) -> None:
-        if not own_differs:
-            return  # checked when the file was loaded (a --set may since have changed the system)
         from attnsim.core.config import set_dotted
 
         trial = copy.deepcopy(rest)
