@@ -297,22 +297,41 @@ def split_choices(hw: dict, file: str | None = None, own_differs: bool = True) -
 
     if not isinstance(hw, dict) or CHOICES_KEY not in hw:
         return {}
-    raw = hw[CHOICES_KEY]
-    if not isinstance(raw, dict):
-        raise ConfigError("expected a mapping of field -> {values, source}", file=file, key=CHOICES_KEY)
     spec = validate_hardware(hw, file)
     schema = type(spec)
     keys = field_keys(schema)
     rest, _ = split_ranges(hw, file, schema)
+
+    def legal(key: str, v) -> None:
+        trial = copy.deepcopy(rest)
+        set_dotted(trial, key.split("."), v, create=True)
+        validate(schema, trial, file=file)
+
+    return check_choices(
+        hw[CHOICES_KEY],
+        file,
+        lambda key: key in keys,
+        f"a field of kind {hw.get('kind')} ({', '.join(keys)})",
+        lambda key: spec_value(spec, key),
+        legal,
+        own_differs,
+    )
+
+
+def check_choices(raw, file, known, expected: str, own_of, legal, own_differs: bool = True) -> dict[str, ChoiceSpec]:
+    """The one check of a ``choices:`` block (hardware files: :func:`split_choices`; system files:
+    attnsim.sim.experiment): a mapping of key -> {values, source}; ``known(key)`` says whether a key may be named
+    (else refused: "expected ``expected``"); each alternative differs from ``own_of(key)`` (with ``own_differs``)
+    and ``legal(key, value)`` accepts it (its ConfigError becomes one line at ``choices.KEY.values.N``)."""
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of field -> {values, source}", file=file, key=CHOICES_KEY)
     out = {}
     for key, c in raw.items():
         where = f"{CHOICES_KEY}.{key}"
-        if str(key) not in keys:
-            raise ConfigError(
-                f"expected a field of kind {hw.get('kind')} ({', '.join(keys)}), got {key!r}", file=file, key=where
-            )
+        if not known(str(key)):
+            raise ConfigError(f"expected {expected}, got {key!r}", file=file, key=where)
         ch = validate(ChoiceSpec, c if isinstance(c, dict) else {"values": c}, file=file, prefix=where)
-        own = spec_value(spec, str(key))
+        own = own_of(str(key))
         for i, v in enumerate(ch.values):
             if own_differs and (v == own or str(v) == str(own)):
                 raise ConfigError(
@@ -320,10 +339,8 @@ def split_choices(hw: dict, file: str | None = None, own_differs: bool = True) -
                     file=file,
                     key=f"{where}.values.{i}",
                 )
-            trial = copy.deepcopy(rest)
-            set_dotted(trial, str(key).split("."), v, create=True)
             try:
-                validate(schema, trial, file=file)
+                legal(str(key), v)
             except ConfigError as exc:
                 raise ConfigError(
                     f"expected a legal value of {key}, got {v!r} ({exc.message})", file=file, key=f"{where}.values.{i}"

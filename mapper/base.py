@@ -79,18 +79,27 @@ _POLICIES: dict[str, Callable] = {}
 _OPTIONS: dict[str, dict] = {}  # policy -> its mapper.options (name -> default)
 _NEEDS: dict[str, dict] = {}  # policy -> {option: (other option, value it must have for the option to be read)}
 _ATTENTION_ON: set = set()  # policies that place decode attention with ``mapper.attention_on`` (place_attention)
+_VALUES: dict[str, dict] = {}  # policy -> {option: its legal values} (a named option, e.g. cxl_pnm tp_vector_ops)
 
 
-def register(name: str, options: dict | None = None, needs: dict | None = None, attention_on: bool = False):
+def register(
+    name: str,
+    options: dict | None = None,
+    needs: dict | None = None,
+    attention_on: bool = False,
+    values: dict | None = None,
+):
     """Register a policy and the ``mapper.options`` it accepts (name -> default; none if omitted);
     ``needs`` = {option: (other, value)}: the option is read only when ``other == value``, so giving it
     otherwise is refused (a setting takes effect or is refused). ``attention_on``: the policy honours the
-    system's ``mapper.attention_on`` (the shared attention placement below); others refuse it."""
+    system's ``mapper.attention_on`` (the shared attention placement below); others refuse it. ``values`` =
+    {option: its legal values}: any other value is refused at load (check_options)."""
 
     def deco(fn):
         _POLICIES[name] = fn
         _OPTIONS[name] = dict(options or {})
         _NEEDS[name] = dict(needs or {})
+        _VALUES[name] = dict(values or {})
         if attention_on:
             _ATTENTION_ON.add(name)
         return fn
@@ -254,6 +263,9 @@ def check_options(options: dict, allowed: dict, policy: str) -> dict:
             v = check_int(v, key=key, lo=0)
         elif isinstance(d, float):
             v = check_float(v, key=key)
+        legal = _VALUES.get(policy, {}).get(name)
+        if legal is not None and v not in legal:
+            raise ConfigError(f"expected one of {', '.join(map(str, legal))}, got {v!r}", key=key)
         out[name] = v
     for name, (other, value) in _NEEDS.get(policy, {}).items():
         if name in options and out[other] != value:

@@ -51,14 +51,9 @@ def host_tp(system, options: dict | None = None) -> int | None:
     return ngpu // par.replicas
 
 
-@register("cxl_pnm", options=OPTIONS)
+@register("cxl_pnm", options=OPTIONS, values={"tp_vector_ops": TP_VECTOR_OPS})
 def plan_cxl_pnm(trace, system, model_bytes: dict, options: dict | None = None) -> Plan:
-    opts = check_options(options or {}, OPTIONS, "cxl_pnm")
-    if opts["tp_vector_ops"] not in TP_VECTOR_OPS:
-        raise ConfigError(
-            f"expected one of {', '.join(TP_VECTOR_OPS)}, got {opts['tp_vector_ops']!r}",
-            key="mapper.options.tp_vector_ops",
-        )
+    opts = check_options(options or {}, OPTIONS, "cxl_pnm")  # tp_vector_ops one of TP_VECTOR_OPS (register)
     pnm = role_of_kind(system, "pim")
     if pnm is None:
         raise ConfigError("policy cxl_pnm needs a pool of kind pim (a CXL-PNM device)", key="devices")

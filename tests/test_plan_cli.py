@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from attnsim.cli import main
+from attnsim.core.config import ConfigError
 from attnsim.hwmodels.reliability.accuracy import quant_error
 from attnsim.hwmodels.reliability.perplexity import load_calibration
 from attnsim.hwmodels.reliability.planner import Option
@@ -113,7 +114,8 @@ def test_plan_prints_the_source_of_every_accuracy_number(st, monkeypatch, capsys
     plan_line = next(ln for ln in out.splitlines() if ln.startswith("plan:"))
     assert (
         "perplexity +" in plan_line
-        and "(calibrated on Llama-2-70B; bit-error part extrapolated from the toy model)" in plan_line
+        and "(calibrated on Llama-2-70B; bit-error part extrapolated from the toy model: " in plan_line
+        and " % of it (log scale) from bit errors)" in plan_line  # its share, under BIT_SHARE_MAX here
     )
     src = next(ln for ln in out.splitlines() if ln.startswith("  perplexity: "))
     for needle in (
@@ -184,6 +186,62 @@ def test_uncovered_model_is_refused_unless_allowed(st, monkeypatch, capsys, tmp_
     doc = json.loads(capsys.readouterr().out)
     assert doc["calibration"]["toy"] is True and doc["calibration"]["label"].startswith("extrapolated from TOY MODEL")
     assert "entry toy-char-level (TOY MODEL)" in doc["accuracy_sources"]["ppl_increase_predicted"]
+
+
+# KV that must sit on the CXL tier (HBM set aside 1 MB) with no ECC and 20 s refresh: 1e-4 raw BER there (the
+# file's retention anchors, Flikker ASPLOS'11): a plan that keeps bit errors in its error budget
+T = "experiment.reliability.tiers"
+RELAXED = [
+    f"{T}.hbm.capacity_gb=0.001",
+    f"{T}.cxl.ecc_options=[none]",
+    f"{T}.cxl.ecc={{high: none, low: none}}",
+    f"{T}.cxl.refresh_options_ms=[20000]",
+    f"{T}.cxl.refresh_ms={{high: 20000, low: 20000}}",
+]
+
+
+@pytest.fixture(scope="module")
+def relaxed():
+    return P.setup("plan_tiering", FAST + RELAXED)
+
+
+def test_borrowed_bit_error_slope_refused_when_it_matters(st, relaxed, monkeypatch, capsys, tmp_path):
+    """Every published entry borrows the toy model's bit-error slope (no published KV bit-error -> perplexity
+    measurement of a real LLM: cxl_reliability.md section 4.1). A plan whose predicted perplexity rests more than
+    BIT_SHARE_MAX on it is refused unless --allow-uncalibrated, naming the measurement that would be needed; the
+    share is the hand computation s_bit e_bit / (s_quant e_quant + s_bit e_bit); a plan with bit errors ECC'd
+    away (the shipped tiers) is printed as calibrated."""
+    cal = P.calibration_for(relaxed)
+    assert cal["bit_errors_borrowed"] and not cal["allow_uncalibrated"]
+    with pytest.raises(ConfigError) as e:
+        P.make_plan(relaxed, max_ppl_increase=0.05, calibration=cal, front_points=2)
+    msg = str(e.value)
+    assert e.value.file == "--max-ppl-increase" and "\n" not in msg
+    assert "from bit errors at a borrowed slope (extrapolated from TOY MODEL" in msg
+    assert "needs a KV bit-error -> perplexity measurement of Llama-2-70B" in msg and "--allow-uncalibrated" in msg
+    allowed = P.calibration_for(relaxed, allow_uncalibrated=True)
+    d = P.make_plan(relaxed, max_ppl_increase=0.05, calibration=allowed, front_points=2)
+    p, f = d["plan"], allowed["fit"]
+    lq, lb = f["s_quant"] * p["eps_quant"], f["s_bit"] * p["eps_bit"]
+    assert p["ppl_bit_error_share"] == pytest.approx(lb / (lq + lb), rel=1e-12)
+    assert p["ppl_bit_error_share"] > P.BIT_SHARE_MAX
+    assert p["ppl_increase_predicted"] == pytest.approx(math.expm1(lq + lb), rel=1e-12)
+    # the shipped tiers (on-die ECC on HBM, SECDED on the CXL high bits): the bit-error part is negligible
+    ok = P.make_plan(st, max_ppl_increase=0.01, calibration=P.calibration_for(st), front_points=2)
+    assert ok["plan"]["ppl_bit_error_share"] < P.BIT_SHARE_MAX
+    # the CLI: one line, exit 2, no file; allowed: the share in the plan line
+    monkeypatch.setattr(P, "setup", lambda *a, **k: relaxed)
+    out = tmp_path / "plan.json"
+    argv = ["plan", "plan_tiering", "--max-ppl-increase", "0.05", "--front-points", "2", "-o", str(out)]
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("error: --max-ppl-increase: expected a plan")
+    assert not out.exists()
+    assert main(argv + ["--allow-uncalibrated"]) == 0
+    share = json.loads(out.read_text())["plan"]["ppl_bit_error_share"]
+    assert f"bit-error part extrapolated from the toy model: {share * 100:.3g} % of it (log scale) from bit errors" in (
+        capsys.readouterr().out
+    )
 
 
 def test_infeasible_slos_name_the_slo(st, monkeypatch, capsys, tmp_path):

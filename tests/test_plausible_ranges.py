@@ -269,7 +269,9 @@ def test_built_in_configs_load_within_their_ranges():
     for p in sorted((CONFIG_ROOT / "models").glob("*.yaml")):
         validate(ModelSpec, load_yaml(p), str(p))
     for p in sorted((CONFIG_ROOT / "systems").glob("*.yaml")):
-        validate(SystemSpec, load_yaml(p), str(p))
+        # a choices: block is set aside, as a hardware file's (experiment._system_spec; its alternatives are checked
+        # by tests/test_verdict_flips.py test_shipped_system_choices_are_legal)
+        validate(SystemSpec, {k: v for k, v in load_yaml(p).items() if k != registry.CHOICES_KEY}, str(p))
     for p in sorted((CONFIG_ROOT / "experiments").glob("*.yaml")):
         load_experiment(p)
     assert n > 30

@@ -254,6 +254,217 @@ def test_choice_alternatives_match_plain_runs():
     assert _row(_section(res2), "hardware.nvlink4.allreduce")["alternatives"] == ["custom"]
 
 
+# ---------------------------------------------------------------- system and controller choices
+
+
+def _only(exp: dict, keep: set = frozenset()) -> dict:
+    """SETS for ``exp`` with the 2-layer model and every ranges: / choices: block of its hardware and systems
+    emptied except the ``keep`` ones ("hardware.NAME.choices", "systems.NAME.choices"): exactly those checked."""
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.studies.sweep.spec import hardware_refs
+
+    tree = load_experiment(exp).tree
+    out = {"models.llama2-7b.num_layers": 2}
+    for s in tree.systems:
+        if "choices" in tree.systems[s] and f"systems.{s}.choices" not in keep:
+            out[f"systems.{s}.choices"] = {}
+        for h in hardware_refs(tree, s):
+            for k in ("ranges", "choices"):
+                if k in tree.hardware[h] and f"hardware.{h}.{k}" not in keep:
+                    out[f"hardware.{h}.{k}"] = {}
+    return out
+
+
+def _exp(systems: list, baseline: str) -> dict:
+    return {**EXP, "systems": systems, "baseline": baseline}
+
+
+# (compared system, baseline, the choices: block kept, its parameter, the shipped alternatives)
+SYSTEM_CHOICES = [
+    (
+        "cxl_pnm",
+        "dgx_a100",
+        "systems.cxl_pnm.choices",
+        "systems.cxl_pnm.mapper",
+        [{"policy": "gpu_only", "attention_on": "pnm"}, {"policy": "gpu_only"}],
+    ),
+    ("h100_x8_cxl_pnm_attn", "dgx_h100", "systems.h100_x8_cxl_pnm_attn.choices", None, [None]),
+    ("cxl_aim", "dgx_h100", "systems.cxl_aim.choices", "systems.cxl_aim.mapper.options.tp_vector_ops", ["replicated"]),
+    ("attacc_h100", "dgx_h100", "hardware.hbm3_5200_pim.choices", "hardware.hbm3_5200_pim.controller", None),
+]
+
+
+@pytest.mark.parametrize("system,baseline,keep,param,alts", SYSTEM_CHOICES, ids=[c[0] for c in SYSTEM_CHOICES])
+def test_system_and_controller_choices_match_plain_runs(system, baseline, keep, param, alts):
+    """Each system alternative (placement, mapper, tp_vector_ops) and DRAM controller rule set is one re-run of
+    that system alone: its ratio equals a plain run with the value set by --set; the shipped alternatives are the
+    ones the files list; the flip / 10 % rule holds on the plain values."""
+    from attnsim.hwmodels.dram.rules import CONTROLLERS, DEFAULT_CONTROLLER
+
+    param = param or f"systems.{system}.mapper.attention_on"
+    if alts is None:  # every rule set but the default (hbm3_5200_pim keeps ramulator2: hwmodels/dram/rules.py)
+        alts = [c for c in CONTROLLERS if c != DEFAULT_CONTROLLER]
+    exp = _exp([baseline, system], baseline)
+    sets = _only(exp, {keep})
+    res = attnsim.run(exp, sets, flips=True)
+    sec = _section(res, system)
+    assert sec["parameters_checked"] == 1 and sec["baseline"] == baseline
+    row = _row(sec, param)
+    assert row["choice"] and row["alternatives"] == alts and row["source"]
+    r0 = sec["ratio_base"]
+    for alt, r in zip(alts, row["ratio_alternatives"]):
+        plain = attnsim.run(exp, {**sets, param: alt})
+        want = next(d for d in plain if d["system"] == system)["vs_baseline"]["throughput_ratio"]
+        assert r == pytest.approx(want, rel=1e-12), alt
+    assert row["flips"] == any((e - 1) * (r0 - 1) < 0 for e in row["ratio_alternatives"])
+    assert row["moves_over_10pct"] == any(abs(e / r0 - 1) > 0.10 for e in row["ratio_alternatives"])
+
+
+def test_placement_flip_case(tmp_path, capsys):
+    """A case built to flip: cxl_pnm against 8 x A100 with its PNM accelerators cut to 0.25 TFLOPS (file 16; its
+    range 4-32): the whole decode on the PNMs is compute-bound and loses (ratio ~0.37 at the time of writing), while
+    attention alone on the PNMs with the GEMMs on the H100s, or everything on the H100s, wins (~1.47x, ~1.40x):
+    the placement reverses the verdict, and the verdict line says so."""
+    exp = _exp(["dgx_a100", "cxl_pnm"], "dgx_a100")
+    sets = {**_only(exp, {"systems.cxl_pnm.choices"}), "hardware.cxl_pnm_lpddr5x.pu.tflops": 0.25}
+    res = attnsim.run(exp, sets, flips=True)
+    sec = _section(res, "cxl_pnm")
+    row = _row(sec, "systems.cxl_pnm.mapper")
+    assert sec["ratio_base"] < 1 and all(r > 1 for r in row["ratio_alternatives"]) and row["flips"]
+    for alt, r in zip(row["alternatives"], row["ratio_alternatives"]):
+        plain = attnsim.run(exp, {**sets, "systems.cxl_pnm.mapper": alt})
+        assert r == pytest.approx(plain[1]["vs_baseline"]["throughput_ratio"], rel=1e-12)
+    from attnsim.core.report import verdict_line
+
+    line = verdict_line(next(d for d in res if d["system"] == "cxl_pnm"))
+    assert "; flips with systems.cxl_pnm.mapper = {policy: gpu_only, attention_on: pnm} (" in line, line
+    assert ", {policy: gpu_only} (" in line, line
+    # the same through attnsim run: the override text is what --set takes
+    exp_file = tmp_path / "flip_placement.yaml"
+    exp_file.write_text(yaml.safe_dump(exp))
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}")]
+    assert main(["run", str(exp_file), "--no-write"] + args) == 0
+    assert line in capsys.readouterr().out
+
+
+def _system_file(tmp_path, name: str, choices) -> str:
+    d = load_yaml(find_config("systems", name))
+    d["choices"] = choices
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    "system,choices,key,msg",
+    [
+        (
+            "h100_x8_cxl_pnm_attn",
+            {"mapper.attention_on": {"values": ["gpu"], "source": "x"}},
+            "choices.mapper.attention_on.values.0",
+            "expected a legal value of mapper.attention_on, got 'gpu' (expected a device that can run attention",
+        ),
+        (
+            "h100_x8_cxl_pnm_attn",
+            {"mapper.attention_on": {"values": [None, "pnm"], "source": "x"}},
+            "choices.mapper.attention_on.values.1",
+            "expected a value other than the file's own ('pnm'), got 'pnm'",
+        ),
+        (
+            "h100_x8_cxl_pnm_attn",
+            {"mapper.attention_on": {"values": ["nope"], "source": "x"}},
+            "choices.mapper.attention_on.values.0",
+            "expected a device role of the system (gpu, pnm), got 'nope'",
+        ),
+        (
+            "cxl_aim",
+            {"mapper.options.tp_vector_ops": {"values": ["all"], "source": "x"}},
+            "choices.mapper.options.tp_vector_ops.values.0",
+            "expected one of split, replicated, got 'all'",
+        ),
+        (
+            "cxl_aim",
+            {"mapper.options.nope": {"values": [1], "source": "x"}},
+            "choices.mapper.options.nope.values.0",
+            "unknown option(s) nope for policy cxl_pnm",
+        ),
+        (
+            "cxl_pnm",
+            {"mapper": {"values": [{"policy": "cxl_pnm", "attention_on": "pnm"}], "source": "x"}},
+            "choices.mapper.values.0",
+            "not used by policy cxl_pnm",
+        ),
+        ("cxl_pnm", {"bogus": {"values": [1], "source": "x"}}, "choices.bogus", "expected a key of a system ("),
+        (
+            "cxl_pnm",
+            {"mapper.policy": {"values": ["gpu_only"]}},
+            "choices.mapper.policy.source",
+            "missing required key",
+        ),
+    ],
+)
+def test_bad_system_choices_refused_at_load(tmp_path, system, choices, key, msg):
+    from attnsim.sim.experiment import load_experiment
+
+    f = _system_file(tmp_path, system, choices)
+    with pytest.raises(ConfigError) as e:
+        load_experiment({**EXP, "systems": [f], "baseline": None})
+    s = str(e.value)
+    assert "\n" not in s and e.value.file.endswith(f"{system}.yaml") and e.value.key == key and msg in s, s
+
+
+def test_bad_system_choice_refused_by_attnsim_run(tmp_path, capsys):
+    """One line naming the file and choices.KEY.values.N, exit 2, nothing written."""
+    f = _system_file(tmp_path, "cxl_aim", {"mapper.options.tp_vector_ops": {"values": ["all"], "source": "x"}})
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({**EXP, "systems": [f], "baseline": None}))
+    assert main(["run", str(exp), "--out", str(tmp_path / "res")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("error: ")
+        and "\n" not in err
+        and "cxl_aim.yaml: choices.mapper.options.tp_vector_ops.values.0" in err
+    )
+    assert not (tmp_path / "res").exists()
+    # a choices: block given by --set is checked the same way (when the verdict flips are computed)
+    sets = ["--set", "systems.cxl_aim.choices={mapper.options.tp_vector_ops: {values: [all], source: x}}"]
+    sets += [a for s in _cli_sets()[:1] for a in ("--set", s)]  # the 2-layer model
+    exp.write_text(yaml.safe_dump({**EXP, "systems": ["dgx_h100", "cxl_aim"], "baseline": "dgx_h100"}))
+    assert main(["run", str(exp), "--out", str(tmp_path / "res")] + sets) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(
+        "error: systems/cxl_aim.yaml: choices.mapper.options.tp_vector_ops.values.0"
+    )
+    assert not (tmp_path / "res").exists()
+
+
+def test_bad_controller_choice_refused():
+    with pytest.raises(ConfigError) as e:
+        registry.split_choices(
+            {
+                **load_yaml(find_config("hardware", "hbm3_5200_pim")),
+                "choices": {"controller": {"values": ["ideal", "attnsim"], "source": "x"}},
+            },
+            "x.yaml",
+        )
+    # "attnsim" is the old name of "ideal" (rules.py RENAMED): refused with the new one
+    assert e.value.key == "choices.controller.values.1" and "expected a legal value of controller" in str(e.value)
+
+
+def test_shipped_system_choices_are_legal():
+    """Every built-in system with a choices: block loads (its alternatives legal, other than its own)."""
+    from pathlib import Path
+
+    from attnsim.sim.experiment import load_experiment
+
+    n = 0
+    for f in sorted(Path(find_config("systems", "cxl_pnm")).parent.glob("*.yaml")):
+        if "choices" in load_yaml(f):
+            tree = load_experiment({**EXP, "systems": [f.stem], "baseline": None, "models": ["llama2-70b"]}).tree
+            n += len(verdict.system_choice_params(tree, [f.stem]))
+    assert n >= 3  # cxl_pnm (mapper), h100_x8_cxl_pnm_attn (attention_on), cxl_aim (tp_vector_ops)
+
+
 # ---------------------------------------------------------------- a case built to flip
 
 
@@ -347,6 +558,7 @@ def test_default_experiment_prints_verdicts(capsys):
             continue
         hw = list(dict.fromkeys(hardware_refs(tree, r["system"]) + hardware_refs(tree, "dgx_h100")))
         want = [f"hardware.{p.name}" for p in verdict.assumed_params(tree, hw) + verdict.choice_params(tree, hw)]
+        want += [f"systems.{p.name}" for p in verdict.system_choice_params(tree, [r["system"], "dgx_h100"])]
         sec = r["verdict_flips"]
         assert [x["parameter"] for x in sec["parameters"]] == want and sec["parameters_checked"] == len(want) > 0
         assert sec["ratio_base"] == r["vs_baseline"]["throughput_ratio"]

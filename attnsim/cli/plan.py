@@ -63,8 +63,9 @@ def register(sub) -> None:
     r.add_argument(
         "--allow-uncalibrated",
         action="store_true",
-        help="with --max-ppl-increase: accept a model / context no calibration entry covers and label "
-        "the perplexity 'extrapolated from <calibration model>'",
+        help="with --max-ppl-increase: accept a model / context no calibration entry covers, or a plan whose "
+        "predicted perplexity rests more than 1 %% on a borrowed bit-error slope (every published entry borrows the "
+        "toy model's), and label the perplexity 'extrapolated from <calibration model>'",
     )
     perf = r.add_mutually_exclusive_group()
     perf.add_argument("--tpot-slo-s", type=positive_number, default=None, metavar="Y", help="max time per output token")
@@ -161,7 +162,10 @@ def _print(doc: dict, out) -> None:
         file=out,
     )
     ppl, cal = p.get("ppl_increase_predicted"), doc.get("calibration", {})
-    tag = f" ({cal['label']})" if "label" in cal else ""
+    tag = cal.get("label", "")
+    if cal.get("bit_errors_borrowed") and p.get("ppl_bit_error_share") is not None:
+        tag += f": {p['ppl_bit_error_share'] * 100:.3g} % of it (log scale) from bit errors"
+    tag = f" ({tag})" if tag else ""
     print(
         f"plan:    TPOT {p['tpot_s'] * 1e3:.3f} ms, {p['energy_per_token_j']:.4g} J/token, error "
         f"{p['rel_attention_error']:.4g} (quantization {p['eps_quant']:.3g}, bit errors {p['eps_bit']:.3g})"

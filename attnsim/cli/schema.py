@@ -31,6 +31,12 @@ ALLOW_PROPERTY = {
     "description": "dotted keys of this file whose values may leave their plausible ranges "
     "(docs/reference/ranges.md); noted in the run documents",
 }
+# a hardware or system file's choices: block (hwmodels/registry.py check_choices; attnsim.studies.verdict)
+CHOICES_PROPERTY = {
+    "type": "object",
+    "description": "other plausible values of categorical fields (verdict flips re-run each): "
+    "{field: {values, source}}",
+}
 
 
 def kinds() -> list[str]:
@@ -67,11 +73,7 @@ def _hardware_defs(names: list[str]) -> tuple[dict, dict]:
             "description": "evidence of values: {field: {tag, source}}, "
             f"tag one of {', '.join(EVIDENCE_TAGS)} (assumed needs a ranges entry)",
         }
-        d["properties"][CHOICES_KEY] = {
-            "type": "object",
-            "description": "other plausible values of categorical "
-            "fields (verdict flips re-run each): {field: {values, source}}",
-        }
+        d["properties"][CHOICES_KEY] = CHOICES_PROPERTY
         d["properties"][ALLOW_KEY] = ALLOW_PROPERTY
         out[k] = {"$ref": ref}
     return out, defs
@@ -120,6 +122,8 @@ def schema_doc(kind: str) -> dict:
         doc = {"$defs": defs, **(next(iter(refs.values())) if kind != "hardware" else {"oneOf": list(refs.values())})}
     if kind in ("experiment", "system", "model") and "properties" in doc:  # a file's top level (attnsim.core.config)
         doc["properties"][ALLOW_KEY] = ALLOW_PROPERTY
+    if kind == "system":  # attnsim.sim.experiment system_choices
+        doc["properties"]["choices"] = CHOICES_PROPERTY
     return {"$schema": DIALECT, **_finite(doc), "title": f"attnsim {kind} config"}
 
 

@@ -333,11 +333,24 @@ def _span(r: dict) -> str:
     """'hardware.x.key in [low, high] (ratio at low x-ratio at high x)' of a verdict_flips row; a categorical
     choice: 'hardware.x.key = alternative (ratio x), ...'."""
     if r.get("choice"):
-        alts = ", ".join(f"{a} ({fmt_num(q, 'x')})" for a, q in zip(r["alternatives"], r["ratio_alternatives"]))
+        alts = ", ".join(
+            f"{_choice_text(a)} ({fmt_num(q, 'x')})" for a, q in zip(r["alternatives"], r["ratio_alternatives"])
+        )
         return f"{r['parameter']} = {alts}"
     return (
         f"{r['parameter']} in [{r['low']:g}, {r['high']:g}] "
         f"({fmt_num(r['ratio_low'], 'x')}-{fmt_num(r['ratio_high'], 'x')})"
+    )
+
+
+def _choice_text(v) -> str:
+    """A choice's alternative as ``--set`` takes it (YAML flow: ``null``, ``{policy: gpu_only}``)."""
+    import yaml
+
+    return (
+        v
+        if isinstance(v, str)
+        else yaml.safe_dump(v, default_flow_style=True, sort_keys=False, width=1 << 16).removesuffix("...\n").strip()
     )
 
 
@@ -352,7 +365,7 @@ def verdict_line(doc: dict) -> str:
         f"(throughput ratio {fmt_num(s['ratio_base'], 'x')})"
     )
     if not n:
-        return head + "; no assumed parameter (ranges: or choices: entry) in its or the baseline's hardware"
+        return head + "; no assumed parameter (ranges: or choices: entry) in its or the baseline's hardware or system"
     flips = [r for r in rows if r["flips"]]
     moves = [r for r in rows if r["moves_over_10pct"] and not r["flips"]]
     robust = n - len(flips) - len(moves)

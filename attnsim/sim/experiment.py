@@ -221,6 +221,78 @@ def _dir_of(shown: str) -> Optional[Path]:
     return None
 
 
+def _system_spec(d: dict, tree: ConfigTree, sfile: str) -> SystemSpec:
+    """A system dict of the tree validated (its ``choices:`` block set aside): schema, hardware references,
+    mapper policy, options and attention placement."""
+    spec = validate(SystemSpec, {k: v for k, v in d.items() if k != registry.CHOICES_KEY}, file=sfile)
+    _check_system_refs(spec, tree, sfile)
+    validate_options(spec.mapper.policy, spec.mapper.options, file=sfile, attention_on=spec.mapper.attention_on)
+    return spec
+
+
+def _system_value(spec: SystemSpec, key: str):
+    """The value of a dotted key of a validated system (``mapper.options.<name>``: the policy's default when
+    the file does not set it; a key the file does not reach: None)."""
+    d = spec.model_dump(by_alias=True)
+    d["mapper"]["options"] = validate_options(spec.mapper.policy, spec.mapper.options)
+    for part in key.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def _check_system_build(spec: SystemSpec, tree: ConfigTree, sfile: str) -> None:
+    """The checks run_experiment makes once a system is built, for a system given as an alternative: the compute
+    pool's parallelism and the device behind ``mapper.attention_on``."""
+    from attnsim.hwmodels.system import build_system, check_parallelism
+    from attnsim.mapper.base import attention_roles, get_policy
+
+    system = build_system(spec, tree.hardware, tree.file_of)
+    role = next((r for r, p in system.pools.items() if p.model.kind in ("gpu", "npu")), None)
+    if role is not None and not getattr(get_policy(spec.mapper.policy), "own_compute_pool_check", False):
+        check_parallelism(spec, role, sfile)
+    if spec.mapper.attention_on is not None:
+        attention_roles(system, spec.mapper.policy, spec.mapper.attention_on, file=sfile)
+
+
+def system_choices(tree: ConfigTree, name: str, own_differs: bool = True) -> dict:
+    """{dotted key: (value in use, ChoiceSpec)} of a system file's ``choices:`` block: settings of the system
+    (attention placement ``mapper.attention_on``, the whole ``mapper``, a policy option ``mapper.options.<name>``)
+    whose other plausible values the verdict-flip check re-runs, as a hardware file's (registry.check_choices,
+    the same check): each alternative must make a legal system (schema, references, mapper, the built system's
+    checks) and, on load (``own_differs``, the file as read), differ from the system's own value."""
+    d = tree.systems[name]
+    if not isinstance(d, dict) or registry.CHOICES_KEY not in d:
+        return {}
+    sfile = tree.file_of("systems", name)
+    spec = _system_spec(d, tree, sfile)
+    rest = {k: v for k, v in d.items() if k != registry.CHOICES_KEY}
+    keys = registry.field_keys(SystemSpec)
+    opts = validate_options(spec.mapper.policy, spec.mapper.options)
+
+    def known(key: str) -> bool:
+        return key in keys or (key.startswith("mapper.options.") and key.count(".") == 2)
+
+    def legal(key: str, v) -> None:
+        from attnsim.core.config import set_dotted
+
+        trial = copy.deepcopy(rest)
+        set_dotted(trial, key.split("."), v, create=True)
+        _check_system_build(_system_spec(trial, tree, sfile), tree, sfile)
+
+    out = registry.check_choices(
+        d[registry.CHOICES_KEY],
+        sfile,
+        known,
+        f"a key of a system ({', '.join(keys)}, mapper.options.<name>: {', '.join(opts) or 'none'})",
+        lambda key: _system_value(spec, key),
+        legal,
+        own_differs,
+    )
+    return {k: (_system_value(spec, k), c) for k, c in out.items()}
+
+
 def _check_system_refs(sspec: SystemSpec, tree: ConfigTree, file: str) -> None:
     """Every hardware a system names must be in the tree (a --set cannot load a new file) and of a
     kind its place takes: a device pool a device (not a link or a DRAM preset), a link a link."""
@@ -345,14 +417,7 @@ def validate_tree(tree: ConfigTree, source: Optional[Path] = None) -> Experiment
     for n, d in tree.scenarios.items():
         d = {"name": n, **d}
         scenarios[n] = validate(Scenario, d, file=exp_file, prefix=f"scenarios.{n}", allow=allow)
-    systems = {}
-    for n, d in tree.systems.items():
-        sfile = tree.file_of("systems", n)
-        systems[n] = validate(SystemSpec, d, file=sfile)
-        _check_system_refs(systems[n], tree, sfile)
-        validate_options(
-            systems[n].mapper.policy, systems[n].mapper.options, file=sfile, attention_on=systems[n].mapper.attention_on
-        )
+    systems = {n: _system_spec(d, tree, tree.file_of("systems", n)) for n, d in tree.systems.items()}
     _check_scenarios(spec, models, scenarios, tree, exp_file)
     for n, d in tree.hardware.items():
         f = tree.file_of("hardware", n)
@@ -387,6 +452,8 @@ def load_tree_with_sets(
     tree, src = load_tree(path, sets)
     if extend is not None:
         extend(tree, src)
+    for n in tree.systems:  # a system file's choices: legal values other than its own (the file as read)
+        system_choices(tree, n)
     tree.apply_sets([s for s in sets or () if not is_experiment_set(s)])
     return tree, src
 

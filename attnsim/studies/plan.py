@@ -350,10 +350,12 @@ def make_plan(
         from attnsim.hwmodels.reliability.perplexity import ppl_increase
 
         ppl = ppl_increase(c["eps_quant"], c["eps_bit"], calibration["fit"])
+    share = bit_error_share(c, calibration)
     chosen = {
         **c,
         "objective": obj,
         "ppl_increase_predicted": ppl,
+        "ppl_bit_error_share": share,
         "table": table(st, plan.options),
         "options": [dataclasses.asdict(o) for o in plan.options],
         "protection": protection(pl, st.blocks, plan.choice),
@@ -401,6 +403,7 @@ def make_plan(
     if calibration is not None:
         doc["calibration"] = {k: v for k, v in calibration.items() if k not in ("points", "mean_points")}
         doc["accuracy_sources"]["ppl_increase_predicted"] = _ppl_source(calibration)
+    _refuse_borrowed_bit_slope(share, calibration)
     if not plan.feasible:
         lo = planner_for(st, formats, 0.0, obj, w).plan(st.blocks)
         lc = costs(st, pl, lo.choice)
@@ -427,6 +430,40 @@ def make_plan(
                 s["flag"], f"the best plan within the accuracy SLO gives {s['value']:.4g} > {s['limit']:g}", doc
             )
     return doc
+
+
+BIT_SHARE_MAX = 0.01
+"""Largest share of a plan's predicted log-perplexity increase (s_bit e_bit over s_quant e_quant + s_bit e_bit) that
+may rest on a borrowed bit-error slope (an entry with ``bit_errors: {from: ...}``: every published entry borrows the
+toy model's, no published KV bit-error -> perplexity measurement of a real LLM was found, cxl_reliability.md §4.1).
+Assumed: at 1 % a true slope 10x the borrowed one moves the predicted log-perplexity by at most 9 %; above it the
+figure is the toy model's as much as the calibrated model's and is refused unless --allow-uncalibrated."""
+
+
+def bit_error_share(c: dict, calibration: dict | None) -> float | None:
+    """Share of the predicted log-perplexity increase of costs ``c`` due to bit errors (None without a
+    calibration or with no predicted increase)."""
+    if calibration is None:
+        return None
+    f = calibration["fit"]
+    lq, lb = f["s_quant"] * c["eps_quant"], f["s_bit"] * c["eps_bit"]
+    return lb / (lq + lb) if lq + lb > 0 else None
+
+
+def _refuse_borrowed_bit_slope(share: float | None, calibration: dict | None) -> None:
+    """ConfigError (at --max-ppl-increase) when more than BIT_SHARE_MAX of the plan's predicted perplexity rests on
+    a borrowed bit-error slope and extrapolation was not allowed; names the calibration that would be needed."""
+    if share is None or not calibration.get("bit_errors_borrowed") or share <= BIT_SHARE_MAX:
+        return
+    if calibration.get("allow_uncalibrated"):
+        return
+    raise ConfigError(
+        f"expected a plan whose predicted perplexity rests on {calibration['plan_model']}'s calibration, got "
+        f"{share:.1%} of it from bit errors at a borrowed slope ({calibration['bit_error_source']}; more than "
+        f"{BIT_SHARE_MAX:.0%}): needs a KV bit-error -> perplexity measurement of {calibration['model']} (a "
+        f"bit_errors: entry in {calibration['file']}); --allow-uncalibrated prints it labelled",
+        file="--max-ppl-increase",
+    )
 
 
 def _ppl_source(cal: dict) -> str:

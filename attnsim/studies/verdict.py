@@ -14,8 +14,11 @@ system using it.
 
 Categorical settings that decide verdicts (a DRAM spec's controller rules, a PIM device's KV mapping, a link's
 all-reduce algorithm) have no range: a hardware file's ``choices:`` block lists their other plausible values
-with a source (hwmodels/registry.py ``split_choices``), and each alternative is one more re-run. A choice's row
-names its alternatives; its ``low`` / ``high`` are the alternatives giving the lowest / highest ratio.
+with a source (hwmodels/registry.py ``split_choices``), and each alternative is one more re-run. A system file's
+``choices:`` block does the same for system settings (the attention placement ``mapper.attention_on``, the whole
+``mapper``, a policy option such as ``mapper.options.tp_vector_ops``; attnsim.sim.experiment ``system_choices``,
+the same check): re-run with ``--set systems.<name>.<key>=<value>`` on that system only. A choice's row names its
+alternatives; its ``low`` / ``high`` are the alternatives giving the lowest / highest ratio.
 
 The headline ratio is the one the run table's ``vs base thr`` column shows: ``vs_baseline.throughput_ratio``
 (tokens per second, prefill and decode, over the baseline's).
@@ -58,20 +61,36 @@ def assumed_params(tree, hardware: list[str]) -> list:
 
 @dataclass(frozen=True)
 class Choice:
-    """One categorical setting of a hardware file with its other plausible values (a ``choices:`` entry)."""
+    """One categorical setting of a hardware (or system) file with its other plausible values (a ``choices:``
+    entry); ``hardware`` names the file's config (a system's name when ``section`` is "systems")."""
 
     hardware: str
     key: str
     base: object
     values: tuple
     source: str
+    section: str = "hardware"
 
     @property
     def name(self) -> str:
         return f"{self.hardware}.{self.key}"
 
     def override(self, v) -> str:
-        return f"hardware.{self.hardware}.{self.key}={json.dumps(v)}"
+        return f"{self.section}.{self.hardware}.{self.key}={json.dumps(v)}"
+
+
+def system_choice_params(tree, systems: list[str]) -> list[Choice]:
+    """The ``choices:`` entries of the named systems of a config tree (values as the tree holds them, ``--set``
+    applied; an alternative equal to the value in use is left out)."""
+    from attnsim.sim.experiment import system_choices
+
+    out = []
+    for name in dict.fromkeys(systems):
+        for key, (own, c) in system_choices(tree, name, own_differs=False).items():
+            alts = tuple(v for v in c.values if v != own and str(v) != str(own))
+            if alts:
+                out.append(Choice(name, key, own, alts, c.source, "systems"))
+    return out
 
 
 def choice_params(tree, hardware: list[str]) -> list[Choice]:
@@ -149,7 +168,11 @@ def pair_flips(runs: Runs, point: tuple, base: tuple, params: list, point_hw: se
     rows = []
     for p in params:
         if isinstance(p, Choice):
-            rows.append(_choice_row(p, r0, ratio, runs, point, base, point_hw, base_hw))
+            if p.section == "systems":  # a system's setting: re-run that system only
+                point_uses, base_uses = {next(iter(point[1].systems))}, {next(iter(base[1].systems))}
+            else:
+                point_uses, base_uses = point_hw, base_hw
+            rows.append(_choice_row(p, r0, ratio, runs, point, base, point_uses, base_uses))
             continue
         row = {
             "parameter": f"hardware.{p.name}",
@@ -190,7 +213,7 @@ def _choice_row(p: Choice, r0, ratio, runs: Runs, point, base, point_hw, base_hw
     from attnsim.studies.sensitivity import flips
 
     row = {
-        "parameter": f"hardware.{p.name}",
+        "parameter": f"{p.section}.{p.name}",
         "value": p.base,
         "choice": True,
         "alternatives": list(p.values),
@@ -235,8 +258,10 @@ def add_flips(tree, docs: list[dict], baseline: str) -> dict:
         for s in (d["system"], baseline):
             refs.setdefault(s, hardware_refs(tree, s))
         hw = list(dict.fromkeys(refs[d["system"]] + refs[baseline]))
-        params = assumed_params(tree, hw) + choice_params(tree, hw)
-        checked |= {p.name for p in params}
+        params = (
+            assumed_params(tree, hw) + choice_params(tree, hw) + system_choice_params(tree, [d["system"], baseline])
+        )
+        checked |= {(getattr(p, "section", "hardware"), p.name) for p in params}
         point = ((d["system"], m, sc), _restrict(tree, d["system"], m, sc))
         base = ((baseline, m, sc), _restrict(tree, baseline, m, sc))
         d[SECTION] = pair_flips(runs, point, base, params, set(refs[d["system"]]), set(refs[baseline]))
@@ -268,4 +293,5 @@ def point_flips(doc: dict, point: tuple, partner: tuple) -> dict:
             merged.files[("hardware", h)] = partner[1].file_of("hardware", h)
     hw = list(dict.fromkeys(phw + bhw))
     params = assumed_params(merged, hw) + choice_params(merged, hw)
+    params += system_choice_params(point[1], [ps]) + system_choice_params(partner[1], [bs])
     return pair_flips(_SWEEP_RUNS, point, partner, params, set(phw), set(bhw))

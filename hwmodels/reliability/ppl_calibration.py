@@ -264,5 +264,7 @@ def resolve(
         "label": label,
         "coverage": coverage,
         "bit_error_source": bit_src,
+        "bit_errors_borrowed": "from" in bit,  # the bit-error slope is another entry's (no measurement of this model)
+        "allow_uncalibrated": allow_uncalibrated,
         "fit": fit,
     }
