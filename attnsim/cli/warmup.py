@@ -1,5 +1,5 @@
 """``attnsim warmup``: compile attnsim's Numba kernels into their cache now (e.g. right after ``pip install``,
-or once per cluster node image), so that no later command spends its first ~30-60 s compiling.
+or once per cluster node image), so that no later command spends its first ~15-30 s compiling.
 
 Where they are cached, and the ``attnsim: compiling Numba kernels ...`` line every command and the API print
 when they compile one: attnsim.core.jitcache.

@@ -50,8 +50,9 @@ from attnsim.core.fingerprint import digest_sources, folder_sources
 ENV = "ATTNSIM_CACHE_DIR"  # also attnsim.core.cache.ENV (the sub-result cache)
 PIN_ENV = "_ATTNSIM_KERNEL_DIR"  # internal: the folder a sweep's parent chose, for its worker processes
 LOG = logging.getLogger("attnsim.kernels")
-COLD_COMPILE_S = (30, 60)  # [M] measured: `attnsim run` (default experiment) took 40 s with an empty cache vs
-# 6-8 s warm, on 2 shared cores (Numba 0.68); the range allows for faster / busier machines
+COLD_COMPILE_S = (15, 30)  # [M] measured 2026-12-08 (docs/performance.md "First run"): `attnsim run` (default
+# experiment) took 24.5 s of CPU with an empty cache vs 2.6 s warm at a load of ~19 on 2 shared cores (Numba 0.68;
+# last round's code 39.3 s at the same load); the range allows for idle / busier machines
 _roots: list[str] = []
 
 

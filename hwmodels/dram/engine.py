@@ -349,7 +349,9 @@ def _refuse_unread_rules(spec, refresh: str) -> None:
 def walk(spec, cmds: np.ndarray, T: np.ndarray) -> tuple:
     """The command kernel over ``cmds`` (checked by the caller) from a fresh state: (BS, GS, RS, US, CS, ST)."""
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
-    c = cmds
+    # contiguous copies of the record fields: a field view is strided (Numba layout 'A') except for a stream of 0 or 1
+    # records (contiguous, layout 'C'), which compiled the whole kernel a second time (issue 30)
+    c = {f: np.ascontiguousarray(cmds[f]) for f in CMD_DTYPE.names}
     K.run_kernel(
         c["op"],
         c["flags"],

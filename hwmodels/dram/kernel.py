@@ -16,6 +16,11 @@ from numba import njit
 # call -- it cost ~40 % of the time), numpy error model (no zero-division branches; divisors are validated).
 hot = njit(cache=True, _nrt=False, error_model="numpy")
 inline = njit(cache=True, _nrt=False, error_model="numpy", inline="always")  # Numba-IR inlined (few call sites)
+# One compiled signature per kernel (issue 30: a first run compiled 36 variants of 24 functions, ~23 s of CPU, where
+# 24 do; measured with an empty cache on the default experiment's command streams, 25.5 -> 15.3 s): Numba compiles a
+# callee once per distinct argument types, and a constant argument is typed as its literal value (``Literal[int](0)``),
+# so mode constants passed to another kernel are written ``np.int64(0)`` (a plain int64), and flags are widened to
+# int64 at the call. tests/test_kernel_compile.py checks that a run leaves every kernel with one signature.
 
 NEG = -(1 << 40)  # "long ago"
 
@@ -260,7 +265,7 @@ def auto_refresh(r, T, BS, RS, CS, ST, ch):
         RS[r, R_PBNEXT] = (idx + 1) % ((T[T_G] * T[T_B]) // T[T_PBG])
         RS[r, R_DUE] = due + T[T_REFIPB]
     else:
-        tr = refresh_rank(r, due, -1, T, BS, CS, ST, ch)
+        tr = refresh_rank(r, due, np.int64(-1), T, BS, CS, ST, ch)
         RS[r, R_DUE] = due + T[T_REFI]
     return tr
 
@@ -942,14 +947,14 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
             if BS[k, B_ROW] != row:  # closed again by a refresh its rank met during the ACTs
                 continue
         r = k // NBr
-        t = earliest_col(k, 0, T, BS, GS, RS, US, CS)
+        t = earliest_col(k, np.int64(0), T, BS, GS, RS, US, CS)
         if arrival > t:
             t = arrival
         if t >= due_of(r, T, RS):
             auto_refresh(r, T, BS, RS, CS, ST, ch)
             continue
         fl = flags & F_AP if j + nb >= n else 0
-        prim_col(k, row, 0, 1, fl, arrival, T, BS, GS, RS, US, CS, ST)
+        prim_col(k, row, np.int64(0), np.int64(1), np.int64(fl), arrival, T, BS, GS, RS, US, CS, ST)
         if mcls[p] > 0:
             ST[ch, S_HIT] -= 1
             ST[ch, S_MISS + mcls[p] - 1] += 1
@@ -988,7 +993,7 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
                     for q in range(nb):
                         kq = banks[pos[q]]
                         tcur[q] += J * d
-                        commit_col(kq, 0, tcur[q], 1, T, BS, GS, RS, US, CS, ST)
+                        commit_col(kq, np.int64(0), tcur[q], np.int64(1), T, BS, GS, RS, US, CS, ST)
                         BS[kq, B_NACC] += J - 1
                     ST[ch, S_RD] += nb * (J - 1)
                     ST[ch, S_HIT] += nb * J
@@ -1060,12 +1065,9 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
             continue
         if o == ACT or o == PRE or o == RD or o == WR or o == MACSB or o == REFPB:
             k = (((ch * P + pch[i]) * R + rank[i]) * G + bg[i]) * B + bank[i]
-            if o == RD:
-                prim_col(k, np.int64(row[i]), 0, np.int64(rep[i]), flags[i], a, T, BS, GS, RS, US, CS, ST)
-            elif o == WR:
-                prim_col(k, np.int64(row[i]), 1, np.int64(rep[i]), flags[i], a, T, BS, GS, RS, US, CS, ST)
-            elif o == MACSB:
-                prim_col(k, np.int64(row[i]), 2, np.int64(rep[i]), flags[i], a, T, BS, GS, RS, US, CS, ST)
+            if o == RD or o == WR or o == MACSB:
+                w = np.int64(0) if o == RD else (np.int64(1) if o == WR else np.int64(2))  # one prim_col variant
+                prim_col(k, np.int64(row[i]), w, np.int64(rep[i]), np.int64(flags[i]), a, T, BS, GS, RS, US, CS, ST)
             elif o == ACT:
                 prim_act(k, np.int64(row[i]), a, T, BS, GS, RS, CS, ST)
             elif o == PRE:
@@ -1137,7 +1139,7 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
             )
         elif o == REF:
             for q in range(nr):
-                refresh_rank(ranks[q], a, -1, T, BS, CS, ST, ch)
+                refresh_rank(ranks[q], a, np.int64(-1), T, BS, CS, ST, ch)
         elif o == BUF:
             t = CS[ch, C_LAST]
             if a > t:
