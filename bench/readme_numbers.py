@@ -210,7 +210,53 @@ def first_study() -> str:
     return "```\n$ attnsim show results/first_study.h5\n" + text.rstrip("\n") + "\n```\n"
 
 
+def plan_tiering() -> str:
+    """What ``attnsim plan plan_tiering --accuracy-slo 0.01 --tpot-slo-s 0.05`` prints (simulated numbers only)."""
+    import contextlib
+    import io
+
+    from attnsim.cli import main as cli
+
+    argv = ["plan", "plan_tiering", "--accuracy-slo", "0.01", "--tpot-slo-s", "0.05"]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli(argv)
+    if rc != 0:
+        raise SystemExit(f"error: attnsim {' '.join(argv)}: exit status {rc}")
+    return "```\n$ attnsim " + " ".join(argv) + "\n" + buf.getvalue().rstrip("\n") + "\n```\n"
+
+
+def long_context() -> str:
+    """``attnsim run`` of the default systems on Llama-3-70B at 32k context, batch 4: the table and the "what
+    differs" lines with each compared system's verdict line (as :func:`default_run`)."""
+    from attnsim.core.report import differ_lines, summary_table
+    from attnsim.sim.experiment import load_experiment
+    from attnsim.sim.runner import run_experiment
+    from attnsim.studies.verdict import add_flips
+
+    exp = load_experiment("default", LONG_CONTEXT_SETS)
+    docs = run_experiment(exp)
+    add_flips(exp.tree, docs, exp.spec.baseline)
+    sets = " ".join(f"--set {s}" if "[" not in s else f"--set '{s}'" for s in LONG_CONTEXT_SETS)
+    return (
+        f"```\n$ attnsim run {sets}\n"
+        + summary_table(docs).rstrip("\n")
+        + "\n\n"
+        + "\n".join(differ_lines(docs))
+        + "\n```\n"
+    )
+
+
+LONG_CONTEXT_SETS = [
+    "experiment.models=[llama3-70b]",
+    "scenarios.chat.prompt_len=32768",
+    "scenarios.chat.beyond_max_position=allow",
+    "scenarios.chat.batch_size=4",
+]
+
 GENERATORS = {
+    "long-context": long_context,
+    "plan-tiering": plan_tiering,
     "default-run": default_run,
     "first-study": first_study,
     "serve-examples": serve_examples,

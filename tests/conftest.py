@@ -28,6 +28,7 @@ jitcache._LISTENER.said = True
 SLOW_FIRST = (
     "tests/test_readme_numbers.py::test_readme_block_is_current[serve-examples]",
     "tests/test_readme_numbers.py::test_readme_block_is_current[serve-slo-load]",
+    "tests/test_readme_numbers.py::test_readme_block_is_current[long-context]",
     "tests/test_reproductions.py::test_every_builtin_reproduction_runs[neupims]",
     "tests/test_sweep_store.py::test_sigkill_mid_sweep_then_resume_loses_and_duplicates_nothing",
     "tests/test_sweep_threads.py::test_dask_threads_processes_and_local_give_equal_stores",

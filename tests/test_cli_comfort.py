@@ -119,11 +119,13 @@ def test_list_covers_every_yaml_of_the_kind(capsys, kind):
 
 
 def test_list_recipes_and_reproductions(capsys):
+    from attnsim.core.plot_options import DOC_RECIPES
     from attnsim.plots import RECIPES
     from attnsim.studies import reproduce
 
+    # every recipe `attnsim plot` draws, the serve / plan ones too (README: `attnsim list recipes`; they were missing)
     assert main(["list", "recipes", "--json"]) == 0
-    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == list(RECIPES)
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == [*RECIPES, *DOC_RECIPES]
     assert main(["list", "reproductions", "--json"]) == 0
     assert [r["name"] for r in json.loads(capsys.readouterr().out)] == [p.name for p in reproduce.folders()]
 

@@ -91,6 +91,9 @@ def test_axis_names_of_rates_and_latency_percentiles():
     assert label_for("arrival_rate_per_s")[0] == "Arrival rate (1/s)"
     assert label_for("ttft_p99_s", [0.5]) == ("TTFT p99 (ms)", 1e3)
     assert label_for("batch_size_count")[0] == "Batch size"
+    # a stored ratio to the baseline says so, with its unit (it read "Decode throughput", "Throughput" before)
+    assert label_for("vs_baseline.decode_throughput_ratio")[0] == "Decode throughput vs baseline (\u00d7)"
+    assert label_for("vs_baseline.throughput_ratio")[0] == "Throughput vs baseline (\u00d7)"
 
 
 def test_one_column_name_with_its_unit():

@@ -271,6 +271,14 @@ def test_ratio_is_metric_over_baseline_and_uses_stored_columns(table):
     assert [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "1\u00d7 H100"][0].get_ydata().tolist() == [
         2.0
     ] * 2
+    # the stored ratio needs no baseline row: a --where on a swept key the baseline does not use drops its rows
+    # (docs/sweep-files.md); this was refused with "--baseline: expected a system of the selected rows"
+    fig = figure(st, "ratio", x="batch_size", y="vs_baseline.decode_throughput_ratio", where={"system": "h100_x1"})
+    assert [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "1\u00d7 H100"][0].get_ydata().tolist() == [
+        2.0
+    ] * 2
+    with pytest.raises(ConfigError, match="expected a system of the selected rows"):  # recomputed: needs it
+        figure(st, "ratio", x="batch_size", y="tpot_s", where={"system": "h100_x1"})
     with pytest.raises(ConfigError, match="needs --baseline SYSTEM"):
         figure(t, "ratio", x="batch_size")
 

@@ -151,6 +151,22 @@ def test_baseline_pairs_in_a_real_sweep(tmp_path):
     assert c["vs_baseline.status"][dgx].tolist() == ["ok", "ok"]  # main 878b7fc: one baseline_missing
     base = c["tokens_per_s"][c["system"] == "h100_x1"][0]
     assert np.allclose(c["vs_baseline.throughput_ratio"][dgx], c["tokens_per_s"][dgx] / base, rtol=0, atol=0)
+    # docs/sweep-files.md: the baseline's one row holds the key's first value, so a selection of the other
+    # system drops it; the stored ratios still draw (the ratio recipe refused: "--baseline: expected a system
+    # of the selected rows, got 'h100_x1'")
+    assert c["hardware.nvlink4.bandwidth_gbps"][c["system"] == "h100_x1"].tolist() == [450]
+    from attnsim.plots import figure
+    from attnsim.studies.sweep.table import load_table
+
+    fig = figure(
+        load_table(tmp_path / "s.h5"),
+        "ratio",
+        x="hardware.nvlink4.bandwidth_gbps",
+        y="vs_baseline.throughput_ratio",
+        where={"system": "dgx_h100"},
+    )
+    line = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "DGX H100"][0]
+    assert np.allclose(line.get_ydata(), c["vs_baseline.throughput_ratio"][dgx], rtol=0, atol=0)
 
 
 def test_a_figure_label_naming_nothing_is_refused_before_the_sweep(tmp_path, capsys):

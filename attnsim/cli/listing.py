@@ -50,9 +50,13 @@ def entries(kind: str) -> list[dict]:
     from attnsim.core.config import ConfigError, display_path, find_config, parse_yaml, read_text_file
 
     if kind == "recipes":
+        from attnsim.core.plot_options import DOC_RECIPE_SUMMARIES
         from attnsim.plots import RECIPES
 
-        return [{"name": n, "description": _short((f.__doc__ or "").strip()), "file": None} for n, f in RECIPES.items()]
+        table = [
+            {"name": n, "description": _short((f.__doc__ or "").strip()), "file": None} for n, f in RECIPES.items()
+        ]
+        return table + [{"name": n, "description": t, "file": None} for n, t in DOC_RECIPE_SUMMARIES.items()]
     if kind == "reproductions":
         from attnsim.studies import reproduce
 

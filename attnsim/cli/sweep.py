@@ -440,9 +440,10 @@ def plot_cmd(args) -> int:
     if args.list:
         for name, fn in RECIPES.items():
             print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
-        print(f"{'latency_cdf':22s} TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file")
-        print(f"{'latency_ccdf':22s} TTFT / TPOT / latency CCDFs (log y) with the SLO lines, `attnsim serve` results")
-        print(f"{'plan_front':22s} TPOT and J/token vs attention error: the front of an `attnsim plan -o PLAN.json`")
+        from attnsim.core.plot_options import DOC_RECIPE_SUMMARIES
+
+        for name, text in DOC_RECIPE_SUMMARIES.items():
+            print(f"{name:22s} {text}")
         return 0
     if not args.file:
         raise ConfigError("needs a results file or sweep store (or --list)", file="plot")

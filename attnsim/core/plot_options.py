@@ -33,7 +33,14 @@ RECIPE_OPTIONS = {
 COMMON = ("labels", "font")  # every recipe reads these
 TABLE_COMMON = ("where", "width", "title")  # and every recipe over a results table these
 SERVE_RECIPES = ("latency_cdf", "latency_ccdf")  # draw an `attnsim serve` results file, not a table
-DOC_RECIPES = SERVE_RECIPES + ("plan_front",)  # draw a file that is not a results table
+# the recipes that draw a file that is not a results table, with their line in `attnsim plot --list` and
+# `attnsim list recipes` (the table recipes' lines come from their docstrings)
+DOC_RECIPE_SUMMARIES = {
+    "latency_cdf": "TTFT / TPOT / latency CDFs per run of an `attnsim serve` results file",
+    "latency_ccdf": "TTFT / TPOT / latency CCDFs (log y) with the SLO lines, `attnsim serve` results",
+    "plan_front": "TPOT and J/token vs attention error: the front of an `attnsim plan -o PLAN.json`",
+}
+DOC_RECIPES = tuple(DOC_RECIPE_SUMMARIES)  # SERVE_RECIPES + plan_front
 
 
 def accepted(recipe: str) -> tuple:

@@ -309,6 +309,9 @@ def _name_unit(column: str) -> tuple[str, str | None]:
     import re
 
     short = column.split(".")[-1]
+    if column.startswith("vs_baseline."):  # a ratio to the baseline system's same point (attnsim.sim.results)
+        name = short.removesuffix("_ratio").replace("_", " ")
+        return f"{name[:1].upper()}{name[1:]} vs baseline", "\u00d7"
     if column.startswith(("scenario.", "scenarios.")) and short in ("batch_size", "prompt_len", "output_len"):
         return KNOWN[short]
     if column in KNOWN or short in KNOWN:
