@@ -12,7 +12,7 @@ arrays; gpu_calibration.md §1.1, pim_dram.md b.2):
   utilisation = MACs / (num_arrays * rows * cols * cycles) <= 1 by construction.
 * memory: every byte of the row (weights stream from HBM each step; activations/KV) at
   ``hbm_bandwidth * mem_eta``; ``t = overhead + max(compute, memory)``.
-* attention rows run as per-request tiles (``attention_tiles``): a request's K (and V) is its own stationary
+* attention rows run as per-request tiles (``attention_cycles``): a request's K (and V) is its own stationary
   operand, so no tile holds two requests' keys; per request r and KV head, score = (m x k) @ (k x L_r), context
   = (m x L_r) @ (L_r x k), m = query tokens x the query heads sharing that KV head (GQA group), L_r the tokens it
   reads (hwmodels/base.request_kv_tokens). Tiles of all requests and heads are spread over the arrays
