@@ -37,6 +37,23 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
+def request_kv_tokens(trace, i: int) -> np.ndarray:
+    """KV tokens each request of ``trace`` reads in attention row ``i``: its context (``trace.context_lens``),
+    capped at the row's sliding window; when a mapper split the row (its ``n`` differs from that sum, e.g. the
+    cold share of a tiered KV, or a hand-built row without per-request lengths) every length is scaled to the
+    row's ``n`` (rounded), so the lengths always sum to the row's tokens."""
+    c = trace.cols
+    lens = np.asarray(trace.context_lens, np.int64)
+    g = int(c["layer_group"][i])
+    if 0 <= g < len(trace.groups) and trace.groups[g].window:
+        lens = np.minimum(lens, trace.groups[g].window)
+    total = float(lens.sum())
+    n_row = float(c["n"][i])
+    if n_row > 0 and total > 0 and abs(n_row - total) > 0.5:
+        lens = np.maximum(np.rint(lens * (n_row / total)).astype(np.int64), 0)
+    return lens
+
+
 @dataclass
 class OpCost:
     """Time, energy and traffic of ops on one device (arrays over selected rows, per repeat)."""

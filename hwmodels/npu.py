@@ -12,8 +12,23 @@ arrays; gpu_calibration.md §1.1, pim_dram.md b.2):
   utilisation = MACs / (num_arrays * rows * cols * cycles) <= 1 by construction.
 * memory: every byte of the row (weights stream from HBM each step; activations/KV) at
   ``hbm_bandwidth * mem_eta``; ``t = overhead + max(compute, memory)``.
+* attention rows run as per-request tiles (``attention_cycles``): a request's K (and V) is its own stationary
+  operand, so no tile holds two requests' keys; per request r and KV head, score = (m x k) @ (k x L_r), context
+  = (m x L_r) @ (L_r x k), m = query tokens x the query heads sharing that KV head (GQA group), L_r the tokens it
+  reads (hwmodels/base.request_kv_tokens). Tiles of all requests and heads are spread over the arrays
+  (``attention_issue: parallel``) or run one at a time (``serial``: the arrays as one pipeline, each tile its
+  own fill + drain). A row without per-request lengths is one request of ``n`` tokens.
 * softmax / elementwise on the vector units (``vector_units x vector_width`` ops per cycle) or bytes-bound;
-  attention rows are batched matmuls (score: M=m, K=k, N=n; context: M=m, K=n, N=k); allreduce: 0 (links).
+  allreduce: 0 (links).
+
+Evidence for the attention tiles (casys-kaist/NeuPIMs npu-only 57617ee, the NPU-only baseline of NeuPIMs):
+src/operations/FusedMHA.cc initialize_tiles builds one tile per request, each head a GEMV of q against that
+request's K, a softmax on the vector units, then GEMVs over its V in 128-key chunks (systolic 128 x 128,
+SystolicWS.cc get_inst_compute_cycles: rows + cols - 1 + streamed rows per instruction). The artefact issues
+them one at a time on a single compute pipeline (SystolicWS.cc issue_ex_inst: start = previous finish), its 8
+arrays ganged within an instruction (MatMul.cc / FusedMHA.cc ``size / 8``): ``attention_issue: serial``, a
+named assumption of the NeuPIMs reproduction, not the default (an NPU with independent arrays, as the tile model
+gives every other op here, overlaps the tiles of different requests and heads).
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsim.core.config import ARRAY_SIDE, HARDWARE_COUNT, Plausible
 from attnsim.hwmodels import registry
-from attnsim.hwmodels.base import HBMEnergySpec, OpCost
+from attnsim.hwmodels.base import HBMEnergySpec, OpCost, request_kv_tokens
 from attnsim.hwmodels.base import ceil_div as _ceil_div
 
 
@@ -58,6 +73,11 @@ class NPUSpec(HBMEnergySpec):
     mac_pj: float = Field(ge=0, description="energy per MAC")
     vector_pj_per_op: float = Field(ge=0)
     sram_pj_per_byte: float = Field(ge=0)
+    attention_issue: Literal["parallel", "serial"] = Field(
+        "parallel",
+        description="attention tiles spread over the arrays (parallel) or run one at a time (serial: the "
+        "NeuPIMs artefact's single compute pipeline, FusedMHA.cc / SystolicWS.cc)",
+    )
 
 
 class NPUModel:
@@ -108,6 +128,38 @@ class NPUModel:
         cycles = _ceil_div(tiles, s.num_arrays) * per_tile
         return np.where((m > 0) & (n > 0) & (k > 0), cycles, 0)
 
+    def attention_cycles(self, trace, i: int) -> float:
+        """Systolic cycles of attention row ``i`` (attn_score / attn_context) as per-request tiles (module doc):
+        per request and KV head, weight-stationary tiles ceil(K / rows) x ceil(N / cols) of ``m + rows + cols``
+        cycles (output-stationary: ceil(m / rows) x ceil(N / cols) of ``K + rows + cols``), with K, N = head dim,
+        L_r (score) or L_r, head dim (context); parallel: ceil(tiles / arrays) x the tiles' mean cycles; serial:
+        their sum."""
+        s = self.spec
+        c = trace.cols
+        heads = int(c["batch"][i])
+        kvh = int(trace.meta.get("kv_heads_per_rank", heads)) or heads
+        kvh = min(max(kvh, 1), max(heads, 1))
+        m = int(c["m"][i]) * -(-heads // kvh)  # the query heads sharing one KV head stream through its tile
+        dim = int(c["k"][i])
+        lens = request_kv_tokens(trace, i)
+        lens = lens[lens > 0]
+        if m <= 0 or dim <= 0 or heads <= 0 or not len(lens):
+            return 0.0
+        kk, nn = (np.full_like(lens, dim), lens) if c["cls"][i] == "attn_score" else (lens, np.full_like(lens, dim))
+        r, cols = s.array_rows, s.array_cols
+        if s.dataflow == "weight_stationary":
+            tiles = _ceil_div(kk, r) * _ceil_div(nn, cols)
+            per_tile = np.full(len(lens), m + r + cols, dtype=np.float64)
+        else:
+            tiles = _ceil_div(m, r) * _ceil_div(nn, cols)
+            per_tile = (kk + r + cols).astype(np.float64)
+        tiles = tiles * kvh
+        work = float(np.sum(tiles * per_tile))
+        if s.attention_issue == "serial":
+            return work
+        n_tiles = int(tiles.sum())
+        return float(_ceil_div(n_tiles, s.num_arrays)) * work / n_tiles
+
     def utilisation(self, m, n, k, batch=1) -> np.ndarray:
         """Useful MACs / MAC slots over the compute cycles."""
         s = self.spec
@@ -132,8 +184,8 @@ class NPUModel:
         score = cls == "attn_score"
         ctx = cls == "attn_context"
         cycles[mm] = self.matmul_cycles(m[mm], n[mm], k[mm], batch[mm])
-        cycles[score] = self.matmul_cycles(m[score], n[score], k[score], batch[score])
-        cycles[ctx] = self.matmul_cycles(m[ctx], k[ctx], n[ctx], batch[ctx])
+        for j in np.flatnonzero(score | ctx):
+            cycles[j] = self.attention_cycles(trace, int(rows[j]))
         t_comp = cycles / self.clock_hz
         vec = (cls == "softmax") | (cls == "elementwise") | (cls == "embedding")
         t_comp[vec] = flops[vec] / self.peak_vector_ops

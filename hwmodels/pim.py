@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from attnsim.core.config import HARDWARE_COUNT, ConfigError, Plausible, Schema
-from attnsim.hwmodels.base import OpCost
+from attnsim.hwmodels.base import OpCost, request_kv_tokens
 from attnsim.hwmodels.compression import CompressionSpec, engine_energy_j
 from attnsim.hwmodels.pim_mapping import (
     ISA_PARTITIONS,
@@ -608,16 +608,8 @@ class PIMDevice:
         heads = int(c["batch"][i])
         kvh = int(trace.meta.get("kv_heads_per_rank", heads)) or heads
         k = int(c["k"][i])
-        lens = np.asarray(trace.context_lens, np.int64)
-        g = int(c["layer_group"][i])
-        if 0 <= g < len(trace.groups) and trace.groups[g].window:
-            lens = np.minimum(lens, trace.groups[g].window)
+        lens = request_kv_tokens(trace, i)
         total = float(lens.sum())
-        n_row = float(c["n"][i])
-        if n_row > 0 and total > 0 and abs(n_row - total) > 0.5:
-            # a mapper split this row (e.g. the cold share of a tiered KV): scale every request's length
-            lens = np.maximum(np.rint(lens * (n_row / total)).astype(np.int64), 0)
-            total = float(lens.sum())
         kv = float(c["kv_read_bytes"][i])
         if c["cls"][i] == "softmax" or kv <= 0:  # element size unused by softmax (results are acc_bytes)
             from attnsim.workloads.model import DTYPE_BYTES

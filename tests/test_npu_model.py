@@ -121,3 +121,58 @@ def test_bad_npu_config():
         registry.build(dict(data, dataflow="row_stationary"), file="n.yaml")
     with pytest.raises(ConfigError, match="n.yaml: num_arrays: expected a positive integer"):
         registry.build(dict(data, num_arrays=0), file="n.yaml")
+
+
+def small_npu(arrays=2, issue="parallel"):
+    """2 weight-stationary 4 x 4 arrays (a case small enough to count by hand)."""
+    spec = NPU.spec.model_copy(
+        update={"num_arrays": arrays, "array_rows": 4, "array_cols": 4, "attention_issue": issue}
+    )
+    return NPUModel(spec)
+
+
+def attn_trace(lens, heads=2, kv_heads=None, dim=4):
+    """Decode attention rows of ``len(lens)`` requests (one query token each) reading ``lens`` KV tokens."""
+    n = int(sum(lens))
+    rows = [
+        dict(op=op, cls=op, count=1, m=1, n=n, k=dim, batch=heads, flops=2.0 * heads * n * dim)
+        for op in ("attn_score", "attn_context")
+    ]
+    return OpTrace.from_rows(
+        rows,
+        phase="decode",
+        model="x",
+        tp=1,
+        query_tokens=np.ones(len(lens)),
+        context_lens=np.asarray(lens),
+        groups=[],
+        meta={"kv_heads_per_rank": kv_heads or heads},
+    )
+
+
+def test_attention_runs_per_request_tiles_hand_derived():
+    # Two requests of 5 and 9 KV tokens, 2 heads, head dim 4, on 2 arrays of 4 x 4 (weight-stationary).
+    # Score, per request and head: K^T (4 x L) stationary -> ceil(4/4) x ceil(L/4) tiles: 2 (L=5) + 3 (L=9) = 5;
+    # x 2 heads = 10 tiles of 1 + 4 + 4 = 9 cycles; over 2 arrays: ceil(10/2) = 5 rounds -> 45 cycles.
+    # Context, per request and head: V (L x 4) stationary -> ceil(L/4) x ceil(4/4): the same 10 tiles -> 45.
+    # (The batch as one matrix of 14 tokens would pack both requests' keys: 2 x ceil(14/4) = 8 tiles -> 36.)
+    npu = small_npu()
+    tr = attn_trace([5, 9])
+    assert npu.attention_cycles(tr, 0) == 45
+    assert npu.attention_cycles(tr, 1) == 45
+    c = npu.cost(tr, np.arange(2))
+    assert c.time_s[0] == pytest.approx(45e-9)  # 1 GHz; no KV bytes on these rows: compute-bound
+    # serial issue (the NeuPIMs artefact's single pipeline): the 10 tiles one after another: 10 x 9 = 90
+    assert small_npu(issue="serial").attention_cycles(tr, 0) == 90
+    # GQA: 4 query heads on 2 KV heads -> the 2 heads of a group stream through one K tile (m = 2):
+    # 2 KV heads x 5 tiles = 10 tiles of 2 + 8 = 10 cycles, 5 rounds -> 50 cycles
+    assert npu.attention_cycles(attn_trace([5, 9], heads=4, kv_heads=2), 0) == 50
+    # one request: the batched-matmul formula (matmul_cycles, batch = heads): 2 x ceil(14/4) = 8 tiles -> 36
+    one = attn_trace([14])
+    assert npu.attention_cycles(one, 0) == npu.matmul_cycles(1, 14, 4, 2)[0] == 36
+
+
+def test_attention_issue_refused_when_unknown():
+    data = yaml.safe_load((Path(__file__).parent.parent / "configs" / "hardware" / "neupims_npu.yaml").read_text())
+    with pytest.raises(ConfigError, match="n.yaml: attention_issue: expected one of"):
+        registry.build(dict(data, attention_issue="ganged"), file="n.yaml")

@@ -58,6 +58,7 @@ SYSTEMS = {
     "neupims": "NeuPIMs",
     "neupims_sb_off": "NeuPIMs (no sub-batch)",
     "neupims_naive": "NPU + PIM (naive)",
+    "neupims_npu_only": "NeuPIMs NPU only",
     "cxl_pnm": "CXL-PNM",
     "cxl_pnm_host": "CXL-PNM + host",
     "cxl_aim": "CXL-AiM",
