@@ -84,3 +84,26 @@ def test_gpt_j_parameter_count():
     assert param_count(m) == pytest.approx(hand, rel=1e-3)
     # EleutherAI's model card: 6,053,381,344 parameters
     assert param_count(m) == pytest.approx(6_053_381_344, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "bench,prompt_high,out_mean,out_low,out_high",
+    [
+        # llama2-70b: prompt <= 1,024 (processorca.py --seqlen_limit=1024; NVIDIA v4.1 builder.py max_input_len);
+        # outputs: v4.1 accuracy.txt gen_tok_len 7,134,577 / gen_num 24,576 = 290.3 tokens, 1 - 1,024
+        # (generation_config.json min_output_len / max_output_len)
+        ("llama2-70b", 1024, round(7_134_577 / 24_576, 1), 1, 1024),
+        # gpt-j: prompt <= 1,919 (dataset.py max_length; builder.py --max_input_len=1919); outputs: v4.1 Offline
+        # summary 19,739.8 tokens/s / 286.084 samples/s = 69.0, 30 - 128 (generation_config.json)
+        ("gptj", 1919, round(19_739.8 / 286.084, 1), 30, 128),
+        # mixtral-8x7b: prompt <= 2,048 (builder.py --max_input_len=2048); outputs: v4.1 accuracy.txt
+        # gen_tok_len 2,190,383 / gen_num 15,000 = 146.0, 1 - 1,024 (generation_config.json)
+        ("mixtral-8x7b", 2048, round(2_190_383 / 15_000, 1), 1, 1024),
+    ],
+)
+def test_length_statistics_are_the_sources(bench, prompt_high, out_mean, out_low, out_high):
+    b = mlperf.load().benchmarks[bench]
+    _, sv = load_serving_experiment(mlperf.CONFIG_ROOT / "validation" / b.experiment, [])
+    tr = sv.trace
+    assert tr.prompt.high == prompt_high
+    assert (tr.output.mean, tr.output.low, tr.output.high) == (out_mean, out_low, out_high)
