@@ -12,14 +12,14 @@ from attnsim.core.config import ConfigError, validate
 from attnsim.studies.serve.run import quick_pool
 from attnsim.studies.serve.scheduler import beam_tokens, simulate_pool
 from attnsim.workloads.scenario import Scenario
-from attnsim.workloads.trace import param_count
+from attnsim.workloads.trace import build_trace, kv_bytes_per_token_per_layer, param_count
 
 EXACT = {"memo": {"context_bucket": 1, "token_bucket": 1, "relative_bucket": 0}}
 P, O = 300, 6  # prompt and output tokens of the one request
 
 
-def _one(beams):
-    pool, _, _ = quick_pool(scenario={"beam_width": beams}, serving=EXACT)
+def _one(beams, reads="per_beam"):
+    pool, _, _ = quick_pool(scenario={"beam_width": beams, "beam_prompt_reads": reads}, serving=EXACT)
     return pool, simulate_pool(pool, np.zeros(1), np.array([P]), np.array([O]))
 
 
@@ -40,6 +40,27 @@ def test_a_beam_request_is_one_prefill_then_b_decodes_per_step():
         t += c.exact([P + j] * B, [1] * B).time_s
     assert r.finish_s[0] == pytest.approx(t, rel=1e-12)
     assert r.iterations == O  # one prefill + O - 1 decode steps: one output of O tokens
+
+
+def test_prompt_read_once_is_b_query_rows_over_the_shared_kv():
+    """beam_prompt_reads: once (XQA-style kernels): step j is B query rows over prompt + B x j tokens of KV."""
+    B = 4
+    pool, r = _one(B, "once")
+    c = pool.coster
+    t = c.exact([P], [P]).time_s
+    for j in range(1, O):
+        t += c.exact([int(beam_tokens(P + j, P, B))], [B], "decode").time_s
+    assert r.finish_s[0] == pytest.approx(t, rel=1e-12)
+    # KV bytes one decode step reads (all layers, one rank): the prompt once + each beam's j tokens, against
+    # every beam reading its whole context (per_beam); llama3-8b fp16 KV: 2 x 8 kv heads x 128 x 2 B x 32 layers
+    m, sc = pool.model, pool.sc
+    per_tok = kv_bytes_per_token_per_layer(m, sc.kv_dtype) * m.num_layers
+    assert per_tok == 2 * 8 * 128 * 2 * 32
+    j = 3
+    once = build_trace(m, sc, "decode", context_lens=[P + B * j], query_tokens=[B]).total("kv_read_bytes")
+    per_beam = build_trace(m, sc, "decode", context_lens=[P + j] * B, query_tokens=[1] * B).total("kv_read_bytes")
+    assert once == (P + B * j) * per_tok  # 312 tokens
+    assert per_beam == B * (P + j) * per_tok  # 1,212 tokens
 
 
 def test_beams_share_the_prompt_kv_and_grow_their_own():

@@ -99,6 +99,13 @@ class Scenario(Schema):
         description="beams per request: every decode step runs this many sequences per request, which share the "
         "prompt's KV and grow their own; one sequence is returned (attnsim serve only)",
     )
+    beam_prompt_reads: Literal["per_beam", "once"] = Field(
+        "per_beam",
+        description="how often a decode step reads the prompt's KV that the beams share: per_beam (every beam's "
+        "attention reads the whole context: TensorRT-LLM's masked MHA kernel, which runs MHA models) or once (the "
+        "beams' query rows share each K/V tile load: TensorRT-LLM's XQA kernel for MQA/GQA, cpp/kernels/xqa/mha.cu "
+        "nbValidRows = headGrpSize * beamWidth; shared-prefix kernels)",
+    )
 
     @model_validator(mode="after")
     def _beams(self):

@@ -32,9 +32,10 @@ of the request, each reading the shared prompt KV plus its own generated tokens'
 (TensorRT-LLM cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp: a request's context blocks are allocated
 ``shareAmongBeams``, its generation blocks one per beam). So a decoding request holds prompt + B x (context -
 prompt) tokens of KV, takes B tokens of the iteration's token budget and is costed as B decodes of its
-context; it counts once against ``max_batch`` (TensorRT-LLM's max_batch_size counts requests, each with its
-beams) and returns one sequence of ``output_tokens`` tokens. Refused with speculative decoding and with a KV
-policy other than ``none`` (attnsim.studies.serve.run).
+context (``beam_prompt_reads: per_beam``) or as B query rows over its KV, the shared prompt read once per step
+(``once``; costing.py); it counts once against ``max_batch`` (TensorRT-LLM's max_batch_size counts requests,
+each with its beams) and returns one sequence of ``output_tokens`` tokens. Refused with speculative decoding
+and with a KV policy other than ``none`` (attnsim.studies.serve.run).
 
 Modes: ``colocated`` (prefill + decode), ``prefill`` (a request leaves after its prefill: the
 prefill pool of a disaggregated system) and ``decode`` (requests arrive with their prompt KV
@@ -195,6 +196,7 @@ def simulate_pool(
         e_tok = expected_tokens(gamma, spec.acceptance_rate)
     credit = np.zeros(n)  # expected accepted tokens so far (speculative)
     beams = pool.sc.beam_width  # beam search: sequences per decoding request (module docstring)
+    reads_once = pool.sc.beam_prompt_reads == "once"
     per_dec = beams * (1 + gamma)  # tokens a decoding request puts through the iteration
     _check_servable(pool, prompt, output + gamma, reserve, mode, labels)
 
@@ -437,8 +439,12 @@ def simulate_pool(
             )
         else:
             ctx_sum = 0
-        # beam search: each decoding request is B sequences of the same context (B x the decode tokens and reads)
-        dt, e = coster.cost(beams * ctx_sum, beams * len(dec), [c for _, c in pre], [int(computed[r]) for r, _ in pre])
+        n_dec = len(dec)
+        if dec and beams > 1 and reads_once:  # B beam rows over prompt + B x generated (new tokens included)
+            ctx_sum = int(beam_tokens(computed[d] + 1, prompt[d], beams).sum())
+        elif beams > 1:  # B decodes, each reading its whole context
+            ctx_sum, n_dec = beams * ctx_sum, beams * n_dec
+        dt, e = coster.cost(ctx_sum, n_dec, [c for _, c in pre], [int(computed[r]) for r, _ in pre])
         dt += swap_s
         if log is not None:  # timeline_serve.LOG_FIELDS
             log.append(
