@@ -69,7 +69,7 @@ def test_beams_share_the_prompt_kv_and_grow_their_own():
     for B in (1, 4):
         _, r = _one(B)
         assert r.stats["peak_kv_blocks"] == math.ceil((P + B * (O - 1)) / 16)  # B=1: 306 -> 20; B=4: 320 -> 20
-    pool, r = quick_pool(scenario={"beam_width": 8}, serving=EXACT)[0], None
+    pool = quick_pool(scenario={"beam_width": 8}, serving=EXACT)[0]
     r = simulate_pool(pool, np.zeros(1), np.array([P]), np.array([40]))
     assert r.stats["peak_kv_blocks"] == math.ceil((P + 8 * 39) / 16)  # 612 tokens -> 39 blocks (vs 339 -> 22)
 
