@@ -94,6 +94,8 @@ def test_beam_decode_flops_by_hand():
 def test_beam_width_refused_where_not_modelled(capsys):
     with pytest.raises(ConfigError, match="beam_width"):
         validate(Scenario, {"beam_width": 0})
+    with pytest.raises(ConfigError, match="beam_prompt_reads"):  # one beam: nothing shared, no effect
+        validate(Scenario, {"beam_prompt_reads": "once"})
     with pytest.raises(ConfigError, match="speculative"):
         validate(Scenario, {"beam_width": 2, "speculative": {"draft_model": "llama3-8b"}})
     # attnsim run (a static batch) does not model beams: refused, not ignored

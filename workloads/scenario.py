@@ -111,6 +111,8 @@ class Scenario(Schema):
     def _beams(self):
         if self.beam_width > 1 and self.speculative is not None:
             raise ValueError("beam_width > 1 with speculative decoding is not modelled: set one of them")
+        if self.beam_width == 1 and self.beam_prompt_reads != "per_beam":  # no shared prompt to read: no effect
+            raise ValueError(f"expected beam_width > 1 with beam_prompt_reads {self.beam_prompt_reads!r}, got 1")
         return self
 
     @field_validator("context_lens")
