@@ -84,3 +84,60 @@ def test_gpt_j_parameter_count():
     assert param_count(m) == pytest.approx(hand, rel=1e-3)
     # EleutherAI's model card: 6,053,381,344 parameters
     assert param_count(m) == pytest.approx(6_053_381_344, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "bench,prompt_high,out_mean,out_low,out_high",
+    [
+        # llama2-70b: prompt <= 1,024 (processorca.py --seqlen_limit=1024; NVIDIA v4.1 builder.py max_input_len);
+        # outputs: v4.1 accuracy.txt gen_tok_len 7,134,577 / gen_num 24,576 = 290.3 tokens, 1 - 1,024
+        # (generation_config.json min_output_len / max_output_len)
+        ("llama2-70b", 1024, round(7_134_577 / 24_576, 1), 1, 1024),
+        # gpt-j: prompt <= 1,919 (dataset.py max_length; builder.py --max_input_len=1919); outputs: v4.1 Offline
+        # summary 19,739.8 tokens/s / 286.084 samples/s = 69.0, 30 - 128 (generation_config.json)
+        ("gptj", 1919, round(19_739.8 / 286.084, 1), 30, 128),
+        # mixtral-8x7b: prompt <= 2,048 (builder.py --max_input_len=2048); outputs: v4.1 accuracy.txt
+        # gen_tok_len 2,190,383 / gen_num 15,000 = 146.0, 1 - 1,024 (generation_config.json)
+        ("mixtral-8x7b", 2048, round(2_190_383 / 15_000, 1), 1, 1024),
+    ],
+)
+def test_length_statistics_are_the_sources(bench, prompt_high, out_mean, out_low, out_high):
+    b = mlperf.load().benchmarks[bench]
+    _, sv = load_serving_experiment(mlperf.CONFIG_ROOT / "validation" / b.experiment, [])
+    tr = sv.trace
+    assert tr.prompt.high == prompt_high
+    assert (tr.output.mean, tr.output.low, tr.output.high) == (out_mean, out_low, out_high)
+
+
+def test_server_row_is_a_bracket_between_the_target_and_the_offline_rate():
+    from attnsim.studies.validation_row import Row
+
+    # v4.1 llama2-70b: target 75.10 req/s passed, Offline 84.4792 samples/s (both summaries); tolerance 10 %
+    def row(x):
+        return Row("mlperf", "r", x, 75.10, 0.10, check="bracket", published_high=84.4792)
+
+    assert row(80.0).error == 0.0 and row(80.0).ok  # inside the interval: no error
+    assert row(89.9).error == pytest.approx(89.9 / 84.4792 - 1)  # +6.4 % above the Offline rate: within 10 %
+    assert row(89.9).ok and not row(93.0).ok  # 93 / 84.4792 = +10.1 %
+    assert row(70.0).error == pytest.approx(70.0 / 75.10 - 1) and row(70.0).ok  # -6.8 % below the target
+    assert not row(67.0).ok  # -10.8 %
+    # the data: every Server row carries its round's Offline samples/s, never below the Server rate
+    spec = mlperf.load()
+    for r in spec.rows:
+        assert (r.offline_samples_per_s is not None) == (r.scenario == "Server")
+        if r.scenario == "Server":
+            assert r.offline_samples_per_s >= r.reference
+
+
+def test_server_row_without_its_offline_rate_refused(tmp_path):
+    import yaml
+
+    from attnsim.core.config import ConfigError
+
+    data = yaml.safe_load(mlperf.DATA.read_text())
+    i = next(i for i, r in enumerate(data["rows"]) if r["scenario"] == "Server")
+    data["rows"][i]["offline_samples_per_s"] = data["rows"][i]["reference"] / 2  # below the rate that passed
+    f = tmp_path / "mlperf.yaml"
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=f"rows.{i}.offline_samples_per_s"):
+        mlperf.load(f)

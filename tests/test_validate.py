@@ -76,3 +76,12 @@ def test_row_semantics():
     assert not validate.Row("s", "r", 0.7, 1.0, 0.25).ok
     assert validate.Row("s", "r", 0.99, 1.0, 0.0, check="upper_bound").ok
     assert not validate.Row("s", "r", 1.01, 1.0, 0.0, check="upper_bound").ok
+
+
+def test_bracket_row_printed_with_its_interval(monkeypatch, capsys):
+    # an MLPerf-style Server row: the true value lies in [75.1, 84.48]; 89.9 is 89.9 / 84.48 - 1 = +6.4 % above it
+    rows = [validate.Row("fake", "server row", 89.9, 75.1, 0.1, check="bracket", published_high=84.48)]
+    monkeypatch.setattr(validate, "SETS", {"fake": lambda: rows})
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert "75.10-84.48" in out and "+6.4%" in out and "±10%" in out

@@ -17,6 +17,9 @@ Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]  # a positive token count wi
 
 # plausible ranges shared by this module's schemas (attnsim.core.config.plausible_range)
 _POSITIONS = Plausible(0, 1 << 24, "tokens (workloads.limits.MAX_TOKENS)")
+# beams per request: a bound against typos, not a mechanism (MLPerf gpt-j decodes with 4, NVIDIA v4.1
+# code/gptj/tensorrt/generation_config.json runtime_beam_width)
+MAX_BEAM_WIDTH = 64
 
 
 class LengthDistribution(Schema):
@@ -66,7 +69,11 @@ class Scenario(Schema):
     (``ModelSpec.max_positions``) unless ``beyond_max_position: allow``.
     """
 
-    plausible = {"batch_size": Plausible(1, 1 << 20, "requests (workloads.limits.MAX_BATCH)"), "*": _POSITIONS}
+    plausible = {
+        "batch_size": Plausible(1, 1 << 20, "requests (workloads.limits.MAX_BATCH)"),
+        "beam_width": Plausible(1, 64, "beams per request (TensorRT-LLM max_beam_width; MLPerf gpt-j decodes with 4)"),
+        "*": _POSITIONS,
+    }
 
     name: str = "scenario"
     batch_size: int = Field(1, gt=0, le=MAX_BATCH)
@@ -84,6 +91,29 @@ class Scenario(Schema):
     reliability: Optional[dict] = None  # overrides merged onto the experiment's reliability section
     # speculative decoding: draft model, draft tokens per target step, acceptance rate (workloads/speculative.py)
     speculative: Optional[SpeculativeSpec] = None
+    # beam search (attnsim serve; attnsim.studies.serve.scheduler): B sequences per request share the prompt's KV
+    beam_width: int = Field(
+        1,
+        ge=1,
+        le=MAX_BEAM_WIDTH,
+        description="beams per request: every decode step runs this many sequences per request, which share the "
+        "prompt's KV and grow their own; one sequence is returned (attnsim serve only)",
+    )
+    beam_prompt_reads: Literal["per_beam", "once"] = Field(
+        "per_beam",
+        description="how often a decode step reads the prompt's KV that the beams share: per_beam (every beam's "
+        "attention reads the whole context: TensorRT-LLM's masked MHA kernel, which runs MHA models) or once (the "
+        "beams' query rows share each K/V tile load: TensorRT-LLM's XQA kernel for MQA/GQA, cpp/kernels/xqa/mha.cu "
+        "nbValidRows = headGrpSize * beamWidth; shared-prefix kernels)",
+    )
+
+    @model_validator(mode="after")
+    def _beams(self):
+        if self.beam_width > 1 and self.speculative is not None:
+            raise ValueError("beam_width > 1 with speculative decoding is not modelled: set one of them")
+        if self.beam_width == 1 and self.beam_prompt_reads != "per_beam":  # no shared prompt to read: no effect
+            raise ValueError(f"expected beam_width > 1 with beam_prompt_reads {self.beam_prompt_reads!r}, got 1")
+        return self
 
     @field_validator("context_lens")
     @classmethod

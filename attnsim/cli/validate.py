@@ -89,10 +89,10 @@ def _print(rows, specs) -> None:
                 r.system,
                 r.name,
                 role,
-                fmt_num(r.published),
+                fmt_num(r.published) if r.check != "bracket" else f"{fmt_num(r.published)}-{fmt_num(r.published_high)}",
                 fmt_num(r.measured),
-                f"{r.error:+.1%}" if r.check == "relative" else "-",
-                f"±{r.tolerance:.0%}" if r.check == "relative" else f"<= {r.published:g}",
+                "-" if r.check == "upper_bound" else f"{r.error:+.1%}",
+                f"<= {r.published:g}" if r.check == "upper_bound" else f"±{r.tolerance:.0%}",
                 "ok" if r.ok else "FAIL",
             ]
             for r in part

@@ -46,6 +46,7 @@ def simulate_generation(
     KV capacity, and ``pj_per_byte`` of ECC decode energy on KV reads (component ``ecc``),
     per device role, weighted by where the policy places the KV.
     """
+    refuse_beams(scenario)
     if scenario.speculative is not None:  # draft + target model (attnsim/sim/speculative.py)
         if kv_storage:
             raise ConfigError(
@@ -219,9 +220,22 @@ def scenario_doc(sc) -> dict:
     return {k: v for k, v in d.items() if v is not None}
 
 
+def refuse_beams(scenario, file: str | None = None) -> None:
+    """A static batch does not model beam search (attnsim serve's scheduler does): beam_width > 1 is refused."""
+    if scenario.beam_width > 1:
+        raise ConfigError(
+            f"expected beam_width 1 in a static-batch run (beam search is modelled by attnsim serve), "
+            f"got {scenario.beam_width}",
+            file=file,
+            key=f"scenarios.{scenario.name}.beam_width",
+        )
+
+
 def run_experiment(exp, progress=None, timeline: list | None = None, trace_steps: int | None = None) -> list[dict]:
     """Simulate every (system, model, scenario) of a validated Experiment (``timeline``, ``trace_steps``:
     see simulate_generation)."""
+    for sc in exp.scenarios.values():
+        refuse_beams(sc, exp.tree.file_of("experiment"))
     systems = {}
     for sname, sspec in exp.systems.items():
         sfile = exp.tree.file_of("systems", sname)

@@ -117,6 +117,14 @@ def experiment_from_tree(tree, src=None):
                 file=exp_file,
                 key=f"serving.kv_pool.systems.{i}",
             )
+    for name, sc in exp.scenarios.items():  # beam search shares the prompt's KV: modelled on the dense cache only
+        if sc.beam_width > 1 and serving.kv.policy.kind != "none":
+            raise ConfigError(
+                f"expected beam_width 1 with kv policy {serving.kv.policy.kind!r} (beam search is modelled on the "
+                f"full KV cache, policy none), got {sc.beam_width}",
+                file=exp_file,
+                key=f"scenarios.{name}.beam_width",
+            )
     for ref, key in serving_hardware_refs(serving):
         want, hw = _REF_KINDS.get(key), tree.hardware.get(ref_name(ref))
         if want and isinstance(hw, dict) and hw.get("kind") != want:

@@ -26,6 +26,17 @@ Speculative decoding (a scenario's ``speculative:``): a decode verifies gamma + 
 token budget for all of them, costing in costing.py) and emits the expected accepted tokens E per
 iteration as whole tokens (its k-th decode emits floor(k E) - floor((k - 1) E): deterministic, mean E).
 
+Beam search (a scenario's ``beam_width`` B > 1; TensorRT-LLM and vLLM offer it, MLPerf gpt-j runs B = 4): a
+request's prompt is prefilled once and its KV is shared by the B beams; every decode step then runs B sequences
+of the request, each reading the shared prompt KV plus its own generated tokens' KV and writing one token
+(TensorRT-LLM cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp: a request's context blocks are allocated
+``shareAmongBeams``, its generation blocks one per beam). So a decoding request holds prompt + B x (context -
+prompt) tokens of KV, takes B tokens of the iteration's token budget and is costed as B decodes of its
+context (``beam_prompt_reads: per_beam``) or as B query rows over its KV, the shared prompt read once per step
+(``once``; costing.py); it counts once against ``max_batch`` (TensorRT-LLM's max_batch_size counts requests,
+each with its beams) and returns one sequence of ``output_tokens`` tokens. Refused with speculative decoding
+and with a KV policy other than ``none`` (attnsim.studies.serve.run).
+
 Modes: ``colocated`` (prefill + decode), ``prefill`` (a request leaves after its prefill: the
 prefill pool of a disaggregated system) and ``decode`` (requests arrive with their prompt KV
 computed elsewhere and one token emitted).
@@ -104,11 +115,22 @@ class Pool:
         }
 
 
+def beam_tokens(ctx, prompt, beams: int):
+    """KV tokens a request of ``beams`` beams holds at context ``ctx``: the prompt's once (shared by the beams),
+    each generated token once per beam (TensorRT-LLM kvCacheManager.cpp: context blocks ``shareAmongBeams``)."""
+    ctx = np.asarray(ctx, dtype=np.int64)
+    prompt = np.asarray(prompt, dtype=np.int64)
+    return ctx + (beams - 1) * np.maximum(ctx - prompt, 0)
+
+
 def _check_servable(pool: Pool, prompt, output, reserve, mode: str, labels) -> None:
     kvp = pool.kvpol
+    beams = pool.sc.beam_width
     need_tokens = kvp.max_retained(prompt, output) if mode != "prefill" else kvp.retained_tokens(prompt, prompt)
+    if mode != "prefill":
+        need_tokens = beam_tokens(need_tokens, prompt, beams)
     if reserve is not None:
-        need_tokens = np.maximum(need_tokens, prompt + reserve)
+        need_tokens = np.maximum(need_tokens, prompt + beams * reserve)
     need = -(-need_tokens // pool.block_tokens)
     bad = np.nonzero(need > pool.total_blocks)[0]
     if len(bad):
@@ -173,6 +195,9 @@ def simulate_pool(
 
         e_tok = expected_tokens(gamma, spec.acceptance_rate)
     credit = np.zeros(n)  # expected accepted tokens so far (speculative)
+    beams = pool.sc.beam_width  # beam search: sequences per decoding request (module docstring)
+    reads_once = pool.sc.beam_prompt_reads == "once"
+    per_dec = beams * (1 + gamma)  # tokens a decoding request puts through the iteration
     _check_servable(pool, prompt, output + gamma, reserve, mode, labels)
 
     kvp = pool.kvpol
@@ -221,8 +246,10 @@ def simulate_pool(
 
     def hold(i, ctx):
         h = int(ctx) if dense else int(kvp.retained_tokens(ctx, prompt[i]))
+        if beams > 1:  # the generated tokens' KV once per beam (the policy is "none": refused otherwise)
+            h = int(beam_tokens(h, prompt[i], beams))
         if reserve is not None:
-            h = max(h, int(prompt[i] + reserve[i]))
+            h = max(h, int(prompt[i] + beams * reserve[i]))
         return max(0, h - int(shared[i]))
 
     def release_all(i):
@@ -302,7 +329,7 @@ def simulate_pool(
                     blocks[r].extend(alloc.allocate(int(need)))
                     nblocks[r] += need
                 dec.append(r)
-                budget -= 1 + gamma
+                budget -= per_dec
             elif ready[r] > t:
                 pass  # pooled KV still in flight
             else:
@@ -331,7 +358,7 @@ def simulate_pool(
             res.energy_j[r] += e
             running.append(r)
             dec.append(r)
-            budget -= 1 + gamma
+            budget -= per_dec
         # ---- 3. admit waiting requests (FCFS, head-of-line blocking)
         while waiting and not swapped and len(running) < sched.max_batch and budget > 0:
             r = waiting[0]
@@ -344,7 +371,7 @@ def simulate_pool(
                 nblocks[r] = need
                 running.append(r)
                 dec.append(r)
-                budget -= 1 + gamma
+                budget -= per_dec
                 if math.isnan(res.admit_s[r]):
                     res.admit_s[r] = t
                 continue
@@ -412,7 +439,12 @@ def simulate_pool(
             )
         else:
             ctx_sum = 0
-        dt, e = coster.cost(ctx_sum, len(dec), [c for _, c in pre], [int(computed[r]) for r, _ in pre])
+        n_dec = len(dec)
+        if dec and beams > 1 and reads_once:  # B beam rows over prompt + B x generated (new tokens included)
+            ctx_sum = int(beam_tokens(computed[d] + 1, prompt[d], beams).sum())
+        elif beams > 1:  # B decodes, each reading its whole context
+            ctx_sum, n_dec = beams * ctx_sum, beams * n_dec
+        dt, e = coster.cost(ctx_sum, n_dec, [c for _, c in pre], [int(computed[r]) for r, _ in pre])
         dt += swap_s
         if log is not None:  # timeline_serve.LOG_FIELDS
             log.append(
@@ -422,7 +454,7 @@ def simulate_pool(
                     len(dec),
                     len(pre),
                     sum(c for _, c in pre),
-                    len(dec) * (1 + gamma),
+                    len(dec) * per_dec,
                     alloc.used,
                     len(running),
                     len(waiting),
@@ -435,6 +467,8 @@ def simulate_pool(
         if used_slots:
             ra = np.asarray(running)
             kept = computed[ra] if dense else kvp.retained_tokens(computed[ra], prompt[ra])
+            if beams > 1:
+                kept = beam_tokens(kept, prompt[ra], beams)
             live = int(np.maximum(kept - shared[ra], 0).sum()) if len(ra) else 0
             live += pcache.blocks_held * bt if pcache.enabled else 0
             frag_area += (1.0 - live / used_slots) * dt
@@ -443,12 +477,12 @@ def simulate_pool(
         res.busy_s += dt
         res.busy_energy_j += e
         max_batch_seen = max(max_batch_seen, len(dec) + len(pre))
-        ntok = len(dec) * (1 + gamma) + sum(c for _, c in pre)
+        ntok = len(dec) * per_dec + sum(c for _, c in pre)
         per_tok = e / ntok
         # ---- advance
         finished = []
         for r in dec:
-            res.energy_j[r] += per_tok * (1 + gamma)
+            res.energy_j[r] += per_tok * per_dec
             adv = 1
             if spec is not None:
                 adv = int(math.floor(credit[r] + e_tok + 1e-9) - math.floor(credit[r] + 1e-9))
