@@ -1,7 +1,7 @@
 """Benchmark: 10,000 requests at a steady Poisson load through continuous batching.
 
 Prints the CPU and wall time of the simulation (one core), simulated requests per second, memo
-statistics, the ratio to the last round's code, and checks that a second run with the same seed gives
+statistics, the ratios to main's and the last round's code, and checks that a second run with the same seed gives
 identical per-request results.
 
     python bench/bench_serve.py                       # attacc system, GPT-3 175B (AttAcc's model)
@@ -24,6 +24,10 @@ from attnsim.studies.serve.scheduler import simulate_pool
 # The last round's code (main at 878b7fc) on this workload (defaults below), CPU seconds of one run_once:
 # 69.25 s measured on the development box (2 cores shared by 9 sessions, wall 526 s); issue 29 quotes 44 s.
 LAST_ROUND_CPU_S = 69.25
+# main's code (2ec968f, before the serve-speed branch) on this workload, CPU seconds of one run_once: 66.69 s measured
+# 2026-12-07 on the same box (load average ~11, wall 267 s), digest 1067fe6ccce641b1 (the same results); main at
+# 006f1f5 measured 66.44 and 66.97 s back to back with this branch's 46.81 and 47.48 s (load ~13-18).
+MAIN_CPU_S = 66.69
 
 
 def run_once(args):
@@ -88,8 +92,9 @@ def main():
     default = all(getattr(args, k) == ap.get_default(k) for k in vars(args))
     if default:
         print(
-            f"  last round's code: {LAST_ROUND_CPU_S:.2f} s CPU -> {LAST_ROUND_CPU_S / cpu:.2f}x faster "
-            f"(target 10 s CPU: {'met' if cpu <= 10 else 'not met'})"
+            f"  main's code: {MAIN_CPU_S:.2f} s CPU -> {MAIN_CPU_S / cpu:.2f}x faster; last round's code: "
+            f"{LAST_ROUND_CPU_S:.2f} s CPU -> {LAST_ROUND_CPU_S / cpu:.2f}x (target 10 s CPU: "
+            f"{'met' if cpu <= 10 else 'not met'})"
         )
     print(
         f"  {args.requests / wall:.0f} requests/s simulated, {r.iterations} iterations, "

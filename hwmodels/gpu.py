@@ -233,6 +233,26 @@ class GPUModel:
         qo = np.maximum(c["act_bytes"][rows] - scores, 0.0)
         return (c["kv_read_bytes"][rows] + c["kv_write_bytes"][rows] + qo).astype(np.float64)
 
+    MAX_MATMUL_MEMO = 4096  # entries of the matmul-rows memo below (cleared when full; bounds memory)
+
+    def _matmul_rows(self, m, n, k, batch, nbytes, peak: float):
+        """(compute time, memory time, occupancy) of matmul rows, memoised on everything they read (the rows' shapes
+        and bytes, the peak, the spec): a serving run's iterations with the same token count share their GEMMs."""
+        key = (peak, *((a.dtype.str, a.tobytes()) for a in map(np.asarray, (m, n, k, batch, nbytes))))
+        memo = self.__dict__.setdefault("_matmul_memo", {})
+        hit = memo.get(key)
+        if hit is None or hit[0] is not self.spec:
+            hit = (
+                self.spec,
+                self.matmul_compute_time_s(m, n, k, batch, peak=peak),
+                self.memory_time_s(nbytes),
+                matmul_occupancy(self.spec, m, n, k, batch),
+            )
+            if len(memo) >= self.MAX_MATMUL_MEMO:
+                memo.clear()
+            memo[key] = hit
+        return hit[1], hit[2], hit[3]
+
     # ------------------------------------------------------------ DeviceModel.cost
     def cost(self, trace, rows: np.ndarray) -> OpCost:
         s = self.spec
@@ -257,9 +277,7 @@ class GPUModel:
 
         mm = cls == "matmul"
         if mm.any():
-            t_comp[mm] = self.matmul_compute_time_s(m[mm], n[mm], k[mm], batch[mm], peak=peak)
-            t_mem[mm] = self.memory_time_s(nbytes[mm])
-            occupancy[mm] = matmul_occupancy(s, m[mm], n[mm], k[mm], batch[mm])
+            t_comp[mm], t_mem[mm], occupancy[mm] = self._matmul_rows(m[mm], n[mm], k[mm], batch[mm], nbytes[mm], peak)
             if eager:
                 t_ovh[mm] += s.eager_matmul_overhead_us * 1e-6
 

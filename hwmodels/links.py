@@ -157,15 +157,38 @@ class LinkModel:
         n = np.asarray(n_ranks, dtype=np.float64)
         return self.transfer_energy_j(2.0 * np.maximum(n - 1.0, 0.0) * s)
 
+    MAX_COST_MEMO = 4096  # entries of the per-link cost memo below (cleared when full; bounds memory)
+
     def cost(self, trace, rows: np.ndarray) -> OpCost:
+        """Cost of the rows, memoised on everything it reads (the rows' classes and bytes, tp, the spec): a serving
+        run's iterations repeat the same collectives (the arrays returned are shared, so read only)."""
         rows = np.asarray(rows, dtype=np.int64)
         cls = trace.cols["cls"][rows]
         raw = trace.cols["comm_bytes"][rows].astype(np.float64)
-        comm = np.where(cls == "allreduce", raw, 0.0)
         n = int(getattr(trace, "tp", 1) or 1)
+        key = (id(self.spec), n, cls.dtype.str, cls.tobytes(), raw.tobytes())
+        memo = self.__dict__.setdefault("_cost_memo", {})
+        hit = memo.get(key)
+        if hit is None or hit[0] is not self.spec:
+            hit = (self.spec, self._cost(cls, raw, n))
+            for a in (
+                hit[1].time_s,
+                hit[1].bound,
+                hit[1].flops,
+                *hit[1].energy_j.values(),
+                *hit[1].bytes_by_level.values(),
+            ):
+                a.setflags(write=False)
+            if len(memo) >= self.MAX_COST_MEMO:
+                memo.clear()
+            memo[key] = hit
+        return hit[1]
+
+    def _cost(self, cls: np.ndarray, raw: np.ndarray, n: int) -> OpCost:
+        comm = np.where(cls == "allreduce", raw, 0.0)
         xfer = np.where(cls == "transfer", raw, 0.0)
         if self.uses_nccl:  # comm_bytes = 2(n-1)/n x the tensor (workloads/trace.py): back to the tensor
-            tensor = comm * n / (2.0 * (n - 1.0)) if n > 1 else np.zeros(len(rows))
+            tensor = comm * n / (2.0 * (n - 1.0)) if n > 1 else np.zeros(len(raw))
             time_s = np.where(comm > 0, self.collective("allreduce", tensor, n)[0], 0.0)
             # point-to-point transfers (pipeline stages): NCCL send/recv of comm_bytes per rank
             time_s = time_s + np.where(xfer > 0, self.collective("sendrecv", xfer, 2)[0], 0.0)
@@ -175,17 +198,17 @@ class LinkModel:
                     comm > 0, self.latency_steps(n) * self.latency_s, 0.0
                 )
             else:
-                time_s = np.zeros(len(rows))
+                time_s = np.zeros(len(raw))
             # point-to-point transfers (mapper-added rows): every rank moves comm_bytes over its own link
             time_s = time_s + np.where(xfer > 0, xfer / self.bandwidth_bytes_per_s + self.latency_s, 0.0)
-        total_bytes = comm * n if n > 1 else np.zeros(len(rows))
+        total_bytes = comm * n if n > 1 else np.zeros(len(raw))
         total_bytes = total_bytes + xfer * n
-        bound = np.full(len(rows), "link").astype(str)
+        bound = np.full(len(raw), "link").astype(str)
         return OpCost(
             time_s=time_s,
             energy_j={"link": self.transfer_energy_j(total_bytes)},
             bytes_by_level={"link": total_bytes},
-            flops=np.zeros(len(rows)),
+            flops=np.zeros(len(raw)),
             bound=bound,
         )
 

@@ -109,12 +109,10 @@ def assign_items(
     """
     if n_channels < 1 or channels_per_item < 1:
         raise ConfigError(f"expected positive channel counts, got {n_channels}, {channels_per_item}")
-    tokens = np.asarray(tokens, np.int64)
-    slices = []
-    for t in tokens:
-        q, r = divmod(int(t), channels_per_item)
-        slices += [q + 1] * r + [q] * (channels_per_item - r)
-    slices = sorted((s for s in slices if s > 0), reverse=True)
+    tokens = np.asarray(tokens, np.int64).reshape(-1)
+    q, r = np.divmod(tokens, channels_per_item)  # per item: r slices of q + 1 tokens, the others q
+    slices = np.concatenate([np.repeat(q + 1, r), np.repeat(q, channels_per_item - r)])
+    slices = np.sort(slices[slices > 0])[::-1].tolist()
     if not slices:
         return []
     if slices[0] == slices[-1]:  # uniform: closed form
@@ -672,6 +670,43 @@ def _cxl_program(slices, phase, dhead, elem_bytes, group) -> Program:
 
 _CHANNEL_MEMO: dict = {}
 MAX_CHANNEL_MEMO = 20_000  # entries (cleared when full; bounds memory: one entry ~ one channel's command arrays)
+_ITEM_MEMO: dict = {}  # one item's program and command records (rows counted from 0), by everything they depend on
+
+
+def _attacc_item(t: int, phase, org, part, pu, dhead, elem_bytes, group):
+    """(program, commands) of one item of ``t`` tokens alone on a bank-PU channel (rows from 0)."""
+    key = (t, phase, org, part, pu, dhead, elem_bytes, group)
+    hit = _ITEM_MEMO.get(key)
+    if hit is None:
+        p = _attacc_channel([t], phase, org, part, pu, dhead, elem_bytes, group)
+        hit = (p, attacc_commands(p, org, pu))
+        if len(_ITEM_MEMO) >= MAX_CHANNEL_MEMO:
+            _ITEM_MEMO.clear()
+        _ITEM_MEMO[key] = hit
+    return hit
+
+
+def _attacc_channel_fast(slices: tuple, phase, org, part, pu, dhead, elem_bytes, group):
+    """``_attacc_channel`` + ``attacc_commands`` of a channel, equal records: a channel runs its items one after
+    the other, so its program is the items' programs (:func:`_attacc_item`) concatenated, with the row of the k-th
+    ACTAB (and of the MACABs after it) = k mod rows (the running row counter). tests/test_lower_fast.py checks
+    equality with the record-by-record build."""
+    items = [_attacc_item(int(t), phase, org, part, pu, dhead, elem_bytes, group) for t in slices]
+    isa = items[0][0].isa
+    opcode = np.concatenate([p.opcode for p, _ in items])
+    fields = {k: np.concatenate([p.fields[k] for p, _ in items]) for k in isa.field_names}
+    act = opcode == isa.code("ACTAB")
+    n_act = int(act.sum())
+    if n_act:
+        fields["row"][act] = np.arange(n_act, dtype=np.int64) % org.rows
+    cmds = {k: np.concatenate([c[k] for _, c in items]) for k in CMD_FIELDS}
+    op = cmds["op"]
+    c_act = op == ENGINE_CODES["ACTAB"]
+    if n_act:
+        opened = np.cumsum(c_act) - 1  # the ACTAB each record follows
+        rowed = c_act | (op == ENGINE_CODES["MACAB"])
+        cmds["row"][rowed] = opened[rowed] % org.rows
+    return Program(isa, opcode, fields), cmds
 
 
 def _attacc_bank_channel(slices: tuple, phase, org, part, pu, dhead, elem_bytes, group):
@@ -681,8 +716,7 @@ def _attacc_bank_channel(slices: tuple, phase, org, part, pu, dhead, elem_bytes,
     key = (slices, phase, org, part, pu, dhead, elem_bytes, group)
     hit = _CHANNEL_MEMO.get(key)
     if hit is None:
-        p = _attacc_channel(list(slices), phase, org, part, pu, dhead, elem_bytes, group)
-        hit = (p, attacc_commands(p, org, pu))
+        hit = _attacc_channel_fast(slices, phase, org, part, pu, dhead, elem_bytes, group)
         if len(_CHANNEL_MEMO) >= MAX_CHANNEL_MEMO:
             _CHANNEL_MEMO.clear()
         _CHANNEL_MEMO[key] = hit

@@ -179,19 +179,45 @@ def insert_rows(trace, before: dict[int, list[dict]] | None = None, after: dict[
 
     Returns (new trace, index map old row -> new row, mask of the inserted rows).
     """
-    from attnsim.workloads.optrace import OpTrace
+    from attnsim.workloads.optrace import COLUMNS, DEFAULTS, INT_COLUMNS, OP_CLASSES, OpTrace
 
     before, after = before or {}, after or {}
-    out, old_to_new, added = [], [], []
-    for i, r in enumerate(trace.rows()):
-        for extra, is_self in ((before.get(i, []), False), ([r], True), (after.get(i, []), False)):
-            for row in extra:
-                if is_self:
-                    old_to_new.append(len(out))
-                out.append(row)
-                added.append(not is_self)
-    new = OpTrace.from_rows(
-        out,
+    extra, where = [], []  # the inserted rows and their positions in the new trace
+    old_to_new = np.empty(len(trace), np.int64)
+    pos = 0
+    for i in range(len(trace)):
+        for row in before.get(i, ()):
+            extra.append(row)
+            where.append(pos)
+            pos += 1
+        old_to_new[i] = pos
+        pos += 1
+        for row in after.get(i, ()):
+            extra.append(row)
+            where.append(pos)
+            pos += 1
+    added = np.zeros(pos, dtype=bool)
+    added[where] = True
+    # column by column, as OpTrace.from_rows converts the rows (the trace's own rows keep their values)
+    cols = {}
+    for c in COLUMNS:
+        new_vals = [r.get(c, DEFAULTS.get(c, 0)) for r in extra]
+        if c in ("op", "cls"):
+            col = np.empty(pos, dtype=object)
+            col[old_to_new] = np.asarray(trace.cols[c], dtype=object)
+            col[where] = new_vals
+            cols[c] = col.astype(str)
+        else:
+            dtype = np.int64 if c in INT_COLUMNS else np.float64
+            col = np.empty(pos, dtype=dtype)
+            col[old_to_new] = np.asarray(trace.cols[c]).astype(dtype)
+            col[where] = np.array(new_vals, dtype=dtype)
+            cols[c] = col
+    bad = set(cols["cls"]) - set(OP_CLASSES)
+    if bad:
+        raise ValueError(f"unknown op classes {sorted(bad)}")
+    new = OpTrace(
+        cols=cols,
         phase=trace.phase,
         model=trace.model,
         tp=trace.tp,
@@ -200,7 +226,7 @@ def insert_rows(trace, before: dict[int, list[dict]] | None = None, after: dict[
         groups=trace.groups,
         meta=dict(trace.meta),
     )
-    return new, np.array(old_to_new, dtype=np.int64), np.array(added, dtype=bool)
+    return new, old_to_new, added
 
 
 def transfer_row(op: str, like: dict, nbytes: float) -> dict:

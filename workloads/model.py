@@ -109,6 +109,9 @@ class RopeScalingSpec(Schema):
     original_max_position_embeddings: Optional[int] = Field(None, gt=0, le=MAX_TOKENS)
 
 
+_LAYER_KINDS: dict = {}  # id(model) -> (model, its layer kinds): ModelSpec.layer_kinds
+
+
 class ModelSpec(Schema):
     """One decoder-only transformer. Field names follow HF config.json where one exists.
 
@@ -206,6 +209,12 @@ class ModelSpec(Schema):
         return max(self.max_position_embeddings, int(rs.factor * base))
 
     def layer_kinds(self) -> list[str]:
-        """'global' or 'local' for each layer index."""
-        p = self.layer_pattern
-        return [p[i % len(p)] for i in range(self.num_layers)]
+        """'global' or 'local' for each layer index (a new list; memoised per model object: a frozen schema)."""
+        hit = _LAYER_KINDS.get(id(self))
+        if hit is None or hit[0] is not self:
+            p = self.layer_pattern
+            hit = (self, tuple(p[i % len(p)] for i in range(self.num_layers)))
+            if len(_LAYER_KINDS) >= 256:
+                _LAYER_KINDS.clear()
+            _LAYER_KINDS[id(self)] = hit
+        return list(hit[1])

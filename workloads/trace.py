@@ -282,13 +282,24 @@ def kv_cache_bytes(model: ModelSpec, scenario: Scenario, tokens, tp: int = 1) ->
 # ---------------------------------------------------------------- groups and attention counts
 
 
+_GROUP_COUNTS: dict = {}  # id(model) -> (model, {(attention, moe): layers}): layer_groups
+
+
 def layer_groups(model: ModelSpec) -> list[LayerGroup]:
-    """Distinct (attention type, MoE) combinations with their layer counts, in first-seen order."""
-    first_dense = 0 if model.moe is None else model.moe.first_dense_layers
-    counts: dict[tuple[str, bool], int] = {}
-    for i, kind in enumerate(model.layer_kinds()):
-        key = (kind, model.moe is not None and i >= first_dense)
-        counts[key] = counts.get(key, 0) + 1
+    """Distinct (attention type, MoE) combinations with their layer counts, in first-seen order (new objects;
+    the counts are memoised per model object, a frozen schema)."""
+    hit = _GROUP_COUNTS.get(id(model))
+    if hit is None or hit[0] is not model:
+        first_dense = 0 if model.moe is None else model.moe.first_dense_layers
+        counts: dict[tuple[str, bool], int] = {}
+        for i, kind in enumerate(model.layer_kinds()):
+            key = (kind, model.moe is not None and i >= first_dense)
+            counts[key] = counts.get(key, 0) + 1
+        hit = (model, counts)
+        if len(_GROUP_COUNTS) >= 256:
+            _GROUP_COUNTS.clear()
+        _GROUP_COUNTS[id(model)] = hit
+    counts = hit[1]
     return [
         LayerGroup(
             name=f"{kind}_{'moe' if moe else 'dense'}",

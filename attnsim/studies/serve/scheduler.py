@@ -481,6 +481,13 @@ def simulate_pool(
         per_tok = e / ntok
         # ---- advance
         finished = []
+        if spec is None and dec:  # one token each: the loop below as array operations (dec has no repeats)
+            d = np.asarray(dec)
+            res.energy_j[d] += per_tok * (1 + gamma)
+            computed[d] += 1
+            generated[d] += 1
+            finished = d[generated[d] >= output[d]].tolist()
+            dec = ()
         for r in dec:
             res.energy_j[r] += per_tok * per_dec
             adv = 1
