@@ -95,9 +95,10 @@ def encode(org, pc, ra, bg, ba, row, col):
     return addr * np.uint64(org.burst_bytes)
 
 
-def refield(org, addr, mapping: str):
+def refield(org, addr, mapping: str, to: str = MAPPING):
     """Byte addresses of one channel laid out by ``mapping`` (a device's own, e.g. RoRaBaCoBgPcCh) re-encoded in
-    the streams' field order, so every simulator sees the banks, rows and columns ``mapping`` gives them."""
+    the field order ``to`` (default the streams' MAPPING), so every simulator sees the banks, rows and columns
+    ``mapping`` gives them. refield(org, refield(org, a, m), MAPPING, m) == a."""
     from attnsim.hwmodels.dram.spec import parse_mapping  # (spec imports nothing of this)
 
     if org.channels != 1:
@@ -109,8 +110,10 @@ def refield(org, addr, mapping: str):
         a = a >> np.uint64(bits)
     if a.any():
         raise ValueError(f"refield: addresses beyond one channel of {mapping}")
-    z = np.zeros(a.shape, np.uint64)
-    return encode(org, *(f.get(x, z) for x in ("Pc", "Ra", "Bg", "Ba", "Ro", "Co")))
+    out = np.zeros(a.shape, np.uint64)
+    for name, bits in parse_mapping(to, org):
+        out = (out << np.uint64(bits)) | f.get(name, np.uint64(0))
+    return out * np.uint64(org.burst_bytes)
 
 
 def stream_digest(addr, is_write) -> str:
