@@ -412,7 +412,9 @@ def engine_cpu(python: str, npy: str, cfg: dict, runs: int) -> dict:
 
 
 def process_cpu(cmd: list[str], runs: int) -> float:
-    """Median CPU seconds (user + system) of ``runs`` runs of a whole process."""
+    """Median CPU seconds (user + system) of ``runs`` runs of a whole process, after one untimed run (a first
+    `attnsim dram` fills the kernel cache: the issue's targets are for the warm process)."""
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
     cpus = []
     for _ in range(runs):
         c0 = children_cpu_s()
