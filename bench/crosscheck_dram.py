@@ -7,6 +7,10 @@ Usage:
       [--golden-out DIR]   # write tests/data/dram_golden/<simulator>_<standard>.json from the reference runs
   python bench/crosscheck_dram.py --dramsim3 PATH_TO_DRAMSIM3_CHECKOUT [--dramsim3-cycles 100000]
       [--requests 30000] [--golden-out DIR]   # DRAMsim3's HBM2 / LPDDR4 configurations, --controller dramsim3
+  python bench/crosscheck_dram.py --realistic [--requests 1000000] [--ramulator2 PATH] [--dramsim3 PATH]
+      [--baseline PYTHON] [--golden-out DIR]   # issue 30's five realistic streams (REALISTIC below): cycles vs
+      # Ramulator 2.1 (HBM3) and CPU time vs Ramulator 2.1, DRAMsim3 (HBM2 .ini, dramsim3 preset) and the attnsim
+      # that PYTHON imports (the code before a change)
 
 attnsim always runs; Ramulator 2.1 runs when --ramulator2 points at a checkout whose Python bindings are built
 (python/ramulator/_ramulator*.so; Ramulator 2.1 is driven from Python). The harness writes a LoadStoreTrace
@@ -36,6 +40,7 @@ from attnsim.hwmodels.dram.controller import simulate_requests
 from attnsim.hwmodels.dram.streams import (
     DRAMSIM3_STANDARDS,
     MAPPING,
+    REALISTIC_STREAMS,
     STREAMS,
     dramsim3_spec,
     make_stream,
@@ -80,14 +85,17 @@ fe = R.frontend.LoadStoreTrace(clock_ratio=1, path=cfg["trace"])
 t0 = time.perf_counter()
 sim = R.Simulation(fe, mem)
 t1 = time.perf_counter()
+c1 = time.process_time()
 sim.run()
+c2 = time.process_time()
 t2 = time.perf_counter()
 sim.finalize()
 c = sim.stats["memory_system"]["controller"]
 timing = dram.resolve()[1]
 print("CROSSCHECK " + json.dumps({"ticks": int(c["cycles"]), "tick_multiplier": type(dram).tick_multiplier,
       "tck_ps": timing["tCK_ps"], "row_hits": int(c["row_hits"]), "row_misses": int(c["row_misses"]),
-      "row_conflicts": int(c["row_conflicts"]), "setup_wall_s": t1 - t0, "engine_wall_s": t2 - t1}))
+      "row_conflicts": int(c["row_conflicts"]), "setup_wall_s": t1 - t0, "engine_wall_s": t2 - t1,
+      "engine_cpu_s": c2 - c1}))
 """
 
 
@@ -114,9 +122,9 @@ def run_ramulator2(root: str, python: str, std: str, kind: str, addr, w, tmp: st
         **stream_options(kind),
     }
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), children_cpu_s()
     p = subprocess.run(ramulator_command(python, driver, cfg), env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, children_cpu_s() - c0
     line = [x for x in p.stdout.splitlines() if x.startswith("CROSSCHECK ")]
     if p.returncode or not line:
         raise RuntimeError(f"Ramulator 2.1 failed on {std}/{kind} (rc {p.returncode}):\n{p.stderr[-2000:]}")
@@ -131,9 +139,19 @@ def run_ramulator2(root: str, python: str, std: str, kind: str, addr, w, tmp: st
         "row_misses": r["row_misses"],
         "row_conflicts": r["row_conflicts"],
         "engine_wall_s": r["engine_wall_s"],
+        "engine_cpu_s": r["engine_cpu_s"],
         "process_wall_s": wall,
+        "process_cpu_s": cpu,
         "config": cfg,
     }
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of the finished child processes so far (a process's own cost, whatever the load)."""
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
 
 
 def run_attnsim(std: str, kind: str, addr, w, controller: str | None = None) -> dict:
@@ -252,9 +270,9 @@ def run_dramsim3(root: str, std: str, kind: str, addr, w, cycles: int, tmp: str)
     out = os.path.join(tmp, f"ds3_{std}_{kind}")
     os.makedirs(out, exist_ok=True)
     cmd = [os.path.join(root, "build", "dramsim3main"), ini, "-c", str(cycles), "-t", trace, "-o", out]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), children_cpu_s()
     p = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, children_cpu_s() - c0
     stats = os.path.join(out, "dramsim3.json")
     if p.returncode or not os.path.exists(stats):
         raise RuntimeError(f"DRAMsim3 failed on {std}/{kind} (rc {p.returncode}):\n{p.stderr[-2000:]}")
@@ -267,6 +285,7 @@ def run_dramsim3(root: str, std: str, kind: str, addr, w, cycles: int, tmp: str)
         "ondemand_pres": int(c["num_ondemand_pres"]),
         "refs": int(c["num_ref_cmds"]),
         "process_wall_s": wall,
+        "process_cpu_s": cpu,
         "col_cmds": int(c["num_read_cmds"]) + int(c["num_write_cmds"]),
         "command": f"build/dramsim3main <ini> -c {cycles} -t <{len(addr)}-line trace> -o <dir>",
     }
@@ -358,6 +377,169 @@ def crosscheck_dramsim3(a) -> None:
                 f.write("\n")
 
 
+_ENGINE = """\
+import json, sys, time
+import numpy as np
+from attnsim.cli.dram import device_spec
+from attnsim.hwmodels.dram import simulate_requests
+from attnsim.hwmodels.dram.streams import dramsim3_spec
+cfg = json.loads(sys.argv[1])
+spec = dramsim3_spec(cfg["ds3"]) if cfg["ds3"] else device_spec(cfg["preset"], channels=1)
+t = np.load(cfg["npy"])
+addr, w = np.ascontiguousarray(t["addr"]), np.ascontiguousarray(t["write"])
+kw = dict(mapping=cfg["mapping"], controller=cfg["controller"], refresh="ab")
+simulate_requests(spec, addr[:2000], w[:2000], **kw)  # kernels loaded from the cache or compiled: not timed
+best = None
+for _ in range(cfg["runs"]):
+    c0 = time.process_time()
+    r = simulate_requests(spec, addr, w, **kw)
+    c = time.process_time() - c0
+    best = c if best is None else min(best, c)
+print("ENGINE " + json.dumps({"cycles": int(r.cycles), "cpu_s": best, "row_hits": int(r.row_hits),
+      "skipped": int(getattr(r, "skipped_requests", 0))}))
+"""
+
+
+def engine_cpu(python: str, npy: str, cfg: dict, runs: int) -> dict:
+    """attnsim's engine (simulate_requests on the loaded stream, kernels warm) in the attnsim ``python`` imports:
+    best CPU time of ``runs`` runs, and the cycles (the baseline's must equal this code's)."""
+    cmd = [python, "-c", _ENGINE, json.dumps({**cfg, "npy": npy, "runs": runs})]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    line = [x for x in p.stdout.splitlines() if x.startswith("ENGINE ")]
+    if p.returncode or not line:
+        raise RuntimeError(f"{python}: engine run failed (rc {p.returncode}):\n{p.stderr[-2000:]}")
+    return json.loads(line[-1][len("ENGINE ") :])
+
+
+def process_cpu(cmd: list[str], runs: int) -> float:
+    """Median CPU seconds (user + system) of ``runs`` runs of a whole process, after one untimed run (a first
+    `attnsim dram` fills the kernel cache: the issue's targets are for the warm process)."""
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    cpus = []
+    for _ in range(runs):
+        c0 = children_cpu_s()
+        subprocess.run(cmd, capture_output=True, text=True, check=True)
+        cpus.append(children_cpu_s() - c0)
+    return float(np.median(cpus))
+
+
+def realistic_stream(spec, kind: str, n: int, seed: int, mapping: str | None = None):
+    """Issue 30's realistic streams: pagedkv from the serving allocator, the rest from make_stream."""
+    if kind == "pagedkv":
+        from attnsim.studies.serve.paging import decode_step_stream
+
+        return decode_step_stream(spec, n, seed, mapping=mapping)
+    return make_stream(spec.org, kind, n, seed)
+
+
+def realistic(a, tmp: str) -> None:
+    """The five realistic streams at ``--requests``: HBM3 (ramulator2 and default rules) vs Ramulator 2.1 in
+    cycles and CPU time; HBM2 (dramsim3 preset, DRAMsim3's .ini) vs DRAMsim3's whole process. CPU time, not wall
+    time: the machine is shared (load printed). Engine = simulate_requests (attnsim) / Simulation.run (Ramulator);
+    process = the whole `attnsim dram` on the stream's .npy / Ramulator's driver on its LoadStoreTrace / DRAMsim3's
+    dramsim3main on its trace, each reading its own trace format."""
+    import yaml
+
+    from attnsim.hwmodels.dram.rules import DEFAULT_CONTROLLER
+    from attnsim.hwmodels.dram.traces import write_npy
+
+    n = a.requests
+    kinds = [k for k in a.streams.split(",") if k] if a.streams != ",".join(STREAMS) else list(REALISTIC_STREAMS)
+    spec = device_spec("hbm3_6400", channels=1)
+    golden = {
+        **RAMULATOR2,
+        "attnsim_preset": "hbm3_6400",
+        "ramulator_presets": STANDARDS["hbm3"],
+        "requests": n,
+        "seed": a.seed,
+        "mapping": MAPPING,
+        "streams": {},
+        "generators": "hwmodels/dram/streams.py make_stream; pagedkv: attnsim/studies/serve/paging.py "
+        "decode_step_stream (hbm3_6400's default mapping)",
+    }
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (uptime); CPU seconds, not wall", flush=True)
+    print(
+        f"{'stream':13} {'attnsim cyc':>11} {'Ramulator':>11} {'dt':>7} {'hits a/R':>17} | {'engine s':>8} "
+        f"{'Ram eng s':>9} {'x eng':>6} | {'proc s':>6} {'Ram proc':>8} {'x proc':>6}"
+        + (f" | {'base eng':>8} {'x':>5}" if a.baseline else "")
+    )
+    for kind in kinds:
+        addr, w = realistic_stream(spec, kind, n, a.seed)
+        npy = os.path.join(tmp, f"hbm3_{kind}.npy")
+        write_npy(npy, addr, w)
+        cfg = {"ds3": None, "preset": "hbm3_6400", "mapping": MAPPING, "controller": "ramulator2"}
+        e = engine_cpu(sys.executable, npy, cfg, a.process_runs)
+        d = run_attnsim("hbm3", kind, addr, w, None)  # the default rules (DEFAULT_CONTROLLER)
+        assert d["cycles"] == e["cycles"] or DEFAULT_CONTROLLER != "ramulator2", (kind, d, e)
+        cmd = [sys.executable, "-m", "attnsim", "dram", "--device", "hbm3_6400", "--channels", "1", "--trace", npy]
+        proc = process_cpu(cmd + ["--mapping", MAPPING, "--controller", "ramulator2", "--json"], a.process_runs)
+        row = f"{kind:13} {e['cycles']:11}"
+        if a.ramulator2:
+            q = run_ramulator2(a.ramulator2, a.ramulator2_python, "hbm3", kind, addr, w, tmp)
+            mine = e["cycles"] * spec.org.tck_ns * 1e-9
+            row += (
+                f" {q['ticks']:11} {rel(mine, q['time_s']):+7.2%} {e['row_hits']:>8}/{q['row_hits']:<8} | "
+                f"{e['cpu_s']:8.3f} {q['engine_cpu_s']:9.2f} x{q['engine_cpu_s'] / e['cpu_s']:<5.0f} | "
+                f"{proc:6.2f} {q['process_cpu_s']:8.2f} x{q['process_cpu_s'] / proc:<5.1f}"
+            )
+            golden["streams"][kind] = {
+                "digest": stream_digest(addr, w),
+                "ticks": q["ticks"],
+                "tick_s": q["tick_s"],
+                "time_s": q["time_s"],
+                "row_hits": q["row_hits"],
+                "row_misses": q["row_misses"],
+                "row_conflicts": q["row_conflicts"],
+                "config": q["config"],
+                "engine_cpu_s": round(q["engine_cpu_s"], 3),
+            }
+        else:
+            row += f" {'':11} {'':7} {e['row_hits']:>8}/{'':8} | {e['cpu_s']:8.3f} {'':9} {'':6} | {proc:6.2f}"
+        if a.baseline:
+            b = engine_cpu(a.baseline, npy, cfg, a.process_runs)
+            assert b["cycles"] == e["cycles"], f"{kind}: baseline {b['cycles']} vs {e['cycles']} cycles"
+            row += f" | {b['cpu_s']:8.3f} x{b['cpu_s'] / e['cpu_s']:.2f}"
+        print(row, flush=True)
+    if a.dramsim3:
+        ds3 = dramsim3_spec("hbm2")
+        path = os.path.join(tmp, "dramsim3_hbm2.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(ds3.model_dump(mode="json", exclude_none=True), f)
+        hbm2_map = device_spec("hbm2_2000", channels=1).default_mapping
+        print(f"dramsim3 preset (HBM2 .ini) vs DRAMsim3 @ {DRAMSIM3['commit']}, whole process, {n} requests")
+        for kind in kinds:
+            addr, w = realistic_stream(ds3, kind, n, a.seed, mapping=hbm2_map)
+            npy = os.path.join(tmp, f"hbm2_{kind}.npy")
+            write_npy(npy, addr, w)
+            cfg = {"ds3": "hbm2", "preset": None, "mapping": MAPPING, "controller": "dramsim3"}
+            e = engine_cpu(sys.executable, npy, cfg, a.process_runs)
+            cmd = [sys.executable, "-m", "attnsim", "dram", "--device", path, "--trace", npy, "--mapping", MAPPING]
+            proc = process_cpu(cmd + ["--controller", "dramsim3", "--json"], a.process_runs)
+            cycles = int(e["cycles"] * 1.05) + 10_000  # past attnsim's end: DRAMsim3 finishes the whole stream
+            q = run_dramsim3(a.dramsim3, "hbm2", kind, addr, w, cycles, tmp)
+            row = (
+                f"{kind:13} attnsim {e['cycles']} cycles, engine {e['cpu_s']:.3f} s, process {proc:.2f} s | "
+                f"DRAMsim3 done {q['done']}/{n} in {cycles} cycles, process {q['process_cpu_s']:.2f} s | "
+                f"x{q['process_cpu_s'] / proc:.1f} process, x{q['process_cpu_s'] / e['cpu_s']:.0f} vs engine"
+            )
+            if a.baseline:
+                b = engine_cpu(a.baseline, npy, cfg, a.process_runs)
+                assert b["cycles"] == e["cycles"], f"{kind}: baseline {b['cycles']} vs {e['cycles']} cycles"
+                row += f" | baseline engine {b['cpu_s']:.3f} s x{b['cpu_s'] / e['cpu_s']:.2f}"
+            print(row, flush=True)
+    if a.golden_out and golden["streams"]:
+        golden["command"] = (
+            "PYTHONPATH=<ramulator2>/python python driver.py '<config>' (driver: bench/crosscheck_dram.py _DRIVER; "
+            "LoadStoreTrace of the stream, one channel, GenericDRAM clock_ratio=1, CacheLineInterleave, ChRaBaRoCo, "
+            f"FRFCFS); recorded with: python bench/crosscheck_dram.py --realistic --requests {n} --ramulator2 "
+            "<checkout> --golden-out tests/data/dram_golden"
+        )
+        os.makedirs(a.golden_out, exist_ok=True)
+        with open(os.path.join(a.golden_out, "realistic_ramulator2_hbm3.json"), "w") as f:
+            json.dump(golden, f, indent=1, sort_keys=True)
+            f.write("\n")
+
+
 def rel(a: float, b: float) -> float:
     return (a - b) / b if b else float("inf") if a else 0.0
 
@@ -390,7 +572,13 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--dramsim3-standards", default=",".join(DRAMSIM3_STANDARDS))
     ap.add_argument("--dramsim3-cycles", type=int, default=100_000)
+    ap.add_argument("--realistic", action="store_true", help="issue 30's realistic streams (see the usage)")
+    ap.add_argument("--baseline", help="--realistic: a python whose attnsim is the code before a change")
     a = ap.parse_args(argv)
+    if a.realistic:
+        with tempfile.TemporaryDirectory() as tmp:
+            realistic(a, tmp)
+        return 0
     if a.dramsim3:
         crosscheck_dramsim3(a)
         return 0

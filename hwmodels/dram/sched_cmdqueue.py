@@ -95,6 +95,71 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, la
 
 
 @K.hot
+def _col_e(k, w, T, BS, GS, RS, US, CS, rtrs, drank):
+    """_pick's earliest cycle of the column command (w: 1 write, 0 read) to the open row of bank k."""
+    e = K.earliest_col(k, w, T, BS, GS, RS, US, CS)
+    u = BS[k, K.B_U]
+    if rtrs > 0 and drank[u] >= 0 and drank[u] != BS[k, K.B_R] and not (drank[u + US.shape[0]] == 1 and w == 1):
+        d = US[u, K.U_DATA] - (T[K.T_CWL] if w == 1 else T[K.T_CL]) + rtrs
+        if d > e:
+            e = d
+    return e
+
+
+@K.hot
+def _pick_bank(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, lastpre):
+    """_pick for a per-bank command queue (every entry the same bank): the same result, with each distinct
+    earliest cycle (ACT; PRE; RD; WR) computed once instead of once per entry. Only the queue's first entry can
+    be the bank's oldest (a PRE)."""
+    k = kq[CQ[q, 0]]
+    cur = BS[k, K.B_ROW]
+    if cur < 0:  # every entry's command is the same ACT
+        e = K.earliest_act(k, T, BS, GS, RS, CS)
+        if e <= t:
+            return 0, KIND_ACT, e
+        return -1, 0, e
+    best = INF
+    er = INF
+    ew = INF
+    have_r = False
+    have_w = False
+    for j in range(n):
+        i = CQ[q, j]
+        if rowq[i] == cur:
+            if wq[i] == 1:
+                if not have_w:
+                    ew = _col_e(k, 1, T, BS, GS, RS, US, CS, rtrs, drank)
+                    have_w = True
+                e = ew
+            else:
+                if not have_r:
+                    er = _col_e(k, 0, T, BS, GS, RS, US, CS, rtrs, drank)
+                    have_r = True
+                e = er
+            kind = KIND_COL
+        else:
+            if j > 0:
+                continue  # a PRE only for the bank's oldest entry
+            if BS[k, K.B_NACC] < ROW_HIT_LIMIT:
+                hit = False
+                for jj in range(1, n):
+                    if rowq[CQ[q, jj]] == cur:
+                        hit = True
+                        break
+                if hit:
+                    continue
+            e = K.earliest_pre(k, T, BS, CS)
+            if lastpre[BS[k, K.B_R]] + ppd > e:
+                e = lastpre[BS[k, K.B_R]] + ppd
+            kind = KIND_PRE
+        if e <= t:
+            return j, kind, e
+        if e < best:
+            best = e
+    return -1, 0, best
+
+
+@K.hot
 def _refresh_step(r0, rpc, t, NB, T, BS, RS, CS, ST, ch, E, ne, ppd, lastpre):
     """All-bank refresh as DRAMsim3 sequences it (controller.cc:71-78, command_queue.cc:56-75, channel_state.cc:78-
     101): from its due a rank's queues wait; each cycle the refresh takes the command slot for one PRE (the first
@@ -241,7 +306,14 @@ def ctrl_kernel_twolevel(
                         continue
                     if T[K.T_REFMODE] == 1 and RS[r0 + (q if per_rank else q // NB), K.R_DUE] <= t:
                         continue  # its rank waits for its refresh (command_queue.cc:40-43)
-                    j, kind, e = _pick(q, cqn[q], CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, lastpre)
+                    if per_rank:
+                        j, kind, e = _pick(
+                            q, cqn[q], CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, lastpre
+                        )
+                    else:
+                        j, kind, e = _pick_bank(
+                            q, cqn[q], CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, lastpre
+                        )
                     if j < 0:
                         if e < nxt_t:
                             nxt_t = e

@@ -94,3 +94,66 @@ def kv_read_locality(dram_spec, blocks, block_bytes: int, address_mapping: Optio
         "row_conflicts": int(conf),
         "row_hit_rate": hits / max(1, hits + misses + conf),
     }
+
+
+# ---------------------------------------------------------------- a decode step as a DRAM request stream
+
+# decode_step_stream's serving mix (assumed, stated in docs/validation/dram-crosscheck.md): Llama-3-70B's KV per
+# token of one layer on one of 8 TP ranks (1 KV head x 128 dims x 2 B = 256 B for K, as much for V), vLLM's default
+# 16-token blocks, 32 running requests, prompts 256-4096 and outputs 64-1024 tokens (uniform)
+KV_TOKEN_BYTES = 256
+KV_BATCH = 32
+KV_PROMPT = (256, 4096)
+KV_OUTPUT = (64, 1024)
+KV_WARMUP_STEPS = 3000  # decode steps of churn before the recorded one (finished requests free scattered blocks)
+
+
+def decode_step_stream(spec, n: int, seed: int = 1, block_tokens: int = 16, mapping: str | None = None):
+    """(byte address uint64, is_write bool) of ``n`` reads of paged-KV decode steps on one DRAM channel, in the
+    field order of hwmodels.dram.streams (MAPPING), for the cross-check against other simulators.
+
+    A continuous batch of KV_BATCH requests runs KV_WARMUP_STEPS decode steps on this module's BlockAllocator
+    (a request takes ceil(prompt / block_tokens) blocks when admitted, one more at each block boundary, and
+    releases them when done; a finished request is replaced at once), so the block lists are the scattered ones
+    the allocator really hands out. Then each decode step reads, request after request, the filled bytes of its
+    K blocks and then of its V blocks (one layer: the K region is the first half of the channel, V the second,
+    block b of each at b x block bytes), steps following until ``n`` reads. The device's own address mapping
+    (``mapping``, default ``spec.default_mapping``) places the bytes on banks, rows and columns (streams.refield)."""
+    from attnsim.hwmodels.dram.streams import refield
+
+    o = spec.org
+    cap_bytes = o.rows * o.columns * o.burst_bytes * o.pseudo_channels * o.ranks * o.bank_groups * o.banks_per_group
+    block_bytes = block_tokens * KV_TOKEN_BYTES
+    half = cap_bytes // 2
+    alloc = BlockAllocator(half // block_bytes, block_tokens)
+    rng = np.random.default_rng(seed)
+
+    def admit():
+        prompt = int(rng.integers(*KV_PROMPT))
+        return [prompt, int(rng.integers(*KV_OUTPUT)), alloc.allocate(int(alloc.blocks_for(prompt)))]
+
+    running = [admit() for _ in range(KV_BATCH)]
+
+    def step():
+        for i, r in enumerate(running):
+            if r[0] % block_tokens == 0:
+                r[2] += alloc.allocate(1)
+            r[0] += 1
+            r[1] -= 1
+            if r[1] == 0:
+                alloc.release(r[2])
+                running[i] = admit()
+
+    for _ in range(KV_WARMUP_STEPS):
+        step()
+    parts, total = [], 0
+    offs = np.arange(0, block_bytes, o.burst_bytes, dtype=np.int64)
+    while total < n:
+        for tokens, _, blocks in running:
+            filled = np.arange(len(blocks) * len(offs)) < -(-tokens * KV_TOKEN_BYTES // o.burst_bytes)
+            k = (np.asarray(blocks, np.int64)[:, None] * block_bytes + offs[None, :]).ravel()[filled]
+            parts += [k, k + half]
+            total += 2 * k.shape[0]
+        step()
+    addr = np.concatenate(parts)[:n].astype(np.uint64)
+    return refield(o, addr, mapping or spec.default_mapping), np.zeros(n, bool)
