@@ -92,7 +92,9 @@ small = ["--set", "models.llama2-70b.num_layers=2", "--set", "experiment.generat
 runs = [["run", "--no-write"] + small,  # the default comparison: GPU, HBM-PIM, CXL-PNM
         ["serve", "serve_paging", "--set", "experiment.systems=[attacc_h100]", "--set",
          "experiment.serving.trace.num_requests=20", "--out", os.path.join(tmp, "serve"), "--json"],
-        ["plan", "plan_tiering", "--verify", "--front-points", "2", "--layer-groups", "2"],
+        # 2 layer groups leave the planner little room: the example's 0.02 SLO fails verification there (exit 1,
+        # "infeasible"), a looser one is met; this test is about the kernels a plan with --verify compiles
+        ["plan", "plan_tiering", "--verify", "--front-points", "2", "--layer-groups", "2", "--accuracy-slo", "0.05"],
         ["pim", "run", os.path.join(tmp, "p.s"), "--device", "attacc_hbm3_pim_stack"]]
 for r in runs:
     with contextlib.redirect_stdout(io.StringIO()):
