@@ -482,17 +482,7 @@ def realistic(a, tmp: str) -> None:
                 f"{e['cpu_s']:8.3f} {q['engine_cpu_s']:9.2f} x{q['engine_cpu_s'] / e['cpu_s']:<5.0f} | "
                 f"{proc:6.2f} {q['process_cpu_s']:8.2f} x{q['process_cpu_s'] / proc:<5.1f}"
             )
-            golden["streams"][kind] = {
-                "digest": stream_digest(addr, w),
-                "ticks": q["ticks"],
-                "tick_s": q["tick_s"],
-                "time_s": q["time_s"],
-                "row_hits": q["row_hits"],
-                "row_misses": q["row_misses"],
-                "row_conflicts": q["row_conflicts"],
-                "config": q["config"],
-                "engine_cpu_s": round(q["engine_cpu_s"], 3),
-            }
+            golden["streams"][kind] = golden_entry(addr, w, q, "engine_cpu_s")
         else:
             row += f" {'':11} {'':7} {e['row_hits']:>8}/{'':8} | {e['cpu_s']:8.3f} {'':9} {'':6} | {proc:6.2f}"
         if a.baseline:
@@ -538,6 +528,13 @@ def realistic(a, tmp: str) -> None:
         with open(os.path.join(a.golden_out, "realistic_ramulator2_hbm3.json"), "w") as f:
             json.dump(golden, f, indent=1, sort_keys=True)
             f.write("\n")
+
+
+def golden_entry(addr, w, q: dict, timing: str) -> dict:
+    """One stream's golden record of a Ramulator run ``q``: the stream's digest, cycles, row outcomes, the config
+    and the engine time under ``timing`` (``engine_cpu_s`` or ``engine_wall_s``)."""
+    keys = ("ticks", "tick_s", "time_s", "row_hits", "row_misses", "row_conflicts", "config")
+    return {"digest": stream_digest(addr, w), **{k: q[k] for k in keys}, timing: round(q[timing], 3)}
 
 
 def rel(a: float, b: float) -> float:
@@ -628,17 +625,7 @@ def main(argv=None) -> int:
                         "bench/crosscheck_dram.py _DRIVER; LoadStoreTrace of the stream, one channel, "
                         "GenericDRAM clock_ratio=1, CacheLineInterleave, ChRaBaRoCo, FRFCFS)"
                     )
-                    g["streams"][kind] = {
-                        "digest": stream_digest(addr, w),
-                        "ticks": q["ticks"],
-                        "tick_s": q["tick_s"],
-                        "time_s": q["time_s"],
-                        "row_hits": q["row_hits"],
-                        "row_misses": q["row_misses"],
-                        "row_conflicts": q["row_conflicts"],
-                        "config": q["config"],
-                        "engine_wall_s": round(q["engine_wall_s"], 3),
-                    }
+                    g["streams"][kind] = golden_entry(addr, w, q, "engine_wall_s")
                 print(row, flush=True)
     if a.golden_out:
         os.makedirs(a.golden_out, exist_ok=True)

@@ -83,15 +83,22 @@ def _pick(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, la
                         break
             if not ok:
                 continue
-            e = K.earliest_pre(k, T, BS, CS)
-            if lastpre[BS[k, K.B_R]] + ppd > e:
-                e = lastpre[BS[k, K.B_R]] + ppd
+            e = _pre_e(k, T, BS, CS, ppd, lastpre)
             kind = KIND_PRE
         if e <= t:
             return j, kind, e
         if e < best:
             best = e
     return -1, 0, best
+
+
+@K.inline
+def _pre_e(k, T, BS, CS, ppd, lastpre):
+    """The pickers' earliest cycle of a PRE to bank k: its own timing and ``ppd`` after its rank's last PRE."""
+    e = K.earliest_pre(k, T, BS, CS)
+    if lastpre[BS[k, K.B_R]] + ppd > e:
+        e = lastpre[BS[k, K.B_R]] + ppd
+    return e
 
 
 @K.hot
@@ -148,9 +155,7 @@ def _pick_bank(q, n, CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, pp
                         break
                 if hit:
                     continue
-            e = K.earliest_pre(k, T, BS, CS)
-            if lastpre[BS[k, K.B_R]] + ppd > e:
-                e = lastpre[BS[k, K.B_R]] + ppd
+            e = _pre_e(k, T, BS, CS, ppd, lastpre)
             kind = KIND_PRE
         if e <= t:
             return j, kind, e
