@@ -249,6 +249,19 @@ def test_choice_alternatives_match_plain_runs():
     assert row["flips"] == any((e - 1) * (r0 - 1) < 0 for e in row["ratio_alternatives"])
     assert row["moves_over_10pct"] == any(abs(e / r0 - 1) > 0.10 for e in row["ratio_alternatives"])
     assert _span(row).startswith("hardware.nvlink4.allreduce = ring (") and ", custom (" in _span(row)
+    # the tornado draws a choice as one labelled mark per alternative at its ratio (no low / high bars)
+    from attnsim.plots import figure
+
+    fig = figure(res.table(), "tornado")
+    ax = fig.axes[0]
+    assert ax.patches == [] or all(b.get_width() == 0 for b in ax.patches)  # the only row is a choice
+    marks = [ln for ln in ax.get_lines() if ln.get_gid() == "choice" and ln.get_marker() == "D"]
+    assert sorted(m.get_xdata()[0] for m in marks) == pytest.approx(sorted(row["ratio_alternatives"]))
+    assert sorted(t.get_text() for t in ax.texts if t.get_gid() == "choice") == ["custom", "ring"]
+    assert "alternative (choices:)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
     # an alternative the run already uses is left out (here: --set to ring leaves custom only)
     res2 = attnsim.run(EXP, {**CHOICES, "hardware.nvlink4.allreduce": "ring"}, flips=True)
     assert _row(_section(res2), "hardware.nvlink4.allreduce")["alternatives"] == ["custom"]
@@ -618,7 +631,7 @@ def test_tornado_recipe(flipped, tmp_path):
     want = sorted(round(r[f"ratio_{e}"], 9) for r in sec["parameters"] for e in ("low", "high"))
     assert ends == pytest.approx(want)
     assert all(b.get_x() == pytest.approx(r0) for b in bars)  # bars start at the default ratio
-    vlines = sorted(ln.get_xdata()[0] for ln in ax.get_lines())
+    vlines = sorted(ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_gid() != "choice")
     assert vlines == pytest.approx(sorted([1.0, r0]))
     labels = [x.get_text() for x in ax.get_yticklabels()]
     assert "h100_sxm.hbm_bandwidth_gbps *" in labels and labels[-1] == "h100_sxm.hbm_bandwidth_gbps *"  # widest on top

@@ -806,17 +806,46 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
     rows = sorted(sec["parameters"], key=lambda r: abs(val(r["ratio_high"]) - val(r["ratio_low"])))
     fig, ax = new_figure(width, aspect=max(0.35, 0.09 * len(rows) + 0.25))
     yy = np.arange(len(rows))
+    ranged = [i for i, r in enumerate(rows) if not r.get("choice")]  # a range: bars to its low and high end
     ax.barh(
-        yy, [val(r["ratio_low"]) - r0 for r in rows], left=r0, height=0.6, color=OKABE_ITO[0], label="parameter at low"
+        yy[ranged],
+        [val(rows[i]["ratio_low"]) - r0 for i in ranged],
+        left=r0,
+        height=0.6,
+        color=OKABE_ITO[0],
+        label="parameter at low",
     )
     ax.barh(
-        yy,
-        [val(r["ratio_high"]) - r0 for r in rows],
+        yy[ranged],
+        [val(rows[i]["ratio_high"]) - r0 for i in ranged],
         left=r0,
         height=0.35,
         color=OKABE_ITO[4],
         label="parameter at high",
     )
+    label = "alternative (choices:)"  # a categorical choice: one labelled mark per alternative, not low/high bars
+    for i, r in enumerate(rows):
+        if not r.get("choice"):
+            continue
+        for k, (alt, ratio) in enumerate(zip(r.get("alternatives") or [], r.get("ratio_alternatives") or [])):
+            if ratio is None:
+                continue
+            ax.plot([r0, ratio], [i, i], color=OKABE_ITO[2], linewidth=0.6, linestyle="-", gid="choice")
+            ax.plot(
+                [ratio], [i], marker="D", markersize=2.5, color=OKABE_ITO[2], linestyle="", label=label, gid="choice"
+            )
+            text = alt if isinstance(alt, str) else ", ".join(f"{k}: {v}" for k, v in alt.items())
+            up = k % 2 == 0  # alternate above / below the row: close ratios keep readable labels
+            ax.annotate(
+                text[:28],
+                (ratio, i),
+                xytext=(2, 2 if up else -2),
+                textcoords="offset points",
+                va="bottom" if up else "top",
+                fontsize=4,
+                gid="choice",
+            )
+            label = "_nolegend_"
     ax.axvline(r0, color="black", linewidth=0.6, label=f"default ({r0:.3g}\u00d7)")
     ax.axvline(1.0, color=LINE_COLOURS[1], linestyle="--", linewidth=0.8, label="1\u00d7 (verdict flips)")
     ax.set_yticks(yy)
@@ -826,8 +855,14 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
     ax.set_xlabel(f"Throughput vs {display(sec['baseline'])} (\u00d7)")
     ax.set_ylabel("Assumed parameter (* flips)")
     _units(ax)
-    ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, borderaxespad=0.2)
-    ax.set_title(title or f"{display(d['system'])}, {d['model']}, {d['scenario']['name']}", fontsize=6, pad=18)
+    lo, hi = ax.get_xlim()
+    for t in ax.texts:  # a label in the right quarter runs left of its mark (it would cross the frame)
+        if t.get_gid() == "choice" and t.xy[0] > lo + 0.75 * (hi - lo):
+            t.set_ha("right")
+            t.set_position((-2, t.get_position()[1]))
+    ncol = 3 if any(r.get("choice") for r in rows) else 2  # five entries with choices: two rows, as four without
+    ax.legend(fontsize=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, borderaxespad=0.2)
+    ax.set_title(title or f"{display(d['system'])}, {display(d['model'])}, {d['scenario']['name']}", fontsize=6, pad=18)
     return fig
 
 
