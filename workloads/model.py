@@ -112,6 +112,18 @@ class RopeScalingSpec(Schema):
 _LAYER_KINDS: dict = {}  # id(model) -> (model, its layer kinds): ModelSpec.layer_kinds
 
 
+def memo_per_object(memo: dict, obj, compute):
+    """``compute(obj)`` memoised in ``memo`` per object identity, for frozen schemas (the object is kept with its
+    value, so a recycled id never hits; at most 256 entries, then the memo starts over)."""
+    hit = memo.get(id(obj))
+    if hit is None or hit[0] is not obj:
+        hit = (obj, compute(obj))
+        if len(memo) >= 256:
+            memo.clear()
+        memo[id(obj)] = hit
+    return hit[1]
+
+
 class ModelSpec(Schema):
     """One decoder-only transformer. Field names follow HF config.json where one exists.
 
@@ -210,11 +222,9 @@ class ModelSpec(Schema):
 
     def layer_kinds(self) -> list[str]:
         """'global' or 'local' for each layer index (a new list; memoised per model object: a frozen schema)."""
-        hit = _LAYER_KINDS.get(id(self))
-        if hit is None or hit[0] is not self:
-            p = self.layer_pattern
-            hit = (self, tuple(p[i % len(p)] for i in range(self.num_layers)))
-            if len(_LAYER_KINDS) >= 256:
-                _LAYER_KINDS.clear()
-            _LAYER_KINDS[id(self)] = hit
-        return list(hit[1])
+
+        def kinds(m):
+            p = m.layer_pattern
+            return tuple(p[i % len(p)] for i in range(m.num_layers))
+
+        return list(memo_per_object(_LAYER_KINDS, self, kinds))

@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnsim.core.config import ConfigError
-from attnsim.workloads.model import DTYPE_BYTES, ModelSpec
+from attnsim.workloads.model import DTYPE_BYTES, ModelSpec, memo_per_object
 from attnsim.workloads.optrace import LayerGroup, OpTrace
 from attnsim.workloads.scenario import Scenario
 
@@ -288,18 +288,16 @@ _GROUP_COUNTS: dict = {}  # id(model) -> (model, {(attention, moe): layers}): la
 def layer_groups(model: ModelSpec) -> list[LayerGroup]:
     """Distinct (attention type, MoE) combinations with their layer counts, in first-seen order (new objects;
     the counts are memoised per model object, a frozen schema)."""
-    hit = _GROUP_COUNTS.get(id(model))
-    if hit is None or hit[0] is not model:
-        first_dense = 0 if model.moe is None else model.moe.first_dense_layers
+
+    def group_counts(m) -> dict[tuple[str, bool], int]:
+        first_dense = 0 if m.moe is None else m.moe.first_dense_layers
         counts: dict[tuple[str, bool], int] = {}
-        for i, kind in enumerate(model.layer_kinds()):
-            key = (kind, model.moe is not None and i >= first_dense)
+        for i, kind in enumerate(m.layer_kinds()):
+            key = (kind, m.moe is not None and i >= first_dense)
             counts[key] = counts.get(key, 0) + 1
-        hit = (model, counts)
-        if len(_GROUP_COUNTS) >= 256:
-            _GROUP_COUNTS.clear()
-        _GROUP_COUNTS[id(model)] = hit
-    counts = hit[1]
+        return counts
+
+    counts = memo_per_object(_GROUP_COUNTS, model, group_counts)
     return [
         LayerGroup(
             name=f"{kind}_{'moe' if moe else 'dense'}",
