@@ -4,4 +4,4 @@ from pathlib import Path as _Path
 
 from attnsim.core import jitcache as _jitcache
 
-_jitcache.install(_Path(__file__).parent)  # cached Numba kernels below are stamped by their folder's sources
+_jitcache.register_root(_Path(__file__).parent)  # kernels below: cached, stamped by folder (Numba loaded on use)

@@ -17,6 +17,7 @@ if os.environ.get("CI"):
 # a process, is marked said, so that whichever test happens to compile first (an empty cache in CI) still sees
 # the stderr it expects. The tests of the line reset it.
 jitcache.kernel_dir()
+jitcache.ensure()  # Numba with attnsim's cache locator (kernel modules call it at their import too)
 jitcache._LISTENER.said = True
 
 # The slowest tests run first (measured with --durations on 2 cores; each takes minutes, the median test

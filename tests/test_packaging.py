@@ -118,6 +118,7 @@ def test_readme_install_then_editable_install_in_one_venv(tmp_path):
         "HOME": str(tmp_path / "home"),
         "ATTNSIM_CACHE_DIR": str(cache),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "ATTNSIM_DRAM_TIER": "compiled",  # this small program would walk interpreted: compile, to see where it goes
     }  # then any new file under site-packages is attnsim's doing
 
     def pip(*args):

@@ -25,6 +25,7 @@ def register(sub) -> None:
 def warm_all() -> None:
     """Compile (or load) every kernel that `attnsim run`, `serve`, `sweep`, `plan`, `dram` and the API reach."""
     from attnsim.cli.dram import warm_all as warm_dram
+    from attnsim.hwmodels.dram import kernel
     from attnsim.sim.experiment import load_experiment
     from attnsim.sim.runner import run_experiment
 
@@ -34,6 +35,7 @@ def warm_all() -> None:
         "models.llama2-70b.num_layers=1",
         "experiment.scenarios={s: {batch_size: 1, prompt_len: 16, output_len: 2}}",
     ]
+    kernel.activate()  # the command walks compiled (small ones would run interpreted: hwmodels/dram/engine.py)
     run_experiment(load_experiment("default", sets))
     warm_dram()  # the request-stream kernels of `attnsim dram` (the PIM step above does not reach them)
     warm_injection()  # `attnsim plan --verify` and the accuracy proxies

@@ -43,8 +43,6 @@ import tempfile
 import threading
 from pathlib import Path
 
-from numba.core import caching, config, event
-
 from attnsim.core.fingerprint import digest_sources, folder_sources
 
 ENV = "ATTNSIM_CACHE_DIR"  # also attnsim.core.cache.ENV (the sub-result cache)
@@ -54,6 +52,8 @@ COLD_COMPILE_S = (15, 30)  # [M] measured 2026-12-08 (docs/performance.md "First
 # experiment) took 24.5 s of CPU with an empty cache vs 2.6 s warm at a load of ~19 on 2 shared cores (Numba 0.68;
 # last round's code 39.3 s at the same load); the range allows for idle / busier machines
 _roots: list[str] = []
+# set by ensure() (they subclass Numba's classes, so Numba is imported only there)
+KernelCacheLocator = _NotInPackage = _LISTENER = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,49 +128,10 @@ def kernel_dir() -> Path | None:
 
 def cache_location() -> str:
     """Where compiled kernels go, for messages."""
-    if config.CACHE_DIR:
-        return f"{config.CACHE_DIR} (NUMBA_CACHE_DIR)"
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return f"{os.environ['NUMBA_CACHE_DIR']} (NUMBA_CACHE_DIR)"
     d = kernel_dir()
     return str(d) if d is not None else "Numba's default location"
-
-
-class KernelCacheLocator(caching.UserProvidedCacheLocator):
-    """The locator of attnsim's kernels (sources under an installed root): cached in ``$NUMBA_CACHE_DIR`` as
-    Numba lays it out, else (or when that cannot be written) in :func:`kernel_dir` by folder relative to the
-    root; stamped by folder."""
-
-    def _paths(self):
-        if config.CACHE_DIR:
-            yield self._cache_path  # set by Numba's __init__
-        if kernel_dir() is not None:
-            src = os.path.dirname(os.path.abspath(self._py_file))
-            root = next(r for r in _roots if (src + os.sep).startswith(r + os.sep))
-            yield os.path.join(kernel_dir(), os.path.relpath(src, os.path.dirname(root)))
-
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        if not _ours(py_file) or not os.path.exists(py_file):
-            return None  # not ours: Numba's own locators
-        self = cls(py_func, py_file)
-        for path in self._paths():
-            self._cache_path = path
-            try:
-                self.ensure_cache_path()
-                return self
-            except OSError:
-                continue
-        return None  # nowhere writable: Numba's user-wide folder (never the package: _NotInPackage)
-
-    def get_source_stamp(self):
-        return "attnsim-folder-sha256:" + folder_stamp(os.path.dirname(os.path.abspath(self._py_file)))
-
-
-class _NotInPackage(caching.InTreeCacheLocator):
-    """Numba's ``__pycache__``-beside-the-source locator, refused for attnsim's kernels."""
-
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        return None if _ours(py_file) else super().from_function(py_func, py_file)
 
 
 def kernel_group(py_file: str) -> str:
@@ -180,62 +141,139 @@ def kernel_group(py_file: str) -> str:
     return os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/")
 
 
-class _FirstCompile(event.Listener):
-    """Logs the first compile of one of attnsim's kernels in this process (Numba fires ``numba:compile`` on a
-    cache miss only), naming its kernel group (source file), then one progress line per further group compiled
-    (a command that reaches several groups on a cold cache compiles them one after the other, issue 30)."""
-
-    def __init__(self):
-        self.said = False
-        self.groups: set[str] | None = None  # the groups compiled since the first line (None: not printed here)
-        self._lock = threading.Lock()
-
-    def on_start(self, ev):
-        disp = (ev.data or {}).get("dispatcher")
-        code = getattr(getattr(disp, "py_func", None), "__code__", None)
-        if code is None or not _ours(code.co_filename):
-            return
-        group = kernel_group(code.co_filename)
-        with self._lock:
-            first, self.said = not self.said, True
-            if first:
-                self.groups = set()  # progress lines follow the first line this listener printed
-            new = self.groups is not None and group not in self.groups
-            if self.groups is not None:
-                self.groups.add(group)
-        if first:
-            lo, hi = COLD_COMPILE_S
-            LOG.info(
-                "compiling Numba kernels into %s (once per install and cache location; a first run takes "
-                "~%d-%d s more; `attnsim warmup` compiles them all ahead): %s",
-                cache_location(),
-                lo,
-                hi,
-                group,
-            )
-        elif new:
-            LOG.info("compiling Numba kernels: %s", group)
-
-    def on_end(self, ev):
-        pass
+def _warm_marker(py_file: str) -> Path | None:
+    """The marker of a kernel group whose compiled kernels this cache location holds for the current sources (the
+    folder's stamp and the location are in its name); None where no folder can be written."""
+    d = kernel_dir()
+    if d is None:
+        return None
+    src = os.path.dirname(os.path.abspath(py_file))
+    tag = hashlib.sha256(f"{cache_location()}|{folder_stamp(src)}|{kernel_group(py_file)}".encode()).hexdigest()[:16]
+    return d / f".warm-{tag}"
 
 
-_LISTENER = _FirstCompile()
+def group_warm(py_file: str) -> bool:
+    """Whether the kernels of ``py_file`` were compiled into this cache location for its current sources (checked
+    without importing Numba: a marker file; a cache emptied by hand then compiles again, as without the marker)."""
+    m = _warm_marker(py_file)
+    return m is not None and m.exists()
+
+
+def mark_group_warm(py_file: str) -> None:
+    """Record that the kernels of ``py_file`` are compiled into this cache location (after they ran)."""
+    m = _warm_marker(py_file)
+    if m is not None and not m.exists():
+        try:
+            m.touch()
+        except OSError:
+            pass  # a read-only cache: the next process decides by its own walks again
 
 
 def compiled_any() -> bool:
     """Whether this process has compiled (not loaded) one of attnsim's kernels."""
-    return _LISTENER.said
+    return _LISTENER is not None and _LISTENER.said
 
 
-def install(root: Path) -> None:
-    """Cache and stamp the kernels of every source under ``root`` as above (idempotent; before their decorators
-    run: Numba picks a dispatcher's locator when ``cache=True`` is applied)."""
+def register_root(root: Path) -> None:
+    """Cache and stamp the kernels of every source under ``root`` as above, once Numba is in use (:func:`ensure`);
+    imports nothing of Numba (the default run's command walks run interpreted, hwmodels/dram/kernel.py)."""
     r = os.path.abspath(root)
     if r not in _roots:
         _roots.append(r)
+
+
+def install(root: Path) -> None:
+    """:func:`register_root` and :func:`ensure` (for a package whose kernels are decorated at its import)."""
+    register_root(root)
+    ensure()
+
+
+def ensure() -> None:
+    """Put attnsim's cache locators and compile notice into Numba (idempotent). Every module that decorates a
+    kernel calls it before its decorators run: Numba picks a dispatcher's locator when ``cache=True`` is applied."""
+    global KernelCacheLocator, _NotInPackage, _LISTENER
+    if _LISTENER is not None:
+        return
+    from numba.core import caching, config, event
+
+    class KernelCacheLocator(caching.UserProvidedCacheLocator):
+        """The locator of attnsim's kernels (sources under an installed root): cached in ``$NUMBA_CACHE_DIR`` as
+        Numba lays it out, else (or when that cannot be written) in :func:`kernel_dir` by folder relative to the
+        root; stamped by folder."""
+
+        def _paths(self):
+            if config.CACHE_DIR:
+                yield self._cache_path  # set by Numba's __init__
+            if kernel_dir() is not None:
+                src = os.path.dirname(os.path.abspath(self._py_file))
+                root = next(r for r in _roots if (src + os.sep).startswith(r + os.sep))
+                yield os.path.join(kernel_dir(), os.path.relpath(src, os.path.dirname(root)))
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if not _ours(py_file) or not os.path.exists(py_file):
+                return None  # not ours: Numba's own locators
+            self = cls(py_func, py_file)
+            for path in self._paths():
+                self._cache_path = path
+                try:
+                    self.ensure_cache_path()
+                    return self
+                except OSError:
+                    continue
+            return None  # nowhere writable: Numba's user-wide folder (never the package: _NotInPackage)
+
+        def get_source_stamp(self):
+            return "attnsim-folder-sha256:" + folder_stamp(os.path.dirname(os.path.abspath(self._py_file)))
+
+    class _NotInPackage(caching.InTreeCacheLocator):
+        """Numba's ``__pycache__``-beside-the-source locator, refused for attnsim's kernels."""
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return None if _ours(py_file) else super().from_function(py_func, py_file)
+
+    class _FirstCompile(event.Listener):
+        """Logs the first compile of one of attnsim's kernels in this process (Numba fires ``numba:compile`` on a
+        cache miss only), naming its kernel group (source file), then one progress line per further group compiled
+        (a command that reaches several groups on a cold cache compiles them one after the other, issue 30)."""
+
+        def __init__(self):
+            self.said = False
+            self.groups: set[str] | None = None  # the groups compiled since the first line (None: not printed here)
+            self._lock = threading.Lock()
+
+        def on_start(self, ev):
+            disp = (ev.data or {}).get("dispatcher")
+            code = getattr(getattr(disp, "py_func", None), "__code__", None)
+            if code is None or not _ours(code.co_filename):
+                return
+            group = kernel_group(code.co_filename)
+            with self._lock:
+                first, self.said = not self.said, True
+                if first:
+                    self.groups = set()  # progress lines follow the first line this listener printed
+                new = self.groups is not None and group not in self.groups
+                if self.groups is not None:
+                    self.groups.add(group)
+            if first:
+                lo, hi = COLD_COMPILE_S
+                LOG.info(
+                    "compiling Numba kernels into %s (once per install and cache location; a first run takes "
+                    "~%d-%d s more; `attnsim warmup` compiles them all ahead): %s",
+                    cache_location(),
+                    lo,
+                    hi,
+                    group,
+                )
+            elif new:
+                LOG.info("compiling Numba kernels: %s", group)
+
+        def on_end(self, ev):
+            pass
+
     impl = caching.CacheImpl
-    if impl._locator_classes[:1] != [KernelCacheLocator]:
-        rest = [_NotInPackage if c is caching.InTreeCacheLocator else c for c in impl._locator_classes]
-        impl._locator_classes = [KernelCacheLocator] + rest
-        event.register("numba:compile", _LISTENER)
+    rest = [_NotInPackage if c is caching.InTreeCacheLocator else c for c in impl._locator_classes]
+    impl._locator_classes = [KernelCacheLocator] + rest
+    _LISTENER = _FirstCompile()
+    event.register("numba:compile", _LISTENER)

@@ -1,6 +1,5 @@
 """attnsim.hwmodels.dram: DRAM specs, Numba bank-timing engine, request controller (see API.md)."""
 
-from attnsim.hwmodels.dram.controller import RequestResult, decode, simulate_requests
 from attnsim.hwmodels.dram.device import DRAMDevice
 from attnsim.hwmodels.dram.engine import (
     CMD_DTYPE,
@@ -36,3 +35,12 @@ __all__ = [
     "decode",
     "simulate_requests",
 ]
+
+
+def __getattr__(name: str):
+    """The request controller (Numba kernels) is imported on first use: a PIM model's command walks need none of it."""
+    if name in ("RequestResult", "decode", "simulate_requests"):
+        from attnsim.hwmodels.dram import controller
+
+        return getattr(controller, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,6 +33,8 @@ from attnsim.hwmodels.dram.sched_heap import ctrl_kernel_fast
 from attnsim.hwmodels.dram.sched_scan import ctrl_kernel_scan
 from attnsim.hwmodels.dram.spec import DRAMSpec, load_dram_spec, parse_mapping
 
+K.activate()  # Numba with attnsim's cache locator; kernel.py's kernels compiled, as callees of these
+
 DEFAULT_QUEUE = 32  # DRAMsim3 HBM2 config: trans queue 32 (dram_timing.md §1)
 MAX_EMIT = 1 << 25  # emitted command records (emit=True): 2.4 GB
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -274,7 +276,7 @@ def _multiplicity(multiplicity, n_ch) -> np.ndarray:
 
 def summarize(spec: DRAMSpec, T, RS, CS, ST, multiplicity=1, present=None, wall=0.0) -> CommandResult:
     """Turn kernel statistics into a CommandResult (energy by component; counts scaled by multiplicity)."""
-    K.tail_refreshes(T, RS, CS, ST)
+    (K.tail_refreshes if K.compiled_active() else K.INTERPRETED["tail_refreshes"])(T, RS, CS, ST)
     n_ch = CS.shape[0]
     m = _multiplicity(multiplicity, n_ch)
     if present is not None:
@@ -346,13 +348,55 @@ def _refuse_unread_rules(spec, refresh: str) -> None:
         refuse_unread(spec, ("refresh_stagger",), "refresh none")
 
 
+TIER_ENV = "ATTNSIM_DRAM_TIER"  # auto (default) | interpreted | compiled: which tier walks command streams
+# auto: compiled where its kernels are in the on-disk cache already (kernel.compiled_cached: loading them costs
+# ~0.4-0.6 s of CPU, Numba's import included) or this process compiled them; else interpreted for the first
+# INTERPRET_BUDGET_RECORDS distinct records of the process, then compiled. Measured 2026-12-08 on the idle 2-core
+# machine (Python 3.11, Numba 0.61), default experiment with its verdict flips: 841 walks, 293 distinct, 26,452
+# distinct records; interpreted ~47 us per record (1.25 s in all) against ~12-14 s of CPU to compile the 24 kernels
+# on an empty cache. A sweep or a long serve run on an empty cache passes the budget (~5 s interpreted) and goes on
+# compiled: interpret what is cold, compile what is hot.
+INTERPRET_BUDGET_RECORDS = 100_000
+_interpreted_records = 0
+_WALK_MEMO: OrderedDict = OrderedDict()  # (channels, T, scratch size, records) -> state arrays; identical walks
+_WALK_MEMO_ENTRIES = 1024  # the default run's flips walk each distinct stream ~3 times (841 walks, 293 distinct)
+
+
+def kernel_tier(n_records: int) -> str:
+    """``interpreted`` or ``compiled`` for a walk of ``n_records`` (``$ATTNSIM_DRAM_TIER`` forces one)."""
+    choice = os.environ.get(TIER_ENV, "auto") or "auto"
+    if choice not in ("auto", "interpreted", "compiled"):
+        raise ConfigError(f"{TIER_ENV}: expected auto, interpreted or compiled, got {choice!r}")
+    if choice != "auto":
+        return choice
+    if K.compiled_active() or K.compiled_cached() or _interpreted_records + n_records > INTERPRET_BUDGET_RECORDS:
+        return "compiled"
+    return "interpreted"
+
+
 def walk(spec, cmds: np.ndarray, T: np.ndarray) -> tuple:
-    """The command kernel over ``cmds`` (checked by the caller) from a fresh state: (BS, GS, RS, US, CS, ST)."""
+    """The command kernel over ``cmds`` (checked by the caller) from a fresh state: (BS, GS, RS, US, CS, ST), fresh
+    arrays. Interpreted or compiled (:func:`kernel_tier`): the same functions, the same results; an identical walk
+    (same timing vector, channels and records) in this process is answered from a memo."""
+    global _interpreted_records
+    scratch = scratch_for(spec)
+    key = (spec.org.channels, T.tobytes(), scratch.size, cmds.dtype.str, cmds.tobytes())
+    hit = _WALK_MEMO.get(key)
+    if hit is not None:
+        _WALK_MEMO.move_to_end(key)
+        return tuple(a.copy() for a in hit)
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     # contiguous copies of the record fields: a field view is strided (Numba layout 'A') except for a stream of 0 or 1
     # records (contiguous, layout 'C'), which compiled the whole kernel a second time (issue 30)
     c = {f: np.ascontiguousarray(cmds[f]) for f in CMD_DTYPE.names}
-    K.run_kernel(
+    if kernel_tier(len(cmds)) == "compiled":
+        run, Tw = K.activate(), T
+    else:
+        # the timing vector as Python ints: read by every rule, ~3x cheaper to index and add than numpy scalars;
+        # the same values (|x| < 2**53: no int64 wrap-around to differ from), so the same cycles (tests)
+        run, Tw = K.INTERPRETED["run_kernel"], T.tolist()
+        _interpreted_records += len(cmds)
+    run(
         c["op"],
         c["flags"],
         c["ch"],
@@ -364,16 +408,22 @@ def walk(spec, cmds: np.ndarray, T: np.ndarray) -> tuple:
         c["repeat"],
         c["cycles"],
         c["arrival"],
-        T,
+        Tw,
         BS,
         GS,
         RS,
         US,
         CS,
         ST,
-        scratch_for(spec),
+        scratch,
     )
-    return BS, GS, RS, US, CS, ST
+    if run is not K.INTERPRETED["run_kernel"]:
+        K.mark_compiled_cached()
+    state = (BS, GS, RS, US, CS, ST)
+    _WALK_MEMO[key] = tuple(a.copy() for a in state)
+    if len(_WALK_MEMO) > _WALK_MEMO_ENTRIES:
+        _WALK_MEMO.popitem(last=False)
+    return state
 
 
 def run_commands(spec, cmds: np.ndarray, multiplicity=1, refresh: str | None = None) -> CommandResult:

@@ -9,18 +9,46 @@ triggers due refreshes of the ranks it touches, then commits. See hwmodels/dram/
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+import types
 
+import numpy as np
+
+# Two tiers (issue 30). The functions below are plain Python until activate() compiles them with Numba; engine.walk
+# runs small command streams through interpreted() (the same functions, rebound to a namespace of plain functions,
+# bit-identical: tests/test_dram_tiers.py) and large ones through activate()'s compiled run_kernel. The default
+# experiment's walks are small (~1,000 records each), so its runs never import Numba: a first run on an empty
+# cache compiled these 24 kernels for ~15-25 s of CPU and a warm one loaded them for ~0.4 s (import numba) + load.
 # Hot-path kernels: no NRT (no allocation inside, so no reference counting of the array arguments at every
 # call -- it cost ~40 % of the time), numpy error model (no zero-division branches; divisors are validated).
-hot = njit(cache=True, _nrt=False, error_model="numpy")
-inline = njit(cache=True, _nrt=False, error_model="numpy", inline="always")  # Numba-IR inlined (few call sites)
+HOT_OPTIONS = {"cache": True, "_nrt": False, "error_model": "numpy"}
+INLINE_OPTIONS = {**HOT_OPTIONS, "inline": "always"}  # Numba-IR inlined (few call sites)
+_KERNELS: dict[str, object] = {}  # this module's kernels: name -> plain function
 # One compiled signature per kernel (issue 30: a first run compiled 36 variants of 24 functions, ~23 s of CPU, where
 # 24 do; measured with an empty cache on the default experiment's command streams, 25.5 -> 15.3 s): Numba compiles a
 # callee once per distinct argument types, and a constant argument is typed as its literal value (``Literal[int](0)``),
 # so mode constants passed to another kernel are written ``np.int64(0)`` (a plain int64), and flags are widened to
 # int64 at the call. tests/test_kernel_compile.py checks that a run leaves every kernel with one signature.
+
+
+def _kernel(f):
+    """A kernel of this module: stays a plain function until activate()."""
+    _KERNELS[f.__name__] = f
+    return f
+
+
+def _njit(options: dict):
+    def deco(f):
+        activate()  # Numba with attnsim's cache locator, and this module's kernels compiled (callees of f)
+        from numba import njit
+
+        return njit(**options)(f)
+
+    return deco
+
+
+hot = _njit(HOT_OPTIONS)  # for the other kernel modules (sched_*.py, recur.py): compiled at their import
+inline = _njit(INLINE_OPTIONS)
+
 
 NEG = -(1 << 40)  # "long ago"
 
@@ -208,7 +236,7 @@ def new_state(n_ch: int, T: np.ndarray):
 # ============================================================== refresh
 
 
-@hot
+@_kernel
 def refresh_rank(r, due, pb_idx, T, BS, CS, ST, ch):
     """Refresh rank ``r`` (all-bank, or the per-bank group ``pb_idx`` if pb_idx >= 0) no earlier than ``due``.
 
@@ -255,7 +283,7 @@ def refresh_rank(r, due, pb_idx, T, BS, CS, ST, ch):
     return tr
 
 
-@hot
+@_kernel
 def auto_refresh(r, T, BS, RS, CS, ST, ch):
     """Perform the refresh of rank ``r`` that is due (auto mode); returns its REF cycle."""
     due = RS[r, R_DUE]
@@ -270,7 +298,7 @@ def auto_refresh(r, T, BS, RS, CS, ST, ch):
     return tr
 
 
-@hot
+@_kernel
 def scope_refresh(r, T, BS, RS, CS, ST, ch):
     """The due refresh of rank ``r`` met by a command over several banks (ACTAB/MACAB/PREA, bank-group PIM ops).
 
@@ -307,7 +335,7 @@ def scope_refresh(r, T, BS, RS, CS, ST, ch):
     return tr
 
 
-@hot
+@_kernel
 def ref_period(T):
     """Cycles between two refreshes of a rank (0: refresh off)."""
     if T[T_REFMODE] == 0:
@@ -315,7 +343,7 @@ def ref_period(T):
     return T[T_REFIPB] if T[T_REFMODE] == 2 else T[T_REFI]
 
 
-@hot
+@_kernel
 def refresh_gap(r, t, T, BS, RS, ST, ch):
     """Every refresh of rank ``r`` due at or before cycle ``t`` in closed form, when the rank is idle over them.
 
@@ -368,7 +396,7 @@ def refresh_gap(r, t, T, BS, RS, ST, ch):
 # ============================================================== single-bank primitives
 
 
-@hot
+@_kernel
 def earliest_act(k, T, BS, GS, RS, CS):
     g = BS[k, B_G]
     r = BS[k, B_R]
@@ -388,7 +416,7 @@ def earliest_act(k, T, BS, GS, RS, CS):
     return t
 
 
-@hot
+@_kernel
 def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
     g = BS[k, B_G]
     r = BS[k, B_R]
@@ -420,7 +448,7 @@ def commit_act(k, row, t, T, BS, GS, RS, CS, ST):
     ST[ch, S_ACTCMD] += 1
 
 
-@hot
+@_kernel
 def earliest_pre(k, T, BS, CS):
     ch = BS[k, B_CH]
     t = BS[k, B_PRE]
@@ -431,7 +459,7 @@ def earliest_pre(k, T, BS, CS):
     return t
 
 
-@hot
+@_kernel
 def commit_pre(k, t, T, BS, CS, ST):
     ch = BS[k, B_CH]
     BS[k, B_ROW] = -1
@@ -443,7 +471,7 @@ def commit_pre(k, t, T, BS, CS, ST):
     ST[ch, S_PRECMD] += 1
 
 
-@hot
+@_kernel
 def auto_pre(k, T, BS, ST, ch):
     """Auto-precharge (RDA/WRA): at the bank's earliest PRE, no command slot."""
     if BS[k, B_ROW] < 0:
@@ -455,7 +483,7 @@ def auto_pre(k, T, BS, ST, ch):
     ST[ch, S_PRE] += 1
 
 
-@hot
+@_kernel
 def earliest_col(k, is_wr, T, BS, GS, RS, US, CS):
     """Earliest RD (is_wr=0), WR (1) or MACSB (2) to bank k (row assumed open)."""
     g = BS[k, B_G]
@@ -493,7 +521,7 @@ def earliest_col(k, is_wr, T, BS, GS, RS, US, CS):
     return t
 
 
-@hot
+@_kernel
 def col_spacing(is_wr, T):
     sp = T[T_CCDL]
     if is_wr == 2:
@@ -504,7 +532,7 @@ def col_spacing(is_wr, T):
     return sp
 
 
-@hot
+@_kernel
 def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
     """Commit m column ops to bank k, the first at t, spaced by col_spacing (same bank)."""
     g = BS[k, B_G]
@@ -570,14 +598,14 @@ def commit_col(k, is_wr, t, m, T, BS, GS, RS, US, CS, ST):
     CS[ch, T[T_COLBUS]] = tl + 1
 
 
-@hot
+@_kernel
 def due_of(r, T, RS):
     if T[T_REFMODE] == 0:
         return 1 << 62
     return RS[r, R_DUE]
 
 
-@hot
+@_kernel
 def prim_pre(k, T, BS, GS, RS, CS, ST):
     """Explicit/implicit PRE of bank k (no-op if closed)."""
     NB = T[T_G] * T[T_B]
@@ -594,7 +622,7 @@ def prim_pre(k, T, BS, GS, RS, CS, ST):
         return
 
 
-@hot
+@_kernel
 def prim_act(k, row, arrival, T, BS, GS, RS, CS, ST):
     """ACT bank k to row (precharging an open bank first)."""
     NB = T[T_G] * T[T_B]
@@ -614,7 +642,7 @@ def prim_act(k, row, arrival, T, BS, GS, RS, CS, ST):
         return
 
 
-@hot
+@_kernel
 def prim_col(k, row, is_wr, n, flags, arrival, T, BS, GS, RS, US, CS, ST):
     """n column ops (RD=0, WR=1, MACSB=2) to (bank k, row): implicit PRE/ACT, closed-form bursts between refreshes."""
     NB = T[T_G] * T[T_B]
@@ -656,7 +684,7 @@ def prim_col(k, row, is_wr, n, flags, arrival, T, BS, GS, RS, US, CS, ST):
 # ============================================================== scopes (all-bank / bank-group ops)
 
 
-@hot
+@_kernel
 def make_scope(ch, pch, rank, bg, bank, T, banks, ranks, bgs, pcs):
     """Fill index lists of the scope (-1 = all at that level); returns (n_banks, n_ranks, n_bgs, n_pcs)."""
     P, R, G, B = T[T_P], T[T_R], T[T_G], T[T_B]
@@ -686,7 +714,7 @@ def make_scope(ch, pch, rank, bg, bank, T, banks, ranks, bgs, pcs):
     return nb, nr, ng, npc
 
 
-@hot
+@_kernel
 def scope_due(nr, ranks, T, RS):
     """Index into ranks[] of the rank with the smallest refresh due, and that due."""
     best = 0
@@ -699,7 +727,7 @@ def scope_due(nr, ranks, T, RS):
     return best, d
 
 
-@hot
+@_kernel
 def prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST):
     """PREA over the scope banks (no-op if all closed)."""
     while True:
@@ -731,7 +759,7 @@ def prim_prea(ch, nb, banks, nr, ranks, T, BS, RS, CS, ST):
         return
 
 
-@hot
+@_kernel
 def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS, RS, CS, ST):
     """ACTAB (bgmode=0: no tRRD/tFAW) or ACTBG (bgmode=1: tRRD_S/L + tFAW, one ACT per BG) over the scope."""
     anyopen = False
@@ -797,7 +825,7 @@ def prim_actx(ch, row, bgmode, arrival, nb, banks, nr, ranks, ng, bgs, T, BS, GS
     ST[ch, S_ACTCMD] += 1
 
 
-@hot
+@_kernel
 def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST):
     """MACAB (bgmode=0, spacing nCCDAB per pseudo-channel) or MACBG (bgmode=1, nCCD_L/nCCD_S) x n."""
     cls = 0
@@ -886,7 +914,7 @@ def prim_macx(ch, row, bgmode, n, flags, arrival, nb, banks, nr, ranks, ng, bgs,
             auto_pre(banks[q], T, BS, ST, ch)
 
 
-@hot
+@_kernel
 def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs, T, BS, GS, RS, US, CS, ST, scratch):
     """F_IL read record: n bursts to ``row`` round robin over the nb scope banks (rotation order: pseudo-channel
     fastest, then bank group, bank, rank), each burst a repeat-1 RD (prim_col). Before a burst to a closed bank
@@ -1018,7 +1046,7 @@ def prim_il(ch, row, n, flags, arrival, nb, banks, nr, ranks, ng, bgs, npc, pcs,
 # ============================================================== the record walker
 
 
-@hot
+@_kernel
 def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, GS, RS, US, CS, ST, scratch):
     """Walk command records in order. Record arrays are plain numpy arrays (see API.md)."""
     P, R, G, B = T[T_P], T[T_R], T[T_G], T[T_B]
@@ -1163,7 +1191,7 @@ def run_kernel(op, flags, chn, pch, rank, bg, bank, row, rep, cyc, arr, T, BS, G
     return 0
 
 
-@hot
+@_kernel
 def tail_refreshes(T, RS, CS, ST):
     """Count (for energy only) refreshes that fall in idle time up to each channel's end."""
     if T[T_REFMODE] == 0:
@@ -1186,12 +1214,62 @@ def tail_refreshes(T, RS, CS, ST):
                 ST[ch, S_REFBANKCYC] += nref * T[T_RFC] * T[T_G] * T[T_B]
 
 
-# Numba-IR inlined copies of the per-command primitives for the request scheduler's hot loop (sched.py): a
+# Numba-IR inlined copies of the per-command primitives for the request scheduler's hot loop (sched_heap.py): a
 # Numba call passes every array as ~7 scalars on the stack and is not inlined by LLVM, which dominated there.
-earliest_act_i = inline(earliest_act.py_func)
-earliest_pre_i = inline(earliest_pre.py_func)
-earliest_col_i = inline(earliest_col.py_func)
-commit_act_i = inline(commit_act.py_func)
-commit_pre_i = inline(commit_pre.py_func)
-commit_col_i = inline(commit_col.py_func)
-auto_pre_i = inline(auto_pre.py_func)
+_INLINED = ("earliest_act", "earliest_pre", "earliest_col", "commit_act", "commit_pre", "commit_col", "auto_pre")
+_active = False
+_marked = False
+
+
+def activate():
+    """Compile this module's kernels on first use (Numba imported here, with attnsim's cache locator): the module's
+    attributes become Numba dispatchers, so compiled callers (``K.prim_col`` in sched_*.py, ``prim_col`` here)
+    resolve to compiled callees; ``<name>_i`` are the inlined copies. Returns the compiled ``run_kernel``."""
+    global _active
+    if not _active:
+        from attnsim.core import jitcache
+
+        jitcache.ensure()
+        from numba import njit
+
+        g = globals()
+        for name, f in _KERNELS.items():
+            g[name] = njit(**HOT_OPTIONS)(f)
+        for name in _INLINED:
+            g[name + "_i"] = njit(**INLINE_OPTIONS)(_KERNELS[name])
+        _active = True
+    return run_kernel
+
+
+def compiled_active() -> bool:
+    """Whether this process has activated the compiled tier (its kernels then serve every walk)."""
+    return _active
+
+
+def compiled_cached() -> bool:
+    """Whether the kernel cache holds this module's compiled kernels for its current sources (no Numba import)."""
+    from attnsim.core import jitcache
+
+    return jitcache.group_warm(__file__)
+
+
+def mark_compiled_cached() -> None:
+    """After a compiled walk: the cache holds this module's kernels (once per process)."""
+    global _marked
+    if not _marked:
+        from attnsim.core import jitcache
+
+        jitcache.mark_group_warm(__file__)
+        _marked = True
+
+
+def _interpreted_namespace() -> dict:
+    """This module's globals with every kernel rebound to it: an interpreted walk calls plain functions only, also
+    after activate() replaced the module's attributes by dispatchers."""
+    ns = dict(globals())
+    for name, f in _KERNELS.items():
+        ns[name] = types.FunctionType(f.__code__, ns, name, f.__defaults__, f.__closure__)
+    return ns
+
+
+INTERPRETED = _interpreted_namespace()  # the plain tier: INTERPRETED["run_kernel"](...), same arguments

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from attnsim.hwmodels.dram import kernel as K
 
+K.activate()  # Numba with attnsim's cache locator; kernel.py's kernels compiled, as callees of these
+
 INF = 1 << 62
 SENT = 1 << 50  # marker: closed row, absent candidate, old horizon, no active slot
 OLD = -(1 << 55)  # marker: an old cycle

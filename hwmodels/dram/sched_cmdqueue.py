@@ -34,6 +34,8 @@ from numba import njit
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram.sched_heap import _emit
 
+K.activate()  # Numba with attnsim's cache locator; kernel.py's kernels compiled, as callees of these
+
 INF = 1 << 62
 ROW_HIT_LIMIT = 4  # column commands to an open row after which a waiting miss may close it (command_queue.cc:102-104)
 DRAIN_IDLE = 8  # writes that start a drain when every command queue is empty (controller.cc:202)

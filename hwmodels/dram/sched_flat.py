@@ -45,6 +45,8 @@ from attnsim.hwmodels.dram.sched_heap import (
     room,
 )
 
+K.activate()  # Numba with attnsim's cache locator; kernel.py's kernels compiled, as callees of these
+
 INF = 1 << 62
 KEYMAX = (1 << 63) - 1  # above every key (ages < AGE_LIMIT - 1)
 AGE_LIMIT = 1 << 30  # ages (positions) take 30 bits of the key

@@ -26,6 +26,8 @@ from numba import njit
 
 from attnsim.hwmodels.dram import kernel as K
 
+K.activate()  # Numba with attnsim's cache locator; kernel.py's kernels compiled, as callees of these
+
 INF = 1 << 62
 AGE_BITS = 40  # heap sub-key = not_hit << 40 | age (position in the channel's request order)
 

@@ -14,6 +14,8 @@ from numba import njit
 from attnsim.hwmodels.dram import kernel as K
 from attnsim.hwmodels.dram.sched_heap import drain_mode, gap_refresh, in_refresh, room
 
+K.activate()  # Numba with attnsim's cache locator; kernel.py's kernels compiled, as callees of these
+
 
 @njit(cache=True)
 def _emit(E, ne, op, flags, k, row, arrival, T):

@@ -19,7 +19,10 @@ from tokenize import TokenError
 import numpy as np
 from numba import njit
 
+from attnsim.core import jitcache
 from attnsim.core.config import ConfigError
+
+jitcache.ensure()  # attnsim's cache locator before the decorators below
 
 TRACE_DTYPE = np.dtype([("addr", "<u8"), ("write", "u1"), ("arrival", "<i8")])
 FORMATS = ("auto", "attnsim", "ramulator", "dramsim3", "npy")

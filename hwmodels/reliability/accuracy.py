@@ -32,7 +32,6 @@ from attnsim.hwmodels.reliability.formats import (
     encode,
     token_mask_from_elements,
 )
-from attnsim.hwmodels.reliability.inject import inject
 
 CATASTROPHIC_REL_ERR = 1.0  # a head whose output error reaches its norm counts as lost
 
@@ -174,6 +173,8 @@ def evaluate(
     """
     if due_policy not in ("recompute", "drop"):
         raise ValueError(f"due_policy must be 'recompute' or 'drop', got {due_policy!r}")
+    from attnsim.hwmodels.reliability.inject import inject  # Numba kernels: imported where bit errors are injected
+
     q, K, V = qkv["q"], qkv["k"], qkv["v"]
     H, T, _ = K.shape
     ek, ev = store(K, fmt, "k", group), store(V, fmt, "v", group)

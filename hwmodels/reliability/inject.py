@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from attnsim.core import jitcache
 from attnsim.hwmodels.reliability import ecc as _ecc
 from attnsim.hwmodels.reliability.formats import FIELD_ID, FIELDS, Encoded
+
+jitcache.ensure()  # attnsim's cache locator before the decorators below
 
 STAT_NAMES = ("raw_data_flips", "units_with_errors", "corrected", "due", "sdc", "silent_data_flips")
 
