@@ -55,7 +55,11 @@ def best(cmd: list[str], env: dict, cwd: Path, repeat: int) -> tuple[float, floa
 
 
 def env_for(cache: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "ATTNSIM_CACHE_DIR")}
+    # PYTHONDONTWRITEBYTECODE (set on some development machines) would recompile every imported module's source in
+    # every process (~0.17 s of the default run); a user's install has its bytecode (pip compiles it; an editable
+    # install writes it on first import)
+    drop = ("NUMBA_CACHE_DIR", "ATTNSIM_CACHE_DIR", "PYTHONDONTWRITEBYTECODE", "ATTNSIM_DRAM_TIER")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["XDG_CACHE_HOME"] = str(cache)  # platformdirs' user cache folder: attnsim's kernels (attnsim.core.jitcache)
     return env
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from attnsim.core.config import ConfigError, Schema, _number_kind, not_physical, set_dotted, validate
+from attnsim.core.config import ConfigError, ContentMemo, Schema, _number_kind, not_physical, set_dotted, validate
 
 _KINDS: dict[str, tuple[type, Callable[[Any], Any]]] = {}
 # modules that register kinds; imported lazily so that importing one model stays cheap
@@ -103,7 +103,17 @@ def build(hw: dict, file: str | None = None, hardware: dict | None = None):
 
 def validate_hardware(hw: dict, file: str | None = None):
     """The validated spec of a hardware config dict (its kind's schema; ``ranges:`` and ``evidence:`` blocks
-    checked by :func:`split_ranges` and set aside)."""
+    checked by :func:`split_ranges` and set aside); the same dict and file give the same (frozen) spec, remembered:
+    the verdict flips validate each hardware config of a pair once per re-run (689 times in the default run)."""
+    return _VALIDATED_HW.get(
+        "hardware", (hw, None if file is None else str(file)), lambda: _validate_hardware(hw, file)
+    )
+
+
+_VALIDATED_HW = ContentMemo()
+
+
+def _validate_hardware(hw: dict, file: str | None = None):
     if not isinstance(hw, dict) or "kind" not in hw:
         raise ConfigError("missing required key", file=file, key="kind")
     schema = schema_for(hw["kind"], file)

@@ -1000,6 +1000,59 @@ def validation_error_to_config_error(
     return ConfigError(msg, file=file, key=key)
 
 
+_PLAIN_SCALARS = (str, int, bool, type(None))
+
+
+def content_key(obj):
+    """A hashable key equal only for equal plain data (dict / list / tuple of str, int, float, bool, None; types
+    and order kept: 1, 1.0 and True differ, so do 0.0 and -0.0), or None when ``obj`` holds anything else."""
+    t = type(obj)
+    if t in _PLAIN_SCALARS:
+        return (t, obj)
+    if t is float:
+        return (t, repr(obj))
+    if t is dict or t is list or t is tuple:
+        items = obj.items() if t is dict else enumerate(obj)
+        out = [t]
+        for k, v in items:
+            kk, kv = content_key(k), content_key(v)
+            if kk is None or kv is None:
+                return None
+            out.append((kk, kv))
+        return tuple(out)
+    return None
+
+
+class ContentMemo:
+    """Results of a pure function of plain data, by ``tag`` (hashable: e.g. a schema class) and the
+    :func:`content_key` of its arguments (bounded, in-process). For validation: the verdict flips and sweeps
+    validate the same config dicts again and again (the default run: 2,868 schema validations). Results must be
+    immutable (frozen schemas); a call that raises is not kept."""
+
+    def __init__(self, entries: int = 4096):
+        self.entries, self._d = entries, {}
+
+    def get(self, tag, key_args: tuple, compute):
+        """``compute()``'s result, remembered under (tag, content of ``key_args``); computed each time when
+        ``key_args`` is not plain data."""
+        ck = content_key(key_args)
+        if ck is None:
+            return compute()
+        key = (tag, ck)
+        try:
+            return self._d[key]
+        except KeyError:
+            pass
+        value = compute()
+        if len(self._d) >= self.entries:
+            self._d.pop(next(iter(self._d)))  # the oldest entry
+        self._d[key] = value
+        return value
+
+
+_VALIDATED = ContentMemo()
+
+
 def validate(
     schema: type[BaseModel],
     data: Mapping,
@@ -1009,7 +1062,13 @@ def validate(
 ):
     """Validate ``data`` with ``schema``, numbers within their plausible ranges (:func:`check_plausible`); raise
     ConfigError naming file and key path. ``allow``: the dotted keys (``prefix`` included) of the file's
-    ``allow_out_of_range:`` list; by default the list at the top of ``data`` (keys without a prefix)."""
+    ``allow_out_of_range:`` list; by default the list at the top of ``data`` (keys without a prefix).
+    The same schema, data, file, prefix and allow give the same (immutable) model, remembered (:class:`ContentMemo`)."""
+    key_args = (data, None if file is None else str(file), prefix, None if allow is None else tuple(allow))
+    return _VALIDATED.get(schema, key_args, lambda: _validate(schema, data, file, prefix, allow))
+
+
+def _validate(schema, data, file, prefix, allow):
     data = dict(data)
     own = []
     if ALLOW_KEY in data and ALLOW_KEY not in schema.model_fields:
