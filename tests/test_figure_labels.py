@@ -174,8 +174,8 @@ def test_plan_front_draws_the_document():
         "Pareto front",
         "plan",
         "as run",
-        "accuracy SLO",
-        "SLO",
+        "accuracy SLO 0.02",
+        "TPOT SLO 21.5 ms",  # 0.0215 s in the plan's unit (ms), named: it said only "SLO" before
     ]
     assert tpot.get_xscale() == "log"  # the errors span 100x
     with pytest.raises(ConfigError):

@@ -337,3 +337,36 @@ def test_cli_sweep_emit_sbatch_merge_export(tmp_path, capsys):
     assert main(["show", str(out)]) == 0
     assert "4 of 4 points; 4 ok" in capsys.readouterr().out
     assert main(["merge", str(tmp_path / "c.shard0of2.h5"), "-o", str(out)]) == 2  # exists: refused
+
+
+def test_editing_figures_keeps_resuming_and_an_older_stores_id_is_accepted(tmp_path):
+    """The sweep id digests what decides the points; ``figures:`` (drawn from the store) is not part of it, so a
+    store resumes after a figure is added or edited (found by issue 28's newcomer walk: it was refused)."""
+    fig = {"recipe": "tpot_vs_batch", "out": "f.pdf"}
+    out = tmp_path / "s.h5"
+    s1 = run_sweep(load_sweep(_grid(tmp_path / "a", 3, figures=[fig])), out, **RUN_KW)
+    assert s1.simulated == 3
+    edited = load_sweep(
+        _grid(tmp_path / "b", 3, figures=[{**fig, "out": "g.pdf"}, {"recipe": "tpot_vs_batch", "out": "h.png"}])
+    )
+    none = load_sweep(_grid(tmp_path / "c", 3))
+    assert edited.sweep_id == none.sweep_id == s1_id(out)
+    assert run_sweep(edited, out, **RUN_KW).already_done == 3
+    # a store written before the change carries the id that digested figures: the same file still resumes it, and
+    # the store takes the current id (the legacy form is the second accepted id)
+    legacy = edited.accepted_ids[1]
+    assert legacy != edited.sweep_id
+    with h5py.File(out, "a") as f:
+        f.attrs["sweep_id"] = legacy
+    assert run_sweep(edited, out, **RUN_KW).already_done == 3
+    assert s1_id(out) == edited.sweep_id
+    # another sweep's legacy id is still refused
+    with h5py.File(out, "a") as f:
+        f.attrs["sweep_id"] = load_sweep(_grid(tmp_path / "d", 4, figures=[fig])).accepted_ids[1]
+    with pytest.raises(ConfigError, match="different sweep"):
+        run_sweep(edited, out, **RUN_KW)
+
+
+def s1_id(out):
+    with h5py.File(out) as f:
+        return f.attrs["sweep_id"]

@@ -465,7 +465,7 @@ def plot_cmd(args) -> int:
         raise ConfigError("needs --recipe NAME and -o FILE (or --all, --list)", file="plot")
     from attnsim.core.outputs import figure_paths
 
-    figure_paths(args.out, "-o", inputs=[args.file])
+    figure_paths(args.out, "-o", inputs=[args.file], create=True)  # missing folders are made, as by run and sweep
     from attnsim.plots.labels import load_labels
     from attnsim.plots.style import resolve_font
 

@@ -27,6 +27,11 @@ scheduler's cached machine code in use. The stamp here is the SHA-256 of all .py
 folder (attnsim.core.fingerprint), so any edit there recompiles the folder's kernels on next use. Rule for kernel
 code: use functions and constants of its own package folder only (the stamp does not see other folders).
 
+Lazy. Nothing here imports Numba until a kernel module calls :func:`ensure` (at its import, before its decorators):
+the default run walks its DRAM command streams interpreted (hwmodels/dram/engine.py kernel_tier) and never loads
+Numba. :func:`group_warm` / :func:`mark_group_warm` keep a marker per kernel group and source stamp in the kernel
+folder, so a process can tell without Numba that the compiled kernels are cached (then it loads them).
+
 Notice. The first compile of one of these kernels in a process (a cache miss: Numba's ``numba:compile``
 event) is logged once on the ``attnsim.kernels`` logger at INFO; the CLI and the Python API print it to
 stderr (attnsim.core.notices), so the device models that trigger it import nothing of the application.

@@ -907,10 +907,14 @@ def plan_front(doc: dict, width="double", title=None, logx=None):
             )
         acc = slos.get("accuracy")
         if acc:
-            ax.axvline(float(acc["limit"]), color="0.35", linestyle="--", linewidth=0.8, label="accuracy SLO")
+            a = float(acc["limit"])
+            ax.axvline(a, color="0.35", linestyle="--", linewidth=0.8, label=f"accuracy SLO {a:.3g}")
         lim = slos.get(col)
-        if lim:
-            ax.axhline(float(lim["limit"]) * yf, color="0.35", linestyle=":", linewidth=0.8, label="SLO")
+        if lim:  # named with its limit, e.g. "TPOT SLO 50 ms" (the two panels' lines are distinct entries)
+            v = float(lim["limit"]) * yf
+            name, _, unit = yl.partition(" (")
+            what = "TPOT" if col == "tpot_s" else name
+            ax.axhline(v, color="0.35", linestyle=":", linewidth=0.8, label=f"{what} SLO {v:.3g} {unit.rstrip(')')}")
         if logx is not False and fr[:, 0].min() > 0 and fr[:, 0].max() / fr[:, 0].min() >= 10:
             ax.set_xscale("log")
         ax.set_xlabel(label_for("rel_attention_error")[0])

@@ -434,6 +434,7 @@ def store_meta(sweep: Sweep, shard: tuple[int, int], argv=None) -> dict:
         "git_revision": git_revision(),
         "sweep_name": sweep.spec.name,
         "sweep_id": sweep.sweep_id,
+        "accepted_ids": json.dumps(sweep.accepted_ids),  # not stored (StoreWriter drops it): resume check only
         "sweep_definition": sweep_definition_yaml(sweep),
         "base_config": yaml.safe_dump(sweep.base_tree.as_dict(), sort_keys=False),
         "parameters": json.dumps(sweep.param_names),

@@ -455,9 +455,18 @@ class Sweep:
 
     @property
     def sweep_id(self) -> str:
-        """Identity of the sweep (definition + base config): shards of one sweep share it."""
-        definition = {k: v for k, v in self.definition.items() if k != "baseline"}  # ratios only: same points
+        """Identity of the sweep (what decides its points: definition + base config): shards of one sweep share it.
+        Left out: ``baseline`` (ratio columns of the same points) and ``figures`` (drawn from the store), so editing
+        either keeps resuming the store."""
+        definition = {k: v for k, v in self.definition.items() if k not in ("baseline", "figures")}
         return config_key({"definition": definition, "base": self.base_tree.as_dict()})[:12]
+
+    @property
+    def accepted_ids(self) -> tuple[str, ...]:
+        """Store ids this sweep resumes: :attr:`sweep_id`, and the id stores written before 2026-12-08 carry for the
+        same file (``figures`` was part of the identity then)."""
+        legacy = {k: v for k, v in self.definition.items() if k != "baseline"}
+        return (self.sweep_id, config_key({"definition": legacy, "base": self.base_tree.as_dict()})[:12])
 
     def param_dtypes(self) -> dict[str, str]:
         """'i8', 'f8' or 'str' per parameter column (from every value it can take)."""

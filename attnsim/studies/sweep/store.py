@@ -793,6 +793,8 @@ class StoreWriter:
 
         self.path = Path(path)
         self.meta = dict(meta)
+        # ids of the same sweep a store may carry (older id forms); a resumed store is rewritten with sweep_id
+        self._accepted_ids = set(json.loads(self.meta.pop("accepted_ids", "[]"))) | {self.meta.get("sweep_id")}
         self.meta.setdefault("format", FORMAT)
         self.meta.setdefault("attnsim_version", __version__)
         self.meta.setdefault("git_revision", git_revision())
@@ -831,7 +833,7 @@ class StoreWriter:
             check_layout(f, self.path)
             attrs = _attrs(f)
         sid = attrs.get("sweep_id")
-        if sid != self.meta.get("sweep_id"):
+        if sid not in self._accepted_ids:
             raise ConfigError(
                 f"holds a different sweep (sweep_id {sid}, this sweep {self.meta.get('sweep_id')}); "
                 "choose another --out",
