@@ -444,7 +444,42 @@ def simulate(args) -> dict:
 
 def load_trace(args, spec):
     """Any supported format through the compiled parser (hwmodels/dram/traces.py); attnsim-format traces the fast
-    parser refuses go through read_trace, which accepts them or names the problem."""
+    parser refuses go through read_trace, which accepts them or names the problem. A pipe (``--trace <(zcat
+    t.gz)``, a FIFO) cannot be read twice (format detection, then the parsers), so it is read once, bounded like a
+    file, into a private temporary file that the same path then reads; errors name the pipe."""
+    import os
+    import stat
+    import tempfile
+
+    try:
+        fifo = stat.S_ISFIFO(os.stat(args.trace).st_mode)
+    except OSError:
+        fifo = False  # the readers name the problem
+    if not fifo:
+        return _load_trace_file(args, spec)
+    from attnsim.hwmodels.dram.traces import MAX_TRACE_BYTES_PER_REQUEST, read_text_bounded
+
+    data = read_text_bounded(args.trace, MAX_TRACE_BYTES_PER_REQUEST * MAX_REQUESTS, MAX_REQUESTS)
+    with tempfile.TemporaryDirectory(prefix="attnsim-trace-") as tmp:
+        copy = os.path.join(tmp, "trace" + (".npy" if args.trace.endswith(".npy") else ".txt"))
+        with open(copy, "wb") as f:
+            f.write(data)
+        try:
+            return _load_trace_file(argparse_copy(args, trace=copy), spec)
+        except ConfigError as e:
+            if e.file == copy:
+                raise ConfigError(e.message, file=args.trace, key=e.key) from None
+            raise
+
+
+def argparse_copy(args, **changes):
+    """A copy of an argparse namespace with some attributes changed."""
+    import argparse
+
+    return argparse.Namespace(**{**vars(args), **changes})
+
+
+def _load_trace_file(args, spec):
     from attnsim.hwmodels.dram.kernel import max_cycle
     from attnsim.hwmodels.dram.traces import detect_format, read_trace_any
 

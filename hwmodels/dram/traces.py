@@ -410,7 +410,7 @@ def read_trace_any(path: str, spec=None, fmt: str = "auto", max_requests: int = 
     the file and line."""
     if fmt not in FORMATS:
         raise ConfigError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--trace-format")
-    limit_bytes = 64 * max_requests
+    limit_bytes = MAX_TRACE_BYTES_PER_REQUEST * max_requests
     if fmt == "auto":
         fmt = detect_format(path, _head(path))
     if fmt == "npy":
@@ -470,6 +470,14 @@ def _head(path: str) -> bytes:
         return read_head(path, 4096)
     except InputRefused as exc:
         raise ConfigError(f"cannot read the trace ({exc})", file=exc.file or path, key=exc.key) from None
+
+
+MAX_TRACE_BYTES_PER_REQUEST = 64  # a text trace's size bound: 64 B per request it may hold
+
+
+def read_text_bounded(path: str, limit_bytes: int, max_requests: int) -> bytes:
+    """A text trace's bytes (a pipe read once), bounded as by :func:`read_trace_any`; ConfigError names the path."""
+    return _map_text(path, limit_bytes, max_requests).tobytes()
 
 
 def _map_text(path: str, limit_bytes: int, max_requests: int) -> np.ndarray:
