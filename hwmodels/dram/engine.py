@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 import os
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -359,6 +360,7 @@ TIER_ENV = "ATTNSIM_DRAM_TIER"  # auto (default) | interpreted | compiled: which
 INTERPRET_BUDGET_RECORDS = 100_000
 _interpreted_records = 0
 _WALK_MEMO: OrderedDict = OrderedDict()  # (channels, T, scratch size, records) -> state arrays; identical walks
+_WALK_LOCK = threading.Lock()  # sweeps run points in threads (dask): the memo and the budget are shared
 _WALK_MEMO_ENTRIES = 1024  # the default run's flips walk each distinct stream ~3 times (841 walks, 293 distinct)
 
 
@@ -381,21 +383,26 @@ def walk(spec, cmds: np.ndarray, T: np.ndarray) -> tuple:
     global _interpreted_records
     scratch = scratch_for(spec)
     key = (spec.org.channels, T.tobytes(), scratch.size, cmds.dtype.str, cmds.tobytes())
-    hit = _WALK_MEMO.get(key)
+    with _WALK_LOCK:
+        hit = _WALK_MEMO.get(key)
+        if hit is not None:
+            _WALK_MEMO.move_to_end(key)
     if hit is not None:
-        _WALK_MEMO.move_to_end(key)
         return tuple(a.copy() for a in hit)
     BS, GS, RS, US, CS, ST = K.new_state(spec.org.channels, T)
     # contiguous copies of the record fields: a field view is strided (Numba layout 'A') except for a stream of 0 or 1
     # records (contiguous, layout 'C'), which compiled the whole kernel a second time (issue 30)
     c = {f: np.ascontiguousarray(cmds[f]) for f in CMD_DTYPE.names}
-    if kernel_tier(len(cmds)) == "compiled":
+    with _WALK_LOCK:
+        tier = kernel_tier(len(cmds))
+        if tier == "interpreted":
+            _interpreted_records += len(cmds)
+    if tier == "compiled":
         run, Tw = K.activate(), T
     else:
         # the timing vector as Python ints: read by every rule, ~3x cheaper to index and add than numpy scalars;
         # the same values (|x| < 2**53: no int64 wrap-around to differ from), so the same cycles (tests)
         run, Tw = K.INTERPRETED["run_kernel"], T.tolist()
-        _interpreted_records += len(cmds)
     run(
         c["op"],
         c["flags"],
@@ -417,12 +424,14 @@ def walk(spec, cmds: np.ndarray, T: np.ndarray) -> tuple:
         ST,
         scratch,
     )
-    if run is not K.INTERPRETED["run_kernel"]:
+    if tier == "compiled":
         K.mark_compiled_cached()
     state = (BS, GS, RS, US, CS, ST)
-    _WALK_MEMO[key] = tuple(a.copy() for a in state)
-    if len(_WALK_MEMO) > _WALK_MEMO_ENTRIES:
-        _WALK_MEMO.popitem(last=False)
+    kept = tuple(a.copy() for a in state)
+    with _WALK_LOCK:
+        _WALK_MEMO[key] = kept
+        if len(_WALK_MEMO) > _WALK_MEMO_ENTRIES:
+            _WALK_MEMO.popitem(last=False)
     return state
 
 

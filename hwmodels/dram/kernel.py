@@ -9,6 +9,7 @@ triggers due refreshes of the ranks it touches, then commits. See hwmodels/dram/
 
 from __future__ import annotations
 
+import threading
 import types
 
 import numpy as np
@@ -1219,6 +1220,7 @@ def tail_refreshes(T, RS, CS, ST):
 _INLINED = ("earliest_act", "earliest_pre", "earliest_col", "commit_act", "commit_pre", "commit_col", "auto_pre")
 _active = False
 _marked = False
+_ACTIVATE_LOCK = threading.RLock()  # RLock: the decorators of modules imported here call activate() again
 
 
 def activate():
@@ -1226,19 +1228,20 @@ def activate():
     attributes become Numba dispatchers, so compiled callers (``K.prim_col`` in sched_*.py, ``prim_col`` here)
     resolve to compiled callees; ``<name>_i`` are the inlined copies. Returns the compiled ``run_kernel``."""
     global _active
-    if not _active:
-        from attnsim.core import jitcache
+    with _ACTIVATE_LOCK:  # threads of a sweep point may walk at once: one set of dispatchers
+        if not _active:
+            from attnsim.core import jitcache
 
-        jitcache.ensure()
-        from numba import njit
+            jitcache.ensure()
+            from numba import njit
 
-        g = globals()
-        for name, f in _KERNELS.items():
-            g[name] = njit(**HOT_OPTIONS)(f)
-        for name in _INLINED:
-            g[name + "_i"] = njit(**INLINE_OPTIONS)(_KERNELS[name])
-        _active = True
-    return run_kernel
+            g = globals()
+            for name, f in _KERNELS.items():
+                g[name] = njit(**HOT_OPTIONS)(f)
+            for name in _INLINED:
+                g[name + "_i"] = njit(**INLINE_OPTIONS)(_KERNELS[name])
+            _active = True
+    return globals()["run_kernel"]
 
 
 def compiled_active() -> bool:
