@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -95,6 +96,22 @@ def test_bad_evidence_refused_one_line(evidence, key, msg):
         registry.validate_hardware({**_gpu(), "evidence": evidence}, "x.yaml")
     s = str(e.value)
     assert "\n" not in s and e.value.file == "x.yaml" and e.value.key == key and msg in s, s
+
+
+def test_validate_hardware_memo_by_content():
+    """validate_hardware is memoised by content (issue 30): an equal dict (another object) gets the same frozen
+    spec, a changed value or another file name a new one, and a refused config is refused again (not memoised)."""
+    gpu = _gpu()
+    spec = registry.validate_hardware(gpu, "h100_sxm.yaml")
+    assert registry.validate_hardware(dict(gpu), "h100_sxm.yaml") is spec  # same content, another dict
+    assert registry.validate_hardware(gpu, "other.yaml") is not spec  # the file is part of the key (messages)
+    moved = registry.validate_hardware({**gpu, "tdp_w": gpu["tdp_w"] * 2}, "h100_sxm.yaml")
+    assert moved is not spec and moved.tdp_w == 2 * spec.tdp_w  # a moved parameter is validated anew
+    bad = {**gpu, "tdp_w": -1}
+    for _ in range(2):  # a failure is not remembered as a value: both calls raise
+        with pytest.raises(ConfigError) as e:
+            registry.validate_hardware(bad, "x.yaml")
+        assert e.value.key == "tdp_w"
 
 
 def test_bad_evidence_refused_by_attnsim_run(tmp_path, capsys):
@@ -642,3 +659,15 @@ def test_tornado_recipe(flipped, tmp_path):
     assert render(t, "tornado", tmp_path / "t.pdf")[0].stat().st_size > 0
     with pytest.raises(ConfigError, match="expected one run with verdict flips"):
         figure(attnsim.run(EXP, SETS).table(), "tornado")
+
+
+def test_content_key_is_exact_on_plain_data():
+    """ContentMemo's key (attnsim.core.config.content_key): equal only for equal plain data, types and order kept."""
+    from attnsim.core.config import content_key
+
+    assert content_key({"a": [1, 2.5]}) == content_key({"a": [1, 2.5]})
+    distinct = [1, 1.0, True, "1", None, 0.0, -0.0, [1], (1,), {"a": 1}, {"a": 1.0}]
+    keys = [content_key(x) for x in distinct]
+    assert len(set(keys)) == len(distinct)  # 1 == 1.0 == True and 0.0 == -0.0 in Python, not here
+    assert content_key({"a": 1, "b": 2}) != content_key({"b": 2, "a": 1})  # order kept: a miss, never a wrong hit
+    assert content_key({"a": object()}) is None and content_key([np.float64(1.0)]) is None  # not plain: no memo
