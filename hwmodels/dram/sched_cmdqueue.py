@@ -255,6 +255,10 @@ def ctrl_kernel_twolevel(
     CQ = np.zeros((nq, depth), np.int64)  # command queues: request ids, oldest first
     CF = np.zeros((nq, depth), np.int64)  # per entry: -1 unclassified, else its hit / miss / conflict class
     cqn = np.zeros(nq, np.int64)
+    # per queue: a cycle before which none of its commands can be legal (0: unknown). Valid while the queue's
+    # entries and their banks do not change: other banks' commands only push earliest cycles later (kernel.py's
+    # last-command times), so _pick is skipped for a queue whose bound lies ahead (cycles unchanged: golden tests)
+    LB = np.zeros(nq, np.int64)
     RQ = np.zeros(max(rcap, 1), np.int64)  # read queue (transaction queue), oldest first
     WB = np.zeros(max(wcap, 1), np.int64)  # write buffer
     dual = T[K.T_COLBUS] != K.C_ROWBUS  # separate row / column buses (HBM): dual issue
@@ -269,6 +273,7 @@ def ctrl_kernel_twolevel(
         r0 = ch * rpc
         k0 = ch * nbc
         cqn[:] = 0
+        LB[:] = 0
         nrq = 0
         nwb = 0
         incq = 0
@@ -291,8 +296,11 @@ def ctrl_kernel_twolevel(
                             _emit(E, ne, K.REFPB, 0, r * NB + idx, 0, RS[r, K.R_DUE], T)
                         ne += 1
                         K.auto_refresh(r, T, BS, RS, CS, ST, ch)
+                        LB[:] = 0
             elif T[K.T_REFMODE] == 1:
                 ne, refcmd, te = _refresh_step(r0, rpc, t, NB, T, BS, RS, CS, ST, ch, E, ne, ppd, lastpre)
+                if refcmd:  # a refresh PRE / REF changes banks of some queues
+                    LB[:] = 0
                 if te < nxt_t:
                     nxt_t = te
             # ---- 2. at most one command (two on HBM: a column command and a row command)
@@ -311,6 +319,10 @@ def ctrl_kernel_twolevel(
                     q = (qidx + jq) % nq
                     if cqn[q] == 0:
                         continue
+                    if LB[q] > t:
+                        if LB[q] < nxt_t:
+                            nxt_t = LB[q]
+                        continue
                     if T[K.T_REFMODE] == 1 and RS[r0 + (q if per_rank else q // NB), K.R_DUE] <= t:
                         continue  # its rank waits for its refresh (command_queue.cc:40-43)
                     if per_rank:
@@ -322,6 +334,7 @@ def ctrl_kernel_twolevel(
                             q, cqn[q], CQ, t, kq, rowq, wq, T, BS, GS, RS, US, CS, rtrs, drank, ppd, lastpre
                         )
                     if j < 0:
+                        LB[q] = e
                         if e < nxt_t:
                             nxt_t = e
                         continue
@@ -331,6 +344,7 @@ def ctrl_kernel_twolevel(
                         break  # DRAMsim3 issues the second only if it is of the other kind
                     i = CQ[q, j]
                     k = kq[i]
+                    LB[q] = 0
                     if kind == KIND_PRE:
                         K.commit_pre(k, t, T, BS, CS, ST)
                         lastpre[BS[k, K.B_R]] = t
@@ -390,6 +404,7 @@ def ctrl_kernel_twolevel(
                 i = WB[x] if src_w else RQ[x]
                 q = (kq[i] - k0) // NB if per_rank else kq[i] - k0
                 if cqn[q] < depth:
+                    LB[q] = 0
                     CQ[q, cqn[q]] = i
                     CF[q, cqn[q]] = -1
                     cqn[q] += 1
