@@ -209,7 +209,8 @@ def insert_rows(trace, before: dict[int, list[dict]] | None = None, after: dict[
     # column by column, as OpTrace.from_rows converts the rows (the trace's own rows keep their values)
     cols = {}
     for c in COLUMNS:
-        new_vals = [r.get(c, DEFAULTS.get(c, 0)) for r in extra]
+        d = DEFAULTS.get(c, 0)
+        new_vals = [r.get(c, d) for r in extra]
         if c in ("op", "cls"):
             col = np.empty(pos, dtype=object)
             col[old_to_new] = np.asarray(trace.cols[c], dtype=object)
