@@ -21,13 +21,13 @@ from attnsim.studies.serve.requests import TraceSpec, synthetic_trace
 from attnsim.studies.serve.run import quick_pool
 from attnsim.studies.serve.scheduler import simulate_pool
 
-# The last round's code (main at 878b7fc) on this workload (defaults below), CPU seconds of one run_once:
-# 69.25 s measured on the development box (2 cores shared by 9 sessions, wall 526 s); issue 29 quotes 44 s.
-LAST_ROUND_CPU_S = 69.25
-# main's code (2ec968f, before the serve-speed branch) on this workload, CPU seconds of one run_once: 66.69 s measured
-# 2026-12-07 on the same box (load average ~11, wall 267 s), digest 1067fe6ccce641b1 (the same results); main at
-# 006f1f5 measured 66.44 and 66.97 s back to back with this branch's 46.81 and 47.48 s (load ~13-18).
-MAIN_CPU_S = 66.69
+# The last round's code (main at 2ec968f, before the serve-speed branch) on this workload (defaults below), CPU
+# seconds of one run_once: 66.69 s measured 2026-12-07 (2 cores shared by ~9 sessions, load ~11, wall 267 s), digest
+# 1067fe6ccce641b1 (the same results as today's code); issue 29 quotes 44 s for an older main.
+LAST_ROUND_CPU_S = 66.69
+# main's code (b140aff, after the serve-speed round) on this workload: 26.9 s CPU measured 2026-12-08 on the idle
+# box (load ~1), the same digest. CPU time grows with the box's load (shared caches): compare runs of one load only.
+MAIN_CPU_S = 26.9
 
 
 def run_once(args):

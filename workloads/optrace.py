@@ -119,7 +119,8 @@ class OpTrace:
     def from_rows(rows: list[dict], **kw) -> "OpTrace":
         cols = {}
         for c in COLUMNS:
-            vals = [r.get(c, DEFAULTS.get(c, 0)) for r in rows]
+            d = DEFAULTS.get(c, 0)  # looked up once per column, not per row (a serving run builds ~2 traces per shape)
+            vals = [r.get(c, d) for r in rows]
             if c in ("op", "cls"):
                 cols[c] = np.array(vals, dtype=object).astype(str)
             elif c in INT_COLUMNS:
