@@ -25,7 +25,7 @@ from attnsim.studies.serve.scheduler import simulate_pool
 # seconds of one run_once: 66.69 s measured 2026-12-07 (2 cores shared by ~9 sessions, load ~11, wall 267 s), digest
 # 1067fe6ccce641b1 (the same results as today's code); issue 29 quotes 44 s for an older main.
 LAST_ROUND_CPU_S = 66.69
-# main's code (b140aff, after the serve-speed round) on this workload: 26.9 s CPU measured 2026-12-08 on the idle
+# main's code (6942ec6, after the serve-speed round) on this workload: 26.9 s CPU measured 2026-12-08 on the idle
 # box (load ~1), the same digest. CPU time grows with the box's load (shared caches): compare runs of one load only.
 MAIN_CPU_S = 26.9
 
