@@ -465,14 +465,14 @@ def load_trace(args, spec):
         with open(copy, "wb") as f:
             f.write(data)
         try:
-            return _load_trace_file(argparse_copy(args, trace=copy), spec)
+            return _load_trace_file(_namespace_with(args, trace=copy), spec)
         except ConfigError as e:
             if e.file == copy:
                 raise ConfigError(e.message, file=args.trace, key=e.key) from None
             raise
 
 
-def argparse_copy(args, **changes):
+def _namespace_with(args, **changes):
     """A copy of an argparse namespace with some attributes changed."""
     import argparse
 

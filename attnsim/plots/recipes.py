@@ -807,22 +807,15 @@ def verdict_tornado(table, x=None, y=None, hue=None, z=None, width="single", tit
     fig, ax = new_figure(width, aspect=max(0.35, 0.09 * len(rows) + 0.25))
     yy = np.arange(len(rows))
     ranged = [i for i, r in enumerate(rows) if not r.get("choice")]  # a range: bars to its low and high end
-    ax.barh(
-        yy[ranged],
-        [val(rows[i]["ratio_low"]) - r0 for i in ranged],
-        left=r0,
-        height=0.6,
-        color=OKABE_ITO[0],
-        label="parameter at low",
-    )
-    ax.barh(
-        yy[ranged],
-        [val(rows[i]["ratio_high"]) - r0 for i in ranged],
-        left=r0,
-        height=0.35,
-        color=OKABE_ITO[4],
-        label="parameter at high",
-    )
+    for end, height, colour in (("low", 0.6, OKABE_ITO[0]), ("high", 0.35, OKABE_ITO[4])):
+        ax.barh(
+            yy[ranged],
+            [val(rows[i][f"ratio_{end}"]) - r0 for i in ranged],
+            left=r0,
+            height=height,
+            color=colour,
+            label=f"parameter at {end}",
+        )
     label = "alternative (choices:)"  # a categorical choice: one labelled mark per alternative, not low/high bars
     for i, r in enumerate(rows):
         if not r.get("choice"):
